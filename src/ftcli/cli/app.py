@@ -1,0 +1,49 @@
+"""The `ftcli` command: wiring only. Each command group lives in its own module."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from ftcli import __version__
+from ftcli.cli import local
+
+app = typer.Typer(
+    name="ftcli",
+    help="Fine-tune transformer text classifiers on Google Vertex AI, or on this machine.\n\n"
+    "Example: ftcli local --epochs 1",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+local.register(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"ftcli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+) -> None:
+    """Fine-tune transformer text classifiers on Google Vertex AI, or on this machine."""
+
+
+def main() -> None:
+    from ftcli.errors import FtcliError
+
+    try:
+        app()
+    except FtcliError as e:
+        if os.environ.get("FTCLI_DEBUG") == "1":
+            raise
+        from ftcli.output import error
+
+        error(e.message, e.hint, e.problems)
+        sys.exit(e.exit_code)

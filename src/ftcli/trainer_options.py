@@ -1,0 +1,77 @@
+"""The trainer's options as Typer options, built from the trainer's own declarative list.
+
+`ftcli local` (and `ftcli train`) show and type-check exactly the options `python -m ftcli_trainer.task`
+takes, with one source of truth: `ftcli_trainer.config.OPTIONS` (plain data, no torch import).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ftcli_trainer.config import OPTIONS, ConfigError, TrainConfig, resolve, to_argv
+
+PANEL = "Trainer options"
+TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
+
+
+def _parameter(opt) -> inspect.Parameter:
+    from rich.markup import escape
+
+    if opt.type is bool:
+        info = typer.Option(opt.flag, help=escape(opt.help), rich_help_panel=PANEL)
+        return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=False,
+                                 annotation=Annotated[bool, info])
+    help_text = opt.help
+    if opt.default is not None and "[default" not in help_text:
+        help_text += f" [default: {opt.default}]"
+    kwargs: dict[str, Any] = dict(help=escape(help_text), rich_help_panel=PANEL, show_default=False)
+    value_type: Any = opt.type
+    if opt.choices:
+        # A closed choice is an Enum for Typer: it lists and checks the choices.
+        value_type = enum.Enum(opt.name.title().replace("_", ""), [(c, c) for c in opt.choices], type=str)
+    elif opt.metavar:
+        kwargs["metavar"] = opt.metavar
+    info = typer.Option(opt.flag, **kwargs)
+    return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[value_type], info])  # noqa: UP045 - typer needs it
+
+
+def with_trainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give `command` every trainer option; it receives them as one dict argument `trainer`."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.name != "trainer"]
+    params = own + [_parameter(o) for o in OPTIONS]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs):
+        trainer = {k: kwargs.pop(k) for k in list(kwargs) if k in TRAINER_NAMES}
+        trainer = {k: v.value if isinstance(v, enum.Enum) else v for k, v in trainer.items()}
+        return command(trainer=trainer, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature(params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__  # typer must read the new signature, not the original one
+    return wrapper
+
+
+def validate(values: dict[str, Any]) -> tuple[TrainConfig, list[str]]:
+    """Check the trainer options as the trainer will (every problem at once); return the resolved
+    config and the argv that reproduces the given values."""
+    from ftcli.errors import UsageError
+
+    given = {k: v for k, v in values.items() if v is not None and v is not False}
+    try:
+        cfg = resolve(dict(given))
+    except ConfigError as e:
+        n = len(e.problems)
+        raise UsageError(
+            e.problems[0] if n == 1 else f"{n} problems with the trainer options:",
+            hint="see --help for the trainer options",
+            problems=e.problems if n > 1 else None,
+        ) from None
+    return cfg, to_argv(given)

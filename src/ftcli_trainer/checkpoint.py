@@ -1,0 +1,84 @@
+"""Checkpoints to AIP_CHECKPOINT_DIR (local or gs://): atomic, the last few kept, resumable.
+
+A checkpoint is a folder `step-<N>` with the model weights (safetensors) and the rest of the training
+state (optimizer, scheduler, scaler, RNG, position) in a torch file read with weights_only=True, so
+loading never unpickles arbitrary objects. It counts only once its completion marker exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from ftcli_trainer import storage
+
+log = logging.getLogger("ftcli_trainer")
+STEP_RE = re.compile(r"^step-(\d+)$")
+KEEP = 2
+
+
+def _list(root: str) -> list[tuple[int, str]]:
+    if storage.is_gcs(root):
+        names = storage.list_subdirs(root)
+    else:
+        p = Path(root)
+        names = [d.name for d in p.iterdir() if d.is_dir()] if p.is_dir() else []
+    found = [(int(m.group(1)), n) for n in names if (m := STEP_RE.match(n))]
+    return sorted(found)
+
+
+def save(root: str, step: int, model, state: dict) -> None:
+    import torch
+    from safetensors.torch import save_model
+
+    target = storage.join(root, f"step-{step:08d}")
+    if storage.is_gcs(root):
+        staged = Path(tempfile.mkdtemp(prefix="ftcli-ckpt-"))
+    else:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".step-{step:08d}.tmp-", dir=root))
+    try:
+        save_model(model, str(staged / "model.safetensors"))
+        torch.save(state, staged / "trainer_state.pt")
+        storage.publish_dir(staged, target)
+    finally:
+        if staged.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+    for _, name in _list(root)[:-KEEP]:
+        old = storage.join(root, name)
+        if storage.is_gcs(old):
+            storage.delete_prefix(old)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def load_latest(root: str, model) -> dict | None:
+    """Load the newest complete checkpoint into `model` and return its state; None when there is none.
+
+    A checkpoint that is incomplete or unreadable is skipped with a warning, never half-loaded.
+    """
+    import torch
+    from safetensors.torch import load_model
+
+    for step, name in reversed(_list(root)):
+        path = storage.join(root, name)
+        try:
+            if storage.is_gcs(path):
+                if not storage.exists(storage.join(path, storage.COMPLETE_MARKER)):
+                    raise ValueError("no completion marker")
+                local = storage.download_dir(path, Path(tempfile.mkdtemp(prefix="ftcli-resume-")))
+            else:
+                local = Path(path)
+                if not (local / storage.COMPLETE_MARKER).exists():
+                    raise ValueError("no completion marker")
+            state = torch.load(local / "trainer_state.pt", map_location="cpu", weights_only=True)
+            load_model(model, str(local / "model.safetensors"), strict=True)
+        except Exception as e:  # noqa: BLE001 - any damage means: not this one
+            log.warning("ignoring checkpoint %s: %s", path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            continue
+        log.info("resuming from %s (optimizer step %d)", path, step)
+        return state
+    return None

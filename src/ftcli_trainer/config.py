@@ -1,0 +1,307 @@
+"""Trainer options: one declarative list, parsed and validated with every problem reported at once.
+
+The list is plain data (no torch import) so that the launcher builds its `ftcli local` / `ftcli train`
+options from the same source and validates them before anything is uploaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS
+
+
+class ConfigError(Exception):
+    """Bad options. `problems` lists every one of them; the message is one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the dataclass field; the flag is --name-with-dashes
+    type: type  # str, int, float or bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+# None as a default means "the task decides" (model, epochs, max length, learning rate) or "not set".
+OPTIONS: tuple[Option, ...] = (
+    Option("task", str, BUNDLED_SAMPLE, "Task name.", tuple(TASKS)),
+    Option("model", str, None, "Hugging Face model id or local model folder [default: the task's].",
+           metavar="ID|DIR"),
+    Option("epochs", int, None, "Training epochs [default: the task's].", metavar="N"),
+    Option("batch_size", int, 32, "Examples per device per micro-batch.", metavar="N"),
+    Option("learning_rate", float, None, "Peak AdamW learning rate [default: the task's].", metavar="LR"),
+    Option("weight_decay", float, 0.01, "AdamW weight decay (not applied to biases and LayerNorm).",
+           metavar="W"),
+    Option("warmup_ratio", float, 0.06, "Share of the optimizer steps spent warming the LR up linearly.",
+           metavar="R"),
+    Option("max_length", int, None, "Truncate inputs to this many tokens [default: the task's].",
+           metavar="N"),
+    Option("gradient_accumulation_steps", int, 1, "Micro-batches per optimizer step.", metavar="N"),
+    Option("max_grad_norm", float, 1.0, "Clip the gradient norm to this (0: no clipping).", metavar="X"),
+    Option("max_train_samples", int, None, "Train on a seeded random subset of this many examples.",
+           metavar="N"),
+    Option("fraction_of_train_data", float, None, "Train on a seeded random share (0-1] of the examples.",
+           metavar="F"),
+    Option("max_eval_samples", int, None, "Evaluate on a seeded random subset of this many examples.",
+           metavar="N"),
+    Option("seed", int, 42, "Random seed (data order, subsets, initialisation, dropout).", metavar="N"),
+    Option("precision", str, "auto", "auto: bf16 on GPUs that have it, else fp16; fp32 on CPU.",
+           PRECISIONS),
+    Option("eval_every", int, 0, "Also evaluate every N optimizer steps (0: at each epoch end only).",
+           metavar="N"),
+    Option("save_every", int, 0, "Also checkpoint every N optimizer steps (0: at each epoch end only).",
+           metavar="N"),
+    Option("log_every", int, 0, "Log a line every N optimizer steps (0: about 20 lines a run).",
+           metavar="N"),
+    Option("output_dir", str, None, "Base output folder, like Vertex's base_output_dir: model/, "
+           "checkpoints/, logs/ [default: AIP_* variables, else ./ftcli-runs/RUN_ID].", metavar="DIR"),
+    # Data (csv / jsonl, or to give a named task local files)
+    Option("train_file", str, None, "Training data: CSV or JSON Lines, local path or gs:// URI.",
+           metavar="PATH"),
+    Option("eval_file", str, None, "Evaluation data [default: a seeded share of the training data].",
+           metavar="PATH"),
+    Option("eval_fraction", float, 0.1, "Share of the training data held out when there is no eval set.",
+           metavar="F"),
+    Option("text_column", str, None, "Column with the text [default: text].", metavar="NAME"),
+    Option("text_pair_column", str, None, "Column with the second text of a pair (e.g. hypothesis).",
+           metavar="NAME"),
+    Option("label_column", str, None, "Column with one label per row (single-label) [default: label].",
+           metavar="NAME"),
+    Option("label_columns", str, None, "Multi-label: 0/1 columns, comma-separated names or a glob "
+           "(e.g. 'toxic,insult' or '*').", metavar="A,B|GLOB"),
+    Option("labels", str, None, "Label names in id order, comma-separated [default: the task's, or "
+           "sorted values seen in the training data].", metavar="A,B,C"),
+    Option("threshold", float, 0.5, "Multi-label: a label is predicted when its probability >= this.",
+           metavar="P"),
+    Option("dataset_config", str, None, "Hub dataset configuration, e.g. sentences_50agree for financial.",
+           metavar="NAME"),
+    Option("compile", bool, False, "torch.compile the model (pays off only on long GPU runs)."),
+)
+
+OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str = BUNDLED_SAMPLE
+    model: str = ""
+    epochs: int = 1
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    max_length: int = 128
+    gradient_accumulation_steps: int = 1
+    max_grad_norm: float = 1.0
+    max_train_samples: int | None = None
+    fraction_of_train_data: float | None = None
+    max_eval_samples: int | None = None
+    seed: int = 42
+    precision: str = "auto"
+    eval_every: int = 0
+    save_every: int = 0
+    log_every: int = 0
+    output_dir: str | None = None
+    train_file: str | None = None
+    eval_file: str | None = None
+    eval_fraction: float = 0.1
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    label_columns: str | None = None
+    labels: tuple[str, ...] = ()
+    threshold: float = 0.5
+    dataset_config: str | None = None
+    compile: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def multi_label(self) -> bool:
+        return self.label_columns is not None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+def _convert(opt: Option, raw: str, problems: list[str]) -> Any:
+    try:
+        if opt.type is int:
+            return int(raw)
+        if opt.type is float:
+            value = float(raw)
+            if not math.isfinite(value):
+                raise ValueError
+            return value
+    except ValueError:
+        kind = "a whole number" if opt.type is int else "a number"
+        problems.append(f"{opt.flag} must be {kind}, got {raw!r}")
+        return None
+    if opt.choices and raw not in opt.choices:
+        problems.append(f"{opt.flag} must be one of {', '.join(opt.choices)}; got {raw!r}")
+        return None
+    return raw
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ftcli_trainer.task",
+        description="Fine-tune a transformer text classifier (the trainer ftcli runs locally and on Vertex).",
+        epilog="Example: python -m ftcli_trainer.task --task csv --train-file train.csv "
+        "--label-column label --epochs 2",
+        allow_abbrev=False,
+    )
+    for opt in OPTIONS:
+        if opt.type is bool:
+            parser.add_argument(opt.flag, dest=opt.name, action="store_true", help=opt.help)
+            continue
+        help_text = opt.help
+        if opt.default is not None and "[default" not in help_text:
+            help_text += f" [default: {opt.default}]"
+        if opt.choices:
+            help_text += f" {{{','.join(opt.choices)}}}"
+        # Parsed as strings and converted below, so that every bad value is reported, not just the first.
+        parser.add_argument(opt.flag, dest=opt.name, default=None, metavar=opt.metavar or opt.name.upper(),
+                            help=help_text)
+    return parser
+
+
+def parse_args(argv: list[str]) -> TrainConfig:
+    """Parse and validate trainer arguments; raise ConfigError listing every problem."""
+    parser = _parser()
+    problems: list[str] = []
+    namespace, unknown = parser.parse_known_args(argv)
+    after_unknown_option = False
+    for arg in unknown:
+        if arg.startswith("-"):
+            problems.append(f"unknown option {arg.split('=')[0]} (see --help)")
+            after_unknown_option = "=" not in arg
+        elif after_unknown_option:  # the unknown option's value: already reported with it
+            after_unknown_option = False
+        else:
+            problems.append(f"unexpected argument {arg!r}")
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        raw = getattr(namespace, opt.name)
+        if opt.type is bool:
+            values[opt.name] = bool(raw)
+        elif raw is not None:
+            values[opt.name] = _convert(opt, raw, problems)
+    return resolve(values, problems)
+
+
+def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainConfig:
+    """Fill task defaults into explicitly given values and check them together."""
+    problems = list(problems or [])
+    given = {k: v for k, v in values.items() if v is not None}
+    task_name = given.get("task", BUNDLED_SAMPLE)
+    task = TASKS.get(task_name)
+    if task is None:
+        problems.append(f"unknown task {task_name!r}; choose one of {', '.join(TASKS)}")
+        task = TASKS[BUNDLED_SAMPLE]
+
+    cfg: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+    cfg.update(
+        model=task.default_model,
+        epochs=task.default_epochs,
+        learning_rate=task.default_learning_rate,
+        max_length=task.default_max_length,
+        text_column=task.text_column,
+        text_pair_column=task.text_pair_column,
+        label_column=task.label_column,
+    )
+    cfg.update(given)
+    labels_raw = cfg.pop("labels")
+    cfg["labels"] = tuple(x.strip() for x in labels_raw.split(",") if x.strip()) if labels_raw else ()
+
+    def positive(name: str) -> None:
+        v = cfg[name]
+        if v is not None and v <= 0:
+            problems.append(f"{OPTIONS_BY_NAME[name].flag} must be positive, got {v}")
+
+    def non_negative(name: str) -> None:
+        v = cfg[name]
+        if v is not None and v < 0:
+            problems.append(f"{OPTIONS_BY_NAME[name].flag} must be 0 or more, got {v}")
+
+    def in_unit(name: str, *, zero_ok: bool) -> None:
+        v = cfg[name]
+        if v is None:
+            return
+        low_ok = v >= 0 if zero_ok else v > 0
+        if not (low_ok and v <= 1):
+            problems.append(f"{OPTIONS_BY_NAME[name].flag} must be in {'[0' if zero_ok else '(0'}, 1], got {v}")
+
+    for name in ("epochs", "batch_size", "learning_rate", "max_length", "gradient_accumulation_steps",
+                 "max_train_samples", "max_eval_samples"):
+        positive(name)
+    for name in ("weight_decay", "max_grad_norm", "eval_every", "save_every", "log_every", "seed"):
+        non_negative(name)
+    in_unit("warmup_ratio", zero_ok=True)
+    in_unit("fraction_of_train_data", zero_ok=False)
+    in_unit("threshold", zero_ok=False)
+    v = cfg["eval_fraction"]
+    if v is not None and not 0 < v < 1:
+        problems.append(f"--eval-fraction must be between 0 and 1 (exclusive), got {v}")
+    if cfg["max_length"] is not None and cfg["max_length"] > 8192:
+        problems.append(f"--max-length {cfg['max_length']} is larger than any supported model (8192)")
+
+    if given.get("max_train_samples") is not None and given.get("fraction_of_train_data") is not None:
+        problems.append("--max-train-samples and --fraction-of-train-data both pick a subset: give one")
+    if task.user_files and not cfg["train_file"]:
+        problems.append(f"--task {task.name} needs --train-file PATH (CSV or JSON Lines, local or gs://)")
+    if cfg["eval_file"] and not cfg["train_file"]:
+        problems.append("--eval-file needs --train-file too")
+    if cfg["label_columns"] is not None:
+        if "label_column" in given:
+            problems.append("--label-column (single-label) and --label-columns (multi-label) exclude each other")
+        if task.labels and not task.user_files:
+            problems.append(f"--label-columns is for multi-label csv/jsonl data, not --task {task.name}")
+        if cfg["labels"]:
+            problems.append("--labels is for single-label data; multi-label names come from --label-columns")
+    if task.labels and cfg["labels"] and not task.user_files:
+        problems.append(f"--task {task.name} has fixed labels ({', '.join(task.labels)}); drop --labels")
+    if cfg["labels"] and len(set(cfg["labels"])) != len(cfg["labels"]):
+        problems.append("--labels has duplicates")
+    if task.name == "financial" and cfg["dataset_config"] not in (None, "sentences_allagree",
+                                                                   "sentences_75agree", "sentences_66agree",
+                                                                   "sentences_50agree"):
+        problems.append("--dataset-config for financial is one of sentences_allagree, sentences_75agree, "
+                        "sentences_66agree, sentences_50agree")
+    if cfg["dataset_config"] and task.hf_dataset is None:
+        problems.append(f"--dataset-config applies to Hub datasets, not --task {task.name}")
+
+    if problems:
+        raise ConfigError(problems)
+    return TrainConfig(**cfg)
+
+
+def to_argv(values: dict[str, Any]) -> list[str]:
+    """The command line that makes `parse_args` see `values` (None and False are left out)."""
+    argv: list[str] = []
+    for opt in OPTIONS:
+        v = values.get(opt.name)
+        if v is None or v is False:
+            continue
+        if opt.type is bool:
+            argv.append(opt.flag)
+        else:
+            argv += [opt.flag, str(v)]
+    return argv

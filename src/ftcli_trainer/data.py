@@ -1,0 +1,437 @@
+"""Data: read the task's examples, tokenize them once, and cut length-bucketed batches.
+
+Readers turn every problem in a user's file into one DataError line that names the file, the row and
+the fix; nothing from deep inside csv/json/datasets reaches the user as a traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import gzip
+import io
+import json
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ftcli_trainer import storage
+from ftcli_trainer.config import TrainConfig
+from ftcli_trainer.errors import DataError
+from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task
+
+TRUE_VALUES = {"1", "1.0", "true", "yes"}
+FALSE_VALUES = {"0", "0.0", "false", "no", ""}
+
+
+@dataclass
+class Examples:
+    texts: list[str]
+    pairs: list[str] | None
+    labels: np.ndarray  # int64 [N] (single-label) or float32 [N, L] (multi-label)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, idx: np.ndarray) -> Examples:
+        return Examples(
+            texts=[self.texts[i] for i in idx],
+            pairs=[self.pairs[i] for i in idx] if self.pairs is not None else None,
+            labels=self.labels[idx],
+        )
+
+
+@dataclass
+class TaskData:
+    train: Examples
+    evals: dict[str, Examples]  # name -> examples; the first is the primary eval set
+    label_names: list[str]
+    multi_label: bool
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading tables (CSV / JSON Lines, optionally gzip-compressed, local or gs://)
+
+
+def _open_text(path: Path, shown: str) -> io.TextIOBase:
+    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+    data = raw.read()
+    raw.close()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DataError(
+            f"{shown} is not UTF-8 (byte 0x{data[e.start]:02x} on line {line}); re-save it as UTF-8"
+        ) from None
+    return io.StringIO(text, newline="")
+
+
+def _is_jsonl(path: str) -> bool:
+    name = path.lower().removesuffix(".gz")
+    return name.endswith((".jsonl", ".json", ".ndjson"))
+
+
+def read_rows(path: str, *, fmt: str | None = None) -> tuple[list[str], list[dict]]:
+    """(columns, rows) of a CSV or JSON Lines file; `fmt` forces "csv" or "jsonl"."""
+    shown = path
+    if storage.is_gcs(path):
+        tmp = Path(tempfile.mkdtemp(prefix="ftcli-data-"))
+        try:
+            local = storage.download_file(path, tmp / Path(path).name)
+        except Exception as e:  # noqa: BLE001 - any storage failure is reported as one line
+            raise DataError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+    else:
+        local = Path(path).expanduser()
+        if not local.is_file():
+            raise DataError(f"data file {path} does not exist" + (" (it is a folder)" if local.is_dir() else ""))
+    jsonl = fmt == "jsonl" if fmt else _is_jsonl(path)
+    f = _open_text(local, shown)
+    rows = _read_jsonl(f, shown) if jsonl else _read_csv(f, shown)
+    if not rows:
+        raise DataError(f"{shown} has no data rows")
+    columns = list(rows[0].keys())
+    return columns, rows
+
+
+def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
+    try:
+        reader = csv.DictReader(f, strict=True)
+        header = reader.fieldnames
+        if not header:
+            raise DataError(f"{shown} is empty: expected a header row, then one row per example")
+        dupes = sorted({c for c in header if header.count(c) > 1})
+        if dupes:
+            raise DataError(f"{shown} has duplicate column names: {', '.join(dupes)}")
+        rows = []
+        for row in reader:
+            if None in row:
+                raise DataError(f"{shown} line {reader.line_num}: more fields than the header's "
+                                f"{len(header)}; quote text that contains commas")
+            if any(v is None for v in row.values()):
+                raise DataError(f"{shown} line {reader.line_num}: fewer fields than the header's {len(header)}")
+            rows.append(row)
+        return rows
+    except csv.Error as e:
+        raise DataError(f"{shown} is not valid CSV (line {reader.line_num}: {e})") from None
+
+
+def _read_jsonl(f: io.TextIOBase, shown: str) -> list[dict]:
+    rows = []
+    for n, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{shown} line {n} is not valid JSON ({e.msg}); expected one object per line") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{shown} line {n}: expected a JSON object per line, got {type(obj).__name__}")
+        rows.append(obj)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Turning rows into examples
+
+
+def _require_columns(columns: list[str], wanted: list[str], shown: str, hint: dict[str, str]) -> None:
+    for col in wanted:
+        if col not in columns:
+            raise DataError(f"{shown} has no column {col!r} (columns: {', '.join(columns)}); "
+                            f"pass {hint.get(col, 'the right column name')}")
+
+
+def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], shown: str) -> list[str]:
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    out: list[str] = []
+    for p in parts:
+        if any(ch in p for ch in "*?["):
+            matched = [c for c in columns if fnmatch.fnmatchcase(c, p) and c not in exclude]
+            if not matched:
+                raise DataError(f"--label-columns {p!r} matches no column of {shown} (columns: {', '.join(columns)})")
+            out += [c for c in matched if c not in out]
+        elif p not in columns:
+            raise DataError(f"{shown} has no label column {p!r} (columns: {', '.join(columns)})")
+        elif p not in out:
+            out.append(p)
+    if not out:
+        raise DataError("--label-columns names no column")
+    return out
+
+
+def _text(value, shown: str, row: int, col: str) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DataError(f"{shown} row {row}: empty text in column {col!r}; remove the row or fill it in")
+    return value if isinstance(value, str) else str(value)
+
+
+def _single_label_ids(values: list, names: list[str], shown: str, first_row: int = 1) -> np.ndarray:
+    index = {n: i for i, n in enumerate(names)}
+    ids = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        key = str(v).strip() if v is not None else ""
+        if key in index:
+            ids[i] = index[key]
+            continue
+        try:
+            as_int = int(float(key))
+        except ValueError:
+            as_int = None
+        if as_int is not None and float(key) == as_int and 0 <= as_int < len(names) and not _names_numeric(names):
+            ids[i] = as_int
+            continue
+        raise DataError(f"{shown} row {i + first_row}: label {key!r} is not in the label set "
+                        f"({', '.join(names)}); fix the row or pass --labels with every label")
+    return ids
+
+
+def _names_numeric(names: list[str]) -> bool:
+    try:
+        [float(n) for n in names]
+        return True
+    except ValueError:
+        return False
+
+
+def infer_label_names(values: list) -> list[str]:
+    keys = sorted({str(v).strip() for v in values})
+    try:
+        return sorted(keys, key=lambda k: float(k))
+    except ValueError:
+        return keys
+
+
+def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, shown: str,
+                     label_names: list[str] | None) -> tuple[Examples, list[str]]:
+    hint = {cfg.text_column: "--text-column NAME",
+            cfg.label_column: "--label-column NAME (or --label-columns for multi-label)"}
+    if cfg.text_pair_column:
+        hint[cfg.text_pair_column] = "--text-pair-column NAME"
+    wanted = [cfg.text_column] + ([cfg.text_pair_column] if cfg.text_pair_column else [])
+    if not cfg.multi_label:
+        wanted.append(cfg.label_column)
+    _require_columns(columns, wanted, shown, hint)
+    texts = [_text(r.get(cfg.text_column), shown, i + 1, cfg.text_column) for i, r in enumerate(rows)]
+    pairs = None
+    if cfg.text_pair_column:
+        pairs = [_text(r.get(cfg.text_pair_column), shown, i + 1, cfg.text_pair_column) for i, r in enumerate(rows)]
+    if cfg.multi_label:
+        exclude = {cfg.text_column, cfg.text_pair_column, "id", "idx"}
+        label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown)
+        _require_columns(columns, label_cols, shown, {})
+        labels = np.zeros((len(rows), len(label_cols)), dtype=np.float32)
+        for i, r in enumerate(rows):
+            for j, c in enumerate(label_cols):
+                v = r.get(c)
+                key = str(v).strip().lower() if v is not None else ""
+                if key in TRUE_VALUES:
+                    labels[i, j] = 1.0
+                elif key not in FALSE_VALUES:
+                    raise DataError(f"{shown} row {i + 1}: label column {c!r} holds {v!r}; multi-label columns "
+                                    f"must be 0 or 1")
+        return Examples(texts, pairs, labels), label_cols
+    values = [r.get(cfg.label_column) for r in rows]
+    names = label_names or infer_label_names(values)
+    return Examples(texts, pairs, _single_label_ids(values, names, shown)), names
+
+
+# ----------------------------------------------------------------------------------------------
+# Task loading
+
+
+def _bundled_path(name: str) -> Path:
+    return Path(str(resources.files("ftcli_trainer") / "sample" / name))
+
+
+def bundled_sample_available() -> bool:
+    return _bundled_path("sst2_train.csv.gz").is_file()
+
+
+def _load_files(cfg: TrainConfig, task: Task, train_path: str, eval_paths: dict[str, str],
+                fmt: str | None) -> tuple[Examples, dict[str, Examples], list[str]]:
+    names: list[str] | None = list(cfg.labels or task.labels) or None
+    if cfg.multi_label:
+        names = None
+    columns, rows = read_rows(train_path, fmt=fmt)
+    train, names = rows_to_examples(rows, columns, cfg, train_path, names)
+    evals = {}
+    for name, path in eval_paths.items():
+        columns, rows = read_rows(path, fmt=fmt)
+        evals[name], _ = rows_to_examples(rows, columns, cfg, path, names)
+    return train, evals, names
+
+
+def _load_hub(cfg: TrainConfig, task: Task) -> tuple[Examples, dict[str, Examples], list[str]]:
+    try:
+        import datasets  # noqa: F401 - imported here: only Hub tasks need it
+        from datasets import load_dataset
+    except ImportError:  # pragma: no cover - datasets is a trainer dependency
+        raise DataError("the `datasets` package is missing; pip install datasets") from None
+    config_name = cfg.dataset_config or task.hf_config
+    splits = [task.train_split, *task.eval_splits.values()]
+    loaded = {}
+    for split in splits:
+        try:
+            loaded[split] = load_dataset(task.hf_dataset, config_name, split=split)
+        except Exception as e:  # noqa: BLE001 - network, auth or missing-dataset errors: all one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DataError(
+                f"could not load the {task.name} dataset ({task.hf_dataset}"
+                f"{'/' + config_name if config_name else ''}, split {split}) from the Hugging Face Hub: "
+                f"{first[:200]}. Offline? Pass the data as files (--train-file PATH [--eval-file PATH]), "
+                f"or run without --task for the bundled sample"
+            ) from None
+
+    def to_examples(ds, shown):
+        rows = ds.to_list()
+        return rows_to_examples(rows, list(ds.column_names), cfg, shown, list(task.labels))[0]
+
+    train = to_examples(loaded[task.train_split], f"{task.hf_dataset}:{task.train_split}")
+    evals = {name: to_examples(loaded[split], f"{task.hf_dataset}:{split}") for name, split in task.eval_splits.items()}
+    return train, evals, list(task.labels)
+
+
+def _subset_idx(n: int, k: int, seed: int) -> np.ndarray:
+    return np.sort(np.random.default_rng(seed).permutation(n)[:k])
+
+
+def load_task_data(cfg: TrainConfig) -> TaskData:
+    task = TASKS[cfg.task]
+    fmt = "jsonl" if task.name == "jsonl" else ("csv" if task.name == "csv" else None)
+    if cfg.train_file:
+        evals_paths = {"eval": cfg.eval_file} if cfg.eval_file else {}
+        train, evals, names = _load_files(cfg, task, cfg.train_file, evals_paths, fmt)
+    elif task.name == BUNDLED_SAMPLE:
+        if not bundled_sample_available():
+            raise DataError("the bundled sample is not in this install (it is left out of the package "
+                            "uploaded to Vertex); pass --task with a Hub dataset or --train-file")
+        train, evals, names = _load_files(
+            cfg, task, str(_bundled_path("sst2_train.csv.gz")),
+            {"validation": str(_bundled_path("sst2_validation.csv.gz"))}, "csv")
+    else:
+        train, evals, names = _load_hub(cfg, task)
+
+    if not evals:
+        # No eval set: hold out a seeded share of the training data (never trained on).
+        n = len(train)
+        n_eval = max(1, round(n * cfg.eval_fraction))
+        if n - n_eval < 1:
+            raise DataError(f"only {n} training example(s): too few to hold out an eval set; pass --eval-file")
+        perm = np.random.default_rng(cfg.seed + 1).permutation(n)
+        evals = {"eval": train.subset(np.sort(perm[:n_eval]))}
+        train = train.subset(np.sort(perm[n_eval:]))
+
+    if cfg.max_train_samples is not None and cfg.max_train_samples < len(train):
+        train = train.subset(_subset_idx(len(train), cfg.max_train_samples, cfg.seed))
+    elif cfg.fraction_of_train_data is not None:
+        k = max(1, round(len(train) * cfg.fraction_of_train_data))
+        train = train.subset(_subset_idx(len(train), k, cfg.seed))
+    if cfg.max_eval_samples is not None:
+        k = cfg.max_eval_samples
+        evals = {name: ex.subset(_subset_idx(len(ex), k, cfg.seed)) if k < len(ex) else ex
+                 for name, ex in evals.items()}
+    if not cfg.multi_label and len(names) < 2:
+        raise DataError(f"the training data has only one label ({names[0]!r}); a classifier needs at least two")
+    return TaskData(train=train, evals=evals, label_names=names, multi_label=cfg.multi_label)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenization and batching
+
+
+@dataclass
+class Encoded:
+    """Token ids of every example, stored flat (one int32 array + offsets): no per-row Python objects."""
+
+    ids: np.ndarray  # int32, all examples concatenated
+    offsets: np.ndarray  # int64 [N + 1]
+    type_ids: np.ndarray | None  # int8, same layout as ids; only for sentence pairs
+    labels: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+
+def encode(tokenizer, examples: Examples, max_length: int, chunk: int = 4096) -> Encoded:
+    """Tokenize once, in large batches with the fast (Rust) tokenizer; no padding here."""
+    ids_parts: list[np.ndarray] = []
+    type_parts: list[np.ndarray] = []
+    lengths: list[int] = []
+    pairs = examples.pairs is not None
+    for start in range(0, len(examples), chunk):
+        texts = examples.texts[start:start + chunk]
+        second = examples.pairs[start:start + chunk] if pairs else None
+        out = tokenizer(texts, second, truncation=True, max_length=max_length, padding=False,
+                        return_attention_mask=False, return_token_type_ids=pairs)
+        for row in out["input_ids"]:
+            ids_parts.append(np.asarray(row, dtype=np.int32))
+            lengths.append(len(row))
+        if pairs:
+            type_parts += [np.asarray(row, dtype=np.int8) for row in out["token_type_ids"]]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int32)
+    type_ids = np.concatenate(type_parts) if pairs and type_parts else None
+    return Encoded(ids=ids, offsets=offsets, type_ids=type_ids, labels=examples.labels)
+
+
+def plan_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int,
+                 window: int = 50, shuffle: bool = True) -> list[np.ndarray]:
+    """Batches of similar length: shuffle, sort inside windows of `window` batches, shuffle the batches.
+
+    Deterministic in (seed, epoch), so a resumed run sees the same order and can skip what it has done.
+    Without `shuffle` (eval): one global sort, longest first, so the first batch shows the peak memory.
+    """
+    n = len(lengths)
+    if not shuffle:
+        order = np.argsort(-lengths, kind="stable")
+        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    rng = np.random.default_rng([seed, epoch])
+    perm = rng.permutation(n)
+    span = batch_size * window
+    batches: list[np.ndarray] = []
+    for s in range(0, n, span):
+        chunk = perm[s:s + span]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def collate(enc: Encoded, idx: np.ndarray, pad_id: int, multiple_of: int = 1) -> dict[str, np.ndarray]:
+    """Pad one batch to its own longest row (rounded up to `multiple_of`), never to max_length."""
+    lengths = enc.lengths[idx]
+    width = int(lengths.max())
+    if multiple_of > 1:
+        width = -(-width // multiple_of) * multiple_of
+    ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(idx), width), dtype=np.int64)
+    types = np.zeros((len(idx), width), dtype=np.int64) if enc.type_ids is not None else None
+    for row, (i, n) in enumerate(zip(idx, lengths, strict=True)):
+        s = enc.offsets[i]
+        ids[row, :n] = enc.ids[s:s + n]
+        mask[row, :n] = 1
+        if types is not None:
+            types[row, :n] = enc.type_ids[s:s + n]
+    out = {"input_ids": ids, "attention_mask": mask, "labels": enc.labels[idx]}
+    if types is not None:
+        out["token_type_ids"] = types
+    return out
+
+
+def describe_source(cfg: TrainConfig) -> str:
+    task = TASKS[cfg.task]
+    if cfg.train_file:
+        return cfg.train_file + (f" (eval: {cfg.eval_file})" if cfg.eval_file else "")
+    if task.name == BUNDLED_SAMPLE:
+        return "bundled SST-2 sample"
+    config = cfg.dataset_config or task.hf_config
+    return f"{task.hf_dataset}/{config}" if config else str(task.hf_dataset)
+

@@ -1,0 +1,83 @@
+"""Shared fixtures: a tiny BERT built offline, small labelled data, the shared real data when present."""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+# Before transformers is imported anywhere: never wait on the Hub from tests.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+POSITIVE = ["good", "great", "wonderful", "excellent", "moving", "superb", "lovely", "brilliant"]
+NEGATIVE = ["bad", "awful", "dull", "terrible", "boring", "lifeless", "poor", "dreadful"]
+FILLER = ["the", "film", "movie", "was", "a", "really", "plot", "story", "acting", "quite", "and", "it", "this"]
+
+
+def shared_data(*parts: str) -> Path:
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} is absent (real data lives in ../shared/data)")
+    return path
+
+
+def sentiment_rows(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """Synthetic but learnable: the label is carried by sentiment words among filler."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.choice(["positive", "negative"])
+        words = rng.sample(FILLER, 5) + rng.sample(POSITIVE if label == "positive" else NEGATIVE, 2)
+        rng.shuffle(words)
+        rows.append((" ".join(words), label))
+    return rows
+
+
+def write_csv(path: Path, header: list[str], rows: list) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 BERT with a WordPiece tokenizer trained here: built offline in well under a second."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    out = tmp_path_factory.mktemp("tiny-bert")
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    corpus = [" ".join(POSITIVE + NEGATIVE + FILLER)] * 4 + [t for t, _ in sentiment_rows(200)]
+    corpus += ["toxic insult threat obscene hate you are nice thanks for the edit wikipedia article page"]
+    trainer = trainers.WordPieceTrainer(vocab_size=400, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    tok.train_from_iterator(corpus, trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    fast = BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                             sep_token="[SEP]", mask_token="[MASK]")
+    fast.save_pretrained(out)
+    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    import torch
+
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(out)
+    return out
+
+
+@pytest.fixture
+def sentiment_csv(tmp_path) -> tuple[Path, Path]:
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(240, seed=1))
+    test = write_csv(tmp_path / "test.csv", ["text", "label"], sentiment_rows(60, seed=2))
+    return train, test

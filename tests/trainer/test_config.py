@@ -1,0 +1,61 @@
+import pytest
+
+from ftcli_trainer.config import OPTIONS, ConfigError, parse_args, to_argv
+from ftcli_trainer.tasks import BUNDLED_SAMPLE, MINILM, TASKS
+
+
+def problems(argv):
+    with pytest.raises(ConfigError) as e:
+        parse_args(argv)
+    return e.value.problems
+
+
+def test_defaults_come_from_the_task():
+    cfg = parse_args([])
+    assert cfg.task == BUNDLED_SAMPLE and cfg.model == MINILM and cfg.epochs == 1
+    imdb = parse_args(["--task", "imdb"])
+    assert (imdb.model, imdb.max_length) == ("bert-base-cased", 512)
+    mnli = parse_args(["--task", "mnli", "--epochs", "5"])
+    assert (mnli.text_column, mnli.text_pair_column, mnli.epochs) == ("premise", "hypothesis", 5)
+
+
+def test_every_problem_is_listed_at_once():
+    got = problems(["--epochs", "0", "--batch-size", "x", "--learning-rate", "-1", "--warmup-ratio", "2",
+                    "--precision", "fp8", "--bogus", "1", "--max-train-samples", "10",
+                    "--fraction-of-train-data", "0.5"])
+    text = "\n".join(got)
+    assert len(got) == 7, got
+    for needle in ("--epochs must be positive", "--batch-size must be a whole number", "--learning-rate must be",
+                   "--warmup-ratio", "--precision must be one of", "unknown option --bogus",
+                   "both pick a subset"):
+        assert needle in text
+
+
+def test_inconsistent_data_options():
+    assert problems(["--task", "csv"]) == [
+        "--task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)"]
+    got = problems(["--task", "csv", "--train-file", "a.csv", "--label-column", "y", "--label-columns", "a,b"])
+    assert any("exclude each other" in p for p in got)
+    assert any("fixed labels" in p for p in problems(["--task", "imdb", "--labels", "a,b"]))
+    assert any("--eval-file needs --train-file" in p for p in problems(["--eval-file", "x.csv"]))
+
+
+def test_unknown_task_lists_choices():
+    (p,) = problems(["--task", "nope"])
+    assert "nope" in p and all(name in p for name in TASKS)
+
+
+def test_to_argv_round_trips():
+    values = {"task": "csv", "train_file": "t.csv", "epochs": 2, "learning_rate": 3e-5, "compile": True,
+              "labels": "a,b"}
+    cfg = parse_args(to_argv(values))
+    assert (cfg.task, cfg.train_file, cfg.epochs, cfg.learning_rate, cfg.compile, cfg.labels) == (
+        "csv", "t.csv", 2, 3e-5, True, ("a", "b"))
+
+
+def test_options_cover_the_config():
+    from dataclasses import fields
+
+    from ftcli_trainer.config import TrainConfig
+
+    assert {o.name for o in OPTIONS} == {f.name for f in fields(TrainConfig)} - {"extra"}

@@ -1,0 +1,148 @@
+import gzip
+
+import numpy as np
+import pytest
+
+from ftcli_trainer.config import parse_args
+from ftcli_trainer.data import Encoded, bundled_sample_available, collate, load_task_data, plan_batches
+from ftcli_trainer.errors import DataError
+from tests.conftest import write_csv
+
+
+def load(*argv):
+    return load_task_data(parse_args(list(argv)))
+
+
+def error_of(*argv) -> str:
+    with pytest.raises(DataError) as e:
+        load(*argv)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_csv_single_label_names_inferred_and_eval_held_out(tmp_path):
+    rows = [(f"text {i}", ["neg", "pos"][i % 2]) for i in range(50)]
+    path = write_csv(tmp_path / "t.csv", ["review", "y"], rows)
+    data = load("--task", "csv", "--train-file", str(path), "--text-column", "review", "--label-column", "y")
+    assert data.label_names == ["neg", "pos"]
+    assert len(data.train) == 45 and len(data.evals["eval"]) == 5
+    assert not set(data.train.texts) & set(data.evals["eval"].texts)
+    assert [data.label_names[i] for i in data.train.labels[:2]] == [
+        dict(rows)[data.train.texts[0]], dict(rows)[data.train.texts[1]]]
+
+
+def test_integer_labels_and_label_names(tmp_path):
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", i % 3) for i in range(30)])
+    data = load("--task", "csv", "--train-file", str(path), "--labels", "neg,neu,pos")
+    assert data.label_names == ["neg", "neu", "pos"]
+    assert sorted(set(data.train.labels.tolist())) == [0, 1, 2]
+
+
+def test_jsonl_with_text_pairs(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(f'{{"p": "premise {i}", "h": "hyp {i}", "label": "{"ab"[i % 2]}"}}' for i in range(20)))
+    data = load("--task", "jsonl", "--train-file", str(path), "--text-column", "p", "--text-pair-column", "h")
+    assert data.train.pairs is not None and data.train.pairs[0].startswith("hyp")
+
+
+def test_gzip_csv(tmp_path):
+    path = tmp_path / "t.csv.gz"
+    with gzip.open(path, "wt", newline="") as f:
+        f.write("text,label\n" + "".join(f"row {i},{i % 2}\n" for i in range(20)))
+    assert len(load("--task", "csv", "--train-file", str(path)).train) == 18
+
+
+def test_multi_label_columns_by_glob(tmp_path):
+    rows = [(i, f"comment {i}", i % 2, (i // 2) % 2, 0) for i in range(40)]
+    path = write_csv(tmp_path / "m.csv", ["id", "text", "toxic", "insult", "threat"], rows)
+    data = load("--task", "csv", "--train-file", str(path), "--label-columns", "*")
+    assert data.multi_label and data.label_names == ["toxic", "insult", "threat"]
+    assert data.train.labels.shape == (36, 3) and data.train.labels.dtype == np.float32
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("text,label\n\"unclosed,1\n", "is not valid CSV"),
+    ("text,label\nfine,1\n,0\n", "row 2: empty text in column 'text'"),
+    ("text,label\nfine,1\nok,1,extra\n", "more fields than the header"),
+    ("sentence,label\nfine,1\n", "has no column 'text' (columns: sentence, label); pass --text-column NAME"),
+    ("", "is empty"),
+    ("text,label\n", "has no data rows"),
+])
+def test_bad_csv_gives_one_line(tmp_path, content, needle):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    assert needle in error_of("--task", "csv", "--train-file", str(path))
+
+
+def test_non_utf8_file(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes("text,label\ncafé crème,1\n".encode("latin-1"))
+    msg = error_of("--task", "csv", "--train-file", str(path))
+    assert "is not UTF-8" in msg and "line 2" in msg
+
+
+def test_label_not_in_label_set(tmp_path):
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], [("a", "pos"), ("b", "neg")] * 5)
+    ev = write_csv(tmp_path / "eval.csv", ["text", "label"], [("c", "pos"), ("d", "meh")])
+    msg = error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev))
+    assert "row 2: label 'meh' is not in the label set (neg, pos)" in msg
+
+
+def test_missing_file_and_bad_multilabel_value(tmp_path):
+    assert "does not exist" in error_of("--task", "csv", "--train-file", str(tmp_path / "nope.csv"))
+    path = write_csv(tmp_path / "m.csv", ["text", "a", "b"], [("x", 1, 0), ("y", 2, 1)])
+    assert "must be 0 or 1" in error_of("--task", "csv", "--train-file", str(path), "--label-columns", "a,b")
+
+
+def test_named_task_offline_says_what_to_do(monkeypatch):
+    msg = error_of("--task", "ag_news")
+    assert "--train-file" in msg and "bundled sample" in msg
+
+
+def test_subsets_are_seeded_random_not_the_head(tmp_path):
+    # sorted by label, like IMDB: the head would be one class only
+    rows = [(f"neg {i}", 0) for i in range(100)] + [(f"pos {i}", 1) for i in range(100)]
+    path = write_csv(tmp_path / "sorted.csv", ["text", "label"], rows)
+    a = load("--task", "csv", "--train-file", str(path), "--max-train-samples", "40")
+    b = load("--task", "csv", "--train-file", str(path), "--max-train-samples", "40")
+    assert len(a.train) == 40 and a.train.texts == b.train.texts
+    assert 10 < int(a.train.labels.sum()) < 30
+
+
+@pytest.mark.skipif(not bundled_sample_available(), reason="bundled sample not installed")
+def test_bundled_sample():
+    data = load()
+    assert len(data.train) == 8000 and len(data.evals["validation"]) == 872
+    assert data.label_names == ["negative", "positive"]
+    assert not set(data.train.texts) & set(data.evals["validation"].texts)
+
+
+def _encoded(lengths):
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    ids = np.concatenate([np.arange(1, n + 1) for n in lengths]).astype(np.int32)
+    return Encoded(ids=ids, offsets=offsets, type_ids=None, labels=np.arange(len(lengths)))
+
+
+def test_plan_batches_covers_every_example_once_with_similar_lengths():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 200, 5000)
+    batches = plan_batches(lengths, 32, seed=1, epoch=0)
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(5000))
+    bucketed = sum(int(lengths[b].max()) * len(b) for b in batches)
+    random_order = sum(int(lengths[b].max()) * len(b) for b in np.array_split(rng.permutation(5000), len(batches)))
+    assert bucketed < 0.7 * random_order  # far less padding than random batches
+    again = plan_batches(lengths, 32, seed=1, epoch=0)
+    assert all((a == b).all() for a, b in zip(batches, again, strict=True))
+    other = plan_batches(lengths, 32, seed=1, epoch=1)
+    assert any(len(a) != len(b) or (a != b).any() for a, b in zip(batches, other, strict=True))
+
+
+def test_collate_pads_to_the_batch_longest_not_max_length():
+    enc = _encoded([3, 7, 5])
+    batch = collate(enc, np.array([0, 2]), pad_id=0)
+    assert batch["input_ids"].shape == (2, 5)
+    assert batch["input_ids"][0].tolist() == [1, 2, 3, 0, 0]
+    assert batch["attention_mask"].sum() == 8
+    assert collate(enc, np.array([0, 2]), pad_id=0, multiple_of=8)["input_ids"].shape == (2, 8)

@@ -1,0 +1,60 @@
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ftcli_trainer.config import parse_args  # noqa: E402
+from ftcli_trainer.data import encode, load_task_data  # noqa: E402
+from ftcli_trainer.loop import Paths, Trainer, lr_factor, warmup_steps  # noqa: E402
+from ftcli_trainer.model import load_model, load_tokenizer  # noqa: E402
+
+
+def test_lr_schedule_matches_transformers():
+    from transformers import get_linear_schedule_with_warmup
+
+    total, warm = 50, warmup_steps(50, 0.1)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = get_linear_schedule_with_warmup(opt, warm, total)
+    theirs = []
+    for _ in range(total):
+        theirs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert [lr_factor(s, warm, total) for s in range(total)] == pytest.approx(theirs)
+    assert warm == 5 and lr_factor(0, warm, total) == 0.0 and lr_factor(5, warm, total) == 1.0
+
+
+def _trainer(tmp_path: Path, tiny_model, csv_path, gas: int, model):
+    cfg = parse_args(["--task", "csv", "--train-file", str(csv_path), "--model", str(tiny_model), "--batch-size", "4",
+                      "--gradient-accumulation-steps", str(gas), "--learning-rate", "1e-3", "--warmup-ratio", "0"])
+    data = load_task_data(cfg)
+    tok = load_tokenizer(cfg.model)
+    enc = encode(tok, data.train, 64)
+    paths = Paths("m", "c", "l", tmp_path / f"logs{gas}")
+    return Trainer(cfg, model, enc, {}, data.label_names, False, torch.device("cpu"), "fp32", paths, 0), enc
+
+
+def test_accumulation_equals_one_big_batch(tmp_path, tiny_model, sentiment_csv):
+    """N micro-batches of B (uneven lengths, so different padding) make the same update as one batch of N*B."""
+    torch.manual_seed(0)
+    base = load_model(str(tiny_model), ["negative", "positive"], False, 0.5)
+    base.config.hidden_dropout_prob = base.config.attention_probs_dropout_prob = 0.0
+    for m in base.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    ta, enc = _trainer(tmp_path, tiny_model, sentiment_csv[0], 3, a)
+    tb, _ = _trainer(tmp_path, tiny_model, sentiment_csv[0], 1, b)
+    for t in (ta, tb):
+        t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+    idx = np.arange(12)
+    ta.train_step([idx[0:4], idx[4:8], idx[8:12]])
+    tb.train_step([idx])
+    moved = max((pa - p0).abs().max().item() for pa, p0 in zip(a.parameters(), base.parameters(), strict=True))
+    assert moved > 1e-4  # the step did something
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
+    assert ta._loss_acc.item() == pytest.approx(tb._loss_acc.item(), rel=1e-5)

