@@ -47,12 +47,23 @@ def save(root: str, step: int, model, state: dict) -> None:
     finally:
         if staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
-    for _, name in _list(root)[:-KEEP]:
-        old = storage.join(root, name)
-        if storage.is_gcs(old):
-            storage.delete_prefix(old)
-        else:
-            shutil.rmtree(old, ignore_errors=True)
+    # Keep the newest KEEP complete checkpoints; anything else (older, or torn by a crash) goes.
+    complete = [name for _, name in _list(root) if _is_complete(storage.join(root, name))]
+    keep = set(complete[-KEEP:])
+    for _, name in _list(root):
+        if name not in keep:
+            _remove(storage.join(root, name))
+
+
+def _is_complete(path: str) -> bool:
+    return storage.exists(storage.join(path, storage.COMPLETE_MARKER))
+
+
+def _remove(path: str) -> None:
+    if storage.is_gcs(path):
+        storage.delete_prefix(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def load_latest(root: str, model) -> dict | None:
@@ -66,14 +77,12 @@ def load_latest(root: str, model) -> dict | None:
     for step, name in reversed(_list(root)):
         path = storage.join(root, name)
         try:
+            if not _is_complete(path):
+                raise ValueError("no completion marker")
             if storage.is_gcs(path):
-                if not storage.exists(storage.join(path, storage.COMPLETE_MARKER)):
-                    raise ValueError("no completion marker")
                 local = storage.download_dir(path, Path(tempfile.mkdtemp(prefix="ftcli-resume-")))
             else:
                 local = Path(path)
-                if not (local / storage.COMPLETE_MARKER).exists():
-                    raise ValueError("no completion marker")
             state = torch.load(local / "trainer_state.pt", map_location="cpu", weights_only=True)
             load_model(model, str(local / "model.safetensors"), strict=True)
         except Exception as e:  # noqa: BLE001 - any damage means: not this one

@@ -1,0 +1,62 @@
+"""Preemption: SIGTERM mid-run, restart, and end exactly where an uninterrupted run ends."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from safetensors.torch import load_file  # noqa: E402
+
+
+def _argv(train, test, tiny_model, out):
+    return [sys.executable, "-m", "ftcli_trainer.task", "--task", "csv", "--train-file", str(train),
+            "--eval-file", str(test), "--model", str(tiny_model), "--epochs", "2", "--batch-size", "8",
+            "--learning-rate", "2e-3", "--log-every", "1", "--output-dir", str(out)]
+
+
+def test_sigterm_then_restart_matches_an_uninterrupted_run(tmp_path, tiny_model, sentiment_csv):
+    train, test = sentiment_csv
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # deterministic CPU kernels for a tight comparison
+    ref = tmp_path / "ref"
+    subprocess.run(_argv(train, test, tiny_model, ref), check=True, capture_output=True, env=env)
+
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen(_argv(train, test, tiny_model, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # SIGTERM as soon as step 7 of 60 is logged: mid-epoch
+        if line.startswith("step 7/") or time.monotonic() > deadline:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "SIGTERM: checkpoint written at step" in err
+    assert not (out / "model").exists()
+    ckpts = sorted((out / "checkpoints").glob("step-*"))
+    assert ckpts and (ckpts[-1] / "_COMPLETE").exists()
+
+    # a torn checkpoint newer than the good one must be ignored, not loaded
+    torn = out / "checkpoints" / "step-99999999"
+    torn.mkdir()
+    (torn / "trainer_state.pt").write_bytes(b"garbage")
+
+    r = subprocess.run(_argv(train, test, tiny_model, out), capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "ignoring checkpoint" in r.stdout and "resuming from" in r.stdout
+    assert not torn.exists()  # cleaned up by the next save
+    assert len(list((out / "checkpoints").glob("step-*"))) == 2  # the last two are kept
+
+    a, b = load_file(ref / "model" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+    ma = json.loads((ref / "model" / "metrics.json").read_text())
+    mb = json.loads((out / "model" / "metrics.json").read_text())
+    assert mb["eval_accuracy"] == ma["eval_accuracy"]
+    assert mb["eval_loss"] == pytest.approx(ma["eval_loss"], rel=1e-5)
+    assert mb["train_loss"] == pytest.approx(ma["train_loss"], rel=1e-5)
