@@ -81,3 +81,21 @@ def sentiment_csv(tmp_path) -> tuple[Path, Path]:
     train = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(240, seed=1))
     test = write_csv(tmp_path / "test.csv", ["text", "label"], sentiment_rows(60, seed=2))
     return train, test
+
+
+# The emulators (real wire protocols): gcs (gcp-storage-emulator over HTTP), vertex (JobService over gRPC),
+# cloud_logging (LoggingServiceV2 over gRPC).
+from tests.emulators.fixtures import cloud_logging, gcs, vertex  # noqa: E402, F401
+
+
+@pytest.fixture
+def cloud_env(tmp_path, monkeypatch, gcs, vertex):  # noqa: F811 - the fixtures imported above
+    """ftcli pointed at the emulators, with its own empty config and history; bucket `ftcli-test` exists."""
+    monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", vertex.endpoint)
+    monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("FTCLI_PROJECT", "test-project")
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/team")
+    gcs.create_bucket("ftcli-test")
+    return gcs, vertex

@@ -42,10 +42,13 @@ def _parameter(opt) -> inspect.Parameter:
                              annotation=Annotated[Optional[value_type], info])  # noqa: UP045 - typer needs it
 
 
-def with_trainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give `command` every trainer option; it receives them as one dict argument `trainer`."""
-    own = [p for p in inspect.signature(command).parameters.values() if p.name != "trainer"]
-    params = own + [_parameter(o) for o in OPTIONS]
+def with_trainer_options(command: Callable[..., Any] | None = None, *, exclude: frozenset[str] = frozenset()):
+    """Give `command` every trainer option (but `exclude`); it receives them as one dict argument `trainer`."""
+    if command is None:
+        return functools.partial(with_trainer_options, exclude=exclude)
+    # eval_str: the command module may use `from __future__ import annotations` (string annotations)
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "trainer"]
+    params = own + [_parameter(o) for o in OPTIONS if o.name not in exclude]
 
     @functools.wraps(command)
     def wrapper(**kwargs):

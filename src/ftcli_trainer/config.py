@@ -87,7 +87,7 @@ OPTIONS: tuple[Option, ...] = (
            metavar="NAME"),
     Option("label_columns", str, None, "Multi-label: 0/1 columns, comma-separated names or a glob "
            "(e.g. 'toxic,insult' or '*').", metavar="A,B|GLOB"),
-    Option("labels", str, None, "Label names in id order, comma-separated [default: the task's, or "
+    Option("label_names", str, None, "Label names in id order, comma-separated [default: the task's, or "
            "sorted values seen in the training data].", metavar="A,B,C"),
     Option("threshold", float, 0.5, "Multi-label: a label is predicted when its probability >= this.",
            metavar="P"),
@@ -127,7 +127,7 @@ class TrainConfig:
     text_pair_column: str | None = None
     label_column: str = "label"
     label_columns: str | None = None
-    labels: tuple[str, ...] = ()
+    label_names: tuple[str, ...] = ()
     threshold: float = 0.5
     dataset_config: str | None = None
     compile: bool = False
@@ -228,8 +228,8 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         label_column=task.label_column,
     )
     cfg.update(given)
-    labels_raw = cfg.pop("labels")
-    cfg["labels"] = tuple(x.strip() for x in labels_raw.split(",") if x.strip()) if labels_raw else ()
+    labels_raw = cfg.pop("label_names")
+    cfg["label_names"] = tuple(x.strip() for x in labels_raw.split(",") if x.strip()) if labels_raw else ()
 
     def positive(name: str) -> None:
         v = cfg[name]
@@ -274,12 +274,12 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
             problems.append("--label-column (single-label) and --label-columns (multi-label) exclude each other")
         if task.labels and not task.user_files:
             problems.append(f"--label-columns is for multi-label csv/jsonl data, not --task {task.name}")
-        if cfg["labels"]:
-            problems.append("--labels is for single-label data; multi-label names come from --label-columns")
-    if task.labels and cfg["labels"] and not task.user_files:
-        problems.append(f"--task {task.name} has fixed labels ({', '.join(task.labels)}); drop --labels")
-    if cfg["labels"] and len(set(cfg["labels"])) != len(cfg["labels"]):
-        problems.append("--labels has duplicates")
+        if cfg["label_names"]:
+            problems.append("--label-names is for single-label data; multi-label names come from --label-columns")
+    if task.labels and cfg["label_names"] and not task.user_files:
+        problems.append(f"--task {task.name} has fixed labels ({', '.join(task.labels)}); drop --label-names")
+    if cfg["label_names"] and len(set(cfg["label_names"])) != len(cfg["label_names"]):
+        problems.append("--label-names has duplicates")
     if task.name == "financial" and cfg["dataset_config"] not in (None, "sentences_allagree",
                                                                    "sentences_75agree", "sentences_66agree",
                                                                    "sentences_50agree"):

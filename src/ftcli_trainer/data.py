@@ -185,7 +185,7 @@ def _single_label_ids(values: list, names: list[str], shown: str, first_row: int
             ids[i] = as_int
             continue
         raise DataError(f"{shown} row {i + first_row}: label {key!r} is not in the label set "
-                        f"({', '.join(names)}); fix the row or pass --labels with every label")
+                        f"({', '.join(names)}); fix the row or pass --label-names with every label")
     return ids
 
 
@@ -253,7 +253,7 @@ def bundled_sample_available() -> bool:
 
 def _load_files(cfg: TrainConfig, task: Task, train_path: str, eval_paths: dict[str, str],
                 fmt: str | None) -> tuple[Examples, dict[str, Examples], list[str]]:
-    names: list[str] | None = list(cfg.labels or task.labels) or None
+    names: list[str] | None = list(cfg.label_names or task.labels) or None
     if cfg.multi_label:
         names = None
     columns, rows = read_rows(train_path, fmt=fmt)

@@ -36,7 +36,7 @@ def test_inconsistent_data_options():
         "--task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)"]
     got = problems(["--task", "csv", "--train-file", "a.csv", "--label-column", "y", "--label-columns", "a,b"])
     assert any("exclude each other" in p for p in got)
-    assert any("fixed labels" in p for p in problems(["--task", "imdb", "--labels", "a,b"]))
+    assert any("fixed labels" in p for p in problems(["--task", "imdb", "--label-names", "a,b"]))
     assert any("--eval-file needs --train-file" in p for p in problems(["--eval-file", "x.csv"]))
 
 
@@ -47,9 +47,9 @@ def test_unknown_task_lists_choices():
 
 def test_to_argv_round_trips():
     values = {"task": "csv", "train_file": "t.csv", "epochs": 2, "learning_rate": 3e-5, "compile": True,
-              "labels": "a,b"}
+              "label_names": "a,b"}
     cfg = parse_args(to_argv(values))
-    assert (cfg.task, cfg.train_file, cfg.epochs, cfg.learning_rate, cfg.compile, cfg.labels) == (
+    assert (cfg.task, cfg.train_file, cfg.epochs, cfg.learning_rate, cfg.compile, cfg.label_names) == (
         "csv", "t.csv", 2, 3e-5, True, ("a", "b"))
 
 

@@ -34,7 +34,7 @@ def test_csv_single_label_names_inferred_and_eval_held_out(tmp_path):
 
 def test_integer_labels_and_label_names(tmp_path):
     path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", i % 3) for i in range(30)])
-    data = load("--task", "csv", "--train-file", str(path), "--labels", "neg,neu,pos")
+    data = load("--task", "csv", "--train-file", str(path), "--label-names", "neg,neu,pos")
     assert data.label_names == ["neg", "neu", "pos"]
     assert sorted(set(data.train.labels.tolist())) == [0, 1, 2]
 

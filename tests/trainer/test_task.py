@@ -92,7 +92,7 @@ def test_bad_label_in_eval_file_stops_before_training(tmp_path, tiny_model, caps
                  "--output-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("error: " + str(ev) + " row 1: label 'positive' is not in the label set (neg, pos); "
-                   "fix the row or pass --labels with every label")
+                   "fix the row or pass --label-names with every label")
 
 
 def test_help_needs_neither_torch_nor_ftcli():

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from ftcli import __version__
-from ftcli.cli import local
+from ftcli.cli import config, jobs, local, logs, train
 
 app = typer.Typer(
     name="ftcli",
@@ -19,7 +19,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+train.register(app)
+logs.register(app)
+app.add_typer(jobs.app, name="jobs")
 local.register(app)
+app.add_typer(config.app, name="config")
 
 
 def _version(value: bool) -> None:

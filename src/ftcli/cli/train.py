@@ -1,0 +1,101 @@
+"""`ftcli train`: package the trainer, upload it, create a Vertex AI CustomJob with the GPU."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ftcli.cli.options import BucketOpt, ProjectOpt, RegionOpt, ServiceAccountOpt
+from ftcli.trainer_options import with_trainer_options
+
+HW = "Hardware"
+
+
+@with_trainer_options(exclude=frozenset({"output_dir"}))
+def train(
+    trainer: dict[str, Any],
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, H100, "
+                                     "H100-MEGA, H200, B200 (e.g. L4x2), or none for a CPU machine.",
+                                     rich_help_panel=HW)] = "T4",
+    machine_type: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--machine-type", help="Override the machine type (must suit the GPU).", rich_help_panel=HW)] = None,
+    replicas: Annotated[int, typer.Option("--replicas", help="Machines (data-parallel workers).",
+                                          rich_help_panel=HW)] = 1,
+    reduction_server: Annotated[int, typer.Option(
+        "--reduction-server", help="Reduction Server replicas for faster all-reduce across machines (0: none).",
+        rich_help_panel=HW)] = 0,
+    spot: Annotated[bool, typer.Option("--spot", help="Spot VMs (cheaper, preemptible; the trainer resumes).",
+                                       rich_help_panel=HW)] = False,
+    image: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--image", help="Training container image [default: Vertex's prebuilt PyTorch image].",
+        rich_help_panel=HW)] = None,
+    timeout: Annotated[str, typer.Option("--timeout", help="Stop the job after this long (90m, 24h, 2d).",
+                                         rich_help_panel=HW)] = "24h",
+    labels: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--labels", help="Extra job labels KEY=VALUE (repeat or comma-separate).")] = None,
+    display_name: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--display-name", help="Job name in the console [default: ftcli-TASK-TIME].")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the CustomJob JSON; upload and create nothing.")
+                       ] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Return once the job is created (default: follow its "
+                                         "logs until it ends, and exit with its status).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
+                        ] = False,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    bucket: BucketOpt = None,
+    service_account: ServiceAccountOpt = None,
+) -> None:
+    """Fine-tune on Vertex AI: package the trainer, upload it, and create a CustomJob with the GPU.
+
+    Everything is checked before anything is uploaded. Local --train-file/--eval-file are uploaded too.
+
+    Examples:
+
+      ftcli train --task imdb --gpu T4
+
+      ftcli train --task mnli --model bert-large-uncased --gpu A100x8 --replicas 2 --reduction-server 2
+
+      ftcli train --task csv --train-file gs://b/train.csv --label-columns 'toxic,insult' --gpu L4 --spot --dry-run
+    """
+    from ftcli import submit
+    from ftcli.output import err, out
+
+    sub = submit.plan(trainer=trainer, gpu=gpu, machine_type=machine_type, replicas=replicas,
+                      reduction_server=reduction_server, spot=spot, image=image, timeout=timeout,
+                      labels=labels or [], display_name=display_name, project=project,
+                      region=region, bucket=bucket, service_account=service_account)
+    if dry_run:
+        print(json.dumps(sub.job, indent=2))
+        uploads = "".join(f"\n  {p} -> {u}" for p, u in sub.uploads)
+        err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {sub.package_uri}{uploads}[/]")
+        return
+    from ftcli.gcp.vertex import console_url
+
+    job, n, sent = submit.submit(sub)
+    job_id = job.name.rsplit("/", 1)[-1]
+    if json_out:
+        print(json.dumps({"short_id": n, "name": job.name, "id": job_id, "display_name": job.display_name,
+                          "console_url": console_url(job.name), "base_output_dir": sub.base_output_dir,
+                          "uploaded_bytes": sent}))
+        return
+    o = out()
+    o.print(f"submitted job [bold]#{n}[/] {job.display_name}")
+    o.print(f"  id       {job_id}  ({job.name})")
+    o.print(f"  console  {console_url(job.name)}")
+    o.print(f"  model    {sub.base_output_dir}model/")
+    o.print(f"  uploaded {sent:,} bytes" + ("  (trainer unchanged: already in the bucket)" if sent == 0 else ""))
+    o.print(f"next: [bold]ftcli logs {n}[/]   ·   ftcli jobs describe {n}   ·   ftcli jobs cancel {n}")
+    if detach:
+        return
+    from ftcli.cli.logs import follow_job
+
+    code = follow_job(str(n))
+    if code:
+        raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)

@@ -1,0 +1,93 @@
+"""Cloud Storage gateway: check the bucket, upload create-only-if-absent with retries and progress."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ftcli.errors import FtcliError
+from ftcli.gcp import translate
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    bucket, _, name = uri[len("gs://"):].partition("/")
+    return bucket, name
+
+
+class StorageGateway:
+    def __init__(self, project: str):
+        from google.cloud import storage
+
+        self.project = project
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            from google.auth.credentials import AnonymousCredentials
+
+            self.client = storage.Client(project=project, credentials=AnonymousCredentials())
+        else:
+            from ftcli.gcp import credentials
+
+            self.client = storage.Client(project=project, credentials=credentials())
+
+    def check_bucket(self, bucket: str, region: str | None = None) -> None:
+        """Fail before anything is uploaded when the bucket is missing or unreadable."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            self.client.get_bucket(bucket, timeout=30)
+        except gexc.NotFound:
+            location = f" --location {region}" if region else ""
+            raise FtcliError(f"bucket gs://{bucket} does not exist",
+                             hint=f"create it: gcloud storage buckets create gs://{bucket}{location}") from None
+        except gexc.GoogleAPICallError as e:
+            raise translate(e, service="storage", project=self.project, what=f"gs://{bucket}") from None
+
+    def exists(self, uri: str) -> bool:
+        from google.api_core import exceptions as gexc
+
+        bucket, name = split_uri(uri)
+        try:
+            return self.client.bucket(bucket).blob(name).exists(timeout=30)
+        except gexc.GoogleAPICallError as e:
+            raise translate(e, service="storage", project=self.project, what=uri) from None
+
+    def upload_if_absent(self, local: Path, uri: str, *, show_progress: bool | None = None) -> int:
+        """Upload `local` to `uri` unless an object is already there; return the bytes sent (0 if skipped).
+
+        Objects are content-addressed by their names, so an existing object is the same bytes. The upload
+        is create-only (if_generation_match=0) and retried on transient errors; a resumable upload in
+        chunks either completes or leaves no object behind.
+        """
+        from google.api_core import exceptions as gexc
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        if self.exists(uri):
+            return 0
+        bucket, name = split_uri(uri)
+        size = local.stat().st_size
+        blob = self.client.bucket(bucket).blob(name, chunk_size=8 * 1024 * 1024 if size > 8 * 1024 * 1024 else None)
+        show = sys.stderr.isatty() if show_progress is None else show_progress
+        try:
+            with open(local, "rb") as f:
+                if show:
+                    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+                    from ftcli.output import err
+
+                    columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                               TransferSpeedColumn())
+                    with Progress(*columns, console=err(), transient=True) as progress:
+                        with progress.wrap_file(f, total=size, description=f"uploading {local.name}") as wrapped:
+                            blob.upload_from_file(wrapped, size=size, if_generation_match=0,
+                                                  retry=DEFAULT_RETRY.with_timeout(300))
+                else:
+                    blob.upload_from_file(f, size=size, if_generation_match=0, retry=DEFAULT_RETRY.with_timeout(300))
+        except gexc.PreconditionFailed:
+            return 0  # someone uploaded the same content-addressed object meanwhile
+        except gexc.GoogleAPICallError as e:
+            raise translate(e, service="storage", project=self.project, what=uri) from None
+        return size
+
+
+def get_storage(project: str) -> StorageGateway:
+    return StorageGateway(project)

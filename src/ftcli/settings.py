@@ -1,0 +1,167 @@
+"""Settings: flags > FTCLI_* environment > config file > gcloud's own defaults; every problem at once.
+
+The config file is TOML at `<user config dir>/ftcli/config.toml` (FTCLI_CONFIG overrides the path);
+`ftcli config set/get/list/unset` edits it.
+"""
+
+from __future__ import annotations
+
+import configparser
+import difflib
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ftcli.errors import UsageError
+
+KEYS = ("project", "region", "bucket", "service_account")
+DEFAULT_REGION = "us-central1"
+PROJECT_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$|^\d{6,20}$")  # id or number
+BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+SA_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$|^[^@\s]+@developer\.gserviceaccount\.com$")
+
+
+def config_path() -> Path:
+    if os.environ.get("FTCLI_CONFIG"):
+        return Path(os.environ["FTCLI_CONFIG"])
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("ftcli")) / "config.toml"
+
+
+def load_config_file() -> dict[str, str]:
+    path = config_path()
+    if not path.exists():
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path} is not valid TOML ({e})", hint=f"fix or delete {path}") from None
+    return {k: str(v) for k, v in data.items() if k in KEYS}
+
+
+def save_config_file(values: dict[str, str]) -> Path:
+    import tomli_w
+
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(tomli_w.dumps(dict(sorted(values.items()))), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def gcloud_defaults() -> dict[str, str]:
+    """Project and region from gcloud's active configuration, read from its files (running `gcloud` costs
+    a second or more, and it may not be installed)."""
+    root = Path(os.environ.get("CLOUDSDK_CONFIG") or Path.home() / ".config" / "gcloud")
+    try:
+        active = (root / "active_config").read_text().strip() or "default"
+    except OSError:
+        active = "default"
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(root / "configurations" / f"config_{active}")
+    except configparser.Error:
+        return {}
+    out = {}
+    if parser.has_option("core", "project"):
+        out["project"] = parser.get("core", "project")
+    for section in ("ai", "compute"):
+        if parser.has_option(section, "region"):
+            out["region"] = parser.get(section, "region")
+            break
+    for var in ("CLOUDSDK_CORE_PROJECT", "GOOGLE_CLOUD_PROJECT"):
+        if os.environ.get(var):
+            out.setdefault("project", os.environ[var])
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    region: str
+    bucket: str  # gs://bucket[/prefix], no trailing slash
+    service_account: str | None = None
+
+    @property
+    def bucket_name(self) -> str:
+        return split_bucket(self.bucket)[0]
+
+    @property
+    def prefix(self) -> str:
+        return split_bucket(self.bucket)[1]
+
+    def gcs_path(self, *parts: str) -> str:
+        return "/".join([self.bucket, "ftcli", *parts])
+
+
+def split_bucket(uri: str) -> tuple[str, str]:
+    rest = uri[len("gs://"):]
+    name, _, prefix = rest.partition("/")
+    return name, prefix.strip("/")
+
+
+def check_bucket(value: str) -> str | None:
+    if not value.startswith("gs://"):
+        return f"--bucket must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}"
+    name, _ = split_bucket(value)
+    if not BUCKET_NAME_RE.match(name) or ".." in name:
+        return f"{name!r} is not a valid bucket name (3-222 lowercase letters, digits, '-', '_', '.')"
+    return None
+
+
+def check_region(value: str) -> str | None:
+    from ftcli.catalog import VERTEX_REGIONS
+
+    if value in VERTEX_REGIONS:
+        return None
+    close = difflib.get_close_matches(value, sorted(VERTEX_REGIONS), n=1)
+    hint = f"did you mean {close[0]}?" if close else "e.g. us-central1, europe-west4, asia-southeast1"
+    return f"unknown Vertex AI region {value!r}; {hint}"
+
+
+def resolve(*, project: str | None = None, region: str | None = None, bucket: str | None = None,
+            service_account: str | None = None, need_bucket: bool = True) -> Settings:
+    """Resolve and check every setting; raise one UsageError that lists every problem."""
+    flags = {"project": project, "region": region, "bucket": bucket, "service_account": service_account}
+    env = {k: os.environ.get(f"FTCLI_{k.upper()}") for k in KEYS}
+    layers = [flags, env, load_config_file(), gcloud_defaults(), {"region": DEFAULT_REGION}]
+    value: dict[str, str | None] = {}
+    for key in KEYS:
+        value[key] = next((layer[key] for layer in layers if layer.get(key)), None)
+
+    problems = []
+    if not value["project"]:
+        problems.append("no Google Cloud project: pass --project ID, set FTCLI_PROJECT, or run "
+                        "`ftcli config set project ID`")
+    elif not PROJECT_RE.match(value["project"]):
+        problems.append(f"{value['project']!r} is not a valid project id (6-30 lowercase letters, digits, '-')")
+    if (p := check_region(value["region"] or "")) is not None:
+        problems.append(p)
+    if not value["bucket"]:
+        if need_bucket:
+            problems.append("no staging bucket: pass --bucket gs://BUCKET[/PREFIX], set FTCLI_BUCKET, or run "
+                            "`ftcli config set bucket gs://BUCKET`")
+    elif (p := check_bucket(value["bucket"])) is not None:
+        problems.append(p)
+    sa = value["service_account"]
+    if sa and not SA_RE.match(sa):
+        problems.append(f"--service-account must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), "
+                        f"got {sa!r}")
+    if problems:
+        raise_problems(problems, "settings")
+    return Settings(project=value["project"], region=value["region"],
+                    bucket=(value["bucket"] or "").rstrip("/"), service_account=sa)
+
+
+def raise_problems(problems: list[str], what: str) -> None:
+    if len(problems) == 1:
+        raise UsageError(problems[0])
+    raise UsageError(f"{len(problems)} problems with the {what}:", problems=problems)

@@ -1,0 +1,189 @@
+"""The pure CustomJob builder: a `JobRequest` in, the CustomJob's REST JSON (as a dict) out.
+
+The dict is what `gcloud ai custom-jobs describe --format=json` and the REST API show (camelCase keys,
+int64 as strings, empty fields left out), so `--dry-run` prints exactly what is sent; `to_proto` turns
+it into the GAPIC message the gateway sends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ftcli.catalog import REDUCTION_SERVER_IMAGE, REDUCTION_SERVER_MACHINE, Hardware, training_image
+from ftcli.errors import UsageError
+
+DEFAULT_TIMEOUT_S = 24 * 3600
+BOOT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}  # room for the image + model + HF cache
+
+# Vertex's label rules (ASCII subset): lowercase letters, digits, _ and -; at most 63 characters;
+# keys start with a letter; at most 64 labels.
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+_MAX_LABELS = 64
+_MAX_DISPLAY_NAME = 128
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRequest:
+    """Everything one CustomJob needs. `replicas` counts machines (chief included), each with `hardware`."""
+
+    project: str
+    region: str
+    display_name: str
+    hardware: Hardware
+    package_uri: str  # gs://.../ftcli_trainer-....tar.gz
+    python_module: str = "ftcli_trainer.task"
+    args: tuple[str, ...] = ()
+    base_output_dir: str  # gs://...; Vertex derives AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR
+    replicas: int = 1
+    reduction_server: int = 0  # Reduction Server replicas (0: plain NCCL all-reduce)
+    spot: bool = False
+    timeout_s: int = DEFAULT_TIMEOUT_S
+    service_account: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    image: str | None = None  # executor image; default: the prebuilt PyTorch image for hardware and region
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def parent(self) -> str:
+        """The resource the job is created under."""
+        return f"projects/{self.project}/locations/{self.region}"
+
+
+def build_custom_job(req: JobRequest) -> dict[str, Any]:
+    """The CustomJob for `req` as REST JSON. Raises UsageError for what Vertex would reject later."""
+    _check(req)
+    pools: list[dict[str, Any]] = [_worker_pool(req, 1)]
+    if req.replicas > 1:
+        pools.append(_worker_pool(req, req.replicas - 1))
+    if req.reduction_server:
+        # Vertex gives a pool its role by position (0 chief, 1 workers, 2 reduction servers, 3 evaluators);
+        # a skipped position is an empty spec `{}`. `_check` requires workers, so this pads nothing today.
+        pools += [{}] * (2 - len(pools))
+        pools.append({
+            "machineSpec": {"machineType": REDUCTION_SERVER_MACHINE},
+            "replicaCount": str(req.reduction_server),
+            "containerSpec": {"imageUri": REDUCTION_SERVER_IMAGE},
+        })
+
+    scheduling: dict[str, Any] = {"timeout": f"{req.timeout_s}s"}
+    if req.spot:
+        # A preempted Spot worker comes back as a restart; restarting the whole job lets every rank resume
+        # together from AIP_CHECKPOINT_DIR instead of the others hanging in a collective.
+        scheduling.update(strategy="SPOT", restartJobOnWorkerRestart=True)
+
+    job_spec: dict[str, Any] = {
+        "workerPoolSpecs": pools,
+        "scheduling": scheduling,
+        "baseOutputDirectory": {"outputUriPrefix": req.base_output_dir},
+    }
+    if req.service_account:
+        job_spec["serviceAccount"] = req.service_account
+    job: dict[str, Any] = {"displayName": req.display_name, "jobSpec": job_spec}
+    if req.labels:
+        job["labels"] = dict(req.labels)
+    return job
+
+
+def to_proto(job: dict[str, Any]) -> Any:
+    """The `aiplatform_v1.CustomJob` message for `job`. Unknown field names raise, so a dict that converts
+    has only real CustomJob fields."""
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1.CustomJob.from_json(json.dumps(job))
+
+
+def _worker_pool(req: JobRequest, replicas: int) -> dict[str, Any]:
+    hw = req.hardware
+    machine: dict[str, Any] = {"machineType": hw.machine_type}
+    if hw.gpu:
+        machine.update(acceleratorType=hw.accelerator_type, acceleratorCount=hw.accelerator_count)
+    package: dict[str, Any] = {
+        "executorImageUri": training_image(hw.gpu, req.region, req.image),
+        "packageUris": [req.package_uri],
+        "pythonModule": req.python_module,
+    }
+    if req.args:
+        package["args"] = list(req.args)
+    if req.env:
+        package["env"] = [{"name": k, "value": v} for k, v in req.env]
+    return {
+        "machineSpec": machine,
+        "replicaCount": str(replicas),  # int64: a string in proto JSON
+        "pythonPackageSpec": package,
+        "diskSpec": dict(BOOT_DISK),
+    }
+
+
+def _check(req: JobRequest) -> None:
+    problems = topology_problems(req.replicas, req.reduction_server, req.hardware.gpu)
+    if req.timeout_s < 1:
+        problems.append(f"the job timeout must be at least 1 second (got {req.timeout_s})")
+    if not re.fullmatch(r"gs://[^/]+/.+", req.package_uri):
+        problems.append(f"the trainer package must be a gs://BUCKET/OBJECT URI, not {req.package_uri!r}")
+    if not re.fullmatch(r"gs://[^/]+(/.*)?", req.base_output_dir):
+        problems.append(f"the output directory must be a gs://BUCKET[/PATH] URI for a Vertex job, "
+                        f"not {req.base_output_dir!r}")
+    if not req.display_name.strip():
+        problems.append("the job's display name is empty: give it a name")
+    elif len(req.display_name) > _MAX_DISPLAY_NAME:
+        problems.append(f"the job's display name has {len(req.display_name)} characters; Vertex allows at most "
+                        f"{_MAX_DISPLAY_NAME}")
+    if req.service_account is not None and "@" not in req.service_account:
+        problems.append(f"service account {req.service_account!r} is not an email: give "
+                        "NAME@PROJECT.iam.gserviceaccount.com")
+    problems += _label_problems(req.labels)
+    problems += _env_problems(req.env)
+    if problems:
+        n = len(problems)
+        raise UsageError(problems[0] if n == 1 else f"{n} problems with the job:",
+                         problems=problems if n > 1 else None)
+
+
+def topology_problems(replicas: int, reduction_server: int, gpu: bool) -> list[str]:
+    """What is wrong with the worker/reduction-server counts (checked with the other flags, before any work)."""
+    problems = []
+    if replicas < 1:
+        problems.append(f"--replicas must be 1 or more (got {replicas})")
+    if reduction_server < 0:
+        problems.append(f"--reduction-server must be 0 or more (got {reduction_server})")
+    elif reduction_server > 0:
+        # Reduction Server only speeds up all-reduce between machines, and only NCCL's (GPU) all-reduce.
+        if replicas < 2:
+            problems.append("--reduction-server needs --replicas 2 or more (it speeds up all-reduce between "
+                            "machines)")
+        if not gpu:
+            problems.append("--reduction-server needs GPU workers (it replaces NCCL's all-reduce): add --gpu")
+    return problems
+
+
+def _label_problems(labels: tuple[tuple[str, str], ...]) -> list[str]:
+    problems = []
+    rule = "lowercase letters, digits, _ and - only, at most 63 characters"
+    if len(labels) > _MAX_LABELS:
+        problems.append(f"{len(labels)} labels; Vertex allows at most {_MAX_LABELS}")
+    keys = [k for k, _ in labels]
+    for key in sorted({k for k in keys if keys.count(k) > 1}):
+        problems.append(f"label {key!r} is given more than once: keep one")
+    for key, value in labels:
+        if not _LABEL_KEY.fullmatch(key):
+            problems.append(f"label key {key!r} is invalid: it must start with a lowercase letter; {rule}")
+        if not _LABEL_VALUE.fullmatch(value):
+            problems.append(f"label value {value!r} (of {key!r}) is invalid: {rule}")
+    return problems
+
+
+def _env_problems(env: tuple[tuple[str, str], ...]) -> list[str]:
+    problems = []
+    names = [k for k, _ in env]
+    for name in sorted({k for k in names if names.count(k) > 1}):
+        problems.append(f"environment variable {name} is given more than once: keep one")
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            problems.append(f"environment variable name {name!r} is invalid: use letters, digits and _, "
+                            "not starting with a digit")
+    return problems

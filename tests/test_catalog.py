@@ -1,0 +1,250 @@
+"""The GPU catalog: every supported GPU and count, every rejected combination, machine-type overrides, images."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ftcli import catalog
+from ftcli.catalog import (
+    REDUCTION_SERVER_IMAGE,
+    REDUCTION_SERVER_MACHINE,
+    VERTEX_REGIONS,
+    Hardware,
+    gpu_names,
+    resolve_gpu,
+    training_image,
+)
+from ftcli.errors import UsageError
+
+# spec → (default machine type, accelerator enum, count): written out, not derived from the catalog's table.
+DEFAULTS = {
+    "T4": ("n1-standard-8", "NVIDIA_TESLA_T4", 1),
+    "t4x1": ("n1-standard-8", "NVIDIA_TESLA_T4", 1),
+    "t4x2": ("n1-standard-16", "NVIDIA_TESLA_T4", 2),
+    "T4x4": ("n1-standard-32", "NVIDIA_TESLA_T4", 4),
+    "P4": ("n1-standard-8", "NVIDIA_TESLA_P4", 1),
+    "P4x2": ("n1-standard-16", "NVIDIA_TESLA_P4", 2),
+    "P4x4": ("n1-standard-32", "NVIDIA_TESLA_P4", 4),
+    "P100": ("n1-standard-8", "NVIDIA_TESLA_P100", 1),
+    "P100x2": ("n1-standard-16", "NVIDIA_TESLA_P100", 2),
+    "P100x4": ("n1-standard-32", "NVIDIA_TESLA_P100", 4),
+    "V100": ("n1-standard-8", "NVIDIA_TESLA_V100", 1),
+    "V100x2": ("n1-standard-16", "NVIDIA_TESLA_V100", 2),
+    "V100x4": ("n1-standard-32", "NVIDIA_TESLA_V100", 4),
+    "V100x8": ("n1-standard-64", "NVIDIA_TESLA_V100", 8),
+    "L4": ("g2-standard-8", "NVIDIA_L4", 1),
+    "L4x2": ("g2-standard-24", "NVIDIA_L4", 2),
+    "L4x4": ("g2-standard-48", "NVIDIA_L4", 4),
+    "l4X8": ("g2-standard-96", "NVIDIA_L4", 8),
+    "A100": ("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1),
+    "A100x2": ("a2-highgpu-2g", "NVIDIA_TESLA_A100", 2),
+    "A100x4": ("a2-highgpu-4g", "NVIDIA_TESLA_A100", 4),
+    "A100x8": ("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8),
+    "A100x16": ("a2-megagpu-16g", "NVIDIA_TESLA_A100", 16),
+    "A100-80GB": ("a2-ultragpu-1g", "NVIDIA_A100_80GB", 1),
+    "A100-80GBx2": ("a2-ultragpu-2g", "NVIDIA_A100_80GB", 2),
+    "a100-80gbx4": ("a2-ultragpu-4g", "NVIDIA_A100_80GB", 4),
+    "A100_80GBx8": ("a2-ultragpu-8g", "NVIDIA_A100_80GB", 8),
+    "H100": ("a3-highgpu-1g", "NVIDIA_H100_80GB", 1),
+    "H100x2": ("a3-highgpu-2g", "NVIDIA_H100_80GB", 2),
+    "H100x4": ("a3-highgpu-4g", "NVIDIA_H100_80GB", 4),
+    "H100x8": ("a3-highgpu-8g", "NVIDIA_H100_80GB", 8),
+    "H100-MEGA": ("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8),
+    "h100-megax8": ("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8),
+    "H200": ("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
+    "H200x8": ("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
+    "B200": ("a4-highgpu-8g", "NVIDIA_B200", 8),
+    "b200x8": ("a4-highgpu-8g", "NVIDIA_B200", 8),
+    # The Vertex enum names themselves.
+    "NVIDIA_TESLA_T4": ("n1-standard-8", "NVIDIA_TESLA_T4", 1),
+    "NVIDIA_L4x2": ("g2-standard-24", "NVIDIA_L4", 2),
+    "nvidia_tesla_v100x8": ("n1-standard-64", "NVIDIA_TESLA_V100", 8),
+    "NVIDIA_A100_80GBx4": ("a2-ultragpu-4g", "NVIDIA_A100_80GB", 4),
+    "NVIDIA_H100_MEGA_80GB": ("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8),
+    "NVIDIA_H200_141GB": ("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
+    " NVIDIA_B200 ": ("a4-highgpu-8g", "NVIDIA_B200", 8),
+}
+
+
+@pytest.mark.parametrize("spec", DEFAULTS)
+def test_defaults(spec):
+    machine, enum, count = DEFAULTS[spec]
+    assert resolve_gpu(spec) == Hardware(machine, enum, count)
+
+
+@pytest.mark.parametrize("spec", ["none", "cpu", "NONE", " Cpu "])
+def test_cpu_default(spec):
+    hw = resolve_gpu(spec)
+    assert hw == Hardware("n1-standard-8", None, 0)
+    assert not hw.gpu
+
+
+@pytest.mark.parametrize("machine", ["n1-standard-4", "n1-highmem-16", "n2-standard-32", "e2-highcpu-8",
+                                     "c2-standard-60", "N2-HIGHMEM-8"])
+def test_cpu_machine_override(machine):
+    assert resolve_gpu("none", machine) == Hardware(machine.lower())
+
+
+def _every_pair():
+    for gpu in catalog._GPUS:
+        for count, machines in gpu.machines.items():
+            for machine in machines:
+                yield pytest.param(gpu.name, count, machine, gpu.enum, id=f"{gpu.name}x{count}-{machine}")
+
+
+@pytest.mark.parametrize(("name", "count", "machine", "enum"), list(_every_pair()))
+def test_every_listed_pair_resolves(name, count, machine, enum):
+    assert resolve_gpu(f"{name}x{count}", machine) == Hardware(machine, enum, count)
+
+
+@pytest.mark.parametrize(("spec", "machine", "expected"), [
+    ("T4", "n1-highmem-8", Hardware("n1-highmem-8", "NVIDIA_TESLA_T4", 1)),
+    ("T4x4", "n1-standard-96", Hardware("n1-standard-96", "NVIDIA_TESLA_T4", 4)),
+    ("T4", "n1-highcpu-32", Hardware("n1-highcpu-32", "NVIDIA_TESLA_T4", 1)),
+    ("V100x8", "n1-highmem-96", Hardware("n1-highmem-96", "NVIDIA_TESLA_V100", 8)),
+    ("V100", "n1-highmem-8", Hardware("n1-highmem-8", "NVIDIA_TESLA_V100", 1)),
+    ("L4", "g2-standard-4", Hardware("g2-standard-4", "NVIDIA_L4", 1)),
+    ("L4x1", " G2-STANDARD-32 ", Hardware("g2-standard-32", "NVIDIA_L4", 1)),
+    ("A100-80GBx2", "a2-ultragpu-2g", Hardware("a2-ultragpu-2g", "NVIDIA_A100_80GB", 2)),
+    # Without a count, a machine type that fixes one gives it.
+    ("A100", "a2-highgpu-4g", Hardware("a2-highgpu-4g", "NVIDIA_TESLA_A100", 4)),
+    ("A100", "a2-megagpu-16g", Hardware("a2-megagpu-16g", "NVIDIA_TESLA_A100", 16)),
+    ("H100", "a3-highgpu-8g", Hardware("a3-highgpu-8g", "NVIDIA_H100_80GB", 8)),
+    ("L4", "g2-standard-48", Hardware("g2-standard-48", "NVIDIA_L4", 4)),
+    ("H200", "a3-ultragpu-8g", Hardware("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8)),
+])
+def test_machine_type_override(spec, machine, expected):
+    assert resolve_gpu(spec, machine) == expected
+
+
+REJECTED = [
+    # (spec, machine type, the whole message or a part of it)
+    ("T4x3", None, "T4 comes in counts 1, 2, 4 (got 3)"),
+    ("T4x8", None, "T4 comes in counts 1, 2, 4 (got 8)"),
+    ("P100x8", None, "P100 comes in counts 1, 2, 4 (got 8)"),
+    ("P4x8", None, "P4 comes in counts 1, 2, 4 (got 8)"),
+    ("V100x3", None, "V100 comes in counts 1, 2, 4, 8 (got 3)"),
+    ("L4x3", None, "L4 comes in counts 1, 2, 4, 8 (got 3)"),
+    ("A100x32", None, "A100 comes in counts 1, 2, 4, 8, 16 (got 32)"),
+    ("A100-80GBx16", None, "A100-80GB comes in counts 1, 2, 4, 8 (got 16)"),
+    ("H200x4", None, "H200 comes only in count 8 (got 4)"),
+    ("H100-MEGAx4", None, "H100-MEGA comes only in count 8 (got 4)"),
+    ("B200x1", None, "B200 comes only in count 8 (got 1)"),
+    ("T4x-1", None, "T4 comes in counts 1, 2, 4 (got -1)"),
+    ("T4x0", None, "--gpu T4x0 asks for 0 GPUs; T4 comes in counts 1, 2, 4, or use --gpu none for a CPU machine"),
+    ("NVIDIA_L4x0", None, "asks for 0 GPUs"),
+    ("T4xabc", None, "the GPU count in --gpu T4xabc must be a whole number; T4 comes in counts 1, 2, 4"),
+    ("T4x", None, "must be a whole number"),
+    ("T4x1.5", None, "must be a whole number"),
+    ("T4x2x2", None, "unknown GPU 'T4x2'"),
+    ("K80", None, "unknown GPU 'K80'; choose one of T4, P4, L4, P100, V100, A100, A100-80GB, H100, H100-MEGA, "
+                  "H200, B200, or none (add xN for N GPUs, e.g. L4x2)"),
+    ("K80x2", None, "unknown GPU 'K80'; choose one of"),
+    ("NVIDIA_TESLA_K80", None, "unknown GPU 'NVIDIA_TESLA_K80'"),
+    ("x2", None, "unknown GPU 'x2'"),
+    ("2xT4", None, "unknown GPU '2'"),
+    ("", None, "--gpu is empty; choose one of"),
+    ("nonex2", None, "--gpu none takes no count (got nonex2)"),
+    # Machine types from the wrong family.
+    ("L4", "n1-standard-8",
+     "L4 runs on g2-standard-* machines, not n1-standard-8: try --machine-type g2-standard-8 or leave it out"),
+    ("T4", "g2-standard-8", "T4 runs on n1-standard-* or n1-highmem-* or n1-highcpu-* machines, not g2-standard-8"),
+    ("A100", "a2-ultragpu-1g", "A100 runs on a2-highgpu-* or a2-megagpu-* machines, not a2-ultragpu-1g: "
+                               "try --machine-type a2-highgpu-1g or leave it out"),
+    ("H100x8", "a3-megagpu-8g", "H100 runs on a3-highgpu-* machines, not a3-megagpu-8g"),
+    ("A100x8", "n2-standard-8", "A100 runs on a2-highgpu-* or a2-megagpu-* machines, not n2-standard-8"),
+    # The right family, the wrong count.
+    ("A100x2", "a2-highgpu-4g", "a2-highgpu-4g carries 4 A100 GPUs, not 2: use --gpu A100x4, "
+                                "or try --machine-type a2-highgpu-2g or leave it out"),
+    ("L4x2", "g2-standard-8", "g2-standard-8 carries 1 L4 GPUs, not 2: use --gpu L4x1"),
+    ("L4x1", "g2-standard-24", "g2-standard-24 carries 2 L4 GPUs, not 1"),
+    ("A100x2", "a2-highgpu-3g", "A100x2 runs on a2-highgpu-2g, not a2-highgpu-3g"),
+    # N1 limits: too many vCPUs (or too much memory) for the attached GPUs; shapes Vertex does not offer.
+    ("V100", "n1-standard-16", "V100x1 allows an n1 machine of at most 12 vCPUs and 78 GB, not n1-standard-16 "
+                               "(16 vCPUs, 60 GB): try --machine-type n1-standard-8 or leave it out"),
+    ("T4", "n1-standard-64", "T4x1 allows an n1 machine of at most 48 vCPUs"),
+    ("P100x4", "n1-highmem-64", "P100x4 allows an n1 machine of at most 64 vCPUs and 208 GB, not n1-highmem-64 "
+                                "(64 vCPUs, 416 GB)"),
+    ("T4", "n1-standard-2", "n1-standard-2 is not an n1 machine type Vertex training offers"),
+    ("T4", "n1-standard-7", "n1-standard-7 is not an n1 machine type Vertex training offers"),
+    # A CPU job on a GPU machine.
+    ("none", "a2-highgpu-1g", "--gpu none needs a CPU machine type (n1-, n2-, e2- or c2- standard/highmem/highcpu), "
+                              "not a2-highgpu-1g: try --machine-type n1-standard-8 or leave it out"),
+    ("cpu", "g2-standard-8", "--gpu none needs a CPU machine type"),
+    ("none", "n1-ultramem-40", "--gpu none needs a CPU machine type"),
+]
+
+
+@pytest.mark.parametrize(("spec", "machine", "message"), REJECTED)
+def test_rejected(spec, machine, message):
+    with pytest.raises(UsageError) as info:
+        resolve_gpu(spec, machine)
+    text = info.value.message
+    assert message in text
+    assert "\n" not in text and not info.value.problems
+
+
+def test_gpu_names():
+    names = gpu_names()
+    assert names == ["T4", "P4", "L4", "P100", "V100", "A100", "A100-80GB", "H100", "H100-MEGA", "H200", "B200"]
+    assert all(resolve_gpu(n).gpu for n in names)
+
+
+def test_n1_defaults_within_limits():
+    # `_n1` puts the default first only when it fits the count's limits.
+    for gpu in catalog._GPUS:
+        if not gpu.fixed:
+            for count, machines in gpu.machines.items():
+                assert machines[0] == catalog._N1_DEFAULT[count], (gpu.name, count)
+
+
+def test_accelerator_enum_names_exist():
+    from google.cloud.aiplatform_v1.types import AcceleratorType
+
+    for gpu in catalog._GPUS:
+        assert gpu.enum in AcceleratorType.__members__, gpu.enum
+
+
+def test_hardware_rejects_inconsistent_accelerators():
+    with pytest.raises(ValueError):
+        Hardware("n1-standard-8", "NVIDIA_TESLA_T4", 0)  # the SDK trap: a GPU type with no GPU
+    with pytest.raises(ValueError):
+        Hardware("n1-standard-8", None, 2)
+    with pytest.raises(ValueError):
+        Hardware("n1-standard-8", "NVIDIA_TESLA_T4", -1)
+
+
+def test_hardware_summary():
+    assert resolve_gpu("L4x2").summary == "2 x NVIDIA_L4 on g2-standard-24"
+    assert resolve_gpu("none").summary == "n1-standard-8 (CPU)"
+
+
+@pytest.mark.parametrize(("region", "mirror"), [
+    ("us-central1", "us"), ("us-east4", "us"), ("northamerica-northeast1", "us"), ("southamerica-east1", "us"),
+    ("me-west1", "us"), ("africa-south1", "us"),
+    ("europe-west4", "europe"), ("europe-southwest1", "europe"), ("EUROPE-WEST1", "europe"),
+    ("asia-northeast1", "asia"), ("asia-southeast1", "asia"), ("australia-southeast1", "asia"),
+])
+@pytest.mark.parametrize("gpu", [True, False])
+def test_training_image_by_region(region, mirror, gpu):
+    kind = "gpu" if gpu else "cpu"
+    assert training_image(gpu, region) == f"{mirror}-docker.pkg.dev/vertex-ai/training/pytorch-{kind}.2-4.py310:latest"
+
+
+def test_explicit_image_wins():
+    image = "europe-docker.pkg.dev/my-project/images/trainer:1"
+    assert training_image(True, "us-central1", image) == image
+    assert training_image(False, "asia-east1", image) == image
+
+
+def test_reduction_server_constants():
+    assert REDUCTION_SERVER_IMAGE == "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+    assert REDUCTION_SERVER_MACHINE == "n1-highcpu-16"
+
+
+def test_regions():
+    assert len(VERTEX_REGIONS) == 38
+    assert {"us-central1", "europe-west4", "asia-southeast1", "australia-southeast2", "me-central2"} <= VERTEX_REGIONS
+    assert all(re.fullmatch(r"[a-z]+-[a-z]+\d+", r) for r in VERTEX_REGIONS)

@@ -1,0 +1,57 @@
+import pytest
+
+from ftcli.errors import UsageError
+from ftcli.settings import load_config_file, resolve, save_config_file
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    for var in ("FTCLI_PROJECT", "FTCLI_REGION", "FTCLI_BUCKET", "FTCLI_SERVICE_ACCOUNT", "GOOGLE_CLOUD_PROJECT",
+                "CLOUDSDK_CORE_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_precedence_flags_env_file_gcloud(tmp_path, monkeypatch):
+    gcloud = tmp_path / "gcloud"
+    (gcloud / "configurations").mkdir(parents=True)
+    (gcloud / "active_config").write_text("work")
+    (gcloud / "configurations" / "config_work").write_text("[core]\nproject = from-gcloud\n[ai]\nregion = asia-east1\n")
+    s = resolve(bucket="gs://my-bucket")
+    assert (s.project, s.region) == ("from-gcloud", "asia-east1")
+    save_config_file({"project": "from-file", "bucket": "gs://file-bucket/pre"})
+    s = resolve()
+    assert (s.project, s.bucket, s.bucket_name, s.prefix) == ("from-file", "gs://file-bucket/pre", "file-bucket", "pre")
+    monkeypatch.setenv("FTCLI_PROJECT", "from-env")
+    assert resolve().project == "from-env"
+    assert resolve(project="from-flag").project == "from-flag"
+
+
+def test_default_region_and_gcs_paths():
+    s = resolve(project="my-project", bucket="gs://my-bucket/x/")
+    assert s.region == "us-central1" and s.bucket == "gs://my-bucket/x"
+    assert s.gcs_path("packages", "p.tar.gz") == "gs://my-bucket/x/ftcli/packages/p.tar.gz"
+
+
+def test_every_problem_at_once_with_the_fix():
+    with pytest.raises(UsageError) as e:
+        resolve(region="us-centrall1", bucket="my-bucket", service_account="me")
+    problems = e.value.problems
+    assert len(problems) == 4
+    assert "no Google Cloud project" in problems[0] and "ftcli config set project" in problems[0]
+    assert "did you mean us-central1?" in problems[1]
+    assert "gs://" in problems[2]
+    assert "service account e-mail" in problems[3]
+
+
+def test_missing_bucket_is_fine_when_not_needed():
+    assert resolve(project="my-project", need_bucket=False).bucket == ""
+    with pytest.raises(UsageError, match="no staging bucket"):
+        resolve(project="my-project")
+
+
+def test_bad_config_file_is_one_line(tmp_path):
+    (tmp_path / "config.toml").write_text("project = [unclosed")
+    with pytest.raises(UsageError, match="is not valid TOML"):
+        load_config_file()
