@@ -1,0 +1,206 @@
+"""`ftcli logs` against the Logging and JobService emulators: complete, ordered, once, and ends with the job."""
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.cli.helpers import run_cli
+
+REPLICAS = ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
+
+
+@pytest.fixture
+def logs_env(cloud_env, cloud_logging, monkeypatch, capsys):
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
+    monkeypatch.setattr(cloud_logging, "project", "test-project")  # entries belong to the job's project
+    r = run_cli(capsys, "train", "--detach", "--json", "--task", "imdb", "--gpu", "T4", "--replicas", "3")
+    assert r.code == 0, r.err
+    job = json.loads(r.out)
+    vertex.set_state(job["name"], "RUNNING")
+    return vertex, cloud_logging, job
+
+
+def in_background(fn):
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def json_lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def write_many(logs, job_id, n, start, pause_every=200, pause=0.05):
+    for i in range(n):
+        ts = start + dt.timedelta(milliseconds=10 * i)
+        logs.write_line(job_id, REPLICAS[i % 3], f"line {i:05d}", timestamp=ts, insert_id=f"id-{i}")
+        if i % pause_every == pause_every - 1:
+            time.sleep(pause)
+
+
+def test_thousands_of_lines_complete_in_order_then_exit_0(capsys, logs_env):
+    vertex, logs, job = logs_env
+    start = dt.datetime.now(dt.timezone.utc)
+
+    def produce():
+        assert logs.wait_for_tails(1, timeout=10)
+        write_many(logs, job["id"], 3000, start)
+        time.sleep(0.5)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    writer = in_background(produce)
+    r = run_cli(capsys, "logs", "1", "--json")
+    writer.join()
+    assert r.code == 0, r.err
+    lines = [x for x in json_lines(r.out) if "text" in x]
+    assert [x["text"] for x in lines] == [f"line {i:05d}" for i in range(3000)]
+    assert {x["replica"] for x in lines} == set(REPLICAS)
+    states = [x["state"] for x in json_lines(r.out) if x.get("event") == "state"]
+    assert states == ["RUNNING", "SUCCEEDED"]
+    assert f'resource.type="ml_job" AND resource.labels.job_id="{job["id"]}"' in logs.filters[0]
+
+
+def test_cut_streams_and_late_lines_lose_nothing_repeat_nothing(capsys, logs_env):
+    vertex, logs, job = logs_env
+    logs.cut_streams_after(300)
+    start = dt.datetime.now(dt.timezone.utc)
+
+    def produce():
+        assert logs.wait_for_tails(1, timeout=10)
+        write_many(logs, job["id"], 1500, start, pause_every=150, pause=0.4)
+        time.sleep(1.0)  # the reader has printed past `start` by now
+        logs.write_line(job["id"], "workerpool0-0", "late line", timestamp=start - dt.timedelta(seconds=20),
+                        insert_id="late")
+        time.sleep(0.5)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    writer = in_background(produce)
+    r = run_cli(capsys, "logs", "last", "--json")
+    writer.join()
+    assert r.code == 0, r.err
+    texts = [x["text"] for x in json_lines(r.out) if "text" in x]
+    assert sorted(t for t in texts if t != "late line") == [f"line {i:05d}" for i in range(1500)]
+    assert texts.count("late line") == 1
+    assert logs.tails_opened >= 3  # the stream really was cut and re-opened, more than once
+
+
+@pytest.mark.parametrize("state,code", [("FAILED", 3), ("CANCELLED", 4)])
+def test_failed_and_cancelled_jobs_exit_non_zero_with_a_summary(capsys, logs_env, state, code):
+    vertex, logs, job = logs_env
+
+    def produce():
+        assert logs.wait_for_tails(1, timeout=10)
+        logs.write_line(job["id"], "workerpool0-0", "step 10/100 | loss 0.5")
+        logs.write_line(job["id"], "workerpool0-0", "error: data.csv has no column 'text'", severity="ERROR")
+        time.sleep(0.5)
+        vertex.set_state(job["name"], state, "The replica workerpool0-0 exited with a non-zero status of 2."
+                         if state == "FAILED" else None)
+
+    writer = in_background(produce)
+    r = run_cli(capsys, "logs", "1")
+    writer.join()
+    assert r.code == code, r.err
+    assert "step 10/100 | loss 0.5" in r.out
+    assert f"job 1 {state}" in r.err
+    if state == "FAILED":
+        assert "exited with a non-zero status of 2" in r.err
+        assert "last lines of workerpool0-0" in r.err and "has no column 'text'" in r.err.split("last lines")[1]
+
+
+def test_stderr_lines_are_not_errors_unless_they_say_so(capsys, logs_env):
+    vertex, logs, job = logs_env
+
+    def produce():
+        assert logs.wait_for_tails(1, timeout=10)
+        logs.write_line(job["id"], "workerpool0-0", "Downloading: 100%", severity="ERROR")  # plain stderr
+        logs.write_line(job["id"], "workerpool0-0", "10%|#   | 1/10\r50%|#####| 5/10\r100%|#####| 10/10",
+                        severity="ERROR")
+        logs.write_line(job["id"], "workerpool0-0", "WARNING: something odd", severity="ERROR")
+        logs.write_line(job["id"], "workerpool0-0", "Traceback (most recent call last):", severity="ERROR")
+        time.sleep(0.3)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    writer = in_background(produce)
+    r = run_cli(capsys, "logs", "1", "--json")
+    writer.join()
+    got = [(x["text"], x["severity"]) for x in json_lines(r.out) if "text" in x]
+    assert got == [("Downloading: 100%", "INFO"), ("100%|#####| 10/10", "INFO"),
+                   ("WARNING: something odd", "WARNING"), ("Traceback (most recent call last):", "ERROR")]
+
+
+def test_polling_fallback_when_tail_is_unavailable(capsys, logs_env):
+    vertex, logs, job = logs_env
+    logs.tail_unavailable = True
+    start = dt.datetime.now(dt.timezone.utc)
+
+    def produce():
+        write_many(logs, job["id"], 500, start, pause_every=100)
+        time.sleep(0.8)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    writer = in_background(produce)
+    r = run_cli(capsys, "logs", "1", "--json")
+    writer.join()
+    assert r.code == 0
+    texts = [x["text"] for x in json_lines(r.out) if "text" in x]
+    assert texts == [f"line {i:05d}" for i in range(500)]
+
+
+def test_no_follow_and_filters(capsys, logs_env):
+    vertex, logs, job = logs_env
+    logs.write_line(job["id"], "workerpool0-0", "chief says hi")
+    logs.write_line(job["id"], "workerpool1-0", "worker warns", severity="WARNING")
+    r = run_cli(capsys, "logs", "1", "--no-follow", "--replica", "workerpool1-0", "--severity", "warning",
+                "--since", "10m")
+    assert r.code == 0, r.err
+    assert "worker warns" in r.out and "chief says hi" not in r.out
+    f = logs.filters[-1]
+    assert 'resource.labels.task_name="workerpool1-0"' in f and "severity>=WARNING" in f and 'timestamp>="' in f
+    assert job["name"] in vertex.jobs and vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
+
+
+def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
+    vertex, logs, job = logs_env
+    env = {**os.environ}
+    proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert logs.wait_for_tails(1, timeout=20)
+    logs.write_line(job["id"], "workerpool0-0", "still training")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert "still training" in out
+    assert "detached; the job keeps running" in err and "ftcli jobs cancel 1" in err
+    assert vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
+    assert not [m for m, _ in vertex.requests if m == "CancelCustomJob"]
+
+
+def test_train_follows_by_default_and_exits_with_the_job(capsys, cloud_env, cloud_logging, monkeypatch):
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
+    monkeypatch.setattr(cloud_logging, "project", "test-project")
+
+    def produce():
+        assert cloud_logging.wait_for_tails(1, timeout=20)
+        (name,) = vertex.jobs
+        vertex.set_state(name, "RUNNING")
+        cloud_logging.write_line(name.rsplit("/", 1)[-1], "workerpool0-0", "done: accuracy 0.91")
+        time.sleep(0.3)
+        vertex.set_state(name, "SUCCEEDED")
+
+    writer = in_background(produce)
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4")
+    writer.join()
+    assert r.code == 0, r.err
+    assert "submitted job #1" in r.out and "done: accuracy 0.91" in r.out
