@@ -19,6 +19,7 @@ import numpy as np
 from ftcli_trainer import checkpoint, metrics
 from ftcli_trainer.config import TrainConfig
 from ftcli_trainer.data import Encoded, collate, plan_batches
+from ftcli_trainer.distributed import Dist, any_rank, gather_rows, shard_batches
 
 log = logging.getLogger("ftcli_trainer")
 
@@ -99,13 +100,19 @@ class RunStats:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, model, train: Encoded, evals: dict[str, Encoded], label_names: list[str],
-                 multi_label: bool, device, precision: str, paths: Paths, pad_id: int):
+                 multi_label: bool, device, precision: str, paths: Paths, pad_id: int, dist: Dist | None = None):
         import torch
 
         self.torch = torch
         self.cfg = cfg
+        self.dist = dist or Dist()
         self.model = model
-        self.train_model = torch.compile(model, dynamic=True) if cfg.compile else model
+        train_model = model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.train_model = torch.compile(train_model, dynamic=True) if cfg.compile else train_model
         self.train_enc = train
         self.evals = evals
         self.label_names = label_names
@@ -116,7 +123,8 @@ class Trainer:
         self.pad_id = pad_id
         self.multiple_of = 8 if device.type == "cuda" else 1  # tensor-core friendly shapes on GPUs
 
-        n_batches = math.ceil(len(train) / cfg.batch_size)
+        self.global_batch = cfg.batch_size * self.dist.world_size
+        n_batches = len(shard_batches(plan_batches(train.lengths, self.global_batch, cfg.seed, 0), self.dist))
         self.steps_per_epoch = math.ceil(n_batches / cfg.gradient_accumulation_steps)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.warmup = warmup_steps(self.total_steps, cfg.warmup_ratio)
@@ -131,8 +139,10 @@ class Trainer:
         self.stats = RunStats()
         self._stop_requested = False
         self._tb = None
-        self.paths.local_logs_dir.mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(self.paths.local_logs_dir / "metrics.jsonl", "a")  # noqa: SIM115
+        self._jsonl = None
+        if self.dist.is_main:  # one writer for logs, checkpoints and the export
+            self.paths.local_logs_dir.mkdir(parents=True, exist_ok=True)
+            self._jsonl = open(self.paths.local_logs_dir / "metrics.jsonl", "a")  # noqa: SIM115
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -177,6 +187,8 @@ class Trainer:
         self._loss_count = int(state["loss_count"])
 
     def save_checkpoint(self) -> None:
+        if not self.dist.is_main:
+            return
         torch = self.torch
         state = {
             "optimizer": self.optimizer.state_dict(),
@@ -206,22 +218,30 @@ class Trainer:
             return nullcontext()
         return self.torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def train_step(self, group: list[np.ndarray]) -> None:
-        """One optimizer step over a group of micro-batches."""
-        n = sum(len(b) for b in group)
-        for idx in group:
+    def train_step(self, group: list[np.ndarray], global_group: list[np.ndarray] | None = None) -> None:
+        """One optimizer step over a group of micro-batches (this rank's shards of `global_group`)."""
+        global_group = global_group if global_group is not None else group
+        n_global = sum(len(b) for b in global_group)
+        # DDP averages gradients over ranks; scaling by world/n_global makes the result the mean over the
+        # whole global batch, whatever each rank's share.
+        scale = self.dist.world_size / n_global
+        for i, idx in enumerate(group):
             batch = self._to_device(collate(self.train_enc, idx, self.pad_id, self.multiple_of))
             labels = batch.pop("labels")
-            with self._autocast():
-                logits = self.train_model(**batch).logits
-            loss = loss_sum(logits, labels, self.multi_label)
-            self.scaler.scale(loss / n).backward()
+            last = i == len(group) - 1
+            sync = self.train_model.no_sync() if self.dist.enabled and not last else nullcontext()
+            with sync:
+                with self._autocast():
+                    logits = self.train_model(**batch).logits
+                loss = loss_sum(logits, labels, self.multi_label)
+                self.scaler.scale(loss * scale).backward()
             self._loss_acc += loss.detach()
+        for idx in global_group:
             lengths = self.train_enc.lengths[idx]
             self.stats.real_tokens += int(lengths.sum())
             self.stats.padded_tokens += int(lengths.max()) * len(idx)
-        self._loss_acc_n += n
-        self.stats.samples += n
+        self._loss_acc_n += sum(len(b) for b in group)
+        self.stats.samples += n_global
         if self.cfg.max_grad_norm > 0:
             self.scaler.unscale_(self.optimizer)
             self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm, foreach=True)
@@ -239,11 +259,15 @@ class Trainer:
         with torch.inference_mode():
             for i, (name, enc) in enumerate(self.evals.items()):
                 logits = np.zeros((len(enc), len(self.label_names)), dtype=np.float32)
-                for idx in plan_batches(enc.lengths, self.cfg.batch_size * 2, 0, 0, shuffle=False):
+                order = np.argsort(-enc.lengths, kind="stable")[self.dist.rank::self.dist.world_size]
+                bs = self.cfg.batch_size * 2
+                for idx in (order[j:j + bs] for j in range(0, len(order), bs)):
                     batch = self._to_device(collate(enc, idx, self.pad_id, self.multiple_of))
                     batch.pop("labels")
                     with self._autocast():
                         logits[idx] = self.model(**batch).logits.float().cpu().numpy()
+                if self.dist.enabled:  # every prediction gathered exactly once (small: rows x labels floats)
+                    logits = gather_rows(logits[order], order, len(enc), self.dist)
                 if self.multi_label:
                     m = metrics.multi_label(logits, enc.labels, self.label_names, self.cfg.threshold)
                 else:
@@ -260,6 +284,8 @@ class Trainer:
     # -- reporting ---------------------------------------------------------------------------------
 
     def _record(self, kind: str, values: dict) -> None:
+        if not self.dist.is_main:
+            return
         row = {"type": kind, "step": self.global_step, "epoch": round(self._epoch_float(), 4), **values}
         self._jsonl.write(json.dumps(row) + "\n")
         self._jsonl.flush()
@@ -286,6 +312,8 @@ class Trainer:
         lr = self.scheduler.get_last_lr()[0]
         self._record("train", {"loss": loss, "learning_rate": lr, "samples_per_second": sps,
                                "tokens_per_second": tps})
+        if not self.dist.is_main:
+            return
         if bar is not None:
             bar.set_postfix_str(f"loss {loss:.4f} · lr {lr:.2e} · {sps:.1f} samples/s", refresh=False)
         else:
@@ -293,6 +321,8 @@ class Trainer:
                      self.global_step, self.total_steps, self._epoch_float(), loss, lr, sps, tps)
 
     def _log_eval(self, results: dict) -> None:
+        if not self.dist.is_main:
+            return
         self._record("eval", {k: v for k, v in results.items() if isinstance(v, (int, float))})
         parts = []
         for name in self.evals:
@@ -317,7 +347,7 @@ class Trainer:
         self._loss_acc_n = 0
         self.install_sigterm_handler()
         self.model.train()
-        use_bar = sys.stderr.isatty()
+        use_bar = sys.stderr.isatty() and self.dist.is_main
         bar = None
         if use_bar:
             from tqdm.auto import tqdm
@@ -328,12 +358,14 @@ class Trainer:
         self._t0 = time.perf_counter()
         try:
             while self.epoch < cfg.epochs:
-                batches = plan_batches(self.train_enc.lengths, cfg.batch_size, cfg.seed, self.epoch)
+                global_batches = [b for b in plan_batches(self.train_enc.lengths, self.global_batch, cfg.seed,
+                                                          self.epoch) if len(b) >= self.dist.world_size]
+                batches = shard_batches(global_batches, self.dist)
                 gas = cfg.gradient_accumulation_steps
-                groups = [batches[i:i + gas] for i in range(0, len(batches), gas)]
+                groups = [(batches[i:i + gas], global_batches[i:i + gas]) for i in range(0, len(batches), gas)]
                 done_in_epoch = self.global_step - self.epoch * self.steps_per_epoch
-                for group in groups[done_in_epoch:]:
-                    self.train_step(group)
+                for group, global_group in groups[done_in_epoch:]:
+                    self.train_step(group, global_group)
                     self.global_step += 1
                     if bar is not None:
                         bar.update(1)
@@ -342,7 +374,7 @@ class Trainer:
                         self._log_train(bar)
                     if cfg.eval_every and self.global_step % cfg.eval_every == 0 and not at_epoch_end:
                         self._pause(lambda: self._log_eval(self.evaluate()))
-                    if self._stop_requested:
+                    if any_rank(self._stop_requested, self.dist, self.device):
                         self._pause(self.save_checkpoint)
                         raise Preempted(f"SIGTERM: checkpoint written at step {self.global_step}; exiting so "
                                         f"the worker restarts and resumes")
@@ -363,7 +395,8 @@ class Trainer:
                 bar.close()
             self.stats.train_seconds += time.perf_counter() - self._t0
             self._t0 = time.perf_counter()
-            self._jsonl.close()
+            if self._jsonl:
+                self._jsonl.close()
             if self._tb:
                 self._tb.close()
         if not last_eval:  # resumed after the last epoch's checkpoint: evaluate what we have

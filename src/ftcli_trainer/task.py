@@ -83,7 +83,7 @@ def _setup_device(cfg: TrainConfig):
     return device, precision
 
 
-def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, trainer) -> None:
+def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, trainer, dist) -> None:
     import torch
 
     from ftcli_trainer.data import describe_source
@@ -102,8 +102,8 @@ def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, t
         f"  examples    train {len(train_enc):,} · {evals}",
         f"  tokens      mean {lengths.mean():.1f}, max {lengths.max()} (truncated at {cfg.max_length}); "
         f"batches padded to their own longest",
-        f"  batch       {cfg.batch_size} × {cfg.gradient_accumulation_steps} accumulation = "
-        f"{cfg.batch_size * cfg.gradient_accumulation_steps} examples per step",
+        f"  batch       {cfg.batch_size} × {cfg.gradient_accumulation_steps} accumulation × {dist.world_size} "
+        f"process(es) = {cfg.batch_size * cfg.gradient_accumulation_steps * dist.world_size} examples per step",
         f"  steps       {trainer.total_steps} ({cfg.epochs} epoch(s) × {trainer.steps_per_epoch}), "
         f"warmup {trainer.warmup}, peak lr {cfg.learning_rate:g}",
         f"  device      {where}, precision {precision}",
@@ -119,11 +119,15 @@ def run(cfg: TrainConfig) -> dict:
     import torch
     from transformers import set_seed
 
+    from ftcli_trainer import distributed
     from ftcli_trainer.data import encode, load_task_data
     from ftcli_trainer.export import export_model
     from ftcli_trainer.loop import Trainer
     from ftcli_trainer.model import load_model, load_tokenizer
 
+    dist = distributed.setup(device.type)
+    if not dist.is_main:
+        log.setLevel(logging.WARNING)  # one voice in the job's log: rank 0's
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     tokenizer = load_tokenizer(cfg.model)
@@ -133,9 +137,14 @@ def run(cfg: TrainConfig) -> dict:
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold).to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer = Trainer(cfg, model, train_enc, evals_enc, data.label_names, data.multi_label, device, precision,
-                      paths, pad_id)
-    _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, trainer)
+                      paths, pad_id, dist)
+    if dist.is_main:
+        _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, trainer, dist)
     results = trainer.fit()
+    if not dist.is_main:
+        distributed.barrier(dist)  # wait for rank 0's export, then leave together
+        distributed.cleanup(dist)
+        return results
     results["label_names"] = data.label_names
     results["precision"] = precision
     results["device"] = str(device)
@@ -145,6 +154,8 @@ def run(cfg: TrainConfig) -> dict:
     if storage.is_gcs(paths.logs_dir):
         storage.upload_dir(paths.local_logs_dir, paths.logs_dir, marker=False)
     _final_lines(results, paths, data.multi_label)
+    distributed.barrier(dist)
+    distributed.cleanup(dist)
     return results
 
 
@@ -169,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         for problem in e.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
+    relaunch = _relaunch_argv(argv)
+    if relaunch:
+        log.info("launching %s", " ".join(relaunch[1:]))
+        sys.stdout.flush()
+        os.execv(relaunch[0], relaunch)  # torchrun takes over this process: signals reach it directly
     try:
         run(cfg)
     except TrainerError as e:
@@ -193,6 +209,25 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     return 0
+
+
+def _relaunch_argv(argv: list[str]) -> list[str] | None:
+    """One process per GPU (and per Vertex machine) under torchrun, when there is more than one."""
+    if "LOCAL_RANK" in os.environ:
+        return None
+    from ftcli_trainer.distributed import relaunch_argv
+
+    gpus = 0
+    if os.environ.get("WORLD_SIZE", "1") != "1" or os.environ.get("CLUSTER_SPEC") or _may_have_gpus():
+        import torch
+
+        gpus = torch.cuda.device_count()
+    return relaunch_argv(argv, gpus)
+
+
+def _may_have_gpus() -> bool:
+    # Cheap check before importing torch (seconds): no NVIDIA driver, no GPUs.
+    return os.path.exists("/proc/driver/nvidia") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def _is_oom(e: BaseException) -> bool:

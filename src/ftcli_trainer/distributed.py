@@ -1,0 +1,132 @@
+"""Data-parallel training: one process per GPU (torchrun semantics), several machines on Vertex.
+
+Vertex starts `python -m ftcli_trainer.task` once per machine and sets MASTER_ADDR, MASTER_PORT, and a
+per-machine WORLD_SIZE / RANK (machines, not processes), plus CLUSTER_SPEC. On a machine with several GPUs
+the trainer re-launches itself under torch.distributed.run with one process per GPU, turning the machine
+counts into global ranks. Under torchrun (LOCAL_RANK set) it joins the process group directly. NCCL on GPUs,
+gloo on CPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def vertex_nodes(env=os.environ) -> tuple[int, int]:
+    """(machines, this machine's index) from Vertex's variables; (1, 0) outside a multi-machine job."""
+    spec = env.get("CLUSTER_SPEC")
+    if spec:
+        try:
+            cluster = json.loads(spec)
+            task = cluster.get("task", {})
+            pools = cluster.get("cluster", {})
+            # Pools in Vertex's order: workerpool0 (chief), workerpool1 (workers); reduction servers
+            # (workerpool2) are not training processes.
+            order = [p for p in ("workerpool0", "workerpool1") if p in pools]
+            nodes = sum(len(pools[p]) for p in order)
+            index = 0
+            for p in order:
+                if p == task.get("type"):
+                    index += int(task.get("index", 0))
+                    break
+                index += len(pools[p])
+            if nodes:
+                return nodes, index
+        except (ValueError, TypeError, AttributeError):
+            pass
+    return int(env.get("WORLD_SIZE", "1")), int(env.get("RANK", "0"))
+
+
+def relaunch_argv(argv: list[str], gpus: int, env=os.environ) -> list[str] | None:
+    """The torchrun command line that runs this trainer once per GPU on every machine; None when a single
+    process is right (one GPU or CPU on one machine, or already running under torchrun)."""
+    if "LOCAL_RANK" in env:
+        return None
+    nodes, node_rank = vertex_nodes(env)
+    per_node = max(1, gpus)
+    if nodes * per_node <= 1:
+        return None
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node-rank={node_rank}",
+            f"--nproc-per-node={per_node}", f"--master-addr={env.get('MASTER_ADDR', '127.0.0.1')}",
+            f"--master-port={env.get('MASTER_PORT', '29500')}", "-m", "ftcli_trainer.task", *argv]
+
+
+def setup(device_type: str) -> Dist:
+    """Join the process group when launched by torchrun (RANK, WORLD_SIZE, LOCAL_RANK set)."""
+    if "LOCAL_RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Dist()
+    import torch.distributed as td
+
+    if not td.is_initialized():
+        td.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    return Dist(rank=td.get_rank(), world_size=td.get_world_size(), local_rank=int(os.environ["LOCAL_RANK"]))
+
+
+def shard_batches(global_batches: list[np.ndarray], dist: Dist) -> list[np.ndarray]:
+    """This rank's part of each global batch (interleaved, so every rank gets similar lengths). Every rank
+    gets the same number of batches: a last global batch too small to give each rank one example is
+    dropped, since DDP needs every rank in every step."""
+    if not dist.enabled:
+        return global_batches
+    return [b[dist.rank::dist.world_size] for b in global_batches if len(b) >= dist.world_size]
+
+
+def any_rank(flag: bool, dist: Dist, device) -> bool:
+    """Whether `flag` holds on any rank (e.g. SIGTERM arrived somewhere): every rank must stop together."""
+    if not dist.enabled:
+        return flag
+    import torch
+    import torch.distributed as td
+
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    td.all_reduce(t, op=td.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def gather_rows(local: np.ndarray, idx: np.ndarray, n: int, dist: Dist) -> np.ndarray:
+    """Reassemble per-example rows (e.g. eval logits) computed on disjoint shards, each exactly once."""
+    if not dist.enabled:
+        return local
+    import torch.distributed as td
+
+    parts: list = [None] * dist.world_size
+    td.all_gather_object(parts, (idx, local))
+    out = np.zeros((n, *local.shape[1:]), dtype=local.dtype)
+    for part_idx, rows in parts:
+        out[part_idx] = rows
+    return out
+
+
+def barrier(dist: Dist) -> None:
+    if dist.enabled:
+        import torch.distributed as td
+
+        td.barrier()
+
+
+def cleanup(dist: Dist) -> None:
+    if dist.enabled:
+        import torch.distributed as td
+
+        if td.is_initialized():
+            td.destroy_process_group()
