@@ -35,9 +35,10 @@ def timed(args: list[str], env: dict[str, str], n: int) -> list[float]:
 def heavy_imports(args: list[str], env: dict[str, str]) -> list[str]:
     code = ("import sys\nfrom ftcli.cli.app import app\n"
             f"try:\n    app({args!r})\nexcept SystemExit:\n    pass\n"
-            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip()
-    return [m for m in out.splitlines()[-1].split(",") if m] if out else []
+            f"print('HEAVY:' + ','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+    line = next(x for x in out.splitlines() if x.startswith("HEAVY:"))
+    return [m for m in line[len("HEAVY:"):].split(",") if m]
 
 
 def main() -> None:

@@ -67,3 +67,14 @@ def cloud_logging(request: pytest.FixtureRequest) -> Iterator[LoggingEmulator]:
     server.reset()
     yield server
     server.reset()
+
+
+@pytest.fixture
+def running_vertex(gcs: GcsEmulator, cloud_logging: LoggingEmulator) -> Iterator[Any]:
+    """A JobService emulator whose jobs really run (installing the uploaded package), logging to cloud_logging."""
+    from .runner import RunningVertexEmulator
+
+    server = RunningVertexEmulator(gcs.url, cloud_logging)
+    server.start()
+    yield server
+    server.stop()

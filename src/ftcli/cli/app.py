@@ -8,7 +8,7 @@ import sys
 import typer
 
 from ftcli import __version__
-from ftcli.cli import config, jobs, local, logs, train
+from ftcli.cli import config, jobs, local, logs, models, train
 
 app = typer.Typer(
     name="ftcli",
@@ -21,6 +21,7 @@ app = typer.Typer(
 )
 train.register(app)
 logs.register(app)
+models.register(app)
 app.add_typer(jobs.app, name="jobs")
 local.register(app)
 app.add_typer(config.app, name="config")

