@@ -1,5 +1,10 @@
 """Side-by-side: ftcli's trainer vs the Hugging Face Trainer (tuned and naive), same data, model and math.
 
+Contenders: ftcli; hf_tuned (dynamic padding, train_sampling_strategy="group_by_length", fused AdamW);
+hf_dynamic (the same without group_by_length: HF's length-grouped sampler sorts a whole mega-batch of 50
+batches by length and does not shuffle the batches inside it, which on a few thousand rows amounts to a
+length-sorted epoch and costs accuracy); hf_naive (every row padded to max_length, as run_glue.py does).
+
 Each contender runs in its own child process (clean peak-memory numbers, no shared caches) on the same
 seeded slice of the data, with the same model, max length, batch, optimizer (AdamW, fused where available),
 warmup + linear decay, weight decay, clipping, epochs and seed. Reported: train samples/s, real (non-pad)
@@ -33,7 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
-CONTENDERS = ("ftcli", "hf_tuned", "hf_naive")
+CONTENDERS = ("ftcli", "hf_tuned", "hf_dynamic", "hf_naive")
 
 
 def load_rows(args) -> tuple[list[str], list[int], list[str], list[int]]:
@@ -103,7 +108,9 @@ def run_ftcli(args, t0: float) -> dict:
     }
 
 
-def run_hf(args, t0: float, tuned: bool) -> dict:
+def run_hf(args, t0: float, tuned: bool, group_by_length: bool = True) -> dict:
+    """tuned: dynamic padding (DataCollatorWithPadding), fused AdamW and, with group_by_length, HF's
+    length-grouped sampler; not tuned (naive): every row padded to max_length, as run_glue.py does."""
     import numpy as np
     import torch
     from datasets import Dataset
@@ -130,7 +137,7 @@ def run_hf(args, t0: float, tuned: bool) -> dict:
                                                                                remove_columns=["text"])
     evald = Dataset.from_dict({"text": eval_texts, "label": eval_labels}).map(tokenize, batched=True,
                                                                              remove_columns=["text"])
-    if tuned:
+    if tuned and group_by_length:
         train = train.map(lambda b: {"length": [len(x) for x in b["input_ids"]]}, batched=True)
     torch.manual_seed(args.seed)
     model = AutoModelForSequenceClassification.from_pretrained(model_path(), num_labels=2)
@@ -152,11 +159,12 @@ def run_hf(args, t0: float, tuned: bool) -> dict:
         optim="adamw_torch_fused", max_grad_norm=1.0, seed=args.seed, save_strategy="no", eval_strategy="no",
         report_to="none", logging_steps=10**9, disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
-        train_sampling_strategy="group_by_length" if tuned else "random",
+        train_sampling_strategy="group_by_length" if tuned and group_by_length else "random",
         remove_unused_columns=True,
     )
     trainer = Trainer(model=model, args=targs, train_dataset=train, data_collator=collator)
     out = trainer.train()
+    trainer.save_model(targs.output_dir + "/model")  # ftcli exports its model too: same work on both sides
     pred = trainer.predict(evald)
     acc = float((np.argmax(pred.predictions, axis=-1) == np.array(eval_labels)).mean())
     runtime = out.metrics["train_runtime"]
@@ -174,7 +182,7 @@ def child(args) -> None:
     if args.one == "ftcli":
         result = run_ftcli(args, t0)
     else:
-        result = run_hf(args, t0, tuned=args.one == "hf_tuned")
+        result = run_hf(args, t0, tuned=args.one != "hf_naive", group_by_length=args.one == "hf_tuned")
     result["end_to_end_seconds"] = time.perf_counter() - t0
     result["peak_rss_mb"] = peak_rss_mb()
     print("RESULT " + json.dumps(result), flush=True)

@@ -76,3 +76,47 @@ def load_model(name: str, label_names: list[str], multi_label: bool, threshold: 
     if multi_label:
         model.config.ftcli_threshold = threshold
     return model
+
+
+def _fast_dropout_class():
+    import torch
+
+    class FastDropout(torch.nn.Module):
+        """Dropout whose mask comes from 15-bit random integers instead of Bernoulli draws: ~3x cheaper on
+        CPU, where torch's bernoulli_ is ~10 % of a fine-tuning step. The drop probability is p rounded to
+        1/32768 (0.1 -> 0.1000061) and the kept values are scaled by the exact inverse keep rate, so the
+        expected output equals the input, as with torch's dropout."""
+
+        RES = 32768
+
+        def __init__(self, p: float):
+            super().__init__()
+            self.p = p
+            self.threshold = round(p * self.RES)
+            self.scale = self.RES / (self.RES - self.threshold)
+
+        def forward(self, x):
+            if not self.training or self.threshold == 0:
+                return x
+            r = torch.empty(x.shape, dtype=torch.int16, device=x.device).random_(0, self.RES)
+            return x * (r >= self.threshold).to(x.dtype).mul_(self.scale)
+
+        def extra_repr(self) -> str:
+            return f"p={self.p}"
+
+    return FastDropout
+
+
+def use_fast_dropout(model) -> int:
+    """Swap the model's nn.Dropout modules for FastDropout (CPU only: CUDA's dropout is already fused).
+    Returns how many were swapped. No parameters change, so checkpoints and exports are unaffected."""
+    import torch
+
+    fast = _fast_dropout_class()
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Dropout and child.p > 0:
+                setattr(parent, name, fast(child.p))
+                swapped += 1
+    return swapped

@@ -123,7 +123,7 @@ def run(cfg: TrainConfig) -> dict:
     from ftcli_trainer.data import encode, load_task_data
     from ftcli_trainer.export import export_model
     from ftcli_trainer.loop import Trainer
-    from ftcli_trainer.model import load_model, load_tokenizer
+    from ftcli_trainer.model import load_model, load_tokenizer, use_fast_dropout
 
     dist = distributed.setup(device.type)
     if not dist.is_main:
@@ -135,6 +135,8 @@ def run(cfg: TrainConfig) -> dict:
     evals_enc = {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()}
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold).to(device)
+    if device.type == "cpu":
+        use_fast_dropout(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer = Trainer(cfg, model, train_enc, evals_enc, data.label_names, data.multi_label, device, precision,
                       paths, pad_id, dist)
