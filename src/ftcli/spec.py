@@ -16,6 +16,7 @@ from ftcli.catalog import REDUCTION_SERVER_IMAGE, REDUCTION_SERVER_MACHINE, Hard
 from ftcli.errors import UsageError
 
 DEFAULT_TIMEOUT_S = 24 * 3600
+SUBMISSION_LABEL = "ftcli-submission"  # one id per `ftcli train`: finds a job whose create response was lost
 BOOT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}  # room for the image + model + HF cache
 
 # Vertex's label rules (ASCII subset): lowercase letters, digits, _ and -; at most 63 characters;

@@ -18,7 +18,7 @@ from ftcli.catalog import Hardware, resolve_gpu
 from ftcli.errors import UsageError
 from ftcli.settings import Settings, raise_problems
 from ftcli.settings import resolve as resolve_settings
-from ftcli.spec import JobRequest, build_custom_job, topology_problems
+from ftcli.spec import SUBMISSION_LABEL, JobRequest, build_custom_job, topology_problems
 from ftcli.trainer_options import validate as validate_trainer
 from ftcli_trainer.tasks import BUNDLED_SAMPLE
 
@@ -126,11 +126,12 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     _, args = validate_trainer(forwarded)
 
     all_labels = {
+        **user_labels,
+        # ftcli's own labels win: `jobs list` and the idempotent create depend on them
         "created-by": "ftcli",
         "ftcli-task": label_value(cfg.task),
         "ftcli-model": label_value(cfg.model.rsplit("/", 1)[-1]),
-        history_label(): submission_id,
-        **user_labels,
+        SUBMISSION_LABEL: submission_id,
     }
     request = JobRequest(
         project=settings.project, region=settings.region, display_name=display, hardware=hardware,
@@ -149,12 +150,6 @@ def bundled_file(name: str) -> Path:
     from importlib import resources
 
     return Path(str(resources.files("ftcli_trainer") / "sample" / name))
-
-
-def history_label() -> str:
-    from ftcli.gcp.vertex import SUBMISSION_LABEL
-
-    return SUBMISSION_LABEL
 
 
 def submit(sub: Submission) -> tuple[Any, int, int]:

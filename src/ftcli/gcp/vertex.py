@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 
 from ftcli.gcp import credentials, plaintext_endpoint, translate
-from ftcli.spec import to_proto
+from ftcli.spec import SUBMISSION_LABEL, to_proto
 
-SUBMISSION_LABEL = "ftcli-submission"
 ENDPOINT_VAR = "FTCLI_VERTEX_ENDPOINT"
 
 
