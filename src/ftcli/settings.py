@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftcli.errors import UsageError
+from ftcli_trainer.storage import split_gcs
 
 KEYS = ("project", "region", "bucket", "service_account")
 DEFAULT_REGION = "us-central1"
@@ -92,26 +93,20 @@ class Settings:
 
     @property
     def bucket_name(self) -> str:
-        return split_bucket(self.bucket)[0]
+        return split_gcs(self.bucket)[0]
 
     @property
     def prefix(self) -> str:
-        return split_bucket(self.bucket)[1]
+        return split_gcs(self.bucket)[1]
 
     def gcs_path(self, *parts: str) -> str:
         return "/".join([self.bucket, "ftcli", *parts])
 
 
-def split_bucket(uri: str) -> tuple[str, str]:
-    rest = uri[len("gs://"):]
-    name, _, prefix = rest.partition("/")
-    return name, prefix.strip("/")
-
-
 def check_bucket(value: str) -> str | None:
     if not value.startswith("gs://"):
         return f"--bucket must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}"
-    name, _ = split_bucket(value)
+    name, _ = split_gcs(value)
     if not BUCKET_NAME_RE.match(name) or ".." in name:
         return f"{name!r} is not a valid bucket name (3-222 lowercase letters, digits, '-', '_', '.')"
     return None

@@ -20,7 +20,7 @@ from ftcli.settings import Settings, raise_problems
 from ftcli.settings import resolve as resolve_settings
 from ftcli.spec import SUBMISSION_LABEL, JobRequest, build_custom_job, topology_problems
 from ftcli.trainer_options import validate as validate_trainer
-from ftcli_trainer.tasks import BUNDLED_SAMPLE
+from ftcli_trainer.tasks import BUNDLED_SAMPLE, bundled_sample_file
 
 TIMEOUT_RE = re.compile(r"^(\d+)([smhd]?)$")
 LABEL_BAD = re.compile(r"[^a-z0-9_-]")
@@ -79,8 +79,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     problems: list[str] = []
     if trainer.get("task") in (None, BUNDLED_SAMPLE) and not trainer.get("train_file"):
         # The bundled sample is not part of the trainer package: send it as data files, like a user's CSV.
-        trainer = {**trainer, "train_file": str(bundled_file("sst2_train.csv.gz")),
-                   "eval_file": str(bundled_file("sst2_validation.csv.gz"))}
+        trainer = {**trainer, "train_file": str(bundled_sample_file("sst2_train.csv.gz")),
+                   "eval_file": str(bundled_sample_file("sst2_validation.csv.gz"))}
 
     def collect(fn, *args, **kwargs):
         try:
@@ -144,12 +144,6 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     return Submission(settings=settings, hardware=hardware, job=job, display_name=display,
                       submission_id=submission_id, package_uri=package_uri, base_output_dir=base_output_dir,
                       uploads=uploads)
-
-
-def bundled_file(name: str) -> Path:
-    from importlib import resources
-
-    return Path(str(resources.files("ftcli_trainer") / "sample" / name))
 
 
 def submit(sub: Submission) -> tuple[Any, int, int]:

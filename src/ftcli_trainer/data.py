@@ -13,7 +13,6 @@ import io
 import json
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 from ftcli_trainer import storage
 from ftcli_trainer.config import TrainConfig
 from ftcli_trainer.errors import DataError
-from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task
+from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task, bundled_sample_file
 
 TRUE_VALUES = {"1", "1.0", "true", "yes"}
 FALSE_VALUES = {"0", "0.0", "false", "no", ""}
@@ -243,12 +242,8 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
 # Task loading
 
 
-def _bundled_path(name: str) -> Path:
-    return Path(str(resources.files("ftcli_trainer") / "sample" / name))
-
-
 def bundled_sample_available() -> bool:
-    return _bundled_path("sst2_train.csv.gz").is_file()
+    return bundled_sample_file("sst2_train.csv.gz").is_file()
 
 
 def _load_files(cfg: TrainConfig, task: Task, train_path: str, eval_paths: dict[str, str],
@@ -267,8 +262,7 @@ def _load_files(cfg: TrainConfig, task: Task, train_path: str, eval_paths: dict[
 
 def _load_hub(cfg: TrainConfig, task: Task) -> tuple[Examples, dict[str, Examples], list[str]]:
     try:
-        import datasets  # noqa: F401 - imported here: only Hub tasks need it
-        from datasets import load_dataset
+        from datasets import load_dataset  # imported here: only Hub tasks need it
     except ImportError:  # pragma: no cover - datasets is a trainer dependency
         raise DataError("the `datasets` package is missing; pip install datasets") from None
     config_name = cfg.dataset_config or task.hf_config
@@ -310,8 +304,8 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
             raise DataError("the bundled sample is not in this install (it is left out of the package "
                             "uploaded to Vertex); pass --task with a Hub dataset or --train-file")
         train, evals, names = _load_files(
-            cfg, task, str(_bundled_path("sst2_train.csv.gz")),
-            {"validation": str(_bundled_path("sst2_validation.csv.gz"))}, "csv")
+            cfg, task, str(bundled_sample_file("sst2_train.csv.gz")),
+            {"validation": str(bundled_sample_file("sst2_validation.csv.gz"))}, "csv")
     else:
         train, evals, names = _load_hub(cfg, task)
 

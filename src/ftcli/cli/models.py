@@ -11,8 +11,7 @@ import typer
 
 from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
 from ftcli.errors import FtcliError, UsageError
-
-COMPLETE_MARKER = "_COMPLETE"  # written last by the trainer's export (ftcli_trainer.storage)
+from ftcli_trainer.storage import COMPLETE_MARKER  # written last by the trainer's export
 
 
 def model_uri_of(job) -> str:

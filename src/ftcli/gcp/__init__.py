@@ -4,6 +4,7 @@ light), and Google's exceptions become FtcliErrors here and nowhere else."""
 from __future__ import annotations
 
 import os
+import re
 
 from ftcli.errors import FtcliError
 
@@ -29,18 +30,19 @@ def plaintext_endpoint(var: str) -> str | None:
     return value[len("http://"):] if value.startswith("http://") else None
 
 
+QUOTA_TOKEN = re.compile(r"[\w.-]*(?:_gpus|_cpus|quota)[\w./-]*", re.IGNORECASE)
+
+
 def _quota_metric(e) -> str | None:
+    """The quota that ran out: a QuotaFailure detail's subject, else a quota-looking word of the message
+    (e.g. custom_model_training_nvidia_t4_gpus)."""
     for detail in getattr(e, "details", None) or []:
-        for attr in ("violations",):
-            for v in getattr(detail, attr, []) or []:
-                subject = getattr(v, "subject", "") or getattr(v, "description", "")
-                if subject:
-                    return subject
-    text = str(getattr(e, "message", e))
-    for token in text.replace(",", " ").split():
-        if "gpus" in token or "quota" in token.lower() and "/" in token:
-            return token.strip("'\".")
-    return None
+        for violation in getattr(detail, "violations", None) or []:
+            subject = getattr(violation, "subject", "")
+            if subject:
+                return subject
+    m = QUOTA_TOKEN.search(str(getattr(e, "message", e)))
+    return m.group(0) if m else None
 
 
 def translate(e: Exception, *, service: str, project: str | None = None, what: str = "") -> FtcliError:

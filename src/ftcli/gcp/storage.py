@@ -8,11 +8,7 @@ from pathlib import Path
 
 from ftcli.errors import FtcliError
 from ftcli.gcp import translate
-
-
-def split_uri(uri: str) -> tuple[str, str]:
-    bucket, _, name = uri[len("gs://"):].partition("/")
-    return bucket, name
+from ftcli_trainer.storage import split_gcs as split_uri
 
 
 class StorageGateway:
@@ -93,7 +89,7 @@ class StorageGateway:
         from google.api_core import exceptions as gexc
 
         bucket, prefix = split_uri(prefix_uri)
-        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        prefix = prefix + "/" if prefix else ""
         try:
             return [(b.name, b.size or 0) for b in self.client.list_blobs(bucket, prefix=prefix, timeout=60)]
         except gexc.GoogleAPICallError as e:
@@ -108,7 +104,7 @@ class StorageGateway:
         from google.api_core import exceptions as gexc
 
         bucket_name, prefix = split_uri(prefix_uri)
-        prefix = prefix.rstrip("/") + "/"
+        prefix = prefix + "/"
         objects = self.list_objects(prefix_uri)
         total = sum(size for _, size in objects)
         show = sys.stderr.isatty() if show_progress is None else show_progress
