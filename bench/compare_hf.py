@@ -73,7 +73,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_ftcli(args, t0: float) -> dict:
+def run_ftcli(args) -> dict:
     import tempfile
 
     from ftcli_trainer import task
@@ -108,7 +108,7 @@ def run_ftcli(args, t0: float) -> dict:
     }
 
 
-def run_hf(args, t0: float, tuned: bool, group_by_length: bool = True) -> dict:
+def run_hf(args, tuned: bool, group_by_length: bool = True) -> dict:
     """tuned: dynamic padding (DataCollatorWithPadding), fused AdamW and, with group_by_length, HF's
     length-grouped sampler; not tuned (naive): every row padded to max_length, as run_glue.py does."""
     import numpy as np
@@ -180,9 +180,9 @@ def run_hf(args, t0: float, tuned: bool, group_by_length: bool = True) -> dict:
 def child(args) -> None:
     t0 = time.perf_counter()
     if args.one == "ftcli":
-        result = run_ftcli(args, t0)
+        result = run_ftcli(args)
     else:
-        result = run_hf(args, t0, tuned=args.one != "hf_naive", group_by_length=args.one == "hf_tuned")
+        result = run_hf(args, tuned=args.one != "hf_naive", group_by_length=args.one == "hf_tuned")
     result["end_to_end_seconds"] = time.perf_counter() - t0
     result["peak_rss_mb"] = peak_rss_mb()
     print("RESULT " + json.dumps(result), flush=True)

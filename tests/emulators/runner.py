@@ -41,6 +41,8 @@ class Replica:
         self.proc: subprocess.Popen | None = None
         self.exit_codes: list[int] = []
         self.restarts = 0
+        self.recorded: subprocess.Popen | None = None  # the process whose exit is already in exit_codes
+        self.preempted = False  # SIGTERM-ed by preempt(): restart it when the job allows
 
 
 class JobRun(threading.Thread):
@@ -138,14 +140,14 @@ class JobRun(threading.Thread):
                 if code is None:
                     running = True
                     continue
-                if getattr(r, "_recorded", None) is r.proc:
+                if r.recorded is r.proc:
                     continue
                 for p in pumps[r.task_name]:
                     p.join(timeout=10)
-                r._recorded = r.proc
+                r.recorded = r.proc
                 r.exit_codes.append(code)
-                if code != 0 and restart and getattr(r, "_preempted", False) and not self.cancelled.is_set():
-                    r._preempted = False
+                if code != 0 and restart and r.preempted and not self.cancelled.is_set():
+                    r.preempted = False
                     r.restarts += 1
                     pumps[r.task_name] = self._start(python, r, envs[r.task_name])
                     running = True
@@ -223,7 +225,7 @@ class RunningVertexEmulator(VertexEmulator):
         run = self.runs[self._resolve(name)]
         for r in run.replicas:
             if r.task_name == task_name and r.proc and r.proc.poll() is None:
-                r._preempted = True
+                r.preempted = True
                 r.proc.send_signal(signal.SIGTERM)
 
     def wait(self, name: str, timeout: float = 300.0) -> CustomJob:
