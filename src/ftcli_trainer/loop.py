@@ -242,13 +242,30 @@ class Trainer:
             self.stats.padded_tokens += int(lengths.max()) * len(idx)
         self._loss_acc_n += sum(len(b) for b in group)
         self.stats.samples += n_global
-        if self.cfg.max_grad_norm > 0:
-            self.scaler.unscale_(self.optimizer)
-            self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm, foreach=True)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        self._clip_and_step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def _clip_and_step(self) -> None:
+        torch = self.torch
+        max_norm = self.cfg.max_grad_norm
+        if max_norm > 0 and not self.scaler.is_enabled() and self.optimizer.defaults.get("fused"):
+            # Clipping folded into the update: the fused AdamW divides each gradient by `grad_scale` inside
+            # its kernel, which saves clip_grad_norm_'s separate pass multiplying every gradient by the same
+            # factor (~2 % of a MiniLM step on CPU). Same factor, same update.
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+            self.optimizer.grad_scale = (norm + 1e-6).div(max_norm).clamp_(min=1.0)
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.grad_scale
+            return
+        if max_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm, foreach=True)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
 
     def evaluate(self) -> dict:
         torch = self.torch

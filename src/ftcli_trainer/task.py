@@ -120,10 +120,17 @@ def run(cfg: TrainConfig) -> dict:
     from transformers import set_seed
 
     from ftcli_trainer import distributed
+    from ftcli_trainer.cpu import keep_freed_memory
     from ftcli_trainer.data import encode, load_task_data
     from ftcli_trainer.export import export_model
     from ftcli_trainer.loop import Trainer
-    from ftcli_trainer.model import load_model, load_tokenizer, use_fast_dropout
+    from ftcli_trainer.model import (
+        load_model,
+        load_tokenizer,
+        restore_attention,
+        use_fast_attention_dropout,
+        use_fast_dropout,
+    )
 
     dist = distributed.setup(device.type)
     if not dist.is_main:
@@ -135,8 +142,10 @@ def run(cfg: TrainConfig) -> dict:
     evals_enc = {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()}
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold).to(device)
-    if device.type == "cpu":
+    if device.type == "cpu":  # the same math, cheaper on a CPU (CUDA's dropout and SDPA are fused already)
         use_fast_dropout(model)
+        use_fast_attention_dropout(model)
+        keep_freed_memory()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer = Trainer(cfg, model, train_enc, evals_enc, data.label_names, data.multi_label, device, precision,
                       paths, pad_id, dist)
@@ -152,6 +161,7 @@ def run(cfg: TrainConfig) -> dict:
     results["device"] = str(device)
     run_config = {"ftcli_trainer_version": __version__, **asdict(cfg), "resolved_precision": precision}
     run_config.pop("extra", None)
+    restore_attention(model)
     export_model(model, tokenizer, paths.model_dir, results, run_config)
     if storage.is_gcs(paths.logs_dir):
         storage.upload_dir(paths.local_logs_dir, paths.logs_dir, marker=False)

@@ -27,9 +27,10 @@ def test_lr_schedule_matches_transformers():
     assert warm == 5 and lr_factor(0, warm, total) == 0.0 and lr_factor(5, warm, total) == 1.0
 
 
-def _trainer(tmp_path: Path, tiny_model, csv_path, gas: int, model):
+def _trainer(tmp_path: Path, tiny_model, csv_path, gas: int, model, max_norm: float = 1.0):
     cfg = parse_args(["--task", "csv", "--train-file", str(csv_path), "--model", str(tiny_model), "--batch-size", "4",
-                      "--gradient-accumulation-steps", str(gas), "--learning-rate", "1e-3", "--warmup-ratio", "0"])
+                      "--gradient-accumulation-steps", str(gas), "--learning-rate", "1e-3", "--warmup-ratio", "0",
+                      "--max-grad-norm", str(max_norm)])
     data = load_task_data(cfg)
     tok = load_tokenizer(cfg.model)
     enc = encode(tok, data.train, 64)
@@ -58,3 +59,46 @@ def test_accumulation_equals_one_big_batch(tmp_path, tiny_model, sentiment_csv):
     for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
     assert ta._loss_acc.item() == pytest.approx(tb._loss_acc.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e6])  # clipping active / not needed
+def test_clipping_folded_into_fused_adamw_equals_clip_grad_norm(tmp_path, tiny_model, sentiment_csv, max_norm):
+    """The fused step divides by the clip factor in its kernel; torch's clip_grad_norm_ then a plain
+    AdamW step must give the same weights."""
+    from ftcli_trainer.loop import lr_factor, param_groups
+
+    torch.manual_seed(0)
+    base = load_model(str(tiny_model), ["negative", "positive"], False, 0.5)
+    base.eval()  # no dropout: both sides see the same gradients
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    ta, _ = _trainer(tmp_path, tiny_model, sentiment_csv[0], 1, a, max_norm)
+    tb, _ = _trainer(tmp_path, tiny_model, sentiment_csv[0], 1, b, max_norm)
+    for t in (ta, tb):
+        t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+    assert ta.optimizer.defaults.get("fused")
+    tb.optimizer = torch.optim.AdamW(param_groups(b, tb.cfg.weight_decay), lr=tb.cfg.learning_rate, fused=False,
+                                     foreach=False)
+    tb.scheduler = torch.optim.lr_scheduler.LambdaLR(tb.optimizer, lambda s: lr_factor(s, 0, tb.total_steps))
+    idx = np.arange(8)
+    for t, m in ((ta, a), (tb, b)):
+        t.model.eval()
+        t.train_model = m
+    norms = []
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def spy(params, max_norm, **kw):
+        norms.append(float(real_clip(params, max_norm, **kw)))
+        return norms[-1]
+
+    torch.nn.utils.clip_grad_norm_ = spy
+    try:
+        for _ in range(2):
+            ta.train_step([idx])
+            tb.train_step([idx])
+    finally:
+        torch.nn.utils.clip_grad_norm_ = real_clip
+    assert len(norms) == 2  # the plain side clipped with torch's function; the fused side did not call it
+    assert (min(norms) > max_norm) == (max_norm < 1)  # the small bound really clips
+    assert not hasattr(ta.optimizer, "grad_scale")
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)

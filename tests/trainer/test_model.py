@@ -16,6 +16,11 @@ def test_fast_dropout_has_dropouts_distribution():
     assert abs(dropped - 0.1) < 0.002
     assert abs(y.mean().item() - 1.0) < 0.005  # kept values scaled: expectation unchanged
     assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / (1 - drop.threshold / drop.RES)))
+    # Four masks come from each 64-bit draw: every lane has the rate, and neighbours are independent.
+    lanes = (y == 0).float().view(-1, 4)
+    assert ((lanes.mean(0) - 0.1).abs() < 0.004).all()
+    assert abs((lanes[:, 0] * lanes[:, 1]).mean().item() - 0.01) < 0.002
+    assert abs((lanes[:, 3] * lanes[:, 2]).mean().item() - 0.01) < 0.002
     drop.eval()
     assert torch.equal(drop(x), x)
     drop.train()
@@ -34,3 +39,53 @@ def test_swapping_keeps_weights_and_gradients_flow(tiny_model):
     out = model(input_ids=torch.tensor([[2, 5, 6, 3]]), attention_mask=torch.ones(1, 4, dtype=torch.long)).logits
     out.sum().backward()
     assert model.classifier.weight.grad is not None
+
+
+def test_cpu_training_attention_is_sdpa_math(monkeypatch):
+    """With the dropout mask taken out, the training path computes what torch's SDPA computes: the same
+    outputs and the same gradients, padding mask included."""
+    import ftcli_trainer.model as fm
+
+    monkeypatch.setattr(fm, "fast_dropout", lambda x, p, res=65536: x)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 4, 7, 16, requires_grad=True) for _ in range(3))
+    mask = torch.ones(3, 1, 7, 7, dtype=torch.bool)
+    mask[0, :, :, 5:] = False  # padded keys
+    module = torch.nn.Module()  # training, not causal
+    ours, _ = fm._cpu_training_attention(module, q, k, v, mask, dropout=0.1, scaling=0.3)
+    theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3).transpose(1, 2)
+    torch.testing.assert_close(ours, theirs)
+    g = torch.randn_like(ours)
+    grads_ours = torch.autograd.grad(ours, (q, k, v), g)
+    grads_theirs = torch.autograd.grad(theirs, (q, k, v), g)
+    for a, b in zip(grads_ours, grads_theirs, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_fast_attention_dropout_in_training_only(tiny_model, tmp_path, monkeypatch):
+    import json
+
+    import ftcli_trainer.model as fm
+
+    model = load_model(str(tiny_model), ["a", "b"], False, 0.5)
+    layers = model.config.num_hidden_layers
+    batch = dict(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]]),
+                 attention_mask=torch.tensor([[1] * 4, [1, 1, 1, 0]]))
+    model.eval()
+    with torch.no_grad():
+        before = model(**batch).logits
+    assert fm.use_fast_attention_dropout(model)
+    calls = []
+    real = fm.fast_dropout
+    monkeypatch.setattr(fm, "fast_dropout", lambda x, p, res=65536: calls.append(p) or real(x, p, res))
+    with torch.no_grad():
+        torch.testing.assert_close(model(**batch).logits, before)  # evaluation: plain SDPA, no dropout
+    assert calls == []
+    model.train()
+    model(**batch).logits.sum().backward()
+    assert calls == [model.config.attention_probs_dropout_prob] * layers
+    model.save_pretrained(tmp_path)
+    assert fm.FAST_ATTENTION not in (tmp_path / "config.json").read_text()
+    fm.restore_attention(model)
+    assert model.config._attn_implementation == "sdpa"
+    assert json.loads((tmp_path / "config.json").read_text())["num_hidden_layers"] == layers
