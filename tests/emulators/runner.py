@@ -178,6 +178,7 @@ class JobRun(threading.Thread):
             while time.monotonic() < deadline and any(r.proc and r.proc.poll() is None for r in self.replicas):
                 time.sleep(0.1)
             self.signal_all(signal.SIGKILL)
+            self.join(timeout=30)  # the run loop records the replicas' exit statuses before the job reads CANCELLED
             self.emulator._finish(self.job.name, JobState.JOB_STATE_CANCELLED)
 
         threading.Thread(target=stop, daemon=True).start()
