@@ -195,6 +195,11 @@ def child(args) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def show(ratios: list[float]) -> str:
+    spread = f" (runs {min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+    return f"x{statistics.median(ratios):.2f}{spread}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", choices=("sst2", "imdb"), default="sst2")
@@ -252,11 +257,6 @@ def main() -> None:
             e2e = [r["end_to_end_seconds"] / f["end_to_end_seconds"] for f, r in pairs]
             acc = 100 * (results["ftcli"]["eval_accuracy"] - results[peer]["eval_accuracy"])
             ratios[peer] = {"train_samples_per_second": speed, "end_to_end": e2e, "accuracy_points": acc}
-
-            def show(xs):
-                spread = f" (runs {min(xs):.2f}-{max(xs):.2f})" if len(xs) > 1 else ""
-                return f"x{statistics.median(xs):.2f}{spread}"
-
             print(f"\nftcli / {peer}: train samples/s {show(speed)}, end-to-end {show(e2e)} faster, "
                   f"accuracy {acc:+.1f} points")
     if args.out:

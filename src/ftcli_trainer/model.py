@@ -78,7 +78,10 @@ def load_model(name: str, label_names: list[str], multi_label: bool, threshold: 
     return model
 
 
-def fast_dropout(x, p: float, res: int = 65536):
+DROPOUT_RES = 65536  # dropout masks are 16-bit: p is rounded to 1/65536
+
+
+def fast_dropout(x, p: float, res: int = DROPOUT_RES):
     """Dropout whose mask comes from 16-bit random integers instead of Bernoulli draws: on CPU, torch's
     bernoulli_ and the mask arithmetic around it are ~10 % of a fine-tuning step; this is ~2.5x cheaper.
     One 64-bit draw over int64's full range gives four uniform int16 values, so the random-number generator
@@ -102,7 +105,7 @@ def _fast_dropout_class():
     class FastDropout(torch.nn.Module):
         """nn.Dropout with `fast_dropout`'s mask."""
 
-        RES = 65536
+        RES = DROPOUT_RES
 
         def __init__(self, p: float):
             super().__init__()

@@ -62,7 +62,8 @@ def test_accumulation_equals_one_big_batch(tmp_path, tiny_model, sentiment_csv):
 
 
 @pytest.mark.parametrize("max_norm", [0.05, 1e6])  # clipping active / not needed
-def test_clipping_folded_into_fused_adamw_equals_clip_grad_norm(tmp_path, tiny_model, sentiment_csv, max_norm):
+def test_clipping_folded_into_fused_adamw_equals_clip_grad_norm(tmp_path, tiny_model, sentiment_csv, max_norm,
+                                                                 monkeypatch):
     """The fused step divides by the clip factor in its kernel; torch's clip_grad_norm_ then a plain
     AdamW step must give the same weights."""
     from ftcli_trainer.loop import lr_factor, param_groups
@@ -90,13 +91,10 @@ def test_clipping_folded_into_fused_adamw_equals_clip_grad_norm(tmp_path, tiny_m
         norms.append(float(real_clip(params, max_norm, **kw)))
         return norms[-1]
 
-    torch.nn.utils.clip_grad_norm_ = spy
-    try:
-        for _ in range(2):
-            ta.train_step([idx])
-            tb.train_step([idx])
-    finally:
-        torch.nn.utils.clip_grad_norm_ = real_clip
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    for _ in range(2):
+        ta.train_step([idx])
+        tb.train_step([idx])
     assert len(norms) == 2  # the plain side clipped with torch's function; the fused side did not call it
     assert (min(norms) > max_norm) == (max_norm < 1)  # the small bound really clips
     assert not hasattr(ta.optimizer, "grad_scale")
