@@ -1,7 +1,13 @@
+import json
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
 from ftcli import history
-from ftcli.errors import UsageError
+from ftcli.errors import FtcliError, UsageError
 
 NAME = "projects/p/locations/us-central1/customJobs/{}"
 
@@ -23,6 +29,13 @@ def test_short_ids_last_numeric_and_full_names():
     assert history.job_id(NAME.format(42)) == "42"
 
 
+def test_extra_fields_are_kept():
+    history.record(NAME.format(1), "a", project="p", region="us-central1", base_output_dir="gs://b/x/")
+    (e,) = history.entries()
+    assert e == {"n": 1, "name": NAME.format(1), "display_name": "a", "project": "p", "region": "us-central1",
+                 "base_output_dir": "gs://b/x/"}
+
+
 def test_unknown_references_say_what_to_use():
     with pytest.raises(UsageError, match="no jobs submitted"):
         history.resolve("last")
@@ -32,9 +45,96 @@ def test_unknown_references_say_what_to_use():
         history.resolve("abc")
 
 
-def test_torn_line_is_skipped(tmp_path):
-    history.record(NAME.format(1), "a")
-    with open(tmp_path / "history.jsonl", "a") as f:
-        f.write('{"n": 2, "na')
-    assert history.resolve("last") == NAME.format(1)
+RECORD_30 = """
+import sys, time
+from ftcli import history
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # both start writing at the same moment
+for i in range(30):
+    history.record(f"projects/p/locations/r/customJobs/{sys.argv[1]}{i:03d}", "x")
+"""
+
+
+def test_concurrent_processes_never_share_a_short_id(tmp_path):
+    env = {**os.environ, "FTCLI_STATE_DIR": str(tmp_path)}
+    start = str(time.time() + 3)
+    procs = [subprocess.Popen([sys.executable, "-c", RECORD_30, str(k), start], env=env, stderr=subprocess.PIPE,
+                              text=True) for k in (1, 2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    got = history.entries()
+    assert len(got) == 60
+    assert sorted(e["n"] for e in got) == list(range(1, 61))
+    assert len({e["name"] for e in got}) == 60
+
+
+CRASH_MID_WRITE = """
+import os, sqlite3, sys
+from ftcli import history
+history.record("projects/p/locations/r/customJobs/1", "a")
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+db.execute("INSERT INTO jobs (n, name, display_name) VALUES (2, 'projects/p/locations/r/customJobs/2', 'torn')")
+os._exit(9)  # dies mid-transaction, holding the write lock
+"""
+
+
+def test_a_crash_mid_write_loses_only_that_record(tmp_path):
+    env = {**os.environ, "FTCLI_STATE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", CRASH_MID_WRITE, str(history.db_path())], env=env)
+    assert r.returncode == 9
+    assert [e["n"] for e in history.entries()] == [1]
     assert history.record(NAME.format(3), "c") == 2
+    assert history.resolve("2") == NAME.format(3)
+
+
+def test_old_jsonl_history_is_migrated_once_keeping_its_numbers(tmp_path):
+    old = tmp_path / "history.jsonl"
+    lines = [json.dumps({"n": 1, "name": NAME.format(11), "display_name": "a"}),
+             "[1, 2]",  # valid JSON, not an object: used to crash `ftcli logs`
+             '"just a string"',
+             json.dumps({"n": 5, "name": NAME.format(55), "display_name": "e", "project": "p"}),
+             json.dumps({"n": 5, "name": NAME.format(56), "display_name": "dup"}),  # the old race's duplicate
+             json.dumps({"n": "x", "name": 3}),
+             '{"n": 6, "na']  # torn by a crash, no newline
+    old.write_text("\n".join(lines))
+    before = old.read_bytes()
+    assert history.resolve("1") == NAME.format(11)
+    assert history.resolve("5") == NAME.format(55)  # the first #5 keeps its number, as `ftcli logs 5` meant
+    assert history.short_id(NAME.format(56)) == 6  # the duplicate gets a fresh number instead of sharing one
+    assert history.record(NAME.format(77), "new") == 7  # not swallowed by the torn line
+    assert history.resolve("last") == NAME.format(77)
+    assert old.read_bytes() == before  # the old file is left as it was
+    old.write_text(json.dumps({"n": 9, "name": NAME.format(99), "display_name": "later"}) + "\n")
+    assert history.short_id(NAME.format(99)) is None  # migrated once, not on every start
+
+
+def test_ensure_writable_fails_early_with_one_line(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(blocker / "state"))
+    with pytest.raises(FtcliError) as e:
+        history.ensure_writable()
+    assert "cannot write ftcli's job history" in e.value.message and str(blocker / "state") in e.value.message
+    assert "FTCLI_STATE_DIR" in e.value.hint
+
+
+def test_ensure_writable_refuses_a_database_that_is_a_folder(tmp_path):
+    history.db_path().mkdir()
+    with pytest.raises(FtcliError, match="cannot write ftcli's job history"):
+        history.ensure_writable()
+
+
+def test_ensure_writable_passes_and_creates_nothing_but_the_database(tmp_path):
+    history.ensure_writable()
+    assert history.entries() == []
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(history.db_path().name)) == []
+
+
+def test_a_record_that_cannot_be_saved_still_names_the_job(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(blocker / "state"))
+    with pytest.raises(FtcliError) as e:
+        history.record(NAME.format(123456789), "a", project="p", region="us-central1")
+    assert NAME.format(123456789) in e.value.message and "was created" in e.value.message
+    assert "ftcli logs 123456789 --project p --region us-central1" in e.value.hint

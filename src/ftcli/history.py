@@ -1,6 +1,9 @@
 """A short local history of submitted jobs, so `ftcli logs 3` and `ftcli logs last` work.
 
-One JSON line per submission in `<user state dir>/ftcli/history.jsonl` (FTCLI_STATE_DIR overrides).
+An SQLite database, `<user state dir>/ftcli/history.sqlite3` (FTCLI_STATE_DIR overrides the folder).
+Several `ftcli train` may run at once: a short id is allocated inside an IMMEDIATE transaction, so two
+processes never get the same number, and SQLite's journal makes a crash mid-write lose only that record.
+A `history.jsonl` written by older versions is imported once, keeping its numbers; the file is left as it was.
 """
 
 from __future__ import annotations
@@ -8,42 +11,168 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
-from ftcli.errors import UsageError
+from ftcli.errors import FtcliError, UsageError
 
 FULL_NAME_RE = re.compile(r"^projects/[^/]+/locations/[^/]+/customJobs/\d+$")
+DB_NAME = "history.sqlite3"
+OLD_JSONL = "history.jsonl"
+COLUMNS = ("n", "name", "display_name")
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    n INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    display_name TEXT NOT NULL DEFAULT '',
+    extra TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs (name);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+BUSY_TIMEOUT_S = 30.0  # another ftcli holding the write lock commits in milliseconds
 
 
-def _path() -> Path:
+class HistoryError(FtcliError):
+    """The state folder cannot hold the history."""
+
+
+def _dir() -> Path:
     if os.environ.get("FTCLI_STATE_DIR"):
-        return Path(os.environ["FTCLI_STATE_DIR"]) / "history.jsonl"
+        return Path(os.environ["FTCLI_STATE_DIR"])
     from platformdirs import user_state_dir
 
-    return Path(user_state_dir("ftcli")) / "history.jsonl"
+    return Path(user_state_dir("ftcli"))
 
 
-def entries() -> list[dict]:
-    path = _path()
-    if not path.exists():
+def db_path() -> Path:
+    return _dir() / DB_NAME
+
+
+def _problem(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror} ({e.filename})" if e.filename else e.strerror
+    return str(e) or type(e).__name__
+
+
+def _connect() -> sqlite3.Connection:
+    """Open (creating if needed) the database, migrating an old history.jsonl the first time."""
+    path = db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise sqlite3.OperationalError(f"{path} is a folder")
+    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT) below
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        db.executescript(SCHEMA)
+        if db.execute("SELECT 1 FROM meta WHERE key = 'jsonl_migrated'").fetchone() is None:
+            _migrate(db, path.parent / OLD_JSONL)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _old_records(path: Path) -> list[dict]:
+    """The usable objects of an old history.jsonl: torn lines, non-objects and nameless ones are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
-            out.append(json.loads(line))
+            obj = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a torn last line after a crash: skip it, keep the rest
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+            out.append(obj)
     return out
 
 
+def _migrate(db: sqlite3.Connection, old: Path) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        # Re-checked under the write lock: another process may have migrated meanwhile.
+        if db.execute("SELECT 1 FROM meta WHERE key = 'jsonl_migrated'").fetchone() is None:
+            later = []
+            for rec in _old_records(old):
+                n = rec.get("n")
+                extra = {k: v for k, v in rec.items() if k not in COLUMNS}
+                row = (rec["name"], str(rec.get("display_name") or ""), json.dumps(extra))
+                taken = isinstance(n, int) and n > 0 and db.execute("SELECT 1 FROM jobs WHERE n = ?", (n,)).fetchone()
+                if isinstance(n, int) and n > 0 and not taken:
+                    db.execute("INSERT INTO jobs (n, name, display_name, extra) VALUES (?, ?, ?, ?)", (n, *row))
+                else:
+                    later.append(row)  # a duplicate number from the old race: the first one keeps it
+            for row in later:
+                db.execute("INSERT INTO jobs (name, display_name, extra) VALUES (?, ?, ?)", row)
+            db.execute("INSERT INTO meta (key, value) VALUES ('jsonl_migrated', ?)", (str(old),))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _fail(e: BaseException) -> HistoryError:
+    return HistoryError(f"cannot write ftcli's job history at {db_path()}: {_problem(e)}",
+                        hint="set FTCLI_STATE_DIR to a writable folder")
+
+
+def ensure_writable() -> None:
+    """Fail now, before anything is uploaded or created, when the history cannot be written."""
+    try:
+        with closing(_connect()) as db:
+            db.execute("BEGIN IMMEDIATE")  # takes the write lock: a read-only file or folder fails here
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('checked', datetime('now'))")
+            db.execute("COMMIT")
+    except (OSError, sqlite3.Error) as e:
+        raise _fail(e) from None
+
+
+def _row(n: int, name: str, display_name: str, extra: str) -> dict:
+    try:
+        more = json.loads(extra)
+    except json.JSONDecodeError:
+        more = {}
+    return {"n": n, "name": name, "display_name": display_name, **(more if isinstance(more, dict) else {})}
+
+
+def entries() -> list[dict]:
+    """Every recorded submission, oldest short id first."""
+    if not db_path().exists() and not (db_path().parent / OLD_JSONL).exists():
+        return []  # nothing to read: do not create the state folder just to look
+    try:
+        with closing(_connect()) as db:
+            return [_row(*r) for r in db.execute("SELECT n, name, display_name, extra FROM jobs ORDER BY n")]
+    except (OSError, sqlite3.Error) as e:
+        raise HistoryError(f"cannot read ftcli's job history at {db_path()}: {_problem(e)}",
+                           hint="set FTCLI_STATE_DIR to a readable folder, or use numeric job ids") from None
+
+
 def record(name: str, display_name: str, **extra) -> int:
-    """Append a submission; return its short id."""
-    path = _path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    n = max((e.get("n", 0) for e in entries()), default=0) + 1
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"n": n, "name": name, "display_name": display_name, **extra}) + "\n")
-    return n
+    """Save a submission; return its short id. Called once the job exists, so a failure still names it."""
+    try:
+        with closing(_connect()) as db:
+            db.execute("BEGIN IMMEDIATE")  # the number is allocated and used under one write lock
+            try:
+                (n,) = db.execute("SELECT COALESCE(MAX(n), 0) + 1 FROM jobs").fetchone()
+                db.execute("INSERT INTO jobs (n, name, display_name, extra) VALUES (?, ?, ?, ?)",
+                           (n, name, display_name, json.dumps(extra, default=str)))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return n
+    except (OSError, sqlite3.Error) as e:
+        where = ""
+        if extra.get("project") and extra.get("region"):
+            where = f" --project {extra['project']} --region {extra['region']}"
+        raise HistoryError(
+            f"job {name} was created, but its short id could not be saved ({db_path()}: {_problem(e)})",
+            hint=f"follow it with: ftcli logs {job_id(name)}{where}; set FTCLI_STATE_DIR to a writable folder",
+        ) from None
 
 
 def short_id(name: str) -> int | None:
@@ -63,13 +192,13 @@ def resolve(ref: str, project: str | None = None, region: str | None = None) -> 
     ref = ref.strip()
     if FULL_NAME_RE.match(ref):
         return ref
-    hist = entries()
     if ref == "last":
+        hist = entries()
         if not hist:
             raise UsageError("no jobs submitted from this machine yet", hint="ftcli jobs list shows the project's jobs")
         return hist[-1]["name"]
     if ref.isdigit() and len(ref) < 9:
-        for e in hist:
+        for e in entries():
             if e.get("n") == int(ref):
                 return e["name"]
         raise UsageError(f"no job #{ref} in this machine's history",
