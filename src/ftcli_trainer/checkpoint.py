@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 from ftcli_trainer import storage
+from ftcli_trainer.errors import TrainerError
 
 log = logging.getLogger("ftcli_trainer")
 STEP_RE = re.compile(r"^step-(\d+)$")
@@ -35,17 +35,20 @@ def save(root: str, step: int, model, state: dict) -> None:
     from safetensors.torch import save_model
 
     target = storage.join(root, f"step-{step:08d}")
-    if storage.is_gcs(root):
-        staged = Path(tempfile.mkdtemp(prefix="ftcli-ckpt-"))
-    else:
-        Path(root).mkdir(parents=True, exist_ok=True)
-        staged = Path(tempfile.mkdtemp(prefix=f".step-{step:08d}.tmp-", dir=root))
+    staged = None
     try:
+        if storage.is_gcs(root):
+            staged = storage.local_tmp("ckpt")
+        else:
+            staged = storage.staging_dir(Path(root), f"step-{step:08d}")
         save_model(model, str(staged / "model.safetensors"))
         torch.save(state, staged / "trainer_state.pt")
         storage.publish_dir(staged, target)
+    except OSError as e:
+        # A full disk or a read-only folder is the environment, not a bug: one line, the last checkpoint intact.
+        raise TrainerError(storage.write_error(e, f"the step {step} checkpoint", root)) from None
     finally:
-        if staged.exists():
+        if staged is not None and staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
     # Keep the newest KEEP complete checkpoints; anything else (older, or torn by a crash) goes.
     complete = [name for _, name in _list(root) if _is_complete(storage.join(root, name))]
@@ -66,6 +69,14 @@ def _remove(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def clean_stale(root: str) -> None:
+    """At a run's start: remove staging folders that a crashed run left (local checkpoint staging in `root`,
+    gs:// transfer staging in the system temp folder). A live writer's folders are left alone."""
+    storage.clean_stale_tmp()
+    if not storage.is_gcs(root) and Path(root).is_dir():
+        storage.clean_stale_staging(Path(root), r"\.step-\d+")
+
+
 def load_latest(root: str, model) -> dict | None:
     """Load the newest complete checkpoint into `model` and return its state; None when there is none.
 
@@ -74,13 +85,15 @@ def load_latest(root: str, model) -> dict | None:
     import torch
     from safetensors.torch import load_model
 
+    clean_stale(root)
     for step, name in reversed(_list(root)):
         path = storage.join(root, name)
+        downloaded = None
         try:
             if not _is_complete(path):
                 raise ValueError("no completion marker")
             if storage.is_gcs(path):
-                local = storage.download_dir(path, Path(tempfile.mkdtemp(prefix="ftcli-resume-")))
+                downloaded = local = storage.download_dir(path, storage.local_tmp("resume"))
             else:
                 local = Path(path)
             state = torch.load(local / "trainer_state.pt", map_location="cpu", weights_only=True)
@@ -88,6 +101,9 @@ def load_latest(root: str, model) -> dict | None:
         except Exception as e:  # noqa: BLE001 - any damage means: not this one
             log.warning("ignoring checkpoint %s: %s", path, str(e).splitlines()[0] if str(e) else type(e).__name__)
             continue
+        finally:
+            if downloaded is not None:
+                shutil.rmtree(downloaded, ignore_errors=True)  # loaded into memory: the copy is not needed
         log.info("resuming from %s (optimizer step %d)", path, step)
         return state
     return None

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from ftcli_trainer import storage
+from ftcli_trainer.errors import TrainerError
 
 
 def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: dict) -> None:
-    if storage.is_gcs(model_dir):
-        staged = Path(tempfile.mkdtemp(prefix="ftcli-model-"))
-    else:
-        dest = Path(model_dir)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        # Same filesystem as the target, so the final rename is atomic.
-        staged = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    staged = None
     try:
+        if storage.is_gcs(model_dir):
+            staged = storage.local_tmp("model")
+        else:
+            dest = Path(model_dir)
+            # Next to the target (same filesystem: the final rename is atomic); a dead run's staging goes first.
+            staged = storage.staging_dir(dest.parent, dest.name)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -27,6 +27,8 @@ def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: di
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         (staged / "ftcli_run.json").write_text(json.dumps(run_config, indent=2, sort_keys=True) + "\n")
         storage.publish_dir(staged, model_dir)
+    except OSError as e:
+        raise TrainerError(storage.write_error(e, "the model", model_dir)) from None
     finally:
-        if staged.exists():
+        if staged is not None and staged.exists():
             shutil.rmtree(staged, ignore_errors=True)

@@ -7,11 +7,101 @@ STORAGE_EMULATOR_HOST, which is how the tests point it at an emulator).
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
-from pathlib import Path
+import tempfile
+from pathlib import Path, PurePosixPath
 
 COMPLETE_MARKER = "_COMPLETE"
+TRANSFER_WORKERS = 8
+# Staging folders are named `<stem>.tmp-<pid>-<mkdtemp's 8 characters>`: the pid tells a dead writer's leftovers
+# (removed at the next start) from a live writer's (left alone); the exact shape keeps a user's own folders safe.
+STAGING_TAIL = r"\.tmp-(\d+)-[a-z0-9_]{8}"
+
+
+class UnsafeObjectName(ValueError):
+    """An object name that would land outside the folder it is downloaded into."""
+
+
+def relative_object_path(name: str, prefix: str) -> PurePosixPath | None:
+    """Where object `name` (under `prefix`, which ends with "/" or is empty) goes, relative to the destination.
+
+    None for a folder placeholder (a name ending in "/", as the console's "create folder" makes). Raise
+    UnsafeObjectName for anything that could escape the destination: an absolute path, "." or ".." segments,
+    empty segments ("a//b"), backslashes or NULs. GCS accepts all of these in object names.
+    """
+    if not name.startswith(prefix):
+        raise UnsafeObjectName(f"object {name} is not under {prefix}")
+    rel = name[len(prefix):]
+    placeholder = rel.endswith("/") or rel == ""
+    parts = rel.removesuffix("/").split("/") if rel.removesuffix("/") else []
+    if (not parts and not placeholder) or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+        raise UnsafeObjectName(f"object {name} would land outside the destination (an absolute path, '.' or "
+                               f"'..', or an empty path segment)")
+    if placeholder:
+        return None
+    return PurePosixPath(*parts)
+
+
+def staging_dir(parent: Path, name: str) -> Path:
+    """A fresh folder `.NAME.tmp-PID-XXXXXXXX` in `parent` (the target's filesystem: a final rename is atomic).
+    Stale ones of dead writers are removed first."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stem = f".{name}"
+    clean_stale_staging(parent, re.escape(stem))
+    return Path(tempfile.mkdtemp(prefix=f"{stem}.tmp-{os.getpid()}-", dir=parent))
+
+
+def local_tmp(kind: str) -> Path:
+    """A fresh folder `ftcli-KIND.tmp-PID-XXXXXXXX` in the system temp folder, for staging gs:// transfers.
+    Stale ones of dead writers are removed first."""
+    stem = f"ftcli-{kind}"
+    clean_stale_staging(Path(tempfile.gettempdir()), re.escape(stem))
+    return Path(tempfile.mkdtemp(prefix=f"{stem}.tmp-{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def clean_stale_staging(parent: Path, stem: str) -> list[Path]:
+    """Remove the staging folders `STEM.tmp-PID-XXXXXXXX` in `parent` (`stem` is a regular expression) whose
+    writer died (a crash, kill -9); return them. A live writer's folder is left alone, and so is anything else."""
+    pattern = re.compile(stem + STAGING_TAIL)
+    removed = []
+    try:
+        candidates = list(parent.iterdir())
+    except OSError:
+        return removed
+    for path in candidates:
+        m = pattern.fullmatch(path.name)
+        if not m or path.is_symlink() or not path.is_dir() or _alive(int(m.group(1))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def clean_stale_tmp() -> list[Path]:
+    """At a run's start: what dead runs left in the system temp folder (gs:// transfers are staged there)."""
+    return clean_stale_staging(Path(tempfile.gettempdir()), r"ftcli-[a-z]+")
+
+
+def write_error(e: OSError, what: str, where: str) -> str:
+    """One line for a local write that failed: disk full, read-only, not a folder, permission."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device while writing {what} to {where}; free some space or point "
+                f"--output-dir at a bigger disk, then run again")
+    reason = e.strerror or type(e).__name__
+    return f"cannot write {what} to {where}: {reason}{f' ({e.filename})' if e.filename else ''}"
 
 
 def is_gcs(path: str | os.PathLike | None) -> bool:
@@ -50,15 +140,33 @@ def download_file(uri: str, dest: Path) -> Path:
 
 
 def upload_dir(local: Path, uri: str, *, marker: bool = True) -> None:
-    """Upload a folder's files under `uri`; the completion marker goes last, so a reader that checks
-    for it never sees a half-written folder."""
+    """Upload a folder's files under `uri`, in parallel.
+
+    With `marker` (a model or a checkpoint) the folder is published whole: an old completion marker goes first
+    (a reader never takes a half-overwritten folder for complete), objects the new folder no longer has go
+    next, and the marker is written last.
+    """
+    from google.cloud.storage import transfer_manager
+
     bucket_name, prefix = split_gcs(uri)
-    bucket = _client().bucket(bucket_name)
-    for path in sorted(p for p in local.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
-        rel = path.relative_to(local).as_posix()
-        bucket.blob(f"{prefix}/{rel}" if prefix else rel).upload_from_filename(str(path))
+    base = f"{prefix}/" if prefix else ""
+    client = _client()
+    bucket = client.bucket(bucket_name)
+    files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER)
+    names = {base + p.relative_to(local).as_posix() for p in files}
+    old = []
     if marker:
-        bucket.blob(f"{prefix}/{COMPLETE_MARKER}" if prefix else COMPLETE_MARKER).upload_from_string(b"")
+        old = [b.name for b in client.list_blobs(bucket_name, prefix=base)]
+        if base + COMPLETE_MARKER in old:
+            bucket.blob(base + COMPLETE_MARKER).delete()
+    pairs = [(str(p), bucket.blob(base + p.relative_to(local).as_posix())) for p in files]
+    transfer_manager.upload_many(pairs, raise_exception=True, worker_type=transfer_manager.THREAD,
+                                 max_workers=TRANSFER_WORKERS)
+    if marker:
+        for name in old:
+            if name not in names and name != base + COMPLETE_MARKER:
+                bucket.blob(name).delete()
+        bucket.blob(base + COMPLETE_MARKER).upload_from_string(b"")
 
 
 def list_subdirs(uri: str) -> list[str]:
@@ -79,12 +187,22 @@ def exists(uri: str) -> bool:
 
 
 def download_dir(uri: str, dest: Path) -> Path:
+    """Copy every object under `uri` into `dest`, in parallel. Every name is checked before anything is
+    written: one that would land outside `dest` raises UnsafeObjectName."""
+    from google.cloud.storage import transfer_manager
+
     bucket_name, prefix = split_gcs(uri)
     prefix = f"{prefix}/" if prefix else ""
-    for blob in _client().list_blobs(bucket_name, prefix=prefix):
-        target = dest / blob.name[len(prefix):]
+    client = _client()
+    pairs = []
+    for blob in client.list_blobs(bucket_name, prefix=prefix):
+        rel = relative_object_path(blob.name, prefix)
+        if rel is not None:
+            pairs.append((blob, dest.joinpath(*rel.parts)))
+    for _, target in pairs:
         target.parent.mkdir(parents=True, exist_ok=True)
-        blob.download_to_filename(str(target))
+    transfer_manager.download_many([(b, str(t)) for b, t in pairs], raise_exception=True,
+                                   worker_type=transfer_manager.THREAD, max_workers=TRANSFER_WORKERS)
     return dest
 
 

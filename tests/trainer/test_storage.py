@@ -1,0 +1,140 @@
+"""The trainer's storage layer: object names never escape, a re-export never looks complete half-way, and
+what a crashed run left behind is cleaned at the next start (GCS emulator, real files, real processes)."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from ftcli_trainer import storage
+from ftcli_trainer.storage import COMPLETE_MARKER, UnsafeObjectName, relative_object_path
+
+
+def dead_pid() -> int:
+    r = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(r.stdout)
+
+
+@pytest.mark.parametrize("name,rel", [
+    ("run/model/config.json", "config.json"),
+    ("run/model/sub/dir/x.bin", "sub/dir/x.bin"),
+    ("run/model/..weird..name", "..weird..name"),
+])
+def test_relative_object_path_keeps_ordinary_names(name, rel):
+    assert relative_object_path(name, "run/model/") == PurePosixPath(rel)
+
+
+@pytest.mark.parametrize("name", ["run/model/", "run/model/sub/"])
+def test_folder_placeholders_are_skipped(name):
+    assert relative_object_path(name, "run/model/") is None
+
+
+@pytest.mark.parametrize("name", [
+    "run/model//abs/path/x",  # an absolute path once the prefix is cut
+    "run/model/../b",
+    "run/model/a/../../x",
+    "run/model/a//b",
+    "run/model/./x",
+    "run/model/a/..",
+    "run/model/a\\..\\..\\x",
+    "run/model/a\0b",
+    "run/model/..//",
+    "elsewhere/x",
+])
+def test_names_that_could_escape_are_refused(name):
+    with pytest.raises(UnsafeObjectName):
+        relative_object_path(name, "run/model/")
+
+
+def test_download_dir_refuses_an_escaping_name_before_writing_anything(gcs, tmp_path):
+    gcs.create_bucket("b")
+    bucket = gcs.client().bucket("b")
+    bucket.blob("ckpt/step-1/model.safetensors").upload_from_string(b"w")
+    target = tmp_path / "outside" / "x"
+    bucket.blob("ckpt/step-1/" + str(target)).upload_from_string(b"pwned")  # step-1//tmp/.../outside/x
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(UnsafeObjectName):
+        storage.download_dir("gs://b/ckpt/step-1", dest)
+    assert not target.exists() and list(dest.iterdir()) == []
+
+
+def test_download_dir_and_upload_dir_round_trip(gcs, tmp_path):
+    gcs.create_bucket("b")
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    files = {f"f{i}.bin": os.urandom(1000 + i) for i in range(12)} | {"sub/deep.txt": b"deep"}
+    for rel, data in files.items():
+        (src / rel).write_bytes(data)
+    storage.upload_dir(src, "gs://b/x/model")
+    assert gcs.list("b", "x/model/") == sorted(f"x/model/{r}" for r in [*files, COMPLETE_MARKER])
+    out = storage.download_dir("gs://b/x/model", tmp_path / "out")
+    got = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert got == {**files, COMPLETE_MARKER: b""}
+
+
+def test_a_re_export_that_fails_half_way_does_not_keep_the_old_marker(gcs, tmp_path, monkeypatch):
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("b")
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "model.safetensors").write_bytes(b"old weights")
+    (old / "old-only.txt").write_bytes(b"gone after a good re-export")
+    storage.publish_dir(old, "gs://b/run/model")
+    assert "run/model/_COMPLETE" in gcs.list("b", "run/model/")
+
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "model.safetensors").write_bytes(b"new weights")
+    (new / "config.json").write_bytes(b"{}")
+    # Every upload fails; the marker's delete goes through first. (403: a 503 ends the same way, after the
+    # client's two minutes of retries.)
+    with FaultyProxy(gcs.url, status=403,
+                     fail_when=lambda method, target, n: method in ("POST", "PUT") and "/upload/" in target) as proxy:
+        for k, v in proxy.env().items():
+            monkeypatch.setenv(k, v)
+        with pytest.raises(Exception):  # noqa: B017 - whatever the client raises for a 503
+            storage.publish_dir(new, "gs://b/run/model")
+    assert "run/model/_COMPLETE" not in gcs.list("b", "run/model/")
+
+    for k, v in gcs.env().items():
+        monkeypatch.setenv(k, v)
+    storage.publish_dir(new, "gs://b/run/model")
+    assert gcs.list("b", "run/model/") == ["run/model/_COMPLETE", "run/model/config.json",
+                                           "run/model/model.safetensors"]
+    assert gcs.read("b", "run/model/model.safetensors") == b"new weights"
+
+
+def test_clean_stale_staging_removes_only_dead_writers_exact_folders(tmp_path):
+    pid = dead_pid()
+    stale = tmp_path / f".model.tmp-{pid}-abcd1234"
+    live = tmp_path / f".model.tmp-{os.getpid()}-abcd1234"
+    user = [tmp_path / f"model.tmp-{pid}-abcd1234", tmp_path / f".model.tmp-{pid}-short",
+            tmp_path / f".other.tmp-{pid}-abcd1234", tmp_path / "notes.txt"]
+    for p in (stale, live, *user[:3]):
+        p.mkdir()
+        (p / "f").write_text("x")
+    user[3].write_text("mine")
+    assert storage.clean_stale_staging(tmp_path, r"\.model") == [stale]
+    assert not stale.exists() and live.exists() and all(p.exists() for p in user)
+
+
+def test_checkpoint_start_cleans_a_crashed_runs_staging(tmp_path):
+    pytest.importorskip("torch")
+    from ftcli_trainer import checkpoint
+
+    pid = dead_pid()
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    crashed = root / f".step-00000010.tmp-{pid}-abcd1234"
+    crashed.mkdir()
+    (crashed / "model.safetensors").write_bytes(b"half")
+    tmp_left = Path(tempfile.gettempdir()) / f"ftcli-resume.tmp-{pid}-abcd1234"
+    tmp_left.mkdir(exist_ok=True)
+    (tmp_left / "trainer_state.pt").write_bytes(b"a copy of a gs:// checkpoint")
+    assert checkpoint.load_latest(str(root), model=None) is None
+    assert not crashed.exists() and not tmp_left.exists()
