@@ -14,47 +14,27 @@ from ftcli.errors import FtcliError, UsageError
 from ftcli_trainer.storage import COMPLETE_MARKER  # written last by the trainer's export
 
 
-def model_uri_of(job) -> str:
-    base = job.job_spec.base_output_directory.output_uri_prefix
-    if not base:
-        raise FtcliError(f"{job.display_name} has no base output directory: it was not started by ftcli train")
-    return base.rstrip("/") + "/model/"
-
-
-def download_model(ref: str, dest: Path | None, project: str | None, region: str | None) -> Path:
-    from ftcli.cli.jobs import resolve_job
-    from ftcli.gcp.storage import get_storage
-
-    gateway, name = resolve_job(ref, project, region)
-    job = gateway.get(name)
-    uri = model_uri_of(job)
-    storage = get_storage(name.split("/")[1])
-    names = {n.rsplit("/", 1)[-1] for n, _ in storage.list_objects(uri)}
-    state = job.state.name.removeprefix("JOB_STATE_")
-    if COMPLETE_MARKER not in names:
-        raise FtcliError(f"{uri} holds no complete model (no {COMPLETE_MARKER} marker); the job is {state}",
-                         hint=f"ftcli logs {ref} to see how it is going")
-    dest = dest or Path("ftcli-models") / job.display_name
-    storage.download_prefix(uri, dest)
-    return dest
-
-
 def download(
     job: JobArg,
     dest: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
-        help="Folder for the model [default: ./ftcli-models/JOB-NAME].")] = None,
+        help="Folder for the model, new or empty [default: ./ftcli-models/JOB_ID].")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Write the model's files into a non-empty folder: files with the model's names are "
+        "replaced, every other file is kept.")] = False,
     project: ProjectOpt = None,
     region: RegionOpt = None,
 ) -> None:
     """Copy a job's exported model (its AIP_MODEL_DIR) to a local folder.
 
-    Refuses a model whose completion marker is missing (still running, or failed half-way).
+    Refuses a model whose completion marker is missing (still running, or failed half-way), and a folder
+    that already holds files (unless --force). Nothing is ever deleted.
 
     Example: ftcli download last ./my-model
     """
+    from ftcli.models import download_model
     from ftcli.output import out
 
-    path = download_model(job, dest, project, region)
+    path = download_model(job, dest, project, region, force=force)
     out().print(f"model: {path}")
 
 
@@ -104,7 +84,10 @@ def predict(
         _, name = resolve_job(model, project, region)
         path = Path(user_cache_dir("ftcli")) / "models" / name.rsplit("/", 1)[-1]
         if not (path / COMPLETE_MARKER).exists():
-            path = download_model(model, path, project, region)
+            from ftcli.models import download_model
+
+            # ftcli's own cache folder: a copy left without its marker is completed in place
+            path = download_model(model, path, project, region, force=True)
     if not (path / "config.json").exists():
         raise UsageError(f"{path} is not a model folder (no config.json)")
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:

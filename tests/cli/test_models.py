@@ -1,0 +1,178 @@
+"""`ftcli download` against the GCS and JobService emulators: never deletes a user's file, never writes outside
+the destination, never takes a half-written model."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import run_cli
+
+BUCKET = "ftcli-test"
+MODEL = {"config.json": b'{"model_type": "bert"}', "model.safetensors": b"\x00weights" * 100,
+         "tokenizer.json": b"{}", "nested/extra.txt": b"deep", "_COMPLETE": b""}
+
+
+def make_job(vertex, display_name: str, base: str) -> str:
+    """A CustomJob created through the real API, as `ftcli train` would leave it (any display name)."""
+    spec = {"worker_pool_specs": [{"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+                                   "container_spec": {"image_uri": "python:3.11"}}],
+            "base_output_directory": {"output_uri_prefix": base}}
+    with vertex.client() as client:
+        job = client.create_custom_job(parent="projects/test-project/locations/us-central1",
+                                       custom_job={"display_name": display_name, "job_spec": spec})
+    return job.name
+
+
+def seed_model(gcs, prefix: str, files: dict[str, bytes] = MODEL) -> None:
+    bucket = gcs.client().bucket(BUCKET)  # the emulator's raw upload helper cannot send an empty body
+    for rel, data in files.items():
+        bucket.blob(f"{prefix}model/{rel}").upload_from_string(data)
+
+
+@pytest.fixture
+def job(cloud_env, monkeypatch, tmp_path):
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    name = make_job(vertex, "my-run", f"gs://{BUCKET}/team/ftcli/runs/my-run/")
+    seed_model(gcs, "team/ftcli/runs/my-run/")
+    return name
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def user_folder(path: Path) -> dict[str, bytes]:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "notes.txt").write_text("my notes")
+    (path / "config.json").write_text("my own config")
+    (path / "src").mkdir(exist_ok=True)
+    (path / "src" / "main.py").write_text("print('hi')")
+    return tree(path)
+
+
+def test_downloads_into_a_new_folder(capsys, job, tmp_path):
+    r = run_cli(capsys, "download", job, "out")
+    assert r.code == 0, r.err
+    assert tree(tmp_path / "out") == MODEL
+    assert "model: out" in r.out
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no staging left behind
+
+
+def test_an_existing_empty_folder_is_fine(capsys, job, tmp_path):
+    (tmp_path / "out").mkdir()
+    r = run_cli(capsys, "download", job, "out")
+    assert r.code == 0, r.err
+    assert tree(tmp_path / "out") == MODEL
+
+
+def test_a_non_empty_folder_is_refused_and_left_alone(capsys, job, tmp_path):
+    before = user_folder(tmp_path / "out")
+    r = run_cli(capsys, "download", job, "out")
+    assert r.code == 2
+    assert "out is not empty" in r.err and "--force" in r.err and "Traceback" not in r.err
+    assert tree(tmp_path / "out") == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_download_into_the_working_directory_deletes_nothing(capsys, job, tmp_path):
+    before = user_folder(tmp_path / "work")
+    os.chdir(tmp_path / "work")
+    r = run_cli(capsys, "download", job, ".")
+    assert r.code == 2 and "is not empty" in r.err
+    assert tree(tmp_path / "work") == before
+
+
+def test_force_writes_only_the_model_files_and_keeps_the_rest(capsys, job, tmp_path):
+    before = user_folder(tmp_path / "work")
+    os.chdir(tmp_path / "work")
+    r = run_cli(capsys, "download", job, ".", "--force")
+    assert r.code == 0, r.err
+    got = tree(tmp_path / "work")
+    assert got == {**before, **MODEL}  # the user's files are all there; config.json is the model's now
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # the staging sibling is gone
+
+
+def test_force_refuses_a_model_path_that_is_a_user_folder(capsys, job, tmp_path):
+    before = user_folder(tmp_path / "out")
+    (tmp_path / "out" / "tokenizer.json").mkdir()
+    (tmp_path / "out" / "tokenizer.json" / "mine.txt").write_text("keep")
+    before = tree(tmp_path / "out")
+    r = run_cli(capsys, "download", job, "out", "--force")
+    assert r.code == 1 and "tokenizer.json" in r.err and "is a folder" in r.err
+    assert tree(tmp_path / "out") == before
+
+
+def test_a_destination_that_is_a_file_is_refused(capsys, job, tmp_path):
+    (tmp_path / "out").write_text("a file")
+    r = run_cli(capsys, "download", job, "out", "--force")
+    assert r.code == 2 and "is not a folder" in r.err
+    assert (tmp_path / "out").read_text() == "a file"
+
+
+def test_default_folder_is_named_by_the_job_id_not_its_display_name(capsys, cloud_env, monkeypatch, tmp_path):
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    victim = tmp_path / "victim"
+    before = user_folder(victim)
+    name = make_job(vertex, str(victim), f"gs://{BUCKET}/team/ftcli/runs/x/")  # anyone can pick the display name
+    seed_model(gcs, "team/ftcli/runs/x/")
+    r = run_cli(capsys, "download", name)
+    assert r.code == 0, r.err
+    job_id = name.rsplit("/", 1)[-1]
+    assert tree(tmp_path / "ftcli-models" / job_id) == MODEL
+    assert tree(victim) == before
+
+
+def test_object_names_that_escape_the_destination_are_refused(capsys, cloud_env, monkeypatch, tmp_path):
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "abs" / "path" / "x"
+    name = make_job(vertex, "evil", f"gs://{BUCKET}/team/ftcli/runs/evil/")
+    seed_model(gcs, "team/ftcli/runs/evil/", {**MODEL, "/" + str(target).lstrip("/"): b"pwned"})
+    r = run_cli(capsys, "download", name, "out")
+    assert r.code == 1
+    assert "outside" in r.err and str(target).lstrip("/") in r.err and "Traceback" not in r.err
+    assert not target.exists() and not (tmp_path / "abs").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing downloaded at all
+
+
+def test_folder_placeholder_objects_are_skipped(capsys, job, cloud_env, tmp_path):
+    gcs, _ = cloud_env
+    # what the console's "create folder" makes
+    gcs.client().bucket(BUCKET).blob("team/ftcli/runs/my-run/model/nested/").upload_from_string(b"")
+    r = run_cli(capsys, "download", job, "out")
+    assert r.code == 0, r.err
+    assert tree(tmp_path / "out") == MODEL
+
+
+def test_the_marker_must_be_at_the_top_of_the_model_folder(capsys, cloud_env, monkeypatch, tmp_path):
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    name = make_job(vertex, "half", f"gs://{BUCKET}/team/ftcli/runs/half/")
+    files = {k: v for k, v in MODEL.items() if k != "_COMPLETE"}
+    seed_model(gcs, "team/ftcli/runs/half/", {**files, "checkpoint/_COMPLETE": b""})
+    r = run_cli(capsys, "download", name, "out")
+    assert r.code == 1 and "no complete model" in r.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_stale_staging_of_a_dead_download_is_cleaned(capsys, job, tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".out.tmp-{dead_pid}-abcd1234"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    live = tmp_path / f".out.tmp-{os.getpid()}-efgh5678"  # a download still running in this process: kept
+    live.mkdir()
+    r = run_cli(capsys, "download", job, "out")
+    assert r.code == 0, r.err
+    assert not stale.exists() and live.exists()
+    mine = tmp_path / f".out.tmp-{dead_pid}-notmine"  # not the exact shape ftcli makes: never touched
+    mine.mkdir()
+    assert run_cli(capsys, "download", job, "out2").code == 0
+    assert mine.exists()
