@@ -11,7 +11,11 @@ import fnmatch
 import gzip
 import io
 import json
-import tempfile
+import math
+import re
+import shutil
+import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +28,15 @@ from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task, bundled_sample_file
 
 TRUE_VALUES = {"1", "1.0", "true", "yes"}
 FALSE_VALUES = {"0", "0.0", "false", "no", ""}
+NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+# The whole file is in memory already: a long text (a 5 MB review) in one CSV field is valid data.
+CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
+
+
+class Row(dict):
+    """A JSON Lines row that knows its line in the file (blank lines are skipped, so rows and lines differ)."""
+
+    line: int = 0
 
 
 @dataclass
@@ -55,10 +68,25 @@ class TaskData:
 # Reading tables (CSV / JSON Lines, optionally gzip-compressed, local or gs://)
 
 
+def _read_bytes(path: Path, shown: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot read {shown}: {e.strerror or type(e).__name__}") from None
+    if path.suffix != ".gz":
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise DataError(f"{shown} is not a valid gzip file (it ends early: truncated by a copy or a download?); "
+                        f"copy it again, or give the uncompressed file") from None
+    except (OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise DataError(f"{shown} is not a valid gzip file ({e}); re-create it, or give the uncompressed "
+                        f"file") from None
+
+
 def _open_text(path: Path, shown: str) -> io.TextIOBase:
-    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
-    data = raw.read()
-    raw.close()
+    data = _read_bytes(path, shown)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -77,18 +105,23 @@ def _is_jsonl(path: str) -> bool:
 def read_rows(path: str, *, fmt: str | None = None) -> tuple[list[str], list[dict]]:
     """(columns, rows) of a CSV or JSON Lines file; `fmt` forces "csv" or "jsonl"."""
     shown = path
-    if storage.is_gcs(path):
-        tmp = Path(tempfile.mkdtemp(prefix="ftcli-data-"))
-        try:
-            local = storage.download_file(path, tmp / Path(path).name)
-        except Exception as e:  # noqa: BLE001 - any storage failure is reported as one line
-            raise DataError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
-    else:
-        local = Path(path).expanduser()
-        if not local.is_file():
-            raise DataError(f"data file {path} does not exist" + (" (it is a folder)" if local.is_dir() else ""))
-    jsonl = fmt == "jsonl" if fmt else _is_jsonl(path)
-    f = _open_text(local, shown)
+    tmp = None
+    try:
+        if storage.is_gcs(path):
+            tmp = storage.local_tmp("data")
+            try:
+                local = storage.download_file(path, tmp / Path(path).name)
+            except Exception as e:  # noqa: BLE001 - any storage failure is reported as one line
+                raise DataError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+        else:
+            local = Path(path).expanduser()
+            if not local.is_file():
+                raise DataError(f"data file {path} does not exist" + (" (it is a folder)" if local.is_dir() else ""))
+        jsonl = fmt == "jsonl" if fmt else _is_jsonl(path)
+        f = _open_text(local, shown)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)  # read into memory: the downloaded copy is not needed
     rows = _read_jsonl(f, shown) if jsonl else _read_csv(f, shown)
     if not rows:
         raise DataError(f"{shown} has no data rows")
@@ -97,6 +130,8 @@ def read_rows(path: str, *, fmt: str | None = None) -> tuple[list[str], list[dic
 
 
 def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
     try:
         reader = csv.DictReader(f, strict=True)
         header = reader.fieldnames
@@ -129,7 +164,9 @@ def _read_jsonl(f: io.TextIOBase, shown: str) -> list[dict]:
             raise DataError(f"{shown} line {n} is not valid JSON ({e.msg}); expected one object per line") from None
         if not isinstance(obj, dict):
             raise DataError(f"{shown} line {n}: expected a JSON object per line, got {type(obj).__name__}")
-        rows.append(obj)
+        row = Row(obj)
+        row.line = n
+        rows.append(row)
     return rows
 
 
@@ -162,50 +199,129 @@ def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], show
     return out
 
 
-def _text(value, shown: str, row: int, col: str) -> str:
+def _pos(rows: list[dict], i: int) -> str:
+    """Where row i is, as the user would look for it: the line of a JSON Lines file, the data row of a CSV."""
+    r = rows[i]
+    return f"line {r.line}" if isinstance(r, Row) else f"row {i + 1}"
+
+
+def _text(value, where: str, col: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise DataError(f"{shown} row {row}: empty text in column {col!r}; remove the row or fill it in")
+        raise DataError(f"{where}: empty text in column {col!r}; remove the row or fill it in")
     return value if isinstance(value, str) else str(value)
 
 
-def _single_label_ids(values: list, names: list[str], shown: str, first_row: int = 1) -> np.ndarray:
-    index = {n: i for i, n in enumerate(names)}
+def label_key(value) -> tuple[str, str]:
+    """(kind, class name) of one label value. Kinds are "number", "name" and "boolean"; numbers that are equal
+    are one class whatever their spelling (1, 1.0, "1.0" -> "1"), so a CSV and a JSON file agree."""
+    if isinstance(value, bool):
+        return "boolean", str(value).lower()
+    if isinstance(value, str):
+        text = value.strip()
+        if not NUMBER_RE.fullmatch(text):
+            return "name", text
+        number = int(text) if text.lstrip("+-").isdigit() else float(text)
+    else:
+        number = value
+    if isinstance(number, float):
+        if not math.isfinite(number):
+            return "name", str(value).strip()
+        if number.is_integer():
+            number = int(number)
+    return "number", str(number)
+
+
+KIND_WORDS = {"number": "numbers", "name": "names", "boolean": "booleans"}
+
+
+def _label_value(value, where: str, col: str):
+    """A single-label value, or the one-line reason it cannot be one."""
+    if value is None:
+        raise DataError(f"{where}: no {col!r} (every example needs a label; --label-column picks the field)")
+    if isinstance(value, str) and not value.strip():
+        raise DataError(f"{where}: empty label in column {col!r}; fill it in or remove the row")
+    if not isinstance(value, (str, int, float, bool)):
+        raise DataError(f"{where}: label {value!r} is not a name, a number or a list of names")
+    return value
+
+
+def infer_label_names(values: list, positions: list[str] | None = None, shown: str = "the data") -> list[str]:
+    """The classes seen, in a stable order (numerically when they are numbers). Labels of different kinds
+    cannot be told apart ("neg", "1", "0", "pos": is 1 "pos" or a fifth class?): that is an error."""
+    positions = positions or [f"row {i + 1}" for i in range(len(values))]
+    first: dict[str, int] = {}
+    keys = []
+    for i, v in enumerate(values):
+        kind, key = label_key(v)
+        first.setdefault(kind, i)
+        keys.append(key)
+    if len(first) > 1:
+        kinds = [k for k in KIND_WORDS if k in first]
+        examples = ", ".join(f"{positions[first[k]]}: {values[first[k]]!r}" for k in kinds)
+        raise DataError(f"{shown}: labels mix {' and '.join(KIND_WORDS[k] for k in kinds)} ({examples}); make "
+                        f"every label a name (or every label a number), or pass --label-names in id order "
+                        f"(numbers are then ids)")
+    unique = sorted(set(keys))
+    if "number" in first:
+        unique.sort(key=float)
+    return unique
+
+
+def _single_label_ids(values: list, names: list[str], wheres: list[str]) -> np.ndarray:
+    index: dict[str, int] = {}
+    for i, n in enumerate(names):
+        index.setdefault(label_key(n)[1], i)
+    names_numeric = all(label_key(n)[0] == "number" for n in names)
     ids = np.empty(len(values), dtype=np.int64)
     for i, v in enumerate(values):
-        key = str(v).strip() if v is not None else ""
+        kind, key = label_key(v)
         if key in index:
             ids[i] = index[key]
             continue
-        try:
-            as_int = int(float(key))
-        except ValueError:
-            as_int = None
-        if as_int is not None and float(key) == as_int and 0 <= as_int < len(names) and not _names_numeric(names):
-            ids[i] = as_int
+        # With named classes, a whole number is an id (Hub datasets store labels as ids).
+        if kind == "number" and not names_numeric and key.lstrip("-").isdigit() and 0 <= int(key) < len(names):
+            ids[i] = int(key)
             continue
-        raise DataError(f"{shown} row {i + first_row}: label {key!r} is not in the label set "
-                        f"({', '.join(names)}); fix the row or pass --label-names with every label")
+        raise DataError(f"{wheres[i]}: label {key!r} is not in the label set ({', '.join(names)}); fix the row "
+                        f"or pass --label-names with every label")
     return ids
 
 
-def _names_numeric(names: list[str]) -> bool:
-    try:
-        [float(n) for n in names]
-        return True
-    except ValueError:
-        return False
-
-
-def infer_label_names(values: list) -> list[str]:
-    keys = sorted({str(v).strip() for v in values})
-    try:
-        return sorted(keys, key=lambda k: float(k))
-    except ValueError:
-        return keys
+def _list_labels(values: list, names: list[str] | None, wheres: list[str], col: str, shown: str,
+                 lists_expected_from: str | None) -> tuple[np.ndarray, list[str]]:
+    """Multi-label from JSON lists (`"label": ["sports", "tech"]`, `[]` for none): a 0/1 matrix."""
+    keys: list[list[str]] = []
+    for i, v in enumerate(values):
+        if not isinstance(v, list):
+            why = lists_expected_from or "other labels are lists"
+            raise DataError(f"{wheres[i]}: label {v!r} in {col!r} is not a list, but {why}; give every example "
+                            f"a list of labels ([] for none)")
+        row = []
+        for item in v:
+            if not isinstance(item, (str, int, float)) or isinstance(item, bool) or not str(item).strip():
+                raise DataError(f"{wheres[i]}: {item!r} in the label list is not a label name")
+            row.append(label_key(item)[1])
+        keys.append(row)
+    if names is None:
+        names = sorted({k for row in keys for k in row})
+        if not names:
+            raise DataError(f"{shown}: every label list is empty; there is nothing to learn")
+    index = {label_key(n)[1]: j for j, n in enumerate(names)}
+    labels = np.zeros((len(values), len(names)), dtype=np.float32)
+    for i, row in enumerate(keys):
+        for k in row:
+            if k not in index:
+                raise DataError(f"{wheres[i]}: label {k!r} is not in the label set ({', '.join(names)}); fix the "
+                                f"line or pass --label-names with every label")
+            labels[i, index[k]] = 1.0
+    return labels, list(names)
 
 
 def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, shown: str,
-                     label_names: list[str] | None) -> tuple[Examples, list[str]]:
+                     label_names: list[str] | None, lists: bool | None = None) -> tuple[Examples, list[str]]:
+    """Examples and label names from rows. Single-label rows give int64 ids; `--label-columns` or JSON lists of
+    labels give a float32 0/1 matrix. `lists` says whether label lists are expected (None: whatever the data
+    has; the eval file follows the training file)."""
     hint = {cfg.text_column: "--text-column NAME",
             cfg.label_column: "--label-column NAME (or --label-columns for multi-label)"}
     if cfg.text_pair_column:
@@ -214,10 +330,11 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
     if not cfg.multi_label:
         wanted.append(cfg.label_column)
     _require_columns(columns, wanted, shown, hint)
-    texts = [_text(r.get(cfg.text_column), shown, i + 1, cfg.text_column) for i, r in enumerate(rows)]
+    wheres = [f"{shown} {_pos(rows, i)}" for i in range(len(rows))]
+    texts = [_text(r.get(cfg.text_column), wheres[i], cfg.text_column) for i, r in enumerate(rows)]
     pairs = None
     if cfg.text_pair_column:
-        pairs = [_text(r.get(cfg.text_pair_column), shown, i + 1, cfg.text_pair_column) for i, r in enumerate(rows)]
+        pairs = [_text(r.get(cfg.text_pair_column), wheres[i], cfg.text_pair_column) for i, r in enumerate(rows)]
     if cfg.multi_label:
         exclude = {cfg.text_column, cfg.text_pair_column, "id", "idx"}
         label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown)
@@ -230,12 +347,22 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
                 if key in TRUE_VALUES:
                     labels[i, j] = 1.0
                 elif key not in FALSE_VALUES:
-                    raise DataError(f"{shown} row {i + 1}: label column {c!r} holds {v!r}; multi-label columns "
+                    raise DataError(f"{wheres[i]}: label column {c!r} holds {v!r}; multi-label columns "
                                     f"must be 0 or 1")
         return Examples(texts, pairs, labels), label_cols
-    values = [r.get(cfg.label_column) for r in rows]
-    names = label_names or infer_label_names(values)
-    return Examples(texts, pairs, _single_label_ids(values, names, shown)), names
+    col = cfg.label_column
+    values = [r.get(col) for r in rows]
+    first_list = next((i for i, v in enumerate(values) if isinstance(v, list)), None)
+    if lists or (lists is None and first_list is not None):
+        labels, names = _list_labels(values, label_names, wheres, col, shown,
+                                     "the training data's labels are lists" if lists else None)
+        return Examples(texts, pairs, labels), names
+    if first_list is not None:
+        raise DataError(f"{wheres[first_list]}: label {values[first_list]!r} is a list, but the training data has "
+                        f"one label per example")
+    values = [_label_value(v, wheres[i], col) for i, v in enumerate(values)]
+    names = label_names or infer_label_names(values, [_pos(rows, i) for i in range(len(rows))], shown)
+    return Examples(texts, pairs, _single_label_ids(values, names, wheres)), names
 
 
 # ----------------------------------------------------------------------------------------------
@@ -256,7 +383,8 @@ def _load_files(cfg: TrainConfig, task: Task, train_path: str, eval_paths: dict[
     evals = {}
     for name, path in eval_paths.items():
         columns, rows = read_rows(path, fmt=fmt)
-        evals[name], _ = rows_to_examples(rows, columns, cfg, path, names)
+        lists = None if cfg.multi_label else train.labels.ndim == 2
+        evals[name], _ = rows_to_examples(rows, columns, cfg, path, names, lists=lists)
     return train, evals, names
 
 
@@ -328,9 +456,10 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         k = cfg.max_eval_samples
         evals = {name: ex.subset(_subset_idx(len(ex), k, cfg.seed)) if k < len(ex) else ex
                  for name, ex in evals.items()}
-    if not cfg.multi_label and len(names) < 2:
+    multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
+    if not multi_label and len(names) < 2:
         raise DataError(f"the training data has only one label ({names[0]!r}); a classifier needs at least two")
-    return TaskData(train=train, evals=evals, label_names=names, multi_label=cfg.multi_label)
+    return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,153 @@
+"""Reading users' files: labels that mean the same are one class, labels that cannot be told apart are an
+error before any work, and every broken file is one line naming the file, the line and the fix."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from ftcli_trainer.config import parse_args
+from ftcli_trainer.data import load_task_data
+from ftcli_trainer.errors import DataError
+from tests.conftest import write_csv
+
+
+def load(*argv):
+    return load_task_data(parse_args(list(argv)))
+
+
+def error_of(*argv) -> str:
+    with pytest.raises(DataError) as e:
+        load(*argv)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def jsonl(path, objs, blank_first: int = 0):
+    path.write_text("\n" * blank_first + "\n".join(o if isinstance(o, str) else json.dumps(o) for o in objs) + "\n")
+    return path
+
+
+def test_mixed_label_kinds_are_an_error_not_extra_classes(tmp_path):
+    path = write_csv(tmp_path / "t.csv", ["text", "label"],
+                     [("a", "neg"), ("b", "1"), ("c", "0"), ("d", "pos")] * 5)
+    msg = error_of("--task", "csv", "--train-file", str(path))
+    assert "mix numbers and names" in msg and "row 1: 'neg'" in msg and "row 2: '1'" in msg
+    assert "--label-names" in msg
+
+
+def test_with_label_names_numbers_are_ids_and_names_are_names(tmp_path):
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "neg"), ("b", "1")] * 5)
+    data = load("--task", "csv", "--train-file", str(path), "--label-names", "neg,pos", "--eval-fraction", "0.2")
+    assert data.label_names == ["neg", "pos"]
+    assert sorted(set(data.train.labels.tolist())) == [0, 1]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_equal_numbers_are_one_class(tmp_path, fmt):
+    values = [1, 1.0, 0, 0.0, "1", "1.0", " 0 "]
+    if fmt == "csv":
+        path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", v) for i, v in enumerate(values * 3)])
+    else:
+        path = jsonl(tmp_path / "t.jsonl", [{"text": f"t{i}", "label": v} for i, v in enumerate(values * 3)])
+    data = load("--task", fmt, "--train-file", str(path))
+    assert data.label_names == ["0", "1"]
+
+
+def test_jsonl_numbers_and_strings_are_mixed(tmp_path):
+    path = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": "neg"}, {"text": "b", "label": 1}] * 5)
+    assert "mix numbers and names" in error_of("--task", "jsonl", "--train-file", str(path))
+
+
+def test_jsonl_list_labels_are_multi_label(tmp_path):
+    rows = [{"text": f"t{i}", "label": [["sports"], ["tech", "sports"], [], ["tech"]][i % 4]} for i in range(40)]
+    path = jsonl(tmp_path / "t.jsonl", rows)
+    data = load("--task", "jsonl", "--train-file", str(path), "--eval-fraction", "0.25")
+    assert data.multi_label and data.label_names == ["sports", "tech"]
+    assert data.train.labels.dtype == np.float32 and data.train.labels.shape == (30, 2)
+    by_text = {r["text"]: r["label"] for r in rows}
+    for text, row in zip(data.train.texts, data.train.labels, strict=True):
+        assert [n for n, v in zip(data.label_names, row, strict=True) if v == 1.0] == sorted(by_text[text])
+
+
+def test_jsonl_list_labels_with_label_names(tmp_path):
+    rows = [{"text": f"t{i}", "label": [["b"], ["a", "b"]][i % 2]} for i in range(20)]
+    path = jsonl(tmp_path / "t.jsonl", rows)
+    data = load("--task", "jsonl", "--train-file", str(path), "--label-names", "b,c,a")
+    assert data.multi_label and data.label_names == ["b", "c", "a"]
+    assert data.train.labels[:, 1].sum() == 0
+    bad = jsonl(tmp_path / "bad.jsonl", rows[:5] + [{"text": "x", "label": ["a", "zzz"]}])
+    msg = error_of("--task", "jsonl", "--train-file", str(bad), "--label-names", "a,b")
+    assert "line 6" in msg and "'zzz'" in msg and "(a, b)" in msg
+
+
+def test_jsonl_lists_mixed_with_single_labels(tmp_path):
+    path = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": ["x"]}, {"text": "b", "label": "x"}] * 3)
+    msg = error_of("--task", "jsonl", "--train-file", str(path))
+    assert "line 2" in msg and "list" in msg
+
+
+def test_missing_or_null_jsonl_label_names_the_line(tmp_path):
+    objs = [{"text": "a", "label": "pos"}, {"text": "b", "label": "neg"}, {"text": "c"}]
+    path = jsonl(tmp_path / "t.jsonl", objs * 3, blank_first=2)
+    msg = error_of("--task", "jsonl", "--train-file", str(path))
+    assert "line 5: no 'label'" in msg  # two blank lines, then the third object
+    path = jsonl(tmp_path / "n.jsonl", [{"text": "a", "label": "pos"}, {"text": "b", "label": None}] * 3)
+    assert "line 2: no 'label'" in error_of("--task", "jsonl", "--train-file", str(path))
+
+
+def test_object_labels_are_refused(tmp_path):
+    path = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": {"x": 1}}, {"text": "b", "label": "y"}] * 3)
+    assert "line 1: label {'x': 1} is not a name, a number or a list" in error_of(
+        "--task", "jsonl", "--train-file", str(path))
+
+
+def test_empty_csv_label_is_an_error(tmp_path):
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "pos"), ("b", ""), ("c", "neg")] * 3)
+    assert "row 2: empty label in column 'label'" in error_of("--task", "csv", "--train-file", str(path))
+
+
+def test_corrupt_gzip_is_one_line(tmp_path):
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(b"this is not gzip at all")
+    msg = error_of("--task", "csv", "--train-file", str(path))
+    assert "t.csv.gz is not a valid gzip file" in msg
+
+
+def test_truncated_gzip_is_one_line(tmp_path):
+    good = gzip.compress(("text,label\n" + "".join(f"row {i},{i % 2}\n" for i in range(2000))).encode())
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(good[: len(good) // 2])
+    msg = error_of("--task", "csv", "--train-file", str(path))
+    assert "t.csv.gz is not a valid gzip file" in msg and "truncated" in msg
+
+
+def test_a_5_mb_cell_is_valid_csv(tmp_path):
+    big = "word " * 1_000_000
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [(big, "pos"), ("short", "neg")] * 3)
+    data = load("--task", "csv", "--train-file", str(path))
+    assert max(len(t) for t in data.train.texts + data.evals["eval"].texts) == len(big)
+
+
+def test_unreadable_data_file_is_one_line(tmp_path):
+    folder = tmp_path / "data.csv"
+    folder.mkdir()
+    assert "is a folder" in error_of("--task", "csv", "--train-file", str(folder))
+
+
+def test_jsonl_list_labels_train_a_multi_label_model(tmp_path, tiny_model):
+    pytest.importorskip("torch")
+    from ftcli_trainer.task import main
+
+    rows = [{"text": f"{w} film number {i}", "label": [["good"], ["bad"], ["good", "long"], []][i % 4]}
+            for i, w in enumerate(["great", "awful", "superb", "plot"] * 10)]
+    path = jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "run"
+    assert main(["--task", "jsonl", "--train-file", str(path), "--model", str(tiny_model), "--epochs", "1",
+                 "--output-dir", str(out)]) == 0
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification"
+    assert sorted(config["id2label"].values()) == ["bad", "good", "long"]
+    assert set(json.loads((out / "model" / "metrics.json").read_text())["eval_per_label"]) == {"bad", "good", "long"}
