@@ -39,6 +39,7 @@ class Option:
 
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (transformers' set_seed) takes no more
 
 # None as a default means "the task decides" (model, epochs, max length, learning rate) or "not set".
 OPTIONS: tuple[Option, ...] = (
@@ -231,6 +232,17 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     labels_raw = cfg.pop("label_names")
     cfg["label_names"] = tuple(x.strip() for x in labels_raw.split(",") if x.strip()) if labels_raw else ()
 
+    for opt in OPTIONS:
+        v = cfg[opt.name]
+        # The launcher hands over typed values: typer parses "nan" and "inf" into floats that every `<` passes.
+        if opt.type is float and isinstance(v, float) and not math.isfinite(v):
+            problems.append(f"{opt.flag} must be a finite number, got {v}")
+            cfg[opt.name] = None
+    if isinstance(cfg["seed"], int) and cfg["seed"] > MAX_SEED:
+        problems.append(f"--seed must be at most {MAX_SEED}, got {cfg['seed']}")
+    if cfg["output_dir"]:
+        problems += output_dir_problems(cfg["output_dir"])
+
     def positive(name: str) -> None:
         v = cfg[name]
         if v is not None and v <= 0:
@@ -291,6 +303,32 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     if problems:
         raise ConfigError(problems)
     return TrainConfig(**cfg)
+
+
+def output_dir_problems(output_dir: str) -> list[str]:
+    """A local --output-dir must be a folder that can be written, or one that can be created: found now, not
+    after the data and the model are loaded. Nothing is created here (a probe file is removed at once)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    if output_dir.startswith("gs://"):
+        return []
+    path = Path(output_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        return [f"--output-dir {output_dir} is a file, not a folder"]
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return [f"--output-dir {output_dir}: {existing} is a file, not a folder"]
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else type(e).__name__
+        return [f"--output-dir {output_dir}: cannot write in {existing} ({reason}); pick another folder"]
+    return []
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:

@@ -59,3 +59,44 @@ def test_options_cover_the_config():
     from ftcli_trainer.config import TrainConfig
 
     assert {o.name for o in OPTIONS} == {f.name for f in fields(TrainConfig)} - {"extra"}
+
+
+@pytest.mark.parametrize("values,needle", [
+    ({"learning_rate": float("nan")}, "--learning-rate must be a finite number, got nan"),
+    ({"weight_decay": float("inf")}, "--weight-decay must be a finite number, got inf"),
+    ({"max_grad_norm": float("-inf")}, "--max-grad-norm must be a finite number, got -inf"),
+    ({"threshold": float("nan")}, "--threshold must be a finite number"),
+    ({"seed": 2**32}, f"--seed must be at most {2**32 - 1}"),
+    ({"seed": -1}, "--seed must be 0 or more"),
+])
+def test_the_shared_validator_refuses_what_would_crash_inside_the_job(values, needle):
+    # The launcher validates typed values (typer already parsed "nan" into a float) with the same resolve().
+    from ftcli_trainer.config import resolve
+
+    with pytest.raises(ConfigError) as e:
+        resolve(values)
+    assert needle in "\n".join(e.value.problems)
+
+
+def test_seed_limit_on_the_trainer_command_line():
+    assert parse_args(["--seed", str(2**32 - 1)]).seed == 2**32 - 1
+    assert any("--seed must be at most" in p for p in problems(["--seed", str(2**32)]))
+
+
+def test_output_dir_that_is_a_file_or_under_a_file(tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("mine")
+    assert problems(["--output-dir", str(f)]) == [f"--output-dir {f} is a file, not a folder"]
+    assert problems(["--output-dir", str(f / "run")]) == [f"--output-dir {f / 'run'}: {f} is a file, not a folder"]
+    assert f.read_text() == "mine"
+
+
+def test_output_dir_that_cannot_be_written(tmp_path):
+    got = problems(["--output-dir", "/sys/ftcli-run"])  # refused even to root
+    assert len(got) == 1 and got[0].startswith("--output-dir /sys/ftcli-run: cannot write in /sys")
+
+
+def test_good_output_dirs_are_not_created_by_validation(tmp_path):
+    assert parse_args(["--output-dir", str(tmp_path / "new" / "run")]).output_dir == str(tmp_path / "new" / "run")
+    assert parse_args(["--output-dir", "gs://bucket/run"]).output_dir == "gs://bucket/run"
+    assert list(tmp_path.iterdir()) == []
