@@ -35,18 +35,25 @@ def save(root: str, step: int, model, state: dict) -> None:
     from safetensors.torch import save_model
 
     target = storage.join(root, f"step-{step:08d}")
-    staged = None
+    staged = state_file = None
     try:
         if storage.is_gcs(root):
             staged = storage.local_tmp("ckpt")
         else:
             staged = storage.staging_dir(Path(root), f"step-{step:08d}")
         save_model(model, str(staged / "model.safetensors"))
-        torch.save(state, staged / "trainer_state.pt")
+        state_file = storage.RecordingFile(staged / "trainer_state.pt", "wb")
+        with state_file:
+            torch.save(state, state_file)
         storage.publish_dir(staged, target)
-    except OSError as e:
-        # A full disk or a read-only folder is the environment, not a bug: one line, the last checkpoint intact.
-        raise TrainerError(storage.write_error(e, f"the step {step} checkpoint", root)) from None
+    except Exception as e:
+        # A full disk or a read-only folder is the environment, not a bug: one line; the last complete
+        # checkpoint is still there to resume from.
+        os_error = storage.os_error_of(e, state_file)
+        if os_error is None:
+            raise
+        where = storage.staged_where(root, staged) if staged is not None else root
+        raise TrainerError(storage.write_error(os_error, f"the step {step} checkpoint", where)) from None
     finally:
         if staged is not None and staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
@@ -107,3 +114,95 @@ def load_latest(root: str, model) -> dict | None:
         log.info("resuming from %s (optimizer step %d)", path, step)
         return state
     return None
+
+
+# -- which run the checkpoints belong to ---------------------------------------------------------------------
+
+FINGERPRINT = "run-fingerprint.json"
+# Options that change what is learnt: resuming with another value would silently mix two runs. (Not: eval,
+# logging and checkpoint cadence, torch.compile, the threshold, which change no weight.)
+MATH_OPTIONS = ("task", "model", "dataset_config", "text_column", "text_pair_column", "label_column",
+                "label_columns", "label_names", "epochs", "batch_size", "learning_rate", "weight_decay",
+                "warmup_ratio", "max_length", "gradient_accumulation_steps", "max_grad_norm", "max_train_samples",
+                "fraction_of_train_data", "eval_fraction", "seed", "precision")
+
+
+class RunMismatch(TrainerError):
+    """The checkpoint folder holds another run's checkpoints. `detail` says how it differs."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"{detail}; start fresh with a new --output-dir, or move that folder away")
+        self.detail = detail
+
+
+def _digest(path: str) -> str:
+    """The content of a data file, local or gs:// (GCS's own CRC32C and size: no download)."""
+    import hashlib
+
+    if storage.is_gcs(path):
+        bucket, name = storage.split_gcs(path)
+        blob = storage._client().bucket(bucket).get_blob(name)
+        return f"crc32c:{blob.crc32c}:{blob.size}" if blob is not None else "missing"
+    h = hashlib.sha256()
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return "missing"
+    return "sha256:" + h.hexdigest()
+
+
+def run_fingerprint(cfg) -> dict:
+    """What makes two runs the same run: the options that change the math and the data's content."""
+    from dataclasses import asdict
+
+    from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, bundled_sample_file
+
+    values = asdict(cfg)
+    fp = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if k in MATH_OPTIONS}
+    task = TASKS[cfg.task]
+    if cfg.train_file:
+        fp["train_data"] = _digest(cfg.train_file)
+        fp["eval_data"] = _digest(cfg.eval_file) if cfg.eval_file else None
+    elif cfg.task == BUNDLED_SAMPLE:
+        fp["train_data"] = _digest(str(bundled_sample_file("sst2_train.csv.gz")))
+        fp["eval_data"] = _digest(str(bundled_sample_file("sst2_validation.csv.gz")))
+    else:
+        fp["train_data"] = f"hub:{task.hf_dataset}/{cfg.dataset_config or task.hf_config or ''}"
+        fp["eval_data"] = None
+    return fp
+
+
+def _read_fingerprint(root: str) -> dict | None:
+    import json
+
+    text = storage.read_text(storage.join(root, FINGERPRINT))
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def claim(root: str, fingerprint: dict) -> None:
+    """Make `root` this run's checkpoint folder, or refuse: checkpoints of another run (other data, labels,
+    model or options that change the math) are never resumed. Call once, on the main process, before
+    training; a folder with no checkpoints is simply taken."""
+    import json
+
+    has_checkpoints = bool(_list(root))
+    found = _read_fingerprint(root)
+    if has_checkpoints:
+        if found is None:
+            raise RunMismatch(f"{root} holds checkpoints that do not say which run they belong to")
+        differ = [k for k in sorted(set(found) | set(fingerprint)) if found.get(k) != fingerprint.get(k)]
+        if not differ:
+            return
+        shown = ", ".join(k.replace("_", "-") for k in differ[:5]) + (" …" if len(differ) > 5 else "")
+        raise RunMismatch(f"{root} holds checkpoints of a different run ({shown} differ): resuming them would "
+                          f"mix two runs")
+    if found != fingerprint:
+        storage.write_text(storage.join(root, FINGERPRINT), json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")

@@ -27,8 +27,12 @@ def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: di
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         (staged / "ftcli_run.json").write_text(json.dumps(run_config, indent=2, sort_keys=True) + "\n")
         storage.publish_dir(staged, model_dir)
-    except OSError as e:
-        raise TrainerError(storage.write_error(e, "the model", model_dir)) from None
+    except Exception as e:
+        os_error = storage.os_error_of(e)  # save_pretrained's safetensors reports "(os error 28)"
+        if os_error is None:
+            raise
+        where = storage.staged_where(model_dir, staged) if staged is not None else model_dir
+        raise TrainerError(storage.write_error(os_error, "the model", where)) from None
     finally:
         if staged is not None and staged.exists():
             shutil.rmtree(staged, ignore_errors=True)

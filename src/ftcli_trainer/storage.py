@@ -8,6 +8,7 @@ STORAGE_EMULATOR_HOST, which is how the tests point it at an emulator).
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import shutil
@@ -95,6 +96,43 @@ def clean_stale_tmp() -> list[Path]:
     return clean_stale_staging(Path(tempfile.gettempdir()), r"ftcli-[a-z]+")
 
 
+class RecordingFile(io.FileIO):
+    """A file that keeps the OSError of a failed write: torch.save reports a full disk only as an opaque
+    RuntimeError ("unexpected pos ..."), with no errno to tell it from a bug."""
+
+    error: OSError | None = None
+
+    def write(self, b) -> int:
+        try:
+            return super().write(b)
+        except OSError as e:
+            self.error = e
+            raise
+
+
+OS_ERROR_RE = re.compile(r"\(os error (\d+)\)")
+
+
+def os_error_of(e: BaseException, *files: RecordingFile | None) -> OSError | None:
+    """The operating-system error behind a failed write, if there is one: an OSError itself, one recorded by
+    a RecordingFile, or safetensors' Rust I/O error ("... (os error 28)")."""
+    if isinstance(e, OSError):
+        return e
+    for f in files:
+        if f is not None and f.error is not None:
+            return f.error
+    m = OS_ERROR_RE.search(str(e))
+    if m:
+        code = int(m.group(1))
+        return OSError(code, os.strerror(code))
+    return None
+
+
+def staged_where(target: str, staged: Path) -> str:
+    """Where a failed write was going, as the user should look for it."""
+    return f"the local staging folder {staged.parent} (on its way to {target})" if is_gcs(target) else target
+
+
 def write_error(e: OSError, what: str, where: str) -> str:
     """One line for a local write that failed: disk full, read-only, not a folder, permission."""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -177,6 +215,31 @@ def list_subdirs(uri: str) -> list[str]:
     for _ in it.pages:
         pass
     return sorted(p[len(prefix):].rstrip("/") for p in it.prefixes)
+
+
+def read_text(uri: str) -> str | None:
+    """A small text file's content, local or gs://; None when it does not exist."""
+    if is_gcs(uri):
+        bucket, name = split_gcs(uri)
+        blob = _client().bucket(bucket).get_blob(name)
+        return blob.download_as_text() if blob is not None else None
+    try:
+        return Path(uri).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def write_text(uri: str, text: str) -> None:
+    """Write a small text file whole, local (atomic rename) or gs:// (one object upload)."""
+    if is_gcs(uri):
+        bucket, name = split_gcs(uri)
+        _client().bucket(bucket).blob(name).upload_from_string(text.encode("utf-8"))
+        return
+    path = Path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def exists(uri: str) -> bool:

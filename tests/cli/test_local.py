@@ -65,3 +65,112 @@ def test_help_is_light(argv):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "Usage" in r.stdout
+
+
+def _tiny_run(tmp_path, tiny_model, data, *extra, out="run"):
+    return ftcli("local", "--task", "csv", "--train-file", str(data), "--model", str(tiny_model), "--epochs", "1",
+                 "--output-dir", str(tmp_path / out), *extra, cwd=tmp_path)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_same_output_dir_with_other_data_refuses_instead_of_resuming(tmp_path, tiny_model, sentiment_csv):
+    first, _ = sentiment_csv
+    assert _tiny_run(tmp_path, tiny_model, first).returncode == 0
+    before = tree(tmp_path / "run")
+    other = tmp_path / "other.csv"
+    other.write_text("text,label\n" + "".join(f"{w} item {i},{'xy'[i % 2]}\n" for i, w in
+                                              enumerate(["red", "blue"] * 40)))
+    r = _tiny_run(tmp_path, tiny_model, other)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "holds checkpoints of a different run" in r.stderr and "train-data" in r.stderr
+    assert "new --output-dir" in r.stderr and "--restart" in r.stderr and "Traceback" not in r.stderr
+    assert "running:" not in r.stderr  # refused before the trainer started
+    assert tree(tmp_path / "run") == before
+
+    r = _tiny_run(tmp_path, tiny_model, other, "--learning-rate", "1e-3")  # and options that change the math
+    assert r.returncode == 2 and "learning-rate" in r.stderr
+
+    r = _tiny_run(tmp_path, tiny_model, other, "--restart")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (aside,) = (tmp_path / "run").glob("previous-*")
+    assert {k: v for k, v in before.items() if not k.startswith("checkpoints/run-fingerprint")} == {
+        k: v for k, v in tree(aside).items() if not k.startswith("checkpoints/run-fingerprint")}
+    labels = json.loads((tmp_path / "run" / "model" / "config.json").read_text())["id2label"]
+    assert sorted(labels.values()) == ["x", "y"]
+
+
+def test_same_run_again_resumes(tmp_path, tiny_model, sentiment_csv):
+    train, _ = sentiment_csv
+    assert _tiny_run(tmp_path, tiny_model, train).returncode == 0
+    r = _tiny_run(tmp_path, tiny_model, train, "--log-every", "5")  # logging cadence does not change the math
+    assert r.returncode == 0, r.stderr
+    assert "resuming from" in r.stdout
+
+
+def test_output_dir_that_is_a_file_fails_before_the_trainer_starts(tmp_path):
+    (tmp_path / "run").write_text("my file")
+    r = ftcli("local", "--output-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert "is a file, not a folder" in r.stderr and "Traceback" not in r.stderr and "running:" not in r.stderr
+    assert (tmp_path / "run").read_text() == "my file"
+
+
+def test_a_crashed_runs_staging_is_cleaned_at_the_next_start(tmp_path, tiny_model, sentiment_csv):
+    train, _ = sentiment_csv
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    stale = [tmp_path / "run" / f".model.tmp-{dead}-abcd1234",
+             tmp_path / "run" / "checkpoints" / f".step-00000003.tmp-{dead}-abcd1234"]
+    for p in stale:
+        p.mkdir(parents=True)
+        (p / "model.safetensors").write_bytes(b"half")
+    assert _tiny_run(tmp_path, tiny_model, train).returncode == 0
+    assert not any(p.exists() for p in stale)
+
+
+def test_gs_output_dir_is_printed_as_given(tmp_path, tiny_model, sentiment_csv, gcs):
+    train, _ = sentiment_csv
+    gcs.create_bucket("b")
+    r = ftcli("local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--epochs", "1",
+              "--output-dir", "gs://b/x", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "run folder: gs://b/x\n" in r.stdout and "gs:/b" not in r.stdout + r.stderr
+    assert "x/model/_COMPLETE" in gcs.list("b", "x/")
+    assert not (tmp_path / "gs:").exists()
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, tiny_model, sentiment_csv):
+    import signal
+    import time
+
+    train, _ = sentiment_csv
+    proc = subprocess.Popen([*FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
+                             "--epochs", "500", "--log-every", "1", "--output-dir", str(tmp_path / "run")],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    try:
+        for line in proc.stdout:
+            if line.startswith("step "):
+                break
+        (child,) = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "resumes" in err
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists(), "the trainer outlived ftcli"
+    assert list((tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE"))  # it checkpointed on the way out

@@ -138,3 +138,61 @@ def test_checkpoint_start_cleans_a_crashed_runs_staging(tmp_path):
     (tmp_left / "trainer_state.pt").write_bytes(b"a copy of a gs:// checkpoint")
     assert checkpoint.load_latest(str(root), model=None) is None
     assert not crashed.exists() and not tmp_left.exists()
+
+
+def _can_mount_tmpfs() -> bool:
+    import shutil as sh
+
+    if not sh.which("unshare"):
+        return False
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", "d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs $d"],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+needs_tmpfs = pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs unshare and a private tmpfs mount")
+
+
+def in_small_disk(mountpoint: Path, *cmd: str, size: str = "64k") -> subprocess.CompletedProcess:
+    """Run `cmd` in a private mount namespace where `mountpoint` is a tiny tmpfs: a real ENOSPC."""
+    script = f'mkdir -p "{mountpoint}" && mount -t tmpfs -o size={size} tmpfs "{mountpoint}" && exec "$@"'
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", *cmd], capture_output=True, text=True,
+                          timeout=300)
+
+
+@needs_tmpfs
+def test_disk_full_while_checkpointing_is_one_line(tmp_path, tiny_model, sentiment_csv):
+    train, _ = sentiment_csv
+    out = tmp_path / "run"
+    r = in_small_disk(out / "checkpoints", sys.executable, "-m", "ftcli_trainer.task", "--task", "csv",
+                      "--train-file", str(train), "--model", str(tiny_model), "--epochs", "1",
+                      "--output-dir", str(out))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert "no space left on the device while writing the step" in line and str(out / "checkpoints") in line
+
+
+EXPORT = """
+import sys
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from ftcli_trainer.errors import TrainerError
+from ftcli_trainer.export import export_model
+model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], num_labels=2)
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+try:
+    export_model(model, tok, sys.argv[2], {}, {})
+except TrainerError as e:
+    print(e)
+    sys.exit(3)
+"""
+
+
+@needs_tmpfs
+def test_disk_full_while_exporting_is_one_line_and_leaves_nothing(tmp_path, tiny_model):
+    small = tmp_path / "small"
+    r = in_small_disk(small, sys.executable, "-c", EXPORT, str(tiny_model), str(small / "model"),
+                      )
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stdout.startswith("no space left on the device while writing the model to")
+    assert "Traceback" not in r.stderr
