@@ -1,0 +1,72 @@
+"""Which run a checkpoint folder belongs to: claim() takes an empty folder, resumes the same run, refuses
+another (local folders and gs://, against the GCS emulator)."""
+
+import pytest
+
+from ftcli_trainer import checkpoint, storage
+from ftcli_trainer.config import parse_args
+from tests.conftest import write_csv
+
+
+@pytest.fixture(params=["local", "gcs"])
+def root(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "checkpoints")
+    gcs = request.getfixturevalue("gcs")
+    gcs.create_bucket("b")
+    return "gs://b/run/checkpoints"
+
+
+def fake_checkpoint(root: str, step: int) -> None:
+    """What checkpoint.save leaves (its contents do not matter to claim)."""
+    import tempfile
+    from pathlib import Path
+
+    staged = Path(tempfile.mkdtemp())
+    (staged / "trainer_state.pt").write_bytes(b"state")
+    storage.publish_dir(staged, storage.join(root, f"step-{step:08d}"))
+
+
+def test_fingerprint_follows_the_data_and_the_math_options(tmp_path):
+    a = write_csv(tmp_path / "a.csv", ["text", "label"], [("x", "p"), ("y", "n")])
+    b = write_csv(tmp_path / "b.csv", ["text", "label"], [("x", "p"), ("z", "n")])
+    fp = checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a)]))
+    assert fp == checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), "--log-every", "3",
+                                                        "--save-every", "9", "--eval-every", "4"]))
+    other_data = checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(b)]))
+    other_lr = checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), "--learning-rate",
+                                                      "1e-3"]))
+    other_labels = checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), "--label-names",
+                                                          "n,p"]))
+    assert {k for k in fp if fp[k] != other_data[k]} == {"train_data"}
+    assert {k for k in fp if fp[k] != other_lr[k]} == {"learning_rate"}
+    assert {k for k in fp if fp[k] != other_labels[k]} == {"label_names"}
+
+
+def test_claim_takes_an_empty_folder_and_resumes_the_same_run(root):
+    fp = {"task": "csv", "train_data": "sha256:aa"}
+    checkpoint.claim(root, fp)
+    fake_checkpoint(root, 5)
+    checkpoint.claim(root, fp)  # a restarted worker: same run
+
+
+def test_claim_refuses_another_runs_checkpoints(root):
+    checkpoint.claim(root, {"task": "csv", "train_data": "sha256:aa", "seed": 1})
+    fake_checkpoint(root, 5)
+    with pytest.raises(checkpoint.RunMismatch) as e:
+        checkpoint.claim(root, {"task": "csv", "train_data": "sha256:bb", "seed": 2})
+    assert "holds checkpoints of a different run (seed, train-data differ)" in str(e.value)
+    assert "new --output-dir" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_claim_refuses_checkpoints_that_carry_no_fingerprint(root):
+    fake_checkpoint(root, 5)
+    with pytest.raises(checkpoint.RunMismatch, match="do not say which run"):
+        checkpoint.claim(root, {"task": "csv"})
+
+
+def test_a_folder_without_checkpoints_is_taken_whatever_its_old_fingerprint(root):
+    checkpoint.claim(root, {"train_data": "sha256:aa"})  # that run failed before its first checkpoint
+    checkpoint.claim(root, {"train_data": "sha256:bb"})
+    fake_checkpoint(root, 1)
+    checkpoint.claim(root, {"train_data": "sha256:bb"})
