@@ -88,22 +88,41 @@ def to_line(entry) -> Line:
     return Line(ts, replica, display_severity(severity, text), text, pb.insert_id or f"{ts.isoformat()}:{text}")
 
 
+@dataclass
+class Notice:
+    """Something the reader must tell the user once (logs unreadable, and why); it keeps following the job."""
+
+    reason: str
+    message: str
+    hint: str | None = None
+
+
 class Source(threading.Thread):
-    """Background reader: a tail stream with reconnects, or overlapping list polls when tail is unavailable."""
+    """Background reader: a tail stream with reconnects, or overlapping list polls when tail is unavailable.
+
+    It never loops hot: a cut or unreachable stream reconnects with a growing pause, RESOURCE_EXHAUSTED on the
+    tail falls back to polling no faster than `quota_interval`, and on a list it doubles the poll interval (up
+    to `max_interval`). Without permission it reports once and stops reading; the job's state is still followed.
+    """
 
     def __init__(self, gateway, base_filter: str, since: dt.datetime | None, out: queue.Queue,
-                 poll_interval: float = 2.0, tail: bool = True):
+                 poll_interval: float = 2.0, tail: bool = True, quota_interval: float = 5.0,
+                 max_interval: float = 60.0):
         super().__init__(daemon=True)
         self.gateway = gateway
         self.base_filter = base_filter
         self.since = since
         self.out = out
         self.poll_interval = poll_interval
+        self.quota_interval = quota_interval
+        self.max_interval = max_interval
         self.use_tail = tail
         self.stop_event = threading.Event()
         self.newest: dt.datetime | None = None  # the newest receiveTimestamp seen
         self.reconnects = 0
+        self.denied = False
         self._stream = None
+        self._told: set[str] = set()
         self.mode = "tail" if tail else "poll"
 
     def _filter(self, catch_up: bool = False) -> str:
@@ -126,6 +145,13 @@ class Source(threading.Thread):
                 self.newest = received_at
             self.out.put(to_line(entry))
 
+    def _tell(self, e, suffix: str = "") -> None:
+        """Say it once per reason: a problem that lasts is not repeated at every retry."""
+        if e.reason in self._told:
+            return
+        self._told.add(e.reason)
+        self.out.put(Notice(e.reason, e.message + suffix, e.hint))
+
     def stop(self) -> None:
         self.stop_event.set()
         if self._stream is not None:
@@ -135,10 +161,10 @@ class Source(threading.Thread):
                 pass
 
     def run(self) -> None:
-        from google.api_core import exceptions as gexc
+        from ftcli.gcp.cloud_logging import LogsUnavailable
 
         backoff = 0.5
-        while not self.stop_event.is_set():
+        while not self.stop_event.is_set() and not self.denied:
             if self.use_tail:
                 try:
                     self._stream = self.gateway.tail(self._filter(), self.stop_event)
@@ -151,9 +177,19 @@ class Source(threading.Thread):
                             # what was written while the last one was down (duplicates are dropped later).
                             self.poll_once()
                             caught_up = True
-                except (gexc.MethodNotImplemented, gexc.PermissionDenied, gexc.InvalidArgument):
-                    self.use_tail, self.mode = False, "poll"  # tail not available here: poll instead
-                    continue
+                except LogsUnavailable as e:
+                    if e.reason in ("unsupported", "quota"):
+                        # No live tail here, or no tail session left in the project: poll instead, gently.
+                        self.use_tail, self.mode = False, "poll"
+                        if e.reason == "quota":
+                            self.poll_interval = max(self.poll_interval, self.quota_interval)
+                            self._tell(e, f"; polling every {self.poll_interval:g} s instead")
+                        continue
+                    if e.reason == "denied":
+                        self.denied = True
+                        self._tell(e, "; following the job's state only")
+                        return
+                    self._tell(e, "; retrying, and following the job's state meanwhile")
                 except Exception:  # noqa: BLE001 - a cut stream: reconnect from the newest line
                     pass
                 if self.stop_event.is_set():
@@ -166,12 +202,24 @@ class Source(threading.Thread):
                 self.stop_event.wait(self.poll_interval)
 
     def poll_once(self) -> None:
-        from google.api_core import exceptions as gexc
+        """One overlapping list; a failure is reported once and slows the polls down, never raised."""
+        from ftcli.gcp.cloud_logging import LogsUnavailable
 
+        if self.denied:
+            return
         try:
             self._emit(self.gateway.list(self._filter(catch_up=True)))
-        except gexc.GoogleAPICallError:
-            pass  # transient: the next poll overlaps and catches up
+        except LogsUnavailable as e:
+            if e.reason == "denied":
+                self.denied = True
+                self._tell(e, "; following the job's state only")
+            elif e.reason == "quota":
+                self.poll_interval = min(max(self.poll_interval * 2, self.quota_interval), self.max_interval)
+                self._tell(e, f"; reading less often (every {self.poll_interval:g} s or more)")
+            else:
+                # transient: the next poll overlaps and catches up
+                self.poll_interval = min(max(self.poll_interval, self.quota_interval), self.max_interval)
+                self._tell(e, "; retrying, and following the job's state meanwhile")
 
 
 @dataclass
@@ -183,6 +231,7 @@ class Follower:
     job_id: str
     emit: Callable[[Line], None]
     on_state: Callable[[str, str | None], None]
+    on_notice: Callable[[Notice], None] = lambda notice: None
     replica: str | None = None
     severity: str | None = None
     since: dt.datetime | None = None
@@ -190,6 +239,9 @@ class Follower:
     reorder_delay: float = 1.0
     drain_quiet: float = 3.0
     poll_interval: float = 2.0
+    quota_interval: float = 5.0
+    max_interval: float = 60.0
+    read_slice: float = 0.2
     tail: bool = True
     last_lines: dict[str, deque] = field(default_factory=dict)
 
@@ -213,7 +265,8 @@ class Follower:
     def run(self) -> str:
         base = job_filter(self.job_id, self.replica, self.severity)
         q: queue.Queue = queue.Queue()
-        source = Source(self.logs, base, self.since, q, poll_interval=self.poll_interval, tail=self.tail)
+        source = Source(self.logs, base, self.since, q, poll_interval=self.poll_interval, tail=self.tail,
+                        quota_interval=self.quota_interval, max_interval=self.max_interval)
         source.start()
         pending: list[tuple[float, Line]] = []
         state = None
@@ -233,11 +286,16 @@ class Follower:
                     if state in FINAL_STATES and ended_at is None:
                         ended_at = now
                     next_state_check = now + self.state_interval
+                # Read for one slice at most, then print what is due: a steady stream must not keep the
+                # lines off the screen until it pauses.
+                until = time.monotonic() + self.read_slice
                 try:
-                    while True:
-                        line = q.get(timeout=0.2)
-                        if self._accept(line):
-                            pending.append((time.monotonic(), line))
+                    while (left := until - time.monotonic()) > 0:
+                        item = q.get(timeout=left)
+                        if isinstance(item, Notice):
+                            self.on_notice(item)
+                        elif self._accept(item):
+                            pending.append((time.monotonic(), item))
                             last_arrival = time.monotonic()
                 except queue.Empty:
                     pass

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import grpc
 import pytest
 
 from tests.cli.helpers import run_cli
@@ -204,3 +205,129 @@ def test_train_follows_by_default_and_exits_with_the_job(capsys, cloud_env, clou
     writer.join()
     assert r.code == 0, r.err
     assert "submitted job #1" in r.out and "done: accuracy 0.91" in r.out
+
+
+def test_a_steady_stream_reaches_the_screen_within_3_seconds(logs_env):
+    """A line every 0.1 s never lets the queue go idle: lines must still come out while the stream flows."""
+    vertex, logs, job = logs_env
+    env = {**os.environ, "FTCLI_LOGS_INTERVAL": "1"}  # the real timings
+    proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    written: dict[str, float] = {}
+    shown: dict[str, float] = {}
+
+    def read():
+        for raw in proc.stdout:
+            if raw.startswith("{") and "text" in (obj := json.loads(raw)):
+                shown[obj["text"]] = time.monotonic()
+
+    reader = in_background(read)
+    try:
+        assert logs.wait_for_tails(1, timeout=30)
+        for i in range(80):  # 8 s of a line every 0.1 s
+            text = f"steady {i:03d}"
+            written[text] = time.monotonic()
+            logs.write_line(job["id"], "workerpool0-0", text, insert_id=f"steady-{i}")
+            time.sleep(0.1)
+        time.sleep(3.0)
+        vertex.set_state(job["name"], "SUCCEEDED")
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=10)
+    assert sorted(shown) == sorted(written)
+    late = {t: round(shown[t] - written[t], 2) for t in written if shown[t] - written[t] > 3.0}
+    assert not late, late
+
+
+def test_permission_denied_is_said_once_and_the_job_is_still_followed(capsys, logs_env):
+    vertex, logs, job = logs_env
+    logs.fail_next("TailLogEntries", grpc.StatusCode.PERMISSION_DENIED, times=20, message="no logging.viewer")
+    logs.fail_next("ListLogEntries", grpc.StatusCode.PERMISSION_DENIED, times=100, message="no logging.viewer")
+
+    def produce():
+        time.sleep(1.0)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    writer = in_background(produce)
+    r = run_cli(capsys, "logs", "1")
+    writer.join()
+    assert r.code == 0, r.err
+    assert r.err.count("cannot read the job's logs: permission denied on project test-project") == 1
+    assert "roles/logging.viewer" in r.err and "following the job's state" in r.err
+    assert "job 1: RUNNING" in r.err and "job 1: SUCCEEDED" in r.err and "Traceback" not in r.err
+
+
+def test_permission_denied_without_follow_is_one_line(capsys, logs_env):
+    vertex, logs, job = logs_env
+    logs.fail_next("ListLogEntries", grpc.StatusCode.PERMISSION_DENIED, message="no logging.viewer")
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 1
+    assert r.err.startswith("error: cannot read the job's logs: permission denied")
+    assert "roles/logging.viewer" in r.err and "Traceback" not in r.err and len(r.err.splitlines()) == 2
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_logging_is_said_once_and_the_job_is_still_followed(capsys, logs_env, monkeypatch):
+    vertex, logs, job = logs_env
+    port = _closed_port()
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", f"http://127.0.0.1:{port}")
+
+    def produce():
+        time.sleep(1.5)
+        vertex.set_state(job["name"], "FAILED", "boom")
+
+    writer = in_background(produce)
+    r = run_cli(capsys, "logs", "1")
+    writer.join()
+    assert r.code == 3, r.err
+    assert r.err.count(f"cannot reach Cloud Logging at 127.0.0.1:{port}") == 1
+    assert "job 1: FAILED" in r.err and "Traceback" not in r.err
+
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 1 and f"error: cannot reach Cloud Logging at 127.0.0.1:{port}" in r.err
+    assert "Traceback" not in r.err
+
+
+def test_quota_exhausted_falls_back_to_slow_polls_never_a_hot_loop(capsys, logs_env):
+    vertex, logs, job = logs_env
+    logs.tail_unavailable = grpc.StatusCode.RESOURCE_EXHAUSTED  # no live-tail session left in the project
+    logs.fail_next("ListLogEntries", grpc.StatusCode.RESOURCE_EXHAUSTED, times=2)
+    for i in range(5):
+        logs.write_line(job["id"], "workerpool0-0", f"line {i}")
+
+    def produce():
+        time.sleep(3.0)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    writer = in_background(produce)
+    started = time.monotonic()
+    r = run_cli(capsys, "logs", "1", "--json")
+    elapsed = time.monotonic() - started
+    writer.join()
+    assert r.code == 0, r.err
+    assert [x["text"] for x in json_lines(r.out) if "text" in x] == [f"line {i}" for i in range(5)]
+    notices = [x for x in json_lines(r.out) if x.get("event") == "logs_unavailable"]
+    assert [n["reason"] for n in notices] == ["quota"]  # said once, though the tail and two lists hit it
+    assert len(logs.calls("TailLogEntries")) == 1  # no retrying the tail in a loop
+    # FTCLI_LOGS_INTERVAL=0.1 scales the 5 s floor to 0.5 s: polls are at least that far apart
+    assert len(logs.calls("ListLogEntries")) <= elapsed / 0.5 + 2, (len(logs.calls("ListLogEntries")), elapsed)
+
+
+def test_a_replica_that_does_not_exist_says_so(capsys, logs_env):
+    vertex, logs, job = logs_env
+    ender = threading.Timer(5.0, vertex.set_state, (job["name"], "SUCCEEDED"))  # so a regression fails, not hangs
+    ender.start()
+    r = run_cli(capsys, "logs", "1", "--replica", "workerpool0-1")
+    ender.cancel()
+    assert r.code == 2
+    assert "--replica workerpool0-1 matches no replica of job 1" in r.err
+    assert "workerpool0-0, workerpool1-0, workerpool1-1" in r.err

@@ -32,6 +32,12 @@ def parse_since(value: str | None) -> dt.datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
+def replica_names(job) -> list[str]:
+    """workerpool{i}-{j} for every replica of every worker pool: the task_name Vertex logs them under."""
+    return [f"workerpool{i}-{j}" for i, pool in enumerate(job.job_spec.worker_pool_specs)
+            for j in range(int(pool.replica_count or 0))]
+
+
 def follow_job(ref: str, *, project: str | None = None, region: str | None = None, follow: bool = True,
                replica: str | None = None, since: str | None = None, severity: str | None = None,
                json_out: bool = False) -> int:
@@ -52,7 +58,11 @@ def follow_job(ref: str, *, project: str | None = None, region: str | None = Non
     n = history.short_id(name)
     ref_shown = str(n) if n else job_id
     job = gateway.get(name)
-    multi = sum(int(p.replica_count or 0) for p in job.job_spec.worker_pool_specs) > 1
+    replicas = replica_names(job)
+    if replica and replica not in replicas:
+        raise UsageError(f"--replica {replica} matches no replica of job {ref_shown}",
+                         hint=f"its replicas: {', '.join(replicas) or 'none listed'}")
+    multi = len(replicas) > 1
     o = out()
     colors = {"WARNING": "yellow", "ERROR": "red", "CRITICAL": "bold red"}
 
@@ -67,6 +77,13 @@ def follow_job(ref: str, *, project: str | None = None, region: str | None = Non
         sev = f" [{colors[line.severity]}]{line.severity}[/]" if line.severity in colors else ""
         o.print(f"[dim]{t}[/]{who}{sev} {escape(line.text)}")
 
+    def on_notice(notice) -> None:
+        if json_out:
+            print(json.dumps({"event": "logs_unavailable", "reason": notice.reason, "message": notice.message,
+                              "hint": notice.hint}), flush=True)
+        hint = f" [dim]hint: {escape(notice.hint)}[/]" if notice.hint else ""
+        err().print(f"[yellow]warning:[/] {escape(notice.message)}{hint}")
+
     def on_state(state: str, error: str | None) -> None:
         if json_out:
             print(json.dumps({"event": "state", "state": state, "error": error}), flush=True)
@@ -76,9 +93,9 @@ def follow_job(ref: str, *, project: str | None = None, region: str | None = Non
     # FTCLI_LOGS_INTERVAL scales every wait (state re-read, re-ordering, draining): the tests run it fast.
     scale = float(os.environ.get("FTCLI_LOGS_INTERVAL", "1"))
     follower = Follower(logs=get_logging(job_project), get_job=lambda: gateway.get(name), job_id=job_id, emit=emit,
-                        on_state=on_state, replica=replica, severity=severity, since=start,
+                        on_state=on_state, on_notice=on_notice, replica=replica, severity=severity, since=start,
                         state_interval=3.0 * scale, reorder_delay=1.0 * scale, drain_quiet=3.0 * scale,
-                        poll_interval=2.0 * scale)
+                        poll_interval=2.0 * scale, quota_interval=5.0 * scale, max_interval=60.0 * scale)
     if not follow:
         follower.snapshot()
         return 0
