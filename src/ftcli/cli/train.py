@@ -74,7 +74,10 @@ def train(
         return
     from ftcli.gcp.vertex import console_url
 
-    job, n, sent = submit.submit(sub)
+    try:
+        job, n, sent = submit.submit(sub)
+    except KeyboardInterrupt:
+        raise typer.Exit(_interrupted_submission(sub)) from None
     job_id = job.name.rsplit("/", 1)[-1]
     if json_out:
         print(json.dumps({"short_id": n, "name": job.name, "id": job_id, "display_name": job.display_name,
@@ -82,19 +85,63 @@ def train(
                           "uploaded_bytes": sent}))
         return
     o = out()
-    o.print(f"submitted job [bold]#{n}[/] {job.display_name}")
-    o.print(f"  id       {job_id}  ({job.name})")
-    o.print(f"  console  {console_url(job.name)}")
-    o.print(f"  model    {sub.base_output_dir}model/")
-    o.print(f"  uploaded {sent:,} bytes" + ("  (trainer unchanged: already in the bucket)" if sent == 0 else ""))
-    o.print(f"next: [bold]ftcli logs {n}[/]   ·   ftcli jobs describe {n}   ·   ftcli jobs cancel {n}")
-    if detach:
-        return
-    from ftcli.cli.logs import follow_job
+    try:
+        o.print(f"submitted job [bold]#{n}[/] {job.display_name}")
+        o.print(f"  id       {job_id}  ({job.name})")
+        o.print(f"  console  {console_url(job.name)}")
+        o.print(f"  model    {sub.base_output_dir}model/")
+        o.print(f"  uploaded {sent:,} bytes" + ("  (trainer unchanged: already in the bucket)" if sent == 0 else ""))
+        o.print(f"next: [bold]ftcli logs {n}[/]   ·   ftcli jobs describe {n}   ·   ftcli jobs cancel {n}")
+        if detach:
+            return
+        from ftcli.cli.logs import follow_job
 
-    code = follow_job(str(n))
+        code = follow_job(str(n))
+    except KeyboardInterrupt:
+        _say_job_keeps_running(job.name, n)
+        raise typer.Exit(130) from None
     if code:
         raise typer.Exit(code)
+
+
+def _say_job_keeps_running(name: str, n: int | None) -> None:
+    from ftcli.output import err
+
+    ref = str(n) if n else name
+    err().print(f"\ninterrupted; job {f'#{n} ' if n else ''}{name.rsplit('/', 1)[-1]} keeps running ({name}). "
+                f"Follow it: ftcli logs {ref}   cancel it: ftcli jobs cancel {ref}")
+
+
+def _interrupted_submission(sub) -> int:
+    """Ctrl-C while submitting: the create call may have reached Vertex even though its answer did not reach
+    us. Look for this submission's job, so that a running job is never left unnamed; exit 130."""
+    from ftcli import history
+    from ftcli.output import err
+
+    job, looked = None, False
+    try:
+        from ftcli.gcp.vertex import get_vertex
+
+        job = get_vertex(sub.settings.project, sub.settings.region).find_by_submission(sub.submission_id)
+        looked = True
+    except (KeyboardInterrupt, Exception):  # noqa: BLE001 - a second Ctrl-C, or no answer: say what we know
+        pass
+    if not looked:
+        err().print(f"\ninterrupted; a job may have been created: ftcli jobs list shows it (label "
+                    f"ftcli-submission={sub.submission_id})")
+        return 130
+    if job is None:
+        err().print("\ninterrupted before the job was created; nothing is running")
+        return 130
+    n = history.short_id(job.name)
+    if n is None:
+        try:
+            n = history.record(job.name, sub.display_name, project=sub.settings.project, region=sub.settings.region,
+                               base_output_dir=sub.base_output_dir)
+        except Exception:  # noqa: BLE001 - the job still gets named below
+            n = None
+    _say_job_keeps_running(job.name, n)
+    return 130
 
 
 def register(app: typer.Typer) -> None:

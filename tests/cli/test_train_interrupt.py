@@ -1,0 +1,115 @@
+"""Ctrl-C during `ftcli train`: once a job exists it is always named, with how to follow and cancel it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
+
+
+class SlowCreateProxy:
+    """A gRPC proxy in front of the JobService emulator that holds CreateCustomJob's answer for `delay` seconds
+    after the job exists: the window in which a Ctrl-C used to leave a running job unnamed."""
+
+    def __init__(self, upstream: str, delay: float):
+        self.upstream = grpc.insecure_channel(upstream)
+        self.delay = delay
+        self.created = threading.Event()
+        self.server = grpc.server(ThreadPoolExecutor(8))
+        proxy = self
+
+        class Forward(grpc.GenericRpcHandler):
+            def service(self, details):
+                method = details.method
+                call = proxy.upstream.unary_unary(method)  # raw bytes both ways
+
+                def forward(request: bytes, context):
+                    try:
+                        response = call(request, timeout=30)
+                    except grpc.RpcError as e:
+                        context.abort(e.code(), e.details())
+                    if method.endswith("/CreateCustomJob"):
+                        proxy.created.set()
+                        time.sleep(proxy.delay)
+                    return response
+
+                return grpc.unary_unary_rpc_method_handler(forward)
+
+        self.server.add_generic_rpc_handlers((Forward(),))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(grace=0)
+        self.upstream.close()
+
+
+def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_path):
+    gcs, vertex = cloud_env
+    with SlowCreateProxy(vertex.address, delay=60) as proxy:
+        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+        proc = subprocess.Popen([*FTCLI, "train", "--task", "imdb", "--gpu", "T4", "--detach"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        try:
+            assert proxy.created.wait(60), "the create call never arrived"
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    (name,) = vertex.jobs
+    job_id = name.rsplit("/", 1)[-1]
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert job_id in err and "keeps running" in err
+    assert "ftcli logs 1" in err and "ftcli jobs cancel 1" in err
+    assert vertex.job(name).state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back
+    r = subprocess.run([*FTCLI, "jobs", "describe", "1", "--json"], env=os.environ, capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["name"] == name  # short id 1 is that job
+
+
+def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch):
+    gcs, vertex = cloud_env
+    with SlowCreateProxy(vertex.address, delay=0) as proxy:
+        vertex.fail_next("CreateCustomJob", grpc.StatusCode.UNAVAILABLE, times=1000)  # create never succeeds
+        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+        proc = subprocess.Popen([*FTCLI, "train", "--task", "imdb", "--gpu", "T4", "--detach"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        try:
+            assert vertex.wait_for_requests("CreateCustomJob", 2, timeout=60)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted before the job was created; nothing is running" in err and "Traceback" not in err
+    assert not vertex.jobs
+
+
+def test_ctrl_c_while_following_prints_the_job_and_exit_130(cloud_env, cloud_logging, tmp_path):
+    gcs, vertex = cloud_env
+    env = {**os.environ, "FTCLI_LOGGING_ENDPOINT": cloud_logging.endpoint}
+    proc = subprocess.Popen([*FTCLI, "train", "--task", "imdb", "--gpu", "T4"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert cloud_logging.wait_for_tails(1, timeout=60)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    (name,) = vertex.jobs
+    assert name.rsplit("/", 1)[-1] in out and "ftcli jobs cancel 1" in err and "Traceback" not in err
