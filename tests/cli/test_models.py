@@ -176,3 +176,31 @@ def test_stale_staging_of_a_dead_download_is_cleaned(capsys, job, tmp_path):
     mine.mkdir()
     assert run_cli(capsys, "download", job, "out2").code == 0
     assert mine.exists()
+
+
+@pytest.mark.parametrize("damage", ["config", "weights"])
+def test_predict_on_a_corrupt_model_is_one_line(capsys, tmp_path, tiny_model, damage):
+    import shutil
+
+    pytest.importorskip("transformers")
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    if damage == "config":
+        (model / "config.json").write_text('{"model_type": "bert", "hidden_size": ')
+    else:
+        weights = model / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])  # a download cut short
+    r = run_cli(capsys, "predict", str(model), "a wonderful film")
+    assert r.code == 1, r.err
+    assert r.err.startswith(f"error: cannot load the model in {model}") and "Traceback" not in r.err
+    assert len(r.err.splitlines()) == 2  # the error and its hint
+
+
+def test_jobs_list_limit_zero_is_refused_and_limits_are_kept(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    for i in range(3):
+        make_job(vertex, f"job-{i}", f"gs://{BUCKET}/team/ftcli/runs/job-{i}/")
+    r = run_cli(capsys, "jobs", "list", "--all", "--limit", "0")
+    assert r.code == 2 and "job-" not in r.out
+    r = run_cli(capsys, "jobs", "list", "--all", "--limit", "2", "--json")
+    assert r.code == 0 and len(r.out.splitlines()) == 2

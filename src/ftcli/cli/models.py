@@ -98,7 +98,13 @@ def predict(
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    clf = pipeline("text-classification", model=str(path), top_k=None)
+    try:
+        clf = pipeline("text-classification", model=str(path), top_k=None)
+    except Exception as e:  # noqa: BLE001 - a damaged folder fails in many ways deep inside transformers
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise FtcliError(f"cannot load the model in {path}: {detail}",
+                         hint="download it again into a new folder (ftcli download JOB DIR), or give another "
+                              "model folder") from None
     config = clf.model.config
     multi = config.problem_type == "multi_label_classification"
     cut = threshold if threshold is not None else getattr(config, "ftcli_threshold", 0.5)
