@@ -52,3 +52,18 @@ def main() -> None:
 
         error(e.message, e.hint, e.problems)
         sys.exit(e.exit_code)
+    except OSError as e:
+        # A file ftcli was told to use (a config path that is a folder, a full disk): one line, not a traceback.
+        if os.environ.get("FTCLI_DEBUG") == "1":
+            raise
+        from ftcli.output import error
+
+        reason = e.strerror or str(e) or type(e).__name__
+        error(f"cannot use {e.filename}: {reason}" if e.filename else reason,
+              hint="FTCLI_DEBUG=1 shows where it happened")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        if os.environ.get("FTCLI_DEBUG") == "1":
+            raise
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,15 @@
+"""The one error handler: whatever goes wrong is one line and a non-zero exit, never a traceback."""
+
+from tests.cli.helpers import run_cli
+
+
+def test_a_config_path_that_is_a_folder_is_one_line(capsys, tmp_path, monkeypatch):
+    folder = tmp_path / "config-folder"
+    folder.mkdir()
+    monkeypatch.setenv("FTCLI_CONFIG", str(folder))
+    for args in (["config", "list"], ["config", "set", "project", "p"], ["jobs", "list"]):
+        r = run_cli(capsys, *args)
+        assert r.code == 1, (args, r.err)
+        assert r.err.startswith(f"error: cannot use {folder}: Is a directory"), (args, r.err)
+        assert "Traceback" not in r.err
+    assert list(folder.iterdir()) == []
