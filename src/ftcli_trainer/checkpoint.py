@@ -187,10 +187,10 @@ def _read_fingerprint(root: str) -> dict | None:
     return value if isinstance(value, dict) else {}
 
 
-def claim(root: str, fingerprint: dict) -> None:
+def claim(root: str, fingerprint: dict) -> bool:
     """Make `root` this run's checkpoint folder, or refuse: checkpoints of another run (other data, labels,
     model or options that change the math) are never resumed. Call once, on the main process, before
-    training; a folder with no checkpoints is simply taken."""
+    training; a folder with no checkpoints is simply taken. Return whether the fingerprint was written now."""
     import json
 
     has_checkpoints = bool(_list(root))
@@ -200,9 +200,11 @@ def claim(root: str, fingerprint: dict) -> None:
             raise RunMismatch(f"{root} holds checkpoints that do not say which run they belong to")
         differ = [k for k in sorted(set(found) | set(fingerprint)) if found.get(k) != fingerprint.get(k)]
         if not differ:
-            return
+            return False
         shown = ", ".join(k.replace("_", "-") for k in differ[:5]) + (" …" if len(differ) > 5 else "")
         raise RunMismatch(f"{root} holds checkpoints of a different run ({shown} differ): resuming them would "
                           f"mix two runs")
-    if found != fingerprint:
-        storage.write_text(storage.join(root, FINGERPRINT), json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+    if found == fingerprint:
+        return False
+    storage.write_text(storage.join(root, FINGERPRINT), json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+    return True

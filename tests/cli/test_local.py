@@ -174,3 +174,11 @@ def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, ti
         time.sleep(0.1)
     assert not Path(f"/proc/{child}").exists(), "the trainer outlived ftcli"
     assert list((tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE"))  # it checkpointed on the way out
+
+
+def test_a_run_that_fails_on_its_data_leaves_no_folder_behind(tmp_path, tiny_model):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\nx,pos\ny,\n")
+    r = ftcli("local", "--task", "csv", "--train-file", str(bad), "--model", str(tiny_model), cwd=tmp_path)
+    assert r.returncode == 2 and "empty label" in r.stderr
+    assert not (tmp_path / "ftcli-runs").exists() or not any((tmp_path / "ftcli-runs").iterdir())

@@ -93,8 +93,9 @@ def _set_aside(base: str) -> str | None:
     return str(aside)
 
 
-def _claim(base: str, cfg) -> None:
-    """Refuse, before the trainer starts, to resume another run's checkpoints in this output folder."""
+def _claim(base: str, cfg) -> bool:
+    """Refuse, before the trainer starts, to resume another run's checkpoints in this output folder; return
+    whether a fingerprint was written now."""
     from ftcli_trainer import checkpoint, storage
 
     root = storage.join(base, "checkpoints")
@@ -102,11 +103,28 @@ def _claim(base: str, cfg) -> None:
         storage.clean_stale_staging(Path(base), r"\.model")  # a crashed export's staging
         checkpoint.clean_stale(root)
     try:
-        checkpoint.claim(root, checkpoint.run_fingerprint(cfg))
+        return checkpoint.claim(root, checkpoint.run_fingerprint(cfg))
     except checkpoint.RunMismatch as e:
         raise UsageError(e.detail,
                          hint="start fresh with a new --output-dir, or --restart to set the earlier run's model, "
                               "checkpoints and logs aside in this folder (nothing is deleted)") from None
+
+
+def _unclaim(base: str) -> None:
+    """A run that failed before its first checkpoint leaves no folder behind just for its fingerprint."""
+    from ftcli_trainer import checkpoint, storage
+
+    if storage.is_gcs(base):
+        return
+    ckpt = Path(base) / "checkpoints"
+    if any(ckpt.glob("step-*")):
+        return
+    (ckpt / checkpoint.FINGERPRINT).unlink(missing_ok=True)
+    for folder in (ckpt, Path(base)):
+        try:
+            folder.rmdir()  # only when empty: anything else in there stays
+        except OSError:
+            return
 
 
 def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False) -> int:
@@ -123,7 +141,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False) -> 
         aside = _set_aside(base)
         if aside:
             err().print(f"[dim]--restart: the earlier run is in {aside}[/]")
-    _claim(base, cfg)
+    claimed = _claim(base, cfg)
     env = dict(os.environ)
     # The same variables Vertex sets with base_output_dir, pointing at the local folders (or gs:// ones).
     env.update(
@@ -139,6 +157,8 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False) -> 
     err().print(f"[dim]running: python -m ftcli_trainer.task {' '.join(argv)}[/]")
     code, signum = run_trainer(cmd, env)
     model = storage.join(base, "model")
+    if code != 0 and claimed:
+        _unclaim(base)
     if code == 0:
         out().print(f"run folder: {base}")
         err().print(f"[dim]load it: transformers.pipeline('text-classification', model='{model}')[/]")
