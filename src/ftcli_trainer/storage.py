@@ -48,11 +48,20 @@ def relative_object_path(name: str, prefix: str) -> PurePosixPath | None:
 
 def staging_dir(parent: Path, name: str) -> Path:
     """A fresh folder `.NAME.tmp-PID-XXXXXXXX` in `parent` (the target's filesystem: a final rename is atomic).
-    Stale ones of dead writers are removed first."""
+    Stale ones of dead writers are removed first. Unlike mkdtemp's 0700, it gets the umask's usual mode: it
+    becomes the user's folder once renamed."""
+    import secrets
+
     parent.mkdir(parents=True, exist_ok=True)
     stem = f".{name}"
     clean_stale_staging(parent, re.escape(stem))
-    return Path(tempfile.mkdtemp(prefix=f"{stem}.tmp-{os.getpid()}-", dir=parent))
+    while True:
+        path = parent / f"{stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir(mode=0o777)
+            return path
+        except FileExistsError:
+            continue
 
 
 def local_tmp(kind: str) -> Path:

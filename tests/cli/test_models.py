@@ -204,3 +204,12 @@ def test_jobs_list_limit_zero_is_refused_and_limits_are_kept(capsys, cloud_env):
     assert r.code == 2 and "job-" not in r.out
     r = run_cli(capsys, "jobs", "list", "--all", "--limit", "2", "--json")
     assert r.code == 0 and len(r.out.splitlines()) == 2
+
+
+def test_a_downloaded_folder_gets_the_usual_permissions(capsys, job, tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert run_cli(capsys, "download", job, "out").code == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755  # not mkdtemp's private 0700
