@@ -162,3 +162,14 @@ def test_jobs_list_describe_cancel(capsys, cloud_env):
     assert json.loads(r.out)["state"] == "JOB_STATE_CANCELLED"
     r = run_cli(capsys, "jobs", "describe", "99")
     assert r.code == 2 and "no job #99" in r.err
+
+
+def test_values_that_would_crash_inside_the_job_are_refused_before_anything(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--project", "p", "--bucket", "gs://b",
+                "--dry-run", "--learning-rate", "nan", "--weight-decay", "inf", "--seed", str(2**32))
+    assert r.code == 2 and r.out == ""
+    for needle in ("--learning-rate must be a finite number, got nan", "--weight-decay must be a finite number",
+                   "--seed must be at most 4294967295"):
+        assert needle in r.err
+    assert "Traceback" not in r.err
