@@ -441,23 +441,34 @@ def child_check(args) -> dict:
     groups = [[b] for b in plan_batches(enc.lengths, BATCH, SEED, 0)]
     import torch
 
-    if args.device == "cuda":
+    out: dict = {}
+
+    def part(name, fn):  # one failing part never hides the others
+        try:
+            out[name] = fn()
+        except Exception as e:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            out[name] = {"error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+
+    cuda = args.device == "cuda"
+    if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 compared tightly: no TF32 on either side
-    out = {"fp32": _check_trainers(args, enc, groups, "fp32", dropout=False)}
-    if args.device == "cuda":
+    part("fp32", lambda: _check_trainers(args, enc, groups, "fp32", dropout=False))
+    if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
-        cc = torch.cuda.get_device_capability(0)
-        half = "bf16" if cc >= (8, 0) else None
-        if half:
-            out["bf16"] = _check_trainers(args, enc, groups, half, dropout=False)
-            out["bf16_dropout"] = _check_trainers(args, enc, groups, half, dropout=True)
-        out["dropout_replays"] = _dropout_replays()
-    ok = out["fp32"]["max_rel_loss_diff"] < 1e-4 and out["fp32"]["param_gap_over_update"] < 1e-2
+        if torch.cuda.get_device_capability(0) >= (8, 0):
+            part("bf16", lambda: _check_trainers(args, enc, groups, "bf16", dropout=False))
+            part("bf16_dropout", lambda: _check_trainers(args, enc, groups, "bf16", dropout=True))
+        part("dropout_replays", _dropout_replays)
+    fp32 = out["fp32"]
+    ok = "error" not in fp32 and fp32["max_rel_loss_diff"] < 1e-4 and fp32["param_gap_over_update"] < 1e-2
     if "bf16" in out:
-        ok = ok and out["bf16"]["max_rel_loss_diff"] < 3e-2
+        ok = ok and "error" not in out["bf16"] and out["bf16"]["max_rel_loss_diff"] < 3e-2
     if "dropout_replays" in out:
-        ok = ok and out["dropout_replays"]["ok"]
-    graphs = out["fp32"].get("graphs", {})
+        ok = ok and out["dropout_replays"].get("ok", False)
+    graphs = fp32.get("graphs", {})
     if args.device == "cuda":
         ok = ok and graphs.get("captured", 0) >= 2 and graphs.get("replays", 0) > 0 and graphs.get("still_capturing")
     out["ok"] = bool(ok)
@@ -484,81 +495,100 @@ def child_profile(args, setup: dict) -> dict:
     """BERT-base steps over 32 full 512-token rows (the widest shape), eager and through graphs."""
     import numpy as np
     import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
 
-    from ftcli_trainer.config import parse_args
     from ftcli_trainer.data import Examples, encode
-    from ftcli_trainer.loop import Paths, Trainer
-    from ftcli_trainer.model import load_model, load_tokenizer
+    from ftcli_trainer.model import load_tokenizer
 
     texts, labels = read_csv(Path(args.assets) / "data" / "imdb_8k.csv.gz")
     tok = load_tokenizer(str(model_dir(args, "bert-base")))
-    max_len = 512 if not args.tiny_bert else 128
+    max_len = 128 if args.tiny_bert else 512
     enc = encode(tok, Examples(texts[:2000], None, np.array(labels[:2000])), max_len)
-    full = np.flatnonzero(enc.lengths == max_len)
-    rows = full[: BATCH * 12]
-    if len(rows) < BATCH * 4:
+    rows = np.flatnonzero(enc.lengths == max_len)[: BATCH * 12]
+    if len(rows) < BATCH * 6:
         return {"skipped": f"only {len(rows)} rows of {max_len} tokens"}
     groups = [[rows[i:i + BATCH]] for i in range(0, len(rows) - BATCH + 1, BATCH)]
-    dev = torch.device(args.device)
     cuda = args.device == "cuda"
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
     m = setup["models"]["bert-base"]
-    step_flops = flops_of([max_len] * BATCH, m["nonembed"], m["layers"], m["hidden"])
-    peak = args.peak_tflops_resolved
-    lines = []
+    ctx = dict(enc=enc, groups=groups, max_len=max_len, lines=[],
+               step_flops=flops_of([max_len] * BATCH, m["nonembed"], m["layers"], m["hidden"]))
     out: dict = {"shape": f"{BATCH} x {max_len}", "rows": len(rows)}
     for mode in ("off", "on"):
-        precision = "bf16" if cuda and torch.cuda.get_device_capability(0) >= (8, 0) else "fp32"
-        cfg = parse_args(["--task", "csv", "--train-file", "unused.csv", "--batch-size", str(BATCH),
-                          "--learning-rate", "5e-5", "--cuda-graphs", mode, "--precision", precision])
-        torch.manual_seed(SEED)
-        model = load_model(str(model_dir(args, "bert-base")), ["0", "1"], False, 0.5).to(dev)
-        t = Trainer(cfg, model, enc, {}, ["0", "1"], False, dev, precision,
-                    Paths("m", "c", "l", work_dir(args) / "profile" / mode), 0)
-        t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
-        t._loss_acc = torch.zeros((), device=dev)
-        t._setup_static_steps()
-        model.train()
-        warm, active = groups[:-5], groups[-5:]
-        for g in warm:
-            t.train_step(g)
-        sync(args.device)
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        with profile(activities=acts) as prof:
-            t0 = time.perf_counter()
-            for g in active:
-                t.train_step(g)
-            sync(args.device)
-            wall = time.perf_counter() - t0
-        step_ms = 1000 * wall / len(active)
-        kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA] if cuda else []
-        busy = sum(e.self_device_time_total for e in kernels) / 1e3  # ms
-        by_kind: dict[str, float] = {}
-        for e in kernels:
-            by_kind[_kind(e.key)] = by_kind.get(_kind(e.key), 0.0) + e.self_device_time_total / 1e3
         name = "graphs" if mode == "on" else "eager"
-        res = {"step_ms": step_ms, "gpu_busy": busy / (wall * 1000) if wall else 0.0,
-               "kernel_ms_per_step": busy / len(active),
-               "by_kind_share": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda x: -x[1])} if busy else {},
-               "mfu": step_flops / (step_ms / 1000) / (peak * 1e12) if peak else None,
-               "graphs": dict(t.static_steps.counts) if t.static_steps is not None else None}
-        out[name] = res
-        sort = "self_device_time_total" if cuda else "self_cpu_time_total"
-        what = "a 2-layer BERT" if args.tiny_bert else "BERT-base"
-        lines.append(f"== {name}: {what}, {BATCH} x {max_len}, {precision}, {len(active)} steps profiled: "
-                     f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step "
-                     f"(GPU busy {100 * res['gpu_busy']:.0f} %)"
-                     + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else ""))
-        lines.append("time by kind: " + ", ".join(f"{k} {100 * v:.0f} %" for k, v in res["by_kind_share"].items()))
-        lines.append(prof.key_averages().table(sort_by=sort, row_limit=18, max_name_column_width=60))
-        del t, model
+        try:
+            out[name] = _profile_one(args, mode, ctx)
+        except Exception as e:  # noqa: BLE001 - the other mode may still work
+            import traceback
+
+            traceback.print_exc()
+            out[name] = {"error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
         if cuda:
             torch.cuda.empty_cache()
-    (Path(args.out) / "profile.txt").write_text("\n".join(lines) + "\n")
+    (Path(args.out) / "profile.txt").write_text("\n".join(ctx["lines"]) + "\n")
     return out
+
+
+def _profile_one(args, mode: str, ctx: dict) -> dict:
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from ftcli_trainer.config import parse_args
+    from ftcli_trainer.loop import Paths, Trainer
+    from ftcli_trainer.model import load_model
+
+    cuda = args.device == "cuda"
+    dev = torch.device(args.device)
+    precision = "bf16" if cuda and torch.cuda.get_device_capability(0) >= (8, 0) else "fp32"
+    cfg = parse_args(["--task", "csv", "--train-file", "unused.csv", "--batch-size", str(BATCH),
+                      "--learning-rate", "5e-5", "--cuda-graphs", mode, "--precision", precision])
+    torch.manual_seed(SEED)
+    model = load_model(str(model_dir(args, "bert-base")), ["0", "1"], False, 0.5).to(dev)
+    t = Trainer(cfg, model, ctx["enc"], {}, ["0", "1"], False, dev, precision,
+                Paths("m", "c", "l", work_dir(args) / "profile" / mode), 0)
+    t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
+    t._loss_acc = torch.zeros((), device=dev)
+    t._setup_static_steps()
+    model.train()
+    warm, active = ctx["groups"][:-5], ctx["groups"][-5:]
+    for g in warm:  # graphs: two eager steps, the capture, then replays
+        t.train_step(g)
+    sync(args.device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for g in active:
+            t.train_step(g)
+        sync(args.device)
+        wall = time.perf_counter() - t0
+    step_ms = 1000 * wall / len(active)
+    averages = prof.key_averages()
+    kernels = [e for e in averages if getattr(e, "device_type", None) == DeviceType.CUDA] if cuda else []
+    busy = sum(e.self_device_time_total for e in kernels) / 1e3  # ms
+    by_kind: dict[str, float] = {}
+    for e in kernels:
+        by_kind[_kind(e.key)] = by_kind.get(_kind(e.key), 0.0) + e.self_device_time_total / 1e3
+    peak = args.peak_tflops_resolved
+    res = {"step_ms": step_ms, "gpu_busy": busy / (wall * 1000) if wall else 0.0,
+           "kernel_ms_per_step": busy / len(active),
+           "by_kind_share": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda x: -x[1])} if busy else {},
+           "mfu": ctx["step_flops"] / (step_ms / 1000) / (peak * 1e12) if peak else None,
+           "graphs": dict(t.static_steps.counts) if t.static_steps is not None else None}
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    try:
+        table = averages.table(sort_by=sort, row_limit=18, max_name_column_width=60)
+    except (KeyError, AttributeError, ValueError):
+        table = averages.table(sort_by="self_cuda_time_total" if cuda else sort, row_limit=18)
+    what = "a 2-layer BERT" if args.tiny_bert else "BERT-base"
+    name = "graphs" if mode == "on" else "eager"
+    ctx["lines"].append(
+        f"== {name}: {what}, {BATCH} x {ctx['max_len']}, {precision}, {len(active)} steps profiled: "
+        f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %)"
+        + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else ""))
+    ctx["lines"].append("time by kind: " + ", ".join(f"{k} {100 * v:.0f} %" for k, v in res["by_kind_share"].items()))
+    ctx["lines"].append(table)
+    return res
 
 
 def child(args) -> None:
@@ -719,15 +749,16 @@ class Parent:
         chk = s.get("check") or {}
         if "ok" in chk:
             parts = [f"check {'PASS' if chk['ok'] else 'FAIL'}"]
+            parts += [f"{k}: {v['error']}" for k, v in chk.items() if isinstance(v, dict) and "error" in v]
             for k in ("fp32", "bf16"):
-                if k in chk:
+                if k in chk and "error" not in chk[k]:
                     parts.append(f"{k} graph-vs-eager max rel loss diff {chk[k]['max_rel_loss_diff']:.1e}, weight gap "
                                  f"{chk[k]['param_gap_over_update']:.1e} of the update (L2)")
-            if "bf16_dropout" in chk:
+            if "mean_loss_eager" in chk.get("bf16_dropout", {}):
                 d = chk["bf16_dropout"]
                 parts.append(f"dropout on: mean loss eager {d['mean_loss_eager']:.4f} vs graphs "
                              f"{d['mean_loss_graphs']:.4f}")
-            if "dropout_replays" in chk:
+            if "keep_rates" in chk.get("dropout_replays", {}):
                 d = chk["dropout_replays"]
                 parts.append(f"replayed dropout keep {min(d['keep_rates']):.4f}-{max(d['keep_rates']):.4f}, masks "
                              f"differ {d['masks_differ']:.3f} (0.18 expected), attention "
@@ -776,10 +807,11 @@ class Parent:
                     f"{r['end_to_end_seconds']:.1f} | "
                     f"{e2e_x} | {acc} | {mfu} | {gtxt} |")
         prof = s.get("profile") or {}
-        if "eager" in prof:
+        if "eager" in prof or "graphs" in prof:
             for name in ("eager", "graphs"):
                 p = prof.get(name)
-                if not p:
+                if not p or "error" in p:
+                    lines.append(f"profile {name}: {(p or {}).get('error', 'missing')}")
                     continue
                 kinds = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(p["by_kind_share"].items())[:6])
                 mfu = f", MFU {100 * p['mfu']:.1f} %" if p.get("mfu") else ""
@@ -834,7 +866,11 @@ def main() -> None:
         parent.say("interrupted: printing what there is")
     finally:
         parent.save()
-        text = parent.table()
+        try:
+            text = parent.table()
+        except Exception as e:  # noqa: BLE001 - never lose the numbers to a formatting bug
+            dump = json.dumps(parent.results["sections"], default=str)
+            text = f"(table failed: {type(e).__name__}: {e})\n{dump[-9000:]}"
         (parent.out / "table.md").write_text(text + "\n")
         print("\n" + text, flush=True)
 
