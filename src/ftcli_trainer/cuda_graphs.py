@@ -231,6 +231,7 @@ class StaticSteps:
                     p.grad = torch.zeros_like(p)
                 self.grads.append(p.grad)
         arm_optimizer(optimizer, device)
+        self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
         pairs = enc.type_ids is not None
         self.layouts = {w: Layout(rows, w, pairs, n_labels if multi_label else 0) for w in self.widths}
         biggest = max(lay.size for lay in self.layouts.values())
@@ -291,6 +292,14 @@ class StaticSteps:
     def _update(self) -> None:
         self.clip_and_step()
         self.torch._foreach_zero_(self.grads)
+
+    def keep_lr_on_device(self) -> None:
+        """After scheduler.step(): torch's schedulers fill a tensor lr in place (torch >= 2.4); one that
+        assigned a float instead would leave the graphs reading a stale rate, so copy it back in."""
+        for group, lr in zip(self.optimizer.param_groups, self.lr_tensors, strict=True):
+            if group["lr"] is not lr:
+                lr.fill_(float(group["lr"]))
+                group["lr"] = lr
 
     # -- running them --------------------------------------------------------------------------------
 

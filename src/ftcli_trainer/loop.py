@@ -260,6 +260,7 @@ class Trainer:
             self._loss_acc_n += sum(len(b) for b in group)
             self.stats.samples += n_global
             self.scheduler.step()  # fills the optimizer's on-device learning rates in place
+            self.static_steps.keep_lr_on_device()
             return
         for i, idx in enumerate(group):
             batch = self._to_device(collate(self.train_enc, idx, self.pad_id, self.multiple_of))

@@ -171,6 +171,16 @@ def test_static_steps_make_the_eager_update(tmp_path, tiny_model, pairs, multi, 
     assert all(p.grad is g for p, g in zip(b.parameters(), static.static_steps.grads, strict=True))
 
 
+def test_a_scheduler_that_assigns_a_float_lr_still_reaches_the_graphs(tmp_path, tiny_model):
+    enc = _tiny_enc(tiny_model)
+    t = _make_trainer(tmp_path, tiny_model, load_model(str(tiny_model), ["a", "b"], False, 0.5), enc, ["a", "b"])
+    t._setup_static_steps(capture=False)
+    lr = t.optimizer.param_groups[0]["lr"]
+    t.optimizer.param_groups[0]["lr"] = 0.125  # what an older torch's LambdaLR does
+    t.static_steps.keep_lr_on_device()
+    assert t.optimizer.param_groups[0]["lr"] is lr and float(lr) == 0.125
+
+
 def test_checkpoint_from_the_static_path_resumes_on_the_eager_path(tmp_path, tiny_model):
     """The optimizer and scheduler state are written as the eager path writes them (float learning rates),
     and a fresh eager trainer resumed from them continues exactly as the static one does."""
