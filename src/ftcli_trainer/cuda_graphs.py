@@ -224,12 +224,10 @@ class StaticSteps:
         self.loss_acc = loss_acc
         self.capture = capture
         self.warmup = warmup
-        self.grads = []
-        for p in model.parameters():
-            if p.requires_grad:
-                if p.grad is None:  # allocated once, outside any graph's pool; backward adds into them
-                    p.grad = torch.zeros_like(p)
-                self.grads.append(p.grad)
+        # The gradients that the first (eager) backward creates stay allocated, outside any graph's pool:
+        # later backwards add into them, and the update zeroes them in place. A parameter that gets none
+        # (unused by the model) keeps None, so AdamW skips it as on the eager path.
+        self.grads: list | None = None
         arm_optimizer(optimizer, device)
         self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
         pairs = enc.type_ids is not None
@@ -291,6 +289,8 @@ class StaticSteps:
 
     def _update(self) -> None:
         self.clip_and_step()
+        if self.grads is None:
+            self.grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         self.torch._foreach_zero_(self.grads)
 
     def keep_lr_on_device(self) -> None:

@@ -146,6 +146,7 @@ def test_static_steps_make_the_eager_update(tmp_path, tiny_model, pairs, multi, 
     labels = [f"l{i}" for i in range(multi)] if multi else ["negative", "positive"]
     torch.manual_seed(0)
     base = _no_dropout(load_model(str(tiny_model), labels, bool(multi), 0.5))
+    base.unused = torch.nn.Parameter(torch.ones(3))  # no gradient: AdamW (and its weight decay) skip it
     a, b = copy.deepcopy(base), copy.deepcopy(base)
     eager = _make_trainer(tmp_path, tiny_model, a, enc, labels, bool(multi), max_norm, "eager")
     static = _make_trainer(tmp_path, tiny_model, b, enc, labels, bool(multi), max_norm, "static")
@@ -168,7 +169,10 @@ def test_static_steps_make_the_eager_update(tmp_path, tiny_model, pairs, multi, 
     assert len({e for e, _ in lrs}) == len(lrs)  # the lr changed every step...
     assert [s for _, s in lrs] == pytest.approx([e for e, _ in lrs], rel=1e-6)  # ...on the device too
     assert all((g == 0).all() for g in static.static_steps.grads)  # zeroed in place, never set to None
-    assert all(p.grad is g for p, g in zip(b.parameters(), static.static_steps.grads, strict=True))
+    kept = [p.grad for p in b.parameters() if p.grad is not None]
+    assert len(kept) == len(static.static_steps.grads)
+    assert all(x is y for x, y in zip(kept, static.static_steps.grads, strict=True))
+    assert b.unused.grad is None and torch.equal(b.unused, torch.ones(3))
 
 
 def test_a_scheduler_that_assigns_a_float_lr_still_reaches_the_graphs(tmp_path, tiny_model):
