@@ -59,3 +59,10 @@ def test_options_cover_the_config():
     from ftcli_trainer.config import TrainConfig
 
     assert {o.name for o in OPTIONS} == {f.name for f in fields(TrainConfig)} - {"extra"}
+
+
+def test_cuda_graphs_is_off_unless_asked():
+    assert parse_args([]).cuda_graphs == "off"
+    assert parse_args(["--cuda-graphs", "auto"]).cuda_graphs == "auto"
+    assert parse_args(to_argv({"cuda_graphs": "on"})).cuda_graphs == "on"
+    assert problems(["--cuda-graphs", "yes"]) == ["--cuda-graphs must be one of auto, on, off; got 'yes'"]
