@@ -65,11 +65,12 @@ def bucket_for(longest: int, widths: tuple[int, ...]) -> int:
 
 
 def decide(mode: str, device_type: str, precision: str, world_size: int) -> tuple[bool, str]:
-    """(use the graph path, why not). `auto` and `on` both use it where it works; `off` never does."""
+    """(use the graph path, why not). `auto` and `on` both use it where it works; `off` never does. A CPU run
+    under `auto` is not worth a line: only an explicit `on` is told that it needs a GPU."""
     if mode == "off":
         return False, ""
     if device_type != "cuda":
-        return False, "CUDA graphs need a CUDA GPU"
+        return False, "CUDA graphs need a CUDA GPU" if mode == "on" else ""
     if world_size > 1:
         return False, f"DDP over {world_size} processes is not captured (its gradient hooks run per bucket)"
     if precision == "fp16":
