@@ -1,20 +1,19 @@
-"""The GPU catalog: every supported GPU and count, every rejected combination, machine-type overrides, images."""
+"""The GPU catalog: every supported GPU and count, every rejected combination, machine-type overrides, compute
+capabilities, boot disks, provisioning rules, the Reduction Server image."""
 
 from __future__ import annotations
-
-import re
 
 import pytest
 
 from ftcli import catalog
 from ftcli.catalog import (
-    REDUCTION_SERVER_IMAGE,
     REDUCTION_SERVER_MACHINE,
-    VERTEX_REGIONS,
     Hardware,
+    boot_disk,
     gpu_names,
+    provisioning_problems,
+    reduction_server_image,
     resolve_gpu,
-    training_image,
 )
 from ftcli.errors import UsageError
 
@@ -221,30 +220,87 @@ def test_hardware_summary():
     assert resolve_gpu("none").summary == "n1-standard-8 (CPU)"
 
 
+# Written out from NVIDIA's compute-capability tables, not derived from the catalog.
+CC = {"T4": "7.5", "P4": "6.1", "L4": "8.9", "P100": "6.0", "V100": "7.0", "A100": "8.0", "A100-80GB": "8.0",
+      "H100": "9.0", "H100-MEGA": "9.0", "H200": "9.0", "B200": "10.0"}
+
+
+@pytest.mark.parametrize("name", CC)
+def test_compute_capability(name):
+    hw = resolve_gpu(name)
+    assert hw.gpu_name == name and hw.compute_capability == CC[name]
+
+
+def test_cpu_has_no_compute_capability():
+    assert resolve_gpu("none").compute_capability is None and resolve_gpu("none").gpu_name is None
+
+
+@pytest.mark.parametrize(("machine", "disk"), [
+    ("a3-ultragpu-8g", "hyperdisk-balanced"), ("a4-highgpu-8g", "hyperdisk-balanced"),
+    ("a3-highgpu-8g", "pd-ssd"), ("a3-megagpu-8g", "pd-ssd"), ("a2-highgpu-1g", "pd-ssd"), ("g2-standard-8", "pd-ssd"),
+    ("n1-standard-8", "pd-ssd"), ("n1-highcpu-16", "pd-ssd"),
+])
+def test_boot_disk(machine, disk):
+    assert boot_disk(machine) == {"bootDiskType": disk, "bootDiskSizeGb": 100}
+
+
+def _provisioning(spec, **kw):
+    args = dict(spot=False, flex_start=False, reservation=None, timeout_s=3600, reduction_server=0) | kw
+    return provisioning_problems(resolve_gpu(spec), **args)
+
+
+@pytest.mark.parametrize("spec", ["T4", "L4", "A100x8", "H100x8", "H100-MEGA", "none"])
+def test_on_demand_is_fine_where_it_is_sold(spec):
+    assert _provisioning(spec) == []
+
+
+@pytest.mark.parametrize(("spec", "ways"), [
+    ("H100", "use --spot or --flex-start"), ("H100x2", "use --spot or --flex-start"),
+    ("H100x4", "use --spot or --flex-start"),
+    ("H200", "use --spot or --flex-start or --reservation NAME"),
+    ("B200", "use --spot or --flex-start or --reservation"),
+])
+def test_machines_not_sold_on_demand(spec, ways):
+    (problem,) = _provisioning(spec)
+    assert "is not sold on demand" in problem and ways in problem
+    assert _provisioning(spec, spot=True) == [] and _provisioning(spec, flex_start=True) == []
+
+
+def test_reservation_takes_a_full_name_or_any():
+    name = "projects/p/zones/us-central1-a/reservations/h200-pool"
+    assert _provisioning("H200", reservation=name) == [] and _provisioning("H200", reservation="any") == []
+    (problem,) = _provisioning("H200", reservation="h200-pool")
+    assert "give the full name projects/PROJECT/zones/ZONE/reservations/NAME" in problem
+    # a3-highgpu-1g is sold as Spot or Flex-start only: a reservation is not one of its ways
+    assert _provisioning("H100", reservation=name) == [
+        "a3-highgpu-1g (1 x NVIDIA_H100_80GB on a3-highgpu-1g) is not sold with --reservation: use --spot or "
+        "--flex-start"]
+
+
+@pytest.mark.parametrize(("spec", "kw", "message"), [
+    ("T4", dict(flex_start=True), "--flex-start takes A100, A100-80GB, B200, H100, H200, L4 GPUs, not T4"),
+    ("none", dict(flex_start=True), "not a CPU machine"),
+    ("H100-MEGA", dict(flex_start=True), "not H100-MEGA"),
+    ("L4", dict(flex_start=True, timeout_s=8 * 86400), "--flex-start jobs run at most 7 days"),
+    ("A100x8", dict(flex_start=True, reduction_server=2), "drop --reduction-server or --flex-start"),
+    ("H200", dict(flex_start=True, spot=True), "--spot and --flex-start exclude each other"),
+    ("H200", dict(flex_start=True, reservation="any"), "--flex-start and --reservation exclude each other"),
+])
+def test_provisioning_problems(spec, kw, message):
+    problems = _provisioning(spec, **kw)
+    assert any(message in p for p in problems), problems
+
+
 @pytest.mark.parametrize(("region", "mirror"), [
     ("us-central1", "us"), ("us-east4", "us"), ("northamerica-northeast1", "us"), ("southamerica-east1", "us"),
     ("me-west1", "us"), ("africa-south1", "us"),
     ("europe-west4", "europe"), ("europe-southwest1", "europe"), ("EUROPE-WEST1", "europe"),
     ("asia-northeast1", "asia"), ("asia-southeast1", "asia"), ("australia-southeast1", "asia"),
 ])
-@pytest.mark.parametrize("gpu", [True, False])
-def test_training_image_by_region(region, mirror, gpu):
-    kind = "gpu" if gpu else "cpu"
-    assert training_image(gpu, region) == f"{mirror}-docker.pkg.dev/vertex-ai/training/pytorch-{kind}.2-4.py310:latest"
+def test_reduction_server_image_from_the_nearest_mirror(region, mirror):
+    image = f"{mirror}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+    assert reduction_server_image(region) == image
 
 
-def test_explicit_image_wins():
-    image = "europe-docker.pkg.dev/my-project/images/trainer:1"
-    assert training_image(True, "us-central1", image) == image
-    assert training_image(False, "asia-east1", image) == image
-
-
-def test_reduction_server_constants():
-    assert REDUCTION_SERVER_IMAGE == "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+def test_reduction_server_machine():
     assert REDUCTION_SERVER_MACHINE == "n1-highcpu-16"
-
-
-def test_regions():
-    assert len(VERTEX_REGIONS) == 38
-    assert {"us-central1", "europe-west4", "asia-southeast1", "australia-southeast2", "me-central2"} <= VERTEX_REGIONS
-    assert all(re.fullmatch(r"[a-z]+-[a-z]+\d+", r) for r in VERTEX_REGIONS)

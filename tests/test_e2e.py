@@ -46,9 +46,17 @@ def test_train_logs_download_predict(capsys, e2e, tmp_path):
     assert "submitted job #1" in r.out
     assert "ftcli trainer" in r.out and "step " in r.out and "done: accuracy" in r.out  # the trainer's own lines
     (name,) = vertex.jobs
-    assert vertex.job(name).state.name == "JOB_STATE_SUCCEEDED"
-    objects = gcs.list("ftcli-test", "team/ftcli/runs/e2e-sst2/model/")
-    assert "team/ftcli/runs/e2e-sst2/model/_COMPLETE" in objects
+    job = vertex.job(name)
+    assert job.state.name == "JOB_STATE_SUCCEEDED"
+    # It ran as a custom container on the pinned PyTorch image, under that image's Python (3.11), after
+    # pip-installing the uploaded wheel from the bucket's /gcs/ mount with no network.
+    pool = job.job_spec.worker_pool_specs[0]
+    assert pool.container_spec.image_uri == "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    assert "ftcli: installing " in r.out and "ftcli-test/team/ftcli/packages/ftcli_trainer-" in r.out
+    base = job.job_spec.base_output_directory.output_uri_prefix
+    assert base.startswith("gs://ftcli-test/team/ftcli/runs/e2e-sst2-") and not base.endswith("/")
+    prefix = base.removeprefix("gs://ftcli-test/") + "/model/"
+    assert prefix + "_COMPLETE" in gcs.list("ftcli-test", prefix)
 
     r = run_cli(capsys, "download", "1", str(tmp_path / "model"))
     assert r.code == 0, r.err
@@ -61,11 +69,31 @@ def test_train_logs_download_predict(capsys, e2e, tmp_path):
     assert [g["label"] for g in got] == ["positive", "negative"] and all(g["score"] > 0.5 for g in got)
 
 
+def test_an_image_whose_python_is_too_old_fails_at_install(capsys, e2e, tmp_path, tiny_model):
+    """What happened with Vertex's Python 3.10 image: the trainer's requirements cannot install on it. The emulated
+    registry's image runs under a real Python 3.10 with nothing of the test environment, and the install fails
+    in the job, where the emulator used to accept it."""
+    from tests.emulators.runner import interpreter
+
+    gcs, vertex, logs = e2e
+    if interpreter("3.10") is None:
+        pytest.skip("no Python 3.10 on this machine (pyenv) to stand in for the image")
+    vertex.images["docker.io/example/torch-py310:1"] = "3.10"
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(sst2_rows(50, tmp_path)), "--gpu", "none",
+                "--model", str(tiny_model), "--image", "docker.io/example/torch-py310:1")
+    assert "ftcli cannot check this image" in r.err  # said before submitting
+    assert r.code == 3, r.err + r.out
+    shown = r.out + r.err
+    assert "exited with a non-zero status of 1" in shown and "ERROR: " in shown  # pip's own error, shown
+    assert "ftcli trainer" not in shown  # it never started
+
+
 def test_failing_trainer_fails_the_job_and_shows_its_error(capsys, e2e, tmp_path, tiny_model):
     gcs, vertex, logs = e2e
-    data = sst2_rows(50, tmp_path)
-    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(data), "--text-column", "review",
-                "--gpu", "none", "--model", str(tiny_model))
+    # Data already in the bucket is read in the job only (a local file would be refused before submitting)
+    gcs.write("ftcli-test", "data/sst2_small.csv", sst2_rows(50, tmp_path).read_bytes())
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", "gs://ftcli-test/data/sst2_small.csv",
+                "--text-column", "review", "--gpu", "none", "--model", str(tiny_model))
     assert r.code == 3, r.err + r.out
     assert "FAILED" in r.err and "exited with a non-zero status of 2" in r.err
     assert "has no column 'review'" in r.out + r.err  # the trainer's one-line error, shown as it happened

@@ -1,34 +1,69 @@
+"""The trainer wheel: only the trainer's modules, named by content, installable alone, with its true floors."""
+
 import shutil
 import subprocess
 import sys
-import tarfile
+import zipfile
 
-from ftcli.packaging import TrainerPackage, allowlisted_files, build_sdist, content_hash, trainer_root
+import pytest
+
+from ftcli.errors import FtcliError
+from ftcli.packaging import (
+    EXTRAS,
+    REQUIRES_PYTHON,
+    TRAINER_DEPENDENCIES,
+    TrainerPackage,
+    allowlisted_files,
+    build_wheel,
+    content_hash,
+    trainer_root,
+)
 
 
-def test_sdist_holds_only_the_trainer(tmp_path):
-    # stray files a user may have next to the code never go in
+def _copy(tmp_path):
     root = tmp_path / "ftcli_trainer"
     shutil.copytree(trainer_root(), root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_wheel_holds_only_the_trainer(tmp_path):
+    # stray files a user may have next to the code never go in
+    root = _copy(tmp_path)
     (root / ".env").write_text("SECRET=1")
     (root / "secrets").mkdir()
     (root / "secrets" / "key.json").write_text("{}")
     (root / "notes.ipynb").write_text("{}")
-    sdist = build_sdist(tmp_path / "dist", root)
+    wheel = build_wheel(tmp_path / "dist", root)
     pkg = TrainerPackage.current(root)
-    assert sdist.name == pkg.filename and pkg.filename.startswith("ftcli_trainer-")
-    names = tarfile.open(sdist).getnames()
-    modules = sorted(n.rsplit("/", 1)[-1] for n in names if "/ftcli_trainer/" in n)
+    assert wheel.name == pkg.filename and pkg.filename.startswith("ftcli_trainer-")
+    assert pkg.filename.endswith("-py3-none-any.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    modules = sorted(n.rsplit("/", 1)[-1] for n in names if n.startswith("ftcli_trainer/"))
     assert modules == sorted(p.name for p in allowlisted_files(root))
     assert "task.py" in modules and "config.py" in modules
-    assert not [n for n in names if "sample" in n or ".env" in n or "secrets" in n or "ipynb" in n or "ftcli/" in n]
-    pyproject = tarfile.open(sdist).extractfile(next(n for n in names if n.endswith("/pyproject.toml"))).read()
-    assert b'name = "ftcli-trainer"' in pyproject and b"typer" not in pyproject
+    assert not [n for n in names if "sample" in n or ".env" in n or "secrets" in n or "ipynb" in n
+                or n.startswith("ftcli/")]
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Name: ftcli-trainer" in metadata and "typer" not in metadata
+    assert f"Requires-Python: {REQUIRES_PYTHON}" in metadata
+    assert "Requires-Dist: torch>=2.6" in metadata
+    assert 'Requires-Dist: datasets>=3; extra == "hub"' in metadata
+
+
+def test_a_symlinked_module_is_refused(tmp_path):
+    # A `creds.py` link to a key file was packed and uploaded; a link is now an error, nothing is built.
+    root = _copy(tmp_path)
+    key = tmp_path / "service-account.json"
+    key.write_text('{"private_key": "-----BEGIN PRIVATE KEY-----"}')
+    (root / "creds.py").symlink_to(key)
+    with pytest.raises(FtcliError) as info:
+        build_wheel(tmp_path / "dist", root)
+    assert "creds.py" in info.value.message and "symbolic link" in info.value.message
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
 
 
 def test_hash_is_stable_and_tracks_content(tmp_path):
-    root = tmp_path / "ftcli_trainer"
-    shutil.copytree(trainer_root(), root, ignore=shutil.ignore_patterns("__pycache__"))
+    root = _copy(tmp_path)
     first = content_hash(root)
     assert content_hash(root) == first == content_hash(trainer_root())
     (root / "README.txt").write_text("not packaged")  # not in the allowlist: same hash
@@ -37,16 +72,29 @@ def test_hash_is_stable_and_tracks_content(tmp_path):
     assert content_hash(root) != first
 
 
-def test_sdist_installs_alone_and_runs_without_ftcli(tmp_path):
-    sdist = build_sdist(tmp_path / "dist")
+def test_pyproject_train_extra_matches_the_trainer_requirements():
+    # `pip install ftcli[train]` (ftcli local) and the job install the same floors.
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    train = set(pyproject["project"]["optional-dependencies"]["train"])
+    assert set(TRAINER_DEPENDENCIES) - {"google-cloud-storage>=2.16"} <= train
+    assert set(EXTRAS["hub"]) <= train
+    assert pyproject["project"]["requires-python"] == REQUIRES_PYTHON
+
+
+def test_wheel_installs_alone_and_runs_without_ftcli(tmp_path):
+    wheel = build_wheel(tmp_path / "dist")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    # install with this interpreter's pip into the bare venv, no dependencies, no network
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--prefix", str(venv), str(sdist)], check=True, capture_output=True)
-    r = subprocess.run([str(py), "-m", "ftcli_trainer.task", "--help"], capture_output=True, text=True)
+    # install with this interpreter's pip into the bare venv, no dependencies, no network, no build step
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--prefix", str(venv), str(wheel)], check=True, capture_output=True)
+    r = subprocess.run([str(py), "-c", "import ftcli_trainer.config as c; print(c.__file__)"], capture_output=True,
+                       text=True)
     assert r.returncode == 0, r.stderr
-    assert "--gradient-accumulation-steps" in r.stdout
+    assert str(venv) in r.stdout
     r = subprocess.run([str(py), "-c", "import ftcli"], capture_output=True, text=True)
     assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr

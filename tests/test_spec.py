@@ -10,11 +10,17 @@ import pytest
 
 from ftcli.catalog import Hardware, resolve_gpu
 from ftcli.errors import UsageError
-from ftcli.spec import JobRequest, build_custom_job, to_proto
+from ftcli.spec import START_SCRIPT, JobRequest, build_custom_job, to_proto
 
-PACKAGE = "gs://my-bucket/ftcli/packages/ftcli_trainer-0.1.0+3f2a9c.tar.gz"
-US_GPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"
+PACKAGE = "gs://my-bucket/ftcli/packages/ftcli_trainer-0.1.0+3f2a9c-py3-none-any.whl"
+WHEEL = "/gcs/my-bucket/ftcli/packages/ftcli_trainer-0.1.0+3f2a9c-py3-none-any.whl"
+IMAGE = "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
 DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}
+COMMAND = ["bash", "-c", START_SCRIPT, "ftcli-trainer"]
+
+
+def env(wheel=WHEEL, *extra):
+    return [{"name": "FTCLI_TRAINER_WHEEL", "value": wheel}, {"name": "PYTHONUNBUFFERED", "value": "1"}, *extra]
 
 
 def request(**changes) -> JobRequest:
@@ -23,6 +29,7 @@ def request(**changes) -> JobRequest:
         region="us-central1",
         display_name="ftcli-imdb-20240501-120000",
         hardware=resolve_gpu("T4"),
+        image=IMAGE,
         package_uri=PACKAGE,
         args=("--task", "imdb", "--epochs", "2"),
         base_output_dir="gs://my-bucket/ftcli/runs/imdb-20240501-120000",
@@ -30,7 +37,7 @@ def request(**changes) -> JobRequest:
     return dataclasses.replace(base, **changes)
 
 
-T4_SINGLE = request()
+T4_SINGLE = request(extras=("hub",))
 T4_SINGLE_JOB = {
     "displayName": "ftcli-imdb-20240501-120000",
     "jobSpec": {
@@ -38,11 +45,11 @@ T4_SINGLE_JOB = {
             "machineSpec": {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
                             "acceleratorCount": 1},
             "replicaCount": "1",
-            "pythonPackageSpec": {
-                "executorImageUri": US_GPU_IMAGE,
-                "packageUris": [PACKAGE],
-                "pythonModule": "ftcli_trainer.task",
+            "containerSpec": {
+                "imageUri": IMAGE,
+                "command": COMMAND,
                 "args": ["--task", "imdb", "--epochs", "2"],
+                "env": env(WHEEL + "[hub]"),
             },
             "diskSpec": DISK,
         }],
@@ -56,32 +63,32 @@ L4_SPOT = request(
     display_name="ftcli-financial",
     hardware=resolve_gpu("L4"),
     args=("--task", "financial", "--dataset-config", "sentences_50agree"),
-    base_output_dir="gs://eu-bucket/runs/financial",
+    base_output_dir="gs://eu-bucket/runs/financial/",
     spot=True,
     timeout_s=6 * 3600,
     service_account="trainer@my-project.iam.gserviceaccount.com",
-    labels=(("ftcli-task", "financial"), ("team", "nlp")),
+    labels=(("ftcli_task", "financial"), ("team", "nlp")),
     env=(("WANDB_PROJECT", "financial"), ("TOKENIZERS_PARALLELISM", "false")),
 )
 L4_SPOT_JOB = {
     "displayName": "ftcli-financial",
-    "labels": {"ftcli-task": "financial", "team": "nlp"},
+    "labels": {"ftcli_task": "financial", "team": "nlp"},
     "jobSpec": {
         "workerPoolSpecs": [{
             "machineSpec": {"machineType": "g2-standard-8", "acceleratorType": "NVIDIA_L4", "acceleratorCount": 1},
             "replicaCount": "1",
-            "pythonPackageSpec": {
-                "executorImageUri": "europe-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-                "packageUris": [PACKAGE],
-                "pythonModule": "ftcli_trainer.task",
+            "containerSpec": {
+                "imageUri": IMAGE,
+                "command": COMMAND,
                 "args": ["--task", "financial", "--dataset-config", "sentences_50agree"],
-                "env": [{"name": "WANDB_PROJECT", "value": "financial"},
-                        {"name": "TOKENIZERS_PARALLELISM", "value": "false"}],
+                "env": env(WHEEL, {"name": "WANDB_PROJECT", "value": "financial"},
+                           {"name": "TOKENIZERS_PARALLELISM", "value": "false"}),
             },
             "diskSpec": DISK,
         }],
         "scheduling": {"timeout": "21600s", "strategy": "SPOT", "restartJobOnWorkerRestart": True},
         "serviceAccount": "trainer@my-project.iam.gserviceaccount.com",
+        # the trailing slash given is dropped: Vertex appends /model/ and the others itself
         "baseOutputDirectory": {"outputUriPrefix": "gs://eu-bucket/runs/financial"},
     },
 }
@@ -97,11 +104,11 @@ A100_REDUCTION = request(
 )
 _A100_WORKER = {
     "machineSpec": {"machineType": "a2-highgpu-8g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 8},
-    "pythonPackageSpec": {
-        "executorImageUri": "asia-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-        "packageUris": [PACKAGE],
-        "pythonModule": "ftcli_trainer.task",
+    "containerSpec": {
+        "imageUri": IMAGE,
+        "command": ["bash", "-c", dataclasses.MISSING, "ftcli-trainer"],  # filled in below: plugin + start script
         "args": ["--task", "mnli", "--model", "bert-large-uncased"],
+        "env": env(),
     },
     "diskSpec": DISK,
 }
@@ -114,7 +121,9 @@ A100_REDUCTION_JOB = {
             {
                 "machineSpec": {"machineType": "n1-highcpu-16"},
                 "replicaCount": "2",
-                "containerSpec": {"imageUri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"},
+                "containerSpec": {
+                    "imageUri": "asia-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"},
+                "diskSpec": DISK,
             },
         ],
         "scheduling": {"timeout": "86400s"},
@@ -129,11 +138,7 @@ CPU_JOB = {
         "workerPoolSpecs": [{
             "machineSpec": {"machineType": "n1-standard-8"},
             "replicaCount": "1",
-            "pythonPackageSpec": {
-                "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-4.py310:latest",
-                "packageUris": [PACKAGE],
-                "pythonModule": "ftcli_trainer.task",
-            },
+            "containerSpec": {"imageUri": IMAGE, "command": COMMAND, "env": env()},
             "diskSpec": DISK,
         }],
         "scheduling": {"timeout": "86400s"},
@@ -141,14 +146,55 @@ CPU_JOB = {
     },
 }
 
+H200_SPOT = request(hardware=resolve_gpu("H200"), spot=True, display_name="h200")
+B200_FLEX = request(hardware=resolve_gpu("B200"), flex_start=True, max_wait_s=7200, display_name="b200",
+                    image="docker.io/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime")
+H200_RESERVED = request(hardware=resolve_gpu("H200"), display_name="h200-reserved",
+                        reservation="projects/my-project/zones/us-central1-a/reservations/h200s")
+
 CASES = {"t4-single": (T4_SINGLE, T4_SINGLE_JOB), "l4-spot": (L4_SPOT, L4_SPOT_JOB),
          "a100x8-reduction-server": (A100_REDUCTION, A100_REDUCTION_JOB), "cpu": (CPU, CPU_JOB)}
+ALL = {**{k: v[0] for k, v in CASES.items()}, "h200-spot": H200_SPOT, "b200-flex": B200_FLEX,
+       "h200-reserved": H200_RESERVED}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_build_custom_job(case):
     req, expected = CASES[case]
-    assert build_custom_job(req) == expected
+    job = build_custom_job(req)
+    if case == "a100x8-reduction-server":
+        script = job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"][2]
+        # GPU workers install the google-reduction-server NCCL plugin (apt, google-fast-socket) before the trainer
+        assert script.endswith(START_SCRIPT) and "apt-get install -y -qq google-reduction-server" in script
+        assert "deb https://packages.cloud.google.com/apt google-fast-socket main" in script
+        for pool in expected["jobSpec"]["workerPoolSpecs"][:2]:
+            pool["containerSpec"] = {**pool["containerSpec"], "command": ["bash", "-c", script, "ftcli-trainer"]}
+    assert job == expected
+
+
+def test_start_script_installs_the_wheel_from_the_mount_and_runs_the_trainer_with_the_args():
+    assert '"$FTCLI_TRAINER_WHEEL"' in START_SCRIPT and "python -m pip install" in START_SCRIPT
+    assert START_SCRIPT.startswith("set -eu\n")  # a failed install stops the job before training
+    assert START_SCRIPT.rstrip().endswith('exec python -m ftcli_trainer.task "$@"')
+
+
+def test_h200_spot_boots_from_hyperdisk():
+    pool = build_custom_job(H200_SPOT)["jobSpec"]["workerPoolSpecs"][0]
+    assert pool["machineSpec"] == {"machineType": "a3-ultragpu-8g", "acceleratorType": "NVIDIA_H200_141GB",
+                                   "acceleratorCount": 8}
+    assert pool["diskSpec"] == {"bootDiskType": "hyperdisk-balanced", "bootDiskSizeGb": 100}
+
+
+def test_flex_start_and_reservation():
+    job = build_custom_job(B200_FLEX)
+    assert job["jobSpec"]["scheduling"] == {"timeout": "86400s", "strategy": "FLEX_START", "maxWaitDuration": "7200s"}
+    pool = build_custom_job(H200_RESERVED)["jobSpec"]["workerPoolSpecs"][0]
+    assert pool["machineSpec"]["reservationAffinity"] == {
+        "reservationAffinityType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+        "values": ["projects/my-project/zones/us-central1-a/reservations/h200s"]}
+    anyone = build_custom_job(request(hardware=resolve_gpu("H200"), reservation="any"))
+    assert anyone["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["reservationAffinity"] == {
+        "reservationAffinityType": "ANY_RESERVATION"}
 
 
 def test_replicas_without_reduction_server():
@@ -159,13 +205,6 @@ def test_replicas_without_reduction_server():
     assert pools[1] == {**pools[0], "replicaCount": "2"}
     pools[1]["machineSpec"]["machineType"] = "changed"  # the pools share no nested dict
     assert pools[0]["machineSpec"]["machineType"] == "n1-standard-8"
-
-
-def test_explicit_image_and_module():
-    job = build_custom_job(request(image="us-docker.pkg.dev/p/r/trainer:1", python_module="my.task"))
-    spec = job["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]
-    assert spec["executorImageUri"] == "us-docker.pkg.dev/p/r/trainer:1"
-    assert spec["pythonModule"] == "my.task"
 
 
 def test_parent():
@@ -189,13 +228,18 @@ REJECTED = [
     (dict(reduction_server=1, hardware=resolve_gpu("A100x8")), "--reduction-server needs --replicas 2 or more"),
     (dict(reduction_server=1, replicas=2, hardware=resolve_gpu("none")), "--reduction-server needs GPU workers"),
     (dict(timeout_s=0), "the job timeout must be at least 1 second (got 0)"),
-    (dict(package_uri="/tmp/ftcli_trainer.tar.gz"), "the trainer package must be a gs://BUCKET/OBJECT URI"),
+    (dict(package_uri="/tmp/ftcli_trainer.whl"), "the trainer package must be a gs://BUCKET/OBJECT URI"),
     (dict(package_uri="gs://bucket-only"), "the trainer package must be a gs://BUCKET/OBJECT URI"),
     (dict(base_output_dir="./runs/x"), "the output directory must be a gs://BUCKET[/PATH] URI for a Vertex job, "
                                        "not './runs/x'"),
     (dict(base_output_dir="s3://bucket/x"), "the output directory must be a gs://"),
     (dict(display_name=""), "the job's display name is empty"),
     (dict(display_name="x" * 129), "the job's display name has 129 characters; Vertex allows at most 128"),
+    (dict(display_name="/etc/passwd"), "the job's display name '/etc/passwd' has a / or \\ or a control character"),
+    (dict(display_name="..\\x"), "has a / or"),
+    (dict(display_name="a\nb"), "has a / or"),
+    (dict(image="two words"), "the image 'two words' is not an image reference"),
+    (dict(env=(("FTCLI_TRAINER_WHEEL", "x"),)), "environment variable FTCLI_TRAINER_WHEEL is ftcli's own"),
     (dict(service_account="trainer"), "service account 'trainer' is not an email"),
     (dict(labels=(("Team", "nlp"),)), "label key 'Team' is invalid: it must start with a lowercase letter"),
     (dict(labels=(("1team", "nlp"),)), "label key '1team' is invalid"),
@@ -220,19 +264,21 @@ def test_rejected(changes, message):
 
 def test_every_problem_reported_at_once():
     with pytest.raises(UsageError) as info:
-        build_custom_job(request(replicas=0, package_uri="x.tar.gz", labels=(("Bad", "v"),)))
+        build_custom_job(request(replicas=0, package_uri="x.whl", labels=(("Bad", "v"),)))
     assert info.value.message == "3 problems with the job:"
     assert len(info.value.problems) == 3
 
 
 # --- the proto round trip: the dict's names and value forms are the real CustomJob's -------------------
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", ALL)
 def test_proto_round_trip(case):
+    # H200/B200 enums, Scheduling.strategy FLEX_START, maxWaitDuration and reservationAffinity need
+    # google-cloud-aiplatform >= 1.93 (1.60 raised on them): pyproject's floor.
     from google.cloud import aiplatform_v1
     from google.protobuf import json_format
 
-    job = build_custom_job(CASES[case][0])
+    job = build_custom_job(ALL[case])
     proto = to_proto(job)
     assert isinstance(proto, aiplatform_v1.CustomJob)
     assert json_format.MessageToDict(aiplatform_v1.CustomJob.pb(proto)) == job
@@ -249,6 +295,14 @@ def test_proto_fields():
     assert proto.job_spec.scheduling.timeout.total_seconds() == 86400
     spot = to_proto(build_custom_job(L4_SPOT)).job_spec.scheduling
     assert spot.strategy == aiplatform_v1.Scheduling.Strategy.SPOT and spot.restart_job_on_worker_restart
+    h200 = to_proto(build_custom_job(H200_SPOT))
+    assert h200.job_spec.worker_pool_specs[0].machine_spec.accelerator_type == (
+        aiplatform_v1.AcceleratorType.NVIDIA_H200_141GB)
+    assert h200.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
+    b200 = to_proto(build_custom_job(B200_FLEX))
+    assert b200.job_spec.worker_pool_specs[0].machine_spec.accelerator_type == aiplatform_v1.AcceleratorType.NVIDIA_B200
+    assert b200.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.FLEX_START
+    assert b200.job_spec.scheduling.max_wait_duration.total_seconds() == 7200
 
 
 def test_empty_pool_round_trips():
@@ -270,7 +324,7 @@ def test_to_proto_rejects_unknown_fields():
 
 def test_pure_modules_import_no_google():
     # Compared with the modules present at start-up: google's namespace .pth files import `google.cloud` itself.
-    code = ("import sys; before = set(sys.modules); import ftcli.catalog, ftcli.spec; "
+    code = ("import sys; before = set(sys.modules); import ftcli.catalog, ftcli.spec, ftcli.images, ftcli.regions; "
             "bad = [m for m in set(sys.modules) - before if m.split('.')[0] in ('google', 'proto', 'grpc')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

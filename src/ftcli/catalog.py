@@ -1,9 +1,10 @@
-"""The GPU catalog: `--gpu L4x2` → accelerator enum, machine type and count; container images; regions.
+"""The GPU catalog: `--gpu L4x2` → accelerator enum, machine type and count; each GPU's compute capability;
+the boot disk and the provisioning each machine family allows; the Reduction Server image.
 
 Plain data, no google import: `resolve_gpu` rejects impossible pairs before anything is uploaded.
 Machine/GPU pairs follow Vertex AI's custom-training catalog (accelerator-optimized a2/a3/a4/g2 machines
 carry a fixed number of GPUs) and Compute Engine's N1 limits (GPUs attached to an n1 machine cap its vCPUs
-and memory).
+and memory). Container images live in `ftcli.images`, regions in `ftcli.regions`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ class Hardware:
         return self.accelerator_count > 0
 
     @property
+    def gpu_name(self) -> str | None:
+        """The short name users type (T4, H200, ...), None for CPU."""
+        return _BY_KEY[_key(self.accelerator_type)].name if self.accelerator_type else None
+
+    @property
+    def compute_capability(self) -> str | None:
+        return _BY_KEY[_key(self.accelerator_type)].cc if self.accelerator_type else None
+
+    @property
     def summary(self) -> str:
         """E.g. '2 x NVIDIA_L4 on g2-standard-24' or 'n1-standard-8 (CPU)'."""
         if not self.gpu:
@@ -48,6 +58,7 @@ class _Gpu:
     # True when the machine type fixes the GPU count (a2/a3/a4/g2), so `--gpu A100 --machine-type
     # a2-highgpu-4g` can mean A100x4. N1 machines take a chosen number of attached GPUs instead.
     fixed: bool
+    cc: str  # CUDA compute capability: which kernels an image must carry (see ftcli.images)
     n1_limits: Mapping[int, tuple[int, int]] | None = None  # count → (max vCPUs, max GB) for n1 GPUs
 
     @property
@@ -83,41 +94,43 @@ def _n1_shape(machine_type: str) -> tuple[int, float] | None:
 _N1_SHAPES = {m: _n1_shape(m) for m in (f"n1-{kind}-{n}" for kind, sizes in _N1_SIZES.items() for n in sizes)}
 
 
-def _n1(name: str, enum: str, limits: dict[int, tuple[int, int]]) -> _Gpu:
+def _n1(name: str, enum: str, cc: str, limits: dict[int, tuple[int, int]]) -> _Gpu:
     """`limits`: GPU count → (max vCPUs, max memory GB) of the n1 machine, from Compute Engine's N1 GPU table."""
     machines = {}
     for count, (max_vcpus, max_gb) in limits.items():
         fits = [m for m, (vcpus, gb) in _N1_SHAPES.items() if vcpus <= max_vcpus and gb <= max_gb]
         # The default first; a default outside the limits would not be first, and the tests catch that.
         machines[count] = tuple(sorted(fits, key=lambda m, d=_N1_DEFAULT[count]: m != d))
-    return _Gpu(name, enum, machines, fixed=False, n1_limits=limits)
+    return _Gpu(name, enum, machines, fixed=False, cc=cc, n1_limits=limits)
 
 
-def _fixed(name: str, enum: str, machines: dict[int, tuple[str, ...]]) -> _Gpu:
-    return _Gpu(name, enum, machines, fixed=True)
+def _fixed(name: str, enum: str, cc: str, machines: dict[int, tuple[str, ...]]) -> _Gpu:
+    return _Gpu(name, enum, machines, fixed=True, cc=cc)
 
 
 def _per_count(pattern: str, counts: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
     return {n: (pattern.format(n=n),) for n in counts}
 
 
-# Roughly cheapest first: the order of `gpu_names()` and of the error messages.
+# Roughly cheapest first: the order of `gpu_names()` and of the error messages. Compute capabilities: NVIDIA's
+# "CUDA GPU Compute Capability" and "Legacy CUDA GPU Compute Capability" tables
+# (https://developer.nvidia.com/cuda-gpus, /cuda-legacy-gpus; read 2026-11-26).
 _GPUS: tuple[_Gpu, ...] = (
-    _n1("T4", "NVIDIA_TESLA_T4", {1: (48, 312), 2: (48, 312), 4: (96, 624)}),
-    _n1("P4", "NVIDIA_TESLA_P4", {1: (24, 156), 2: (48, 312), 4: (96, 624)}),
-    _fixed("L4", "NVIDIA_L4", {
+    _n1("T4", "NVIDIA_TESLA_T4", "7.5", {1: (48, 312), 2: (48, 312), 4: (96, 624)}),
+    _n1("P4", "NVIDIA_TESLA_P4", "6.1", {1: (24, 156), 2: (48, 312), 4: (96, 624)}),
+    _fixed("L4", "NVIDIA_L4", "8.9", {
         1: ("g2-standard-8", "g2-standard-4", "g2-standard-12", "g2-standard-16", "g2-standard-32"),
         2: ("g2-standard-24",), 4: ("g2-standard-48",), 8: ("g2-standard-96",),
     }),
-    _n1("P100", "NVIDIA_TESLA_P100", {1: (16, 104), 2: (32, 208), 4: (64, 208)}),
-    _n1("V100", "NVIDIA_TESLA_V100", {1: (12, 78), 2: (24, 156), 4: (48, 312), 8: (96, 624)}),
-    _fixed("A100", "NVIDIA_TESLA_A100",
+    _n1("P100", "NVIDIA_TESLA_P100", "6.0", {1: (16, 104), 2: (32, 208), 4: (64, 208)}),
+    _n1("V100", "NVIDIA_TESLA_V100", "7.0", {1: (12, 78), 2: (24, 156), 4: (48, 312), 8: (96, 624)}),
+    _fixed("A100", "NVIDIA_TESLA_A100", "8.0",
            {**_per_count("a2-highgpu-{n}g", (1, 2, 4, 8)), 16: ("a2-megagpu-16g",)}),
-    _fixed("A100-80GB", "NVIDIA_A100_80GB", _per_count("a2-ultragpu-{n}g", (1, 2, 4, 8))),
-    _fixed("H100", "NVIDIA_H100_80GB", _per_count("a3-highgpu-{n}g", (1, 2, 4, 8))),
-    _fixed("H100-MEGA", "NVIDIA_H100_MEGA_80GB", {8: ("a3-megagpu-8g",)}),
-    _fixed("H200", "NVIDIA_H200_141GB", {8: ("a3-ultragpu-8g",)}),
-    _fixed("B200", "NVIDIA_B200", {8: ("a4-highgpu-8g",)}),
+    _fixed("A100-80GB", "NVIDIA_A100_80GB", "8.0", _per_count("a2-ultragpu-{n}g", (1, 2, 4, 8))),
+    _fixed("H100", "NVIDIA_H100_80GB", "9.0", _per_count("a3-highgpu-{n}g", (1, 2, 4, 8))),
+    _fixed("H100-MEGA", "NVIDIA_H100_MEGA_80GB", "9.0", {8: ("a3-megagpu-8g",)}),
+    _fixed("H200", "NVIDIA_H200_141GB", "9.0", {8: ("a3-ultragpu-8g",)}),
+    _fixed("B200", "NVIDIA_B200", "10.0", {8: ("a4-highgpu-8g",)}),
 )
 
 
@@ -235,12 +248,83 @@ def _cpu(machine: str | None) -> Hardware:
     return Hardware(machine)
 
 
-# --- container images -------------------------------------------------------------------------------
+# --- machine families: boot disk and provisioning ---------------------------------------------------------
 
-# Vertex's prebuilt PyTorch training images; the trainer's own requirements are pip-installed on top.
-PYTORCH_IMAGE_VERSION = "2-4.py310"
-REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
-# Reduction Server replicas only move gradients: many vCPUs and network bandwidth, no GPU.
+# DiskSpec.bootDiskType takes pd-ssd (the default), pd-standard or hyperdisk-balanced (DiskSpec reference,
+# https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/DiskSpec, read 2026-11-26). A3 Ultra (H200)
+# and A4 (B200) take Hyperdisk only: "Hyperdisk Balanced: this is the only disk type that is supported for the
+# boot disk" (Compute Engine "Accelerator-optimized machine family",
+# https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines, updated 2026-04-13).
+# G2 refuses pd-standard; a2/a3-high/a3-mega and n1 take pd-ssd. 100 GB holds the image, model and HF cache.
+HYPERDISK_ONLY = ("a3-ultragpu", "a4-highgpu")
+BOOT_DISK_GB = 100
+
+
+def boot_disk(machine_type: str) -> dict[str, object]:
+    """The diskSpec for a machine type (REST JSON)."""
+    kind = "hyperdisk-balanced" if _family(machine_type) in HYPERDISK_ONLY else "pd-ssd"
+    return {"bootDiskType": kind, "bootDiskSizeGb": BOOT_DISK_GB}
+
+
+# Machines that Compute Engine does not sell on demand (same page as above): "When provisioning a3-highgpu-1g,
+# a3-highgpu-2g, or a3-highgpu-4g machine types, you must create instances by using Spot VMs or Flex-start
+# VMs"; A3 Ultra and A4: "you must reserve capacity ..., use Spot VMs, use Flex-start VMs" (or a MIG resize
+# request, which Vertex does not use).
+NOT_ON_DEMAND: dict[str, tuple[str, ...]] = {
+    "a3-highgpu-1g": ("spot", "flex-start"), "a3-highgpu-2g": ("spot", "flex-start"),
+    "a3-highgpu-4g": ("spot", "flex-start"),
+    "a3-ultragpu-8g": ("spot", "flex-start", "reservation"), "a4-highgpu-8g": ("spot", "flex-start", "reservation"),
+}
+
+# Flex-start (Dynamic Workload Scheduler) on Vertex: "requests L4, A100, H100, H200, or B200 GPUs", a timeout of
+# "7 days or less", and "the same machine configuration for all worker pools" ("Schedule training jobs based on
+# resource availability", https://docs.cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws, read
+# 2026-11-26). The page names H100, not H100 Mega: a3-megagpu-8g is left out until it says so.
+FLEX_START_GPUS = frozenset({"L4", "A100", "A100-80GB", "H100", "H200", "B200"})
+FLEX_START_MAX_TIMEOUT_S = 7 * 24 * 3600
+# ReservationAffinity: "To target a SPECIFIC_RESERVATION by name, use compute.googleapis.com/reservation-name as
+# the key", values "the full resource name of the reservation"; not with Flex-start ("Use reservations with
+# training", https://docs.cloud.google.com/vertex-ai/docs/training/use-reservations, read 2026-11-26).
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+RESERVATION_NAME = re.compile(r"projects/[^/]+/zones/[a-z]+-[a-z]+\d+-[a-z]/reservations/[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def provisioning_problems(hw: Hardware, *, spot: bool, flex_start: bool, reservation: str | None,
+                          timeout_s: int, reduction_server: int) -> list[str]:
+    """What is wrong with how the machines are to be obtained (one line each, with the fix)."""
+    problems = []
+    chosen = [n for n, on in (("--spot", spot), ("--flex-start", flex_start), ("--reservation", reservation))
+              if on]
+    if len(chosen) > 1:
+        problems.append(f"{' and '.join(chosen)} exclude each other: pick one way to get the machines")
+    if flex_start:
+        if hw.gpu_name not in FLEX_START_GPUS:
+            problems.append(f"--flex-start takes {', '.join(sorted(FLEX_START_GPUS))} GPUs, not "
+                            f"{hw.gpu_name or 'a CPU machine'}: drop --flex-start or pick one of those")
+        if timeout_s > FLEX_START_MAX_TIMEOUT_S:
+            problems.append(f"--flex-start jobs run at most 7 days; --timeout is {timeout_s // 3600} h")
+        if reduction_server:
+            problems.append("--flex-start needs the same machine in every worker pool, and Reduction Server "
+                            "replicas run on n1-highcpu-16: drop --reduction-server or --flex-start")
+    if reservation and reservation != "any" and not RESERVATION_NAME.fullmatch(reservation):
+        problems.append(f"--reservation {reservation!r}: give the full name "
+                        "projects/PROJECT/zones/ZONE/reservations/NAME, or 'any' for any matching reservation")
+    ways = NOT_ON_DEMAND.get(hw.machine_type)
+    picked = [w for w, on in (("spot", spot), ("flex-start", flex_start), ("reservation", reservation)) if on]
+    if ways and not any(w in ways for w in picked):
+        flags = " or ".join("--reservation NAME" if w == "reservation" else f"--{w}" for w in ways)
+        how = "on demand" if not picked else f"with --{picked[0]}"
+        problems.append(f"{hw.machine_type} ({hw.summary}) is not sold {how}: use {flags}")
+    return problems
+
+
+# --- Reduction Server ----------------------------------------------------------------------------------------
+
+# "Distributed training" (https://docs.cloud.google.com/vertex-ai/docs/training/distributed-training, read
+# 2026-11-26): the image is in the us, europe and asia multi-regions ("Choosing the multi-region closest to where
+# you are running custom training might reduce latency"); "We recommend that you use the n1-highcpu-16 machine
+# type for Reduction Server nodes"; GPU workers need NCCL and the google-reduction-server plugin.
+REDUCTION_SERVER_IMAGE = "{mirror}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
 REDUCTION_SERVER_MACHINE = "n1-highcpu-16"
 
 
@@ -254,23 +338,5 @@ def image_mirror(region: str) -> str:
     return "us"
 
 
-def training_image(gpu: bool, region: str, image: str | None = None) -> str:
-    """The executor image for the trainer: `image` when given, else the prebuilt PyTorch image from the
-    mirror nearest to `region` (the same image in every mirror; a near one pulls faster)."""
-    if image:
-        return image
-    kind = "gpu" if gpu else "cpu"
-    return f"{image_mirror(region)}-docker.pkg.dev/vertex-ai/training/pytorch-{kind}.{PYTORCH_IMAGE_VERSION}:latest"
-
-
-# --- regions ----------------------------------------------------------------------------------------
-
-VERTEX_REGIONS: frozenset[str] = frozenset({
-    "us-central1", "us-east1", "us-east4", "us-east5", "us-south1", "us-west1", "us-west2", "us-west3", "us-west4",
-    "northamerica-northeast1", "northamerica-northeast2", "southamerica-east1", "southamerica-west1",
-    "europe-central2", "europe-north1", "europe-southwest1", "europe-west1", "europe-west2", "europe-west3",
-    "europe-west4", "europe-west6", "europe-west8", "europe-west9", "europe-west12",
-    "me-central1", "me-central2", "me-west1", "africa-south1",
-    "asia-east1", "asia-east2", "asia-northeast1", "asia-northeast2", "asia-northeast3", "asia-south1",
-    "asia-southeast1", "asia-southeast2", "australia-southeast1", "australia-southeast2",
-})
+def reduction_server_image(region: str) -> str:
+    return REDUCTION_SERVER_IMAGE.format(mirror=image_mirror(region))

@@ -10,7 +10,6 @@ import configparser
 import difflib
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,10 +35,7 @@ def load_config_file() -> dict[str, str]:
     path = config_path()
     if not path.exists():
         return {}
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
+    import tomllib
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -113,7 +109,7 @@ def check_bucket(value: str) -> str | None:
 
 
 def check_region(value: str) -> str | None:
-    from ftcli.catalog import VERTEX_REGIONS
+    from ftcli.regions import VERTEX_REGIONS
 
     if value in VERTEX_REGIONS:
         return None

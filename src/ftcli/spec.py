@@ -12,12 +12,39 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ftcli.catalog import REDUCTION_SERVER_IMAGE, REDUCTION_SERVER_MACHINE, Hardware, training_image
+from ftcli.catalog import REDUCTION_SERVER_MACHINE, RESERVATION_KEY, Hardware, boot_disk, reduction_server_image
 from ftcli.errors import UsageError
 
 DEFAULT_TIMEOUT_S = 24 * 3600
-SUBMISSION_LABEL = "ftcli-submission"  # one id per `ftcli train`: finds a job whose create response was lost
-BOOT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}  # room for the image + model + HF cache
+SUBMISSION_LABEL = "ftcli_submission"  # one id per `ftcli train`: finds a job whose create response was lost
+CREATED_BY_LABEL = "created_by"
+# Label keys with underscores: the ListCustomJobs filter documents `labels.key=value`, and hyphenated keys in a
+# filter are not documented ("ListCustomJobsRequest.filter", aiplatform_v1 job_service.py).
+
+# What the container runs: install the trainer wheel from the bucket's Cloud Storage FUSE mount ("Custom training
+# jobs can access your Cloud Storage buckets as subdirectories of the root /gcs directory", "Use Cloud Storage as
+# a mounted file system", https://docs.cloud.google.com/vertex-ai/docs/training/cloud-storage-file-system), then
+# run it with the job's args ("$@": bash -c SCRIPT NAME ARGS...). pip keeps the image's torch, which satisfies the
+# trainer's floor, and fetches the rest from PyPI.
+START_SCRIPT = (
+    "set -eu\n"
+    'echo "ftcli: installing $FTCLI_TRAINER_WHEEL"\n'
+    "python -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off --quiet "
+    '"$FTCLI_TRAINER_WHEEL"\n'
+    'exec python -m ftcli_trainer.task "$@"\n'
+)
+# A custom container's GPU workers need the google-reduction-server NCCL plugin when a Reduction Server pool is
+# used; the documented install is apt from the google-fast-socket repository ("Distributed training",
+# https://docs.cloud.google.com/vertex-ai/docs/training/distributed-training). The PyTorch images have no curl or
+# gnupg: Python fetches the repository key (a binary keyring, which apt reads from trusted.gpg.d).
+REDUCTION_SERVER_PLUGIN = (
+    'python -c "import urllib.request as u; u.urlretrieve(\'https://packages.cloud.google.com/apt/doc/apt-key.gpg\', '
+    "'/etc/apt/trusted.gpg.d/google-fast-socket.gpg')\"\n"
+    "echo 'deb https://packages.cloud.google.com/apt google-fast-socket main' "
+    "> /etc/apt/sources.list.d/google-fast-socket.list\n"
+    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq google-reduction-server\n"
+)
+WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
 
 # Vertex's label rules (ASCII subset): lowercase letters, digits, _ and -; at most 63 characters;
 # keys start with a letter; at most 64 labels.
@@ -25,6 +52,8 @@ _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 _MAX_LABELS = 64
 _MAX_DISPLAY_NAME = 128
+# A display name becomes a folder name and a console title: no path separators or control characters.
+_DISPLAY_NAME = re.compile(r"[^/\\\x00-\x1f\x7f]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -36,23 +65,31 @@ class JobRequest:
     region: str
     display_name: str
     hardware: Hardware
-    package_uri: str  # gs://.../ftcli_trainer-....tar.gz
-    python_module: str = "ftcli_trainer.task"
+    image: str  # containerSpec.imageUri: a Python >= 3.11 image with torch (see ftcli.images)
+    package_uri: str  # gs://.../ftcli_trainer-....whl, installed from its /gcs/ mount at start
+    extras: tuple[str, ...] = ()  # the wheel's optional dependencies to install (e.g. hub: datasets)
     args: tuple[str, ...] = ()
     base_output_dir: str  # gs://...; Vertex derives AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR
     replicas: int = 1
     reduction_server: int = 0  # Reduction Server replicas (0: plain NCCL all-reduce)
     spot: bool = False
+    flex_start: bool = False
+    max_wait_s: int | None = None  # Flex-start: how long to queue for machines (Vertex's default: 1 day)
+    reservation: str | None = None  # "any", or projects/P/zones/Z/reservations/NAME
     timeout_s: int = DEFAULT_TIMEOUT_S
     service_account: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
-    image: str | None = None  # executor image; default: the prebuilt PyTorch image for hardware and region
     env: tuple[tuple[str, str], ...] = ()
 
     @property
     def parent(self) -> str:
         """The resource the job is created under."""
         return f"projects/{self.project}/locations/{self.region}"
+
+
+def gcs_mount_path(uri: str) -> str:
+    """gs://BUCKET/OBJECT -> /gcs/BUCKET/OBJECT, where Vertex mounts the bucket inside the container."""
+    return "/gcs/" + uri[len("gs://"):]
 
 
 def build_custom_job(req: JobRequest) -> dict[str, Any]:
@@ -68,7 +105,8 @@ def build_custom_job(req: JobRequest) -> dict[str, Any]:
         pools.append({
             "machineSpec": {"machineType": REDUCTION_SERVER_MACHINE},
             "replicaCount": str(req.reduction_server),
-            "containerSpec": {"imageUri": REDUCTION_SERVER_IMAGE},
+            "containerSpec": {"imageUri": reduction_server_image(req.region)},
+            "diskSpec": boot_disk(REDUCTION_SERVER_MACHINE),
         })
 
     scheduling: dict[str, Any] = {"timeout": f"{req.timeout_s}s"}
@@ -76,11 +114,16 @@ def build_custom_job(req: JobRequest) -> dict[str, Any]:
         # A preempted Spot worker comes back as a restart; restarting the whole job lets every rank resume
         # together from AIP_CHECKPOINT_DIR instead of the others hanging in a collective.
         scheduling.update(strategy="SPOT", restartJobOnWorkerRestart=True)
+    elif req.flex_start:
+        scheduling["strategy"] = "FLEX_START"
+        if req.max_wait_s is not None:
+            scheduling["maxWaitDuration"] = f"{req.max_wait_s}s"
 
     job_spec: dict[str, Any] = {
         "workerPoolSpecs": pools,
         "scheduling": scheduling,
-        "baseOutputDirectory": {"outputUriPrefix": req.base_output_dir},
+        # No trailing slash: Vertex appends /model/, /checkpoints/, /logs/ itself.
+        "baseOutputDirectory": {"outputUriPrefix": req.base_output_dir.rstrip("/")},
     }
     if req.service_account:
         job_spec["serviceAccount"] = req.service_account
@@ -103,20 +146,24 @@ def _worker_pool(req: JobRequest, replicas: int) -> dict[str, Any]:
     machine: dict[str, Any] = {"machineType": hw.machine_type}
     if hw.gpu:
         machine.update(acceleratorType=hw.accelerator_type, acceleratorCount=hw.accelerator_count)
-    package: dict[str, Any] = {
-        "executorImageUri": training_image(hw.gpu, req.region, req.image),
-        "packageUris": [req.package_uri],
-        "pythonModule": req.python_module,
-    }
+    if req.reservation == "any":
+        machine["reservationAffinity"] = {"reservationAffinityType": "ANY_RESERVATION"}
+    elif req.reservation:
+        machine["reservationAffinity"] = {"reservationAffinityType": "SPECIFIC_RESERVATION",
+                                          "key": RESERVATION_KEY, "values": [req.reservation]}
+    wheel = gcs_mount_path(req.package_uri) + (f"[{','.join(req.extras)}]" if req.extras else "")
+    script = (REDUCTION_SERVER_PLUGIN if req.reduction_server else "") + START_SCRIPT
+    env = [{"name": WHEEL_ENV, "value": wheel}, {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    env += [{"name": k, "value": v} for k, v in req.env]
+    container: dict[str, Any] = {"imageUri": req.image, "command": ["bash", "-c", script, "ftcli-trainer"]}
     if req.args:
-        package["args"] = list(req.args)
-    if req.env:
-        package["env"] = [{"name": k, "value": v} for k, v in req.env]
+        container["args"] = list(req.args)
+    container["env"] = env
     return {
         "machineSpec": machine,
         "replicaCount": str(replicas),  # int64: a string in proto JSON
-        "pythonPackageSpec": package,
-        "diskSpec": dict(BOOT_DISK),
+        "containerSpec": container,
+        "diskSpec": boot_disk(hw.machine_type),
     }
 
 
@@ -131,14 +178,21 @@ def _check(req: JobRequest) -> None:
                         f"not {req.base_output_dir!r}")
     if not req.display_name.strip():
         problems.append("the job's display name is empty: give it a name")
+    elif not _DISPLAY_NAME.fullmatch(req.display_name):
+        problems.append(f"the job's display name {req.display_name!r} has a / or \\ or a control character: use "
+                        "letters, digits, spaces and - _ . :")
     elif len(req.display_name) > _MAX_DISPLAY_NAME:
         problems.append(f"the job's display name has {len(req.display_name)} characters; Vertex allows at most "
                         f"{_MAX_DISPLAY_NAME}")
     if req.service_account is not None and "@" not in req.service_account:
         problems.append(f"service account {req.service_account!r} is not an email: give "
                         "NAME@PROJECT.iam.gserviceaccount.com")
+    if not req.image.strip() or any(c.isspace() for c in req.image):
+        problems.append(f"the image {req.image!r} is not an image reference (REGISTRY/REPOSITORY:TAG)")
     problems += _label_problems(req.labels)
     problems += _env_problems(req.env)
+    if any(k == WHEEL_ENV for k, _ in req.env):
+        problems.append(f"environment variable {WHEEL_ENV} is ftcli's own: pick another name")
     if problems:
         n = len(problems)
         raise UsageError(problems[0] if n == 1 else f"{n} problems with the job:",

@@ -18,20 +18,28 @@ from ftcli.catalog import Hardware, resolve_gpu
 from ftcli.errors import UsageError
 from ftcli.settings import Settings, raise_problems
 from ftcli.settings import resolve as resolve_settings
-from ftcli.spec import SUBMISSION_LABEL, JobRequest, build_custom_job, topology_problems
+from ftcli.spec import (
+    CREATED_BY_LABEL,
+    SUBMISSION_LABEL,
+    JobRequest,
+    build_custom_job,
+    gcs_mount_path,
+    topology_problems,
+)
 from ftcli.trainer_options import validate as validate_trainer
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, bundled_sample_file
 
-TIMEOUT_RE = re.compile(r"^(\d+)([smhd]?)$")
+DURATION_RE = re.compile(r"^(\d+)([smhd])$")
 LABEL_BAD = re.compile(r"[^a-z0-9_-]")
 DATA_OPTIONS = ("train_file", "eval_file")
 
 
-def parse_timeout(value: str) -> int:
-    m = TIMEOUT_RE.match(value.strip().lower())
+def parse_duration(value: str, flag: str = "--timeout") -> int:
+    """Seconds in `90m`, `24h`, `2d` or `3600s`: a bare number is refused (minutes? hours?)."""
+    m = DURATION_RE.match(value.strip().lower())
     if not m or int(m.group(1)) <= 0:
-        raise UsageError(f"--timeout must be a positive duration like 90m, 24h or 2d, got {value!r}")
-    return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        raise UsageError(f"{flag} needs a positive duration with a unit, like 30m, 6h or 2d (got {value!r})")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
 def label_value(value: str) -> str:
@@ -58,6 +66,19 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def folder_digest(root: Path) -> tuple[str, list[Path]]:
+    """sha256 over a folder's relative file names and bytes (links refused: what they point at is not the
+    folder's), and the files in a stable order."""
+    files = sorted(p for p in root.rglob("*") if not p.is_dir())
+    links = [str(p.relative_to(root)) for p in files if p.is_symlink()]
+    if links:
+        raise UsageError(f"--model {root}: {links[0]} is a symbolic link; copy the model into a plain folder")
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(root)).encode() + b"\0" + file_digest(p).encode() + b"\0")
+    return h.hexdigest(), files
+
+
 @dataclass
 class Submission:
     settings: Settings
@@ -67,16 +88,61 @@ class Submission:
     submission_id: str
     package_uri: str
     base_output_dir: str
+    image: str
+    extras: tuple[str, ...] = ()
     uploads: list[tuple[Path, str]] = field(default_factory=list)  # (local file, gs:// URI)
+    notes: list[str] = field(default_factory=list)  # said before submitting (e.g. an image ftcli cannot check)
+
+
+def _region_problem(hw: Hardware, region: str) -> str | None:
+    from ftcli import regions
+
+    if not hw.gpu or region not in regions.VERTEX_REGIONS or regions.offers(region, hw.gpu_name):
+        return None
+    near = regions.regions_with(hw.gpu_name, region)
+    where = f": try --region {' or '.join(near)}" if near else ""
+    return f"{region} does not offer {hw.gpu_name} GPUs for training{where}"
+
+
+def _image_problems(image: str | None, hw: Hardware, notes: list[str]) -> tuple[str, list[str]]:
+    from ftcli import images
+    from ftcli.packaging import REQUIRES_PYTHON, TRAINER_DEPENDENCIES
+
+    chosen = images.known(image) if image else images.default_image(hw)
+    if chosen is None:
+        notes.append(f"--image {image}: ftcli cannot check this image; it needs Python {REQUIRES_PYTHON} with pip, "
+                     "and torch>=2.6 built for the GPU (the trainer is pip-installed into it at start)")
+        return image, []
+    return chosen.uri, images.problems(chosen, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
+
+
+def _local_data_problems(cfg, local_files: dict[str, Path]) -> list[str]:
+    """Read local data files with the trainer's own readers (columns, labels, encoding): a wrong column shows up
+    here, not after the GPUs are billed."""
+    from ftcli_trainer.data import check_files
+    from ftcli_trainer.errors import TrainerError
+
+    if not local_files:
+        return []
+    try:
+        check_files(cfg, {k: str(v) for k, v in local_files.items()})
+    except TrainerError as e:
+        return [str(e)]
+    return []
 
 
 def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replicas: int, reduction_server: int,
          spot: bool, image: str | None, timeout: str, labels: list[str], display_name: str | None,
-         project: str | None, region: str | None, bucket: str | None, service_account: str | None) -> Submission:
+         project: str | None, region: str | None, bucket: str | None, service_account: str | None,
+         flex_start: bool = False, max_wait: str | None = None, reservation: str | None = None) -> Submission:
     """Everything that needs no network: resolve, validate (all problems at once), build the CustomJob."""
+    from ftcli import catalog
     from ftcli.packaging import TrainerPackage
+    from ftcli_trainer.tasks import TASKS
 
     problems: list[str] = []
+    notes: list[str] = []
+    image_uri = ""
     if trainer.get("task") in (None, BUNDLED_SAMPLE) and not trainer.get("train_file"):
         # The bundled sample is not part of the trainer package: send it as data files, like a user's CSV.
         trainer = {**trainer, "train_file": str(bundled_sample_file("sst2_train.csv.gz")),
@@ -93,9 +159,19 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
                        service_account=service_account)
     validated = collect(validate_trainer, trainer)
     hardware = collect(resolve_gpu, gpu, machine_type)
-    timeout_s = collect(parse_timeout, timeout)
+    timeout_s = collect(parse_duration, timeout)
+    max_wait_s = collect(parse_duration, max_wait, "--max-wait") if max_wait else None
+    if max_wait and not flex_start:
+        problems.append("--max-wait is how long a --flex-start job queues for machines: add --flex-start")
     user_labels = collect(parse_labels, labels) or {}
     problems += topology_problems(replicas, reduction_server, gpu=hardware is None or hardware.gpu)
+    if hardware is not None:
+        problems += catalog.provisioning_problems(hardware, spot=spot, flex_start=flex_start, reservation=reservation,
+                                                  timeout_s=timeout_s or 0, reduction_server=reduction_server)
+        if settings is not None and (p := _region_problem(hardware, settings.region)):
+            problems.append(p)
+        image_uri, image_problems = _image_problems(image, hardware, notes)
+        problems += image_problems
     local_files: dict[str, Path] = {}
     for name in DATA_OPTIONS:
         value = trainer.get(name)
@@ -105,17 +181,23 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
                 problems.append(f"--{name.replace('_', '-')} {value}: no such file (give a local file or a gs:// URI)")
             else:
                 local_files[name] = path
+    model_dir = None
+    if validated and Path(validated[0].model).expanduser().is_dir():
+        model_dir = Path(validated[0].model).expanduser()
+    if validated and not problems:
+        problems += _local_data_problems(validated[0], local_files)
     if problems:
         raise_problems(problems, "options")
     assert settings and validated and hardware and timeout_s
     cfg, _ = validated
 
     submission_id = secrets.token_hex(6)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     display = display_name or f"ftcli-{cfg.task}-{stamp}"
     package = TrainerPackage.current()
     package_uri = settings.gcs_path("packages", package.filename)
-    base_output_dir = settings.gcs_path("runs", display) + "/"
+    # Every submission has its own output folder: two jobs with one display name never share checkpoints.
+    base_output_dir = settings.gcs_path("runs", f"{label_value(display)}-{submission_id}")
 
     forwarded = dict(trainer)
     uploads = []
@@ -123,27 +205,37 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         uri = settings.gcs_path("data", file_digest(path)[:16], path.name)
         uploads.append((path, uri))
         forwarded[name] = uri
+    if model_dir is not None:
+        # A local model folder is not there inside the job: upload it content-addressed and point the trainer at
+        # its /gcs/ mount, which from_pretrained reads like a local folder.
+        digest, files = folder_digest(model_dir)
+        base = settings.gcs_path("models", digest[:16])
+        uploads += [(p, f"{base}/{p.relative_to(model_dir).as_posix()}") for p in files]
+        forwarded["model"] = gcs_mount_path(base)
     _, args = validate_trainer(forwarded)
+    task = TASKS[cfg.task]
+    extras = ("hub",) if task.hf_dataset is not None and not cfg.train_file else ()
 
     all_labels = {
         **user_labels,
         # ftcli's own labels win: `jobs list` and the idempotent create depend on them
-        "created-by": "ftcli",
-        "ftcli-task": label_value(cfg.task),
-        "ftcli-model": label_value(cfg.model.rsplit("/", 1)[-1]),
+        CREATED_BY_LABEL: "ftcli",
+        "ftcli_task": label_value(cfg.task),
+        "ftcli_model": label_value(cfg.model.rsplit("/", 1)[-1]),
+        "ftcli_gpu": label_value(hardware.gpu_name or "cpu"),
         SUBMISSION_LABEL: submission_id,
     }
     request = JobRequest(
         project=settings.project, region=settings.region, display_name=display, hardware=hardware,
-        package_uri=package_uri, args=tuple(args), base_output_dir=base_output_dir, replicas=replicas,
-        reduction_server=reduction_server, spot=spot, timeout_s=timeout_s, service_account=settings.service_account,
-        labels=tuple(sorted(all_labels.items())),
-        image=image,
+        image=image_uri, package_uri=package_uri, extras=extras, args=tuple(args), base_output_dir=base_output_dir,
+        replicas=replicas, reduction_server=reduction_server, spot=spot, flex_start=flex_start,
+        max_wait_s=max_wait_s, reservation=reservation, timeout_s=timeout_s,
+        service_account=settings.service_account, labels=tuple(sorted(all_labels.items())),
     )
     job = build_custom_job(request)
     return Submission(settings=settings, hardware=hardware, job=job, display_name=display,
                       submission_id=submission_id, package_uri=package_uri, base_output_dir=base_output_dir,
-                      uploads=uploads)
+                      image=image_uri, extras=extras, uploads=uploads, notes=notes)
 
 
 def submit(sub: Submission) -> tuple[Any, int, int]:
@@ -152,20 +244,20 @@ def submit(sub: Submission) -> tuple[Any, int, int]:
 
     from ftcli.gcp.storage import get_storage
     from ftcli.gcp.vertex import get_vertex
-    from ftcli.packaging import build_sdist
+    from ftcli.packaging import build_wheel
 
     storage = get_storage(sub.settings.project)
     storage.check_bucket(sub.settings.bucket_name, sub.settings.region)
     sent = 0
     if not storage.exists(sub.package_uri):
         with tempfile.TemporaryDirectory(prefix="ftcli-pkg-") as tmp:
-            sdist = build_sdist(Path(tmp))
-            sent += storage.upload_if_absent(sdist, sub.package_uri)
+            wheel = build_wheel(Path(tmp))
+            sent += storage.upload_if_absent(wheel, sub.package_uri)
     for path, uri in sub.uploads:
         sent += storage.upload_if_absent(path, uri)
     vertex = get_vertex(sub.settings.project, sub.settings.region)
     job = vertex.create_custom_job(sub.job, sub.submission_id)
     n = history.record(job.name, sub.display_name, project=sub.settings.project, region=sub.settings.region,
-                       created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                       created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                        base_output_dir=sub.base_output_dir)
     return job, n, sent

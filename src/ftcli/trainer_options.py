@@ -21,16 +21,14 @@ TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
 
 
 def _parameter(opt) -> inspect.Parameter:
-    from rich.markup import escape
-
     if opt.type is bool:
-        info = typer.Option(opt.flag, help=escape(opt.help), rich_help_panel=PANEL)
+        info = typer.Option(opt.flag, help=opt.help, rich_help_panel=PANEL)
         return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=False,
                                  annotation=Annotated[bool, info])
     help_text = opt.help
     if opt.default is not None and "[default" not in help_text:
         help_text += f" [default: {opt.default}]"
-    kwargs: dict[str, Any] = dict(help=escape(help_text), rich_help_panel=PANEL, show_default=False)
+    kwargs: dict[str, Any] = dict(help=help_text, rich_help_panel=PANEL, show_default=False)
     value_type: Any = opt.type
     if opt.choices:
         # A closed choice is an Enum for Typer: it lists and checks the choices.

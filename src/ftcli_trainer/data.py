@@ -558,3 +558,25 @@ def describe_source(cfg: TrainConfig) -> str:
     config = cfg.dataset_config or task.hf_config
     return f"{task.hf_dataset}/{config}" if config else str(task.hf_dataset)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Checking a job's local files before they are uploaded
+
+
+def check_files(cfg: TrainConfig, files: dict[str, str]) -> None:
+    """Read local data files exactly as the job will (columns, label values, encoding, `--label-columns`
+    globs, train and eval labels consistent) and raise the job's DataError now: the launcher calls this before
+    anything is uploaded. `files` maps "train_file"/"eval_file" to local paths; others are checked in the job."""
+    task = TASKS[cfg.task]
+    fmt = "jsonl" if task.name == "jsonl" else ("csv" if task.name == "csv" else None)
+    names: list[str] | None = None if cfg.multi_label else (list(cfg.label_names or task.labels) or None)
+    for key in ("train_file", "eval_file"):
+        if key in files:
+            columns, rows = read_rows(files[key], fmt=fmt)
+            _, found = rows_to_examples(rows, columns, cfg, files[key], names)
+            if key == "train_file":
+                names = found
+                if not cfg.multi_label and len(names) < 2:
+                    raise DataError(f"{files[key]} has only one label ({names[0]!r}); a classifier needs at "
+                                    "least two")

@@ -1,7 +1,11 @@
 """Data-parallel training: one process per GPU (torchrun semantics), several machines on Vertex.
 
-Vertex starts `python -m ftcli_trainer.task` once per machine and sets MASTER_ADDR, MASTER_PORT, and a
-per-machine WORLD_SIZE / RANK (machines, not processes), plus CLUSTER_SPEC. On a machine with several GPUs
+Vertex starts `python -m ftcli_trainer.task` once per machine and sets CLUSTER_SPEC. Its prebuilt PyTorch
+containers also set MASTER_ADDR, MASTER_PORT and a per-machine WORLD_SIZE / RANK, but for a custom container
+"you must parse CLUSTER_SPEC to populate any environment variables or settings required by the framework"
+("Distributed training", https://docs.cloud.google.com/vertex-ai/docs/training/distributed-training, read
+2026-11-26): so the chief's address comes from CLUSTER_SPEC's workerpool0 when MASTER_ADDR is absent (never
+127.0.0.1 on a multi-machine job, where every other machine would wait for itself). On a machine with several GPUs
 the trainer re-launches itself under torch.distributed.run with one process per GPU, turning the machine
 counts into global ranks. Under torchrun (LOCAL_RANK set) it joins the process group directly. NCCL on GPUs,
 gloo on CPUs.
@@ -57,6 +61,20 @@ def vertex_nodes(env=os.environ) -> tuple[int, int]:
     return int(env.get("WORLD_SIZE", "1")), int(env.get("RANK", "0"))
 
 
+def master(env=os.environ) -> tuple[str, str]:
+    """(address, port) of rank 0: MASTER_ADDR/MASTER_PORT, else workerpool0's first entry in CLUSTER_SPEC
+    ("host:port"), else this machine."""
+    host, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
+    if not host and env.get("CLUSTER_SPEC"):
+        try:
+            chief = json.loads(env["CLUSTER_SPEC"])["cluster"]["workerpool0"][0]
+            host, _, spec_port = str(chief).rpartition(":") if ":" in str(chief) else (str(chief), "", "")
+            port = port or spec_port or None
+        except (ValueError, KeyError, IndexError, TypeError):
+            host = None
+    return host or "127.0.0.1", port or "29500"
+
+
 def relaunch_argv(argv: list[str], gpus: int, env=os.environ) -> list[str] | None:
     """The torchrun command line that runs this trainer once per GPU on every machine; None when a single
     process is right (one GPU or CPU on one machine, or already running under torchrun)."""
@@ -66,9 +84,10 @@ def relaunch_argv(argv: list[str], gpus: int, env=os.environ) -> list[str] | Non
     per_node = max(1, gpus)
     if nodes * per_node <= 1:
         return None
+    addr, port = master(env)
     return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node-rank={node_rank}",
-            f"--nproc-per-node={per_node}", f"--master-addr={env.get('MASTER_ADDR', '127.0.0.1')}",
-            f"--master-port={env.get('MASTER_PORT', '29500')}", "-m", "ftcli_trainer.task", *argv]
+            f"--nproc-per-node={per_node}", f"--master-addr={addr}", f"--master-port={port}",
+            "-m", "ftcli_trainer.task", *argv]
 
 
 def setup(device_type: str) -> Dist:

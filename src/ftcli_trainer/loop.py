@@ -41,6 +41,22 @@ def warmup_steps(total: int, ratio: float) -> int:
     return math.ceil(total * ratio)
 
 
+# torch.compile measured on an H200 (shared notes, gpu-facts.md): 34-44 s to compile a BERT-base step, then
+# at most ~7 ms a step saved (32 x 128) and none at 512 tokens; a dynamic-shape compile recompiles on top.
+# Below this many steps it cannot pay for itself (a 250-step run at 512 ran at 0.2x of eager).
+COMPILE_MIN_STEPS = 5000
+
+
+def compile_skip_reason(total_steps: int, cuda_graphs: bool) -> str:
+    """Why --compile would make this run slower end to end ("" when it may pay off)."""
+    if cuda_graphs:
+        return "the CUDA-graph path is on, and its replayed steps are faster than compiled ones"
+    if total_steps < COMPILE_MIN_STEPS:
+        return (f"{total_steps} steps are too few to repay compiling (~40 s a shape; it pays off from about "
+                f"{COMPILE_MIN_STEPS:,} steps)")
+    return ""
+
+
 def param_groups(model, weight_decay: float) -> list[dict]:
     """No weight decay on biases and norm weights (every 1-D parameter), as the HF Trainer does."""
     decay, no_decay = [], []
@@ -107,13 +123,8 @@ class Trainer:
         self.cfg = cfg
         self.dist = dist or Dist()
         self.model = model
-        train_model = model
-        if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
-            train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        self.train_model = torch.compile(train_model, dynamic=True) if cfg.compile else train_model
         self.train_enc = train
+        self._train_lengths = train.lengths
         self.evals = evals
         self.label_names = label_names
         self.multi_label = multi_label
@@ -128,6 +139,20 @@ class Trainer:
         self.steps_per_epoch = math.ceil(n_batches / cfg.gradient_accumulation_steps)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.warmup = warmup_steps(self.total_steps, cfg.warmup_ratio)
+        from ftcli_trainer import cuda_graphs
+
+        self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision,
+                                                                 self.dist.world_size)
+        self.static_steps = None  # built in fit(), after a resume, around the on-device loss sum
+        train_model = model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        skip_compile = compile_skip_reason(self.total_steps, self.use_graphs) if cfg.compile else ""
+        if skip_compile:
+            log.info("--compile skipped: %s", skip_compile)
+        self.train_model = torch.compile(train_model, dynamic=True) if cfg.compile and not skip_compile else train_model
         self.optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, self.warmup, self.total_steps))
@@ -190,9 +215,12 @@ class Trainer:
         if not self.dist.is_main:
             return
         torch = self.torch
+        from ftcli_trainer.cuda_graphs import plain_optimizer_state, plain_scheduler_state
+
         state = {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            # As the eager path writes them (float learning rates): a checkpoint resumes on either path.
+            "optimizer": plain_optimizer_state(self.optimizer.state_dict()),
+            "scheduler": plain_scheduler_state(self.scheduler.state_dict()),
             "scaler": self.scaler.state_dict(),
             "rng_cpu": torch.get_rng_state(),
             "global_step": self.global_step,
@@ -225,6 +253,15 @@ class Trainer:
         # DDP averages gradients over ranks; scaling by world/n_global makes the result the mean over the
         # whole global batch, whatever each rank's share.
         scale = self.dist.world_size / n_global
+        if self.static_steps is not None:
+            computed = self.static_steps.run(group, scale)
+            self.stats.real_tokens += sum(int(self._train_lengths[idx].sum()) for idx in group)
+            self.stats.padded_tokens += computed
+            self._loss_acc_n += sum(len(b) for b in group)
+            self.stats.samples += n_global
+            self.scheduler.step()  # fills the optimizer's on-device learning rates in place
+            self.static_steps.keep_lr_on_device()
+            return
         for i, idx in enumerate(group):
             batch = self._to_device(collate(self.train_enc, idx, self.pad_id, self.multiple_of))
             labels = batch.pop("labels")
@@ -326,7 +363,7 @@ class Trainer:
         secs = self.stats.train_seconds + (time.perf_counter() - self._t0)
         sps = self.stats.samples / secs if secs else 0.0
         tps = self.stats.real_tokens / secs if secs else 0.0
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])  # a device tensor on the graph path: synced here only
         self._record("train", {"loss": loss, "learning_rate": lr, "samples_per_second": sps,
                                "tokens_per_second": tps})
         if not self.dist.is_main:
@@ -362,8 +399,11 @@ class Trainer:
         self.resume()
         self._loss_acc = torch.zeros((), device=self.device)
         self._loss_acc_n = 0
+        self._setup_static_steps()
         self.install_sigterm_handler()
         self.model.train()
+        if self.dist.is_main:
+            self.tensorboard()  # its import (~0.2-1 s) happens before the clock, not in the first steps
         use_bar = sys.stderr.isatty() and self.dist.is_main
         bar = None
         if use_bar:
@@ -410,6 +450,8 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
+            if self.static_steps is not None and self.dist.is_main:
+                log.info("CUDA graphs: %s", self.static_steps.summary())
             self.stats.train_seconds += time.perf_counter() - self._t0
             self._t0 = time.perf_counter()
             if self._jsonl:
@@ -434,6 +476,26 @@ class Trainer:
         }
         summary.update(last_eval)
         return summary
+
+    def _setup_static_steps(self, capture: bool | None = None) -> None:
+        """The CUDA-graph path (`--cuda-graphs`), or eager steps with one line saying why not. `capture`
+        False runs the same fixed-shape steps eagerly (how the CPU tests check their math)."""
+        if capture is None:
+            if not self.use_graphs:
+                if self.graphs_reason and self.dist.is_main:
+                    log.info("CUDA graphs off: %s; eager steps", self.graphs_reason)
+                return
+            capture = True
+        from ftcli_trainer.cuda_graphs import StaticSteps
+
+        self.static_steps = StaticSteps(
+            model=self.model, optimizer=self.optimizer, clip_and_step=self._clip_and_step, enc=self.train_enc,
+            pad_id=self.pad_id, rows=self.cfg.batch_size, max_length=int(max(self._train_lengths.max(), 1)),
+            multi_label=self.multi_label, n_labels=len(self.label_names), device=self.device,
+            autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture)
+        if capture and self.dist.is_main:
+            log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph",
+                     ",".join(map(str, self.static_steps.widths)))
 
     def _pause(self, fn) -> None:
         """Run `fn` (eval, checkpoint) outside the training clock."""

@@ -45,11 +45,15 @@ def load_tokenizer(name: str):
 
 
 def load_model(name: str, label_names: list[str], multi_label: bool, threshold: float):
+    import torch
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     path = resolve_model_path(name)
     kwargs = dict(
+        # transformers 5 loads in the checkpoint's dtype: a bf16/fp16 checkpoint would train in half
+        # precision with half-precision AdamW states. Autocast gives the speed; the weights stay float32.
+        dtype=torch.float32,
         num_labels=len(label_names),
         id2label=dict(enumerate(label_names)),
         label2id={n: i for i, n in enumerate(label_names)},

@@ -58,28 +58,40 @@ def _setup_paths(cfg: TrainConfig, env=os.environ):
     return Paths(model_dir=model, checkpoint_dir=ckpt, logs_dir=logs, local_logs_dir=local_logs)
 
 
+def resolve_precision(requested: str, device_type: str, capability: tuple[int, int] | None) -> str:
+    """auto: bf16 where the GPU computes in it natively (compute capability 8.0+: A100, L4, H100), fp16 with
+    a loss scaler on older GPUs, fp32 on a CPU. torch.cuda.is_bf16_supported() is no guide: it is True
+    on a T4 or V100 too, where bf16 is emulated and slow. An explicit --precision is kept."""
+    if requested != "auto":
+        return requested
+    if device_type != "cuda":
+        return "fp32"
+    return "bf16" if capability is not None and tuple(capability) >= (8, 0) else "fp16"
+
+
 def _setup_device(cfg: TrainConfig):
     import torch
 
+    capability = None
     if torch.cuda.is_available():
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
+        capability = tuple(torch.cuda.get_device_capability(device))
         # TF32 matmuls: ~same accuracy for fine-tuning, several times the fp32 throughput on Ampere+.
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     else:
         device = torch.device("cpu")
-    precision = cfg.precision
-    if precision == "auto":
-        if device.type == "cuda":
-            precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        else:
-            precision = "fp32"
+    precision = resolve_precision(cfg.precision, device.type, capability)
     if precision == "fp16" and device.type != "cuda":
         raise TrainerError("--precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise TrainerError(f"{torch.cuda.get_device_name(device)} has no bf16; use --precision fp16")
+    if precision == "bf16" and device.type == "cuda":
+        if not torch.cuda.is_bf16_supported():
+            raise TrainerError(f"{torch.cuda.get_device_name(device)} has no bf16; use --precision fp16")
+        if capability < (8, 0):
+            log.warning("%s (compute capability %d.%d) emulates bf16: slow; --precision auto picks fp16",
+                        torch.cuda.get_device_name(device), *capability)
     return device, precision
 
 

@@ -2,7 +2,8 @@
 
 import io
 import json
-import tarfile
+import shutil
+import zipfile
 
 import grpc
 import pytest
@@ -32,13 +33,17 @@ def test_dry_run_prints_the_job_and_touches_nothing(capsys, monkeypatch, tmp_pat
     pool = job["jobSpec"]["workerPoolSpecs"][0]
     assert pool["machineSpec"] == {"machineType": "g2-standard-24", "acceleratorType": "NVIDIA_L4",
                                    "acceleratorCount": 2}
-    spec = pool["pythonPackageSpec"]
-    assert spec["executorImageUri"].startswith("europe-docker.pkg.dev/vertex-ai/training/pytorch-gpu")
-    assert spec["pythonModule"] == "ftcli_trainer.task" and spec["args"] == ["--task", "imdb", "--epochs", "2"]
-    assert spec["packageUris"][0].startswith("gs://my-bucket/x/ftcli/packages/ftcli_trainer-")
+    spec = pool["containerSpec"]
+    assert spec["imageUri"] == "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    assert spec["command"][:2] == ["bash", "-c"] and spec["args"] == ["--task", "imdb", "--epochs", "2"]
+    wheel = {e["name"]: e["value"] for e in spec["env"]}["FTCLI_TRAINER_WHEEL"]
+    # installed from the bucket's /gcs/ mount, with datasets (the hub extra) since imdb comes from the Hub
+    assert wheel.startswith("/gcs/my-bucket/x/ftcli/packages/ftcli_trainer-") and wheel.endswith(".whl[hub]")
     assert job["jobSpec"]["scheduling"] == {"timeout": "86400s", "strategy": "SPOT", "restartJobOnWorkerRestart": True}
-    assert job["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"].startswith("gs://my-bucket/x/ftcli/runs/ftcli-imdb-")
-    assert job["labels"]["ftcli-task"] == "imdb" and job["labels"]["created-by"] == "ftcli"
+    out_dir = job["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
+    assert out_dir.startswith("gs://my-bucket/x/ftcli/runs/ftcli-imdb-") and not out_dir.endswith("/")
+    labels = job["labels"]
+    assert labels["ftcli_task"] == "imdb" and labels["created_by"] == "ftcli" and labels["ftcli_gpu"] == "l4"
     assert "nothing uploaded" in r.err
     assert not (tmp_path / "state").exists()
 
@@ -58,7 +63,13 @@ def test_submit_uploads_once_and_creates_exactly_the_built_job(capsys, cloud_env
 
     sent = type(request.custom_job).to_dict(request.custom_job)
     want = type(request.custom_job).to_dict(to_proto(expected))
-    want["labels"]["ftcli-submission"] = sent["labels"]["ftcli-submission"]  # new id per submission
+    # a new submission id, and so a new output folder, per submission
+    submission = sent["labels"]["ftcli_submission"]
+    assert submission != want["labels"]["ftcli_submission"]
+    want["labels"]["ftcli_submission"] = submission
+    out = sent["job_spec"]["base_output_directory"]["output_uri_prefix"]
+    assert out == f"gs://ftcli-test/team/ftcli/runs/exp-1-{submission}"
+    want["job_spec"]["base_output_directory"]["output_uri_prefix"] = out
     assert sent == want
 
     objects = gcs.list("ftcli-test")
@@ -66,12 +77,14 @@ def test_submit_uploads_once_and_creates_exactly_the_built_job(capsys, cloud_env
     data = [o for o in objects if o.startswith("team/ftcli/data/")]
     assert len(package) == 1 and len(data) == 1 and len(objects) == 2
     assert gcs.read("ftcli-test", data[0]) == train.read_bytes()
-    args = request.custom_job.job_spec.worker_pool_specs[0].python_package_spec.args
+    container = request.custom_job.job_spec.worker_pool_specs[0].container_spec
+    args = container.args
     assert args[args.index("--train-file") + 1] == f"gs://ftcli-test/{data[0]}"
-    with tarfile.open(fileobj=io.BytesIO(gcs.read("ftcli-test", package[0]))) as tar:
-        names = tar.getnames()
-    assert any(n.endswith("ftcli_trainer/task.py") for n in names)
-    assert not any("/ftcli/" in n or "sample" in n for n in names)
+    assert {e.name: e.value for e in container.env}["FTCLI_TRAINER_WHEEL"] == f"/gcs/ftcli-test/{package[0]}"
+    with zipfile.ZipFile(io.BytesIO(gcs.read("ftcli-test", package[0]))) as wheel:
+        names = wheel.namelist()
+    assert "ftcli_trainer/task.py" in names
+    assert not any(n.startswith("ftcli/") or "sample" in n for n in names)
 
     again = submitted(capsys, "--task", "csv", "--train-file", str(train), "--gpu", "T4")
     assert again["uploaded_bytes"] == 0 and again["short_id"] == 2
@@ -129,6 +142,14 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--region", "us-centrall1"], "did you mean us-central1"),
     (["--train-file", "/no/such.csv", "--task", "csv"], "no such file"),
     (["--timeout", "forever"], "--timeout"),
+    (["--timeout", "90"], "--timeout needs a positive duration with a unit, like 30m, 6h or 2d (got '90')"),
+    (["--gpu", "H100"], "a3-highgpu-1g (1 x NVIDIA_H100_80GB on a3-highgpu-1g) is not sold on demand"),
+    (["--gpu", "B200", "--image", "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime", "--spot"],
+     "has no kernels for B200 (compute capability 10.0"),
+    (["--gpu", "T4", "--flex-start"], "--flex-start takes"),
+    (["--max-wait", "2h"], "--max-wait is how long a --flex-start job queues"),
+    (["--gpu", "L4", "--region", "europe-west6"], "europe-west6 does not offer L4 GPUs for training: try --region"),
+    (["--display-name", "../../etc"], "has a / or"),
 ])
 def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, needle):
     gcs, vertex = cloud_env
@@ -152,7 +173,7 @@ def test_jobs_list_describe_cancel(capsys, cloud_env):
     r = run_cli(capsys, "jobs", "list", "--json")
     rows = [json.loads(line) for line in r.out.splitlines()]
     assert [(x["short_id"], x["displayName"]) for x in rows] == [(1, "big-one")]
-    assert any(m == "ListCustomJobs" and 'labels.created-by="ftcli"' in req.filter for m, req in vertex.requests)
+    assert any(m == "ListCustomJobs" and 'labels.created_by="ftcli"' in req.filter for m, req in vertex.requests)
     r = run_cli(capsys, "jobs", "describe", "last")
     assert r.code == 0 and "big-one" in r.out and "PENDING" in r.out and "a2-highgpu-8g" in r.out
     r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
@@ -162,6 +183,104 @@ def test_jobs_list_describe_cancel(capsys, cloud_env):
     assert json.loads(r.out)["state"] == "JOB_STATE_CANCELLED"
     r = run_cli(capsys, "jobs", "describe", "99")
     assert r.code == 2 and "no job #99" in r.err
+
+
+# --- checked before anything is uploaded: bucket location and access, APIs, local inputs ----------------------
+
+@pytest.mark.parametrize(("location", "needle", "fix"), [
+    ("EUROPE-WEST4", "gs://eu-bucket is in europe-west4; Vertex AI training needs a regional bucket in the job's "
+                     "region, us-central1", "--region europe-west4"),
+    ("US", "gs://eu-bucket is in US, which spans several regions", "gcloud storage buckets create gs://NEW_BUCKET "
+                                                                   "--location us-central1"),
+])
+def test_bucket_outside_the_jobs_region_is_refused(capsys, cloud_env, monkeypatch, location, needle, fix):
+    gcs, vertex = cloud_env
+    gcs.create_bucket("eu-bucket", location=location)
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://eu-bucket")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and needle in r.err and fix in r.err
+    assert vertex.requests == [] and gcs.list("eu-bucket") == []
+
+
+def test_bucket_metadata_denied_names_a_role_that_grants_it(capsys, cloud_env, monkeypatch):
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    with FaultyProxy(gcs.url, status=403, fail_when=lambda m, t, n: m == "GET" and "/o" not in t) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and "storage.buckets.get denied" in r.err
+    assert "roles/storage.admin on gs://ftcli-test" in r.err and "objectAdmin alone" in r.err
+    assert vertex.requests == [] and gcs.list("ftcli-test") == []
+
+
+def test_disabled_storage_api_says_how_to_enable_it(capsys, cloud_env, monkeypatch):
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    error = {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": "Cloud Storage API has not been used in "
+                       "project 123 before or it is disabled.", "details": [{
+                           "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
+                           "domain": "googleapis.com",
+                           "metadata": {"service": "storage.googleapis.com", "consumer": "projects/123"}}]}}
+    with FaultyProxy(gcs.url, status=403, error=error, fail_every=1) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1, r.err
+    assert "the storage.googleapis.com API is not enabled in project test-project" in r.err
+    assert "gcloud services enable storage.googleapis.com --project test-project" in r.err
+    assert "grant" not in r.err and vertex.requests == []
+
+
+def test_disabled_vertex_api_says_how_to_enable_it(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.PERMISSION_DENIED,
+                     message="Vertex AI API has not been used in project 123 before or it is disabled.",
+                     error_info={"reason": "SERVICE_DISABLED", "domain": "googleapis.com",
+                                 "metadata": {"service": "aiplatform.googleapis.com", "consumer": "projects/123"}})
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1
+    assert "gcloud services enable aiplatform.googleapis.com --project test-project" in r.err
+    assert "roles/" not in r.err and not vertex.jobs
+
+
+def test_act_as_denied_names_service_account_user(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.PERMISSION_DENIED,
+                     message="Permission 'iam.serviceAccounts.actAs' denied on service account trainer@p.iam...")
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--service-account", "trainer@test-project.iam.gserviceaccount.com")
+    assert r.code == 1 and "roles/iam.serviceAccountUser" in r.err and not vertex.jobs
+
+
+@pytest.mark.parametrize(("rows", "args", "needle"), [
+    ([("good", "pos")] * 4, ["--text-column", "review"], "has no column 'review'"),
+    ([("good", "pos")] * 4, [], "has only one label ('pos')"),
+    ([("good", "pos"), ("bad", "neg")], ["--label-names", "positive,negative"], "'pos'"),
+])
+def test_local_data_is_read_with_the_trainers_readers_before_upload(capsys, cloud_env, tmp_path, rows, args,
+                                                                    needle):
+    gcs, vertex = cloud_env
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], rows)
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), *args)
+    assert r.code == 2 and needle in r.err and "Traceback" not in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, tmp_path, tiny_model):
+    gcs, vertex = cloud_env
+    model = tmp_path / "my-model"
+    shutil.copytree(tiny_model, model)
+    submitted(capsys, "--task", "imdb", "--model", str(model))
+    objects = gcs.list("ftcli-test")
+    uploaded = sorted(o.split("/", 4)[4] for o in objects if o.startswith("team/ftcli/models/"))
+    assert uploaded == sorted(str(p.relative_to(model)) for p in model.rglob("*") if p.is_file())
+    digest = next(o for o in objects if o.startswith("team/ftcli/models/")).split("/")[3]
+    args = [r for m, r in vertex.requests if m == "CreateCustomJob"][0].custom_job.job_spec.worker_pool_specs[0] \
+        .container_spec.args
+    assert args[args.index("--model") + 1] == f"/gcs/ftcli-test/team/ftcli/models/{digest}"
+    # the same folder again: nothing new uploaded
+    again = submitted(capsys, "--task", "imdb", "--model", str(model))
+    assert again["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
 
 
 def test_values_that_would_crash_inside_the_job_are_refused_before_anything(capsys, monkeypatch, tmp_path):

@@ -7,7 +7,7 @@ INVALID_ARGUMENT: a test then fails loudly instead of an emulator silently match
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 CLAUSE = re.compile(
     r"""^\s*(?P<field>[A-Za-z_][\w.\-/]*)\s*(?P<op>>=|<=|!=|=|>|<|:)\s*(?P<value>"(?:[^"\\]|\\.)*"|[^\s"()]+)\s*$"""
@@ -85,7 +85,7 @@ def rfc3339_ns(value: str) -> int:
 def datetime_ns(dt: datetime) -> int:
     """Nanoseconds since the epoch for a datetime (proto-plus's DatetimeWithNanoseconds keeps its nanoseconds)."""
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     whole = dt.replace(microsecond=0)
     nanos = getattr(dt, "nanosecond", 0) or dt.microsecond * 1000
     return int(whole.timestamp()) * 1_000_000_000 + nanos

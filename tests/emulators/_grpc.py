@@ -21,6 +21,21 @@ class Fault:
     code: grpc.StatusCode
     message: str
     lose_response: bool
+    error_info: dict | None = None  # google.rpc.ErrorInfo fields sent as rich status details (reason, metadata)
+
+    def abort(self, context: grpc.ServicerContext) -> None:
+        if not self.error_info:
+            context.abort(self.code, self.message)
+        # As Google's services send it: a google.rpc.Status with an ErrorInfo in the trailing metadata, which
+        # google-api-core reads into the exception's .reason and .metadata.
+        from google.protobuf import any_pb2
+        from google.rpc import error_details_pb2, status_pb2
+        from grpc_status import rpc_status
+
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.ErrorInfo(**self.error_info))
+        status = status_pb2.Status(code=self.code.value[0], message=self.message, details=[detail])
+        context.abort_with_status(rpc_status.to_status(status))
 
 
 class GrpcEmulator:
@@ -122,16 +137,19 @@ class GrpcEmulator:
             return True
 
     def fail_next(self, method: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, times: int = 1,
-                  message: str = "injected by emulator", lose_response: bool = False) -> None:
+                  message: str = "injected by emulator", lose_response: bool = False,
+                  error_info: dict | None = None) -> None:
         """Make the next ``times`` calls of ``method`` end with ``code``.
 
         With ``lose_response`` the call is carried out first (a job is created, say) and only then aborted, as when
-        a response is lost on the way back: the case that idempotent retries must survive.
+        a response is lost on the way back: the case that idempotent retries must survive. ``error_info`` adds a
+        google.rpc.ErrorInfo detail (e.g. reason SERVICE_DISABLED with metadata {"service": ...}).
         """
         if method not in self.METHODS:
             raise ValueError(f"{type(self).__name__} has no method {method!r}; known: {', '.join(self.METHODS)}")
         with self._lock:
-            self._faults.setdefault(method, []).extend(Fault(code, message, lose_response) for _ in range(times))
+            self._faults.setdefault(method, []).extend(Fault(code, message, lose_response, error_info)
+                                                       for _ in range(times))
 
     def _record(self, method: str, request: Any, context: grpc.ServicerContext) -> Fault | None:
         with self._changed:
@@ -146,10 +164,10 @@ class GrpcEmulator:
         def handler(request: Any, context: grpc.ServicerContext) -> Any:
             fault = self._record(method, request, context)
             if fault is not None and not fault.lose_response:
-                context.abort(fault.code, fault.message)
+                fault.abort(context)
             response = impl(request, context)
             if fault is not None:
-                context.abort(fault.code, fault.message)
+                fault.abort(context)
             return response
 
         return grpc.unary_unary_rpc_method_handler(handler, request_deserializer=deserialize,

@@ -47,7 +47,7 @@ def severity_number(value: str | int) -> int:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def _ts_ns(entry: LogEntry, field: str = "timestamp") -> int:

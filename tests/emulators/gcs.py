@@ -155,13 +155,19 @@ class GcsEmulator:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def create_bucket(self, name: str) -> None:
-        """Create ``name``; an existing bucket is fine."""
+    def create_bucket(self, name: str, location: str = "US-CENTRAL1") -> None:
+        """Create ``name`` in ``location`` (GCS reports locations in upper case: a region such as US-CENTRAL1,
+        a multi-region such as US); an existing bucket is fine."""
         body = json.dumps({"name": name}).encode()
         status, body = self._request("POST", f"/storage/v1/b?project={self.project}", body,
                                      {"Content-Type": "application/json"})
         if status not in (200, 409):
             raise RuntimeError(f"create bucket {name}: HTTP {status} {body[:200]!r}")
+        # gcp-storage-emulator's insert ignores the location (every bucket reads "US"); its PATCH sets it.
+        status, body = self._request("PATCH", f"/storage/v1/b/{name}", json.dumps({"location": location}).encode(),
+                                     {"Content-Type": "application/json"})
+        if status != 200:
+            raise RuntimeError(f"set location of bucket {name}: HTTP {status} {body[:200]!r}")
 
     def write(self, bucket: str, name: str, data: bytes, content_type: str = "application/octet-stream") -> None:
         """Seed an object without going through the client under test."""
@@ -239,13 +245,14 @@ class FaultyProxy:
 
     A request fails when ``fail_every`` divides its 1-based number n, or when ``fail_when(method, target, n)``
     is true (target is the path with its query). A failed request gets ``status`` (default 503) with a GCS-style
-    JSON error, or, with ``status=None``, a connection closed without any response. With ``forward_failed=True``
-    the request first reaches upstream (its effect happens) and only the response is lost, the harder case
-    for idempotent retries.
+    JSON error (``error`` replaces the body), or, with ``status=None``, a connection closed without any
+    response. With ``forward_failed=True`` the request first reaches upstream (its effect happens) and only the
+    response is lost, the harder case for idempotent retries.
     """
 
     def __init__(self, upstream: str, *, fail_every: int | None = None, fail_when: FailWhen | None = None,
-                 status: int | None = 503, forward_failed: bool = False, max_failures: int | None = None) -> None:
+                 status: int | None = 503, forward_failed: bool = False, max_failures: int | None = None,
+                 error: dict | None = None) -> None:
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
             raise ValueError(f"upstream must look like http://host:port, got {upstream!r}")
@@ -255,6 +262,7 @@ class FaultyProxy:
         self.status = status
         self.forward_failed = forward_failed
         self.max_failures = max_failures
+        self.error = error  # the JSON error body of a failed request ({"error": {...}}), else a backendError
         self.requests: list[ProxiedRequest] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -405,7 +413,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         rec.status = status
         if status is None:
             return  # close without a response: the client sees a connection error
-        msg = {"error": {"code": status, "message": "injected by FaultyProxy", "errors": [{"reason": "backendError"}]}}
+        msg = self.server.proxy.error or {
+            "error": {"code": status, "message": "injected by FaultyProxy", "errors": [{"reason": "backendError"}]}}
         self._send(status, "Injected Fault", [("Content-Type", "application/json")], json.dumps(msg).encode())
 
     def _send(self, status: int, reason: str, headers: list[tuple[str, str]], body: bytes) -> None:

@@ -1,19 +1,24 @@
-"""A JobService emulator that runs what it is given, the way Vertex runs a python_package_spec.
+"""A JobService emulator that runs what it is given, the way Vertex runs a custom container (containerSpec).
 
-For each CreateCustomJob it downloads the job's package_uris from the GCS emulator, installs them into a
-fresh virtual environment that sees the test environment's packages (torch, transformers, ... as Vertex's
-prebuilt PyTorch container provides them) but not ftcli, then runs `python -m <module> <args>` once per
-replica with the environment Vertex gives (AIP_* folders under base_output_dir, CLUSTER_SPEC, MASTER_ADDR/
-MASTER_PORT/WORLD_SIZE/RANK, the storage emulator's host). Each replica's stdout/stderr lines go to the
-Logging emulator as ml_job entries. The job moves PENDING -> RUNNING -> SUCCEEDED / FAILED (with the
-replica's exit status in the error); CancelCustomJob sends SIGTERM, then kills; `preempt()` SIGTERMs a
-replica and, when the job asked for restart on worker restart, starts it again (it should resume).
+For each CreateCustomJob it looks the image up in its registry (`IMAGES`: what each image holds, Python's minor
+version first), builds a "container": a fresh virtual environment on that Python (pyenv's interpreters stand in
+for the image's), with pip, which sees the test environment's packages (torch, transformers, ...) only when the
+minor version matches theirs, and never ftcli. It mirrors the buckets the job names under /gcs/ (Cloud Storage
+FUSE) into a local folder, then runs the container's command and args once per replica, with the environment
+Vertex gives a custom container (AIP_* folders under base_output_dir, CLUSTER_SPEC; no MASTER_ADDR/WORLD_SIZE/
+RANK: Vertex documents those for its prebuilt containers only), pip kept off the network (PIP_NO_INDEX: what
+the "image" lacks fails to install, as a missing wheel would on a real one). Each replica's stdout/stderr lines
+go to the Logging emulator as ml_job entries. The job moves PENDING -> RUNNING -> SUCCEEDED / FAILED (with the
+replica's exit status in the error); CancelCustomJob sends SIGTERM, then kills; `preempt()` SIGTERMs a replica
+and, when the job asked for restart on worker restart, starts it again (it should resume).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +36,30 @@ from .gcs import free_port, storage_client
 from .vertex import CustomJob, JobState, VertexEmulator
 
 CANCEL_GRACE_S = 10.0
+# The emulated registry: image -> the Python minor version of its `python` (pytorch/pytorch's runtime images are
+# built with conda Python 3.11). Tests add images with `RunningVertexEmulator.images[uri] = "3.10"`.
+IMAGES = {
+    "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime": "3.11",
+    "docker.io/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime": "3.11",
+}
+HOST_MINOR = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def interpreter(minor: str) -> str | None:
+    """A python<minor> executable on this machine (PATH, then pyenv's versions), or None."""
+    if minor == HOST_MINOR:
+        return sys.executable
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    versions = sorted(glob.glob(os.path.join(root, "versions", f"{minor}.*", "bin", f"python{minor}")))
+    if versions:
+        return versions[-1]
+    found = shutil.which(f"python{minor}")
+    # pyenv's shims answer for every version but fail (127) for one that is not selected: not an interpreter
+    return found if found and "/shims/" not in found else None
+
+
+class ImageError(RuntimeError):
+    """The job's container cannot start (unknown image, no interpreter for it): the job fails, as on Vertex."""
 
 
 class Replica:
@@ -55,44 +84,78 @@ class JobRun(threading.Thread):
         self.replicas: list[Replica] = []
         self.cancelled = threading.Event()
         self.error: str | None = None
+        self.bin: Path | None = None  # the container's bin folder (its python and pip)
+        self.gcs_root: Path | None = None  # what /gcs/ maps to
 
     # -- set-up --------------------------------------------------------------------------------------------------
 
-    def _install(self) -> Path:
-        spec = self.job.job_spec.worker_pool_specs[0].python_package_spec
-        venv = self.workdir / "venv"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-        site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
-        site.mkdir(parents=True, exist_ok=True)
-        # The test environment's packages are visible (as the container's are) but its .pth files are not
-        # processed, so the editable ftcli install stays invisible: `import ftcli` fails in the job.
-        paths = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
-        (site / "_container_packages.pth").write_text("\n".join(sorted(paths)) + "\n")
-        client = storage_client(self.emulator.gcs_url)
-        for uri in spec.package_uris:
-            bucket, _, name = uri[len("gs://"):].partition("/")
-            local = self.workdir / Path(name).name
-            client.bucket(bucket).blob(name).download_to_filename(str(local))
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                            "--no-index", "--prefix", str(venv), str(local)], check=True, capture_output=True)
-        return venv / "bin" / "python"
+    def _container(self) -> Path:
+        """A venv standing in for the image's Python; returns its bin folder."""
+        pools = [p for p in self.job.job_spec.worker_pool_specs[:2] if p.machine_spec.machine_type]
+        if any(p.python_package_spec.executor_image_uri for p in pools):
+            raise ImageError("the emulator runs containerSpec jobs only")
+        if len(self.job.job_spec.worker_pool_specs) > 2:
+            raise ImageError("the emulator does not run Reduction Server pools")
+        uri = pools[0].container_spec.image_uri
+        minor = self.emulator.images.get(uri)
+        if minor is None:
+            raise ImageError(f"Unable to pull the container image {uri}: not found in the (emulated) registry")
+        python = interpreter(minor)
+        if python is None:
+            raise ImageError(f"no Python {minor} on this machine to stand in for {uri}")
+        venv = self.workdir / "container"
+        same = minor == HOST_MINOR
+        # Another minor version gets its own pip (ensurepip); the host's minor sees the test environment's pip and
+        # setuptools below, as the image's own (a venv's bundled setuptools would shadow the newer one torch needs).
+        subprocess.run([python, "-m", "venv", *(["--without-pip"] if same else []), str(venv)], check=True,
+                       capture_output=True)
+        if same:
+            # The image's packages: the test environment's site-packages (torch, transformers, ...), listed in a
+            # .pth whose own .pth files are not processed, so the editable ftcli install stays invisible.
+            ask = "import sysconfig; print(sysconfig.get_path('purelib'))"
+            site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", ask], check=True, capture_output=True,
+                                       text=True).stdout.strip())
+            paths = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+            (site / "_image_packages.pth").write_text("\n".join(sorted(paths)) + "\n")
+        return venv / "bin"
 
-    def _env(self, replica: Replica, nodes: int, rank: int, master_port: int) -> dict[str, str]:
+    def _mount_gcs(self) -> Path:
+        """Mirror every bucket the job names under /gcs/ into workdir/gcs (read-only use: the trainer writes
+        through gs:// URIs)."""
+        root = self.workdir / "gcs"
+        root.mkdir()
+        spec = self.job.job_spec.worker_pool_specs[0].container_spec
+        texts = [*spec.command, *spec.args, *(e.value for e in spec.env)]
+        buckets = {t.split("/gcs/", 1)[1].split("/", 1)[0] for t in texts if "/gcs/" in t}
+        client = storage_client(self.emulator.gcs_url)
+        for bucket in buckets:
+            for blob in client.list_blobs(bucket):
+                local = root / bucket / blob.name
+                local.parent.mkdir(parents=True, exist_ok=True)
+                blob.download_to_filename(str(local))
+        return root
+
+    def _gcs(self, text: str) -> str:
+        return text.replace("/gcs/", f"{self.gcs_root}/")
+
+    def _env(self, replica: Replica, master_port: int) -> dict[str, str]:
         base = self.job.job_spec.base_output_directory.output_uri_prefix.rstrip("/")
         cluster = {"cluster": {}, "environment": "cloud",
                    "task": {"type": f"workerpool{replica.pool}", "index": replica.index}}
         for r in self.replicas:
             cluster["cluster"].setdefault(f"workerpool{r.pool}", []).append(f"127.0.0.1:{master_port}")
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "HF_HOME")}
+        env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "TMPDIR", "HF_HOME")}
+        spec = self.job.job_spec.worker_pool_specs[replica.pool].container_spec
+        env.update({e.name: self._gcs(e.value) for e in spec.env})
         env.update(
+            PATH=f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
             AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/", CLOUD_ML_JOB_ID=self.job_id,
             CLUSTER_SPEC=json.dumps(cluster), STORAGE_EMULATOR_HOST=self.emulator.gcs_url,
             DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA="true", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-            OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // max(1, nodes))), PYTHONUNBUFFERED="1",
+            OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // max(1, len(self.replicas)))),
+            PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
         )
-        if nodes > 1:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port), WORLD_SIZE=str(nodes), RANK=str(rank))
         return env
 
     # -- running -------------------------------------------------------------------------------------------------
@@ -103,10 +166,11 @@ class JobRun(threading.Thread):
             if text:
                 self.emulator.logs.write_line(self.job_id, replica.task_name, text, severity=severity)
 
-    def _start(self, python: Path, replica: Replica, env: dict[str, str]) -> list[threading.Thread]:
-        spec = self.job.job_spec.worker_pool_specs[replica.pool].python_package_spec
-        replica.proc = subprocess.Popen([str(python), "-m", spec.python_module, *spec.args], env=env,
-                                        cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def _start(self, replica: Replica, env: dict[str, str]) -> list[threading.Thread]:
+        spec = self.job.job_spec.worker_pool_specs[replica.pool].container_spec
+        argv = [self._gcs(a) for a in (*spec.command, *spec.args)]
+        replica.proc = subprocess.Popen(argv, env=env, cwd=self.workdir, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
         pumps = [threading.Thread(target=self._pump, args=(replica.proc.stdout, replica, "INFO"), daemon=True),
                  # Vertex files every stderr line as ERROR; ftcli must not show them all as errors
                  threading.Thread(target=self._pump, args=(replica.proc.stderr, replica, "ERROR"), daemon=True)]
@@ -121,7 +185,12 @@ class JobRun(threading.Thread):
             self.emulator._finish(self.job.name, JobState.JOB_STATE_FAILED, f"emulator: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
-        python = self._install()
+        try:
+            self.bin = self._container()
+            self.gcs_root = self._mount_gcs()
+        except ImageError as e:
+            self.emulator._finish(self.job.name, JobState.JOB_STATE_FAILED, str(e))
+            return
         pools = self.job.job_spec.worker_pool_specs
         for p, pool in enumerate(pools[:2]):  # chief and workers; reduction servers are not emulated
             for i in range(int(pool.replica_count or 0)):
@@ -130,8 +199,8 @@ class JobRun(threading.Thread):
             return
         self.emulator._finish(self.job.name, JobState.JOB_STATE_RUNNING)
         port = free_port()
-        envs = {r.task_name: self._env(r, len(self.replicas), n, port) for n, r in enumerate(self.replicas)}
-        pumps = {r.task_name: self._start(python, r, envs[r.task_name]) for r in self.replicas}
+        envs = {r.task_name: self._env(r, port) for r in self.replicas}
+        pumps = {r.task_name: self._start(r, envs[r.task_name]) for r in self.replicas}
         restart = self.job.job_spec.scheduling.restart_job_on_worker_restart
         while True:
             running = False
@@ -149,7 +218,7 @@ class JobRun(threading.Thread):
                 if code != 0 and restart and r.preempted and not self.cancelled.is_set():
                     r.preempted = False
                     r.restarts += 1
-                    pumps[r.task_name] = self._start(python, r, envs[r.task_name])
+                    pumps[r.task_name] = self._start(r, envs[r.task_name])
                     running = True
             if not running:
                 break
@@ -192,6 +261,7 @@ class RunningVertexEmulator(VertexEmulator):
         self.gcs_url = gcs_url
         self.logs = logs
         self.runs: dict[str, JobRun] = {}
+        self.images: dict[str, str] = dict(IMAGES)
 
     def _finish(self, name: str, state: JobState, message: str | None = None) -> None:
         with self._lock:

@@ -131,9 +131,9 @@ def job_spec(display_name: str = "ftcli-imdb", **labels: str) -> dict:
             "machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
                              "accelerator_count": 1},
             "replica_count": 1,
-            "python_package_spec": {
-                "executor_image_uri": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-                "package_uris": ["gs://bkt/ftcli_trainer-abc.tar.gz"], "python_module": "ftcli_trainer.task",
+            "container_spec": {
+                "image_uri": "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
+                "command": ["bash", "-c", "exec python -m ftcli_trainer.task \"$@\"", "ftcli-trainer"],
                 "args": ["--task", "imdb"]},
         }]},
     }
@@ -161,7 +161,7 @@ def test_vertex_create_and_get_record_what_was_sent(vertex: VertexEmulator, job_
     method, sent = vertex.requests[0]
     assert method == "CreateCustomJob" and sent.parent == PARENT
     pool = sent.custom_job.job_spec.worker_pool_specs[0]
-    assert pool.python_package_spec.package_uris == ["gs://bkt/ftcli_trainer-abc.tar.gz"]
+    assert pool.container_spec.args == ["--task", "imdb"]
     assert pool.machine_spec.accelerator_count == 1 and sent.custom_job.labels["run"] == "r1"
     assert vertex.metadata[0]["x-goog-request-params"] == f"parent={PARENT}"
     assert vertex.endpoint == f"http://{vertex.address}" and list(vertex.jobs) == [job.name]
@@ -248,7 +248,7 @@ def test_vertex_names_use_the_project_number_when_set(vertex: VertexEmulator, jo
 
 # -- Cloud Logging -----------------------------------------------------------------------------------------------------
 
-T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from google.cloud.aiplatform_v1.types.job_state import JobState
 from google.protobuf import empty_pb2
 from google.rpc import code_pb2, status_pb2
 
-from . import _filters
+from . import _filters, vertex_rules
 from ._grpc import GrpcEmulator
 
 if TYPE_CHECKING:
@@ -53,11 +53,13 @@ def job_state(state: StateLike) -> JobState:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class VertexEmulator(GrpcEmulator):
-    """JobService's CustomJob methods: Create, Get, List (filter + paging, newest first), Cancel.
+    """JobService's CustomJob methods: Create, Get, List (filter + paging, newest first), Cancel. Create refuses
+    what the real service refuses (`vertex_rules`): a retired prebuilt image, a GPU the region does not train on,
+    a boot disk the machine cannot take, an on-demand ask for machines sold only as Spot/Flex-start/reserved.
 
     ``project_number``: when set, returned job names use it in place of the project id, as real Vertex does
     (``projects/my-proj/...`` in the request, ``projects/123456789012/...`` in the response).
@@ -195,6 +197,9 @@ class VertexEmulator(GrpcEmulator):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "CustomJob.display_name is required.")
         if not job.job_spec.worker_pool_specs:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "CustomJob.job_spec.worker_pool_specs is required.")
+        problem = vertex_rules.refusal(job, m["location"])
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self._lock:
             project = m["project"]
             if self.project_number:

@@ -61,6 +61,14 @@ def test_options_cover_the_config():
     assert {o.name for o in OPTIONS} == {f.name for f in fields(TrainConfig)} - {"extra"}
 
 
+def test_cuda_graphs_is_on_where_it_works_unless_turned_off():
+    # auto by default since the H200 run of bench/gpu.py (bench/README.md): equal loss curves, 2.9-3.5x faster
+    assert parse_args([]).cuda_graphs == "auto"
+    assert parse_args(["--cuda-graphs", "off"]).cuda_graphs == "off"
+    assert parse_args(to_argv({"cuda_graphs": "on"})).cuda_graphs == "on"
+    assert problems(["--cuda-graphs", "yes"]) == ["--cuda-graphs must be one of auto, on, off; got 'yes'"]
+
+
 @pytest.mark.parametrize("values,needle", [
     ({"learning_rate": float("nan")}, "--learning-rate must be a finite number, got nan"),
     ({"weight_decay": float("inf")}, "--weight-decay must be a finite number, got inf"),

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from ftcli_trainer.distributed import Dist, relaunch_argv, shard_batches, vertex_nodes
+from ftcli_trainer.distributed import Dist, master, relaunch_argv, shard_batches, vertex_nodes
 
 SPEC = json.dumps({"cluster": {"workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
                                "workerpool1": ["w-0:2222", "w-1:2222"], "workerpool2": ["rs-0:2222"]},
@@ -31,6 +31,18 @@ def test_relaunch_one_process_per_gpu_on_every_machine():
     assert relaunch_argv([], gpus=1, env={}) is None  # one GPU, one machine: no launcher
     assert relaunch_argv([], gpus=8, env={"LOCAL_RANK": "0"}) is None  # already under torchrun
     assert relaunch_argv([], gpus=0, env={"WORLD_SIZE": "2", "RANK": "0"})[3] == "--nnodes=2"  # CPU machines
+
+
+def test_custom_containers_get_the_chief_from_cluster_spec():
+    # Vertex sets MASTER_ADDR only in its prebuilt containers: in ours the chief comes from CLUSTER_SPEC, never
+    # 127.0.0.1 on a multi-machine job (every machine would wait for itself).
+    assert master({"CLUSTER_SPEC": SPEC}) == ("cmle-training-workerpool0-ab-0", "2222")
+    argv = relaunch_argv(["--task", "imdb"], gpus=8, env={"CLUSTER_SPEC": SPEC})
+    assert "--master-addr=cmle-training-workerpool0-ab-0" in argv and "--master-port=2222" in argv
+    assert master({"CLUSTER_SPEC": SPEC, "MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "29400"}) == ("10.0.0.2", "29400")
+    assert master({}) == ("127.0.0.1", "29500")
+    assert master({"CLUSTER_SPEC": "not json"}) == ("127.0.0.1", "29500")
+    assert master({"CLUSTER_SPEC": json.dumps({"cluster": {"workerpool0": ["chief"]}})}) == ("chief", "29500")
 
 
 def test_shards_are_disjoint_similar_and_equal_in_count():

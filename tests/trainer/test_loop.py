@@ -100,3 +100,11 @@ def test_clipping_folded_into_fused_adamw_equals_clip_grad_norm(tmp_path, tiny_m
     assert not hasattr(ta.optimizer, "grad_scale")
     for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_compile_only_where_it_can_pay_off():
+    from ftcli_trainer.loop import COMPILE_MIN_STEPS, compile_skip_reason
+
+    assert "too few" in compile_skip_reason(250, cuda_graphs=False)
+    assert compile_skip_reason(COMPILE_MIN_STEPS, cuda_graphs=False) == ""
+    assert "CUDA-graph" in compile_skip_reason(10**6, cuda_graphs=True)

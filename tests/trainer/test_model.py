@@ -89,3 +89,17 @@ def test_fast_attention_dropout_in_training_only(tiny_model, tmp_path, monkeypat
     fm.restore_attention(model)
     assert model.config._attn_implementation == "sdpa"
     assert json.loads((tmp_path / "config.json").read_text())["num_hidden_layers"] == layers
+
+
+def test_a_half_precision_checkpoint_trains_in_float32(tiny_model, tmp_path):
+    """transformers 5 loads in the checkpoint's dtype; the trainer must not train (and keep AdamW states)
+    in fp16 because the checkpoint was saved that way."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    half = AutoModelForSequenceClassification.from_pretrained(str(tiny_model), dtype=torch.float16)
+    assert next(half.parameters()).dtype == torch.float16
+    half.save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(str(tiny_model)).save_pretrained(tmp_path)
+    model = load_model(str(tmp_path), ["a", "b"], False, 0.5)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert {b.dtype for b in model.buffers() if b.is_floating_point()} <= {torch.float32}

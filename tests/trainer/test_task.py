@@ -117,3 +117,41 @@ def test_output_paths_follow_vertex_variables(tmp_path):
     assert p.local_logs_dir.is_dir()  # staged locally, uploaded at the end
     p = _setup_paths(parse_args(["--output-dir", str(tmp_path)]), env)  # an explicit folder wins
     assert p.model_dir == str(tmp_path / "model")
+
+
+@pytest.mark.parametrize("requested,device,capability,expected", [
+    ("auto", "cuda", (7, 5), "fp16"),  # T4: bf16 only emulated
+    ("auto", "cuda", (7, 0), "fp16"),  # V100
+    ("auto", "cuda", (8, 0), "bf16"),  # A100
+    ("auto", "cuda", (9, 0), "bf16"),  # H100
+    ("auto", "cpu", None, "fp32"),
+    ("bf16", "cuda", (7, 5), "bf16"),  # an explicit choice is kept
+    ("fp32", "cuda", (9, 0), "fp32"),
+])
+def test_precision_follows_compute_capability(requested, device, capability, expected):
+    from ftcli_trainer.task import resolve_precision
+
+    assert resolve_precision(requested, device, capability) == expected
+
+
+@pytest.mark.parametrize("name,capability,expected", [("Tesla T4", (7, 5), "fp16"), ("NVIDIA A100", (8, 0), "bf16")])
+def test_setup_device_on_a_faked_gpu(monkeypatch, name, capability, expected):
+    """torch.cuda.is_bf16_supported() says True on a T4 (emulation): the choice must not follow it."""
+    import torch
+
+    from ftcli_trainer.config import parse_args
+    from ftcli_trainer.task import _setup_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: name)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        device, precision = _setup_device(parse_args([]))
+        assert (device.type, precision) == ("cuda", expected)
+        assert _setup_device(parse_args(["--precision", "fp32"]))[1] == "fp32"
+        assert _setup_device(parse_args(["--precision", "bf16"]))[1] == "bf16"  # emulated on a T4, but asked for
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32

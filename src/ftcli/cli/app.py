@@ -17,7 +17,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # help texts hold literal brackets (gs://BUCKET[/PREFIX], [env FTCLI_PROJECT]): no markup
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 train.register(app)
 logs.register(app)

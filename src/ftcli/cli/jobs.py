@@ -58,9 +58,11 @@ def list_jobs(
     from ftcli.gcp.vertex import get_vertex, job_to_dict
     from ftcli.output import out
     from ftcli.settings import resolve
+    from ftcli.spec import CREATED_BY_LABEL
 
     s = resolve(project=project, region=region, need_bucket=False)
-    jobs = get_vertex(s.project, s.region).list(filter="" if all_jobs else 'labels.created-by="ftcli"', limit=limit)
+    mine = f'labels.{CREATED_BY_LABEL}="ftcli"'
+    jobs = get_vertex(s.project, s.region).list(filter="" if all_jobs else mine, limit=limit)
     if json_out:
         for job in jobs:
             print(json.dumps({"short_id": history.short_id(job.name), **job_to_dict(job)}))

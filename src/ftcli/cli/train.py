@@ -28,10 +28,20 @@ def train(
         rich_help_panel=HW)] = 0,
     spot: Annotated[bool, typer.Option("--spot", help="Spot VMs (cheaper, preemptible; the trainer resumes).",
                                        rich_help_panel=HW)] = False,
-    image: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--image", help="Training container image [default: Vertex's prebuilt PyTorch image].",
+    flex_start: Annotated[bool, typer.Option(
+        "--flex-start", help="Queue for the machines with Dynamic Workload Scheduler (L4, A100, H100, H200, B200; "
+        "at most 7 days).", rich_help_panel=HW)] = False,
+    max_wait: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--max-wait", help="With --flex-start: give up queueing after this long (e.g. 2h) [default: Vertex's, "
+        "1 day].", rich_help_panel=HW)] = None,
+    reservation: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--reservation", help="Run on a Compute Engine reservation: projects/P/zones/Z/reservations/NAME, or any.",
         rich_help_panel=HW)] = None,
-    timeout: Annotated[str, typer.Option("--timeout", help="Stop the job after this long (90m, 24h, 2d).",
+    image: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--image", help="Your own container image (Python >= 3.11 with pip and torch >= 2.6); the trainer is "
+        "pip-installed into it at start [default: the pinned PyTorch image that covers the GPU].",
+        rich_help_panel=HW)] = None,
+    timeout: Annotated[str, typer.Option("--timeout", help="Stop the job after this long: 90m, 24h, 2d.",
                                          rich_help_panel=HW)] = "24h",
     labels: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--labels", help="Extra job labels KEY=VALUE (repeat or comma-separate).")] = None,
@@ -59,6 +69,8 @@ def train(
       ftcli train --task mnli --model bert-large-uncased --gpu A100x8 --replicas 2 --reduction-server 2
 
       ftcli train --task csv --train-file gs://b/train.csv --label-columns 'toxic,insult' --gpu L4 --spot --dry-run
+
+      ftcli train --task mnli --gpu H100x8 --flex-start --max-wait 6h
     """
     from ftcli import submit
     from ftcli.output import err, out
@@ -66,7 +78,10 @@ def train(
     sub = submit.plan(trainer=trainer, gpu=gpu, machine_type=machine_type, replicas=replicas,
                       reduction_server=reduction_server, spot=spot, image=image, timeout=timeout,
                       labels=labels or [], display_name=display_name, project=project,
-                      region=region, bucket=bucket, service_account=service_account)
+                      region=region, bucket=bucket, service_account=service_account,
+                      flex_start=flex_start, max_wait=max_wait, reservation=reservation)
+    for note in sub.notes:
+        err().print(f"note: {note}", markup=False, highlight=False)
     if dry_run:
         print(json.dumps(sub.job, indent=2))
         uploads = "".join(f"\n  {p} -> {u}" for p, u in sub.uploads)
@@ -89,7 +104,7 @@ def train(
         o.print(f"submitted job [bold]#{n}[/] {job.display_name}")
         o.print(f"  id       {job_id}  ({job.name})")
         o.print(f"  console  {console_url(job.name)}")
-        o.print(f"  model    {sub.base_output_dir}model/")
+        o.print(f"  model    {sub.base_output_dir}/model/")
         o.print(f"  uploaded {sent:,} bytes" + ("  (trainer unchanged: already in the bucket)" if sent == 0 else ""))
         o.print(f"next: [bold]ftcli logs {n}[/]   ·   ftcli jobs describe {n}   ·   ftcli jobs cancel {n}")
         if detach:

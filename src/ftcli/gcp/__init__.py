@@ -45,15 +45,38 @@ def _quota_metric(e) -> str | None:
     return m.group(0) if m else None
 
 
+# The API behind each gateway, for `gcloud services enable` when a project has it switched off.
+APIS = {"vertex": "aiplatform.googleapis.com", "storage": "storage.googleapis.com",
+        "logging": "logging.googleapis.com"}
+
+
+def _disabled_service(e) -> str | None:
+    """The API named by a SERVICE_DISABLED error (google.rpc.ErrorInfo reason, metadata "service"), else None.
+    Google answers a call to an API the project has not enabled with PERMISSION_DENIED and this ErrorInfo."""
+    if getattr(e, "reason", None) != "SERVICE_DISABLED":
+        return None
+    return (getattr(e, "metadata", None) or {}).get("service") or "the API"
+
+
 def translate(e: Exception, *, service: str, project: str | None = None, what: str = "") -> FtcliError:
     """Turn a google.api_core exception into an FtcliError that names the fix."""
     from google.api_core import exceptions as gexc
 
     message = str(getattr(e, "message", "") or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    role = {"vertex": "roles/aiplatform.user", "storage": "roles/storage.objectAdmin",
+    role = {"vertex": "roles/aiplatform.user", "storage": "roles/storage.admin on the bucket",
             "logging": "roles/logging.viewer"}.get(service, "the right role")
     target = what or service
+    disabled = _disabled_service(e)
+    if disabled:
+        api = disabled if "." in disabled else APIS.get(service, disabled)
+        where = f" --project {project}" if project else ""
+        return FtcliError(f"the {api} API is not enabled in project {project or '?'}",
+                          hint=f"enable it: gcloud services enable {api}{where}")
     if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
+        if "iam.serviceAccounts.actAs" in message:
+            return FtcliError(f"you may not run jobs as that service account: {message}",
+                              hint="grant yourself roles/iam.serviceAccountUser on the service account "
+                                   "(--service-account)")
         return FtcliError(f"permission denied on {target}: {message}",
                           hint=f"grant {role} to your account (or the service account) on project {project or '?'}")
     if isinstance(e, gexc.Unauthenticated):

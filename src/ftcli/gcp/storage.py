@@ -28,17 +28,42 @@ class StorageGateway:
             self.client = storage.Client(project=project, credentials=credentials())
 
     def check_bucket(self, bucket: str, region: str | None = None) -> None:
-        """Fail before anything is uploaded when the bucket is missing or unreadable."""
+        """Fail before anything is uploaded when the bucket is missing, unreadable, or not in the job's region.
+
+        "For Vertex AI training jobs, buckets must be regional", in the region where the job runs ("Vertex AI
+        locations", https://docs.cloud.google.com/vertex-ai/docs/general/locations, read 2026-11-26). Reading the
+        location takes storage.buckets.get, which roles/storage.objectAdmin lacks (roles/storage.admin and
+        roles/storage.legacyBucketReader have it: "Cloud Storage roles and permissions").
+        """
         from google.api_core import exceptions as gexc
 
+        create = f"gcloud storage buckets create gs://NEW_BUCKET --location {region}" if region else ""
         try:
-            self.client.get_bucket(bucket, timeout=30)
+            found = self.client.get_bucket(bucket, timeout=30)
         except gexc.NotFound:
             location = f" --location {region}" if region else ""
             raise FtcliError(f"bucket gs://{bucket} does not exist",
                              hint=f"create it: gcloud storage buckets create gs://{bucket}{location}") from None
+        except (gexc.Forbidden, gexc.PermissionDenied) as e:
+            error = translate(e, service="storage", project=self.project, what=f"gs://{bucket}")
+            if error.hint and "services enable" in error.hint:
+                raise error from None
+            raise FtcliError(
+                f"cannot read bucket gs://{bucket}'s location (storage.buckets.get denied)",
+                hint=f"grant yourself roles/storage.admin on gs://{bucket} (roles/storage.objectAdmin alone cannot "
+                     "read a bucket's location; adding roles/storage.legacyBucketReader to it also works)") from None
         except gexc.GoogleAPICallError as e:
             raise translate(e, service="storage", project=self.project, what=f"gs://{bucket}") from None
+        location = (found.location or "").lower()
+        if region and location != region.lower():
+            # Regions are the only locations with a hyphen (US-CENTRAL1); US, EU, NAM4, ... span several.
+            regional = "-" in location
+            shape = f"in {location}" if regional else f"in {found.location}, which spans several regions,"
+            fix = f"use a bucket in {region} ({create})"
+            if regional:
+                fix += f", or run the job in the bucket's region with --region {location}"
+            raise FtcliError(f"bucket gs://{bucket} is {shape}; Vertex AI training needs a regional bucket in "
+                             f"the job's region, {region}", hint=fix)
 
     def exists(self, uri: str) -> bool:
         from google.api_core import exceptions as gexc

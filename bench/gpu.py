@@ -1,0 +1,879 @@
+"""GPU benchmark (issue #13): ftcli's trainer, eager and with CUDA graphs, against the tuned Hugging Face Trainer,
+side by side on the GPU this machine has. Offline: model folders and data come from local paths.
+
+  python bench/gpu.py --assets .gpu --out OUT                  # a GPU machine; bench/gpu_device.sh wraps it
+  python bench/gpu.py --assets .gpu --out /tmp/o --device cpu --rows 96 --tiny-bert   # CPU dry run of every path
+
+`--assets` is what bench/prepare_gpu_assets.py builds: minilm/ (fp16 weights, loaded as float32 by both
+contenders), bert-base/config.json (BERT-base is built here with a seeded random init, for speed only, with
+MiniLM's tokenizer: the same uncased 30,522-token WordPiece vocabulary), data/*.csv.gz.
+
+Sections run one after another, each in its own child process with its own time limit, so that one failure
+or hang never loses the others; sections that no longer fit `--budget` seconds are skipped, and the table is
+printed last whatever happened:
+  env      GPU name, compute capability, memory, peak bf16 FLOP/s, versions
+  setup    BERT-base with a seeded random init, saved once for both contenders; parameter counts
+  check    graph path vs eager over the same steps with dropout off (fp32 without TF32: tight; bf16: as
+           trained), the capture of the HF model with padded masks (no fallback), dropout masks that change
+           at every replay with the eager keep rate (plain dropout and SDPA's attention dropout), and mean
+           losses with dropout on
+  runs     per case: ftcli --cuda-graphs on, the HF Trainer tuned (bf16 or fp16 below compute capability
+           8.0, tf32, fused AdamW, DataCollatorWithPadding(pad_to_multiple_of=8), 2 loader workers, random
+           order), ftcli eager; same rows, model, batch 32, lr schedule (6 % warmup, linear decay), weight
+           decay 0.01, clipping 1.0, 1 epoch, seed
+  profile  torch.profiler over BERT-base steps of 32 x 512 tokens (eager and graphs): top kernels, time by
+           kind, GPU busy share, MFU of that fixed shape
+
+Reported per run: train samples/s (rows / train runtime, as the HF Trainer reports it), the first 60 steps'
+mean step time against the steady one (the second half of the run; CUDA-synchronised marks), end to end
+(child start to exported model and eval, imports included), eval accuracy, and MFU = (6 x non-embedding
+parameters x real tokens + 12 x layers x hidden x sum of squared real lengths) per second / peak bf16.
+OUT gets results.json (everything), children.log (every child's output) and profile.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+T_START = time.perf_counter()
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # the trainer from this checkout, installed or not
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+CASES = {  # name -> model, data, rows, max length, learning rate
+    "minilm_sst2_128": dict(model="minilm", data="sst2", rows=20000, max_length=128, lr=1e-4),
+    "bert_sst2_128": dict(model="bert-base", data="sst2", rows=10000, max_length=128, lr=5e-5),
+    "bert_imdb_512": dict(model="bert-base", data="imdb", rows=7500, max_length=512, lr=5e-5),
+}
+CONTENDERS = ("ftcli_graphs", "hf", "ftcli_eager")
+BATCH = 32
+FIRST = 60
+SEED = 42
+IMDB_EVAL = 500
+# Dense bf16 tensor-core peaks (NVIDIA data sheets), by the first name fragment that matches.
+PEAK_TFLOPS = (("H200", 989.4), ("GH200", 989.4), ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4),
+               ("H800", 989.4), ("B200", 2250.0), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.1),
+               ("L4", 121.0), ("A10G", 70.0), ("T4", 65.0), ("V100", 125.0))
+TINY_BERT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# helpers shared by children
+
+
+def emit(result: dict) -> None:
+    print("RESULT " + json.dumps(result, default=str), flush=True)
+
+
+def work_dir(args) -> Path:
+    return Path(args.work)
+
+
+def read_csv(path: Path) -> tuple[list[str], list[int]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return [r["text"] for r in rows], [int(r["label"]) for r in rows]
+
+
+def model_dir(args, name: str) -> Path:
+    return Path(args.assets) / "minilm" if name == "minilm" else work_dir(args) / "bert-base"
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+class StepTimer:
+    """Marks at the start, after step FIRST, after the middle step and after the last, each after a device
+    sync (three syncs a run), so the first steps' and the steady steps' mean times are exact."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.n = 0
+        self.total = 0
+        self.marks: dict[int, float] = {}
+
+    def start(self, total: int) -> None:
+        sync(self.device)
+        self.total = total
+        self.first = min(FIRST, total)
+        self.mid = max(self.first, total // 2)
+        self.marks = {0: time.perf_counter()}
+
+    def tick(self) -> None:
+        self.n += 1
+        if self.n in (self.first, self.mid, self.total):
+            sync(self.device)
+            self.marks[self.n] = time.perf_counter()
+
+    def report(self) -> dict:
+        m = self.marks
+        out = {"steps": self.n}
+        if self.first in m:
+            out["first_steps"] = self.first
+            out["first_ms"] = 1000 * (m[self.first] - m[0]) / self.first
+        if self.total in m and self.mid in m and self.total > self.mid:
+            out["steady_ms"] = 1000 * (m[self.total] - m[self.mid]) / (self.total - self.mid)
+        if "first_ms" in out and "steady_ms" in out:
+            out["first_over_steady"] = out["first_ms"] / out["steady_ms"]
+        return out
+
+
+def flops_of(lengths, n_nonembed: int, layers: int, hidden: int) -> float:
+    import numpy as np
+
+    lengths = np.asarray(lengths, dtype=np.float64)
+    return 6.0 * n_nonembed * lengths.sum() + 12.0 * layers * hidden * (lengths ** 2).sum()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# children
+
+
+def child_env(args) -> dict:
+    import platform
+
+    import torch
+    import transformers
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+           "transformers_path": str(Path(transformers.__file__).parent), "cuda": torch.version.cuda,
+           "cpus": os.cpu_count()}
+    if args.device == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        name = torch.cuda.get_device_name(0)
+        out.update(gpu=name, capability=list(torch.cuda.get_device_capability(0)),
+                   memory_gib=round(props.total_memory / 2**30, 1), sms=props.multi_processor_count)
+        peak = args.peak_tflops or next((p for frag, p in PEAK_TFLOPS if frag in name), None)
+        out["peak_tflops"] = peak
+    else:
+        out.update(gpu="cpu", capability=None, peak_tflops=args.peak_tflops)
+    try:
+        import tokenizers
+
+        out["tokenizers"] = tokenizers.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def child_setup(args) -> dict:
+    """BERT-base with a seeded random init, saved once (fp32) with MiniLM's tokenizer; parameter counts."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    out = work_dir(args) / "bert-base"
+    cfg = AutoConfig.from_pretrained(Path(args.assets) / "bert-base", num_labels=2)
+    if args.tiny_bert:
+        for k, v in TINY_BERT.items():
+            setattr(cfg, k, v)
+    torch.manual_seed(SEED)
+    model = AutoModelForSequenceClassification.from_config(cfg)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(Path(args.assets) / "minilm").save_pretrained(out)
+    counts = {}
+    for name in ("minilm", "bert-base"):
+        c = AutoConfig.from_pretrained(model_dir(args, name))
+        m = model if name == "bert-base" else AutoModelForSequenceClassification.from_pretrained(
+            model_dir(args, name), dtype=torch.float32)
+        n_all = sum(p.numel() for p in m.parameters())
+        n_emb = sum(p.numel() for n, p in m.named_parameters() if ".embeddings." in f".{n}")
+        counts[name] = {"params": n_all, "nonembed": n_all - n_emb, "layers": c.num_hidden_layers,
+                        "hidden": c.hidden_size}
+    return {"models": counts, "bert_dir": str(out)}
+
+
+def _case_files(args, case: str) -> tuple[Path, Path]:
+    d = work_dir(args) / case
+    return d / "train.csv", d / "eval.csv"
+
+
+def child_ftcli(args, case: str, graphs: bool) -> dict:
+    import ftcli_trainer.loop as loop
+    from ftcli_trainer import task
+    from ftcli_trainer.config import parse_args
+
+    spec = CASES[case]
+    train, evalf = _case_files(args, case)
+    out = work_dir(args) / case / ("ftcli_graphs" if graphs else "ftcli_eager")
+    shutil.rmtree(out, ignore_errors=True)
+    timer = StepTimer(args.device)
+    seen: dict = {}
+    orig_fit, orig_step = loop.Trainer.fit, loop.Trainer.train_step
+
+    def fit(self):
+        seen["trainer"] = self
+        timer.start(self.total_steps)
+        return orig_fit(self)
+
+    def train_step(self, group, global_group=None):
+        orig_step(self, group, global_group)
+        timer.tick()
+
+    loop.Trainer.fit, loop.Trainer.train_step = fit, train_step
+    cfg = parse_args([
+        "--task", "csv", "--train-file", str(train), "--eval-file", str(evalf),
+        "--model", str(model_dir(args, spec["model"])),
+        "--epochs", "1", "--batch-size", str(BATCH), "--learning-rate", str(spec["lr"]), "--warmup-ratio", "0.06",
+        "--weight-decay", "0.01", "--max-grad-norm", "1.0", "--max-length", str(spec["max_length"]),
+        "--seed", str(SEED), "--output-dir", str(out), "--label-names", "0,1", "--log-every", "1000000",
+        "--cuda-graphs", "on" if graphs else "off",
+    ])
+    task._setup_logging()
+    r = task.run(cfg)
+    t = seen["trainer"]
+    lengths = t.train_enc.lengths
+    res = {
+        "train_samples_per_second": r["train_samples"] / r["train_runtime"],
+        "train_runtime": r["train_runtime"], "rows": r["train_samples"], "eval_accuracy": r["eval_accuracy"],
+        "eval_seconds": r["eval_runtime"], "pad_fraction": r["train_pad_fraction"], "precision": r["precision"],
+        "sum_len": int(lengths.sum()), "sum_len2": int((lengths.astype("int64") ** 2).sum()), **timer.report(),
+    }
+    if t.static_steps is not None:
+        res["graphs"] = dict(t.static_steps.counts, capture_seconds=t.static_steps.capture_seconds,
+                             still_capturing=t.static_steps.capture, widths=list(t.static_steps.widths))
+    shutil.rmtree(out, ignore_errors=True)  # BERT-base: 0.4 GB model + 1.3 GB checkpoint per run
+    return res
+
+
+def child_hf(args, case: str) -> dict:
+    import numpy as np
+    import torch
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    spec = CASES[case]
+    train_path, eval_path = _case_files(args, case)
+    texts, labels = read_csv(train_path)
+    eval_texts, eval_labels = read_csv(eval_path)
+    mdir = model_dir(args, spec["model"])
+    tok = AutoTokenizer.from_pretrained(mdir)
+
+    def dataset(t, y):
+        enc = tok(t, truncation=True, max_length=spec["max_length"])
+        keys = list(enc.keys())
+        return [{**{k: enc[k][i] for k in keys}, "labels": y[i]} for i in range(len(t))]
+
+    train = dataset(texts, labels)
+    evald = dataset(eval_texts, eval_labels)
+    torch.manual_seed(SEED)
+    # dtype explicit: transformers 5 would otherwise train the fp16 checkpoint in fp16.
+    model = AutoModelForSequenceClassification.from_pretrained(mdir, num_labels=2, dtype=torch.float32,
+                                                               attn_implementation="sdpa")
+    cuda = args.device == "cuda" and torch.cuda.is_available()
+    cc = torch.cuda.get_device_capability(0) if cuda else (0, 0)
+    timer = StepTimer(args.device)
+
+    class Timing(TrainerCallback):
+        def on_train_begin(self, targs, state, control, **kw):
+            timer.start(state.max_steps)
+
+        def on_step_end(self, targs, state, control, **kw):
+            timer.tick()
+
+    steps = math.ceil(len(train) / BATCH)
+    out = work_dir(args) / case / "hf"
+    shutil.rmtree(out, ignore_errors=True)
+    targs = TrainingArguments(
+        output_dir=str(out), per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH * 2,
+        learning_rate=spec["lr"], weight_decay=0.01, warmup_steps=math.ceil(steps * 0.06), num_train_epochs=1,
+        lr_scheduler_type="linear", optim="adamw_torch_fused", max_grad_norm=1.0, seed=SEED, save_strategy="no",
+        eval_strategy="no", report_to="none", logging_steps=10**9, disable_tqdm=True, use_cpu=not cuda,
+        bf16=cuda and cc >= (8, 0), fp16=cuda and cc < (8, 0), tf32=True if cuda and cc >= (8, 0) else None,
+        dataloader_num_workers=2, train_sampling_strategy="random",
+    )
+    trainer = Trainer(model=model, args=targs, train_dataset=train,
+                      data_collator=DataCollatorWithPadding(tok, pad_to_multiple_of=8), callbacks=[Timing()])
+    r = trainer.train()
+    trainer.save_model(str(out / "model"))
+    t = time.perf_counter()
+    pred = trainer.predict(evald)
+    acc = float((np.argmax(pred.predictions, axis=-1) == np.array(eval_labels)).mean())
+    lengths = np.array([len(x["input_ids"]) for x in train], dtype=np.int64)
+    runtime = r.metrics["train_runtime"]
+    shutil.rmtree(out, ignore_errors=True)
+    return {"train_samples_per_second": len(train) / runtime, "train_runtime": runtime, "rows": len(train),
+            "eval_accuracy": acc, "eval_seconds": time.perf_counter() - t,
+            "precision": "bf16" if targs.bf16 else ("fp16" if targs.fp16 else "fp32"),
+            "sum_len": int(lengths.sum()), "sum_len2": int((lengths ** 2).sum()), **timer.report()}
+
+
+def _check_trainers(args, enc, groups, precision: str, dropout: bool) -> dict:
+    """The same steps, eager and through the graph path, from the same weights; per-step mean losses."""
+    import copy
+
+    import torch
+
+    from ftcli_trainer.config import parse_args
+    from ftcli_trainer.loop import Paths, Trainer
+    from ftcli_trainer.model import load_model
+
+    dev = torch.device(args.device)
+    torch.manual_seed(SEED)
+    base = load_model(str(model_dir(args, "minilm")), ["0", "1"], False, 0.5)
+    if not dropout:
+        base.config.hidden_dropout_prob = base.config.attention_probs_dropout_prob = 0.0
+        for m in base.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+    base.to(dev)
+    out: dict = {}
+    models = {}
+    for mode in ("off", "on"):
+        cfg = parse_args(["--task", "csv", "--train-file", "unused.csv", "--batch-size", str(BATCH),
+                          "--learning-rate", "1e-4", "--warmup-ratio", "0.06", "--cuda-graphs", mode,
+                          "--precision", precision])
+        model = copy.deepcopy(base)
+        tmp = work_dir(args) / "check" / f"{precision}-{mode}"
+        t = Trainer(cfg, model, enc, {}, ["0", "1"], False, dev, precision, Paths("m", "c", "l", tmp), 0)
+        t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
+        t._loss_acc = torch.zeros((), device=dev)
+        if mode == "on" and not t.use_graphs:  # a CPU dry run: the same fixed-shape steps, run eagerly
+            t._setup_static_steps(capture=False)
+        else:
+            t._setup_static_steps()
+        model.train()
+        losses = []
+        torch.manual_seed(SEED + 1)  # both paths start their dropout streams from the same state
+        for g in groups:
+            t.train_step(g)
+            losses.append(t._loss_acc.item() / sum(len(b) for b in g))
+            t._loss_acc.zero_()
+        out[mode] = losses
+        models[mode] = model
+        if t.static_steps is not None:
+            out["graphs"] = dict(t.static_steps.counts, still_capturing=t.static_steps.capture)
+    diffs = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(out["off"], out["on"], strict=True)]
+    out["max_rel_loss_diff"] = max(diffs)
+    # L2 over all weights: Adam turns the rounding noise of gradients that are 0 in exact arithmetic
+    # (attention key biases: softmax ignores a shift shared by all keys) into lr-sized steps of either
+    # sign, so an elementwise maximum would measure that noise, not the paths.
+    moved = sum(float((p.detach() - q.detach()).double().pow(2).sum())
+                for p, q in zip(models["off"].parameters(), base.parameters(), strict=True)) ** 0.5
+    gap = sum(float((p.detach() - q.detach()).double().pow(2).sum())
+              for p, q in zip(models["off"].parameters(), models["on"].parameters(), strict=True)) ** 0.5
+    out["param_gap_over_update"] = gap / max(moved, 1e-30)
+    out["mean_loss_eager"] = sum(out["off"]) / len(groups)
+    out["mean_loss_graphs"] = sum(out["on"]) / len(groups)
+    return out
+
+
+def _dropout_replays() -> dict:
+    """Plain dropout and SDPA attention dropout captured in a graph: fresh masks at each replay, keep rate 0.9."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.ones(1 << 22, device="cuda")
+    out = torch.empty_like(x)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            out.copy_(F.dropout(x, 0.1))
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out.copy_(F.dropout(x, 0.1))
+    masks = []
+    for _ in range(3):
+        g.replay()
+        masks.append(out != 0)
+    keep = [m.float().mean().item() for m in masks]
+    differ = (masks[0] != masks[1]).float().mean().item()
+    q, k, v = (torch.randn(32, 12, 128, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = torch.ones(32, 1, 128, 128, dtype=torch.bool, device="cuda")
+    mask[:, :, :, 100:] = False
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    att = torch.empty_like(ref)
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            att.copy_(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1))
+    torch.cuda.current_stream().wait_stream(s)
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2):
+        att.copy_(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1))
+    g2.replay()
+    a1 = att.clone()
+    g2.replay()
+    a2 = att.clone()
+    return {"keep_rates": keep, "masks_differ": differ, "attention_replays_differ": (a1 != a2).float().mean().item(),
+            "attention_mean_ratio": (a1.float().mean() / ref.float().mean()).item(),
+            "ok": all(abs(r - 0.9) < 0.002 for r in keep) and abs(differ - 0.18) < 0.004
+            and (a1 != a2).float().mean().item() > 0.05}
+
+
+def child_check(args) -> dict:
+    import numpy as np
+
+    from ftcli_trainer.data import Examples, encode, plan_batches
+    from ftcli_trainer.model import load_tokenizer
+
+    texts, labels = read_csv(_case_files(args, "minilm_sst2_128")[0])
+    n = min(len(texts), BATCH * args.check_steps)
+    tok = load_tokenizer(str(model_dir(args, "minilm")))
+    enc = encode(tok, Examples(texts[:n], None, np.array(labels[:n])), 128)
+    groups = [[b] for b in plan_batches(enc.lengths, BATCH, SEED, 0)]
+    import torch
+
+    out: dict = {}
+
+    def part(name, fn):  # one failing part never hides the others
+        try:
+            out[name] = fn()
+        except Exception as e:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            out[name] = {"error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 compared tightly: no TF32 on either side
+    part("fp32", lambda: _check_trainers(args, enc, groups, "fp32", dropout=False))
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        if torch.cuda.get_device_capability(0) >= (8, 0):
+            part("bf16", lambda: _check_trainers(args, enc, groups, "bf16", dropout=False))
+            part("bf16_dropout", lambda: _check_trainers(args, enc, groups, "bf16", dropout=True))
+        part("dropout_replays", _dropout_replays)
+    fp32 = out["fp32"]
+    ok = "error" not in fp32 and fp32["max_rel_loss_diff"] < 1e-4 and fp32["param_gap_over_update"] < 1e-2
+    if "bf16" in out:
+        ok = ok and "error" not in out["bf16"] and out["bf16"]["max_rel_loss_diff"] < 3e-2
+    if "dropout_replays" in out:
+        ok = ok and out["dropout_replays"].get("ok", False)
+    graphs = fp32.get("graphs", {})
+    if args.device == "cuda":
+        ok = ok and graphs.get("captured", 0) >= 2 and graphs.get("replays", 0) > 0 and graphs.get("still_capturing")
+    out["ok"] = bool(ok)
+    return out
+
+
+_KINDS = (("GEMM", ("gemm", "cutlass", "xmma", "sm90_", "sm80_", "gemv", "cublas", "matmul", "nvjet")),
+          ("attention", ("fmha", "flash", "attention", "efficient", "cudnn_generated")),
+          ("optimizer", ("adam", "multi_tensor")),
+          ("layernorm", ("layer_norm", "layernorm")),
+          ("dropout", ("dropout", "philox", "bernoulli")),
+          ("gelu/softmax/loss", ("gelu", "softmax", "cross_entropy", "nll_loss", "log_softmax")),
+          ("copies/fills", ("memcpy", "memset", "copy_", "fill")),
+          ("reductions", ("reduce", "norm")),
+          ("elementwise", ("elementwise", "vectorized", "unrolled")))
+
+
+def _kind(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, keys in _KINDS if any(k in low for k in keys)), "other")
+
+
+def child_profile(args, setup: dict) -> dict:
+    """BERT-base steps over 32 full 512-token rows (the widest shape), eager and through graphs."""
+    import numpy as np
+    import torch
+
+    from ftcli_trainer.data import Examples, encode
+    from ftcli_trainer.model import load_tokenizer
+
+    texts, labels = read_csv(Path(args.assets) / "data" / "imdb_8k.csv.gz")
+    tok = load_tokenizer(str(model_dir(args, "bert-base")))
+    max_len = 128 if args.tiny_bert else 512
+    enc = encode(tok, Examples(texts[:3000], None, np.array(labels[:3000])), max_len)  # ~14 % fill max_len
+    rows = np.flatnonzero(enc.lengths == max_len)[: BATCH * 12]
+    if len(rows) < BATCH * 6:
+        return {"skipped": f"only {len(rows)} rows of {max_len} tokens"}
+    groups = [[rows[i:i + BATCH]] for i in range(0, len(rows) - BATCH + 1, BATCH)]
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    m = setup["models"]["bert-base"]
+    ctx = dict(enc=enc, groups=groups, max_len=max_len, lines=[],
+               step_flops=flops_of([max_len] * BATCH, m["nonembed"], m["layers"], m["hidden"]))
+    out: dict = {"shape": f"{BATCH} x {max_len}", "rows": len(rows)}
+    for mode in ("off", "on"):
+        name = "graphs" if mode == "on" else "eager"
+        try:
+            out[name] = _profile_one(args, mode, ctx)
+        except Exception as e:  # noqa: BLE001 - the other mode may still work
+            import traceback
+
+            traceback.print_exc()
+            out[name] = {"error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+        if cuda:
+            torch.cuda.empty_cache()
+    (Path(args.out) / "profile.txt").write_text("\n".join(ctx["lines"]) + "\n")
+    return out
+
+
+def _profile_one(args, mode: str, ctx: dict) -> dict:
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from ftcli_trainer.config import parse_args
+    from ftcli_trainer.loop import Paths, Trainer
+    from ftcli_trainer.model import load_model
+
+    cuda = args.device == "cuda"
+    dev = torch.device(args.device)
+    precision = "bf16" if cuda and torch.cuda.get_device_capability(0) >= (8, 0) else "fp32"
+    cfg = parse_args(["--task", "csv", "--train-file", "unused.csv", "--batch-size", str(BATCH),
+                      "--learning-rate", "5e-5", "--cuda-graphs", mode, "--precision", precision])
+    torch.manual_seed(SEED)
+    model = load_model(str(model_dir(args, "bert-base")), ["0", "1"], False, 0.5).to(dev)
+    t = Trainer(cfg, model, ctx["enc"], {}, ["0", "1"], False, dev, precision,
+                Paths("m", "c", "l", work_dir(args) / "profile" / mode), 0)
+    t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
+    t._loss_acc = torch.zeros((), device=dev)
+    t._setup_static_steps()
+    model.train()
+    warm, active = ctx["groups"][:-5], ctx["groups"][-5:]
+    for g in warm:  # graphs: two eager steps, the capture, then replays
+        t.train_step(g)
+    sync(args.device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for g in active:
+            t.train_step(g)
+        sync(args.device)
+        wall = time.perf_counter() - t0
+    step_ms = 1000 * wall / len(active)
+    averages = prof.key_averages()
+    kernels = [e for e in averages if getattr(e, "device_type", None) == DeviceType.CUDA] if cuda else []
+    busy = sum(e.self_device_time_total for e in kernels) / 1e3  # ms
+    by_kind: dict[str, float] = {}
+    for e in kernels:
+        by_kind[_kind(e.key)] = by_kind.get(_kind(e.key), 0.0) + e.self_device_time_total / 1e3
+    peak = args.peak_tflops_resolved
+    res = {"step_ms": step_ms, "gpu_busy": busy / (wall * 1000) if wall else 0.0,
+           "kernel_ms_per_step": busy / len(active),
+           "by_kind_share": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda x: -x[1])} if busy else {},
+           "mfu": ctx["step_flops"] / (step_ms / 1000) / (peak * 1e12) if peak else None,
+           "graphs": dict(t.static_steps.counts) if t.static_steps is not None else None}
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    try:
+        table = averages.table(sort_by=sort, row_limit=18, max_name_column_width=60)
+    except (KeyError, AttributeError, ValueError):
+        table = averages.table(sort_by="self_cuda_time_total" if cuda else sort, row_limit=18)
+    what = "a 2-layer BERT" if args.tiny_bert else "BERT-base"
+    name = "graphs" if mode == "on" else "eager"
+    ctx["lines"].append(
+        f"== {name}: {what}, {BATCH} x {ctx['max_len']}, {precision}, {len(active)} steps profiled: "
+        f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %)"
+        + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else ""))
+    ctx["lines"].append("time by kind: " + ", ".join(f"{k} {100 * v:.0f} %" for k, v in res["by_kind_share"].items()))
+    ctx["lines"].append(table)
+    return res
+
+
+def child(args) -> None:
+    setup = json.loads(args.setup_json) if args.setup_json else {}
+    try:
+        if args.one == "env":
+            r = child_env(args)
+        elif args.one == "setup":
+            r = child_setup(args)
+        elif args.one == "check":
+            r = child_check(args)
+        elif args.one == "profile":
+            r = child_profile(args, setup)
+        elif args.contender == "hf":
+            r = child_hf(args, args.case)
+        else:
+            r = child_ftcli(args, args.case, graphs=args.contender == "ftcli_graphs")
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        sys.exit(1)
+    r["end_to_end_seconds"] = time.perf_counter() - T_START
+    emit(r)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the parent: prepares the data, runs the children within the budget, prints the table last
+
+
+class Parent:
+    def __init__(self, args):
+        self.args = args
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.out / "children.log", "w")  # noqa: SIM115
+        self.results: dict = {"args": {k: v for k, v in vars(args).items() if k != "setup_json"}, "sections": {}}
+        self.proc = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - T_START
+
+    def say(self, msg: str) -> None:
+        print(f"[{self.elapsed():5.0f}s] {msg}", flush=True)
+
+    def save(self) -> None:
+        (self.out / "results.json").write_text(json.dumps(self.results, indent=2, default=str))
+
+    def run(self, key: str, argv: list[str], limit: float, need: float) -> dict | None:
+        left = self.args.budget - self.elapsed() - 10  # keep 10 s to print the table
+        if left < need:
+            self.results["sections"][key] = {"skipped": f"budget: {left:.0f} s left, needs ~{need:.0f} s"}
+            self.say(f"{key}: skipped ({left:.0f} s of budget left)")
+            return None
+        limit = min(limit, left)
+        setup = self.results["sections"].get("setup") or {}
+        env = self.results["sections"].get("env") or {}
+        extra = ["--setup-json", json.dumps({"models": setup.get("models", {})})] if setup.get("models") else []
+        if env.get("peak_tflops"):
+            extra += ["--peak-tflops-resolved", str(env["peak_tflops"])]
+        cmd = [sys.executable, __file__, *self.passthrough(), *argv, *extra]
+        started = time.perf_counter()
+        self.log.write(f"\n===== {key}: {' '.join(cmd)}\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            text, _ = self.proc.communicate(timeout=limit)
+            rc = self.proc.returncode
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            text, _ = self.proc.communicate()
+            rc = "timeout"
+        self.proc = None
+        secs = time.perf_counter() - started
+        self.log.write(text or "")
+        self.log.write(f"===== {key}: rc={rc} in {secs:.1f} s\n")
+        self.log.flush()
+        line = next((x for x in reversed((text or "").splitlines()) if x.startswith("RESULT ")), None)
+        if rc != 0 or line is None:
+            tail = [x for x in (text or "").strip().splitlines() if x.strip()][-3:]
+            err = f"rc={rc} after {secs:.0f} s: " + " | ".join(x.strip()[:200] for x in tail)
+            self.results["sections"][key] = {"error": err}
+            self.say(f"{key}: FAILED {err}")
+            self.save()
+            return None
+        r = json.loads(line[len("RESULT "):])
+        r["child_seconds"] = secs
+        self.results["sections"][key] = r
+        self.save()
+        self.say(f"{key}: done in {secs:.0f} s")
+        return r
+
+    def passthrough(self) -> list[str]:
+        a = self.args
+        out = ["--assets", a.assets, "--out", a.out, "--work", a.work, "--device", a.device,
+               "--check-steps", str(a.check_steps)]
+        if a.tiny_bert:
+            out.append("--tiny-bert")
+        if a.peak_tflops:
+            out += ["--peak-tflops", str(a.peak_tflops)]
+        return out
+
+    def prepare_data(self) -> None:
+        """The same rows for every contender: plain CSV files per case (the parent needs no torch)."""
+        data = Path(self.args.assets) / "data"
+        sst2, sst2_y = read_csv(data / "sst2_train.csv.gz")
+        val, val_y = read_csv(data / "sst2_validation.csv.gz")
+        imdb, imdb_y = read_csv(data / "imdb_8k.csv.gz")
+        for case, spec in CASES.items():
+            rows = min(spec["rows"], self.args.rows or spec["rows"])
+            if spec["data"] == "sst2":
+                tr, ev = (sst2[:rows], sst2_y[:rows]), (val, val_y)
+            else:
+                n_eval = min(IMDB_EVAL, len(imdb) // 10) if not self.args.rows else max(32, self.args.rows // 4)
+                tr = (imdb[:min(rows, len(imdb) - n_eval)], imdb_y[:min(rows, len(imdb) - n_eval)])
+                ev = (imdb[-n_eval:], imdb_y[-n_eval:])
+            d = Path(self.args.work) / case
+            d.mkdir(parents=True, exist_ok=True)
+            for name, (t, y) in (("train.csv", tr), ("eval.csv", ev)):
+                with open(d / name, "w", newline="", encoding="utf-8") as f:
+                    w = csv.writer(f)
+                    w.writerow(["text", "label"])
+                    w.writerows(zip(t, y, strict=True))
+            self.results.setdefault("cases", {})[case] = dict(spec, rows_used=len(tr[0]), eval_rows=len(ev[0]))
+
+    def main(self) -> None:
+        a = self.args
+        self.prepare_data()
+        self.run("env", ["--one", "env"], 60, 15)
+        self.run("setup", ["--one", "setup"], 120, 20)
+        if self.results["sections"].get("setup", {}).get("models") is None:
+            self.say("setup failed: the runs need its model folder; stopping")
+            return
+        self.run("check", ["--one", "check"], 150, 40)
+        cases = [c for c in CASES if not a.cases or c in a.cases.split(",")]
+        runs = [(case, contender) for case in cases for contender in CONTENDERS]
+        # What matters most first: should the budget run out, the last eager run at 512 (known from the
+        # issue) goes before the profile does.
+        if runs and runs[-1] == ("bert_imdb_512", "ftcli_eager") and not a.skip_profile:
+            runs.insert(len(runs) - 1, ("profile", None))
+        elif not a.skip_profile:
+            runs.append(("profile", None))
+        for case, contender in runs:
+            if case == "profile":
+                self.run("profile", ["--one", "profile"], 120, 30)
+            else:
+                self.run(f"{case}/{contender}", ["--one", "run", "--case", case, "--contender", contender],
+                         a.run_limit, 25)
+
+    def table(self) -> str:
+        s = self.results["sections"]
+        env = s.get("env") or {}
+        setup = s.get("setup") or {}
+        peak = env.get("peak_tflops")
+        lines = [f"## ftcli vs HF Trainer: {env.get('gpu', '?')} (cc {env.get('capability')}, peak bf16 "
+                 f"{peak} TFLOP/s), torch {env.get('torch')}, CUDA {env.get('cuda')}, transformers "
+                 f"{env.get('transformers')}, {env.get('cpus')} CPUs; batch {BATCH}, 1 epoch"]
+        chk = s.get("check") or {}
+        if "ok" in chk:
+            parts = [f"check {'PASS' if chk['ok'] else 'FAIL'}"]
+            parts += [f"{k}: {v['error']}" for k, v in chk.items() if isinstance(v, dict) and "error" in v]
+            for k in ("fp32", "bf16"):
+                if k in chk and "error" not in chk[k]:
+                    parts.append(f"{k} graph-vs-eager max rel loss diff {chk[k]['max_rel_loss_diff']:.1e}, weight gap "
+                                 f"{chk[k]['param_gap_over_update']:.1e} of the update (L2)")
+            if "mean_loss_eager" in chk.get("bf16_dropout", {}):
+                d = chk["bf16_dropout"]
+                parts.append(f"dropout on: mean loss eager {d['mean_loss_eager']:.4f} vs graphs "
+                             f"{d['mean_loss_graphs']:.4f}")
+            if "keep_rates" in chk.get("dropout_replays", {}):
+                d = chk["dropout_replays"]
+                parts.append(f"replayed dropout keep {min(d['keep_rates']):.4f}-{max(d['keep_rates']):.4f}, masks "
+                             f"differ {d['masks_differ']:.3f} (0.18 expected), attention "
+                             f"{d['attention_replays_differ']:.2f}")
+            g = chk.get("fp32", {}).get("graphs")
+            if g and env.get("gpu") != "cpu":
+                parts.append(f"captures {g.get('captured')}, replays {g.get('replays')}, eager {g.get('eager')}, "
+                             f"fallback {'no' if g.get('still_capturing') else 'YES'}")
+            lines.append("; ".join(parts))
+        elif chk:
+            lines.append(f"check: {chk.get('error') or chk.get('skipped')}")
+        lines.append("")
+        lines.append("| case | contender | rows | samples/s | x HF | first-60 ms/step | steady ms/step | first/steady "
+                     "| e2e s | e2e x HF | acc | MFU (steady) | graphs |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        models = setup.get("models", {})
+        for case in CASES:
+            hf = s.get(f"{case}/hf") or {}
+            for contender in CONTENDERS:
+                r = s.get(f"{case}/{contender}")
+                if r is None:
+                    continue
+                if "error" in r or "skipped" in r:
+                    lines.append(f"| {case} | {contender} | {(r.get('error') or r.get('skipped'))[:150]} |")
+                    continue
+                sps = r["train_samples_per_second"]
+                x_hf = f"{sps / hf['train_samples_per_second']:.2f}" if "train_samples_per_second" in hf else "-"
+                e2e_x = (f"{hf['end_to_end_seconds'] / r['end_to_end_seconds']:.2f}"
+                         if "end_to_end_seconds" in hf else "-")
+                m = models.get(CASES[case]["model"])
+                mfu = "-"
+                if peak and m and r.get("sum_len"):
+                    flops = 6.0 * m["nonembed"] * r["sum_len"] + 12.0 * m["layers"] * m["hidden"] * r["sum_len2"]
+                    overall = flops / r["train_runtime"] / (peak * 1e12)
+                    mfu = f"{100 * overall:.1f} %"
+                    if r.get("steady_ms") and r.get("steps"):
+                        steady = flops / r["steps"] / (r["steady_ms"] / 1000) / (peak * 1e12)
+                        mfu += f" ({100 * steady:.1f} %)"
+                g = r.get("graphs")
+                gtxt = (f"{g['captured']} cap {g['capture_seconds']:.1f}s, {g['eager']} eager"
+                        + ("" if g.get("still_capturing") else ", FELL BACK")) if g else ""
+                acc = f"{r['eval_accuracy']:.3f}" if CASES[case]["model"] == "minilm" else "(rand)"
+                lines.append(
+                    f"| {case} | {contender} | {r['rows']} | {sps:.0f} | {x_hf} | {r.get('first_ms', 0):.1f} | "
+                    f"{r.get('steady_ms', 0):.2f} | {r.get('first_over_steady', 0):.2f} | "
+                    f"{r['end_to_end_seconds']:.1f} | "
+                    f"{e2e_x} | {acc} | {mfu} | {gtxt} |")
+        prof = s.get("profile") or {}
+        if "eager" in prof or "graphs" in prof:
+            for name in ("eager", "graphs"):
+                p = prof.get(name)
+                if not p or "error" in p:
+                    lines.append(f"profile {name}: {(p or {}).get('error', 'missing')}")
+                    continue
+                kinds = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(p["by_kind_share"].items())[:6])
+                mfu = f", MFU {100 * p['mfu']:.1f} %" if p.get("mfu") else ""
+                lines.append(f"profile {prof['shape']} {name}: {p['step_ms']:.1f} ms/step{mfu}, GPU busy "
+                             f"{100 * p['gpu_busy']:.0f} %: {kinds}")
+        elif prof:
+            lines.append(f"profile: {prof.get('error') or prof.get('skipped')}")
+        lines.append("BERT-base: random init (speed only), MiniLM's uncased 30,522-token WordPiece tokenizer. "
+                     "MFU: 6 x non-embedding params x real tokens + attention, per second / peak bf16; in "
+                     "brackets over the steady second half of the run.")
+        lines.append(f"total {self.elapsed():.0f} s; full results: {self.out / 'results.json'}")
+        return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--assets", default=str(ROOT / ".gpu"))
+    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/ftcli-gpu-out"))
+    p.add_argument("--work", default="/tmp/ftcli-gpu-bench", help="scratch folder (data slices, BERT-base, runs)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--rows", type=int, default=0, help="cap every case's training rows (dry runs)")
+    p.add_argument("--cases", default="", help="comma-separated subset of: " + ", ".join(CASES))
+    p.add_argument("--budget", type=float, default=360, help="seconds for everything; later sections are skipped")
+    p.add_argument("--run-limit", type=float, default=100, help="seconds per timed run")
+    p.add_argument("--check-steps", type=int, default=30)
+    p.add_argument("--tiny-bert", action="store_true", help="a 2-layer BERT instead of BERT-base (dry runs)")
+    p.add_argument("--skip-profile", action="store_true")
+    p.add_argument("--peak-tflops", type=float, default=None, help="the card's dense bf16 peak, if not in the table")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--case", help=argparse.SUPPRESS)
+    p.add_argument("--contender", help=argparse.SUPPRESS)
+    p.add_argument("--setup-json", help=argparse.SUPPRESS)
+    p.add_argument("--peak-tflops-resolved", type=float, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if args.one:
+        child(args)
+        return
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    parent = Parent(args)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        parent.main()
+    except KeyboardInterrupt:
+        if parent.proc is not None:
+            parent.proc.kill()
+        parent.say("interrupted: printing what there is")
+    finally:
+        parent.save()
+        try:
+            text = parent.table()
+        except Exception as e:  # noqa: BLE001 - never lose the numbers to a formatting bug
+            dump = json.dumps(parent.results["sections"], default=str)
+            text = f"(table failed: {type(e).__name__}: {e})\n{dump[-9000:]}"
+        (parent.out / "table.md").write_text(text + "\n")
+        print("\n" + text, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The trainer's container images: which image runs a job, what is in it, and a pre-flight that refuses a
+combination that cannot work (trainer requirements vs the image's Python and torch, GPU vs the kernels in the
+build) before anything is uploaded. Plain data, no google import.
+
+Why these images. Vertex's own prebuilt PyTorch *training* images stop at PyTorch 2.4 / Python 3.10, and every
+one of them is past its end of availability ("Prebuilt containers for custom training",
+https://docs.cloud.google.com/vertex-ai/docs/training/pre-built-containers: pytorch-gpu.2-4.py310 ends
+2026-07-24; the "Framework support policy" says services "might block the creation of new resources using these
+images"); Google's Deep Learning Containers also top out at 2.4 / 3.10. A custom container may come from
+"Artifact Registry or Docker Hub" ("Custom containers overview",
+https://docs.cloud.google.com/vertex-ai/docs/training/containers-overview). So ftcli runs its trainer on the
+PyTorch project's own public runtime images from Docker Hub (pytorch/pytorch), pinned by exact tag, and
+installs the trainer wheel from the bucket (mounted at /gcs/) when the container starts: no Docker on the
+user's machine, no registry of one's own.
+
+Kernels. PyTorch's wheel builds (.ci/manywheel/build_cuda.sh in pytorch/pytorch) compile CUDA 12.6 for
+5.0;6.0;7.0;7.5;8.0;8.6;9.0 and CUDA 12.8 for 7.5 through 12.0 (Blackwell; torch 2.7 is the first release with
+it). So the 12.6 build is the one that still runs on Pascal and Volta (P4, P100, V100), and B200 (10.0) needs
+the 12.8 build. A cubin for X.y runs on any X.z with z >= y (CUDA's binary compatibility), so 8.6 covers L4
+(8.9) and 6.0 covers P4 (6.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ftcli.catalog import Hardware
+
+
+@dataclass(frozen=True)
+class Image:
+    uri: str  # what goes into containerSpec.imageUri
+    python: str  # major.minor of the image's `python`
+    torch: str  # the torch release the image carries (its local build tag, e.g. +cu126, left out)
+    cuda: str | None
+    archs: tuple[str, ...]  # compute capabilities the build has machine code for
+    digest: str  # the tag's manifest digest when read: a re-pushed tag would show up as a different digest
+    source: str
+
+    @property
+    def name(self) -> str:
+        return self.uri.rsplit("/", 1)[-1]
+
+    def runs_on(self, cc: str) -> bool:
+        major, minor = _cc(cc)
+        return any(a[0] == major and a[1] <= minor for a in map(_cc, self.archs))
+
+
+def _cc(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    return int(major), int(minor or 0)
+
+
+_PYTORCH_SOURCE = ("Docker Hub pytorch/pytorch, built by pytorch/pytorch's Dockerfile (conda Python 3.11, Ubuntu "
+                   "22.04); tag, digest and Python seen in several public projects that pin it, read 2026-11-26")
+
+# Preference order: the first image whose build covers the GPU runs the job.
+IMAGES: tuple[Image, ...] = (
+    Image("docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime", python="3.11", torch="2.7.1", cuda="12.6",
+          archs=("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"),
+          digest="sha256:2b59b1b91885677814f78be1f8df48a25d5dc952eb6580eaecfefca510f9afd3", source=_PYTORCH_SOURCE),
+    Image("docker.io/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", python="3.11", torch="2.7.1", cuda="12.8",
+          archs=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
+          digest="sha256:c16f4c749e2d9e96878875cdf6cc45cddda1d1a36fddd371dd6f2360f1b6e2a2", source=_PYTORCH_SOURCE),
+)
+_BY_URI = {i.uri: i for i in IMAGES}
+
+
+def known(uri: str) -> Image | None:
+    """The manifest entry for an image reference (with or without the docker.io/ prefix)."""
+    return _BY_URI.get(uri) or _BY_URI.get(f"docker.io/{uri}")
+
+
+def default_image(hw: Hardware) -> Image:
+    """The first image whose kernels cover the GPU (a CUDA build runs on a CPU machine too)."""
+    cc = hw.compute_capability
+    for image in IMAGES:
+        if cc is None or image.runs_on(cc):
+            return image
+    raise AssertionError(f"no image covers {hw.summary}")  # the catalog tests cover every GPU
+
+
+def problems(image: Image, hw: Hardware, requires_python: str, requirements: tuple[str, ...]) -> list[str]:
+    """Why the trainer cannot run in `image` on `hw` (empty when it can)."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    out = []
+    if image.python not in SpecifierSet(requires_python):
+        out.append(f"{image.name} has Python {image.python}; the trainer needs Python {requires_python} (its "
+                   "transformers does): use an image with a newer Python, or leave --image out")
+    for text in requirements:
+        req = Requirement(text)
+        if req.name == "torch" and image.torch not in req.specifier:
+            out.append(f"{image.name} has torch {image.torch}; the trainer needs {text}: use an image with a newer "
+                       "torch, or leave --image out")
+    cc = hw.compute_capability
+    if cc is not None and not image.runs_on(cc):
+        fits = [i.name for i in IMAGES if i.runs_on(cc)]
+        out.append(f"{image.name} has no kernels for {hw.gpu_name} (compute capability {cc}; the build covers "
+                   f"{', '.join(image.archs)})" + (f": use {fits[0]} or leave --image out" if fits else ""))
+    return out

@@ -1,0 +1,403 @@
+"""Training steps through fixed-shape buffers, replayed as CUDA graphs on a GPU.
+
+Short-text fine-tuning on a large GPU is bound by kernel launches: a MiniLM step over 32 x 16 tokens is
+~15 ms of Python and launches in eager PyTorch and ~2.5 ms as one CUDA graph (docs: shared notes,
+gpu-facts.md). A graph replays fixed addresses and shapes, so:
+
+- every batch is padded up to one of a few widths (`bucket_widths`), and a partial batch is filled up with
+  rows whose loss weight is 0 (their gradient is exactly 0), so a step is one of a handful of shapes;
+- each batch is written into a pinned host slab on the CPU while the GPU runs earlier steps, and copied
+  with one non-blocking copy into that width's device buffer, which the graph reads;
+- a step is two callables, the same whether they run eagerly or are captured: `micro` (forward, the
+  weighted loss, backward into gradients that stay allocated, the loss added to an on-device sum) and
+  `update` (clipping folded into the fused AdamW kernel, then the gradients zeroed in place);
+- the learning rate is a device tensor in the optimizer's param groups (`arm_optimizer`): the LambdaLR
+  scheduler fills it before each replay, so it changes every step without a new capture;
+- dropout draws from the CUDA generator's graph-safe state: each replay advances its offset, so every
+  replay gets fresh masks from the same distribution as eager.
+
+The first `warmup` occurrences of each shape run eagerly on a side stream (real training steps, not
+extra ones), then the shape is captured on that stream and replayed from then on. Any capture error turns
+capture off for the rest of the run, with one log line; the step then runs eagerly. Without `capture`
+(a CPU, the tests) the same code runs every step eagerly, which is how the CPU tests check the math.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+import warnings
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger("ftcli_trainer")
+
+# Short texts get narrow widths (SST-2: 72 % of length-bucketed batches fit 16 tokens; below that a replayed
+# step costs about the same); past 64 a multiple of 32 wastes at most 31 tokens a row and keeps the
+# captures few (each costs about an eager step plus the graph's instantiation).
+SMALL_WIDTHS = (16, 32)
+WIDTH_STEP = 32
+# Eager occurrences of a shape before it is captured, as torch.compile's CUDA-graph trees do: lazy
+# initialisation (optimizer state, cuBLAS heuristics, kernels loaded on first use) happens outside the
+# capture. One more before the very first capture: the side stream's first use creates its cuBLAS workspace.
+WARMUP_STEPS = 1
+HOST_SLABS = 3  # pinned host buffers in turn: the CPU runs at most this many micro-batches ahead
+
+
+def bucket_widths(max_length: int, limit: int | None = None) -> tuple[int, ...]:
+    """The padded widths a batch can have: 16, 32, then multiples of 32, and max_length rounded up to 8
+    (but never past `limit`, the model's position embeddings)."""
+    top = -(-max_length // 8) * 8
+    if limit is not None and max_length <= limit < top:
+        top = limit
+    widths = {w for w in SMALL_WIDTHS if w < top} | set(range(2 * WIDTH_STEP, top, WIDTH_STEP)) | {top}
+    return tuple(sorted(widths))
+
+
+def bucket_for(longest: int, widths: tuple[int, ...]) -> int:
+    i = bisect.bisect_left(widths, longest)
+    if i == len(widths):
+        raise ValueError(f"a row of {longest} tokens is longer than the widest bucket ({widths[-1]})")
+    return widths[i]
+
+
+def decide(mode: str, device_type: str, precision: str, world_size: int) -> tuple[bool, str]:
+    """(use the graph path, why not). `auto` and `on` both use it where it works; `off` never does. A CPU run
+    under `auto` is not worth a line: only an explicit `on` is told that it needs a GPU."""
+    if mode == "off":
+        return False, ""
+    if device_type != "cuda":
+        return False, "CUDA graphs need a CUDA GPU" if mode == "on" else ""
+    if world_size > 1:
+        return False, f"DDP over {world_size} processes is not captured (its gradient hooks run per bucket)"
+    if precision == "fp16":
+        return False, "fp16's loss scaler checks for inf/NaN on the host every step"
+    return True, ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each input lives in one int64 block (one host-to-device copy a micro-batch)."""
+
+    rows: int
+    width: int
+    pairs: bool
+    n_labels: int  # 0: single-label (one int label a row); else multi-label 0/1 columns
+
+    @property
+    def _area(self) -> int:
+        return self.rows * self.width
+
+    @property
+    def ids(self) -> slice:
+        return slice(0, self._area)
+
+    @property
+    def mask(self) -> slice:
+        return slice(self._area, 2 * self._area)
+
+    @property
+    def types(self) -> slice | None:
+        return slice(2 * self._area, 3 * self._area) if self.pairs else None
+
+    @property
+    def labels(self) -> slice:
+        start = (3 if self.pairs else 2) * self._area
+        return slice(start, start + self.rows * max(1, self.n_labels))
+
+    @property
+    def weight(self) -> slice:
+        start = self.labels.stop
+        return slice(start, start + self.rows)
+
+    @property
+    def scale(self) -> int:
+        return self.weight.stop
+
+    @property
+    def size(self) -> int:
+        return self.scale + 1
+
+
+def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: int, scale: float) -> int:
+    """Write one micro-batch into `block` (int64, `layout.size`): token ids padded with `pad_id`, the
+    attention mask, token types, labels, a 0/1 loss weight per row and the loss scale (a float64's bits).
+    Rows past the batch are filler: weight 0 and one attended pad token (a fully masked row would make
+    SDPA's softmax NaN, and 0 x NaN is NaN). Returns the tokens the step computes on (rows x width)."""
+    rows, width = layout.rows, layout.width
+    k = len(idx)
+    if k > rows:
+        raise ValueError(f"{k} rows do not fit a buffer of {rows}")
+    starts = enc.offsets[idx]
+    lengths = enc.offsets[idx + 1] - starts
+    cols = np.arange(width)
+    real = cols[None, :] < lengths[:, None]
+    gather = np.minimum(starts[:, None] + cols[None, :], max(0, len(enc.ids) - 1))
+    ids = block[layout.ids].reshape(rows, width)
+    ids[:k] = np.where(real, enc.ids[gather], pad_id)
+    ids[k:] = pad_id
+    mask = block[layout.mask].reshape(rows, width)
+    mask[:k] = real
+    mask[k:] = 0
+    mask[k:, 0] = 1
+    if layout.types is not None:
+        types = block[layout.types].reshape(rows, width)
+        types[:k] = np.where(real, enc.type_ids[gather], 0)
+        types[k:] = 0
+    labels = block[layout.labels].reshape(rows, -1)
+    labels[:k] = enc.labels[idx].reshape(k, -1)
+    labels[k:] = 0
+    weight = block[layout.weight]
+    weight[:k] = 1
+    weight[k:] = 0
+    block[layout.scale] = np.float64(scale).view(np.int64)
+    return rows * width
+
+
+def weighted_loss_sum(logits, labels, weight, multi_label: bool):
+    """`loss.loss_sum` with a 0/1 weight per row: filler rows add exactly 0 to the loss and its gradient."""
+    import torch.nn.functional as F
+
+    logits = logits.float()
+    if multi_label:
+        per_row = F.binary_cross_entropy_with_logits(logits, labels, reduction="none").sum(-1)
+        return (per_row * weight).sum() / logits.shape[-1]
+    return (F.cross_entropy(logits, labels, reduction="none") * weight).sum()
+
+
+def arm_optimizer(optimizer, device) -> None:
+    """Learning rates as device tensors (the scheduler then fills them in place), capturable AdamW."""
+    import torch
+
+    for group in optimizer.param_groups:
+        if not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
+        group["capturable"] = True
+
+
+def plain_optimizer_state(state: dict) -> dict:
+    """An optimizer state_dict as the eager path writes it (float lr, not capturable), so a checkpoint
+    resumes either way. Reads a device lr: a host sync, at checkpoints only."""
+    import torch
+
+    groups = []
+    for g in state["param_groups"]:
+        g = dict(g)
+        if isinstance(g.get("lr"), torch.Tensor):
+            g["lr"] = float(g["lr"])
+            g["capturable"] = False
+        groups.append(g)
+    return {**state, "param_groups": groups}
+
+
+def plain_scheduler_state(state: dict) -> dict:
+    import torch
+
+    return {k: ([float(x) if isinstance(x, torch.Tensor) else x for x in v] if k in ("_last_lr", "base_lrs") else v)
+            for k, v in state.items()}
+
+
+class StaticSteps:
+    """One optimizer step = `run(group, scale)`: micro-batches through fixed-shape buffers, then the update.
+
+    `clip_and_step` is the trainer's own (sync-free for fused AdamW without a loss scaler); `loss_acc`
+    is the trainer's on-device loss sum (a graph adds to it in place, so it must never be replaced)."""
+
+    def __init__(self, *, model, optimizer, clip_and_step, enc, pad_id: int, rows: int, max_length: int,
+                 multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
+                 warmup: int = WARMUP_STEPS):
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.optimizer = optimizer
+        self.clip_and_step = clip_and_step
+        self.enc = enc
+        self.pad_id = pad_id
+        self.rows = rows
+        self.widths = bucket_widths(max_length, getattr(model.config, "max_position_embeddings", None))
+        self.multi_label = multi_label
+        self.device = device
+        self.autocast_dtype = autocast_dtype
+        self.loss_acc = loss_acc
+        self.capture = capture
+        self.warmup = warmup
+        # The gradients that the first (eager) backward creates stay allocated, outside any graph's pool:
+        # later backwards add into them, and the update zeroes them in place. A parameter that gets none
+        # (unused by the model) keeps None, so AdamW skips it as on the eager path.
+        self.grads: list | None = None
+        arm_optimizer(optimizer, device)
+        self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
+        pairs = enc.type_ids is not None
+        self.layouts = {w: Layout(rows, w, pairs, n_labels if multi_label else 0) for w in self.widths}
+        biggest = max(lay.size for lay in self.layouts.values())
+        pin = device.type == "cuda"
+        self.slabs = [torch.empty(biggest, dtype=torch.int64, pin_memory=pin) for _ in range(HOST_SLABS)]
+        self.slab_events = [None] * HOST_SLABS
+        self.next_slab = 0
+        self.buffers = {w: torch.zeros(lay.size, dtype=torch.int64, device=device) for w, lay in self.layouts.items()}
+        self.calls = {w: self._micro_fn(w) for w in self.widths}
+        self.calls["update"] = self._update
+        self.graphs: dict = {}
+        self.seen: dict = {}
+        self.counts = {"captured": 0, "replays": 0, "eager": 0}
+        self.capture_seconds = 0.0
+        self._pool = None
+        self._side = None
+
+    @property
+    def side(self):
+        if self._side is None:
+            self._side = self.torch.cuda.Stream(self.device)
+        return self._side
+
+    @property
+    def pool(self):
+        if self._pool is None:
+            self._pool = self.torch.cuda.graph_pool_handle()
+        return self._pool
+
+    # -- the two callables a step is made of (identical eager or captured) --------------------------
+
+    def _micro_fn(self, width: int):
+        torch = self.torch
+        lay = self.layouts[width]
+        buf = self.buffers[width]
+        inputs = {"input_ids": buf[lay.ids].view(lay.rows, width),
+                  "attention_mask": buf[lay.mask].view(lay.rows, width)}
+        if lay.types is not None:
+            inputs["token_type_ids"] = buf[lay.types].view(lay.rows, width)
+        labels = buf[lay.labels].view(lay.rows, -1) if lay.n_labels else buf[lay.labels]
+        weight = buf[lay.weight]
+        scale = buf[lay.scale:lay.scale + 1].view(torch.float64)
+
+        def micro():
+            # No weight-cast cache under autocast: a cache filled inside a capture would be replayed stale.
+            ctx = (nullcontext() if self.autocast_dtype is None
+                   else torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=False))
+            with ctx:
+                logits = self.model(**inputs).logits
+            y = labels.float() if lay.n_labels else labels
+            loss = weighted_loss_sum(logits, y, weight.float(), self.multi_label)
+            # The scale in float32, as eager's `loss * python_float` multiplies.
+            (loss * scale.float().squeeze(0)).backward()
+            self.loss_acc.add_(loss.detach())
+
+        return micro
+
+    def _update(self) -> None:
+        self.clip_and_step()
+        if self.grads is None:
+            self.grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        self.torch._foreach_zero_(self.grads)
+
+    def keep_lr_on_device(self) -> None:
+        """After scheduler.step(): torch's schedulers fill a tensor lr in place (torch >= 2.4); one that
+        assigned a float instead would leave the graphs reading a stale rate, so copy it back in."""
+        for group, lr in zip(self.optimizer.param_groups, self.lr_tensors, strict=True):
+            if group["lr"] is not lr:
+                lr.fill_(float(group["lr"]))
+                group["lr"] = lr
+
+    # -- running them --------------------------------------------------------------------------------
+
+    def run(self, group: list[np.ndarray], scale: float) -> int:
+        """One optimizer step over `group`'s micro-batches; returns the tokens computed on (with padding)."""
+        computed = 0
+        for idx in group:
+            longest = int((self.enc.offsets[idx + 1] - self.enc.offsets[idx]).max())
+            width = bucket_for(longest, self.widths)
+            computed += self._load(width, idx, scale)
+            self._call(width)
+        self._call("update")
+        return computed
+
+    def _load(self, width: int, idx: np.ndarray, scale: float) -> int:
+        lay = self.layouts[width]
+        i = self.next_slab
+        self.next_slab = (i + 1) % len(self.slabs)
+        if self.slab_events[i] is not None:
+            self.slab_events[i].synchronize()  # its last copy is done: the CPU may overwrite the slab
+        slab = self.slabs[i][:lay.size]
+        n = fill_block(slab.numpy(), lay, self.enc, idx, self.pad_id, scale)
+        self.buffers[width].copy_(slab, non_blocking=True)
+        if self.device.type == "cuda":
+            ev = self.slab_events[i] or self.torch.cuda.Event()
+            ev.record()
+            self.slab_events[i] = ev
+        return n
+
+    def _call(self, key) -> None:
+        graph = self.graphs.get(key)
+        if graph is not None:
+            graph.replay()
+            self.counts["replays"] += 1
+            return
+        fn = self.calls[key]
+        if not self.capture:
+            self._eager(fn)
+            return
+        seen = self.seen.get(key, 0)
+        self.seen[key] = seen + 1
+        if seen < self.warmup + (0 if self.graphs else 1):
+            self._on_side_stream(fn)
+            return
+        started = time.perf_counter()
+        try:
+            graph = self._capture(fn)
+        except Exception as e:  # noqa: BLE001 - never crash a run because of the fast path
+            self.capture = False
+            log.warning("CUDA graphs: capturing %s failed (%s: %s); eager steps from here on",
+                        f"width {key}" if key != "update" else "the update", type(e).__name__,
+                        (str(e).strip().splitlines() or [""])[0][:200])
+            self._eager(fn)
+            return
+        self.capture_seconds += time.perf_counter() - started
+        self.graphs[key] = graph
+        self.counts["captured"] += 1
+        graph.replay()
+        self.counts["replays"] += 1
+
+    def _eager(self, fn) -> None:
+        with warnings.catch_warnings():
+            # capturable AdamW warns when it steps outside a capture: expected here, same math.
+            warnings.filterwarnings("ignore", message=".*capturable=True.*")
+            fn()
+        self.counts["eager"] += 1
+
+    def _on_side_stream(self, fn) -> None:
+        # Warm-up on the stream the capture will use, so lazily created per-stream state (cuBLAS
+        # workspaces) exists before capture begins.
+        torch = self.torch
+        main = torch.cuda.current_stream(self.device)
+        self.side.wait_stream(main)
+        with torch.cuda.stream(self.side):
+            self._eager(fn)
+        main.wait_stream(self.side)
+
+    def _capture(self, fn):
+        torch = self.torch
+        graph = torch.cuda.CUDAGraph()
+        main = torch.cuda.current_stream(self.device)
+        self.side.wait_stream(main)
+        # One pool for every graph: they replay one after another on one stream and keep no tensor alive
+        # past their own replay (inputs, gradients, optimizer state and the loss sum live outside it).
+        # capture_begin/end rather than torch.cuda.graph(): that one empties the allocator's cache before
+        # every capture, which the eager warm-up steps of the next width would pay for again.
+        with torch.cuda.stream(self.side):
+            graph.capture_begin(pool=self.pool)
+            try:
+                fn()
+            finally:
+                graph.capture_end()
+        main.wait_stream(self.side)
+        return graph
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"{c['captured']} graphs captured in {self.capture_seconds:.2f} s, {c['replays']} replays, "
+                f"{c['eager']} eager calls")
+

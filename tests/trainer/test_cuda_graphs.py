@@ -1,0 +1,345 @@
+"""The CUDA-graph path's pieces on CPU (buckets, buffers, the step callables run eagerly, capture bookkeeping and
+fallback), and on a GPU when there is one (real capture equals eager; dropout masks change every replay)."""
+
+import copy
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ftcli_trainer import cuda_graphs as cg  # noqa: E402
+from ftcli_trainer.config import parse_args  # noqa: E402
+from ftcli_trainer.data import Encoded, Examples, collate, encode  # noqa: E402
+from ftcli_trainer.loop import Paths, Trainer  # noqa: E402
+from ftcli_trainer.model import load_model, load_tokenizer  # noqa: E402
+from tests.conftest import sentiment_rows  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_bucket_widths_are_few_and_cover_max_length():
+    assert cg.bucket_widths(128) == (16, 32, 64, 96, 128)
+    assert cg.bucket_widths(66) == (16, 32, 64, 72)
+    assert cg.bucket_widths(20) == (16, 24)
+    assert cg.bucket_widths(10) == (16,)
+    assert cg.bucket_widths(512) == (16, 32, *range(64, 513, 32))
+    assert cg.bucket_widths(100, limit=100) == (16, 32, 64, 96, 100)  # no position past the model's last
+    widths = cg.bucket_widths(128)
+    assert [cg.bucket_for(n, widths) for n in (1, 16, 17, 33, 65, 97, 128)] == [16, 16, 32, 64, 96, 128, 128]
+    with pytest.raises(ValueError):
+        cg.bucket_for(129, widths)
+
+
+@pytest.mark.parametrize("mode,device,precision,world,use", [
+    ("off", "cuda", "bf16", 1, False), ("on", "cuda", "bf16", 1, True), ("auto", "cuda", "fp32", 1, True),
+    ("on", "cpu", "fp32", 1, False), ("on", "cuda", "bf16", 2, False), ("auto", "cuda", "fp16", 1, False),
+    ("auto", "cpu", "fp32", 1, False),
+])
+def test_decide_falls_back_with_a_reason(mode, device, precision, world, use):
+    ok, why = cg.decide(mode, device, precision, world)
+    assert ok is use
+    # a reason whenever it was wanted and is not used; the default (auto) on a CPU is not worth a line
+    assert bool(why) == (not use and mode != "off" and not (mode == "auto" and device == "cpu"))
+
+
+def _enc(pairs: bool = False, multi: int = 0, n: int = 40) -> Encoded:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 30, n)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = rng.integers(5, 100, offsets[-1]).astype(np.int32)
+    types = rng.integers(0, 2, offsets[-1]).astype(np.int8) if pairs else None
+    labels = rng.integers(0, 2, (n, multi)).astype(np.float32) if multi else rng.integers(0, 3, n)
+    return Encoded(ids=ids, offsets=offsets, type_ids=types, labels=labels)
+
+
+@pytest.mark.parametrize("pairs,multi", [(False, 0), (True, 0), (False, 4)])
+def test_fill_block_matches_collate_and_pads_with_zero_weight_rows(pairs, multi):
+    enc = _enc(pairs, multi)
+    idx = np.array([3, 17, 5])
+    width = 32
+    lay = cg.Layout(rows=5, width=width, pairs=pairs, n_labels=multi)
+    block = np.full(lay.size, -7, np.int64)  # garbage from an earlier batch must all be overwritten
+    assert cg.fill_block(block, lay, enc, idx, pad_id=0, scale=1 / 3) == 5 * width
+    ref = collate(enc, idx, pad_id=0)
+    w = ref["input_ids"].shape[1]
+    ids = block[lay.ids].reshape(5, width)
+    mask = block[lay.mask].reshape(5, width)
+    np.testing.assert_array_equal(ids[:3, :w], ref["input_ids"])
+    np.testing.assert_array_equal(mask[:3, :w], ref["attention_mask"])
+    assert (ids[:3, w:] == 0).all() and (mask[:3, w:] == 0).all()
+    if pairs:
+        np.testing.assert_array_equal(block[lay.types].reshape(5, width)[:3, :w], ref["token_type_ids"])
+    labels = block[lay.labels].reshape(5, -1)
+    np.testing.assert_array_equal(labels[:3].reshape(ref["labels"].shape), ref["labels"])
+    assert (labels[3:] == 0).all()
+    np.testing.assert_array_equal(block[lay.weight], [1, 1, 1, 0, 0])
+    assert (mask[3:, 0] == 1).all() and (mask[3:, 1:] == 0).all()  # one attended token: no NaN softmax
+    assert block[lay.scale:lay.scale + 1].view(np.float64)[0] == 1 / 3
+    assert lay.size == lay.scale + 1 and lay.weight.stop == lay.scale
+
+
+def test_weighted_loss_is_loss_sum_over_the_real_rows():
+    from ftcli_trainer.loop import loss_sum
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 3)
+    labels = torch.tensor([0, 2, 1, 1, 0, 0])
+    weight = torch.tensor([1.0, 1, 1, 1, 0, 0])
+    logits[4:] = float("1e30")  # whatever filler rows compute must not leak in
+    torch.testing.assert_close(cg.weighted_loss_sum(logits, labels, weight, False),
+                               loss_sum(logits[:4], labels[:4], False))
+    ml = torch.randn(6, 4)
+    y = (torch.rand(6, 4) > 0.5).float()
+    torch.testing.assert_close(cg.weighted_loss_sum(ml, y, weight, True), loss_sum(ml[:4], y[:4], True))
+
+
+# -- the step callables, run eagerly on CPU, against the eager trainer ---------------------------------------
+
+
+def _no_dropout(model):
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
+    return model
+
+
+def _make_trainer(tmp_path: Path, tiny_model, model, enc, labels, multi=False, max_norm=1.0, name="t"):
+    argv = ["--task", "csv", "--train-file", "unused.csv", "--model", str(tiny_model), "--batch-size", "8",
+            "--learning-rate", "1e-3", "--warmup-ratio", "0.3", "--max-grad-norm", str(max_norm),
+            "--epochs", "2"]
+    if multi:
+        argv += ["--label-columns", ",".join(labels)]
+    cfg = parse_args(argv)
+    paths = Paths(str(tmp_path / name / "model"), str(tmp_path / name / "ckpt"), "l", tmp_path / name / "logs")
+    t = Trainer(cfg, model, enc, {}, labels, multi, torch.device("cpu"), "fp32", paths, 0)
+    t._loss_total, t._loss_count = 0.0, 0
+    t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+    return t
+
+
+def _tiny_enc(tiny_model, pairs=False, multi=0, n=40):
+    tok = load_tokenizer(str(tiny_model))
+    rows = sentiment_rows(n, seed=3)
+    texts = [t for t, _ in rows]
+    if multi:
+        labels = np.random.default_rng(1).integers(0, 2, (n, multi)).astype(np.float32)
+    else:
+        labels = np.array([int(lab == "positive") for _, lab in rows])
+    second = [t[::-1] for t in texts] if pairs else None
+    return encode(tok, Examples(texts, second, labels), 64)
+
+
+# groups of micro-batches: a full batch, a partial one (filler rows), two micro-batches (accumulation)
+GROUPS = [[np.arange(0, 8)], [np.arange(8, 13)], [np.arange(13, 21), np.arange(21, 24)], [np.arange(24, 32)],
+          [np.arange(32, 40)]]
+
+
+@pytest.mark.parametrize("pairs,multi,max_norm", [(False, 0, 1.0), (False, 0, 0.05), (True, 0, 0.0),
+                                                  (False, 3, 1.0)])
+def test_static_steps_make_the_eager_update(tmp_path, tiny_model, pairs, multi, max_norm):
+    """N steps through the fixed-shape buffers (filler rows, accumulation, clipping, on-device lr) give the
+    eager trainer's weights, loss sum and learning rates, up to float rounding."""
+    enc = _tiny_enc(tiny_model, pairs, multi)
+    labels = [f"l{i}" for i in range(multi)] if multi else ["negative", "positive"]
+    torch.manual_seed(0)
+    base = _no_dropout(load_model(str(tiny_model), labels, bool(multi), 0.5))
+    base.unused = torch.nn.Parameter(torch.ones(3))  # no gradient: AdamW (and its weight decay) skip it
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    eager = _make_trainer(tmp_path, tiny_model, a, enc, labels, bool(multi), max_norm, "eager")
+    static = _make_trainer(tmp_path, tiny_model, b, enc, labels, bool(multi), max_norm, "static")
+    static._setup_static_steps(capture=False)
+    assert static.static_steps is not None
+    assert isinstance(static.optimizer.param_groups[0]["lr"], torch.Tensor)
+    lrs = []
+    for group in GROUPS:
+        eager.train_step(group)
+        static.train_step(group)
+        lrs.append((eager.scheduler.get_last_lr()[0], float(static.scheduler.get_last_lr()[0])))
+    moved = max((pa - p0).abs().max().item() for pa, p0 in zip(a.parameters(), base.parameters(), strict=True))
+    assert moved > 1e-4
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(static._loss_acc, eager._loss_acc, rtol=1e-5, atol=1e-6)
+    assert static._loss_acc_n == eager._loss_acc_n == 40
+    assert static.stats.samples == eager.stats.samples and static.stats.real_tokens == eager.stats.real_tokens
+    assert static.stats.padded_tokens >= eager.stats.padded_tokens
+    assert len({e for e, _ in lrs}) == len(lrs)  # the lr changed every step...
+    assert [s for _, s in lrs] == pytest.approx([e for e, _ in lrs], rel=1e-6)  # ...on the device too
+    assert all((g == 0).all() for g in static.static_steps.grads)  # zeroed in place, never set to None
+    kept = [p.grad for p in b.parameters() if p.grad is not None]
+    assert len(kept) == len(static.static_steps.grads)
+    assert all(x is y for x, y in zip(kept, static.static_steps.grads, strict=True))
+    assert b.unused.grad is None and torch.equal(b.unused, torch.ones(3))
+
+
+def test_a_scheduler_that_assigns_a_float_lr_still_reaches_the_graphs(tmp_path, tiny_model):
+    enc = _tiny_enc(tiny_model)
+    t = _make_trainer(tmp_path, tiny_model, load_model(str(tiny_model), ["a", "b"], False, 0.5), enc, ["a", "b"])
+    t._setup_static_steps(capture=False)
+    lr = t.optimizer.param_groups[0]["lr"]
+    t.optimizer.param_groups[0]["lr"] = 0.125  # what an older torch's LambdaLR does
+    t.static_steps.keep_lr_on_device()
+    assert t.optimizer.param_groups[0]["lr"] is lr and float(lr) == 0.125
+
+
+def test_checkpoint_from_the_static_path_resumes_on_the_eager_path(tmp_path, tiny_model):
+    """The optimizer and scheduler state are written as the eager path writes them (float learning rates),
+    and a fresh eager trainer resumed from them continues exactly as the static one does."""
+    enc = _tiny_enc(tiny_model)
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    base = _no_dropout(load_model(str(tiny_model), labels, False, 0.5))
+    static = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name="s")
+    static._setup_static_steps(capture=False)
+    for group in GROUPS[:3]:
+        static.train_step(group)
+    static.global_step = 3
+    static.save_checkpoint()
+    state = torch.load(next(Path(static.paths.checkpoint_dir).glob("step-*")) / "trainer_state.pt", weights_only=True)
+    for g in state["optimizer"]["param_groups"]:
+        assert isinstance(g["lr"], float) and g["capturable"] is False
+    assert all(isinstance(x, float) for x in state["scheduler"]["_last_lr"] + state["scheduler"]["base_lrs"])
+
+    resumed = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name="s")  # same folders
+    resumed.resume()
+    assert resumed.global_step == 3
+    assert resumed.scheduler.get_last_lr()[0] == pytest.approx(float(static.scheduler.get_last_lr()[0]))
+    for group in GROUPS[3:]:
+        static.train_step(group)
+        resumed.train_step(group)
+    for (name, pa), pb in zip(static.model.named_parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
+
+
+# -- capture bookkeeping and fallback (the capture itself faked: CPU has no CUDA graphs) ----------------------
+
+
+class FakeGraph:
+    """What a captured graph does on replay: run the recorded step again (capture itself runs nothing)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def replay(self):
+        self.fn()
+
+
+def _capturing(tmp_path, tiny_model, monkeypatch, capture_impl):
+    enc = _enc(n=40)  # lengths 3-29: widths 16 and 32 both occur
+    enc.labels = enc.labels % 2
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    base = _no_dropout(load_model(str(tiny_model), labels, False, 0.5))
+    eager = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name="e")
+    t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name="c")
+    t._setup_static_steps(capture=False)
+    steps = t.static_steps
+    steps.capture = True
+    monkeypatch.setattr(steps, "_on_side_stream", steps._eager)
+    monkeypatch.setattr(steps, "_capture", capture_impl)
+    return eager, t, steps
+
+
+def test_each_shape_warms_up_then_is_captured_once_and_replayed(tmp_path, tiny_model, monkeypatch):
+    captured = []
+
+    def capture(fn):
+        captured.append(fn)
+        return FakeGraph(fn)
+
+    eager, t, steps = _capturing(tmp_path, tiny_model, monkeypatch, capture)
+    enc = t.train_enc
+    buckets = np.array([cg.bucket_for(int(n), steps.widths) for n in enc.lengths])
+    widths, counts = np.unique(buckets, return_counts=True)
+    two = widths[np.argsort(-counts)[:2]]
+    groups = [[np.roll(np.flatnonzero(buckets == two[i % 2]), i)[:4]] for i in range(8)]  # alternating shapes
+    for g in groups:
+        eager.train_step(g)
+        t.train_step(g)
+    shapes = {cg.bucket_for(int(enc.lengths[g[0]].max()), steps.widths) for g in groups}
+    assert len(shapes) == 2
+    assert steps.counts["captured"] == 3  # two widths and the update, each once
+    warm = steps.counts["eager"]  # WARMUP_STEPS each, one more for those seen before the first capture
+    assert 3 * cg.WARMUP_STEPS + 1 <= warm <= 3 * (cg.WARMUP_STEPS + 1)
+    assert steps.counts["replays"] == 2 * len(groups) - warm  # every call ran exactly once
+    for (name, pa), pb in zip(eager.model.named_parameters(), t.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_capture_error_falls_back_to_eager_with_one_line(tmp_path, tiny_model, monkeypatch, caplog):
+    def capture(fn):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    eager, t, steps = _capturing(tmp_path, tiny_model, monkeypatch, capture)
+    logger = logging.getLogger("ftcli_trainer")
+    monkeypatch.setattr(logger, "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="ftcli_trainer"):
+        for g in GROUPS * 2:
+            eager.train_step(g)
+            t.train_step(g)
+    lines = [r.getMessage() for r in caplog.records if "CUDA graphs" in r.getMessage()]
+    assert len(lines) == 1 and "eager steps from here on" in lines[0] and "more detail" not in lines[0]
+    assert not steps.capture and steps.counts["captured"] == 0
+    for (name, pa), pb in zip(eager.model.named_parameters(), t.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_graphs_on_a_cpu_run_say_why_and_train_eagerly(tmp_path, tiny_model, sentiment_csv, capsys):
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    assert main(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+                 "--epochs", "1", "--batch-size", "16", "--cuda-graphs", "on", "--compile",
+                 "--output-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "CUDA graphs off: CUDA graphs need a CUDA GPU; eager steps" in out
+    assert "--compile skipped: 15 steps are too few" in out
+
+
+# -- on a GPU -------------------------------------------------------------------------------------------------
+
+
+@cuda
+def test_captured_steps_equal_eager_steps_on_a_gpu(tmp_path, tiny_model):
+    enc = _tiny_enc(tiny_model, n=40)
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    base = _no_dropout(load_model(str(tiny_model), labels, False, 0.5)).cuda()
+    dev = torch.device("cuda")
+    ts = []
+    for name in ("eager", "graphs"):
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name)
+        t.device = dev
+        t._loss_acc = torch.zeros((), device=dev)
+        ts.append(t)
+    ts[1]._setup_static_steps(capture=True)
+    for _ in range(3):
+        for g in GROUPS:
+            for t in ts:
+                t.train_step(g)
+    assert ts[1].static_steps.counts["captured"] >= 2 and ts[1].static_steps.counts["replays"] > 0
+    for (name, pa), pb in zip(ts[0].model.named_parameters(), ts[1].model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@cuda
+def test_dropout_masks_change_on_every_replay_with_the_eager_keep_rate():
+    x = torch.ones(1 << 20, device="cuda")
+    out = torch.empty_like(x)
+    for _ in range(2):  # warm-up
+        out.copy_(torch.nn.functional.dropout(x, 0.1))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out.copy_(torch.nn.functional.dropout(x, 0.1))
+    masks = []
+    for _ in range(3):
+        g.replay()
+        masks.append(out != 0)
+    for m in masks:
+        assert abs(m.float().mean().item() - 0.9) < 0.003
+    assert abs((masks[0] != masks[1]).float().mean().item() - 0.18) < 0.005  # independent draws
