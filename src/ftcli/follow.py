@@ -46,7 +46,7 @@ def job_filter(job_id: str, replica: str | None = None, severity: str | None = N
 
 
 def rfc3339(t: dt.datetime) -> str:
-    return t.astimezone(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return t.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def clean_text(text: str) -> str:
@@ -73,7 +73,7 @@ def to_line(entry) -> Line:
     from google.cloud.logging_v2.types import LogEntry
 
     pb = LogEntry.pb(entry)
-    ts = pb.timestamp.ToDatetime(tzinfo=dt.timezone.utc)
+    ts = pb.timestamp.ToDatetime(tzinfo=dt.UTC)
     if pb.HasField("text_payload") or pb.text_payload:
         text = pb.text_payload
     elif pb.HasField("json_payload"):
@@ -140,7 +140,7 @@ class Source(threading.Thread):
         for entry in entries:
             pb = LogEntry.pb(entry)
             received = pb.receive_timestamp if pb.HasField("receive_timestamp") else pb.timestamp
-            received_at = received.ToDatetime(tzinfo=dt.timezone.utc)
+            received_at = received.ToDatetime(tzinfo=dt.UTC)
             if self.newest is None or received_at > self.newest:
                 self.newest = received_at
             self.out.put(to_line(entry))

@@ -50,7 +50,7 @@ def write_many(logs, job_id, n, start, pause_every=200, pause=0.05):
 
 def test_thousands_of_lines_complete_in_order_then_exit_0(capsys, logs_env):
     vertex, logs, job = logs_env
-    start = dt.datetime.now(dt.timezone.utc)
+    start = dt.datetime.now(dt.UTC)
 
     def produce():
         assert logs.wait_for_tails(1, timeout=10)
@@ -73,7 +73,7 @@ def test_thousands_of_lines_complete_in_order_then_exit_0(capsys, logs_env):
 def test_cut_streams_and_late_lines_lose_nothing_repeat_nothing(capsys, logs_env):
     vertex, logs, job = logs_env
     logs.cut_streams_after(300)
-    start = dt.datetime.now(dt.timezone.utc)
+    start = dt.datetime.now(dt.UTC)
 
     def produce():
         assert logs.wait_for_tails(1, timeout=10)
@@ -141,7 +141,7 @@ def test_stderr_lines_are_not_errors_unless_they_say_so(capsys, logs_env):
 def test_polling_fallback_when_tail_is_unavailable(capsys, logs_env):
     vertex, logs, job = logs_env
     logs.tail_unavailable = True
-    start = dt.datetime.now(dt.timezone.utc)
+    start = dt.datetime.now(dt.UTC)
 
     def produce():
         write_many(logs, job["id"], 500, start, pause_every=100)

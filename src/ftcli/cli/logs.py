@@ -24,12 +24,12 @@ def parse_since(value: str | None) -> dt.datetime | None:
     m = SINCE_RE.match(value.strip())
     if m:
         seconds = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-        return dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
+        return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
     try:
         t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"--since takes a duration (10m, 2h, 1d) or an ISO time, got {value!r}") from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def replica_names(job) -> list[str]:
