@@ -157,6 +157,10 @@ def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, ti
                              "--epochs", "500", "--log-every", "1", "--output-dir", str(tmp_path / "run")],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "200"})
+    import threading
+
+    guard = threading.Timer(300, proc.kill)  # if the trainer never logs a step, fail instead of training 500 epochs
+    guard.start()
     try:
         for line in proc.stdout:
             if line.startswith("step "):
@@ -165,6 +169,7 @@ def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, ti
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:
+        guard.cancel()
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143, err
