@@ -35,6 +35,9 @@ def load_config_file() -> dict[str, str]:
     path = config_path()
     if not path.exists():
         return {}
+    if not path.is_file():
+        raise UsageError(f"the config file {path} is a folder, not a file",
+                         hint="point FTCLI_CONFIG at a file (it need not exist yet)")
     import tomllib
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -246,6 +246,7 @@ def submit(sub: Submission) -> tuple[Any, int, int]:
     from ftcli.gcp.vertex import get_vertex
     from ftcli.packaging import build_wheel
 
+    history.ensure_writable()  # found before anything is uploaded, not after the job exists
     storage = get_storage(sub.settings.project)
     storage.check_bucket(sub.settings.bucket_name, sub.settings.region)
     sent = 0

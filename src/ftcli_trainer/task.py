@@ -6,11 +6,12 @@ A recipe of small set-up steps; every option problem is reported before any data
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import logging
 import os
 import secrets
+import shutil
 import sys
-import tempfile
 import traceback
 from dataclasses import asdict
 from pathlib import Path
@@ -54,7 +55,7 @@ def _setup_paths(cfg: TrainConfig, env=os.environ):
     else:
         base = str(Path("ftcli-runs") / new_run_id())
         model, ckpt, logs = (storage.join(base, d) for d in ("model", "checkpoints", "logs"))
-    local_logs = Path(tempfile.mkdtemp(prefix="ftcli-logs-")) if storage.is_gcs(logs) else Path(logs)
+    local_logs = storage.local_tmp("logs") if storage.is_gcs(logs) else Path(logs)
     return Paths(model_dir=model, checkpoint_dir=ckpt, logs_dir=logs, local_logs_dir=local_logs)
 
 
@@ -147,6 +148,12 @@ def run(cfg: TrainConfig) -> dict:
     dist = distributed.setup(device.type)
     if not dist.is_main:
         log.setLevel(logging.WARNING)  # one voice in the job's log: rank 0's
+    if dist.is_main:
+        # Resume only this run: another run's checkpoints in the same folder (other data, labels, model or math)
+        # are refused in one line before any work, never silently resumed.
+        from ftcli_trainer import checkpoint
+
+        checkpoint.claim(paths.checkpoint_dir, checkpoint.run_fingerprint(cfg))
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     tokenizer = load_tokenizer(cfg.model)
@@ -177,6 +184,7 @@ def run(cfg: TrainConfig) -> dict:
     export_model(model, tokenizer, paths.model_dir, results, run_config)
     if storage.is_gcs(paths.logs_dir):
         storage.upload_dir(paths.local_logs_dir, paths.logs_dir, marker=False)
+        shutil.rmtree(paths.local_logs_dir, ignore_errors=True)
     _final_lines(results, paths, data.multi_label)
     distributed.barrier(dist)
     distributed.cleanup(dist)
@@ -229,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if os.environ.get("FTCLI_DEBUG") == "1":
             raise
+        failed = storage.os_error_of(e)
+        if failed is not None and failed.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            # a full or read-only disk while writing metrics or TensorBoard files: the user's to fix, one line
+            print(f"error: {storage.write_error(failed, 'the run', failed.filename or 'the output folder')}",
+                  file=sys.stderr)
+            return 1
         # Not the user's input: a bug or an environment failure. Keep the traceback in the job's log.
         traceback.print_exc()
         return 1

@@ -292,3 +292,15 @@ def test_values_that_would_crash_inside_the_job_are_refused_before_anything(caps
                    "--seed must be at most 4294967295"):
         assert needle in r.err
     assert "Traceback" not in r.err
+
+
+def test_an_unwritable_state_folder_is_found_before_any_upload(capsys, cloud_env, monkeypatch, tmp_path):
+    # It used to surface after the job existed, as a 46-line traceback.
+    gcs, vertex = cloud_env
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(blocker / "state"))
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and "FTCLI_STATE_DIR" in r.err and "Traceback" not in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
