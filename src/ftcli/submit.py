@@ -90,6 +90,7 @@ class Submission:
     base_output_dir: str
     image: str
     extras: tuple[str, ...] = ()
+    trainer: dict[str, Any] = field(default_factory=dict)  # the trainer options with local paths (--smoke runs them)
     uploads: list[tuple[Path, str]] = field(default_factory=list)  # (local file, gs:// URI)
     notes: list[str] = field(default_factory=list)  # said before submitting (e.g. an image ftcli cannot check)
 
@@ -235,7 +236,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     job = build_custom_job(request)
     return Submission(settings=settings, hardware=hardware, job=job, display_name=display,
                       submission_id=submission_id, package_uri=package_uri, base_output_dir=base_output_dir,
-                      image=image_uri, extras=extras, uploads=uploads, notes=notes)
+                      image=image_uri, extras=extras, trainer=trainer, uploads=uploads, notes=notes)
 
 
 def submit(sub: Submission) -> tuple[Any, int, int]:

@@ -3,6 +3,7 @@
 import io
 import json
 import shutil
+import sys
 import zipfile
 
 import grpc
@@ -304,3 +305,35 @@ def test_an_unwritable_state_folder_is_found_before_any_upload(capsys, cloud_env
     assert r.code == 1 and "FTCLI_STATE_DIR" in r.err and "Traceback" not in r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
+
+
+# --- --smoke: the job's own start, here, before paying ------------------------------------------------------
+
+def test_smoke_runs_the_jobs_start_here_and_sends_nothing(capsys, cloud_env, tmp_path, tiny_model):
+    gcs, vertex = cloud_env
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], [("good film", "pos"), ("bad film", "neg")] * 60)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
+                "--gpu", "L4", "--smoke")
+    assert r.code == 0, r.err
+    assert "smoke run passed" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_smoke_shows_in_seconds_what_would_fail_in_the_job(capfd, cloud_env, tmp_path, tiny_model):
+    # Data already in the bucket cannot be read before submitting; the smoke reads it as the job would.
+    gcs, vertex = cloud_env
+    gcs.write("ftcli-test", "data/train.csv", b"text,label\ngood,pos\nbad,neg\n" * 20)
+    from ftcli.cli.app import main
+
+    old = sys.argv
+    sys.argv = ["ftcli", "train", "--task", "csv", "--train-file", "gs://ftcli-test/data/train.csv",
+                "--text-column", "review", "--model", str(tiny_model), "--gpu", "T4", "--smoke"]
+    try:
+        with pytest.raises(SystemExit) as info:
+            main()
+    finally:
+        sys.argv = old
+    out, err = capfd.readouterr()
+    assert info.value.code == 3
+    assert "has no column 'review'" in out + err and "smoke run failed" in err
+    assert gcs.list("ftcli-test") == ["data/train.csv"] and vertex.requests == []

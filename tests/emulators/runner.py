@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -103,21 +102,11 @@ class JobRun(threading.Thread):
         python = interpreter(minor)
         if python is None:
             raise ImageError(f"no Python {minor} on this machine to stand in for {uri}")
-        venv = self.workdir / "container"
-        same = minor == HOST_MINOR
-        # Another minor version gets its own pip (ensurepip); the host's minor sees the test environment's pip and
-        # setuptools below, as the image's own (a venv's bundled setuptools would shadow the newer one torch needs).
-        subprocess.run([python, "-m", "venv", *(["--without-pip"] if same else []), str(venv)], check=True,
-                       capture_output=True)
-        if same:
-            # The image's packages: the test environment's site-packages (torch, transformers, ...), listed in a
-            # .pth whose own .pth files are not processed, so the editable ftcli install stays invisible.
-            ask = "import sysconfig; print(sysconfig.get_path('purelib'))"
-            site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", ask], check=True, capture_output=True,
-                                       text=True).stdout.strip())
-            paths = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
-            (site / "_image_packages.pth").write_text("\n".join(sorted(paths)) + "\n")
-        return venv / "bin"
+        from ftcli import container
+
+        # The host's minor version sees the test environment's packages as the image's own; another minor gets a
+        # bare interpreter with its own pip (nothing of the test environment loads under it anyway).
+        return container.make(self.workdir / "container", python, share_packages=minor == HOST_MINOR)
 
     def _mount_gcs(self) -> Path:
         """Mirror every bucket the job names under /gcs/ into workdir/gcs (read-only use: the trainer writes
@@ -139,6 +128,8 @@ class JobRun(threading.Thread):
         return text.replace("/gcs/", f"{self.gcs_root}/")
 
     def _env(self, replica: Replica, master_port: int) -> dict[str, str]:
+        from ftcli import container
+
         base = self.job.job_spec.base_output_directory.output_uri_prefix.rstrip("/")
         cluster = {"cluster": {}, "environment": "cloud",
                    "task": {"type": f"workerpool{replica.pool}", "index": replica.index}}
@@ -147,14 +138,13 @@ class JobRun(threading.Thread):
         env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "TMPDIR", "HF_HOME")}
         spec = self.job.job_spec.worker_pool_specs[replica.pool].container_spec
         env.update({e.name: self._gcs(e.value) for e in spec.env})
+        env = container.env(self.bin, env)
         env.update(
-            PATH=f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
             AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/", CLOUD_ML_JOB_ID=self.job_id,
             CLUSTER_SPEC=json.dumps(cluster), STORAGE_EMULATOR_HOST=self.emulator.gcs_url,
             DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA="true", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
             OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // max(1, len(self.replicas)))),
-            PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
         )
         return env
 

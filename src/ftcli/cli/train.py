@@ -49,6 +49,9 @@ def train(
         "--display-name", help="Job name in the console [default: ftcli-TASK-TIME].")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the CustomJob JSON; upload and create nothing.")
                        ] = False,
+    smoke: Annotated[bool, typer.Option(
+        "--smoke", help="Run the job's own start here first, on the CPU: the trainer wheel installed by the job's "
+        "start script, a few rows, one evaluation. Uploads and creates nothing.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the job is created (default: follow its "
                                          "logs until it ends, and exit with its status).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
@@ -71,6 +74,8 @@ def train(
       ftcli train --task csv --train-file gs://b/train.csv --label-columns 'toxic,insult' --gpu L4 --spot --dry-run
 
       ftcli train --task mnli --gpu H100x8 --flex-start --max-wait 6h
+
+      ftcli train --task csv --train-file ./train.csv --gpu L4 --smoke   (try the job's start here first)
     """
     from ftcli import submit
     from ftcli.output import err, out
@@ -82,6 +87,19 @@ def train(
                       flex_start=flex_start, max_wait=max_wait, reservation=reservation)
     for note in sub.notes:
         err().print(f"note: {note}", markup=False, highlight=False)
+    if smoke:
+        from ftcli import smoke as smoke_run
+
+        err().print(f"smoke run: the job's start on {smoke_run.SMOKE_TRAIN_ROWS} rows, here, on the CPU; nothing "
+                    "uploaded, no job created", markup=False, highlight=False)
+        code = smoke_run.run(sub.trainer, sub.extras)
+        if code:
+            err().print(f"smoke run failed (exit status {code}): the job would fail the same way; fix the above "
+                        "before submitting", markup=False, highlight=False)
+            raise typer.Exit(3)
+        err().print("smoke run passed: the job starts, trains and evaluates; submit without --smoke",
+                    markup=False, highlight=False)
+        return
     if dry_run:
         print(json.dumps(sub.job, indent=2))
         uploads = "".join(f"\n  {p} -> {u}" for p, u in sub.uploads)

@@ -1,0 +1,55 @@
+"""`ftcli train --smoke`: the job's own start, here, on a few rows, before paying for a GPU.
+
+The trainer wheel that would be uploaded is built, pip-installed into a local stand-in for the container
+(`ftcli.container`) by the job's own start script, and run with the job's trainer options (local files where
+the job would read their uploaded copies), cut to a few rows, one epoch and one evaluation, on this machine's
+CPU. A wrong column, label, model id or option fails here in seconds. Nothing is uploaded, no job is created.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SMOKE_TRAIN_ROWS = 64
+SMOKE_EVAL_ROWS = 32
+
+
+def smoke_options(trainer: dict[str, Any], output_dir: str) -> dict[str, Any]:
+    """The job's trainer options cut down to a smoke run (never more rows than the job asked for)."""
+    def at_most(key: str, n: int) -> int:
+        given = trainer.get(key)
+        return min(given, n) if given else n
+
+    return {**trainer, "max_train_samples": at_most("max_train_samples", SMOKE_TRAIN_ROWS),
+            "max_eval_samples": at_most("max_eval_samples", SMOKE_EVAL_ROWS), "epochs": 1,
+            "log_every": 1, "output_dir": output_dir}
+
+
+def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float = 1800) -> int:
+    """Run the smoke; the trainer's output goes straight to this terminal. Returns the trainer's exit status."""
+    from ftcli import container
+    from ftcli.errors import FtcliError
+    from ftcli.packaging import build_wheel
+    from ftcli.spec import START_SCRIPT, WHEEL_ENV
+    from ftcli.trainer_options import validate
+
+    with tempfile.TemporaryDirectory(prefix="ftcli-smoke-") as tmp:
+        root = Path(tmp)
+        wheel = build_wheel(root / "dist")
+        bin_dir = container.make(root / "container")
+        _, args = validate(smoke_options(trainer, str(root / "run")))
+        env = container.env(bin_dir, dict(os.environ))
+        # The job's CUDA build would pick a GPU here if there is one; the smoke is a CPU check of the job's start.
+        env.update({WHEEL_ENV: str(wheel) + (f"[{','.join(extras)}]" if extras else ""), "CUDA_VISIBLE_DEVICES": ""})
+        env.pop("AIP_MODEL_DIR", None)
+        try:
+            done = subprocess.run(["bash", "-c", START_SCRIPT, "ftcli-trainer", *args], env=env, cwd=root,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise FtcliError(f"the smoke run did not finish in {timeout_s:.0f} s",
+                             hint="a smoke run takes seconds to minutes; check the model id and the data") from None
+        return done.returncode
