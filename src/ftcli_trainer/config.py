@@ -96,6 +96,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="P"),
     Option("dataset_config", str, None, "Hub dataset configuration, e.g. sentences_50agree for financial.",
            metavar="NAME"),
+    Option("hypertune_metric", str, None, "Report this eval metric (e.g. eval_accuracy) to Vertex AI's "
+           "hyperparameter tuning service after each evaluation (ftcli tune sets it).", metavar="NAME"),
     Option("compile", bool, False, "torch.compile the model; skipped where it cannot pay off (runs under "
            "~5,000 steps, or with CUDA graphs on)."),
     Option("cuda_graphs", str, "auto", "GPU steps padded to a few fixed widths and replayed as CUDA graphs "
@@ -137,6 +139,7 @@ class TrainConfig:
     label_names: tuple[str, ...] = ()
     threshold: float = 0.5
     dataset_config: str | None = None
+    hypertune_metric: str | None = None
     compile: bool = False
     cuda_graphs: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -152,7 +155,14 @@ class TrainConfig:
 def _convert(opt: Option, raw: str, problems: list[str]) -> Any:
     try:
         if opt.type is int:
-            return int(raw)
+            try:
+                return int(raw)
+            except ValueError:
+                # The tuning service passes a discrete value as a double ("16.0"): a whole one is that integer.
+                value = float(raw)
+                if not value.is_integer():
+                    raise
+                return int(value)
         if opt.type is float:
             value = float(raw)
             if not math.isfinite(value):
@@ -188,6 +198,12 @@ def _parser() -> argparse.ArgumentParser:
         # Parsed as strings and converted below, so that every bad value is reported, not just the first.
         parser.add_argument(opt.flag, dest=opt.name, default=None, metavar=opt.metavar or opt.name.upper(),
                             help=help_text)
+    for opt in OPTIONS:
+        # Vertex's tuning service passes a trial's values as `--PARAMETER_ID VALUE` (its documented example:
+        # `--learning_rate`), and a parameter id is the option's field name: accept that spelling too, unlisted.
+        if "_" in opt.name:
+            kwargs = dict(action="store_true") if opt.type is bool else dict(default=None)
+            parser.add_argument(f"--{opt.name}", dest=opt.name, help=argparse.SUPPRESS, **kwargs)
     return parser
 
 
@@ -299,6 +315,10 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         problems.append(f"--task {task.name} has fixed labels ({', '.join(task.labels)}); drop --label-names")
     if cfg["label_names"] and len(set(cfg["label_names"])) != len(cfg["label_names"]):
         problems.append("--label-names has duplicates")
+    metric = cfg.get("hypertune_metric")
+    if metric is not None and not (metric.startswith("eval_") and metric[5:].replace("_", "").isalnum()):
+        problems.append(f"--hypertune-metric {metric!r} is not an eval metric: name one of metrics.json's eval_* "
+                        "keys, e.g. eval_accuracy or eval_macro_f1")
     if task.name == "financial" and cfg["dataset_config"] not in (None, "sentences_allagree",
                                                                    "sentences_75agree", "sentences_66agree",
                                                                    "sentences_50agree"):

@@ -163,6 +163,7 @@ class Trainer:
         self.epoch = 0
         self.stats = RunStats()
         self._stop_requested = False
+        self.eval_callbacks: list = []  # called as f(global_step, eval results) after each evaluation
         self._tb = None
         self._jsonl = None
         if self.dist.is_main:  # one writer for logs, checkpoints and the export
@@ -378,6 +379,8 @@ class Trainer:
         if not self.dist.is_main:
             return
         self._record("eval", {k: v for k, v in results.items() if isinstance(v, (int, float))})
+        for callback in self.eval_callbacks:  # e.g. the tuning service's metric report
+            callback(self.global_step, results)
         parts = []
         for name in self.evals:
             prefix = "eval_" if name == next(iter(self.evals)) else f"eval_{name}_"

@@ -168,6 +168,10 @@ def run(cfg: TrainConfig) -> dict:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer = Trainer(cfg, model, train_enc, evals_enc, data.label_names, data.multi_label, device, precision,
                       paths, pad_id, dist)
+    if cfg.hypertune_metric:
+        from ftcli_trainer.hypertune import Reporter
+
+        trainer.eval_callbacks.append(Reporter(cfg.hypertune_metric))
     if dist.is_main:
         _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, trainer, dist)
     results = trainer.fit()

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -28,11 +30,11 @@ import time
 from pathlib import Path
 
 import grpc
-from google.cloud.aiplatform_v1.types import job_service
+from google.cloud.aiplatform_v1.types import custom_job, job_service
 
 from .cloud_logging import LoggingEmulator
 from .gcs import free_port, storage_client
-from .vertex import CustomJob, JobState, VertexEmulator
+from .vertex import CustomJob, JobState, VertexEmulator, _now
 
 CANCEL_GRACE_S = 10.0
 # The emulated registry: image -> the Python minor version of its `python` (pytorch/pytorch's runtime images are
@@ -74,7 +76,7 @@ class Replica:
 
 
 class JobRun(threading.Thread):
-    def __init__(self, emulator: RunningVertexEmulator, job: CustomJob):
+    def __init__(self, emulator: RunningVertexEmulator, job: CustomJob, extra_env: dict[str, str] | None = None):
         super().__init__(daemon=True, name=f"job-{job.name.rsplit('/', 1)[-1]}")
         self.emulator = emulator
         self.job = job
@@ -83,6 +85,7 @@ class JobRun(threading.Thread):
         self.replicas: list[Replica] = []
         self.cancelled = threading.Event()
         self.error: str | None = None
+        self.extra_env = dict(extra_env or {})  # e.g. a tuning trial's CLOUD_ML_TRIAL_ID
         self.bin: Path | None = None  # the container's bin folder (its python and pip)
         self.gcs_root: Path | None = None  # what /gcs/ maps to
 
@@ -146,6 +149,7 @@ class JobRun(threading.Thread):
             DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA="true", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
             OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // max(1, len(self.replicas)))),
         )
+        env.update(self.extra_env)
         return env
 
     # -- running -------------------------------------------------------------------------------------------------
@@ -243,6 +247,101 @@ class JobRun(threading.Thread):
         threading.Thread(target=stop, daemon=True).start()
 
 
+class TuningRun(threading.Thread):
+    """A HyperparameterTuningJob's trials, one after another (Vertex runs up to parallel_trial_count at once; the
+    order does not change what each trial sees). Each trial is a CustomJob of the trial spec with the trial's
+    values appended to the container args as `--PARAMETER_ID VALUE`, its outputs under BASE/TRIAL_ID, and
+    CLOUD_ML_TRIAL_ID / CLOUD_ML_HP_METRIC_FILE set; the metric the trainer last wrote there is the trial's
+    final measurement. Values are drawn at random (seeded by the job id): the emulator does no Bayesian search."""
+
+    def __init__(self, emulator: RunningVertexEmulator, job):
+        super().__init__(daemon=True, name=f"tuning-{job.name.rsplit('/', 1)[-1]}")
+        self.emulator = emulator
+        self.job = job
+        self.cancelled = threading.Event()
+        self.current: JobRun | None = None
+
+    def _values(self, rng: random.Random) -> list[tuple[str, object, str]]:
+        """(parameter id, proto value, command-line text) for one trial."""
+        out = []
+        for p in self.job.study_spec.parameters:
+            if p.double_value_spec:
+                lo, hi = p.double_value_spec.min_value, p.double_value_spec.max_value
+                log = p.scale_type.name == "UNIT_LOG_SCALE"
+                v = math.exp(rng.uniform(math.log(lo), math.log(hi))) if log else rng.uniform(lo, hi)
+                out.append((p.parameter_id, v, repr(v)))
+            elif p.integer_value_spec:
+                v = rng.randint(int(p.integer_value_spec.min_value), int(p.integer_value_spec.max_value))
+                out.append((p.parameter_id, float(v), str(v)))
+            elif p.discrete_value_spec:
+                v = rng.choice(list(p.discrete_value_spec.values))
+                out.append((p.parameter_id, v, repr(float(v))))  # a double on the command line: "16.0"
+            else:
+                v = rng.choice(list(p.categorical_value_spec.values))
+                out.append((p.parameter_id, v, v))
+        return out
+
+    def run(self) -> None:
+        from google.cloud.aiplatform_v1.types import study
+        from google.protobuf import struct_pb2
+
+        emulator, name = self.emulator, self.job.name
+        emulator._finish_tuning(name, JobState.JOB_STATE_RUNNING)
+        rng = random.Random(name)
+        metric = self.job.study_spec.metrics[0].metric_id
+        base = self.job.trial_job_spec.base_output_directory.output_uri_prefix.rstrip("/")
+        succeeded = 0
+        for n in range(1, self.job.max_trial_count + 1):
+            if self.cancelled.is_set():
+                break
+            values = self._values(rng)
+            spec = custom_job.CustomJobSpec(self.job.trial_job_spec)
+            for pool in spec.worker_pool_specs[:2]:  # the trainers; a reduction-server pool takes no hyperparameters
+                if pool.container_spec.image_uri:
+                    pool.container_spec.args.extend(a for pid, _, text in values for a in (f"--{pid}", text))
+            if base:
+                spec.base_output_directory.output_uri_prefix = f"{base}/{n}"
+            trial_job = emulator._store_job(CustomJob(display_name=f"{self.job.display_name}-trial-{n}",
+                                                      job_spec=spec), name.split("/hyperparameterTuningJobs/")[0])
+            trial = study.Trial(id=str(n), state=study.Trial.State.ACTIVE, start_time=_now(), custom_job=trial_job.name)
+            for pid, value, _ in values:
+                proto_value = struct_pb2.Value(string_value=value) if isinstance(value, str) else \
+                    struct_pb2.Value(number_value=value)
+                trial.parameters.append(study.Trial.Parameter(parameter_id=pid, value=proto_value))
+            emulator._add_trial(name, trial)
+            run = JobRun(emulator, trial_job)
+            run.extra_env = {"CLOUD_ML_TRIAL_ID": str(n),
+                             "CLOUD_ML_HP_METRIC_FILE": str(run.workdir / "hypertune" / "output.metrics")}
+            emulator.runs[trial_job.name] = run
+            self.current = run
+            run.start()
+            run.join()
+            value = _last_metric(run.workdir / "hypertune" / "output.metrics", metric)
+            done = emulator.job(trial_job.name).state == JobState.JOB_STATE_SUCCEEDED and value is not None
+            succeeded += done
+            trial.state = study.Trial.State.SUCCEEDED if done else study.Trial.State.INFEASIBLE
+            trial.end_time = _now()
+            if value is not None:
+                trial.final_measurement = study.Measurement(metrics=[study.Measurement.Metric(metric_id=metric,
+                                                                                              value=value)])
+            emulator._add_trial(name, trial)
+        if self.cancelled.is_set():
+            emulator._finish_tuning(name, JobState.JOB_STATE_CANCELLED)
+        elif succeeded:
+            emulator._finish_tuning(name, JobState.JOB_STATE_SUCCEEDED)
+        else:
+            emulator._finish_tuning(name, JobState.JOB_STATE_FAILED, "All trials failed.")
+
+
+def _last_metric(path: Path, tag: str) -> float | None:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    values = [json.loads(x)[tag] for x in lines if x.strip() and tag in json.loads(x)]
+    return float(values[-1]) if values else None
+
+
 class RunningVertexEmulator(VertexEmulator):
     """VertexEmulator whose CustomJobs really run (see the module docstring)."""
 
@@ -251,6 +350,7 @@ class RunningVertexEmulator(VertexEmulator):
         self.gcs_url = gcs_url
         self.logs = logs
         self.runs: dict[str, JobRun] = {}
+        self.tuning_runs: dict[str, TuningRun] = {}
         self.images: dict[str, str] = dict(IMAGES)
 
     def _finish(self, name: str, state: JobState, message: str | None = None) -> None:
@@ -273,6 +373,59 @@ class RunningVertexEmulator(VertexEmulator):
         self.runs[job.name] = run
         run.start()
         return job
+
+    # -- tuning jobs -----------------------------------------------------------------------------------------------
+
+    def _create_tuning(self, request, context):
+        job = super()._create_tuning(request, context)
+        run = TuningRun(self, job)
+        self.tuning_runs[job.name] = run
+        run.start()
+        return job
+
+    def _store_job(self, job: CustomJob, parent: str) -> CustomJob:
+        """A trial's CustomJob, stored as Create would store it (its name, state and times)."""
+        with self._lock:
+            job.name = f"{parent}/customJobs/{next(self._ids)}"
+            job.state = JobState.JOB_STATE_PENDING
+            job.create_time = job.update_time = _now()
+            self._jobs[job.name] = job
+            self._order[job.name] = len(self._order)
+            return CustomJob(job)
+
+    def _add_trial(self, name: str, trial) -> None:
+        with self._lock:
+            job = self._tuning[name]
+            kept = [t for t in job.trials if t.id != trial.id]
+            del job.trials[:]
+            job.trials.extend([*kept, trial])
+            job.update_time = _now()
+
+    def _finish_tuning(self, name: str, state: JobState, message: str | None = None) -> None:
+        with self._lock:
+            job = self._tuning.get(name)
+            if job is None or (job.state in (JobState.JOB_STATE_CANCELLING, JobState.JOB_STATE_CANCELLED)
+                               and state != JobState.JOB_STATE_CANCELLED):
+                return
+            self._apply(job, state, message)
+
+    def _on_tuning_cancel(self, name: str) -> None:
+        run = self.tuning_runs.get(name)
+        if run is None:
+            return super()._on_tuning_cancel(name)
+        run.cancelled.set()
+        if run.current is not None:
+            run.current.cancel()
+
+    def wait_tuning(self, name: str, timeout: float = 600.0):
+        deadline = time.monotonic() + timeout
+        final = {JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED}
+        while time.monotonic() < deadline:
+            job = self.tuning_jobs[name]
+            if job.state in final:
+                return job
+            time.sleep(0.2)
+        raise TimeoutError(f"{name} still running after {timeout} s")
 
     def _cancel(self, request, context):
         out = super()._cancel(request, context)

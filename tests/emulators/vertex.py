@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.cloud.aiplatform_v1.types import custom_job, job_service
+from google.cloud.aiplatform_v1.types import custom_job, hyperparameter_tuning_job, job_service
 from google.cloud.aiplatform_v1.types.job_state import JobState
 from google.protobuf import empty_pb2
 from google.rpc import code_pb2, status_pb2
@@ -27,8 +27,11 @@ if TYPE_CHECKING:
     from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
 
 CustomJob = custom_job.CustomJob
+TuningJob = hyperparameter_tuning_job.HyperparameterTuningJob
 PARENT = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)$")
 JOB_NAME = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/customJobs/(?P<id>[^/]+)$")
+HP_NAME = re.compile(
+    r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/hyperparameterTuningJobs/(?P<id>[^/]+)$")
 TERMINAL = {JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED,
             JobState.JOB_STATE_EXPIRED, JobState.JOB_STATE_PARTIALLY_SUCCEEDED}
 STARTED = {JobState.JOB_STATE_RUNNING, JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED,
@@ -69,7 +72,9 @@ class VertexEmulator(GrpcEmulator):
     """
 
     SERVICE = "google.cloud.aiplatform.v1.JobService"
-    METHODS = ("CreateCustomJob", "GetCustomJob", "ListCustomJobs", "CancelCustomJob")
+    METHODS = ("CreateCustomJob", "GetCustomJob", "ListCustomJobs", "CancelCustomJob",
+               "CreateHyperparameterTuningJob", "GetHyperparameterTuningJob", "ListHyperparameterTuningJobs",
+               "CancelHyperparameterTuningJob")
 
     def __init__(self, project_number: str | None = None, script: list[ScriptStep] | None = None,
                  max_workers: int = 16) -> None:
@@ -81,8 +86,10 @@ class VertexEmulator(GrpcEmulator):
         self._scripts: dict[str, list[ScriptStep]] = {}
         self._ids = itertools.count(FIRST_ID)
         self._aliases: dict[str, str] = {}  # project id -> number, learnt at create time
+        self._tuning: dict[str, TuningJob] = {}
 
     def _on_reset(self) -> None:
+        self._tuning.clear()
         self._jobs.clear()
         self._order.clear()
         self._scripts.clear()
@@ -100,6 +107,18 @@ class VertexEmulator(GrpcEmulator):
                                           js.ListCustomJobsResponse.serialize),
             "CancelCustomJob": self._unary("CancelCustomJob", self._cancel, js.CancelCustomJobRequest.deserialize,
                                            empty_pb2.Empty.SerializeToString),
+            "CreateHyperparameterTuningJob": self._unary(
+                "CreateHyperparameterTuningJob", self._create_tuning,
+                js.CreateHyperparameterTuningJobRequest.deserialize, TuningJob.serialize),
+            "GetHyperparameterTuningJob": self._unary(
+                "GetHyperparameterTuningJob", self._get_tuning, js.GetHyperparameterTuningJobRequest.deserialize,
+                TuningJob.serialize),
+            "ListHyperparameterTuningJobs": self._unary(
+                "ListHyperparameterTuningJobs", self._list_tuning, js.ListHyperparameterTuningJobsRequest.deserialize,
+                js.ListHyperparameterTuningJobsResponse.serialize),
+            "CancelHyperparameterTuningJob": self._unary(
+                "CancelHyperparameterTuningJob", self._cancel_tuning,
+                js.CancelHyperparameterTuningJobRequest.deserialize, empty_pb2.Empty.SerializeToString),
         }
 
     def client(self) -> JobServiceClient:
@@ -116,6 +135,12 @@ class VertexEmulator(GrpcEmulator):
         """A snapshot: job name -> a copy of the stored CustomJob (reading it does not advance scripts)."""
         with self._lock:
             return {name: CustomJob(job) for name, job in self._jobs.items()}
+
+    @property
+    def tuning_jobs(self) -> dict[str, TuningJob]:
+        """A snapshot: tuning job name -> a copy of the stored HyperparameterTuningJob."""
+        with self._lock:
+            return {name: TuningJob(job) for name, job in self._tuning.items()}
 
     def job(self, name_or_id: str) -> CustomJob:
         """One stored job (a copy) by full name or numeric id; KeyError if absent."""
@@ -260,6 +285,87 @@ class VertexEmulator(GrpcEmulator):
                 self._scripts.pop(key, None)
                 self._apply(job, JobState.JOB_STATE_CANCELLING)
         return empty_pb2.Empty()
+
+
+    # -- hyperparameter tuning jobs --------------------------------------------------------------------------------
+
+    def _create_tuning(self, request: job_service.CreateHyperparameterTuningJobRequest,
+                       context: grpc.ServicerContext) -> TuningJob:
+        m = PARENT.match(request.parent)
+        if not m:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid parent: {request.parent!r}")
+        job = TuningJob(request.hyperparameter_tuning_job)
+        required = {"display_name": job.display_name, "study_spec.metrics": job.study_spec.metrics,
+                    "study_spec.parameters": job.study_spec.parameters, "max_trial_count": job.max_trial_count,
+                    "parallel_trial_count": job.parallel_trial_count,
+                    "trial_job_spec.worker_pool_specs": job.trial_job_spec.worker_pool_specs}
+        for field, value in required.items():
+            if not value:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"HyperparameterTuningJob.{field} is required.")
+        if job.parallel_trial_count > job.max_trial_count:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "parallel_trial_count exceeds max_trial_count.")
+        problem = vertex_rules.refusal(CustomJob(display_name=job.display_name, job_spec=job.trial_job_spec),
+                                       m["location"])
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        with self._lock:
+            project = m["project"]
+            if self.project_number:
+                self._aliases[project] = self.project_number
+                project = self.project_number
+            name = f"projects/{project}/locations/{m['location']}/hyperparameterTuningJobs/{next(self._ids)}"
+            now = _now()
+            job.name = name
+            job.state = JobState.JOB_STATE_PENDING
+            job.create_time = now
+            job.update_time = now
+            self._tuning[name] = job
+            return TuningJob(job)
+
+    def _tuning_key(self, name: str, context: grpc.ServicerContext) -> str:
+        m = HP_NAME.match(name)
+        if not m:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid HyperparameterTuningJob name: {name!r}")
+        project = self._aliases.get(m["project"], m["project"])
+        for key in (name, f"projects/{project}/locations/{m['location']}/hyperparameterTuningJobs/{m['id']}"):
+            if key in self._tuning:
+                return key
+        context.abort(grpc.StatusCode.NOT_FOUND, f'The HyperparameterTuningJob "{name}" does not exist.')
+        raise KeyError(name)  # unreachable: abort raises
+
+    def _get_tuning(self, request, context) -> TuningJob:
+        with self._lock:
+            return TuningJob(self._tuning[self._tuning_key(request.name, context)])
+
+    def _list_tuning(self, request, context):
+        m = PARENT.match(request.parent)
+        if not m:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid parent: {request.parent!r}")
+        try:
+            match = _job_matcher(request.filter)
+        except _filters.FilterError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        with self._lock:
+            project = self._aliases.get(m["project"], m["project"])
+            prefix = f"projects/{project}/locations/{m['location']}/hyperparameterTuningJobs/"
+            hits = sorted((TuningJob(j) for n, j in self._tuning.items() if n.startswith(prefix) and match(j)),
+                          key=lambda j: j.create_time, reverse=True)
+        size = request.page_size or DEFAULT_PAGE_SIZE
+        return job_service.ListHyperparameterTuningJobsResponse(hyperparameter_tuning_jobs=hits[:size])
+
+    def _cancel_tuning(self, request, context) -> empty_pb2.Empty:
+        with self._lock:
+            job = self._tuning[self._tuning_key(request.name, context)]
+            if job.state in TERMINAL:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"Cannot cancel HyperparameterTuningJob {job.name} in state {job.state.name}.")
+            self._apply(job, JobState.JOB_STATE_CANCELLING)
+            self._on_tuning_cancel(job.name)
+        return empty_pb2.Empty()
+
+    def _on_tuning_cancel(self, name: str) -> None:
+        """The running emulator stops the trials; here the cancel simply completes."""
+        self._apply(self._tuning[name], JobState.JOB_STATE_CANCELLED)
 
 
 def _job_matcher(text: str) -> Any:

@@ -1,0 +1,142 @@
+"""`ftcli tune` as pure code: the search space, the metric, and the HyperparameterTuningJob around the very job
+`ftcli train` would build (REST JSON, like `spec.build_custom_job`).
+
+Vertex runs each trial as that CustomJob with the trial's values appended as `--PARAMETER_ID VALUE` ("Create a
+hyperparameter tuning job", https://docs.cloud.google.com/vertex-ai/docs/training/using-hyperparameter-tuning,
+read 2026-11-26), so a parameter id is a trainer option's field name (`learning_rate`), which the trainer
+accepts next to `--learning-rate`; the trainer reports the study's metric after each evaluation
+(`--hypertune-metric`, ftcli_trainer.hypertune). Each trial writes under BASE/TRIAL_ID/ (AIP_MODEL_DIR).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ftcli.errors import UsageError
+
+SEARCH_RE = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=\s*([a-z]+)\s*\((.*)\)\s*$")
+# What a search may vary: the options that change how well a model trains, not what it trains on.
+TUNABLE = ("learning_rate", "batch_size", "weight_decay", "warmup_ratio", "epochs", "max_length",
+           "gradient_accumulation_steps", "max_grad_norm", "seed", "model")
+DEFAULT_SEARCH = ("learning_rate=loguniform(1e-5,1e-4)", "batch_size=choice(16,32)")
+MAX_TRIALS = 1000  # far past any budget this tool should start without a second look
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    spec: dict[str, Any]  # StudySpec.ParameterSpec as REST JSON
+    extremes: tuple[Any, ...]  # values the trainer must accept (checked before anything is sent)
+
+
+def _numbers(text: str, kind: type, what: str) -> list:
+    try:
+        return [kind(x) for x in (p.strip() for p in text.split(",")) if x]
+    except ValueError:
+        raise UsageError(f"{what}: expected {kind.__name__} values, got {text!r}") from None
+
+
+def parse_one(item: str, option_types: dict[str, type]) -> Param:
+    """`learning_rate=loguniform(1e-5,1e-4)`, `uniform(a,b)`, `int(a,b)` or `choice(v1,v2,...)`."""
+    m = SEARCH_RE.match(item)
+    if not m:
+        raise UsageError(f"--search {item!r}: write NAME=loguniform(LOW,HIGH), uniform(LOW,HIGH), int(LOW,HIGH) "
+                         "or choice(A,B,...)")
+    name, dist, body = m.group(1).replace("-", "_"), m.group(2), m.group(3)
+    what = f"--search {name}"
+    if name not in TUNABLE:
+        raise UsageError(f"{what}: not a tunable trainer option; choose from {', '.join(TUNABLE)}")
+    kind = option_types[name]
+    if dist in ("loguniform", "uniform"):
+        if kind is not float:
+            raise UsageError(f"{what} takes whole numbers: use int(LOW,HIGH) or choice(...)")
+        low, high = _pair(_numbers(body, float, what), what)
+        if dist == "loguniform" and low <= 0:
+            raise UsageError(f"{what}: loguniform needs LOW > 0 (got {low:g})")
+        scale = "UNIT_LOG_SCALE" if dist == "loguniform" else "UNIT_LINEAR_SCALE"
+        return Param(name, {"parameterId": name, "doubleValueSpec": {"minValue": low, "maxValue": high},
+                            "scaleType": scale}, (low, high))
+    if dist == "int":
+        if kind is not int:
+            raise UsageError(f"{what} is not a whole number: use uniform/loguniform or choice(...)")
+        low, high = _pair(_numbers(body, int, what), what)
+        # int64 values are strings in proto JSON
+        return Param(name, {"parameterId": name, "integerValueSpec": {"minValue": str(low), "maxValue": str(high)},
+                            "scaleType": "UNIT_LINEAR_SCALE"}, (low, high))
+    if dist == "choice":
+        if kind is str:
+            values = [v.strip() for v in body.split(",") if v.strip()]
+            spec = {"parameterId": name, "categoricalValueSpec": {"values": values}}
+        else:
+            values = sorted(set(_numbers(body, kind, what)))
+            spec = {"parameterId": name, "discreteValueSpec": {"values": [float(v) for v in values]}}
+        if len(values) < 2:
+            raise UsageError(f"{what}: choice needs at least two values")
+        return Param(name, spec, tuple(values))
+    raise UsageError(f"--search {item!r}: unknown distribution {dist!r}; use loguniform, uniform, int or choice")
+
+
+def _pair(values: list, what: str) -> tuple:
+    if len(values) != 2 or not values[0] < values[1]:
+        raise UsageError(f"{what}: give LOW,HIGH with LOW < HIGH (got {', '.join(map(str, values))})")
+    return values[0], values[1]
+
+
+def parse_search(items: list[str], option_types: dict[str, type]) -> list[Param]:
+    """Every --search (the task's default search when none), all problems at once."""
+    problems, params = [], []
+    for item in items or DEFAULT_SEARCH:
+        try:
+            params.append(parse_one(item, option_types))
+        except UsageError as e:
+            problems.append(e.message)
+    names = [p.name for p in params]
+    problems += [f"--search {n} is given more than once" for n in sorted({n for n in names if names.count(n) > 1})]
+    if problems:
+        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with --search:",
+                         problems=problems if len(problems) > 1 else None)
+    return params
+
+
+def default_metric(multi_label: bool) -> str:
+    return "eval_micro_f1" if multi_label else "eval_accuracy"
+
+
+def goal(metric: str) -> str:
+    return "MINIMIZE" if metric.endswith(("_loss", "_mse")) else "MAXIMIZE"
+
+
+def count_problems(trials: int, parallel: int) -> list[str]:
+    problems = []
+    if not 1 <= trials <= MAX_TRIALS:
+        problems.append(f"--trials must be between 1 and {MAX_TRIALS} (got {trials})")
+    if parallel < 1 or parallel > max(1, trials):
+        problems.append(f"--parallel must be between 1 and --trials ({trials}), got {parallel}")
+    return problems
+
+
+def build_tuning_job(custom_job: dict[str, Any], params: list[Param], metric: str, trials: int,
+                     parallel: int) -> dict[str, Any]:
+    """The HyperparameterTuningJob whose trials run `custom_job` (from `spec.build_custom_job`)."""
+    job: dict[str, Any] = {
+        "displayName": custom_job["displayName"],
+        "studySpec": {"metrics": [{"metricId": metric, "goal": goal(metric)}],
+                      "parameters": [p.spec for p in params]},
+        "maxTrialCount": trials,
+        "parallelTrialCount": parallel,
+        "trialJobSpec": custom_job["jobSpec"],
+    }
+    if custom_job.get("labels"):
+        job["labels"] = dict(custom_job["labels"])
+    return job
+
+
+def to_proto(job: dict[str, Any]) -> Any:
+    """The aiplatform_v1.HyperparameterTuningJob for `job` (unknown fields raise)."""
+    import json
+
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1.HyperparameterTuningJob.from_json(json.dumps(job))

@@ -1,0 +1,43 @@
+"""Report the tuned metric to Vertex AI's hyperparameter tuning service, at each evaluation.
+
+Vertex reads a trial's metric from the file the `cloudml-hypertune` package writes ("To report your metrics
+to Vertex AI, use the cloudml-hypertune Python package", "Create a hyperparameter tuning job",
+https://docs.cloud.google.com/vertex-ai/docs/training/using-hyperparameter-tuning, read 2026-11-26). That
+package (GoogleCloudPlatform/cloudml-hypertune, hypertune/hypertune.py; last released as 0.1.0.dev6) is a dozen
+lines: the path from CLOUD_ML_HP_METRIC_FILE (default /tmp/hypertune/output.metrics), rewritten on every report
+with the last 100 entries as JSON lines {"timestamp", "trial" (CLOUD_ML_TRIAL_ID or 0), TAG: str(value),
+"global_step": str(step)}. The same format is written here rather than installing an unmaintained pre-release
+into every trial.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+DEFAULT_PATH = "/tmp/hypertune/output.metrics"
+KEEP = 100
+
+
+class Reporter:
+    def __init__(self, tag: str, env=os.environ):
+        self.tag = tag
+        self.path = Path(env.get("CLOUD_ML_HP_METRIC_FILE", DEFAULT_PATH))
+        self.trial = str(env.get("CLOUD_ML_TRIAL_ID", 0))
+        self.entries: collections.deque = collections.deque(maxlen=KEEP)
+
+    def __call__(self, step: int, results: dict) -> None:
+        """Report `results[tag]` at `step` (the trainer calls this after each evaluation)."""
+        value = results.get(self.tag)
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            return  # a NaN would make the trial unrankable; Vertex treats a trial without a value as infeasible
+        self.entries.append({"timestamp": time.time(), "trial": self.trial, self.tag: str(float(value)),
+                             "global_step": str(int(step))})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in self.entries))
+        tmp.replace(self.path)  # the service may read while we write: it sees the old file or the new one

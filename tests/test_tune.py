@@ -1,0 +1,71 @@
+"""The tuning job builder: search spaces, the metric and its goal, and the proto round trip."""
+
+import pytest
+
+from ftcli.errors import UsageError
+from ftcli.tune import build_tuning_job, count_problems, goal, parse_search, to_proto
+from ftcli_trainer.config import OPTIONS
+
+TYPES = {o.name: o.type for o in OPTIONS}
+
+
+def test_search_specs():
+    lr, bs, wd, ep, model = parse_search(["learning_rate=loguniform(1e-5, 1e-4)", "batch-size=choice(32,16,32)",
+                                          "weight_decay=uniform(0,0.1)", "epochs=int(1,4)",
+                                          "model=choice(bert-base-uncased, roberta-base)"], TYPES)
+    assert lr.spec == {"parameterId": "learning_rate", "doubleValueSpec": {"minValue": 1e-5, "maxValue": 1e-4},
+                       "scaleType": "UNIT_LOG_SCALE"}
+    assert bs.spec == {"parameterId": "batch_size", "discreteValueSpec": {"values": [16.0, 32.0]}}
+    assert wd.spec["scaleType"] == "UNIT_LINEAR_SCALE" and wd.extremes == (0.0, 0.1)
+    assert ep.spec == {"parameterId": "epochs", "integerValueSpec": {"minValue": "1", "maxValue": "4"},
+                       "scaleType": "UNIT_LINEAR_SCALE"}
+    assert model.spec == {"parameterId": "model",
+                          "categoricalValueSpec": {"values": ["bert-base-uncased", "roberta-base"]}}
+
+
+def test_default_search():
+    assert [p.name for p in parse_search([], TYPES)] == ["learning_rate", "batch_size"]
+
+
+@pytest.mark.parametrize(("item", "needle"), [
+    ("learning_rate=loguniform(0,1e-4)", "loguniform needs LOW > 0"),
+    ("learning_rate=uniform(1e-4,1e-5)", "LOW < HIGH"),
+    ("batch_size=uniform(8,64)", "takes whole numbers"),
+    ("learning_rate=int(1,2)", "is not a whole number"),
+    ("train_file=choice(a,b)", "not a tunable trainer option"),
+    ("learning_rate=normal(0,1)", "unknown distribution 'normal'"),
+    ("learning_rate 1e-4", "write NAME=loguniform"),
+    ("batch_size=choice(32)", "at least two values"),
+    ("batch_size=choice(a,b)", "expected int values"),
+])
+def test_bad_searches_are_one_line(item, needle):
+    with pytest.raises(UsageError) as info:
+        parse_search([item], TYPES)
+    assert needle in info.value.message
+
+
+def test_every_problem_at_once():
+    with pytest.raises(UsageError) as info:
+        parse_search(["learning_rate=uniform(1,0)", "x=choice(1,2)", "epochs=int(1,2)", "epochs=int(2,3)"], TYPES)
+    assert info.value.message == "3 problems with --search:"
+
+
+def test_goal_and_counts():
+    assert goal("eval_accuracy") == "MAXIMIZE" and goal("eval_loss") == "MINIMIZE"
+    assert count_problems(16, 4) == [] and count_problems(0, 1) and count_problems(4, 5) and count_problems(4, 0)
+
+
+def test_tuning_job_wraps_the_train_job_and_round_trips():
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format
+
+    from ftcli.spec import build_custom_job
+    from tests.test_spec import T4_SINGLE
+
+    custom = build_custom_job(T4_SINGLE)
+    job = build_tuning_job(custom, parse_search([], TYPES), "eval_accuracy", trials=8, parallel=2)
+    assert job["trialJobSpec"] == custom["jobSpec"] and job["displayName"] == custom["displayName"]
+    assert job["studySpec"]["metrics"] == [{"metricId": "eval_accuracy", "goal": "MAXIMIZE"}]
+    proto = to_proto(job)
+    assert isinstance(proto, aiplatform_v1.HyperparameterTuningJob)
+    assert json_format.MessageToDict(aiplatform_v1.HyperparameterTuningJob.pb(proto)) == job
