@@ -85,7 +85,7 @@ def sentiment_csv(tmp_path) -> tuple[Path, Path]:
 
 # The emulators (real wire protocols): gcs (gcp-storage-emulator over HTTP), vertex (JobService over gRPC),
 # cloud_logging (LoggingServiceV2 over gRPC).
-from tests.emulators.fixtures import cloud_logging, gcs, running_vertex, vertex  # noqa: E402, F401
+from tests.emulators.fixtures import cloud_logging, gcs, running_vertex, secret_manager, vertex  # noqa: E402, F401
 
 
 @pytest.fixture

@@ -38,7 +38,9 @@ TRAINER_DEPENDENCIES = (
 )
 # Only Hub tasks (imdb, mnli, ...) read with `datasets` (and its pyarrow and pandas): local and gs:// files
 # don't, so a CSV job does not install it at start.
-EXTRAS = {"hub": ("datasets>=3",)}
+EXTRAS = {"hub": ("datasets>=3",),
+          # --wandb-project: wandb, and the Secret Manager client that reads its key inside the job
+          "wandb": ("wandb>=0.19", "google-cloud-secret-manager>=2.20")}
 PYPROJECT = """\
 [build-system]
 requires = ["setuptools>=70.1"]

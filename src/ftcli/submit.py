@@ -90,6 +90,7 @@ class Submission:
     base_output_dir: str
     image: str
     extras: tuple[str, ...] = ()
+    secret: str | None = None  # a Secret Manager secret the job reads (checked to exist before submitting)
     trainer: dict[str, Any] = field(default_factory=dict)  # the trainer options with local paths (--smoke runs them)
     uploads: list[tuple[Path, str]] = field(default_factory=list)  # (local file, gs:// URI)
     notes: list[str] = field(default_factory=list)  # said before submitting (e.g. an image ftcli cannot check)
@@ -182,6 +183,9 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
                 problems.append(f"--{name.replace('_', '-')} {value}: no such file (give a local file or a gs:// URI)")
             else:
                 local_files[name] = path
+    if validated and validated[0].wandb_project and not validated[0].wandb_secret:
+        problems.append("--wandb-project on Vertex reads the W&B key from Secret Manager: add --wandb-secret "
+                        "projects/PROJECT/secrets/NAME (the key is never passed in the job)")
     model_dir = None
     if validated and Path(validated[0].model).expanduser().is_dir():
         model_dir = Path(validated[0].model).expanduser()
@@ -215,7 +219,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         forwarded["model"] = gcs_mount_path(base)
     _, args = validate_trainer(forwarded)
     task = TASKS[cfg.task]
-    extras = ("hub",) if task.hf_dataset is not None and not cfg.train_file else ()
+    extras = (("hub",) if task.hf_dataset is not None and not cfg.train_file else ()) + \
+        (("wandb",) if cfg.wandb_project else ())
 
     all_labels = {
         **user_labels,
@@ -236,7 +241,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     job = build_custom_job(request)
     return Submission(settings=settings, hardware=hardware, job=job, display_name=display,
                       submission_id=submission_id, package_uri=package_uri, base_output_dir=base_output_dir,
-                      image=image_uri, extras=extras, trainer=trainer, uploads=uploads, notes=notes)
+                      image=image_uri, extras=extras, secret=cfg.wandb_secret, trainer=trainer, uploads=uploads,
+                      notes=notes)
 
 
 def submit(sub: Submission) -> tuple[Any, int, int]:
@@ -250,6 +256,10 @@ def submit(sub: Submission) -> tuple[Any, int, int]:
     history.ensure_writable()  # found before anything is uploaded, not after the job exists
     storage = get_storage(sub.settings.project)
     storage.check_bucket(sub.settings.bucket_name, sub.settings.region)
+    if sub.secret:
+        from ftcli.gcp.secrets import get_secrets
+
+        get_secrets(sub.settings.project).check_exists(sub.secret)
     sent = 0
     if not storage.exists(sub.package_uri):
         with tempfile.TemporaryDirectory(prefix="ftcli-pkg-") as tmp:

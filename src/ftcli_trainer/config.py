@@ -10,10 +10,13 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS
+
+SECRET_NAME = re.compile(r"projects/[^/\s]+/secrets/[A-Za-z0-9_-]+(/versions/(latest|[1-9][0-9]*))?")
 
 
 class ConfigError(Exception):
@@ -96,6 +99,10 @@ OPTIONS: tuple[Option, ...] = (
            metavar="P"),
     Option("dataset_config", str, None, "Hub dataset configuration, e.g. sentences_50agree for financial.",
            metavar="NAME"),
+    Option("wandb_project", str, None, "Log metrics to this Weights & Biases project (the job installs wandb only "
+           "then).", metavar="NAME"),
+    Option("wandb_secret", str, None, "Secret Manager secret that holds the W&B API key: projects/P/secrets/NAME"
+           "[/versions/V] (the key itself never travels in the job's arguments or environment).", metavar="SECRET"),
     Option("hypertune_metric", str, None, "Report this eval metric (e.g. eval_accuracy) to Vertex AI's "
            "hyperparameter tuning service after each evaluation (ftcli tune sets it).", metavar="NAME"),
     Option("compile", bool, False, "torch.compile the model; skipped where it cannot pay off (runs under "
@@ -139,6 +146,8 @@ class TrainConfig:
     label_names: tuple[str, ...] = ()
     threshold: float = 0.5
     dataset_config: str | None = None
+    wandb_project: str | None = None
+    wandb_secret: str | None = None
     hypertune_metric: str | None = None
     compile: bool = False
     cuda_graphs: str = "auto"
@@ -315,6 +324,11 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         problems.append(f"--task {task.name} has fixed labels ({', '.join(task.labels)}); drop --label-names")
     if cfg["label_names"] and len(set(cfg["label_names"])) != len(cfg["label_names"]):
         problems.append("--label-names has duplicates")
+    if cfg.get("wandb_secret") and not SECRET_NAME.fullmatch(cfg["wandb_secret"]):
+        problems.append(f"--wandb-secret {cfg['wandb_secret']!r}: give projects/PROJECT/secrets/NAME (optionally "
+                        "/versions/N)")
+    if cfg.get("wandb_secret") and not cfg.get("wandb_project"):
+        problems.append("--wandb-secret is the key for --wandb-project: add --wandb-project NAME")
     metric = cfg.get("hypertune_metric")
     if metric is not None and not (metric.startswith("eval_") and metric[5:].replace("_", "").isalnum()):
         problems.append(f"--hypertune-metric {metric!r} is not an eval metric: name one of metrics.json's eval_* "

@@ -164,6 +164,7 @@ class Trainer:
         self.stats = RunStats()
         self._stop_requested = False
         self.eval_callbacks: list = []  # called as f(global_step, eval results) after each evaluation
+        self.record_callbacks: list = []  # called as f(kind, global_step, values) for each metrics.jsonl row
         self._tb = None
         self._jsonl = None
         if self.dist.is_main:  # one writer for logs, checkpoints and the export
@@ -342,6 +343,8 @@ class Trainer:
         if not self.dist.is_main:
             return
         row = {"type": kind, "step": self.global_step, "epoch": round(self._epoch_float(), 4), **values}
+        for callback in self.record_callbacks:  # e.g. Weights & Biases
+            callback(kind, self.global_step, values)
         self._jsonl.write(json.dumps(row) + "\n")
         self._jsonl.flush()
         self.stats.history.append(row)

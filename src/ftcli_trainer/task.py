@@ -172,9 +172,21 @@ def run(cfg: TrainConfig) -> dict:
         from ftcli_trainer.hypertune import Reporter
 
         trainer.eval_callbacks.append(Reporter(cfg.hypertune_metric))
+    tracker = None
+    if cfg.wandb_project and dist.is_main:
+        from ftcli_trainer.tracking import WandbTracker
+
+        tracker = WandbTracker(cfg)
+        tracker.start({"label_names": data.label_names, "train_examples": len(train_enc), "precision": precision})
+        trainer.record_callbacks.append(tracker.record)
     if dist.is_main:
         _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, trainer, dist)
-    results = trainer.fit()
+    try:
+        results = trainer.fit()
+    except BaseException:
+        if tracker is not None:
+            tracker.finish()
+        raise
     if not dist.is_main:
         distributed.barrier(dist)  # wait for rank 0's export, then leave together
         distributed.cleanup(dist)
@@ -189,6 +201,8 @@ def run(cfg: TrainConfig) -> dict:
     if storage.is_gcs(paths.logs_dir):
         storage.upload_dir(paths.local_logs_dir, paths.logs_dir, marker=False)
         shutil.rmtree(paths.local_logs_dir, ignore_errors=True)
+    if tracker is not None:
+        tracker.finish(results)
     _final_lines(results, paths, data.multi_label)
     distributed.barrier(dist)
     distributed.cleanup(dist)

@@ -337,3 +337,39 @@ def test_smoke_shows_in_seconds_what_would_fail_in_the_job(capfd, cloud_env, tmp
     assert info.value.code == 3
     assert "has no column 'review'" in out + err and "smoke run failed" in err
     assert gcs.list("ftcli-test") == ["data/train.csv"] and vertex.requests == []
+
+
+# --- Weights & Biases: the key stays in Secret Manager ----------------------------------------------------------
+
+WANDB = ["--wandb-project", "nlp", "--wandb-secret", "projects/test-project/secrets/wandb-key"]
+
+
+def test_wandb_on_vertex_needs_the_key_in_secret_manager(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--wandb-project", "nlp")
+    assert r.code == 2 and "add --wandb-secret projects/PROJECT/secrets/NAME" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_a_missing_secret_is_found_before_any_upload(capsys, cloud_env, secret_manager):
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, *BASE, "--task", "imdb", *WANDB)
+    assert r.code == 1 and "secret projects/test-project/secrets/wandb-key does not exist" in r.err
+    assert "gcloud secrets create wandb-key --data-file=-" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_the_key_never_travels_in_the_job(capsys, cloud_env, secret_manager):
+    gcs, vertex = cloud_env
+    key = "0123456789abcdef0123456789abcdef01234567"
+    secret_manager.put("projects/test-project/secrets/wandb-key", key.encode())
+    submitted(capsys, "--task", "imdb", *WANDB)
+    (request,) = [r for m, r in vertex.requests if m == "CreateCustomJob"]
+    sent = type(request.custom_job).to_json(request.custom_job)
+    assert key not in sent  # not in args, env or labels
+    container = request.custom_job.job_spec.worker_pool_specs[0].container_spec
+    wheel = {e.name: e.value for e in container.env}["FTCLI_TRAINER_WHEEL"]
+    assert wheel.endswith(".whl[hub,wandb]")  # wandb and the Secret Manager client installed only for this job
+    args = list(container.args)
+    assert args[args.index("--wandb-secret") + 1] == "projects/test-project/secrets/wandb-key"
+    assert [m for m, _ in secret_manager.requests] == ["GetSecret"]  # looked at, never read, by the launcher

@@ -78,3 +78,18 @@ def running_vertex(gcs: GcsEmulator, cloud_logging: LoggingEmulator) -> Iterator
     server.start()
     yield server
     server.stop()
+
+
+_SECRETS = pytest.StashKey[Any]()
+
+
+@pytest.fixture
+def secret_manager(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A Secret Manager emulator with no secrets; FTCLI_SECRETMANAGER_ENDPOINT points at it for this test."""
+    from .secret_manager import SecretManagerEmulator
+
+    server = _session_server(request.config, _SECRETS, SecretManagerEmulator)
+    server.reset()
+    monkeypatch.setenv("FTCLI_SECRETMANAGER_ENDPOINT", server.endpoint)
+    yield server
+    server.reset()

@@ -47,7 +47,7 @@ def _quota_metric(e) -> str | None:
 
 # The API behind each gateway, for `gcloud services enable` when a project has it switched off.
 APIS = {"vertex": "aiplatform.googleapis.com", "storage": "storage.googleapis.com",
-        "logging": "logging.googleapis.com"}
+        "logging": "logging.googleapis.com", "secretmanager": "secretmanager.googleapis.com"}
 
 
 def _disabled_service(e) -> str | None:

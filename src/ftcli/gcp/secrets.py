@@ -1,0 +1,54 @@
+"""Secret Manager gateway: is a secret there (before a job that reads it is submitted)?"""
+
+from __future__ import annotations
+
+from ftcli.errors import FtcliError
+from ftcli.gcp import plaintext_endpoint, translate
+
+ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"
+
+
+class SecretsGateway:
+    def __init__(self, project: str):
+        from google.cloud import secretmanager_v1
+
+        self.project = project
+        addr = plaintext_endpoint(ENDPOINT_VAR)
+        if addr:
+            import grpc
+            from google.cloud.secretmanager_v1.services.secret_manager_service.transports import (
+                SecretManagerServiceGrpcTransport,
+            )
+
+            transport = SecretManagerServiceGrpcTransport(channel=grpc.insecure_channel(addr))
+            self.client = secretmanager_v1.SecretManagerServiceClient(transport=transport)
+        else:
+            from ftcli.gcp import credentials
+
+            self.client = secretmanager_v1.SecretManagerServiceClient(credentials=credentials())
+
+    def check_exists(self, name: str) -> None:
+        """Fail, before anything is uploaded, when the secret (projects/P/secrets/NAME[/versions/V]) is missing."""
+        from google.api_core import exceptions as gexc
+
+        secret = name.split("/versions/", 1)[0]
+        short = secret.rsplit("/", 1)[-1]
+        try:
+            self.client.get_secret(name=secret, timeout=30)
+        except gexc.NotFound:
+            raise FtcliError(f"secret {secret} does not exist",
+                             hint=f"create it: printf %s \"$WANDB_API_KEY\" | gcloud secrets create {short} "
+                                  "--data-file=-") from None
+        except (gexc.PermissionDenied, gexc.Forbidden) as e:
+            error = translate(e, service="secretmanager", project=self.project, what=secret)
+            if error.hint and "services enable" in error.hint:
+                raise error from None
+            raise FtcliError(f"cannot see secret {secret} (secretmanager.secrets.get denied)",
+                             hint="grant yourself roles/secretmanager.viewer on it; the job's service account needs "
+                                  "roles/secretmanager.secretAccessor") from None
+        except gexc.GoogleAPICallError as e:
+            raise translate(e, service="secretmanager", project=self.project, what=secret) from None
+
+
+def get_secrets(project: str) -> SecretsGateway:
+    return SecretsGateway(project)
