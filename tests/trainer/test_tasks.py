@@ -219,3 +219,21 @@ def test_csv_regression_with_the_option(tmp_path, tiny_model):
                  "--regression", "--model", str(tiny_model), "--output-dir", str(out)]) == 0
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["problem_type"] == "regression" and config["id2label"] == {"0": "stars"}
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_stsb_regression_trains_through_cuda_graphs_on_a_gpu(tmp_path, tiny_model, capsys):
+    """On a GPU the default step path is the captured one: regression targets go through its buffers and learn
+    as on the CPU."""
+    from ftcli_trainer.task import main
+
+    header = ["sentence1", "sentence2", "label"]
+    train = write_csv(tmp_path / "train.csv", header, regression_rows(400, 1))
+    dev = write_csv(tmp_path / "dev.csv", header, regression_rows(100, 2))
+    out = tmp_path / "run"
+    assert main(["--task", "stsb", "--train-file", str(train), "--eval-file", str(dev), "--model", str(tiny_model),
+                 "--epochs", "6", "--batch-size", "16", "--learning-rate", "3e-3", "--output-dir", str(out)]) == 0
+    log = capsys.readouterr().out
+    assert "CUDA graphs on" in log and " graphs captured" in log and "capturing" not in log, log[-2000:]
+    m = json.loads((out / "model" / "metrics.json").read_text())
+    assert m["eval_pearson"] > 0.8 and m["eval_spearmanr"] > 0.8, m
