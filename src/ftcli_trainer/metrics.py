@@ -20,6 +20,11 @@ def _per_label(names: list[str], p, r, f, support) -> dict[str, dict[str, float]
             for i, n in enumerate(names)}
 
 
+def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, k: int) -> np.ndarray:
+    """Counts, rows true and columns predicted (also what `ftcli report` draws from eval_predictions.npz)."""
+    return np.bincount(labels.astype(np.int64) * k + predicted, minlength=k * k).reshape(k, k)
+
+
 def matthews(cm: np.ndarray) -> float:
     """Matthews correlation of a confusion matrix (rows true, columns predicted), K classes (Gorodkin's R_K;
     for two classes the familiar (TP*TN - FP*FN) / sqrt(...)). 0 when a side has a single class, as
@@ -38,7 +43,7 @@ def single_label(logits: np.ndarray, labels: np.ndarray, names: list[str], extra
     `matthews_correlation`, and `f1` (binary F1 of id 1, the positive class of MRPC and QQP)."""
     k = len(names)
     pred = logits.argmax(axis=-1)
-    cm = np.bincount(labels * k + pred, minlength=k * k).reshape(k, k)  # rows: true, cols: predicted
+    cm = confusion_matrix(labels, pred, k)
     tp = np.diag(cm).astype(np.float64)
     fp = cm.sum(axis=0) - tp
     fn = cm.sum(axis=1) - tp
