@@ -6,6 +6,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,9 +182,9 @@ def regression_rows(n: int, seed: int) -> list[tuple]:
     return rows
 
 
-def test_regression_learns_a_score_that_depends_on_words(tmp_path, tiny_model):
-    """STS-B's shape (a 0-5 score per sentence pair) on data where the score is carried by sentiment words: the
-    tiny model's Pearson and Spearman on unseen rows are far above 0, and MSE is below the variance's."""
+def train_stsb(tmp_path, tiny_model) -> tuple[Path, dict]:
+    """STS-B's shape (a 0-5 score per sentence pair) on rows whose score is carried by sentiment words: the run
+    folder and its metrics.json."""
     from ftcli_trainer.task import main
 
     header = ["sentence1", "sentence2", "label"]
@@ -192,7 +193,12 @@ def test_regression_learns_a_score_that_depends_on_words(tmp_path, tiny_model):
     out = tmp_path / "run"
     assert main(["--task", "stsb", "--train-file", str(train), "--eval-file", str(dev), "--model", str(tiny_model),
                  "--epochs", "6", "--batch-size", "16", "--learning-rate", "3e-3", "--output-dir", str(out)]) == 0
-    m = json.loads((out / "model" / "metrics.json").read_text())
+    return out, json.loads((out / "model" / "metrics.json").read_text())
+
+
+def test_regression_learns_a_score_that_depends_on_words(tmp_path, tiny_model):
+    """The tiny model's Pearson and Spearman on unseen rows are far above 0, and MSE is below the variance's."""
+    out, m = train_stsb(tmp_path, tiny_model)
     targets = np.array([float(r[2]) for r in regression_rows(100, 2)])
     assert m["eval_pearson"] > 0.8 and m["eval_spearmanr"] > 0.8, m
     assert m["eval_mse"] < 0.5 * targets.var(), m
@@ -225,15 +231,7 @@ def test_csv_regression_with_the_option(tmp_path, tiny_model):
 def test_stsb_regression_trains_through_cuda_graphs_on_a_gpu(tmp_path, tiny_model, capsys):
     """On a GPU the default step path is the captured one: regression targets go through its buffers and learn
     as on the CPU."""
-    from ftcli_trainer.task import main
-
-    header = ["sentence1", "sentence2", "label"]
-    train = write_csv(tmp_path / "train.csv", header, regression_rows(400, 1))
-    dev = write_csv(tmp_path / "dev.csv", header, regression_rows(100, 2))
-    out = tmp_path / "run"
-    assert main(["--task", "stsb", "--train-file", str(train), "--eval-file", str(dev), "--model", str(tiny_model),
-                 "--epochs", "6", "--batch-size", "16", "--learning-rate", "3e-3", "--output-dir", str(out)]) == 0
+    _, m = train_stsb(tmp_path, tiny_model)
     log = capsys.readouterr().out
     assert "CUDA graphs on" in log and " graphs captured" in log and "capturing" not in log, log[-2000:]
-    m = json.loads((out / "model" / "metrics.json").read_text())
     assert m["eval_pearson"] > 0.8 and m["eval_spearmanr"] > 0.8, m
