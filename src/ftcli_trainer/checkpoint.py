@@ -124,7 +124,7 @@ FINGERPRINT = "run-fingerprint.json"
 MATH_OPTIONS = ("task", "model", "dataset_config", "text_column", "text_pair_column", "label_column",
                 "label_columns", "label_names", "epochs", "batch_size", "learning_rate", "weight_decay",
                 "warmup_ratio", "max_length", "gradient_accumulation_steps", "max_grad_norm", "max_train_samples",
-                "fraction_of_train_data", "eval_fraction", "seed", "precision")
+                "fraction_of_train_data", "eval_fraction", "seed", "precision", "regression")
 
 
 class RunMismatch(TrainerError):
@@ -161,6 +161,9 @@ def run_fingerprint(cfg) -> dict:
 
     values = asdict(cfg)
     fp = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if k in MATH_OPTIONS}
+    if not fp.get("regression"):
+        # Absent unless on: a classification run's checkpoints written before the option existed still resume.
+        fp.pop("regression", None)
     task = TASKS[cfg.task]
     if cfg.train_file:
         fp["train_data"] = _digest(cfg.train_file)

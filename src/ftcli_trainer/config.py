@@ -95,6 +95,8 @@ OPTIONS: tuple[Option, ...] = (
            "(e.g. 'toxic,insult' or '*').", metavar="A,B|GLOB"),
     Option("label_names", str, None, "Label names in id order, comma-separated [default: the task's, or "
            "sorted values seen in the training data].", metavar="A,B,C"),
+    Option("regression", bool, False, "One number per row in the label column (a score such as STS-B's 0-5 "
+           "similarity) instead of a class: one output, MSE loss, Pearson/Spearman [default: on for stsb]."),
     Option("threshold", float, 0.5, "Multi-label: a label is predicted when its probability >= this.",
            metavar="P"),
     Option("dataset_config", str, None, "Hub dataset configuration, e.g. sentences_50agree for financial.",
@@ -144,6 +146,7 @@ class TrainConfig:
     label_column: str = "label"
     label_columns: str | None = None
     label_names: tuple[str, ...] = ()
+    regression: bool = False
     threshold: float = 0.5
     dataset_config: str | None = None
     wandb_project: str | None = None
@@ -322,6 +325,16 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
             problems.append("--label-names is for single-label data; multi-label names come from --label-columns")
     if task.labels and cfg["label_names"] and not task.user_files:
         problems.append(f"--task {task.name} has fixed labels ({', '.join(task.labels)}); drop --label-names")
+    if task.regression:
+        cfg["regression"] = True  # STS-B: the task decides, as it fixes the label set of the others
+    elif cfg["regression"] and not task.user_files:
+        problems.append(f"--regression is for csv/jsonl data; --task {task.name} has classes "
+                        f"({', '.join(task.labels) or 'inferred'}), and stsb is regression already")
+    if cfg["regression"]:
+        if cfg["label_columns"] is not None:
+            problems.append("--regression takes one number per row (--label-column), not --label-columns")
+        if cfg["label_names"]:
+            problems.append("--label-names names classes; a --regression target has none")
     if cfg["label_names"] and len(set(cfg["label_names"])) != len(cfg["label_names"]):
         problems.append("--label-names has duplicates")
     if cfg.get("wandb_secret") and not SECRET_NAME.fullmatch(cfg["wandb_secret"]):

@@ -86,6 +86,9 @@ class Layout:
     width: int
     pairs: bool
     n_labels: int  # 0: single-label (one int label a row); else multi-label 0/1 columns
+    # One float target a row, stored as its float64's bits (as the loss scale is): the block stays one int64
+    # copy, and float32 -> float64 -> float32 gives the eager path's target exactly.
+    regression: bool = False
 
     @property
     def _area(self) -> int:
@@ -148,8 +151,11 @@ def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: 
         types[:k] = np.where(real, enc.type_ids[gather], 0)
         types[k:] = 0
     labels = block[layout.labels].reshape(rows, -1)
-    labels[:k] = enc.labels[idx].reshape(k, -1)
-    labels[k:] = 0
+    if layout.regression:
+        labels[:k, 0] = enc.labels[idx].astype(np.float64).view(np.int64)
+    else:
+        labels[:k] = enc.labels[idx].reshape(k, -1)
+    labels[k:] = 0  # float64 0.0 has the bits of int 0
     weight = block[layout.weight]
     weight[:k] = 1
     weight[k:] = 0
@@ -157,11 +163,16 @@ def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: 
     return rows * width
 
 
-def weighted_loss_sum(logits, labels, weight, multi_label: bool):
-    """`loss.loss_sum` with a 0/1 weight per row: filler rows add exactly 0 to the loss and its gradient."""
+def weighted_loss_sum(logits, labels, weight, multi_label: bool, regression: bool = False):
+    """`loop.loss_sum` with a 0/1 weight per row: filler rows add exactly 0 to the loss and its gradient."""
+    import torch
     import torch.nn.functional as F
 
     logits = logits.float()
+    if regression:
+        # Selected, not multiplied: a filler row's squared error is unbounded, and an overflow times 0 is NaN.
+        per_row = F.mse_loss(logits.squeeze(-1), labels, reduction="none")
+        return torch.where(weight > 0, per_row, 0.0).sum()
     if multi_label:
         per_row = F.binary_cross_entropy_with_logits(logits, labels, reduction="none").sum(-1)
         return (per_row * weight).sum() / logits.shape[-1]
@@ -208,7 +219,7 @@ class StaticSteps:
 
     def __init__(self, *, model, optimizer, clip_and_step, enc, pad_id: int, rows: int, max_length: int,
                  multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
-                 warmup: int = WARMUP_STEPS):
+                 warmup: int = WARMUP_STEPS, regression: bool = False):
         import torch
 
         self.torch = torch
@@ -220,6 +231,7 @@ class StaticSteps:
         self.rows = rows
         self.widths = bucket_widths(max_length, getattr(model.config, "max_position_embeddings", None))
         self.multi_label = multi_label
+        self.regression = regression
         self.device = device
         self.autocast_dtype = autocast_dtype
         self.loss_acc = loss_acc
@@ -232,7 +244,7 @@ class StaticSteps:
         arm_optimizer(optimizer, device)
         self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
         pairs = enc.type_ids is not None
-        self.layouts = {w: Layout(rows, w, pairs, n_labels if multi_label else 0) for w in self.widths}
+        self.layouts = {w: Layout(rows, w, pairs, n_labels if multi_label else 0, regression) for w in self.widths}
         biggest = max(lay.size for lay in self.layouts.values())
         pin = device.type == "cuda"
         self.slabs = [torch.empty(biggest, dtype=torch.int64, pin_memory=pin) for _ in range(HOST_SLABS)]
@@ -270,7 +282,12 @@ class StaticSteps:
                   "attention_mask": buf[lay.mask].view(lay.rows, width)}
         if lay.types is not None:
             inputs["token_type_ids"] = buf[lay.types].view(lay.rows, width)
-        labels = buf[lay.labels].view(lay.rows, -1) if lay.n_labels else buf[lay.labels]
+        if lay.regression:
+            labels = buf[lay.labels].view(torch.float64)
+        elif lay.n_labels:
+            labels = buf[lay.labels].view(lay.rows, -1)
+        else:
+            labels = buf[lay.labels]
         weight = buf[lay.weight]
         scale = buf[lay.scale:lay.scale + 1].view(torch.float64)
 
@@ -280,8 +297,8 @@ class StaticSteps:
                    else torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=False))
             with ctx:
                 logits = self.model(**inputs).logits
-            y = labels.float() if lay.n_labels else labels
-            loss = weighted_loss_sum(logits, y, weight.float(), self.multi_label)
+            y = labels.float() if lay.n_labels or lay.regression else labels
+            loss = weighted_loss_sum(logits, y, weight.float(), self.multi_label, self.regression)
             # The scale in float32, as eager's `loss * python_float` multiplies.
             (loss * scale.float().squeeze(0)).backward()
             self.loss_acc.add_(loss.detach())

@@ -43,7 +43,7 @@ class Row(dict):
 class Examples:
     texts: list[str]
     pairs: list[str] | None
-    labels: np.ndarray  # int64 [N] (single-label) or float32 [N, L] (multi-label)
+    labels: np.ndarray  # int64 [N] (single-label), float32 [N, L] (multi-label) or float32 [N] (regression)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -60,8 +60,9 @@ class Examples:
 class TaskData:
     train: Examples
     evals: dict[str, Examples]  # name -> examples; the first is the primary eval set
-    label_names: list[str]
+    label_names: list[str]  # regression: one name, the label column's
     multi_label: bool
+    regression: bool = False
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,6 +268,20 @@ def infer_label_names(values: list, positions: list[str] | None = None, shown: s
     return unique
 
 
+def _target(value, where: str, col: str) -> float:
+    """A regression target: a finite number (a JSON number or a numeric string), or the line that says why not."""
+    if value is None:
+        raise DataError(f"{where}: no {col!r} (every example needs a target; --label-column picks the field)")
+    if isinstance(value, str) and NUMBER_RE.fullmatch(value.strip()):
+        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str) and not value.strip():
+        raise DataError(f"{where}: empty target in column {col!r}; fill it in or remove the row")
+    raise DataError(f"{where}: target {value!r} in column {col!r} is not a finite number; --regression needs a "
+                    f"number per row (drop --regression to learn classes)")
+
+
 def _single_label_ids(values: list, names: list[str], wheres: list[str]) -> np.ndarray:
     index: dict[str, int] = {}
     for i, n in enumerate(names):
@@ -320,8 +335,9 @@ def _list_labels(values: list, names: list[str] | None, wheres: list[str], col: 
 def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, shown: str,
                      label_names: list[str] | None, lists: bool | None = None) -> tuple[Examples, list[str]]:
     """Examples and label names from rows. Single-label rows give int64 ids; `--label-columns` or JSON lists of
-    labels give a float32 0/1 matrix. `lists` says whether label lists are expected (None: whatever the data
-    has; the eval file follows the training file)."""
+    labels give a float32 0/1 matrix; `--regression` a float32 target per row (named after its column).
+    `lists` says whether label lists are expected (None: whatever the data has; the eval file follows the
+    training file)."""
     hint = {cfg.text_column: "--text-column NAME",
             cfg.label_column: "--label-column NAME (or --label-columns for multi-label)"}
     if cfg.text_pair_column:
@@ -352,6 +368,9 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
         return Examples(texts, pairs, labels), label_cols
     col = cfg.label_column
     values = [r.get(col) for r in rows]
+    if cfg.regression:
+        targets = np.array([_target(v, wheres[i], col) for i, v in enumerate(values)], dtype=np.float32)
+        return Examples(texts, pairs, targets), [col]
     first_list = next((i for i, v in enumerate(values) if isinstance(v, list)), None)
     if lists or (lists is None and first_list is not None):
         labels, names = _list_labels(values, label_names, wheres, col, shown,
@@ -410,11 +429,12 @@ def _load_hub(cfg: TrainConfig, task: Task) -> tuple[Examples, dict[str, Example
 
     def to_examples(ds, shown):
         rows = ds.to_list()
-        return rows_to_examples(rows, list(ds.column_names), cfg, shown, list(task.labels))[0]
+        return rows_to_examples(rows, list(ds.column_names), cfg, shown, list(task.labels))
 
-    train = to_examples(loaded[task.train_split], f"{task.hf_dataset}:{task.train_split}")
-    evals = {name: to_examples(loaded[split], f"{task.hf_dataset}:{split}") for name, split in task.eval_splits.items()}
-    return train, evals, list(task.labels)
+    train, names = to_examples(loaded[task.train_split], f"{task.hf_dataset}:{task.train_split}")
+    evals = {name: to_examples(loaded[split], f"{task.hf_dataset}:{split}")[0]
+             for name, split in task.eval_splits.items()}
+    return train, evals, names
 
 
 def _subset_idx(n: int, k: int, seed: int) -> np.ndarray:
@@ -457,9 +477,17 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         evals = {name: ex.subset(_subset_idx(len(ex), k, cfg.seed)) if k < len(ex) else ex
                  for name, ex in evals.items()}
     multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
-    if not multi_label and len(names) < 2:
+    if cfg.regression:
+        _check_targets_vary(train.labels, "the training data")
+    elif not multi_label and len(names) < 2:
         raise DataError(f"the training data has only one label ({names[0]!r}); a classifier needs at least two")
-    return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label)
+    return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label, regression=cfg.regression)
+
+
+def _check_targets_vary(targets: np.ndarray, shown: str) -> None:
+    if len(targets) and float(targets.min()) == float(targets.max()):
+        raise DataError(f"{shown}: every target is {float(targets[0]):g}; a regression needs targets that vary "
+                        f"(or drop --regression for classes)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -574,8 +602,10 @@ def check_files(cfg: TrainConfig, files: dict[str, str]) -> None:
     for key in ("train_file", "eval_file"):
         if key in files:
             columns, rows = read_rows(files[key], fmt=fmt)
-            _, found = rows_to_examples(rows, columns, cfg, files[key], names)
-            if key == "train_file":
+            examples, found = rows_to_examples(rows, columns, cfg, files[key], names)
+            if key == "train_file" and cfg.regression:
+                _check_targets_vary(examples.labels, files[key])
+            elif key == "train_file":
                 names = found
                 if not cfg.multi_label and len(names) < 2:
                     raise DataError(f"{files[key]} has only one label ({names[0]!r}); a classifier needs at "

@@ -6,11 +6,43 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from ftcli_trainer import storage
 from ftcli_trainer.errors import TrainerError
 
+PREDICTIONS = "eval_predictions.npz"
 
-def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: dict) -> None:
+
+def prediction_arrays(predictions: dict[str, tuple[np.ndarray, np.ndarray]], label_names: list[str],
+                      multi_label: bool, regression: bool, threshold: float) -> dict[str, np.ndarray]:
+    """What `ftcli report` draws from, per eval set (in order): `NAME/labels` (the truth), `NAME/predicted`
+    (class ids; multi-label a 0/1 matrix at the threshold; regression the predicted number) and `NAME/scores`
+    (softmax or sigmoid probabilities; regression the prediction again). Plain arrays, no pickles."""
+    kind = "regression" if regression else "multi_label" if multi_label else "single_label"
+    out: dict[str, np.ndarray] = {"kind": np.array(kind), "label_names": np.array(label_names, dtype=str),
+                                  "eval_sets": np.array(list(predictions), dtype=str)}
+    for name, (labels, logits) in predictions.items():
+        x = logits.astype(np.float64)
+        if regression:
+            scores = x[:, 0]
+            predicted = scores.astype(np.float32)
+        elif multi_label:
+            scores = 1.0 / (1.0 + np.exp(-x))
+            predicted = (scores >= threshold).astype(np.uint8)
+            labels = (labels >= 0.5).astype(np.uint8)
+        else:
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            scores = e / e.sum(axis=1, keepdims=True)
+            predicted = x.argmax(axis=1).astype(np.int64)
+        out[f"{name}/labels"] = labels
+        out[f"{name}/predicted"] = predicted
+        out[f"{name}/scores"] = scores.astype(np.float32)
+    return out
+
+
+def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: dict,
+                 predictions: dict[str, np.ndarray] | None = None) -> None:
     staged = None
     try:
         if storage.is_gcs(model_dir):
@@ -26,6 +58,8 @@ def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: di
         tokenizer.save_pretrained(staged)
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         (staged / "ftcli_run.json").write_text(json.dumps(run_config, indent=2, sort_keys=True) + "\n")
+        if predictions:  # part of the model folder, so it is published (and marked complete) with it
+            np.savez_compressed(staged / PREDICTIONS, **predictions)
         storage.publish_dir(staged, model_dir)
     except Exception as e:
         os_error = storage.os_error_of(e)  # save_pretrained's safetensors reports "(os error 28)"

@@ -77,19 +77,24 @@ def make_optimizer(model, lr: float, weight_decay: float):
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
 
 
-def loss_sum(logits, labels, multi_label: bool):
-    """Sum of per-example losses (mean over labels for multi-label); the caller divides by the examples
-    of the whole accumulation group, so N micro-batches make exactly the update of one N-times batch."""
+def loss_sum(logits, labels, multi_label: bool, regression: bool = False):
+    """Sum of per-example losses (mean over labels for multi-label, squared error for regression); the caller
+    divides by the examples of the whole accumulation group, so N micro-batches make exactly the update of one
+    N-times batch (for regression: the MSE over the whole batch, transformers' MSELoss)."""
     import torch.nn.functional as F
 
     logits = logits.float()
+    if regression:
+        return F.mse_loss(logits.squeeze(-1), labels.float(), reduction="sum")
     if multi_label:
         return F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / logits.shape[-1]
     return F.cross_entropy(logits, labels, reduction="sum")
 
 
-def eval_loss(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> float:
+def eval_loss(logits: np.ndarray, labels: np.ndarray, multi_label: bool, regression: bool = False) -> float:
     x = logits.astype(np.float64)
+    if regression:
+        return float(np.mean((x[:, 0] - labels) ** 2))
     if multi_label:
         # mean over labels of log(1 + e^-x) for positives, log(1 + e^x) for negatives
         return float(np.mean(np.logaddexp(0, x) - x * labels))
@@ -128,6 +133,12 @@ class Trainer:
         self.evals = evals
         self.label_names = label_names
         self.multi_label = multi_label
+        self.regression = cfg.regression
+        from ftcli_trainer.tasks import TASKS
+
+        self.task_metrics = TASKS[cfg.task].metrics
+        # The last evaluation's outputs per eval set, for the export's eval_predictions.npz.
+        self.predictions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.device = device
         self.precision = precision
         self.paths = paths
@@ -272,7 +283,7 @@ class Trainer:
             with sync:
                 with self._autocast():
                     logits = self.train_model(**batch).logits
-                loss = loss_sum(logits, labels, self.multi_label)
+                loss = loss_sum(logits, labels, self.multi_label, self.regression)
                 self.scaler.scale(loss * scale).backward()
             self._loss_acc += loss.detach()
         for idx in global_group:
@@ -324,12 +335,15 @@ class Trainer:
                         logits[idx] = self.model(**batch).logits.float().cpu().numpy()
                 if self.dist.enabled:  # every prediction gathered exactly once (small: rows x labels floats)
                     logits = gather_rows(logits[order], order, len(enc), self.dist)
-                if self.multi_label:
+                if self.regression:
+                    m = metrics.regression(logits[:, 0], enc.labels)
+                elif self.multi_label:
                     m = metrics.multi_label(logits, enc.labels, self.label_names, self.cfg.threshold)
                 else:
-                    m = metrics.single_label(logits, enc.labels, self.label_names)
-                m["loss"] = eval_loss(logits, enc.labels, self.multi_label)
+                    m = metrics.single_label(logits, enc.labels, self.label_names, self.task_metrics)
+                m["loss"] = eval_loss(logits, enc.labels, self.multi_label, self.regression)
                 out.update(metrics.prefixed(m, name, primary=i == 0))
+                self.predictions[name] = (enc.labels, logits)
                 n_total += len(enc)
         self.model.train()
         seconds = time.perf_counter() - started
@@ -385,14 +399,12 @@ class Trainer:
         for callback in self.eval_callbacks:  # e.g. the tuning service's metric report
             callback(self.global_step, results)
         parts = []
+        shown = metrics.headline(self.task_metrics, self.multi_label, self.regression)
         for name in self.evals:
             prefix = "eval_" if name == next(iter(self.evals)) else f"eval_{name}_"
-            if self.multi_label:
-                parts.append(f"{name}: micro-F1 {results[prefix + 'micro_f1']:.4f} · macro-F1 "
-                             f"{results[prefix + 'macro_f1']:.4f} · loss {results[prefix + 'loss']:.4f}")
-            else:
-                parts.append(f"{name}: accuracy {results[prefix + 'accuracy']:.4f} · macro-F1 "
-                             f"{results[prefix + 'macro_f1']:.4f} · loss {results[prefix + 'loss']:.4f}")
+            values = " · ".join(f"{metrics.SHOWN[k]} {results[prefix + k]:.4f}" for k in (*shown, "loss")
+                                if k != "mse")  # the loss is the MSE
+            parts.append(f"{name}: {values}")
         log.info("eval @ step %d (epoch %.2f) | %s", self.global_step, self._epoch_float(), " | ".join(parts))
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -498,6 +510,7 @@ class Trainer:
             model=self.model, optimizer=self.optimizer, clip_and_step=self._clip_and_step, enc=self.train_enc,
             pad_id=self.pad_id, rows=self.cfg.batch_size, max_length=int(max(self._train_lengths.max(), 1)),
             multi_label=self.multi_label, n_labels=len(self.label_names), device=self.device,
+            regression=self.regression,
             autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture)
         if capture and self.dist.is_main:
             log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph",

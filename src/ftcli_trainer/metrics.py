@@ -1,4 +1,6 @@
-"""Classification metrics with numpy, keyed like the Hugging Face Trainer's (`eval_accuracy`, ...)."""
+"""Classification and regression metrics with numpy, keyed like the Hugging Face Trainer's (`eval_accuracy`,
+...) and, for GLUE's own metrics, like `run_glue.py` (`eval_matthews_correlation`, `eval_f1`, `eval_pearson`,
+`eval_spearmanr`). No scipy or scikit-learn in the job: the tests cross-check these against both."""
 
 from __future__ import annotations
 
@@ -18,20 +20,79 @@ def _per_label(names: list[str], p, r, f, support) -> dict[str, dict[str, float]
             for i, n in enumerate(names)}
 
 
-def single_label(logits: np.ndarray, labels: np.ndarray, names: list[str]) -> dict:
+def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, k: int) -> np.ndarray:
+    """Counts, rows true and columns predicted (also what `ftcli report` draws from eval_predictions.npz)."""
+    return np.bincount(labels.astype(np.int64) * k + predicted, minlength=k * k).reshape(k, k)
+
+
+def matthews(cm: np.ndarray) -> float:
+    """Matthews correlation of a confusion matrix (rows true, columns predicted), K classes (Gorodkin's R_K;
+    for two classes the familiar (TP*TN - FP*FN) / sqrt(...)). 0 when a side has a single class, as
+    scikit-learn returns (the correlation is undefined there, and NaN is not JSON)."""
+    cm = cm.astype(np.float64)
+    true, pred, s = cm.sum(axis=1), cm.sum(axis=0), cm.sum()
+    cov_tp = np.trace(cm) * s - true @ pred
+    cov_pp = s * s - pred @ pred
+    cov_tt = s * s - true @ true
+    denominator = np.sqrt(cov_tt * cov_pp)
+    return float(cov_tp / denominator) if denominator > 0 else 0.0
+
+
+def single_label(logits: np.ndarray, labels: np.ndarray, names: list[str], extra: tuple[str, ...] = ()) -> dict:
+    """Accuracy, macro-F1, per-label scores and the confusion matrix; `extra` adds GLUE's metrics by name:
+    `matthews_correlation`, and `f1` (binary F1 of id 1, the positive class of MRPC and QQP)."""
     k = len(names)
     pred = logits.argmax(axis=-1)
-    cm = np.bincount(labels * k + pred, minlength=k * k).reshape(k, k)  # rows: true, cols: predicted
+    cm = confusion_matrix(labels, pred, k)
     tp = np.diag(cm).astype(np.float64)
     fp = cm.sum(axis=0) - tp
     fn = cm.sum(axis=1) - tp
     p, r, f = _prf(tp, fp, fn)
     support = cm.sum(axis=1)
-    return {
+    out = {
         "accuracy": float((pred == labels).mean()),
         "macro_f1": float(f.mean()),
         "per_label": _per_label(names, p, r, f, support),
         "confusion_matrix": cm.tolist(),
+    }
+    if "matthews_correlation" in extra:
+        out["matthews_correlation"] = matthews(cm)
+    if "f1" in extra:
+        if k != 2:
+            raise ValueError(f"binary F1 needs 2 labels, not {k}")
+        out["f1"] = float(f[1])
+    return out
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties given the mean of the ranks they span (scipy.stats.rankdata's "average")."""
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    new = np.r_[True, xs[1:] != xs[:-1]]
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], len(x)]
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = ((starts + ends + 1) / 2)[np.cumsum(new) - 1]
+    return ranks
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation; 0 when either side is constant (undefined there: scipy says NaN, which is not
+    JSON, and a model that predicts one value for everything has learnt no relation)."""
+    a = a.astype(np.float64) - a.mean(dtype=np.float64)
+    b = b.astype(np.float64) - b.mean(dtype=np.float64)
+    denominator = np.sqrt((a @ a) * (b @ b))
+    return float(np.clip((a @ b) / denominator, -1.0, 1.0)) if denominator > 0 else 0.0
+
+
+def regression(predicted: np.ndarray, targets: np.ndarray) -> dict:
+    """GLUE's STS-B metrics: Pearson and Spearman correlation (Spearman = Pearson of the ranks), and the MSE."""
+    predicted = predicted.reshape(-1).astype(np.float64)
+    targets = targets.reshape(-1).astype(np.float64)
+    return {
+        "pearson": pearson(predicted, targets),
+        "spearmanr": pearson(_ranks(predicted), _ranks(targets)),
+        "mse": float(np.mean((predicted - targets) ** 2)),
     }
 
 
@@ -58,3 +119,19 @@ def prefixed(metrics: dict, eval_name: str, primary: bool) -> dict:
     """`eval_accuracy` for the primary eval set, `eval_<name>_accuracy` for the others."""
     prefix = "eval_" if primary else f"eval_{eval_name}_"
     return {prefix + k: v for k, v in metrics.items()}
+
+
+# How each metric is written in log lines; the keys are metrics.json's (without `eval_`).
+SHOWN = {"accuracy": "accuracy", "macro_f1": "macro-F1", "micro_f1": "micro-F1", "f1": "F1",
+         "matthews_correlation": "Matthews", "pearson": "Pearson", "spearmanr": "Spearman", "mse": "MSE",
+         "loss": "loss"}
+
+
+def headline(task_metrics: tuple[str, ...], multi_label: bool, regression: bool) -> tuple[str, ...]:
+    """The metrics a log line shows and a report plots, most important first: the task's own (GLUE's), then
+    what every run of its kind has."""
+    if regression:
+        return tuple(dict.fromkeys((*task_metrics, "pearson", "spearmanr", "mse")))
+    if multi_label:
+        return ("micro_f1", "macro_f1")
+    return tuple(dict.fromkeys((*task_metrics, "accuracy", "macro_f1")))

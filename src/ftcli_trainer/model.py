@@ -44,7 +44,14 @@ def load_tokenizer(name: str):
     return tok
 
 
-def load_model(name: str, label_names: list[str], multi_label: bool, threshold: float):
+def problem_type(multi_label: bool, regression: bool) -> str:
+    """transformers' name for the head's loss (config.json's `problem_type`, which pipelines read too)."""
+    if regression:
+        return "regression"
+    return "multi_label_classification" if multi_label else "single_label_classification"
+
+
+def load_model(name: str, label_names: list[str], multi_label: bool, threshold: float, regression: bool = False):
     import torch
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -57,7 +64,7 @@ def load_model(name: str, label_names: list[str], multi_label: bool, threshold: 
         num_labels=len(label_names),
         id2label=dict(enumerate(label_names)),
         label2id={n: i for i, n in enumerate(label_names)},
-        problem_type="multi_label_classification" if multi_label else "single_label_classification",
+        problem_type=problem_type(multi_label, regression),  # regression: one label name, so one output
         # Fine-tuning from a model that already has a head of another size replaces that head.
         ignore_mismatched_sizes=True,
     )

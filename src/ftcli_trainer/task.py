@@ -106,12 +106,14 @@ def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, t
     where = f"{device}" + (f" ({torch.get_num_threads()} threads)" if device.type == "cpu"
                            else f" ({torch.cuda.get_device_name(device)})")
     evals = " · ".join(f"{name} {len(e):,}" for name, e in evals_enc.items())
-    kind = "multi-label" if data.multi_label else "single-label"
+    if data.regression:
+        head = "1 output, regression (MSE)"
+    else:
+        head = f"{len(data.label_names)} labels, {'multi-label' if data.multi_label else 'single-label'}"
     lines = [
         f"ftcli trainer {__version__}",
         f"  task        {cfg.task} ({describe_source(cfg)})",
-        f"  model       {cfg.model} ({n_params / 1e6:.1f} M parameters, new head: {len(data.label_names)} "
-        f"labels, {kind})",
+        f"  model       {cfg.model} ({n_params / 1e6:.1f} M parameters, new head: {head})",
         f"  examples    train {len(train_enc):,} · {evals}",
         f"  tokens      mean {lengths.mean():.1f}, max {lengths.max()} (truncated at {cfg.max_length}); "
         f"batches padded to their own longest",
@@ -135,7 +137,7 @@ def run(cfg: TrainConfig) -> dict:
     from ftcli_trainer import distributed
     from ftcli_trainer.cpu import keep_freed_memory
     from ftcli_trainer.data import encode, load_task_data
-    from ftcli_trainer.export import export_model
+    from ftcli_trainer.export import export_model, prediction_arrays
     from ftcli_trainer.loop import Trainer
     from ftcli_trainer.model import (
         load_model,
@@ -160,7 +162,7 @@ def run(cfg: TrainConfig) -> dict:
     train_enc = encode(tokenizer, data.train, cfg.max_length)
     evals_enc = {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()}
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
-    model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold).to(device)
+    model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
     if device.type == "cpu":  # the same math, cheaper on a CPU (CUDA's dropout and SDPA are fused already)
         use_fast_dropout(model)
         use_fast_attention_dropout(model)
@@ -197,25 +199,28 @@ def run(cfg: TrainConfig) -> dict:
     run_config = {"ftcli_trainer_version": __version__, **asdict(cfg), "resolved_precision": precision}
     run_config.pop("extra", None)
     restore_attention(model)
-    export_model(model, tokenizer, paths.model_dir, results, run_config)
+    predictions = prediction_arrays(trainer.predictions, data.label_names, data.multi_label, data.regression,
+                                    cfg.threshold)
+    export_model(model, tokenizer, paths.model_dir, results, run_config, predictions)
     if storage.is_gcs(paths.logs_dir):
         storage.upload_dir(paths.local_logs_dir, paths.logs_dir, marker=False)
         shutil.rmtree(paths.local_logs_dir, ignore_errors=True)
     if tracker is not None:
         tracker.finish(results)
-    _final_lines(results, paths, data.multi_label)
+    _final_lines(results, paths, data, cfg.task)
     distributed.barrier(dist)
     distributed.cleanup(dist)
     return results
 
 
-def _final_lines(results: dict, paths, multi_label: bool) -> None:
-    key = "eval_micro_f1" if multi_label else "eval_accuracy"
-    log.info(
-        "done: %s %.4f · macro-F1 %.4f · %.1f train samples/s · %.0f real tokens/s · %.0f s training",
-        key.removeprefix("eval_").replace("_", "-"), results[key], results["eval_macro_f1"],
-        results["train_samples_per_second"], results["train_tokens_per_second"], results["train_runtime"],
-    )
+def _final_lines(results: dict, paths, data, task: str) -> None:
+    from ftcli_trainer.metrics import SHOWN, headline
+    from ftcli_trainer.tasks import TASKS
+
+    shown = " · ".join(f"{SHOWN[k]} {results['eval_' + k]:.4f}"
+                       for k in headline(TASKS[task].metrics, data.multi_label, data.regression))
+    log.info("done: %s · %.1f train samples/s · %.0f real tokens/s · %.0f s training", shown,
+             results["train_samples_per_second"], results["train_tokens_per_second"], results["train_runtime"])
     log.info("model:   %s", paths.model_dir)
     log.info("metrics: %s", storage.join(paths.model_dir, "metrics.json"))
     log.info("logs:    %s (tensorboard --logdir %s)", paths.logs_dir, paths.logs_dir)

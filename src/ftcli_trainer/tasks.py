@@ -4,6 +4,15 @@ A named task says where its data lives on the Hugging Face Hub, which columns ho
 label, the label names in id order (the Hub dataset's own ids), and sensible defaults. `csv` and
 `jsonl` read the user's own files; `sst2-sample` is the small bundled sample `ftcli local` trains on
 offline.
+
+The GLUE family (`cola`, `sst2`, `mrpc`, `qqp`, `stsb`, `mnli`, `qnli`, `rte`, `wnli`) is on the Hub as
+`nyu-mll/glue`, one configuration per task. Column names, label names (in the dataset's own id order) and
+split names are those of its dataset card (the `dataset_info` block of huggingface.co/datasets/nyu-mll/glue,
+README.md) and of the loading script it was converted from (huggingface/datasets, datasets/glue/glue.py).
+WNLI numbers its labels (not_entailment, entailment), the reverse of RTE and QNLI. The test splits have no
+labels (-1), so each task evaluates on `validation` (MNLI: validation_matched and validation_mismatched).
+`metrics` are those the GLUE paper reports per task (Wang et al., ICLR 2019, table 1): Matthews correlation
+for CoLA, F1 and accuracy for MRPC and QQP, Pearson and Spearman correlation for STS-B, accuracy otherwise.
 """
 
 from __future__ import annotations
@@ -36,6 +45,22 @@ class Task:
     default_epochs: int = 3
     default_learning_rate: float = 5e-5
     user_files: bool = False  # needs --train-file
+    # One float target per row (STS-B's 0-5 similarity): a single output trained with MSE.
+    regression: bool = False
+    # The metrics the task is judged by, headline first (keys of metrics.json without `eval_`); accuracy and
+    # macro-F1 (micro-F1 multi-label, Pearson/Spearman/MSE regression) are always computed as well.
+    metrics: tuple[str, ...] = ()
+
+
+GLUE = "nyu-mll/glue"
+NLI = ("entailment", "not_entailment")
+
+
+def _glue(name: str, description: str, text: str, pair: str | None, labels: tuple[str, ...],
+          metrics: tuple[str, ...] = ("accuracy",), **kwargs) -> Task:
+    return Task(name=name, description=description, hf_dataset=GLUE, hf_config=name,
+                eval_splits=kwargs.pop("eval_splits", {"validation": "validation"}), text_column=text,
+                text_pair_column=pair, labels=labels, metrics=metrics, default_learning_rate=2e-5, **kwargs)
 
 
 TASKS: dict[str, Task] = {
@@ -62,27 +87,22 @@ TASKS: dict[str, Task] = {
             default_epochs=2,
             default_learning_rate=2e-5,
         ),
-        Task(
-            name="sst2",
-            description="GLUE SST-2 sentence sentiment (2 labels)",
-            hf_dataset="nyu-mll/glue",
-            hf_config="sst2",
-            eval_splits={"validation": "validation"},
-            text_column="sentence",
-            labels=("negative", "positive"),
-            default_learning_rate=2e-5,
-        ),
-        Task(
-            name="mnli",
-            description="GLUE MultiNLI sentence pairs (3 labels; matched and mismatched eval)",
-            hf_dataset="nyu-mll/glue",
-            hf_config="mnli",
-            eval_splits={"matched": "validation_matched", "mismatched": "validation_mismatched"},
-            text_column="premise",
-            text_pair_column="hypothesis",
-            labels=("entailment", "neutral", "contradiction"),
-            default_learning_rate=2e-5,
-        ),
+        _glue("cola", "GLUE CoLA grammatical acceptability (2 labels; Matthews correlation)", "sentence", None,
+              ("unacceptable", "acceptable"), ("matthews_correlation",)),
+        _glue("sst2", "GLUE SST-2 sentence sentiment (2 labels)", "sentence", None, ("negative", "positive")),
+        _glue("mrpc", "GLUE MRPC paraphrase pairs (2 labels; F1 and accuracy)", "sentence1", "sentence2",
+              ("not_equivalent", "equivalent"), ("f1", "accuracy")),
+        _glue("qqp", "GLUE QQP duplicate question pairs (2 labels; F1 and accuracy)", "question1", "question2",
+              ("not_duplicate", "duplicate"), ("f1", "accuracy")),
+        _glue("stsb", "GLUE STS-B sentence-pair similarity, a 0-5 score (regression; Pearson and Spearman)",
+              "sentence1", "sentence2", (), ("pearson", "spearmanr"), regression=True),
+        _glue("mnli", "GLUE MultiNLI sentence pairs (3 labels; matched and mismatched eval)", "premise",
+              "hypothesis", ("entailment", "neutral", "contradiction"),
+              eval_splits={"matched": "validation_matched", "mismatched": "validation_mismatched"}),
+        _glue("qnli", "GLUE QNLI question / sentence pairs (2 labels)", "question", "sentence", NLI),
+        _glue("rte", "GLUE RTE textual entailment pairs (2 labels)", "sentence1", "sentence2", NLI),
+        _glue("wnli", "GLUE WNLI Winograd pronoun pairs (2 labels)", "sentence1", "sentence2",
+              ("not_entailment", "entailment")),
         Task(
             name="financial",
             description="Financial PhraseBank sentences (3 labels; --dataset-config sentences_50agree etc.)",
@@ -115,6 +135,9 @@ TASKS: dict[str, Task] = {
         ),
     )
 }
+
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
 
 
 def task_names() -> list[str]:

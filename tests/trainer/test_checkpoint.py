@@ -41,6 +41,10 @@ def test_fingerprint_follows_the_data_and_the_math_options(tmp_path):
     assert {k for k in fp if fp[k] != other_data[k]} == {"train_data"}
     assert {k for k in fp if fp[k] != other_lr[k]} == {"learning_rate"}
     assert {k for k in fp if fp[k] != other_labels[k]} == {"label_names"}
+    # regression changes the math (one output, MSE); a classification run's fingerprint does not carry the key,
+    # so checkpoints from before the option existed still resume
+    regression = checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), "--regression"]))
+    assert "regression" not in fp and regression == {**fp, "regression": True}
 
 
 def test_claim_takes_an_empty_folder_and_resumes_the_same_run(root):

@@ -108,3 +108,12 @@ def test_good_output_dirs_are_not_created_by_validation(tmp_path):
     assert parse_args(["--output-dir", str(tmp_path / "new" / "run")]).output_dir == str(tmp_path / "new" / "run")
     assert parse_args(["--output-dir", "gs://bucket/run"]).output_dir == "gs://bucket/run"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_regression_excludes_classes():
+    got = problems(["--task", "csv", "--train-file", "a.csv", "--regression", "--label-columns", "a,b"])
+    assert "--regression takes one number per row (--label-column), not --label-columns" in got
+    got = problems(["--task", "csv", "--train-file", "a.csv", "--regression", "--label-names", "lo,hi"])
+    assert got == ["--label-names names classes; a --regression target has none"]
+    assert any("--regression is for csv/jsonl data" in p for p in problems(["--regression"]))
+    assert parse_args(["--task", "jsonl", "--train-file", "a.jsonl", "--regression"]).regression

@@ -45,7 +45,7 @@ def test_decide_falls_back_with_a_reason(mode, device, precision, world, use):
     assert bool(why) == (not use and mode != "off" and not (mode == "auto" and device == "cpu"))
 
 
-def _enc(pairs: bool = False, multi: int = 0, n: int = 40) -> Encoded:
+def _enc(pairs: bool = False, multi: int = 0, n: int = 40, regression: bool = False) -> Encoded:
     rng = np.random.default_rng(0)
     lengths = rng.integers(3, 30, n)
     offsets = np.zeros(n + 1, np.int64)
@@ -53,6 +53,8 @@ def _enc(pairs: bool = False, multi: int = 0, n: int = 40) -> Encoded:
     ids = rng.integers(5, 100, offsets[-1]).astype(np.int32)
     types = rng.integers(0, 2, offsets[-1]).astype(np.int8) if pairs else None
     labels = rng.integers(0, 2, (n, multi)).astype(np.float32) if multi else rng.integers(0, 3, n)
+    if regression:
+        labels = (rng.random(n) * 5).astype(np.float32)
     return Encoded(ids=ids, offsets=offsets, type_ids=types, labels=labels)
 
 
@@ -95,6 +97,23 @@ def test_weighted_loss_is_loss_sum_over_the_real_rows():
     ml = torch.randn(6, 4)
     y = (torch.rand(6, 4) > 0.5).float()
     torch.testing.assert_close(cg.weighted_loss_sum(ml, y, weight, True), loss_sum(ml[:4], y[:4], True))
+    out, scores = torch.randn(6, 1), torch.rand(6) * 5
+    out[4:] = float("1e30")
+    torch.testing.assert_close(cg.weighted_loss_sum(out, scores, weight, False, regression=True),
+                               loss_sum(out[:4], scores[:4], False, regression=True))
+
+
+def test_regression_targets_travel_as_float64_bits_and_come_back_exact():
+    """The block is int64 (one copy a micro-batch); a float32 target goes in as its float64's bits and comes
+    back as the very float32 the eager path would use."""
+    enc = _enc(regression=True)
+    idx = np.array([3, 17, 5])
+    lay = cg.Layout(rows=5, width=32, pairs=False, n_labels=0, regression=True)
+    block = np.full(lay.size, -7, np.int64)
+    cg.fill_block(block, lay, enc, idx, pad_id=0, scale=0.25)
+    got = torch.from_numpy(block)[lay.labels].view(torch.float64).float()
+    torch.testing.assert_close(got[:3], torch.from_numpy(enc.labels[idx]), rtol=0, atol=0)
+    assert (got[3:] == 0).all()
 
 
 # -- the step callables, run eagerly on CPU, against the eager trainer ---------------------------------------
@@ -108,12 +127,15 @@ def _no_dropout(model):
     return model
 
 
-def _make_trainer(tmp_path: Path, tiny_model, model, enc, labels, multi=False, max_norm=1.0, name="t"):
+def _make_trainer(tmp_path: Path, tiny_model, model, enc, labels, multi=False, max_norm=1.0, name="t",
+                  regression=False):
     argv = ["--task", "csv", "--train-file", "unused.csv", "--model", str(tiny_model), "--batch-size", "8",
             "--learning-rate", "1e-3", "--warmup-ratio", "0.3", "--max-grad-norm", str(max_norm),
             "--epochs", "2"]
     if multi:
         argv += ["--label-columns", ",".join(labels)]
+    if regression:
+        argv += ["--regression"]
     cfg = parse_args(argv)
     paths = Paths(str(tmp_path / name / "model"), str(tmp_path / name / "ckpt"), "l", tmp_path / name / "logs")
     t = Trainer(cfg, model, enc, {}, labels, multi, torch.device("cpu"), "fp32", paths, 0)
@@ -122,11 +144,13 @@ def _make_trainer(tmp_path: Path, tiny_model, model, enc, labels, multi=False, m
     return t
 
 
-def _tiny_enc(tiny_model, pairs=False, multi=0, n=40):
+def _tiny_enc(tiny_model, pairs=False, multi=0, n=40, regression=False):
     tok = load_tokenizer(str(tiny_model))
     rows = sentiment_rows(n, seed=3)
     texts = [t for t, _ in rows]
-    if multi:
+    if regression:
+        labels = np.random.default_rng(1).uniform(0, 5, n).astype(np.float32)
+    elif multi:
         labels = np.random.default_rng(1).integers(0, 2, (n, multi)).astype(np.float32)
     else:
         labels = np.array([int(lab == "positive") for _, lab in rows])
@@ -139,19 +163,22 @@ GROUPS = [[np.arange(0, 8)], [np.arange(8, 13)], [np.arange(13, 21), np.arange(2
           [np.arange(32, 40)]]
 
 
-@pytest.mark.parametrize("pairs,multi,max_norm", [(False, 0, 1.0), (False, 0, 0.05), (True, 0, 0.0),
-                                                  (False, 3, 1.0)])
-def test_static_steps_make_the_eager_update(tmp_path, tiny_model, pairs, multi, max_norm):
+@pytest.mark.parametrize("pairs,multi,max_norm,regression", [
+    (False, 0, 1.0, False), (False, 0, 0.05, False), (True, 0, 0.0, False), (False, 3, 1.0, False),
+    (True, 0, 1.0, True),  # STS-B's shape: sentence pairs, one float target
+])
+def test_static_steps_make_the_eager_update(tmp_path, tiny_model, pairs, multi, max_norm, regression):
     """N steps through the fixed-shape buffers (filler rows, accumulation, clipping, on-device lr) give the
     eager trainer's weights, loss sum and learning rates, up to float rounding."""
-    enc = _tiny_enc(tiny_model, pairs, multi)
-    labels = [f"l{i}" for i in range(multi)] if multi else ["negative", "positive"]
+    enc = _tiny_enc(tiny_model, pairs, multi, regression=regression)
+    labels = [f"l{i}" for i in range(multi)] if multi else ["label"] if regression else ["negative", "positive"]
     torch.manual_seed(0)
-    base = _no_dropout(load_model(str(tiny_model), labels, bool(multi), 0.5))
+    base = _no_dropout(load_model(str(tiny_model), labels, bool(multi), 0.5, regression))
     base.unused = torch.nn.Parameter(torch.ones(3))  # no gradient: AdamW (and its weight decay) skip it
     a, b = copy.deepcopy(base), copy.deepcopy(base)
-    eager = _make_trainer(tmp_path, tiny_model, a, enc, labels, bool(multi), max_norm, "eager")
-    static = _make_trainer(tmp_path, tiny_model, b, enc, labels, bool(multi), max_norm, "static")
+    eager = _make_trainer(tmp_path, tiny_model, a, enc, labels, bool(multi), max_norm, "eager", regression)
+    static = _make_trainer(tmp_path, tiny_model, b, enc, labels, bool(multi), max_norm, "static", regression)
+    assert static.regression == regression
     static._setup_static_steps(capture=False)
     assert static.static_steps is not None
     assert isinstance(static.optimizer.param_groups[0]["lr"], torch.Tensor)
@@ -305,15 +332,16 @@ def test_graphs_on_a_cpu_run_say_why_and_train_eagerly(tmp_path, tiny_model, sen
 
 
 @cuda
-def test_captured_steps_equal_eager_steps_on_a_gpu(tmp_path, tiny_model):
-    enc = _tiny_enc(tiny_model, n=40)
-    labels = ["negative", "positive"]
+@pytest.mark.parametrize("regression", [False, True])
+def test_captured_steps_equal_eager_steps_on_a_gpu(tmp_path, tiny_model, regression):
+    enc = _tiny_enc(tiny_model, n=40, regression=regression)
+    labels = ["label"] if regression else ["negative", "positive"]
     torch.manual_seed(0)
-    base = _no_dropout(load_model(str(tiny_model), labels, False, 0.5)).cuda()
+    base = _no_dropout(load_model(str(tiny_model), labels, False, 0.5, regression)).cuda()
     dev = torch.device("cuda")
     ts = []
     for name in ("eager", "graphs"):
-        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name)
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name, regression=regression)
         t.device = dev
         t._loss_acc = torch.zeros((), device=dev)
         ts.append(t)

@@ -151,3 +151,45 @@ def test_jsonl_list_labels_train_a_multi_label_model(tmp_path, tiny_model):
     assert config["problem_type"] == "multi_label_classification"
     assert sorted(config["id2label"].values()) == ["bad", "good", "long"]
     assert set(json.loads((out / "model" / "metrics.json").read_text())["eval_per_label"]) == {"bad", "good", "long"}
+
+
+def test_regression_targets_from_csv_and_json_lines(tmp_path):
+    """Numbers however written (1, 2.5, " 4 ", "1e0", a JSON number), kept as float32; the name is the column's."""
+    rows = [("a", "1"), ("b", " 2.5 "), ("c", "1e0"), ("d", "-0.5")]
+    csv_path = write_csv(tmp_path / "s.csv", ["text", "score"], rows)
+    data = load("--task", "csv", "--train-file", str(csv_path), "--label-column", "score", "--regression",
+                "--eval-file", str(csv_path))
+    assert data.regression and not data.multi_label and data.label_names == ["score"]
+    assert data.train.labels.dtype == np.float32 and data.train.labels.tolist() == [1.0, 2.5, 1.0, -0.5]
+    jsonl = tmp_path / "s.jsonl"
+    jsonl.write_text('{"text": "a", "label": 3}\n\n{"text": "b", "label": 4.75}\n{"text": "c", "label": "0"}\n')
+    data = load("--task", "jsonl", "--train-file", str(jsonl), "--eval-file", str(jsonl), "--regression")
+    assert data.train.labels.tolist() == [3.0, 4.75, 0.0]
+
+
+@pytest.mark.parametrize("content,needle", [
+    ('{"text": "a", "label": 1}\n{"text": "b", "label": "high"}\n',
+     "line 2: target 'high' in column 'label' is not a finite number; --regression needs a number per row"),
+    ('{"text": "a", "label": 1}\n{"text": "b", "label": true}\n', "line 2: target True in column 'label'"),
+    ('{"text": "a", "label": 1}\n{"text": "b", "label": "NaN"}\n', "line 2: target 'NaN'"),
+    ('{"text": "a", "label": 1}\n{"text": "b", "label": [1, 2]}\n', "line 2: target [1, 2]"),
+    ('{"text": "a", "label": 1}\n{"text": "b"}\n', "line 2: no 'label' (every example needs a target"),
+    ('{"text": "a", "label": 1}\n{"text": "b", "label": " "}\n', "line 2: empty target in column 'label'"),
+])
+def test_a_bad_regression_target_names_its_line(tmp_path, content, needle):
+    path = tmp_path / "s.jsonl"
+    path.write_text(content)
+    msg = error_of("--task", "jsonl", "--train-file", str(path), "--regression")
+    assert needle in msg
+
+
+def test_regression_targets_that_never_vary_are_refused(tmp_path):
+    path = write_csv(tmp_path / "s.csv", ["text", "label"], [(f"t{i}", "2.0") for i in range(20)])
+    msg = error_of("--task", "csv", "--train-file", str(path), "--regression")
+    assert msg == "the training data: every target is 2; a regression needs targets that vary (or drop --regression " \
+                  "for classes)"
+    from ftcli_trainer.data import check_files
+
+    with pytest.raises(DataError) as e:  # the launcher's pre-upload check says the same
+        check_files(parse_args(["--task", "csv", "--train-file", str(path), "--regression"]), {"train_file": str(path)})
+    assert "every target is 2" in str(e.value)

@@ -108,3 +108,42 @@ def test_compile_only_where_it_can_pay_off():
     assert "too few" in compile_skip_reason(250, cuda_graphs=False)
     assert compile_skip_reason(COMPILE_MIN_STEPS, cuda_graphs=False) == ""
     assert "CUDA-graph" in compile_skip_reason(10**6, cuda_graphs=True)
+
+
+def test_regression_loss_is_transformers_mse_and_accumulates_exactly(tmp_path, tiny_model):
+    """The summed squared error over the accumulation group, divided by its examples, is the MSELoss that
+    transformers applies to a one-output regression head over the whole batch; N micro-batches make its update."""
+    from ftcli_trainer.loop import eval_loss, loss_sum
+    from tests.conftest import write_csv
+
+    torch.manual_seed(0)
+    logits, targets = torch.randn(7, 1), torch.rand(7) * 5
+    torch.testing.assert_close(loss_sum(logits, targets, False, regression=True) / 7,
+                               torch.nn.MSELoss()(logits.squeeze(), targets.squeeze()))
+    assert eval_loss(logits.numpy(), targets.numpy(), False, regression=True) == pytest.approx(
+        float(torch.nn.MSELoss()(logits.squeeze(), targets)), rel=1e-6)
+
+    rows = [(f"{'good ' * (i % 4)}the film {'bad ' * (3 - i % 4)}", str(i % 4 * 1.5)) for i in range(24)]
+    path = write_csv(tmp_path / "scores.csv", ["text", "label"], rows)
+    base = load_model(str(tiny_model), ["label"], False, 0.5, regression=True)
+    base.eval()  # no dropout: both sides see the same gradients
+    trainers = []
+    for gas, model in ((3, copy.deepcopy(base)), (1, copy.deepcopy(base))):
+        cfg = parse_args(["--task", "csv", "--train-file", str(path), "--regression", "--model", str(tiny_model),
+                          "--batch-size", "4", "--gradient-accumulation-steps", str(gas), "--learning-rate", "1e-3",
+                          "--warmup-ratio", "0"])
+        data = load_task_data(cfg)
+        enc = encode(load_tokenizer(cfg.model), data.train, 64)
+        t = Trainer(cfg, model, enc, {}, data.label_names, False, torch.device("cpu"), "fp32",
+                    Paths("m", "c", "l", tmp_path / f"logs{gas}"), 0)
+        t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+        t.train_model = model
+        trainers.append(t)
+    idx = np.arange(12)
+    trainers[0].train_step([idx[0:4], idx[4:8], idx[8:12]])
+    trainers[1].train_step([idx])
+    a, b = (t.model for t in trainers)
+    assert max((pa - p0).abs().max().item() for pa, p0 in zip(a.parameters(), base.parameters(), strict=True)) > 1e-4
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
+    assert trainers[0]._loss_acc.item() == pytest.approx(trainers[1]._loss_acc.item(), rel=1e-5)

@@ -35,3 +35,66 @@ def test_multi_label_matches_scikit_learn():
 def test_prefixes_follow_the_hf_trainer():
     assert metrics.prefixed({"accuracy": 1.0}, "matched", primary=True) == {"eval_accuracy": 1.0}
     assert metrics.prefixed({"accuracy": 1.0}, "mismatched", primary=False) == {"eval_mismatched_accuracy": 1.0}
+
+
+@pytest.mark.parametrize("k,seed", [(2, 0), (3, 1), (5, 2)])
+def test_matthews_correlation_matches_scikit_learn(k, seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, 400)
+    logits = rng.normal(size=(400, k)) + np.eye(k)[labels] * 0.7
+    m = metrics.single_label(logits, labels, [str(i) for i in range(k)], extra=("matthews_correlation",))
+    assert m["matthews_correlation"] == pytest.approx(sk.matthews_corrcoef(labels, logits.argmax(1)), abs=1e-12)
+
+
+def test_matthews_correlation_is_zero_where_undefined_as_scikit_learn_says():
+    labels = np.array([0, 1, 0, 1])
+    always_one = np.array([[0.0, 1.0]] * 4)  # one predicted class: the correlation has no denominator
+    m = metrics.single_label(always_one, labels, ["a", "b"], extra=("matthews_correlation",))
+    assert m["matthews_correlation"] == 0.0 == sk.matthews_corrcoef(labels, np.ones(4, int))
+    perfect = metrics.single_label(np.eye(2)[labels], labels, ["a", "b"], extra=("matthews_correlation",))
+    assert perfect["matthews_correlation"] == 1.0
+
+
+def test_binary_f1_is_the_positive_class_as_glue_reports_it():
+    rng = np.random.default_rng(3)
+    labels = (rng.random(300) < 0.3).astype(int)
+    logits = rng.normal(size=(300, 2)) + np.eye(2)[labels] * 0.8
+    m = metrics.single_label(logits, labels, ["not_equivalent", "equivalent"], extra=("f1",))
+    assert m["f1"] == pytest.approx(sk.f1_score(labels, logits.argmax(1)))
+    assert m["f1"] == m["per_label"]["equivalent"]["f1"]
+    assert "matthews_correlation" not in m  # only what the task asks for
+    with pytest.raises(ValueError):
+        metrics.single_label(rng.normal(size=(5, 3)), np.arange(5) % 3, list("abc"), extra=("f1",))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_pearson_and_spearman_match_scipy(ties):
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(4)
+    truth = rng.uniform(0, 5, 500)
+    if ties:  # STS-B's gold scores repeat (0.0, 2.5, 5.0, ...); predictions can repeat too
+        truth = np.round(truth * 2) / 2
+    predicted = truth + rng.normal(scale=1.2, size=500)
+    if ties:
+        predicted = np.round(predicted, 1)
+    m = metrics.regression(predicted.astype(np.float32), truth.astype(np.float32))
+    # the trainer's outputs are float32; it correlates them in float64 (scipy keeps float32 input in float32)
+    p32, t32 = (x.astype(np.float32).astype(np.float64) for x in (predicted, truth))
+    assert m["pearson"] == pytest.approx(stats.pearsonr(p32, t32)[0], abs=1e-9)
+    assert m["spearmanr"] == pytest.approx(stats.spearmanr(p32, t32)[0], abs=1e-9)
+    assert m["mse"] == pytest.approx(sk.mean_squared_error(t32, p32), rel=1e-9)
+    np.testing.assert_array_equal(metrics._ranks(p32), stats.rankdata(p32))
+
+
+def test_correlation_of_a_constant_prediction_is_zero_not_nan():
+    m = metrics.regression(np.full(10, 2.5), np.arange(10.0))
+    assert m["pearson"] == 0.0 and m["spearmanr"] == 0.0
+    assert m["mse"] == pytest.approx(np.mean((np.arange(10) - 2.5) ** 2))
+
+
+def test_headline_metrics_put_glues_first():
+    assert metrics.headline((), False, False) == ("accuracy", "macro_f1")
+    assert metrics.headline(("matthews_correlation",), False, False) == ("matthews_correlation", "accuracy", "macro_f1")
+    assert metrics.headline(("f1", "accuracy"), False, False) == ("f1", "accuracy", "macro_f1")
+    assert metrics.headline(("pearson", "spearmanr"), False, True) == ("pearson", "spearmanr", "mse")
+    assert metrics.headline((), True, False) == ("micro_f1", "macro_f1")

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from ftcli import __version__
-from ftcli.cli import config, jobs, local, logs, models, train
+from ftcli.cli import config, jobs, local, logs, models, report, train
 
 app = typer.Typer(
     name="ftcli",
@@ -25,6 +25,7 @@ logs.register(app)
 models.register(app)
 app.add_typer(jobs.app, name="jobs")
 local.register(app)
+report.register(app)
 app.add_typer(config.app, name="config")
 
 

@@ -1,0 +1,95 @@
+"""`ftcli report RUN_DIR|JOB`: learning curves, a confusion matrix (or F1 bars, or a scatter) and a metrics table."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ftcli.cli.options import JsonOpt, ProjectOpt, RegionOpt
+
+REPORTS_DIR = "ftcli-reports"
+
+
+def _download_run(ref: str, project: str | None, region: str | None, into: Path) -> str:
+    """Copy what a report reads of a job's run (metrics, eval predictions, configs, metrics.jsonl) into `into`, in
+    the run folder's layout; return the job's numeric id. Only ftcli's own file names are fetched."""
+    from ftcli.cli.jobs import resolve_job
+    from ftcli.errors import FtcliError
+    from ftcli.gcp.storage import get_storage
+    from ftcli.models import model_uri_of
+    from ftcli.report import RUN_FILES
+    from ftcli_trainer.storage import split_gcs
+
+    gateway, name = resolve_job(ref, project, region)
+    job = gateway.get(name)
+    base = model_uri_of(job).removesuffix("/").removesuffix("model")
+    bucket, prefix = split_gcs(base.rstrip("/"))
+    storage = get_storage(name.split("/")[1])
+    there = {n for folder in ("model", "logs") for n, _ in storage.list_objects(base + folder)}
+    wanted = [(f"{prefix}/{rel}", into / rel) for rel in RUN_FILES if f"{prefix}/{rel}" in there]
+    if not any(rel.endswith("metrics.json") or rel.endswith("metrics.jsonl") for rel in
+               (n.removeprefix(prefix + "/") for n, _ in wanted)):
+        state = job.state.name.removeprefix("JOB_STATE_")
+        raise FtcliError(f"{base} holds no metrics yet; the job is {state}",
+                         hint=f"a job's logs and metrics are written when it ends: ftcli logs {ref}")
+    storage.download_objects(bucket, wanted)
+    return name.rsplit("/", 1)[-1]
+
+
+def report(
+    run: Annotated[str, typer.Argument(
+        help="A run folder (ftcli local's, with model/ and logs/), a model folder, or a job (short id, last, "
+             "numeric id or resource name).")],
+    out_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer reads it at runtime
+        "--out", help="Folder for the report, new or empty (or an earlier report's) [default: RUN_DIR/report; "
+                      "for a job ./ftcli-reports/JOB_ID].")] = None,
+    show: Annotated[bool, typer.Option("--open", help="Show the pictures in this machine's image viewer.")] = False,
+    json_out: JsonOpt = False,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+) -> None:
+    """Draw a run's learning curves (loss, metric, learning rate) and its confusion matrix (per-label F1 bars for
+    multi-label, predicted against true for regression) as PNG files, with the metrics as a Markdown table.
+
+    A folder that holds other files is refused (an earlier report's is replaced). Needs matplotlib:
+    pip install 'ftcli[report]'.
+
+    Examples:
+
+      ftcli report ftcli-runs/20261125-120000-ab12 --open
+
+      ftcli report last --out ./reports/mnli --json
+    """
+    from ftcli.output import err, out
+    from ftcli.report import default_out, load_run, open_files, require_matplotlib, write_report
+
+    require_matplotlib()
+    path = Path(run)
+    with tempfile.TemporaryDirectory(prefix="ftcli-report-") as tmp:
+        if path.is_dir():
+            target = out_dir or default_out(path)
+            loaded = load_run(path)
+        else:
+            job_id = _download_run(run, project, region, Path(tmp))
+            target = out_dir or Path(REPORTS_DIR) / job_id
+            loaded = load_run(Path(tmp), source=f"job {run} ({job_id})")
+        files = write_report(loaded, target)
+    if loaded.skipped_lines:
+        err().print(f"[dim]skipped {loaded.skipped_lines} unreadable line(s) of metrics.jsonl[/]")
+    if json_out:
+        print(json.dumps({"report": str(target), "files": [str(f) for f in files]}))
+    else:
+        for f in files:
+            out().print(str(f), markup=False)
+    if show:
+        why_not = open_files([f for f in files if f.suffix == ".png"])
+        if why_not:
+            err().print(f"--open: {why_not}; the files are in {target}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

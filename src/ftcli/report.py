@@ -1,0 +1,474 @@
+"""`ftcli report`: pictures and a Markdown table of a run, from the files its trainer wrote.
+
+A run folder has Vertex's layout: `model/metrics.json` (the final metrics), `model/eval_predictions.npz` (the
+last evaluation's truth, predictions and scores per eval set), `model/config.json`, `model/ftcli_run.json` and
+`logs/metrics.jsonl` (a train line every few steps, an eval line per evaluation). A model folder alone
+(`ftcli download`'s) works too, without learning curves. The report folder gets:
+
+    learning_curves.png         train and eval loss, the task's metrics, the learning rate, by optimizer step
+    confusion_matrix[-SET].png  single-label (rows true, columns predicted)
+    per_label_f1[-SET].png      multi-label
+    predicted_vs_true[-SET].png regression
+    report.md                   the metrics as Markdown tables, and the pictures
+    ftcli-report.json           what was written: marks the folder as a report that a later one may replace
+
+The primary eval set's pictures have no suffix; others (MNLI's `mismatched`) are named after their set.
+matplotlib is an optional extra, imported only when pictures are drawn, with the Agg backend (no display).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from ftcli.errors import FtcliError, UsageError
+
+MANIFEST = "ftcli-report.json"
+REPORT_DIR = "report"
+# What a report reads of a run, relative to the run folder (also what is downloaded for a job).
+RUN_FILES = ("model/metrics.json", "model/eval_predictions.npz", "model/config.json", "model/ftcli_run.json",
+             "logs/metrics.jsonl")
+KINDS = {"single_label_classification": "single_label", "multi_label_classification": "multi_label",
+         "regression": "regression"}
+# Per-run numbers, not a metric of one eval set (the trainer writes them with the `eval_` prefix too).
+NOT_PER_SET = ("eval_runtime", "eval_samples_per_second")
+TRAINING_ROWS = (("train_loss", "train loss"), ("global_step", "optimizer steps"), ("epoch", "epochs"),
+                 ("train_samples", "training examples"), ("train_samples_per_second", "train samples/s"),
+                 ("train_tokens_per_second", "train tokens/s (real)"), ("train_pad_fraction", "pad fraction"),
+                 ("train_runtime", "train runtime (s)"))
+
+
+def require_matplotlib() -> None:
+    """Before any work (or download): the pictures need the `report` extra."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise FtcliError("ftcli report draws with matplotlib, which is not installed: pip install 'ftcli[report]'")
+
+
+@dataclass
+class Run:
+    """What a run folder holds, read once."""
+
+    source: str
+    metrics: dict | None
+    history: list[dict]
+    predictions: dict[str, np.ndarray] | None
+    config: dict | None
+    run_config: dict | None
+    kind: str = "single_label"
+    eval_sets: list[str] = field(default_factory=list)
+    label_names: list[str] = field(default_factory=list)
+    skipped_lines: int = 0
+
+    def prefix(self, i: int) -> str:
+        """`eval_` for the primary eval set, `eval_NAME_` for the others (the trainer's keys)."""
+        return "eval_" if i == 0 else f"eval_{self.eval_sets[i]}_"
+
+    def suffix(self, i: int) -> str:
+        return "" if i == 0 else f"-{self.eval_sets[i]}"
+
+    @property
+    def task(self) -> str | None:
+        return (self.run_config or {}).get("task")
+
+    def headline(self) -> tuple[str, ...]:
+        """The metrics the trainer's own log lines show for this run, most important first."""
+        from ftcli_trainer.metrics import headline
+        from ftcli_trainer.tasks import TASKS
+
+        task = TASKS.get(self.task or "")
+        return headline(task.metrics if task else (), self.kind == "multi_label", self.kind == "regression")
+
+
+def _read_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FtcliError(f"cannot read {path}: {e}", hint="is the run still being written? run the report "
+                         "again when it has finished") from None
+    if not isinstance(value, dict):
+        raise FtcliError(f"cannot read {path}: expected a JSON object")
+    return value
+
+
+def _read_history(path: Path) -> tuple[list[dict], int]:
+    """metrics.jsonl's rows; a row repeated by a resumed run (same kind and step) keeps its last version, and a
+    line cut off by a crash is skipped (and counted)."""
+    if not path.is_file():
+        return [], 0
+    rows: dict[tuple[str, int], dict] = {}
+    skipped = 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            key = (str(row["type"]), int(row["step"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            skipped += 1
+            continue
+        rows.pop(key, None)
+        rows[key] = row
+    return sorted(rows.values(), key=lambda r: (int(r["step"]), r["type"] != "train")), skipped
+
+
+def _read_predictions(path: Path) -> dict[str, np.ndarray] | None:
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise FtcliError(f"cannot read {path}: {e}", hint="download the run again, or remove the file to "
+                         "report without it") from None
+
+
+def load_run(path: Path, source: str | None = None) -> Run:
+    """Read a run folder (model/ and logs/) or a model folder (metrics.json, with logs/ beside it if there)."""
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a folder", hint="give the run folder that ftcli local printed, or a job")
+    if (path / "model").is_dir() or (path / "logs").is_dir():
+        model, logs = path / "model", path / "logs"
+    elif (path / "metrics.json").is_file() or (path / "config.json").is_file():
+        model, logs = path, path.parent / "logs"
+    else:
+        raise UsageError(f"{path} is not an ftcli run folder (no model/ or logs/, no metrics.json)",
+                         hint="give the run folder that ftcli local printed (run folder: ...), a model folder, or "
+                              "a job")
+    history, skipped = _read_history(logs / "metrics.jsonl")
+    run = Run(source=source or str(path), metrics=_read_json(model / "metrics.json"), history=history,
+              predictions=_read_predictions(model / "eval_predictions.npz"), config=_read_json(model / "config.json"),
+              run_config=_read_json(model / "ftcli_run.json"), skipped_lines=skipped)
+    if run.metrics is None and not run.history:
+        raise UsageError(f"{path} holds no metrics yet (no model/metrics.json, no logs/metrics.jsonl)",
+                         hint="run the report once the run has logged its first steps")
+    _describe(run)
+    return run
+
+
+def _describe(run: Run) -> None:
+    """Kind, eval sets and label names, from the most direct source there is."""
+    keys = set(run.metrics or {}) | {k for row in run.history for k in row}
+    p = run.predictions
+    if run.config and run.config.get("problem_type") in KINDS:
+        run.kind = KINDS[run.config["problem_type"]]
+    elif p is not None and "kind" in p:
+        run.kind = str(p["kind"])
+    elif "eval_pearson" in keys:
+        run.kind = "regression"
+    elif "eval_micro_f1" in keys:
+        run.kind = "multi_label"
+    if p is not None and "eval_sets" in p:
+        run.eval_sets = [str(x) for x in p["eval_sets"]]
+        run.label_names = [str(x) for x in p["label_names"]]
+    else:
+        # the primary set's keys are eval_X; another set's eval_NAME_X (each set has a loss)
+        run.eval_sets = ["eval"] + sorted(k[5:-5] for k in keys if k.startswith("eval_") and k.endswith("_loss")
+                                          and k != "eval_loss")
+        if run.config and isinstance(run.config.get("id2label"), dict):
+            id2label = run.config["id2label"]
+            run.label_names = [str(id2label[k]) for k in sorted(id2label, key=int)]
+
+
+def set_metrics(run: Run, i: int) -> dict[str, float]:
+    """The scalar metrics of eval set i from metrics.json, keyed without the prefix."""
+    prefix = run.prefix(i)
+    out = {}
+    for k, v in (run.metrics or {}).items():
+        if not k.startswith(prefix) or k in NOT_PER_SET or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        name = k[len(prefix):]
+        if i == 0 and any(name.startswith(f"{s}_") for s in run.eval_sets[1:]):
+            continue  # eval_mismatched_accuracy is the other set's, not a primary metric named mismatched_accuracy
+        out[name] = v
+    return out
+
+
+# -- the output folder ----------------------------------------------------------------------------------------
+
+
+def default_out(run_dir: Path) -> Path:
+    return run_dir / REPORT_DIR
+
+
+def earlier_report(out: Path) -> list[str]:
+    """The files an earlier report wrote into `out` ([] for a new or empty folder). A non-empty folder that is
+    not a report is refused, so a user's files are never overwritten."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UsageError(f"{out} is not a folder", hint="give --out a new or empty folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return []
+    manifest = out / MANIFEST
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"] if manifest.is_file() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        files = None
+    if not isinstance(files, list) or not all(isinstance(f, str) and "/" not in f for f in files):
+        raise UsageError(f"{out} is not empty and holds no earlier ftcli report",
+                         hint="give --out a new or empty folder; nothing was written")
+    return files
+
+
+def _check_names(out: Path, names: list[str], earlier: list[str]) -> None:
+    taken = [n for n in names if (out / n).exists() and n not in earlier and n != MANIFEST]
+    if taken:
+        raise UsageError(f"{out / taken[0]} is not from the earlier report" + (
+            f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""),
+            hint="move it away, or give --out a new folder; nothing was written")
+
+
+def _replace(target: Path, write: Callable[[Path], None]) -> None:
+    """Write next to `target`, then rename over it: a link at `target` is replaced, never followed."""
+    staged = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        write(staged)
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+# -- pictures -------------------------------------------------------------------------------------------------
+
+
+def _plan(run: Run) -> list[tuple[str, Callable[[Path], None]]]:
+    """(file name, drawer of that file) for every picture this run can give."""
+    from ftcli_trainer.metrics import confusion_matrix
+
+    plan: list[tuple[str, Callable[[Path], None]]] = []
+    if run.history:
+        plan.append(("learning_curves.png", partial(_learning_curves, run)))
+    p = run.predictions or {}
+    for i, name in enumerate(run.eval_sets):
+        truth, predicted = p.get(f"{name}/labels"), p.get(f"{name}/predicted")
+        cm = (run.metrics or {}).get(run.prefix(i) + "confusion_matrix")
+        per_label = (run.metrics or {}).get(run.prefix(i) + "per_label")
+        if run.kind == "regression" and truth is not None:
+            plan.append((f"predicted_vs_true{run.suffix(i)}.png", partial(_scatter, run, i, truth, predicted)))
+        elif run.kind == "single_label" and run.label_names and (truth is not None or cm is not None):
+            # from the predictions where the run exported them (older runs: metrics.json's matrix)
+            cm = confusion_matrix(truth, predicted, len(run.label_names)) if truth is not None else np.asarray(cm)
+            plan.append((f"confusion_matrix{run.suffix(i)}.png", partial(_confusion, run, i, cm)))
+        elif run.kind == "multi_label" and isinstance(per_label, dict) and per_label:
+            plan.append((f"per_label_f1{run.suffix(i)}.png", partial(_f1_bars, run, i, per_label)))
+    return plan
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display, no GUI toolkit
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    plt = _pyplot()
+    try:
+        fig.savefig(path, format="png", dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+
+
+def _learning_curves(run: Run, path: Path) -> None:
+    from ftcli_trainer.metrics import SHOWN
+
+    plt = _pyplot()
+    train = [r for r in run.history if r["type"] == "train"]
+    evals = [r for r in run.history if r["type"] == "eval"]
+    fig, (loss_ax, metric_ax, lr_ax) = plt.subplots(1, 3, figsize=(15, 4))
+    if train:
+        loss_ax.plot([r["step"] for r in train], [r.get("loss") for r in train], label="train", lw=1.2)
+        lr_ax.plot([r["step"] for r in train], [r.get("learning_rate") for r in train], color="tab:gray")
+    shown = [k for k in run.headline() if k != "mse"]  # the MSE is the regression's eval loss: left panel
+    for i, name in enumerate(run.eval_sets):
+        prefix = run.prefix(i)
+        rows = [r for r in evals if prefix + "loss" in r]
+        steps = [r["step"] for r in rows]
+        if rows:
+            loss_ax.plot(steps, [r[prefix + "loss"] for r in rows], marker="o",
+                         label="eval" if name == "eval" else f"eval ({name})")
+        for key in shown:
+            values = [r.get(prefix + key) for r in rows]
+            if rows and all(isinstance(v, (int, float)) for v in values):
+                metric_ax.plot(steps, values, marker="o", label=f"{SHOWN.get(key, key)} ({name})")
+    loss_ax.set(title="loss", xlabel="optimizer step")
+    loss_ax.legend(fontsize=8)
+    metric_ax.set(title=" · ".join(SHOWN.get(k, k) for k in shown) or "metrics", xlabel="optimizer step")
+    if metric_ax.lines:
+        metric_ax.legend(fontsize=8)
+    else:
+        metric_ax.text(0.5, 0.5, "no evaluation yet", ha="center", va="center", transform=metric_ax.transAxes)
+    lr_ax.set(title="learning rate", xlabel="optimizer step")
+    lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    for ax in (loss_ax, metric_ax, lr_ax):
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{run.task or 'run'}: learning curves", fontsize=11, y=1.03)
+    _save(fig, path)
+
+
+def _confusion(run: Run, i: int, cm: np.ndarray, path: Path) -> None:
+    plt = _pyplot()
+    k = len(run.label_names)
+    side = max(4.5, 0.55 * k + 2.5)
+    fig, ax = plt.subplots(figsize=(side + 1, side))
+    rows = cm.sum(axis=1, keepdims=True)
+    share = np.divide(cm, rows, out=np.zeros(cm.shape, dtype=np.float64), where=rows > 0)  # recall per true class
+    image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="share of the true class")
+    if k <= 30:
+        for r in range(k):
+            for c in range(k):
+                ax.text(c, r, f"{cm[r, c]:,}", ha="center", va="center", fontsize=8,
+                        color="white" if share[r, c] > 0.5 else "black")
+    ax.set_xticks(range(k), run.label_names, rotation=45, ha="right")
+    ax.set_yticks(range(k), run.label_names)
+    ax.set(xlabel="predicted", ylabel="true",
+           title=f"{run.eval_sets[i]}: confusion matrix ({int(cm.sum()):,} examples, accuracy "
+                 f"{np.trace(cm) / max(1, cm.sum()):.4f})")
+    _save(fig, path)
+
+
+def _f1_bars(run: Run, i: int, per_label: dict, path: Path) -> None:
+    plt = _pyplot()
+    names = list(per_label)
+    f1 = [float(per_label[n].get("f1", 0.0)) for n in names]
+    support = [int(per_label[n].get("support", 0)) for n in names]
+    fig, ax = plt.subplots(figsize=(8, max(3.0, 0.32 * len(names) + 1.2)))
+    y = np.arange(len(names))
+    ax.barh(y, f1, color="tab:blue")
+    for yi, v in zip(y, f1, strict=True):
+        ax.text(min(v + 0.01, 0.93), yi, f"{v:.3f}", va="center", fontsize=8)
+    ax.set_yticks(y, [f"{n} (n={s:,})" for n, s in zip(names, support, strict=True)])
+    ax.invert_yaxis()  # first label on top, as in the data
+    micro = (run.metrics or {}).get(run.prefix(i) + "micro_f1")
+    ax.set(xlim=(0, 1), xlabel="F1", title=f"{run.eval_sets[i]}: F1 per label" + (
+        f" (micro-F1 {micro:.4f})" if isinstance(micro, float) else ""))
+    ax.grid(axis="x", alpha=0.3)
+    _save(fig, path)
+
+
+def _scatter(run: Run, i: int, truth: np.ndarray, predicted: np.ndarray, path: Path) -> None:
+    from ftcli_trainer.metrics import regression
+
+    plt = _pyplot()
+    m = regression(predicted, truth)  # the trainer's own math, on the exported predictions
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    alpha = 0.6 if len(truth) <= 2000 else 0.25
+    ax.scatter(truth, predicted, s=8, alpha=alpha, edgecolors="none")
+    lo = float(min(truth.min(), predicted.min()))
+    hi = float(max(truth.max(), predicted.max()))
+    ax.plot([lo, hi], [lo, hi], color="tab:gray", lw=1, ls="--", label="predicted = true")
+    ax.set(xlabel="true", ylabel="predicted",
+           title=f"{run.eval_sets[i]}: Pearson {m['pearson']:.4f} · Spearman {m['spearmanr']:.4f} · "
+                 f"MSE {m['mse']:.4f}")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
+# -- the Markdown -----------------------------------------------------------------------------------------------
+
+
+def fmt(value) -> str:
+    """How report.md writes a number: whole numbers as they are, others to 4 decimals (3 significant digits
+    below 0.001, where 4 decimals would say 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if isinstance(value, int) or (float(value).is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    return f"{value:.3g}" if abs(value) < 1e-3 else f"{value:.4f}"
+
+
+def markdown(run: Run, pictures: list[str]) -> str:
+    m = run.metrics or {}
+    rc = run.run_config or {}
+    lines = [f"# ftcli report: {run.source}", ""]
+    facts = [f"task `{rc['task']}`" if rc.get("task") else None, f"model `{rc['model']}`" if rc.get("model") else None,
+             f"{run.kind.replace('_', '-')}",
+             f"device {m['device']} ({m.get('precision', '?')})" if m.get("device") else None]
+    lines += [" · ".join(f for f in facts if f), ""]
+    if not run.metrics:
+        lines += ["The run has not finished: no final metrics yet (the curves are what it has logged).", ""]
+    per_set = [set_metrics(run, i) for i in range(len(run.eval_sets))]
+    keys = [k for k in run.headline() if any(k in s for s in per_set)]
+    keys += sorted({k for s in per_set for k in s} - set(keys) - {"loss"}) + (
+        ["loss"] if any("loss" in s for s in per_set) else [])
+    if keys:
+        lines += ["## Metrics", "", "| metric | " + " | ".join(run.eval_sets) + " |",
+                  "|---|" + "---:|" * len(run.eval_sets)]
+        lines += [f"| {k} | " + " | ".join(fmt(s[k]) if k in s else "" for s in per_set) + " |" for k in keys]
+        lines.append("")
+    training = [(label, m[key]) for key, label in TRAINING_ROWS if isinstance(m.get(key), (int, float))]
+    if training:
+        lines += ["## Training", "", "| | |", "|---|---:|"] + [f"| {label} | {fmt(v)} |" for label, v in training]
+        lines.append("")
+    for i, name in enumerate(run.eval_sets):
+        per_label = m.get(run.prefix(i) + "per_label")
+        if isinstance(per_label, dict) and 0 < len(per_label) <= 50:
+            lines += [f"## Per label ({name})", "", "| label | precision | recall | F1 | support |",
+                      "|---|---:|---:|---:|---:|"]
+            lines += [f"| {label} | {fmt(v.get('precision'))} | {fmt(v.get('recall'))} | {fmt(v.get('f1'))} | "
+                      f"{fmt(v.get('support'))} |" for label, v in per_label.items()]
+            lines.append("")
+    if pictures:
+        lines += ["## Pictures", ""] + [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in pictures]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# -- the whole report -------------------------------------------------------------------------------------------
+
+
+def write_report(run: Run, out: Path) -> list[Path]:
+    """Draw every picture the run allows and the Markdown into `out` (new, empty, or an earlier report's);
+    return the files written, the Markdown first."""
+    plan = _plan(run)
+    names = ["report.md", *(name for name, _ in plan)]
+    earlier = earlier_report(out)
+    _check_names(out, names, earlier)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, draw in plan:
+        _replace(out / name, draw)
+    _replace(out / "report.md", lambda p: p.write_text(markdown(run, [n for n, _ in plan]), encoding="utf-8"))
+    for stale in set(earlier) - set(names):  # an earlier report's pictures this run does not have
+        target = out / stale
+        if target.is_file() or target.is_symlink():
+            target.unlink()
+    manifest = {"ftcli_report": 1, "source": run.source, "files": names}
+    _replace(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8"))
+    return [out / n for n in names]
+
+
+def open_files(paths: list[Path]) -> str | None:
+    """Show the pictures with this machine's viewer; return why not when there is none (not an error)."""
+    if sys.platform == "darwin":
+        opener = shutil.which("open")
+    elif os.name == "nt":  # pragma: no cover - no Windows in CI
+        for p in paths:
+            os.startfile(p)  # noqa: S606
+        return None
+    else:
+        opener = shutil.which("xdg-open")
+        if opener and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            return "no display here (DISPLAY is not set)"
+    if not opener:
+        return "no viewer found (xdg-open or open)"
+    for p in paths:
+        subprocess.Popen([opener, str(p)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    return None

@@ -1,0 +1,42 @@
+"""What the export adds for `ftcli report`: the last evaluation's outputs, small plain arrays in the model folder."""
+
+import numpy as np
+import pytest
+
+from ftcli_trainer.export import prediction_arrays
+
+
+def test_single_label_predictions_are_ids_and_softmax_scores():
+    logits = np.array([[2.0, 0.0, -1.0], [0.0, 3.0, 0.0]], np.float32)
+    out = prediction_arrays({"matched": (np.array([0, 2]), logits), "mismatched": (np.array([1]), logits[:1])},
+                            ["e", "n", "c"], False, False, 0.5)
+    assert str(out["kind"]) == "single_label" and list(out["eval_sets"]) == ["matched", "mismatched"]
+    assert list(out["label_names"]) == ["e", "n", "c"]
+    assert out["matched/predicted"].tolist() == [0, 1] and out["matched/labels"].tolist() == [0, 2]
+    np.testing.assert_allclose(out["matched/scores"].sum(axis=1), 1.0, rtol=1e-6)
+    assert out["matched/scores"].dtype == np.float32 and out["mismatched/scores"].shape == (1, 3)
+
+
+def test_multi_label_predictions_follow_the_threshold():
+    logits = np.array([[2.0, -2.0], [0.1, 0.3]], np.float32)
+    out = prediction_arrays({"eval": (np.array([[1.0, 0.0], [0.0, 1.0]], np.float32), logits)}, ["a", "b"], True,
+                            False, threshold=0.56)
+    assert out["eval/predicted"].tolist() == [[1, 0], [0, 1]]  # sigmoid(0.1) = 0.525 < 0.56 <= sigmoid(0.3)
+    assert out["eval/labels"].dtype == np.uint8
+
+
+def test_regression_predictions_are_the_numbers():
+    logits = np.array([[3.25], [-0.5]], np.float32)
+    out = prediction_arrays({"validation": (np.array([3.0, 0.0], np.float32), logits)}, ["label"], False, True, 0.5)
+    assert str(out["kind"]) == "regression"
+    assert out["validation/predicted"].tolist() == [3.25, -0.5] == out["validation/scores"].tolist()
+
+
+def test_saved_and_loaded_without_pickles(tmp_path):
+    out = prediction_arrays({"eval": (np.array([1, 0]), np.zeros((2, 2), np.float32))}, ["x", "y"], False, False, 0.5)
+    np.savez_compressed(tmp_path / "p.npz", **out)
+    with np.load(tmp_path / "p.npz", allow_pickle=False) as z:
+        assert set(z.files) == {"kind", "label_names", "eval_sets", "eval/labels", "eval/predicted", "eval/scores"}
+        assert list(z["label_names"]) == ["x", "y"]
+    with pytest.raises(KeyError):
+        out["validation/labels"]
