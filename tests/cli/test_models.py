@@ -1,6 +1,7 @@
 """`ftcli download` against the GCS and JobService emulators: never deletes a user's file, never writes outside
 the destination, never takes a half-written model."""
 
+import json
 import os
 from pathlib import Path
 
@@ -58,6 +59,14 @@ def test_downloads_into_a_new_folder(capsys, job, tmp_path):
     assert tree(tmp_path / "out") == MODEL
     assert "model: out" in r.out
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no staging left behind
+
+
+def test_download_json_is_one_object(capsys, job, tmp_path):
+    r = run_cli(capsys, "download", job, "out", "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert got["path"] == "out" and got["job"] == job and got["files"] == len(MODEL)
+    assert got["bytes"] == sum(len(v) for v in MODEL.values())
 
 
 def test_an_existing_empty_folder_is_fine(capsys, job, tmp_path):
