@@ -128,3 +128,16 @@ def test_an_env_variable_error_names_the_variable(capsys, cloud_env, monkeypatch
     r = run_cli(capsys, "jobs", "list")
     assert r.code == 2
     assert "FTCLI_REGION: unknown Vertex AI region 'us-centrall1'; did you mean us-central1?" in r.err
+
+
+def test_metrics_that_cannot_be_read_leave_a_gap_and_one_warning(capsys, cloud_env, monkeypatch):
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    with FaultyProxy(gcs.url, status=403, fail_when=lambda m, t, n: "metrics.json" in t) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, "jobs", "list", "--json")
+    assert r.code == 0, r.err
+    assert [x["metric"] for x in map(json.loads, r.out.splitlines())] == [None, None, None]
+    assert r.err.count("warning: metrics not shown: permission denied") == 1 and "Traceback" not in r.err

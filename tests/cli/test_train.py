@@ -112,8 +112,11 @@ def test_gcs_503s_during_upload_still_give_equal_bytes(capsys, cloud_env, tmp_pa
     assert big.stat().st_size > 8 * 1024 * 1024  # resumable, chunked upload
     with FaultyProxy(gcs.url, fail_when=lambda m, t, n: m in ("PUT", "POST") and n % 3 == 0) as proxy:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-        out = submitted(capsys, "--task", "csv", "--train-file", str(big), "--gpu", "T4")
+        r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(big), "--gpu", "T4")
+        assert r.code == 0, r.err
+        out = json.loads(r.out)
         assert proxy.failed > 0
+    assert "Cloud Storage did not answer uploading big.csv (503 InvalidResponse); retrying" in r.err  # said, not silent
     assert out["uploaded_bytes"] > big.stat().st_size
     data = [o for o in gcs.list("ftcli-test") if o.endswith("/big.csv")]
     assert gcs.read("ftcli-test", data[0]) == big.read_bytes()

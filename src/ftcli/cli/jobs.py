@@ -135,7 +135,7 @@ def cancel(
     gateway = jobs.vertex_for(name, notify=note)
     j = gateway.get(name)
     jobs.check_cancellable(j, shown)
-    if not yes and not json_out and sys.stdin.isatty():
+    if not yes and sys.stdin.isatty():
         if not typer.confirm(f"cancel job {shown}, {j.display_name} ({j.state})?", default=False, err=True):
             err().print("not cancelled")
             raise typer.Exit(1)

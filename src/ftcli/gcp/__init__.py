@@ -161,6 +161,8 @@ def retry_notice(service: str, what: str, notify: Notify | None) -> Callable[[Ex
 
     def on_error(e: Exception) -> None:
         code = getattr(e, "code", None)
+        if not isinstance(code, int):  # Cloud Storage's transfer errors carry the HTTP response instead
+            code = getattr(getattr(e, "response", None), "status_code", None)
         why = f"{int(code)} {type(e).__name__}" if isinstance(code, int) else type(e).__name__
         notify(f"{NAMES.get(service, service)} did not answer {what} ({why}); retrying")
 
