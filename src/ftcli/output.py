@@ -9,7 +9,6 @@ elsewhere a wait is a plain line a minute. Rich is imported inside the functions
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -187,7 +186,3 @@ class Waiting:
         if self._status is not None:
             self._status.stop()
             self._status = None
-
-
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()
