@@ -18,11 +18,12 @@ from ftcli.values import Job, JobName
 
 METRICS_FILE = "metrics.json"  # written by the trainer's export next to the model
 METRIC_READERS = 8
-# The headline of a finished job, first found wins: the trainer's own choice when it names one, then what each
-# kind of task reports first (single-label accuracy, multi-label micro-F1, regression correlations, errors).
-HEADLINES = (("eval_accuracy", "acc"), ("eval_micro_f1", "micro-F1"), ("eval_matthews_correlation", "MCC"),
-             ("eval_pearson", "pearson"), ("eval_spearman", "spearman"), ("eval_f1", "F1"),
-             ("eval_macro_f1", "macro-F1"), ("eval_mse", "MSE"), ("eval_loss", "loss"))
+# The headline of a finished job, first found wins: the trainer's own choice when it names one, then the metric
+# each kind of task is judged by (GLUE's: Matthews for CoLA, Pearson for STS-B, F1 for MRPC/QQP), then accuracy,
+# micro-F1 (multi-label), and what every run has. Keys as the trainer's metrics.json writes them.
+HEADLINES = (("eval_matthews_correlation", "MCC"), ("eval_pearson", "pearson"), ("eval_spearmanr", "spearman"),
+             ("eval_f1", "F1"), ("eval_accuracy", "acc"), ("eval_micro_f1", "micro-F1"), ("eval_macro_f1", "macro-F1"),
+             ("eval_mse", "MSE"), ("eval_loss", "loss"))
 
 
 def resolve(ref: str, project: str | None = None, region: str | None = None) -> JobName:
