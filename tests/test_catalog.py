@@ -143,7 +143,9 @@ REJECTED = [
     ("K80x2", None, "unknown GPU 'K80'; choose one of"),
     ("NVIDIA_TESLA_K80", None, "unknown GPU 'NVIDIA_TESLA_K80'"),
     ("x2", None, "unknown GPU 'x2'"),
-    ("2xT4", None, "unknown GPU '2'"),
+    ("2xT4", None, "unknown GPU '2xT4'"),
+    ("RTX4090", None, "unknown GPU 'RTX4090'; choose one of"),  # named whole, not 'RT' (an x inside the name)
+    ("rtx4090x2", None, "unknown GPU 'rtx4090'"),
     ("", None, "--gpu is empty; choose one of"),
     ("nonex2", None, "--gpu none takes no count (got nonex2)"),
     # Machine types from the wrong family.
@@ -304,3 +306,61 @@ def test_reduction_server_image_from_the_nearest_mirror(region, mirror):
 
 def test_reduction_server_machine():
     assert REDUCTION_SERVER_MACHINE == "n1-highcpu-16"
+
+
+# --- names, and what a job may cost ----------------------------------------------------------------------------
+
+def test_short_names_and_labels():
+    from ftcli.catalog import gpu_short_name, machine_label
+
+    assert gpu_short_name("NVIDIA_TESLA_A100") == "A100" and gpu_short_name("NVIDIA_H100_MEGA_80GB") == "H100-MEGA"
+    assert gpu_short_name("NVIDIA_TESLA_K80") == "K80"  # a job made elsewhere, with a GPU ftcli does not offer
+    assert machine_label("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8) == "8 x A100 on a2-highgpu-8g"
+    assert machine_label("n1-standard-8", None, 0) == "n1-standard-8 (CPU)"
+    assert resolve_gpu("L4x2").label == "2 x L4 on g2-standard-24"
+
+
+@pytest.mark.parametrize(("spec", "machine", "note"), [
+    ("B200", None, "--gpu B200 means 8 x B200 (a4-highgpu-8g comes only with 8)"),
+    ("h200", None, "--gpu h200 means 8 x H200 (a3-ultragpu-8g comes only with 8)"),
+    ("A100", "a2-highgpu-4g", "--gpu A100 means 4 x A100 (a2-highgpu-4g carries 4)"),
+    ("B200x8", None, None), ("T4", None, None), ("none", None, None), ("A100x2", None, None),
+])
+def test_an_implied_count_is_said(spec, machine, note):
+    from ftcli.catalog import implied_count
+
+    assert implied_count(spec, resolve_gpu(spec, machine)) == note
+
+
+def test_machines_for_a_gpu_and_count():
+    from ftcli.catalog import machines_for
+
+    assert machines_for(resolve_gpu("T4"))[0] == "n1-standard-8"
+    assert machines_for(resolve_gpu("L4x2")) == ("g2-standard-24",)
+    assert machines_for(resolve_gpu("none")) == ()
+
+
+def test_estimate_without_a_price_table_gives_the_shape_only():
+    from ftcli.catalog import estimate
+
+    e = estimate(resolve_gpu("A100x8"), replicas=2, reduction_server=2, timeout_s=6 * 3600, region="us-central1")
+    assert e.shape == "2 x (8 x A100 on a2-highgpu-8g) + 2 x n1-highcpu-16"
+    assert e.gpu_hours == 96 and e.per_hour is None and e.at_most is None and "no Vertex AI price table" in e.missing
+
+
+def test_estimate_with_a_price_table_adds_machines_and_gpus():
+    from ftcli.catalog import PriceTable, estimate
+
+    # Made-up numbers, for the arithmetic only: ftcli ships no price table until one has a source and a date.
+    table = PriceTable(source="test", read="2026-11-27", region="us-central1",
+                       machines={"n1-standard-8": 0.5, "n1-highcpu-16": 0.25}, gpus={"T4": 0.4})
+    e = estimate(resolve_gpu("T4x2", "n1-standard-8"), replicas=3, reduction_server=2, timeout_s=2 * 3600,
+                 region="us-central1", prices=table)
+    assert e.per_hour == pytest.approx(3 * (0.5 + 2 * 0.4) + 2 * 0.25)
+    assert e.at_most == pytest.approx(2 * e.per_hour) and e.missing is None
+    other = estimate(resolve_gpu("L4"), replicas=1, reduction_server=0, timeout_s=3600, region="us-central1",
+                     prices=table)
+    assert other.per_hour is None and "no price for g2-standard-8, L4" in other.missing
+    elsewhere = estimate(resolve_gpu("T4"), replicas=1, reduction_server=0, timeout_s=3600, region="europe-west4",
+                         prices=table)
+    assert elsewhere.per_hour is None and "for us-central1, not europe-west4" in elsewhere.missing

@@ -10,7 +10,8 @@ import pytest
 
 from ftcli.catalog import Hardware, resolve_gpu
 from ftcli.errors import UsageError
-from ftcli.spec import START_SCRIPT, JobRequest, build_custom_job, to_proto
+from ftcli.gcp.vertex import to_proto
+from ftcli.spec import START_SCRIPT, JobRequest, build_custom_job
 
 PACKAGE = "gs://my-bucket/ftcli/packages/ftcli_trainer-0.1.0+3f2a9c-py3-none-any.whl"
 WHEEL = "/gcs/my-bucket/ftcli/packages/ftcli_trainer-0.1.0+3f2a9c-py3-none-any.whl"

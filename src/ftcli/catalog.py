@@ -49,6 +49,11 @@ class Hardware:
             return f"{self.machine_type} (CPU)"
         return f"{self.accelerator_count} x {self.accelerator_type} on {self.machine_type}"
 
+    @property
+    def label(self) -> str:
+        """E.g. '2 x L4 on g2-standard-24' or 'n1-standard-8 (CPU)': the names users type."""
+        return machine_label(self.machine_type, self.accelerator_type, self.accelerator_count)
+
 
 @dataclass(frozen=True)
 class _Gpu:
@@ -145,6 +150,20 @@ _CPU_DEFAULT = "n1-standard-8"
 _CPU_MACHINE = re.compile(r"(n1|n2|e2|c2)-(standard|highmem|highcpu)-\d+")
 
 
+def gpu_short_name(enum: str) -> str:
+    """The name users type for an AcceleratorType enum name (NVIDIA_TESLA_A100 -> A100); an enum the catalog does
+    not know (a job made elsewhere) loses only its NVIDIA_/TESLA_ prefix."""
+    gpu = _BY_KEY.get(_key(enum))
+    return gpu.name if gpu else enum.removeprefix("NVIDIA_").removeprefix("TESLA_")
+
+
+def machine_label(machine_type: str, accelerator: str | None, count: int) -> str:
+    """'8 x A100 on a2-highgpu-8g', or 'n1-standard-8 (CPU)'."""
+    if not accelerator or not count:
+        return f"{machine_type} (CPU)"
+    return f"{count} x {gpu_short_name(accelerator)} on {machine_type}"
+
+
 def gpu_names() -> list[str]:
     """The GPU names `--gpu` takes (cheapest first), without 'none'; any of them takes xN for N GPUs."""
     return [g.name for g in _GPUS]
@@ -166,15 +185,7 @@ def resolve_gpu(spec: str, machine_type: str | None = None) -> Hardware:
         raise UsageError(f"--gpu is empty; {_choices()}")
     machine = machine_type.strip().lower() if machine_type else None
 
-    key = _key(text)
-    count_text: str | None = None
-    if key not in _BY_KEY and key not in _CPU_NAMES:
-        head, sep, tail = key.rpartition("X")
-        if not sep or not head:
-            raise UsageError(f"unknown GPU {text!r}; {_choices()}")
-        key, count_text = head, tail
-        if key not in _BY_KEY and key not in _CPU_NAMES:
-            raise UsageError(f"unknown GPU {text[:len(head)]!r}; {_choices()}")
+    key, count_text = _split(text)
 
     if key in _CPU_NAMES:
         if count_text is not None:
@@ -189,6 +200,40 @@ def resolve_gpu(spec: str, machine_type: str | None = None) -> Hardware:
     if machine not in valid:
         raise UsageError(_machine_problem(gpu, count, machine))
     return Hardware(machine, gpu.enum, count)
+
+
+_SHORT_COUNT = re.compile(r"[+-]?\d{1,2}(?:\.\d*)?|")  # what a count after an unknown name looks like
+
+
+def _split(text: str) -> tuple[str, str | None]:
+    """(GPU key, count text or None) of a --gpu value; UsageError naming what is unknown. An unknown name is named
+    whole unless what follows its last x looks like a count: 'K80x2' names K80, 'RTX4090' names RTX4090."""
+    key = _key(text)
+    if key in _BY_KEY or key in _CPU_NAMES:
+        return key, None
+    head, sep, tail = key.rpartition("X")
+    if sep and head and (head in _BY_KEY or head in _CPU_NAMES):
+        return head, tail
+    shown = text[:len(head)] if sep and head and _SHORT_COUNT.fullmatch(tail) else text
+    raise UsageError(f"unknown GPU {shown!r}; {_choices()}")
+
+
+def implied_count(spec: str, hw: Hardware) -> str | None:
+    """A note when `--gpu NAME` without xN means more than one GPU (H200 and B200 come only in 8s; an a2/a3/g2
+    --machine-type carries its own count): the bill is for all of them."""
+    if not hw.gpu or hw.accelerator_count == 1 or _split(spec)[1] is not None:
+        return None
+    only = len(_BY_KEY[_key(hw.accelerator_type)].counts) == 1
+    why = f"{hw.machine_type} comes only with {hw.accelerator_count}" if only else f"{hw.machine_type} carries " \
+        f"{hw.accelerator_count}"
+    return f"--gpu {spec.strip()} means {hw.accelerator_count} x {hw.gpu_name} ({why})"
+
+
+def machines_for(hw: Hardware) -> tuple[str, ...]:
+    """The machine types that carry `hw`'s GPUs in that count, ftcli's default first (() for a CPU machine)."""
+    if not hw.gpu:
+        return ()
+    return _BY_KEY[_key(hw.accelerator_type)].machines.get(hw.accelerator_count, ())
 
 
 def _choices() -> str:
@@ -340,3 +385,79 @@ def image_mirror(region: str) -> str:
 
 def reduction_server_image(region: str) -> str:
     return REDUCTION_SERVER_IMAGE.format(mirror=image_mirror(region))
+
+
+# --- what a job may cost -------------------------------------------------------------------------------------
+
+# Vertex AI bills custom training per machine-hour, the machine's vCPUs and memory plus each attached GPU ("Vertex
+# AI pricing", https://cloud.google.com/vertex-ai/pricing, "Custom-trained models"). ftcli has no copy of that
+# table with a source and a date yet: the stored copies of the page hold only its opening (read 2026-11-27, also
+# the ?hl= translations and the Compute Engine GPU pricing pages), and every value mirroring Google here must say
+# where and when it was read. So `estimate` gives the shape of the bill (machines, GPUs, hours at most) and says
+# the prices are missing; a `PriceTable` set here lights up the amounts, with its source and date.
+PRICE_PAGE = "https://cloud.google.com/vertex-ai/pricing"
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """Vertex AI custom-training prices in USD per hour, for one region: a machine type (its vCPUs and memory) and
+    one GPU (by the names `--gpu` takes), on-demand."""
+
+    source: str  # the page the numbers were read from
+    read: str  # when (YYYY-MM-DD)
+    region: str
+    machines: Mapping[str, float]
+    gpus: Mapping[str, float]
+
+
+PRICES: PriceTable | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a job asks for, per hour and at most (its timeout); the amounts when the price table has them."""
+
+    parts: tuple[tuple[int, str, str | None, int], ...]  # (count, machine type, GPU name, GPUs each)
+    timeout_s: int
+    per_hour: float | None = None  # USD
+    missing: str | None = None  # why there is no amount
+    table: PriceTable | None = None
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(n * gpus for n, _, gpu, gpus in self.parts if gpu) * self.timeout_s / 3600
+
+    @property
+    def at_most(self) -> float | None:
+        return None if self.per_hour is None else self.per_hour * self.timeout_s / 3600
+
+    @property
+    def shape(self) -> str:
+        """E.g. '2 x (8 x A100 on a2-highgpu-8g) + 2 x n1-highcpu-16'."""
+        items = []
+        for n, machine, gpu, gpus in self.parts:
+            one = f"{gpus} x {gpu} on {machine}" if gpu else machine
+            items.append(one if n == 1 else f"{n} x ({one})" if gpu else f"{n} x {one}")
+        return " + ".join(items)
+
+
+def estimate(hw: Hardware, *, replicas: int, reduction_server: int, timeout_s: int, region: str,
+             prices: PriceTable | None = None) -> Estimate:
+    """The bill's shape for `replicas` machines of `hw` (and Reduction Server machines) up to `timeout_s`, and its
+    amount per hour and at most when `prices` (default: the catalog's table) covers every part."""
+    parts = [(replicas, hw.machine_type, hw.gpu_name, hw.accelerator_count)]
+    if reduction_server:
+        parts.append((reduction_server, REDUCTION_SERVER_MACHINE, None, 0))
+    table = prices if prices is not None else PRICES
+    if table is None:
+        return Estimate(tuple(parts), timeout_s, missing="ftcli has no Vertex AI price table yet")
+    if table.region != region:
+        return Estimate(tuple(parts), timeout_s, missing=f"ftcli's price table is for {table.region}, not {region}",
+                        table=table)
+    unknown = [m for _, m, _, _ in parts if m not in table.machines]
+    unknown += [g for _, _, g, _ in parts if g and g not in table.gpus]
+    if unknown:
+        return Estimate(tuple(parts), timeout_s, missing=f"no price for {', '.join(dict.fromkeys(unknown))} in "
+                        "ftcli's price table", table=table)
+    per_hour = sum(n * (table.machines[m] + (table.gpus[g] * k if g else 0.0)) for n, m, g, k in parts)
+    return Estimate(tuple(parts), timeout_s, per_hour=per_hour, table=table)

@@ -25,3 +25,25 @@ class JobFailed(FtcliError):
     """The job (or the local run) ended without success."""
 
     exit_code = 3
+
+
+class Rejected(FtcliError):
+    """A Google service refused the request as invalid (INVALID_ARGUMENT / 400); `detail` is its own words, for
+    the core to turn into a hint (e.g. the machine type that fits a GPU)."""
+
+    def __init__(self, message: str, detail: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.detail = detail
+
+
+class Conflict(FtcliError):
+    """The resource is not in a state that allows the call (FAILED_PRECONDITION), e.g. cancelling a finished job."""
+
+
+class LogsUnavailable(FtcliError):
+    """The job's logs cannot be read now. `reason`: "denied" (no permission or credentials), "unreachable"
+    (network, endpoint), "quota" (RESOURCE_EXHAUSTED), "unsupported" (no live tail here), "error" (other)."""
+
+    def __init__(self, reason: str, message: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.reason = reason

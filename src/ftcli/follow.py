@@ -1,24 +1,34 @@
-"""Follow a Vertex job's logs until it ends: nothing lost, nothing repeated, then exit with its status.
+"""Follow a Vertex job's logs until it ends: nothing lost, nothing repeated, then say how it ended.
+
+Core code, shared by `ftcli logs` and `ftcli train`: it talks to a JobService gateway (`get(JobName) -> Job`) and
+a Cloud Logging gateway (`list(filter)` and `tail(filter, stop)` of `LogEntry` values, errors as
+`LogsUnavailable`), and reports through an `Events` object the command renders. No Google type reaches here, so
+the tests drive it with a fake gateway in milliseconds.
 
 A tail stream (Cloud Logging TailLogEntries) feeds a queue from a background thread; when tailing is not
 available, overlapping ListLogEntries polls do. The main thread de-duplicates by insertId, holds entries
 for a moment so lines from several replicas come out in timestamp order, re-reads the job's state every
-few seconds, and once the job has ended drains what is still arriving before it returns.
+few seconds, and once the job has ended drains what is still arriving before it returns. While the job waits
+for machines, or before its first line, it reports the wait (`Events.waiting`) so the command can show it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import queue
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-FINAL_STATES = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED"}
+from ftcli.errors import LogsUnavailable, UsageError
+from ftcli.values import FINAL_STATES, WAITING_STATES, Job, JobName, LogEntry
+
+SEVERITIES = ("DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL")
+# `ftcli logs` exits with the job's status: 0 SUCCEEDED, 3 FAILED (and EXPIRED, PARTIALLY_SUCCEEDED), 4 CANCELLED.
+EXIT_FOR_STATE = {"SUCCEEDED": 0, "FAILED": 3, "CANCELLED": 4, "EXPIRED": 3, "PARTIALLY_SUCCEEDED": 3}
 LEVEL_RE = re.compile(r"^\s*(?:\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?[:\s])|^(Traceback|error:)",
                       re.IGNORECASE)
 OVERLAP = dt.timedelta(seconds=30)  # re-read this much before the newest line after a reconnect or poll
@@ -69,23 +79,9 @@ def display_severity(entry_severity: str, text: str) -> str:
     return "INFO"
 
 
-def to_line(entry) -> Line:
-    from google.cloud.logging_v2.types import LogEntry
-
-    pb = LogEntry.pb(entry)
-    ts = pb.timestamp.ToDatetime(tzinfo=dt.UTC)
-    if pb.HasField("text_payload") or pb.text_payload:
-        text = pb.text_payload
-    elif pb.HasField("json_payload"):
-        fields = pb.json_payload.fields
-        text = fields["message"].string_value if "message" in fields else json.dumps(
-            {k: str(v) for k, v in fields.items()})
-    else:
-        text = ""
-    severity = entry.severity.name if hasattr(entry.severity, "name") else str(entry.severity)
-    replica = pb.resource.labels.get("task_name", "")
-    text = clean_text(text)
-    return Line(ts, replica, display_severity(severity, text), text, pb.insert_id or f"{ts.isoformat()}:{text}")
+def to_line(entry: LogEntry) -> Line:
+    text = clean_text(entry.text)
+    return Line(entry.timestamp, entry.replica, display_severity(entry.severity, text), text, entry.insert_id)
 
 
 @dataclass
@@ -107,7 +103,7 @@ class Source(threading.Thread):
 
     def __init__(self, gateway, base_filter: str, since: dt.datetime | None, out: queue.Queue,
                  poll_interval: float = 2.0, tail: bool = True, quota_interval: float = 5.0,
-                 max_interval: float = 60.0):
+                 max_interval: float = 60.0, reconnect: float = 0.5, reconnect_max: float = 5.0):
         super().__init__(daemon=True)
         self.gateway = gateway
         self.base_filter = base_filter
@@ -116,6 +112,7 @@ class Source(threading.Thread):
         self.poll_interval = poll_interval
         self.quota_interval = quota_interval
         self.max_interval = max_interval
+        self.reconnect, self.reconnect_max = reconnect, reconnect_max
         self.use_tail = tail
         self.stop_event = threading.Event()
         self.newest: dt.datetime | None = None  # the newest receiveTimestamp seen
@@ -134,13 +131,9 @@ class Source(threading.Thread):
             f += f' AND receiveTimestamp>="{rfc3339(self.newest - OVERLAP)}"'
         return f
 
-    def _emit(self, entries) -> None:
-        from google.cloud.logging_v2.types import LogEntry
-
+    def _emit(self, entries: Iterable[LogEntry]) -> None:
         for entry in entries:
-            pb = LogEntry.pb(entry)
-            received = pb.receive_timestamp if pb.HasField("receive_timestamp") else pb.timestamp
-            received_at = received.ToDatetime(tzinfo=dt.UTC)
+            received_at = entry.received or entry.timestamp
             if self.newest is None or received_at > self.newest:
                 self.newest = received_at
             self.out.put(to_line(entry))
@@ -161,17 +154,15 @@ class Source(threading.Thread):
                 pass
 
     def run(self) -> None:
-        from ftcli.gcp.cloud_logging import LogsUnavailable
-
-        backoff = 0.5
+        backoff = self.reconnect
         while not self.stop_event.is_set() and not self.denied:
             if self.use_tail:
                 try:
                     self._stream = self.gateway.tail(self._filter(), self.stop_event)
                     caught_up = self.reconnects == 0
-                    for response in self._stream:
-                        self._emit(response.entries)
-                        backoff = 0.5
+                    for entries in self._stream:
+                        self._emit(entries)
+                        backoff = self.reconnect
                         if not caught_up:
                             # A tail only sends what is written after it opens: once this one is live, list
                             # what was written while the last one was down (duplicates are dropped later).
@@ -196,15 +187,13 @@ class Source(threading.Thread):
                     return
                 self.reconnects += 1
                 self.stop_event.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, self.reconnect_max)
             else:
                 self.poll_once()
                 self.stop_event.wait(self.poll_interval)
 
     def poll_once(self) -> None:
         """One overlapping list; a failure is reported once and slows the polls down, never raised."""
-        from ftcli.gcp.cloud_logging import LogsUnavailable
-
         if self.denied:
             return
         try:
@@ -222,31 +211,66 @@ class Source(threading.Thread):
                 self._tell(e, "; retrying, and following the job's state meanwhile")
 
 
+class Events:
+    """What following reports; the command renders it (the defaults ignore everything)."""
+
+    def start(self, job: Job) -> None:
+        """The job as found when following starts (its replicas, say)."""
+
+    def line(self, line: Line) -> None:
+        """A log line, in order, once."""
+
+    def state(self, state: str, error: str | None) -> None:
+        """The job's state changed (RUNNING, SUCCEEDED, ...), with the job's error when it has one."""
+
+    def notice(self, notice: Notice) -> None:
+        """The logs cannot be read now (said once per reason); the job's state is still followed."""
+
+    def waiting(self, state: str, elapsed_s: float) -> None:
+        """Called every read slice while the job waits for machines (QUEUED, PENDING) or has not logged a line
+        yet; `elapsed_s` is the time in that state (since the job was created, or started)."""
+
+    def done_waiting(self) -> None:
+        """The first line arrived, or the job ended: the wait is over."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Every wait of the follower, in seconds. `scaled` shortens them all (the CLI tests run at 0.1)."""
+
+    state_interval: float = 3.0  # re-read the job's state
+    reorder_delay: float = 1.0  # hold a line this long so replicas come out in timestamp order
+    drain_quiet: float = 3.0  # after the job ended: stop once the logs were quiet this long
+    poll_interval: float = 2.0  # between list polls when tailing is not available
+    quota_interval: float = 5.0  # the slowest-start poll after RESOURCE_EXHAUSTED
+    max_interval: float = 60.0  # polls never further apart than this
+    read_slice: float = 0.2  # read this long at most before printing what is due
+    reconnect: float = 0.5  # the first pause before re-opening a cut tail; it doubles up to reconnect_max
+    reconnect_max: float = 5.0
+
+    def scaled(self, factor: float) -> Timing:
+        return Timing(**{k: v * factor for k, v in self.__dict__.items() if k != "read_slice"},
+                      read_slice=self.read_slice)
+
+
 @dataclass
 class Follower:
-    """Prints a job's log lines and state changes; returns the final state (or None with follow=False)."""
+    """Reports a job's log lines and state changes; `run` returns the final state."""
 
-    logs: object  # LoggingGateway
-    get_job: Callable[[], object]  # returns the CustomJob
+    logs: object  # a logging gateway: list(filter) -> Iterable[LogEntry], tail(filter, stop) -> stream
+    get_job: Callable[[], Job]
     job_id: str
-    emit: Callable[[Line], None]
-    on_state: Callable[[str, str | None], None]
-    on_notice: Callable[[Notice], None] = lambda notice: None
+    events: Events
     replica: str | None = None
     severity: str | None = None
     since: dt.datetime | None = None
-    state_interval: float = 3.0
-    reorder_delay: float = 1.0
-    drain_quiet: float = 3.0
-    poll_interval: float = 2.0
-    quota_interval: float = 5.0
-    max_interval: float = 60.0
-    read_slice: float = 0.2
+    timing: Timing = field(default_factory=Timing)
     tail: bool = True
     last_lines: dict[str, deque] = field(default_factory=dict)
 
     def __post_init__(self):
         self._seen: set[str] = set()
+        self.job: Job | None = None  # the last one read
 
     def _accept(self, line: Line) -> bool:
         if line.insert_id in self._seen:
@@ -260,59 +284,129 @@ class Follower:
         base = job_filter(self.job_id, self.replica, self.severity, self.since)
         lines = sorted(line for line in map(to_line, self.logs.list(base)) if self._accept(line))
         for line in lines:
-            self.emit(line)
+            self.events.line(line)
+
+    def _waited(self, state: str, t0: float) -> float:
+        """Seconds the job has been in its waiting phase (its create or start time when known)."""
+        job = self.job
+        since = (job.created if state in WAITING_STATES else job.started or job.created) if job else None
+        if since is None:
+            return time.monotonic() - t0
+        return max(0.0, (dt.datetime.now(dt.UTC) - since).total_seconds())
 
     def run(self) -> str:
+        t = self.timing
         base = job_filter(self.job_id, self.replica, self.severity)
         q: queue.Queue = queue.Queue()
-        source = Source(self.logs, base, self.since, q, poll_interval=self.poll_interval, tail=self.tail,
-                        quota_interval=self.quota_interval, max_interval=self.max_interval)
+        source = Source(self.logs, base, self.since, q, poll_interval=t.poll_interval, tail=self.tail,
+                        quota_interval=t.quota_interval, max_interval=t.max_interval, reconnect=t.reconnect,
+                        reconnect_max=t.reconnect_max)
         source.start()
         pending: list[tuple[float, Line]] = []
         state = None
         next_state_check = 0.0
         ended_at = None
-        last_arrival = time.monotonic()
+        started = last_arrival = time.monotonic()
         final_listed = False
+        shown_any = waiting = False
         try:
             while True:
                 now = time.monotonic()
                 if now >= next_state_check:
-                    job = self.get_job()
-                    new_state = job.state.name.removeprefix("JOB_STATE_")
-                    if new_state != state:
-                        self.on_state(new_state, job.error.message or None)
-                        state = new_state
+                    self.job = self.get_job()
+                    if self.job.state != state:
+                        state = self.job.state
+                        self.events.state(state, self.job.error)
                     if state in FINAL_STATES and ended_at is None:
                         ended_at = now
-                    next_state_check = now + self.state_interval
+                    next_state_check = now + t.state_interval
+                if ended_at is None and (state in WAITING_STATES or not shown_any):
+                    waiting = True
+                    self.events.waiting(state, self._waited(state, started))
+                elif waiting:
+                    waiting = False
+                    self.events.done_waiting()
                 # Read for one slice at most, then print what is due: a steady stream must not keep the
                 # lines off the screen until it pauses.
-                until = time.monotonic() + self.read_slice
+                until = time.monotonic() + t.read_slice
                 try:
                     while (left := until - time.monotonic()) > 0:
                         item = q.get(timeout=left)
                         if isinstance(item, Notice):
-                            self.on_notice(item)
+                            self.events.notice(item)
                         elif self._accept(item):
                             pending.append((time.monotonic(), item))
                             last_arrival = time.monotonic()
                 except queue.Empty:
                     pass
                 now = time.monotonic()
-                flush_all = ended_at is not None and now - last_arrival >= self.drain_quiet
-                ready = [p for p in pending if flush_all or now - p[0] >= self.reorder_delay]
+                flush_all = ended_at is not None and now - last_arrival >= t.drain_quiet
+                ready = [p for p in pending if flush_all or now - p[0] >= t.reorder_delay]
                 if ready:
-                    pending = [p for p in pending if not (flush_all or now - p[0] >= self.reorder_delay)]
+                    pending = [p for p in pending if not (flush_all or now - p[0] >= t.reorder_delay)]
+                    if waiting:
+                        waiting = False
+                        self.events.done_waiting()
+                    shown_any = True
                     for _, line in sorted(ready, key=lambda p: p[1]):
-                        self.emit(line)
-                if ended_at is not None and now - last_arrival >= self.drain_quiet and not pending:
+                        self.events.line(line)
+                if ended_at is not None and now - last_arrival >= t.drain_quiet and not pending:
                     if not final_listed:
                         # One last overlapping read catches lines the stream had not delivered yet.
                         source.poll_once()
                         final_listed = True
-                        last_arrival = time.monotonic() - self.drain_quiet + 0.5
+                        # ... and what it found gets a sixth of the quiet time (0.5 s by default) to come in.
+                        last_arrival = time.monotonic() - t.drain_quiet + t.drain_quiet / 6
                         continue
                     return state
         finally:
             source.stop()
+            if waiting:
+                self.events.done_waiting()
+
+
+@dataclass
+class Outcome:
+    """How following ended. `state` is None after a snapshot (--no-follow). For a job that did not succeed,
+    `failing_replica` and `last_lines` are the replica that logged an error (else the first that logged) and its
+    last lines, and `job` is the job as last read (with its error)."""
+
+    state: str | None
+    job: Job
+    failing_replica: str | None = None
+    last_lines: list[Line] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.state is None else EXIT_FOR_STATE.get(self.state, 3)
+
+
+def follow_job(name: JobName, *, vertex, logs, events: Events, follow: bool = True, replica: str | None = None,
+               severity: str | None = None, since: dt.datetime | None = None, timing: Timing | None = None,
+               label: str | None = None) -> Outcome:
+    """Follow job `name` until it ends (or, with follow=False, report what is logged now). `label` is how the user
+    refers to the job (its short id), for error messages."""
+    label = label or name.id
+    if severity and severity.upper() not in SEVERITIES:
+        raise UsageError(f"--severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
+    job = vertex.get(name)
+    replicas = job.replica_names
+    if replica and replica not in replicas:
+        raise UsageError(f"--replica {replica} matches no replica of job {label}",
+                         hint=f"its replicas: {', '.join(replicas) or 'none listed'}")
+    events.start(job)
+    follower = Follower(logs=logs, get_job=lambda: vertex.get(name), job_id=name.id, events=events, replica=replica,
+                        severity=severity, since=since, timing=timing or Timing())
+    if not follow:
+        follower.snapshot()
+        return Outcome(None, job)
+    state = follower.run()
+    if state == "SUCCEEDED":
+        return Outcome(state, follower.job or job)
+    job = vertex.get(name)
+    failing = [r for r in follower.last_lines if r] or list(follower.last_lines)
+    if state != "FAILED" or not failing:
+        return Outcome(state, job)
+    errors = [r for r in failing if any(x.severity == "ERROR" for x in follower.last_lines[r])]
+    rep = (errors or failing)[0]
+    return Outcome(state, job, rep, list(follower.last_lines[rep])[-10:])

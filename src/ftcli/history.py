@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 from ftcli.errors import FtcliError, UsageError
+from ftcli.values import JobName
 
-FULL_NAME_RE = re.compile(r"^projects/[^/]+/locations/[^/]+/customJobs/\d+$")
 DB_NAME = "history.sqlite3"
 OLD_JSONL = "history.jsonl"
 COLUMNS = ("n", "name", "display_name")
@@ -175,22 +174,40 @@ def record(name: str, display_name: str, **extra) -> int:
         ) from None
 
 
-def short_id(name: str) -> int | None:
-    for e in reversed(entries()):
-        if e.get("name") == name:
-            return e.get("n")
-    return None
+def _key(name: str | JobName) -> tuple[str, str] | None:
+    """Region and numeric id: the same job whether its name carries the project id or the project number (Vertex
+    answers with the number)."""
+    try:
+        parsed = name if isinstance(name, JobName) else JobName.parse(name)
+    except ValueError:
+        return None
+    return parsed.region, parsed.id
+
+
+def short_ids() -> dict[tuple[str, str], int]:
+    """(region, job id) -> short id, for every recorded job (the newest record wins)."""
+    out = {}
+    for e in entries():
+        key = _key(e.get("name", ""))
+        if key is not None:
+            out[key] = e.get("n")
+    return out
+
+
+def short_id(name: str | JobName) -> int | None:
+    key = _key(name)
+    return short_ids().get(key) if key is not None else None
 
 
 def job_id(name: str) -> str:
     """The numeric id: the last segment of projects/P/locations/R/customJobs/ID."""
-    return name.rsplit("/", 1)[-1]
+    return JobName.parse(name).id
 
 
 def resolve(ref: str, project: str | None = None, region: str | None = None) -> str:
     """A short id (3), `last`, a numeric job id or a full resource name -> the full resource name."""
     ref = ref.strip()
-    if FULL_NAME_RE.match(ref):
+    if JobName.is_full(ref):
         return ref
     if ref == "last":
         hist = entries()

@@ -1,17 +1,23 @@
-"""Download a job's exported model into a local folder without ever deleting or escaping it.
+"""Models as core code: download a job's exported model, find the model `ftcli predict` means, classify texts.
 
-The model is read into a staging folder next to the destination first (nothing half-written is ever at the
-destination). A new or empty destination then receives it whole; a non-empty one only with `force`, and then
-only the model's own files are put in place: every other file stays, and the completion marker goes last.
+Downloading never deletes or escapes the destination. The model is read into a staging folder next to the
+destination first (nothing half-written is ever at the destination). A new or empty destination then receives it
+whole; a non-empty one only with `force`, and then only the model's own files are put in place: every other file
+stays, and the completion marker goes last. Bytes are reported through a `progress(done, total)` callback.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ftcli.errors import FtcliError, UsageError
+from ftcli.gcp import Notify
+from ftcli.values import Job, JobName
 from ftcli_trainer.storage import (
     COMPLETE_MARKER,
     UnsafeObjectName,
@@ -23,16 +29,15 @@ from ftcli_trainer.storage import (
 MODELS_DIR = "ftcli-models"
 
 
-def model_uri_of(job) -> str:
-    base = job.job_spec.base_output_directory.output_uri_prefix
-    if not base:
+def model_uri_of(job: Job) -> str:
+    if not job.model_dir:
         raise FtcliError(f"{job.display_name} has no base output directory: it was not started by ftcli train")
-    return base.rstrip("/") + "/model/"
+    return job.model_dir
 
 
-def default_destination(job_name: str) -> Path:
+def default_destination(name: JobName) -> Path:
     # Named by the numeric job id: the display name is chosen by whoever created the job, and may be a path.
-    return Path(MODELS_DIR) / job_name.rsplit("/", 1)[-1]
+    return Path(MODELS_DIR) / name.id
 
 
 def check_destination(dest: Path, force: bool) -> None:
@@ -99,31 +104,104 @@ def place(staging: Path, dest: Path, rels: list[PurePosixPath]) -> None:
         os.replace(staging.joinpath(*rel.parts), target)
 
 
-def download_model(ref: str, dest: Path | None, project: str | None, region: str | None, *,
-                   force: bool = False) -> Path:
-    """Copy a job's exported model to `dest` (default ./ftcli-models/JOB_ID); return the folder."""
-    from ftcli.cli.jobs import resolve_job
-    from ftcli.gcp.storage import get_storage
+@dataclass
+class Downloaded:
+    path: Path
+    job: Job
+    files: int
+    bytes: int
 
-    gateway, name = resolve_job(ref, project, region)
-    job = gateway.get(name)
+
+def download_model(name: JobName, dest: Path | None, *, force: bool = False, shown: str | None = None,
+                   notify: Notify | None = None, progress: Callable[[int, int | None], None] | None = None
+                   ) -> Downloaded:
+    """Copy a job's exported model to `dest` (default ./ftcli-models/JOB_ID). `shown` is how the user referred to
+    the job (for the hint)."""
+    from ftcli.gcp.storage import get_storage
+    from ftcli.gcp.vertex import get_vertex
+
+    job = get_vertex(name.project, name.region, notify).get(name)
     uri = model_uri_of(job)
-    storage = get_storage(name.split("/")[1])
+    storage = get_storage(name.project, notify)
     files = _model_files(uri, storage.list_objects(uri))
-    state = job.state.name.removeprefix("JOB_STATE_")
     if not any(rel == PurePosixPath(COMPLETE_MARKER) for _, rel, _ in files):
-        raise FtcliError(f"{uri} holds no complete model (no {COMPLETE_MARKER} marker); the job is {state}",
-                         hint=f"ftcli logs {ref} to see how it is going")
+        raise FtcliError(f"{uri} holds no complete model (no {COMPLETE_MARKER} marker); the job is {job.state}",
+                         hint=f"ftcli logs {shown or name.id} to see how it is going")
     dest = dest or default_destination(name)
     check_destination(dest, force)
     where = Path(os.path.abspath(dest))
     staging = staging_dir(where.parent, where.name or "download")
     try:
         bucket, _ = split_gcs(uri)
-        storage.download_objects(bucket, [(n, staging.joinpath(*rel.parts)) for n, rel, _ in files],
-                                 total=sum(size for _, _, size in files))
+        sent = storage.download_objects(bucket, [(n, staging.joinpath(*rel.parts)) for n, rel, _ in files],
+                                        total=sum(size for _, _, size in files), progress=progress)
         place(staging, where, [rel for _, rel, _ in files])
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return dest
+    return Downloaded(dest, job, len(files), sent)
+
+
+# --- predict ---------------------------------------------------------------------------------------------------
+
+def cached_model(name: JobName) -> Path:
+    """Where `ftcli predict JOB` keeps a job's model: the user cache, by numeric job id."""
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("ftcli")) / "models" / name.id
+
+
+def model_folder(model: str, project: str | None, region: str | None, *, notify: Notify | None = None,
+                 progress: Callable[[int, int | None], None] | None = None) -> Path:
+    """A model folder, or a job reference whose model is downloaded to the user cache once."""
+    from ftcli import jobs
+
+    path = Path(model)
+    if not path.is_dir():
+        name = jobs.resolve(model, project, region)
+        path = cached_model(name)
+        if not (path / COMPLETE_MARKER).exists():
+            # ftcli's own cache folder: a copy left without its marker is completed in place
+            path = download_model(name, path, force=True, shown=model, notify=notify, progress=progress).path
+    if not (path / "config.json").exists():
+        raise UsageError(f"{path} is not a model folder (no config.json)")
+    return path
+
+
+def predict(path: Path, texts: list[str], threshold: float | None = None) -> list[dict]:
+    """Classify `texts` with the model in `path`: {"text", "label", "score"} each, or for a multi-label model
+    {"text", "labels": [{"label", "score"}, ...]} with the labels at or above the threshold (the model's own
+    unless given), or for a regression model (STS-B) {"text", "score"}: the predicted value."""
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+        raise FtcliError("ftcli predict needs torch and transformers", hint="pip install 'ftcli[train]'")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
+    from transformers import pipeline
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        clf = pipeline("text-classification", model=str(path), top_k=None)
+    except Exception as e:  # noqa: BLE001 - a damaged folder fails in many ways deep inside transformers
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise FtcliError(f"cannot load the model in {path}: {detail}",
+                         hint="download it again into a new folder (ftcli download JOB DIR), or give another "
+                              "model folder") from None
+    config = clf.model.config
+    multi = config.problem_type == "multi_label_classification"
+    regression = config.problem_type == "regression"
+    cut = threshold if threshold is not None else getattr(config, "ftcli_threshold", 0.5)
+    # A regression head's one output is the prediction: a softmax over one output would always read 1.0.
+    fn = "none" if regression else ("sigmoid" if multi else "softmax")
+    results = clf(texts, function_to_apply=fn, truncation=True)
+    out = []
+    for text, scores in zip(texts, results, strict=True):
+        scores = sorted(scores, key=lambda s: -s["score"])
+        if regression:
+            out.append({"text": text, "score": round(scores[0]["score"], 4)})
+        elif multi:
+            labels = [{"label": s["label"], "score": round(s["score"], 4)} for s in scores if s["score"] >= cut]
+            out.append({"text": text, "labels": labels})
+        else:
+            out.append({"text": text, "label": scores[0]["label"], "score": round(scores[0]["score"], 4)})
+    return out

@@ -1,8 +1,19 @@
-"""The one place that writes to the terminal: results to stdout, status and errors to stderr."""
+"""The one place that writes to the terminal: results to stdout, status and errors to stderr.
+
+`show_list` and `show_one` render a result as a table (or key/value block), or with `--json` as JSON: one object
+per line for a list (JSON Lines), one object for one thing. Progress reaches the screen through the callbacks
+made here (`transfer`: a bar; `Waiting`: a spinner with the state and elapsed time), and only on a terminal;
+elsewhere a wait is a plain line a minute. Rich is imported inside the functions (`ftcli --help` stays light).
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 
 @cache
@@ -19,15 +30,159 @@ def err():
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def error(message: str, hint: str | None = None, problems: list[str] | None = None) -> None:
-    from rich.markup import escape
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
 
+    return rich_escape(text)
+
+
+def error(message: str, hint: str | None = None, problems: list[str] | None = None) -> None:
     console = err()
-    if problems:
-        console.print(f"[bold red]error:[/] {escape(message)}")
-        for p in problems:
-            console.print(f"  - {escape(p)}")
-    else:
-        console.print(f"[bold red]error:[/] {escape(message)}")
+    console.print(f"[bold red]error:[/] {escape(message)}")
+    for p in problems or []:
+        console.print(f"  - {escape(p)}")
     if hint:
         console.print(f"[dim]hint:[/] {escape(hint)}")
+
+
+def warn(message: str, hint: str | None = None) -> None:
+    extra = f" [dim]hint: {escape(hint)}[/]" if hint else ""
+    err().print(f"[yellow]warning:[/] {escape(message)}{extra}")
+
+
+def note(message: str) -> None:
+    """A status line on stderr (a retry, a choice ftcli made): never mixed into results."""
+    err().print(f"[dim]{escape(message)}[/]")
+
+
+def emit_json(obj: Any) -> None:
+    """One JSON value on one line of stdout, flushed (a reader may be waiting for it)."""
+    print(json.dumps(obj, default=str), flush=True)
+
+
+# --- results -----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header and the cell text drawn from a result row (the row is what --json prints)."""
+
+    header: str
+    cell: Callable[[dict], str]
+    justify: str = "left"
+    min_width: int | None = None
+    max_width: int | None = None
+    shrink: bool = True  # may be cut with an ellipsis when the table is wider than the terminal
+
+
+def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool, empty: str = "nothing to show"
+              ) -> None:
+    """Rows as a table that fits the terminal (80 columns when not one), or as JSON Lines."""
+    if json_out:
+        for row in rows:
+            emit_json(row)
+        return
+    if not rows:
+        err().print(escape(empty))
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold")
+    cells = [[c.cell(row) for c in columns] for row in rows]
+    for i, c in enumerate(columns):
+        # A column that must not shrink (an id the user types) is given its full width; the others share the rest.
+        least = c.min_width if c.shrink else max(len(c.header), *(len(r[i]) for r in cells))
+        table.add_column(c.header, justify=c.justify, no_wrap=True, overflow="ellipsis", min_width=least,
+                         max_width=c.max_width)
+    for row in cells:
+        table.add_row(*map(escape, row))
+    out().print(table, soft_wrap=False)
+
+
+def show_one(obj: dict, fields: Sequence[tuple[str, Callable[[dict], str | None]]], *, json_out: bool,
+             title: str | None = None) -> None:
+    """One result as a title and `label  value` lines (empty values left out), or as one JSON object."""
+    if json_out:
+        emit_json(obj)
+        return
+    o = out()
+    if title:
+        o.print(title)
+    width = max((len(label) for label, _ in fields), default=0)
+    for label, value in fields:
+        text = value(obj)
+        if text:
+            o.print(f"  {label:<{width}}  {escape(text)}")
+
+
+# --- times -------------------------------------------------------------------------------------------------------
+
+def span(seconds: float | None) -> str:
+    """A duration the way people say it: 45s, 12m, 1h05m, 3d04h ('-' for None)."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def age(seconds: float | None) -> str:
+    """How long ago, coarse: 45s, 12m, 5h, 3d."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+# --- progress ----------------------------------------------------------------------------------------------------
+
+@contextmanager
+def transfer(description: str) -> Iterator[Callable[[int, int | None], None] | None]:
+    """A `progress(done, total)` callback that draws a byte bar on stderr, or None when stderr is no terminal."""
+    console = err()
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(escape(description), total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+class Waiting:
+    """Shows a wait: on a terminal a spinner with what is awaited and the time so far; elsewhere a plain line each
+    full minute (a log file or CI keeps a trace, without a line per second)."""
+
+    def __init__(self, console=None, every_s: float = 60.0):
+        self.console = console or err()
+        self.every_s = every_s
+        self._status = None
+        self._minutes_said = 0
+
+    def update(self, what: str, elapsed_s: float) -> None:
+        text = f"{what} · {span(elapsed_s)}"
+        if self.console.is_terminal:
+            if self._status is None:
+                self._status = self.console.status(escape(text))
+                self._status.start()
+            else:
+                self._status.update(escape(text))
+            return
+        minutes = int(elapsed_s // self.every_s)
+        if minutes > self._minutes_said:
+            self._minutes_said = minutes
+            self.console.print(escape(text))
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None

@@ -1,4 +1,5 @@
-"""Settings: flags > FTCLI_* environment > config file > gcloud's own defaults; every problem at once.
+"""Settings: flags > FTCLI_* environment > config file > gcloud's own defaults; every problem at once, each naming
+where its value came from (`effective` keeps the source of each value; `ftcli config list` shows them).
 
 The config file is TOML at `<user config dir>/ftcli/config.toml` (FTCLI_CONFIG overrides the path);
 `ftcli config set/get/list/unset` edits it.
@@ -57,30 +58,103 @@ def save_config_file(values: dict[str, str]) -> Path:
     return path
 
 
-def gcloud_defaults() -> dict[str, str]:
-    """Project and region from gcloud's active configuration, read from its files (running `gcloud` costs
+def _gcloud_values() -> dict[str, tuple[str, str]]:
+    """Project and region from gcloud's active configuration, with where each was read (running `gcloud` costs
     a second or more, and it may not be installed)."""
     root = Path(os.environ.get("CLOUDSDK_CONFIG") or Path.home() / ".config" / "gcloud")
     try:
         active = (root / "active_config").read_text().strip() or "default"
     except OSError:
         active = "default"
+    path = root / "configurations" / f"config_{active}"
     parser = configparser.ConfigParser()
     try:
-        parser.read(root / "configurations" / f"config_{active}")
+        parser.read(path)
     except configparser.Error:
         return {}
     out = {}
     if parser.has_option("core", "project"):
-        out["project"] = parser.get("core", "project")
+        out["project"] = (parser.get("core", "project"), f"gcloud configuration {active} (core/project)")
     for section in ("ai", "compute"):
         if parser.has_option(section, "region"):
-            out["region"] = parser.get(section, "region")
+            out["region"] = (parser.get(section, "region"), f"gcloud configuration {active} ({section}/region)")
             break
     for var in ("CLOUDSDK_CORE_PROJECT", "GOOGLE_CLOUD_PROJECT"):
         if os.environ.get(var):
-            out.setdefault("project", os.environ[var])
+            out.setdefault("project", (os.environ[var], var))
     return out
+
+
+def gcloud_defaults() -> dict[str, str]:
+    return {k: v for k, (v, _) in _gcloud_values().items()}
+
+
+@dataclass(frozen=True)
+class Value:
+    """One setting's effective value and where it came from: source is flag, env, file, gcloud or default (None
+    when unset); origin names it (--project, FTCLI_PROJECT, the config file, gcloud's configuration)."""
+
+    key: str
+    value: str | None
+    source: str | None = None
+    origin: str | None = None
+
+    @property
+    def where(self) -> str:
+        """How to name this value in a message: the flag, the variable, the file or gcloud's property."""
+        if self.source == "file":
+            return f"{self.key.replace('_', '-')} in {self.origin}"
+        if self.source == "gcloud":
+            return f"{self.key} from {self.origin}"
+        return self.origin or f"--{self.key.replace('_', '-')}"
+
+
+def effective(*, project: str | None = None, region: str | None = None, bucket: str | None = None,
+              service_account: str | None = None) -> dict[str, Value]:
+    """Each setting from the first layer that has it: flags > FTCLI_* environment > config file > gcloud > default.
+    Nothing is checked here (see `resolve`)."""
+    flags = {"project": project, "region": region, "bucket": bucket, "service_account": service_account}
+    config = load_config_file()
+    gcloud = _gcloud_values()
+    out = {}
+    for key in KEYS:
+        flag = f"--{key.replace('_', '-')}"
+        var = f"FTCLI_{key.upper()}"
+        from_gcloud, gcloud_origin = gcloud.get(key, (None, None))
+        candidates = [
+            (flags[key], "flag", flag),
+            (os.environ.get(var), "env", var),
+            (config.get(key), "file", str(config_path())),
+            (from_gcloud, "gcloud", gcloud_origin),
+            (DEFAULT_REGION if key == "region" else None, "default", "ftcli's default"),
+        ]
+        value, source, origin = next(((v, s, o) for v, s, o in candidates if v), (None, None, None))
+        out[key] = Value(key, value, source, origin)
+    return out
+
+
+def problems_of(values: dict[str, Value], need_bucket: bool = True) -> list[str]:
+    """What is wrong with the effective settings, each naming where the value came from."""
+    problems = []
+    project, region, bucket, sa = (values[k] for k in KEYS)
+    if not project.value:
+        problems.append("no Google Cloud project: pass --project ID, set FTCLI_PROJECT, or run "
+                        "`ftcli config set project ID`")
+    elif not PROJECT_RE.match(project.value):
+        problems.append(f"{project.where}: {project.value!r} is not a valid project id (6-30 lowercase letters, "
+                        "digits, '-')")
+    if (p := check_region(region.value or "", region.where)) is not None:
+        problems.append(p)
+    if not bucket.value:
+        if need_bucket:
+            problems.append("no staging bucket: pass --bucket gs://BUCKET[/PREFIX], set FTCLI_BUCKET, or run "
+                            "`ftcli config set bucket gs://BUCKET`")
+    elif (p := check_bucket(bucket.value, bucket.where)) is not None:
+        problems.append(p)
+    if sa.value and not SA_RE.match(sa.value):
+        problems.append(f"{sa.where} must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), "
+                        f"got {sa.value!r}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -102,57 +176,35 @@ class Settings:
         return "/".join([self.bucket, "ftcli", *parts])
 
 
-def check_bucket(value: str) -> str | None:
+def check_bucket(value: str, where: str = "--bucket") -> str | None:
     if not value.startswith("gs://"):
-        return f"--bucket must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}"
+        return f"{where} must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}"
     name, _ = split_gcs(value)
     if not BUCKET_NAME_RE.match(name) or ".." in name:
-        return f"{name!r} is not a valid bucket name (3-222 lowercase letters, digits, '-', '_', '.')"
+        return f"{where}: {name!r} is not a valid bucket name (3-222 lowercase letters, digits, '-', '_', '.')"
     return None
 
 
-def check_region(value: str) -> str | None:
+def check_region(value: str, where: str = "--region") -> str | None:
     from ftcli.regions import VERTEX_REGIONS
 
     if value in VERTEX_REGIONS:
         return None
     close = difflib.get_close_matches(value, sorted(VERTEX_REGIONS), n=1)
     hint = f"did you mean {close[0]}?" if close else "e.g. us-central1, europe-west4, asia-southeast1"
-    return f"unknown Vertex AI region {value!r}; {hint}"
+    return f"{where}: unknown Vertex AI region {value!r}; {hint}"
 
 
 def resolve(*, project: str | None = None, region: str | None = None, bucket: str | None = None,
             service_account: str | None = None, need_bucket: bool = True) -> Settings:
-    """Resolve and check every setting; raise one UsageError that lists every problem."""
-    flags = {"project": project, "region": region, "bucket": bucket, "service_account": service_account}
-    env = {k: os.environ.get(f"FTCLI_{k.upper()}") for k in KEYS}
-    layers = [flags, env, load_config_file(), gcloud_defaults(), {"region": DEFAULT_REGION}]
-    value: dict[str, str | None] = {}
-    for key in KEYS:
-        value[key] = next((layer[key] for layer in layers if layer.get(key)), None)
-
-    problems = []
-    if not value["project"]:
-        problems.append("no Google Cloud project: pass --project ID, set FTCLI_PROJECT, or run "
-                        "`ftcli config set project ID`")
-    elif not PROJECT_RE.match(value["project"]):
-        problems.append(f"{value['project']!r} is not a valid project id (6-30 lowercase letters, digits, '-')")
-    if (p := check_region(value["region"] or "")) is not None:
-        problems.append(p)
-    if not value["bucket"]:
-        if need_bucket:
-            problems.append("no staging bucket: pass --bucket gs://BUCKET[/PREFIX], set FTCLI_BUCKET, or run "
-                            "`ftcli config set bucket gs://BUCKET`")
-    elif (p := check_bucket(value["bucket"])) is not None:
-        problems.append(p)
-    sa = value["service_account"]
-    if sa and not SA_RE.match(sa):
-        problems.append(f"--service-account must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), "
-                        f"got {sa!r}")
+    """Resolve and check every setting; raise one UsageError that lists every problem, each naming the flag,
+    variable, file or gcloud property its value came from."""
+    values = effective(project=project, region=region, bucket=bucket, service_account=service_account)
+    problems = problems_of(values, need_bucket)
     if problems:
         raise_problems(problems, "settings")
-    return Settings(project=value["project"], region=value["region"],
-                    bucket=(value["bucket"] or "").rstrip("/"), service_account=sa)
+    return Settings(project=values["project"].value, region=values["region"].value,
+                    bucket=(values["bucket"].value or "").rstrip("/"), service_account=values["service_account"].value)
 
 
 def raise_problems(problems: list[str], what: str) -> None:

@@ -1,13 +1,12 @@
 """The pure CustomJob builder: a `JobRequest` in, the CustomJob's REST JSON (as a dict) out.
 
 The dict is what `gcloud ai custom-jobs describe --format=json` and the REST API show (camelCase keys,
-int64 as strings, empty fields left out), so `--dry-run` prints exactly what is sent; `to_proto` turns
-it into the GAPIC message the gateway sends.
+int64 as strings, empty fields left out), so `--dry-run` prints exactly what is sent; the Vertex gateway
+(`ftcli.gcp.vertex.to_proto`) turns it into the GAPIC message it sends.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,8 @@ from ftcli.errors import UsageError
 DEFAULT_TIMEOUT_S = 24 * 3600
 SUBMISSION_LABEL = "ftcli_submission"  # one id per `ftcli train`: finds a job whose create response was lost
 CREATED_BY_LABEL = "created_by"
+# What every ftcli job says about itself (`ftcli jobs list` shows them): label values, see submit.label_value.
+TASK_LABEL, MODEL_LABEL, GPU_LABEL = "ftcli_task", "ftcli_model", "ftcli_gpu"
 # Label keys with underscores: the ListCustomJobs filter documents `labels.key=value`, and hyphenated keys in a
 # filter are not documented ("ListCustomJobsRequest.filter", aiplatform_v1 job_service.py).
 
@@ -131,14 +132,6 @@ def build_custom_job(req: JobRequest) -> dict[str, Any]:
     if req.labels:
         job["labels"] = dict(req.labels)
     return job
-
-
-def to_proto(job: dict[str, Any]) -> Any:
-    """The `aiplatform_v1.CustomJob` message for `job`. Unknown field names raise, so a dict that converts
-    has only real CustomJob fields."""
-    from google.cloud import aiplatform_v1
-
-    return aiplatform_v1.CustomJob.from_json(json.dumps(job))
 
 
 def _worker_pool(req: JobRequest, replicas: int) -> dict[str, Any]:

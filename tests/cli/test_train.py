@@ -60,7 +60,7 @@ def test_submit_uploads_once_and_creates_exactly_the_built_job(capsys, cloud_env
     assert first["short_id"] == 1 and first["uploaded_bytes"] > 0
     (method, request), = [(m, r) for m, r in vertex.requests if m == "CreateCustomJob"]
     assert request.parent == "projects/test-project/locations/us-central1"
-    from ftcli.spec import to_proto
+    from ftcli.gcp.vertex import to_proto
 
     sent = type(request.custom_job).to_dict(request.custom_job)
     want = type(request.custom_job).to_dict(to_proto(expected))
@@ -113,8 +113,11 @@ def test_gcs_503s_during_upload_still_give_equal_bytes(capsys, cloud_env, tmp_pa
     assert big.stat().st_size > 8 * 1024 * 1024  # resumable, chunked upload
     with FaultyProxy(gcs.url, fail_when=lambda m, t, n: m in ("PUT", "POST") and n % 3 == 0) as proxy:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-        out = submitted(capsys, "--task", "csv", "--train-file", str(big), "--gpu", "T4")
+        r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(big), "--gpu", "T4")
+        assert r.code == 0, r.err
+        out = json.loads(r.out)
         assert proxy.failed > 0
+    assert "Cloud Storage did not answer uploading big.csv (503 InvalidResponse); retrying" in r.err  # said, not silent
     assert out["uploaded_bytes"] > big.stat().st_size
     data = [o for o in gcs.list("ftcli-test") if o.endswith("/big.csv")]
     assert gcs.read("ftcli-test", data[0]) == big.read_bytes()
@@ -173,15 +176,16 @@ def test_jobs_list_describe_cancel(capsys, cloud_env):
     job = submitted(capsys, "--task", "imdb", "--gpu", "A100x8", "--display-name", "big-one")
     r = run_cli(capsys, "jobs", "list", "--json")
     rows = [json.loads(line) for line in r.out.splitlines()]
-    assert [(x["short_id"], x["displayName"]) for x in rows] == [(1, "big-one")]
+    assert [(x["short_id"], x["display_name"], x["gpu"], x["task"]) for x in rows] == [(1, "big-one", "A100x8", "imdb")]
     assert any(m == "ListCustomJobs" and 'labels.created_by="ftcli"' in req.filter for m, req in vertex.requests)
     r = run_cli(capsys, "jobs", "describe", "last")
-    assert r.code == 0 and "big-one" in r.out and "PENDING" in r.out and "a2-highgpu-8g" in r.out
+    assert r.code == 0 and "big-one" in r.out and "PENDING" in r.out and "8 x A100 on a2-highgpu-8g" in r.out
     r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
     assert r.code == 0
     assert any(m == "CancelCustomJob" and req.name == job["name"] for m, req in vertex.requests)
     r = run_cli(capsys, "jobs", "describe", job["id"], "--json")
-    assert json.loads(r.out)["state"] == "JOB_STATE_CANCELLED"
+    described = json.loads(r.out)
+    assert described["state"] == "CANCELLED" and described["resource"]["state"] == "JOB_STATE_CANCELLED"
     r = run_cli(capsys, "jobs", "describe", "99")
     assert r.code == 2 and "no job #99" in r.err
 
@@ -373,3 +377,43 @@ def test_the_key_never_travels_in_the_job(capsys, cloud_env, secret_manager):
     args = list(container.args)
     assert args[args.index("--wandb-secret") + 1] == "projects/test-project/secrets/wandb-key"
     assert [m for m, _ in secret_manager.requests] == ["GetSecret"]  # looked at, never read, by the launcher
+
+
+# --- before you pay: what the job asks for; hints that name the fix ------------------------------------------------
+
+def test_the_cost_shape_is_said_before_anything_and_b200_means_8(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "B200", "--spot", "--project", "my-project",
+                "--bucket", "gs://my-bucket", "--dry-run", "--timeout", "6h", "--replicas", "2")
+    assert r.code == 0, r.err
+    assert "note: --gpu B200 means 8 x B200 (a4-highgpu-8g comes only with 8)" in r.err
+    assert "cost: 2 x (8 x B200 on a4-highgpu-8g) per hour, for at most 6h (--timeout), up to 96 GPU-hours" in r.err
+    # No price is made up: ftcli has no Vertex AI price table with a source and a date yet.
+    assert "price table missing" in r.err and "https://cloud.google.com/vertex-ai/pricing" in r.err
+    assert "$" not in r.err
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "B200x8", "--spot", "--project", "my-project",
+                "--bucket", "gs://my-bucket", "--dry-run")
+    assert "means 8 x B200" not in r.err  # said only when the count was not given
+
+
+def test_quota_failure_detail_names_the_metric_end_to_end(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    metric = "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus"
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.RESOURCE_EXHAUSTED, message="Quota exceeded for the project.",
+                     quota_failure=[{"subject": "project:123456789012", "description": "Quota exceeded",
+                                     "quota_metric": metric}])
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--gpu", "T4")
+    assert r.code == 1, r.err
+    assert f"quota exceeded ({metric})" in r.err and "project:123456789012" not in r.err
+    assert f"request more of {metric} in us-central1" in r.err and "quotas?project=test-project" in r.err
+    assert "Traceback" not in r.err and not vertex.jobs
+
+
+def test_a_rejected_machine_gpu_pair_suggests_the_machine_that_fits(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.INVALID_ARGUMENT,
+                     message='Machine type "n1-highmem-2" is not supported with accelerator type NVIDIA_TESLA_T4.')
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--gpu", "T4", "--machine-type", "n1-highmem-2")
+    assert r.code == 1, r.err
+    assert "Vertex AI rejected the request: Machine type \"n1-highmem-2\" is not supported" in r.err
+    assert "try --machine-type n1-standard-8" in r.err and "Traceback" not in r.err

@@ -22,19 +22,29 @@ class Fault:
     message: str
     lose_response: bool
     error_info: dict | None = None  # google.rpc.ErrorInfo fields sent as rich status details (reason, metadata)
+    quota_failure: list[dict] | None = None  # google.rpc.QuotaFailure violations (subject, description, quota_metric)
 
     def abort(self, context: grpc.ServicerContext) -> None:
-        if not self.error_info:
+        if not self.error_info and not self.quota_failure:
             context.abort(self.code, self.message)
-        # As Google's services send it: a google.rpc.Status with an ErrorInfo in the trailing metadata, which
-        # google-api-core reads into the exception's .reason and .metadata.
+        # As Google's services send it: a google.rpc.Status with the details in the trailing metadata, which
+        # google-api-core reads into the exception's .details (and an ErrorInfo into .reason and .metadata).
         from google.protobuf import any_pb2
         from google.rpc import error_details_pb2, status_pb2
         from grpc_status import rpc_status
 
-        detail = any_pb2.Any()
-        detail.Pack(error_details_pb2.ErrorInfo(**self.error_info))
-        status = status_pb2.Status(code=self.code.value[0], message=self.message, details=[detail])
+        details = []
+        if self.error_info:
+            details.append(error_details_pb2.ErrorInfo(**self.error_info))
+        if self.quota_failure:
+            details.append(error_details_pb2.QuotaFailure(
+                violations=[error_details_pb2.QuotaFailure.Violation(**v) for v in self.quota_failure]))
+        packed = []
+        for message in details:
+            detail = any_pb2.Any()
+            detail.Pack(message)
+            packed.append(detail)
+        status = status_pb2.Status(code=self.code.value[0], message=self.message, details=packed)
         context.abort_with_status(rpc_status.to_status(status))
 
 
@@ -138,17 +148,18 @@ class GrpcEmulator:
 
     def fail_next(self, method: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, times: int = 1,
                   message: str = "injected by emulator", lose_response: bool = False,
-                  error_info: dict | None = None) -> None:
+                  error_info: dict | None = None, quota_failure: list[dict] | None = None) -> None:
         """Make the next ``times`` calls of ``method`` end with ``code``.
 
         With ``lose_response`` the call is carried out first (a job is created, say) and only then aborted, as when
         a response is lost on the way back: the case that idempotent retries must survive. ``error_info`` adds a
-        google.rpc.ErrorInfo detail (e.g. reason SERVICE_DISABLED with metadata {"service": ...}).
+        google.rpc.ErrorInfo detail (e.g. reason SERVICE_DISABLED with metadata {"service": ...}); ``quota_failure``
+        a google.rpc.QuotaFailure with these violations (e.g. [{"subject": "project:123", "quota_metric": ...}]).
         """
         if method not in self.METHODS:
             raise ValueError(f"{type(self).__name__} has no method {method!r}; known: {', '.join(self.METHODS)}")
         with self._lock:
-            self._faults.setdefault(method, []).extend(Fault(code, message, lose_response, error_info)
+            self._faults.setdefault(method, []).extend(Fault(code, message, lose_response, error_info, quota_failure)
                                                        for _ in range(times))
 
     def _record(self, method: str, request: Any, context: grpc.ServicerContext) -> Fault | None:

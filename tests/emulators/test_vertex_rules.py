@@ -34,7 +34,7 @@ def job(*pools, scheduling=None) -> dict:
 
 
 def create(vertex, body: dict, parent: str = PARENT):
-    from ftcli.spec import to_proto
+    from ftcli.gcp.vertex import to_proto
 
     with vertex.client() as client:
         return client.create_custom_job(parent=parent, custom_job=to_proto(body))
@@ -139,7 +139,7 @@ def test_dry_run_refuses_a_gpu_the_region_does_not_train_on(capsys, monkeypatch,
 
 
 def test_status_codes_are_grpc_invalid_argument(vertex):
-    from ftcli.spec import to_proto
+    from ftcli.gcp.vertex import to_proto
 
     channel = grpc.insecure_channel(vertex.address)
     from google.cloud.aiplatform_v1.types import job_service

@@ -15,7 +15,7 @@ app = typer.Typer(
     help="Fine-tune transformer text classifiers on Google Vertex AI, or on this machine.\n\n"
     "Example: ftcli local --epochs 1",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help texts hold literal brackets (gs://BUCKET[/PREFIX], [env FTCLI_PROJECT]): no markup
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -1,4 +1,5 @@
-"""`ftcli config set | get | list | unset`: defaults for --project, --region, --bucket, --service-account."""
+"""`ftcli config set | get | list | unset`: defaults for --project, --region, --bucket, --service-account, and the
+value each one has now with where it comes from (flag, env, file, gcloud, default)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,18 @@ from typing import Annotated
 
 import typer
 
-from ftcli.errors import UsageError
+from ftcli.cli.options import BucketOpt, JsonOpt, ProjectOpt, RegionOpt, ServiceAccountOpt
+from ftcli.errors import FtcliError, UsageError
 
-app = typer.Typer(help="Set defaults for --project, --region, --bucket, --service-account.", no_args_is_help=True)
+app = typer.Typer(help="Set defaults for --project, --region, --bucket, --service-account; see where each value "
+                       "comes from.", no_args_is_help=True)
 
 KeyArg = Annotated[str, typer.Argument(help="project, region, bucket or service-account.")]
+HOW_TO_SET = {"project": "--project ID, FTCLI_PROJECT, `ftcli config set project ID` or `gcloud config set project ID`",
+              "region": "--region, FTCLI_REGION or `ftcli config set region REGION`",
+              "bucket": "--bucket gs://BUCKET[/PREFIX], FTCLI_BUCKET or `ftcli config set bucket gs://BUCKET`",
+              "service_account": "--service-account, FTCLI_SERVICE_ACCOUNT or "
+                                 "`ftcli config set service-account NAME@PROJECT.iam.gserviceaccount.com`"}
 
 
 def _key(key: str) -> str:
@@ -22,6 +30,10 @@ def _key(key: str) -> str:
     return k
 
 
+def _row(v) -> dict:
+    return {"key": v.key.replace("_", "-"), "value": v.value, "source": v.source, "origin": v.origin}
+
+
 @app.command("set")
 def set_(key: KeyArg, value: str) -> None:
     """Save a default. Example: ftcli config set bucket gs://my-bucket/ftcli"""
@@ -29,35 +41,64 @@ def set_(key: KeyArg, value: str) -> None:
     from ftcli.settings import check_bucket, check_region, load_config_file, save_config_file
 
     k = _key(key)
-    problem = check_bucket(value) if k == "bucket" else check_region(value) if k == "region" else None
+    problem = check_bucket(value, key) if k == "bucket" else check_region(value, key) if k == "region" else None
     if problem:
         raise UsageError(problem)
     values = load_config_file()
     values[k] = value.rstrip("/") if k == "bucket" else value
     path = save_config_file(values)
-    out().print(f"{key} = {values[k]}  ({path})")
+    out().print(f"{key} = {values[k]}  ({path})", markup=False)
 
 
 @app.command("get")
-def get(key: KeyArg) -> None:
-    """Print a saved default (exit 1 when unset). Example: ftcli config get project"""
-    from ftcli.settings import load_config_file
+def get(key: KeyArg, json_out: JsonOpt = False) -> None:
+    """Print the value a setting has now (from a variable, the config file, gcloud or the default); exit 1 when it
+    is not set anywhere. The source goes to stderr (--json: in the object).
 
-    value = load_config_file().get(_key(key))
-    if value is None:
-        raise typer.Exit(1)
-    print(value)
+    Example: ftcli config get project
+    """
+    from ftcli.output import emit_json, note
+    from ftcli.settings import effective
+
+    k = _key(key)
+    v = effective()[k]
+    if json_out:
+        emit_json(_row(v))
+        if v.value is None:
+            raise typer.Exit(1)
+        return
+    if v.value is None:
+        raise FtcliError(f"{key} is not set", hint=f"set it with {HOW_TO_SET[k]}")
+    print(v.value)
+    note(f"({v.source}: {v.origin})")
 
 
 @app.command("list")
-def list_() -> None:
-    """Print every saved default and the file they live in."""
-    from ftcli.output import err
-    from ftcli.settings import config_path, load_config_file
+def list_(
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    bucket: BucketOpt = None,
+    service_account: ServiceAccountOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show each setting's value now and where it comes from: a flag, an FTCLI_* variable, the config file,
+    gcloud's configuration, or ftcli's default. Values that would be refused are said after the table.
 
-    for k, v in load_config_file().items():
-        print(f"{k.replace('_', '-')} = {v}")
-    err().print(f"[dim]{config_path()}[/]")
+    Example: ftcli config list --json
+    """
+    from ftcli.output import Column, note, show_list, warn
+    from ftcli.settings import config_path, effective, problems_of
+
+    values = effective(project=project, region=region, bucket=bucket, service_account=service_account)
+    rows = [_row(v) for v in values.values()]
+    columns = (Column("KEY", lambda r: r["key"], shrink=False),
+               Column("VALUE", lambda r: r["value"] or "(not set)", shrink=False),
+               Column("SOURCE", lambda r: f"{r['source']}: {r['origin']}" if r["source"] else "-"))
+    show_list(rows, columns, json_out=json_out)
+    for problem in problems_of(values, need_bucket=False):
+        warn(problem)
+    if not json_out:
+        note(f"config file: {config_path()}")
 
 
 @app.command("unset")

@@ -1,8 +1,8 @@
-"""`ftcli jobs list | describe | cancel`."""
+"""`ftcli jobs list | describe | cancel`: parse, call `ftcli.jobs`, render (a table, or --json)."""
 
 from __future__ import annotations
 
-import json
+import datetime as dt
 import sys
 from typing import Annotated
 
@@ -13,33 +13,28 @@ from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
 app = typer.Typer(help="List, describe and cancel Vertex AI training jobs.", no_args_is_help=True)
 
 
-def resolve_job(ref: str, project: str | None, region: str | None):
-    """(gateway, full job name) for a job reference; the gateway talks to the job's own region."""
-    from ftcli import history
-    from ftcli.gcp.vertex import get_vertex
-    from ftcli.settings import resolve
-
-    name = None
-    if not (ref.isdigit() and len(ref) >= 9):
-        name = history.resolve(ref)
-    if name is None:
-        s = resolve(project=project, region=region, need_bucket=False)
-        name = history.resolve(ref, s.project, s.region)
-    parts = name.split("/")
-    return get_vertex(parts[1], parts[3]), name
+def _since(iso: str | None, now: dt.datetime) -> float | None:
+    return (now - dt.datetime.fromisoformat(iso)).total_seconds() if iso else None
 
 
-def _state(job) -> str:
-    return job.state.name.removeprefix("JOB_STATE_")
+def _metric(row: dict) -> str:
+    m = row.get("metric")
+    return f"{m['name']} {m['value']:.3f}" if m else "-"
 
 
-def _gpu(job) -> str:
-    pools = job.job_spec.worker_pool_specs
-    if not pools:
-        return "-"
-    m = pools[0].machine_spec
-    acc = m.accelerator_type.name if m.accelerator_count else ""
-    return f"{acc.removeprefix('NVIDIA_').removeprefix('TESLA_')}x{m.accelerator_count}" if acc else m.machine_type
+def _columns(now: dt.datetime):
+    from ftcli.output import Column, age, span
+
+    return (
+        Column("JOB", lambda r: str(r["short_id"]) if r["short_id"] else r["id"], shrink=False),
+        Column("STATE", lambda r: r["state"], shrink=False),
+        Column("TASK", lambda r: r["task"] or "-", max_width=12),
+        Column("MODEL", lambda r: r["model"] or "-", max_width=22),
+        Column("GPU", lambda r: r["gpu"] or "cpu", max_width=10),
+        Column("AGE", lambda r: age(_since(r["created"], now)), justify="right"),
+        Column("TIME", lambda r: span(r["duration_s"]), justify="right"),
+        Column("METRIC", _metric, max_width=16),
+    )
 
 
 @app.command("list")
@@ -50,65 +45,73 @@ def list_jobs(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many (newest first).")] = 20,
     json_out: JsonOpt = False,
 ) -> None:
-    """List recent training jobs (newest first).
+    """List recent training jobs (newest first): short id, state, task, model, GPU, age, run time, and the
+    headline metric of finished jobs (from their metrics.json).
+
+    JOB is the short id to use with the other commands (the numeric id for jobs not submitted from here).
+    --json prints one JSON object per job.
 
     Example: ftcli jobs list --limit 5
     """
-    from ftcli import history
-    from ftcli.gcp.vertex import get_vertex, job_to_dict
-    from ftcli.output import out
+    from ftcli import jobs
+    from ftcli.output import note, show_list, warn
     from ftcli.settings import resolve
-    from ftcli.spec import CREATED_BY_LABEL
 
     s = resolve(project=project, region=region, need_bucket=False)
-    mine = f'labels.{CREATED_BY_LABEL}="ftcli"'
-    jobs = get_vertex(s.project, s.region).list(filter="" if all_jobs else mine, limit=limit)
-    if json_out:
-        for job in jobs:
-            print(json.dumps({"short_id": history.short_id(job.name), **job_to_dict(job)}))
-        return
-    if not jobs:
-        out().print(f"no {'' if all_jobs else 'ftcli '}jobs in {s.project}/{s.region}")
-        return
-    from rich.table import Table
+    listing = jobs.list_jobs(s.project, s.region, all_jobs=all_jobs, limit=limit, notify=note)
+    now = dt.datetime.now(dt.UTC)
+    rows = [jobs.record(j, listing.short_ids.get(j.name), listing.metrics.get(j.name), now) for j in listing.jobs]
+    for problem in listing.problems:
+        warn(problem)
+    show_list(rows, _columns(now), json_out=json_out,
+              empty=f"no {'' if all_jobs else 'ftcli '}jobs in {s.project}/{s.region}")
 
-    table = Table(box=None, pad_edge=False)
-    for col in ("#", "ID", "NAME", "STATE", "HARDWARE", "CREATED"):
-        table.add_column(col)
-    for job in jobs:
-        n = history.short_id(job.name)
-        created = job.create_time.strftime("%Y-%m-%d %H:%M") if job.create_time else "-"
-        table.add_row(str(n or ""), job.name.rsplit("/", 1)[-1], job.display_name, _state(job), _gpu(job), created)
-    out().print(table)
+
+def _metrics_line(metrics: dict) -> str:
+    from ftcli.jobs import scalar_metrics
+
+    shown = {k: v for k, v in scalar_metrics(metrics).items() if k.startswith("eval_")}
+    return " · ".join(f"{k.removeprefix('eval_')} {v:.4g}" for k, v in shown.items())
 
 
 @app.command("describe")
 def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, json_out: JsonOpt = False) -> None:
-    """Show a job: state, hardware, times, output folder, error.
+    """Show a job: state, GPU and machine, times, output folder, metrics, error.
+
+    --json prints one JSON object: the fields of `jobs list --json`, every number of its metrics.json, and the
+    job's full resource as Vertex returns it ("resource").
 
     Example: ftcli jobs describe last
     """
-    from ftcli.gcp.vertex import console_url, job_to_dict
-    from ftcli.output import out
+    from ftcli import jobs
+    from ftcli.output import escape, note, show_one, span
 
-    gateway, name = resolve_job(job, project, region)
-    j = gateway.get(name)
-    if json_out:
-        print(json.dumps(job_to_dict(j), indent=2))
-        return
-    o = out()
-    o.print(f"[bold]{j.display_name}[/]  {_state(j)}")
-    o.print(f"  name      {j.name}")
-    o.print(f"  hardware  {_gpu(j)} on {j.job_spec.worker_pool_specs[0].machine_spec.machine_type}"
-            if j.job_spec.worker_pool_specs else "  hardware  -")
-    for label, t in (("created", j.create_time), ("started", j.start_time), ("ended", j.end_time)):
-        if t:
-            o.print(f"  {label:9} {t.isoformat(timespec='seconds')}")
-    if j.job_spec.base_output_directory.output_uri_prefix:
-        o.print(f"  output    {j.job_spec.base_output_directory.output_uri_prefix}")
-    if j.error.message:
-        o.print(f"  [red]error[/]     {j.error.message}")
-    o.print(f"  console   {console_url(j.name)}")
+    name = jobs.resolve(job, project, region)
+    j, metrics = jobs.describe(name, notify=note)
+    row = {**jobs.record(j, jobs.short_id(name), metrics),
+           "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource)}
+
+    def hardware(r: dict) -> str:
+        more = f", {r['machines']} machines" if r["machines"] > 1 else ""
+        return f"{r['hardware']}{more}" if r["hardware"] else ""
+
+    def when(key: str):
+        return lambda r: r[key].replace("T", " ") if r[key] else None
+
+    fields = (
+        ("job", lambda r: f"#{r['short_id']} · {r['name']}" if r["short_id"] else r["name"]),
+        ("hardware", hardware),
+        ("task", lambda r: " · ".join(x for x in (r["task"], r["model"] and f"model {r['model']}") if x)),
+        ("created", when("created")),
+        ("started", when("started")),
+        ("ended", when("ended")),
+        ("run time", lambda r: span(r["duration_s"]) if r["duration_s"] is not None else None),
+        ("output", lambda r: r["output_dir"]),
+        ("metrics", lambda r: _metrics_line(r["metrics"])),
+        ("error", lambda r: r["error"]),
+        ("console", lambda r: r["console_url"]),
+    )
+    show_one(row, fields, json_out=json_out, title=f"[bold]{escape(j.display_name)}[/]  {j.state}")
 
 
 @app.command("cancel")
@@ -117,18 +120,27 @@ def cancel(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     project: ProjectOpt = None,
     region: RegionOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Cancel a job (asks first on a terminal).
+    """Cancel a job (asks first on a terminal). A job that has already ended is one line, exit 1.
 
     Example: ftcli jobs cancel 3 --yes
     """
-    from ftcli.output import err, out
+    from ftcli import jobs
+    from ftcli.output import err, note, out, show_one
 
-    gateway, name = resolve_job(job, project, region)
+    name = jobs.resolve(job, project, region)
+    n = jobs.short_id(name)
+    shown = jobs.label(name, n)
+    gateway = jobs.vertex_for(name, notify=note)
+    j = gateway.get(name)
+    jobs.check_cancellable(j, shown)
     if not yes and sys.stdin.isatty():
-        j = gateway.get(name)
-        if not typer.confirm(f"cancel {j.display_name} ({_state(j)})?", default=False, err=True):
+        if not typer.confirm(f"cancel job {shown}, {j.display_name} ({j.state})?", default=False, err=True):
             err().print("not cancelled")
             raise typer.Exit(1)
-    gateway.cancel(name)
-    out().print(f"cancel requested for {name}")
+    j = jobs.cancel(gateway, j, shown)
+    if json_out:
+        show_one(jobs.record(j, n), (), json_out=True)
+        return
+    out().print(f"cancel requested for job {shown} ({name.id}); it is {j.state}")

@@ -1,17 +1,14 @@
-"""`ftcli download JOB [DIR]` and `ftcli predict MODEL_OR_JOB TEXT...`."""
+"""`ftcli download JOB [DIR]` and `ftcli predict MODEL_OR_JOB TEXT...`: parse, call `ftcli.models`, render."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
-from ftcli.errors import FtcliError, UsageError
-from ftcli_trainer.storage import COMPLETE_MARKER  # written last by the trainer's export
+from ftcli.errors import UsageError
 
 
 def download(
@@ -21,6 +18,7 @@ def download(
     force: Annotated[bool, typer.Option(
         "--force", help="Write the model's files into a non-empty folder: files with the model's names are "
         "replaced, every other file is kept.")] = False,
+    json_out: JsonOpt = False,
     project: ProjectOpt = None,
     region: RegionOpt = None,
 ) -> None:
@@ -31,11 +29,18 @@ def download(
 
     Example: ftcli download last ./my-model
     """
-    from ftcli.models import download_model
-    from ftcli.output import out
+    from ftcli import jobs, models
+    from ftcli.output import escape, note, show_one, transfer
 
-    path = download_model(job, dest, project, region, force=force)
-    out().print(f"model: {path}")
+    name = jobs.resolve(job, project, region)
+    with transfer("downloading the model") as progress:
+        got = models.download_model(name, dest, force=force, shown=job, notify=note, progress=progress)
+    shown = jobs.label(name, jobs.short_id(name))
+    result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes}
+    show_one(result, (("files", lambda r: f"{r['files']} ({r['bytes']:,} bytes) from job {shown}"),),
+             json_out=json_out, title=f"model: {escape(str(got.path))}")
+    if not json_out:
+        note(f'next: ftcli predict {got.path} "text"')
 
 
 def _load_texts(texts: list[str], file: Path | None) -> list[str]:
@@ -62,7 +67,7 @@ def predict(
     region: RegionOpt = None,
 ) -> None:
     """Classify texts with an exported model: label and score per text (multi-label: every label above the
-    threshold).
+    threshold; regression: the predicted score).
 
     Examples:
 
@@ -70,61 +75,25 @@ def predict(
 
       ftcli predict last --file reviews.txt --json
     """
-    import importlib.util
-
-    from ftcli.output import out
+    from ftcli import models
+    from ftcli.output import note, out, show_list, transfer
 
     items = _load_texts(texts or [], file)
-    path = Path(model)
-    if not path.is_dir():
-        from platformdirs import user_cache_dir
-
-        from ftcli.cli.jobs import resolve_job
-
-        _, name = resolve_job(model, project, region)
-        path = Path(user_cache_dir("ftcli")) / "models" / name.rsplit("/", 1)[-1]
-        if not (path / COMPLETE_MARKER).exists():
-            from ftcli.models import download_model
-
-            # ftcli's own cache folder: a copy left without its marker is completed in place
-            path = download_model(model, path, project, region, force=True)
-    if not (path / "config.json").exists():
-        raise UsageError(f"{path} is not a model folder (no config.json)")
-    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
-        raise FtcliError("ftcli predict needs torch and transformers", hint="pip install 'ftcli[train]'")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
-    from transformers import pipeline
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        clf = pipeline("text-classification", model=str(path), top_k=None)
-    except Exception as e:  # noqa: BLE001 - a damaged folder fails in many ways deep inside transformers
-        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        raise FtcliError(f"cannot load the model in {path}: {detail}",
-                         hint="download it again into a new folder (ftcli download JOB DIR), or give another "
-                              "model folder") from None
-    config = clf.model.config
-    multi = config.problem_type == "multi_label_classification"
-    cut = threshold if threshold is not None else getattr(config, "ftcli_threshold", 0.5)
-    results = clf(items, function_to_apply="sigmoid" if multi else "softmax", truncation=True)
+    with transfer("downloading the model") as progress:
+        path = models.model_folder(model, project, region, notify=note, progress=progress)
+    results = models.predict(path, items, threshold)
+    if json_out:
+        show_list(results, (), json_out=True)
+        return
     o = out()
-    for text, scores in zip(items, results, strict=True):
-        scores = sorted(scores, key=lambda s: -s["score"])
-        if multi:
-            labels = [{"label": s["label"], "score": round(s["score"], 4)} for s in scores if s["score"] >= cut]
-            if json_out:
-                print(json.dumps({"text": text, "labels": labels}))
-            else:
-                shown = ", ".join(f"{x['label']} {x['score']:.3f}" for x in labels) or "(none)"
-                o.print(f"{shown}\t{text}", markup=False)
+    for r in results:
+        if "labels" in r:
+            shown = ", ".join(f"{x['label']} {x['score']:.3f}" for x in r["labels"]) or "(none)"
+            o.print(f"{shown}\t{r['text']}", markup=False)
+        elif "label" not in r:  # regression: the predicted value
+            o.print(f"{r['score']:.3f}\t{r['text']}", markup=False)
         else:
-            top = scores[0]
-            if json_out:
-                print(json.dumps({"text": text, "label": top["label"], "score": round(top["score"], 4)}))
-            else:
-                o.print(f"{top['label']}\t{top['score']:.3f}\t{text}", markup=False)
+            o.print(f"{r['label']}\t{r['score']:.3f}\t{r['text']}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

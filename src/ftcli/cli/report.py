@@ -17,27 +17,26 @@ REPORTS_DIR = "ftcli-reports"
 def _download_run(ref: str, project: str | None, region: str | None, into: Path) -> str:
     """Copy what a report reads of a job's run (metrics, eval predictions, configs, metrics.jsonl) into `into`, in
     the run folder's layout; return the job's numeric id. Only ftcli's own file names are fetched."""
-    from ftcli.cli.jobs import resolve_job
+    from ftcli import jobs
     from ftcli.errors import FtcliError
     from ftcli.gcp.storage import get_storage
     from ftcli.models import model_uri_of
     from ftcli.report import RUN_FILES
     from ftcli_trainer.storage import split_gcs
 
-    gateway, name = resolve_job(ref, project, region)
-    job = gateway.get(name)
+    name = jobs.resolve(ref, project, region)
+    job = jobs.vertex_for(name).get(name)
     base = model_uri_of(job).removesuffix("/").removesuffix("model")
     bucket, prefix = split_gcs(base.rstrip("/"))
-    storage = get_storage(name.split("/")[1])
+    storage = get_storage(name.project)
     there = {n for folder in ("model", "logs") for n, _ in storage.list_objects(base + folder)}
     wanted = [(f"{prefix}/{rel}", into / rel) for rel in RUN_FILES if f"{prefix}/{rel}" in there]
     if not any(rel.endswith("metrics.json") or rel.endswith("metrics.jsonl") for rel in
                (n.removeprefix(prefix + "/") for n, _ in wanted)):
-        state = job.state.name.removeprefix("JOB_STATE_")
-        raise FtcliError(f"{base} holds no metrics yet; the job is {state}",
+        raise FtcliError(f"{base} holds no metrics yet; the job is {job.state}",
                          hint=f"a job's logs and metrics are written when it ends: ftcli logs {ref}")
     storage.download_objects(bucket, wanted)
-    return name.rsplit("/", 1)[-1]
+    return name.id
 
 
 def report(

@@ -9,6 +9,7 @@ import typer
 
 from ftcli.cli.options import BucketOpt, ProjectOpt, RegionOpt, ServiceAccountOpt
 from ftcli.trainer_options import with_trainer_options
+from ftcli.values import JobName
 
 HW = "Hardware"
 
@@ -78,15 +79,15 @@ def train(
       ftcli train --task csv --train-file ./train.csv --gpu L4 --smoke   (try the job's start here first)
     """
     from ftcli import submit
-    from ftcli.output import err, out
+    from ftcli.output import emit_json, err, note, out, transfer
 
     sub = submit.plan(trainer=trainer, gpu=gpu, machine_type=machine_type, replicas=replicas,
                       reduction_server=reduction_server, spot=spot, image=image, timeout=timeout,
                       labels=labels or [], display_name=display_name, project=project,
                       region=region, bucket=bucket, service_account=service_account,
                       flex_start=flex_start, max_wait=max_wait, reservation=reservation)
-    for note in sub.notes:
-        err().print(f"note: {note}", markup=False, highlight=False)
+    for line in sub.notes:
+        err().print(f"note: {line}", markup=False, highlight=False)
     if smoke:
         from ftcli import smoke as smoke_run
 
@@ -100,36 +101,34 @@ def train(
         err().print("smoke run passed: the job starts, trains and evaluates; submit without --smoke",
                     markup=False, highlight=False)
         return
+    _say_cost(sub.estimate, timeout, spot=spot or flex_start)
     if dry_run:
         print(json.dumps(sub.job, indent=2))
         uploads = "".join(f"\n  {p} -> {u}" for p, u in sub.uploads)
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {sub.package_uri}{uploads}[/]")
         return
-    from ftcli.gcp.vertex import console_url
-
     try:
-        job, n, sent = submit.submit(sub)
+        job, n, sent = submit.submit(sub, notify=note, uploading=transfer)
     except KeyboardInterrupt:
         raise typer.Exit(_interrupted_submission(sub)) from None
-    job_id = job.name.rsplit("/", 1)[-1]
     if json_out:
-        print(json.dumps({"short_id": n, "name": job.name, "id": job_id, "display_name": job.display_name,
-                          "console_url": console_url(job.name), "base_output_dir": sub.base_output_dir,
-                          "uploaded_bytes": sent}))
+        emit_json({"short_id": n, "name": job.name.full, "id": job.name.id, "display_name": job.display_name,
+                   "console_url": job.name.console_url, "base_output_dir": sub.base_output_dir,
+                   "uploaded_bytes": sent})
         return
     o = out()
     try:
         o.print(f"submitted job [bold]#{n}[/] {job.display_name}")
-        o.print(f"  id       {job_id}  ({job.name})")
-        o.print(f"  console  {console_url(job.name)}")
+        o.print(f"  id       {job.name.id}  ({job.name.full})")
+        o.print(f"  console  {job.name.console_url}")
         o.print(f"  model    {sub.base_output_dir}/model/")
         o.print(f"  uploaded {sent:,} bytes" + ("  (trainer unchanged: already in the bucket)" if sent == 0 else ""))
         o.print(f"next: [bold]ftcli logs {n}[/]   ·   ftcli jobs describe {n}   ·   ftcli jobs cancel {n}")
         if detach:
             return
-        from ftcli.cli.logs import follow_job
+        from ftcli.cli.watch import watch
 
-        code = follow_job(str(n))
+        code = watch(job.name, shown=str(n))
     except KeyboardInterrupt:
         _say_job_keeps_running(job.name, n)
         raise typer.Exit(130) from None
@@ -137,43 +136,46 @@ def train(
         raise typer.Exit(code)
 
 
-def _say_job_keeps_running(name: str, n: int | None) -> None:
+def _say_cost(cost, timeout: str, *, spot: bool) -> None:
+    """What the job may cost, before anything is paid for: the shape always, the amounts when ftcli has prices."""
+    from ftcli.catalog import PRICE_PAGE
+    from ftcli.output import err, escape
+
+    if cost is None:
+        return
+    gpu_hours = f", up to {cost.gpu_hours:,.0f} GPU-hours" if cost.gpu_hours else ""
+    e = err()
+    e.print(f"cost: {escape(cost.shape)} per hour, for at most {escape(timeout)} (--timeout){gpu_hours}")
+    if cost.per_hour is not None:
+        t = cost.table
+        rate = "on-demand rates; Spot and Flex-start cost less" if spot else "on-demand rates"
+        e.print(f"      about ${cost.per_hour:,.2f} an hour, at most ${cost.at_most:,.2f} ({rate}; {t.region} prices "
+                f"from {escape(t.source)}, read {t.read})")
+    else:
+        e.print(f"      price table missing: {escape(cost.missing or '')}; hourly rates: {PRICE_PAGE}")
+
+
+def _say_job_keeps_running(name: JobName, n: int | None) -> None:
     from ftcli.output import err
 
-    ref = str(n) if n else name
-    err().print(f"\ninterrupted; job {f'#{n} ' if n else ''}{name.rsplit('/', 1)[-1]} keeps running ({name}). "
+    ref = str(n) if n else name.full
+    err().print(f"\ninterrupted; job {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
                 f"Follow it: ftcli logs {ref}   cancel it: ftcli jobs cancel {ref}")
 
 
 def _interrupted_submission(sub) -> int:
-    """Ctrl-C while submitting: the create call may have reached Vertex even though its answer did not reach
-    us. Look for this submission's job, so that a running job is never left unnamed; exit 130."""
-    from ftcli import history
+    """Ctrl-C while submitting: say whether a job exists, and name it when it does; exit 130."""
+    from ftcli import submit
     from ftcli.output import err
 
-    job, looked = None, False
-    try:
-        from ftcli.gcp.vertex import get_vertex
-
-        job = get_vertex(sub.settings.project, sub.settings.region).find_by_submission(sub.submission_id)
-        looked = True
-    except (KeyboardInterrupt, Exception):  # noqa: BLE001 - a second Ctrl-C, or no answer: say what we know
-        pass
+    looked, job, n = submit.recover(sub)
     if not looked:
         err().print(f"\ninterrupted; a job may have been created: ftcli jobs list shows it (label "
                     f"ftcli-submission={sub.submission_id})")
-        return 130
-    if job is None:
+    elif job is None:
         err().print("\ninterrupted before the job was created; nothing is running")
-        return 130
-    n = history.short_id(job.name)
-    if n is None:
-        try:
-            n = history.record(job.name, sub.display_name, project=sub.settings.project, region=sub.settings.region,
-                               base_output_dir=sub.base_output_dir)
-        except Exception:  # noqa: BLE001 - the job still gets named below
-            n = None
-    _say_job_keeps_running(job.name, n)
+    else:
+        _say_job_keeps_running(job.name, n)
     return 130
 
 

@@ -1,12 +1,29 @@
-"""One thin gateway per Google Cloud service. google.* is imported inside functions (ftcli --help stays
-light), and Google's exceptions become FtcliErrors here and nowhere else."""
+"""One thin gateway per Google Cloud service (vertex.py, storage.py, cloud_logging.py) and what they share.
+
+The gateways are the only place that imports google.* (inside functions: `ftcli --help` stays light). They take
+and return ftcli's own values (`ftcli.values`), and every Google error that crosses them becomes an FtcliError
+here, with the fix in its hint: `guard` wraps a call, `translate` says what went wrong. Retries a gateway makes
+are reported through `notify` (a callback the command passes in), so a wait is never silent.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from ftcli.errors import FtcliError
+from ftcli.errors import Conflict, FtcliError, Rejected
+
+Notify = Callable[[str], None]
+NAMES = {"vertex": "Vertex AI", "storage": "Cloud Storage", "logging": "Cloud Logging",
+         "secretmanager": "Secret Manager"}
+# The API behind each gateway, for `gcloud services enable` when a project has it switched off.
+APIS = {"vertex": "aiplatform.googleapis.com", "storage": "storage.googleapis.com",
+        "logging": "logging.googleapis.com", "secretmanager": "secretmanager.googleapis.com"}
+ROLES = {"vertex": "roles/aiplatform.user", "storage": "roles/storage.admin on the bucket",
+         "logging": "roles/logging.viewer", "secretmanager": "roles/secretmanager.viewer on the secret"}
+LOGIN = "run `gcloud auth application-default login`"
 
 
 def credentials():
@@ -19,7 +36,7 @@ def credentials():
     except DefaultCredentialsError:
         raise FtcliError(
             "no Google Cloud credentials found",
-            hint="run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a key file",
+            hint=f"{LOGIN}, or set GOOGLE_APPLICATION_CREDENTIALS to a key file",
         ) from None
     return creds
 
@@ -30,24 +47,36 @@ def plaintext_endpoint(var: str) -> str | None:
     return value[len("http://"):] if value.startswith("http://") else None
 
 
-QUOTA_TOKEN = re.compile(r"[\w.-]*(?:_gpus|_cpus|quota)[\w./-]*", re.IGNORECASE)
+def endpoint_origin(var: str) -> str:
+    """' (from VAR)' when the endpoint was set by the environment variable `var`: an error then names it."""
+    return f" (from {var})" if os.environ.get(var) else ""
 
 
-def _quota_metric(e) -> str | None:
-    """The quota that ran out: a QuotaFailure detail's subject, else a quota-looking word of the message
-    (e.g. custom_model_training_nvidia_t4_gpus)."""
+# A quota metric in a message: SERVICE.googleapis.com/METRIC, or a word like custom_model_training_nvidia_t4_gpus
+# (never the plain word "quota" of "exceed quota limits").
+QUOTA_TOKEN = re.compile(r"[\w.-]+\.googleapis\.com/[\w./-]+|[\w.-]*_(?:gpus|cpus)\b|[\w.-]*_quota\w*|quota_[\w.-]+",
+                         re.IGNORECASE)
+
+
+def quota_metric(e) -> str | None:
+    """The quota that ran out, e.g. aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus.
+
+    From a google.rpc.QuotaFailure detail (its violation's quota_metric, else a metric-looking subject or
+    description; the subject is usually "project:ID"), else an ErrorInfo's metadata "quota_metric", else a
+    quota-looking word of the message ("... exceed quota limits: aiplatform.googleapis.com/..._gpus")."""
     for detail in getattr(e, "details", None) or []:
         for violation in getattr(detail, "violations", None) or []:
-            subject = getattr(violation, "subject", "")
-            if subject:
-                return subject
+            if getattr(violation, "quota_metric", ""):
+                return violation.quota_metric
+            for text in (getattr(violation, "subject", ""), getattr(violation, "description", "")):
+                m = QUOTA_TOKEN.search(text or "")
+                if m:
+                    return m.group(0)
+    metric = (getattr(e, "metadata", None) or {}).get("quota_metric")
+    if metric:
+        return metric
     m = QUOTA_TOKEN.search(str(getattr(e, "message", e)))
     return m.group(0) if m else None
-
-
-# The API behind each gateway, for `gcloud services enable` when a project has it switched off.
-APIS = {"vertex": "aiplatform.googleapis.com", "storage": "storage.googleapis.com",
-        "logging": "logging.googleapis.com", "secretmanager": "secretmanager.googleapis.com"}
 
 
 def _disabled_service(e) -> str | None:
@@ -58,14 +87,26 @@ def _disabled_service(e) -> str | None:
     return (getattr(e, "metadata", None) or {}).get("service") or "the API"
 
 
-def translate(e: Exception, *, service: str, project: str | None = None, what: str = "") -> FtcliError:
-    """Turn a google.api_core exception into an FtcliError that names the fix."""
-    from google.api_core import exceptions as gexc
+def first_line(e: BaseException) -> str:
+    text = str(getattr(e, "message", "") or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
-    message = str(getattr(e, "message", "") or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    role = {"vertex": "roles/aiplatform.user", "storage": "roles/storage.admin on the bucket",
-            "logging": "roles/logging.viewer"}.get(service, "the right role")
-    target = what or service
+
+def translate(e: Exception, *, service: str, project: str | None = None, what: str = "", region: str | None = None,
+              endpoint: str | None = None, endpoint_var: str | None = None) -> FtcliError:
+    """Turn a google.api_core or google.auth exception into an FtcliError that names the fix."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as aexc
+
+    message = first_line(e)
+    name = NAMES.get(service, service)
+    target = what or name
+    if isinstance(e, aexc.GoogleAuthError):
+        # An expired or revoked login surfaces on the first call (RefreshError), not when the client is made.
+        if isinstance(e, aexc.TransportError):
+            return FtcliError(f"cannot reach Google's sign-in service to use your credentials: {message}",
+                              hint="check your network and try again")
+        return FtcliError(f"your Google Cloud credentials do not work: {message}", hint=LOGIN)
     disabled = _disabled_service(e)
     if disabled:
         api = disabled if "." in disabled else APIS.get(service, disabled)
@@ -78,22 +119,52 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
                               hint="grant yourself roles/iam.serviceAccountUser on the service account "
                                    "(--service-account)")
         return FtcliError(f"permission denied on {target}: {message}",
-                          hint=f"grant {role} to your account (or the service account) on project {project or '?'}")
+                          hint=f"grant {ROLES.get(service, 'the right role')} to your account (or the service "
+                               f"account) on project {project or '?'}")
     if isinstance(e, gexc.Unauthenticated):
-        return FtcliError(f"not authenticated to {service}: {message}",
-                          hint="run `gcloud auth application-default login`")
+        return FtcliError(f"not authenticated to {name}: {message}", hint=LOGIN)
     if isinstance(e, gexc.ResourceExhausted):
-        metric = _quota_metric(e)
-        where = f"https://console.cloud.google.com/iam-admin/quotas?project={project}" if project else "the Quotas page"
-        return FtcliError(
-            f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
-            hint=f"request more at {where}, or pick another --gpu or --region")
+        metric = quota_metric(e)
+        page = f"https://console.cloud.google.com/iam-admin/quotas?project={project}" if project else "the Quotas page"
+        of = f"{metric}{f' in {region}' if region else ''}" if metric else "it"
+        return FtcliError(f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
+                          hint=f"request more of {of} at {page}, or pick another --gpu or --region")
     if isinstance(e, gexc.NotFound):
         return FtcliError(f"{target} not found: {message}")
-    if isinstance(e, gexc.InvalidArgument):
-        return FtcliError(f"{service} rejected the request: {message}",
-                          hint="run with --dry-run to see the exact spec ftcli sends")
+    if isinstance(e, gexc.FailedPrecondition):
+        return Conflict(f"{name} refused: {message}")
+    if isinstance(e, (gexc.InvalidArgument, gexc.BadRequest)):
+        return Rejected(f"{name} rejected the request: {message}", detail=message,
+                        hint="run with --dry-run to see the exact spec ftcli sends")
     if isinstance(e, (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.RetryError)):
-        return FtcliError(f"{service} did not answer after several retries: {message}",
+        at = f" at {endpoint}{endpoint_origin(endpoint_var) if endpoint_var else ''}" if endpoint else ""
+        return FtcliError(f"{name}{at} did not answer after several retries: {message}",
                           hint="check your network and try again; nothing was left half-done")
-    return FtcliError(f"{service} error: {type(e).__name__}: {message}")
+    return FtcliError(f"{name} error: {type(e).__name__}: {message}")
+
+
+@contextmanager
+def guard(**context) -> Iterator[None]:
+    """Run a gateway call; any Google error that escapes it becomes an FtcliError (`translate(**context)`)."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as aexc
+
+    try:
+        yield
+    except (gexc.GoogleAPIError, aexc.GoogleAuthError) as e:
+        raise translate(e, **context) from None
+
+
+def retry_notice(service: str, what: str, notify: Notify | None) -> Callable[[Exception], None] | None:
+    """An api_core Retry `on_error` that says what is being retried (None when nobody listens)."""
+    if notify is None:
+        return None
+
+    def on_error(e: Exception) -> None:
+        code = getattr(e, "code", None)
+        if not isinstance(code, int):  # Cloud Storage's transfer errors carry the HTTP response instead
+            code = getattr(getattr(e, "response", None), "status_code", None)
+        why = f"{int(code)} {type(e).__name__}" if isinstance(code, int) else type(e).__name__
+        notify(f"{NAMES.get(service, service)} did not answer {what} ({why}); retrying")
+
+    return on_error

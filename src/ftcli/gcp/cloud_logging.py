@@ -1,45 +1,62 @@
 """Cloud Logging gateway: list (paged) and tail (gRPC bidi stream) with the low-level logging_v2 client.
 
-The high-level google.cloud.logging.Client has no tail API; the low-level client has both. Google's errors
-become LogsUnavailable here, with a `reason` the follower acts on (fall back, back off, or say why it stops).
-Cloud Logging's read limits: entries.list 60 requests per minute per project, 10 live-tailing sessions per
-project.
+The high-level google.cloud.logging.Client has no tail API; the low-level client has both. Entries come back as
+ftcli's `LogEntry` values; Google's errors become `LogsUnavailable` here, with a `reason` the follower acts on
+(fall back, back off, or say why it stops). Cloud Logging's read limits: entries.list 60 requests per minute
+per project, 10 live-tailing sessions per project.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import threading
 from collections.abc import Iterator
 
-from ftcli.errors import FtcliError
-from ftcli.gcp import credentials, plaintext_endpoint
+from ftcli.errors import LogsUnavailable
+from ftcli.gcp import credentials, first_line, plaintext_endpoint
+from ftcli.values import LogEntry
 
 ENDPOINT_VAR = "FTCLI_LOGGING_ENDPOINT"
 
 
-class LogsUnavailable(FtcliError):
-    """The job's logs cannot be read now. `reason`: "denied" (no permission or credentials), "unreachable"
-    (network, endpoint), "quota" (RESOURCE_EXHAUSTED), "unsupported" (no live tail here), "error" (other)."""
+def to_entry(entry) -> LogEntry:
+    """ftcli's `LogEntry` from a logging_v2 LogEntry (text payload, or a JSON payload's "message")."""
+    from google.cloud.logging_v2.types import LogEntry as Proto
 
-    def __init__(self, reason: str, message: str, hint: str | None = None):
-        super().__init__(message, hint=hint)
-        self.reason = reason
+    pb = Proto.pb(entry)
+    ts = pb.timestamp.ToDatetime(tzinfo=dt.UTC)
+    if pb.HasField("text_payload") or pb.text_payload:
+        text = pb.text_payload
+    elif pb.HasField("json_payload"):
+        fields = pb.json_payload.fields
+        text = fields["message"].string_value if "message" in fields else json.dumps(
+            {k: str(v) for k, v in fields.items()})
+    else:
+        text = ""
+    severity = entry.severity.name if hasattr(entry.severity, "name") else str(entry.severity)
+    received = pb.receive_timestamp.ToDatetime(tzinfo=dt.UTC) if pb.HasField("receive_timestamp") else ts
+    return LogEntry(ts, pb.resource.labels.get("task_name", ""), severity, text,
+                    pb.insert_id or f"{ts.isoformat()}:{text}", received)
 
 
 class _Stream:
-    """A tail stream whose errors arrive as LogsUnavailable; `cancel()` ends it from another thread."""
+    """A tail stream: yields lists of `LogEntry` (one per response); errors arrive as LogsUnavailable;
+    `cancel()` ends it from another thread."""
 
     def __init__(self, call, gateway: LoggingGateway):
         self._call = call
         self._gateway = gateway
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[LogEntry]]:
         from google.api_core import exceptions as gexc
+        from google.auth import exceptions as aexc
 
         try:
-            yield from self._call
-        except gexc.GoogleAPICallError as e:
+            for response in self._call:
+                yield [to_entry(e) for e in response.entries]
+        except (gexc.GoogleAPIError, aexc.GoogleAuthError) as e:
             raise self._gateway.translate(e, tail=True) from None
 
     def cancel(self) -> None:
@@ -67,44 +84,48 @@ class LoggingGateway:
 
     def translate(self, e: Exception, *, tail: bool = False) -> LogsUnavailable:
         from google.api_core import exceptions as gexc
+        from google.auth import exceptions as aexc
 
-        text = str(getattr(e, "message", "") or e).strip()
-        detail = text.splitlines()[0] if text else type(e).__name__
+        detail = first_line(e)
         if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
             return LogsUnavailable(
                 "denied", f"cannot read the job's logs: permission denied on project {self.project} ({detail})",
                 hint=f"grant roles/logging.viewer on project {self.project} to your account")
-        if isinstance(e, gexc.Unauthenticated):
+        if isinstance(e, (gexc.Unauthenticated, aexc.RefreshError, aexc.DefaultCredentialsError)):
             return LogsUnavailable("denied", f"cannot read the job's logs: not authenticated ({detail})",
                                    hint="run `gcloud auth application-default login`")
         if isinstance(e, gexc.ResourceExhausted):
             limit = "10 live tails per project" if tail else "60 log reads a minute per project"
             return LogsUnavailable("quota", f"Cloud Logging's read quota is used up ({limit}): {detail}",
                                    hint="other `ftcli logs` or consoles are reading this project's logs")
-        if isinstance(e, (gexc.ServiceUnavailable, gexc.DeadlineExceeded)):
-            return LogsUnavailable("unreachable", f"cannot reach Cloud Logging at {self.endpoint} ({detail})",
+        if isinstance(e, (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.RetryError, aexc.TransportError)):
+            origin = f" (from {ENDPOINT_VAR})" if os.environ.get(ENDPOINT_VAR) else ""
+            return LogsUnavailable("unreachable", f"cannot reach Cloud Logging at {self.endpoint}{origin} ({detail})",
                                    hint=f"check the network, or {ENDPOINT_VAR}")
         if tail and isinstance(e, (gexc.MethodNotImplemented, gexc.InvalidArgument)):
             return LogsUnavailable("unsupported", f"live tailing is not available here ({detail})")
         return LogsUnavailable("error", f"Cloud Logging error: {type(e).__name__}: {detail}")
 
-    def list(self, filter: str, *, page_size: int = 1000) -> Iterator:
+    def list(self, filter: str, *, page_size: int = 1000) -> Iterator[LogEntry]:
         """Entries matching `filter`, oldest first, across pages (each page is one entries.list request)."""
         from google.api_core import exceptions as gexc
+        from google.auth import exceptions as aexc
 
         try:
             pager = self.client.list_log_entries(
                 request={"resource_names": [self.resource], "filter": filter, "order_by": "timestamp asc",
                          "page_size": page_size},
                 retry=None, timeout=60)
-            yield from pager
-        except gexc.GoogleAPICallError as e:
+            for entry in pager:
+                yield to_entry(entry)
+        except (gexc.GoogleAPIError, aexc.GoogleAuthError) as e:
             raise self.translate(e) from None
 
     def tail(self, filter: str, stop: threading.Event) -> _Stream:
-        """A live stream of TailLogEntriesResponse. The request stream stays open until `stop` is set
-        (closing it early would half-close the call); call `.cancel()` on the result to end it."""
+        """A live stream of entry batches. The request stream stays open until `stop` is set (closing it early
+        would half-close the call); call `.cancel()` on the result to end it."""
         from google.api_core import exceptions as gexc
+        from google.auth import exceptions as aexc
         from google.cloud.logging_v2.types import TailLogEntriesRequest
 
         def requests():
@@ -113,7 +134,7 @@ class LoggingGateway:
 
         try:
             return _Stream(self.client.tail_log_entries(requests=requests(), retry=None), self)
-        except gexc.GoogleAPICallError as e:
+        except (gexc.GoogleAPIError, aexc.GoogleAuthError) as e:
             raise self.translate(e, tail=True) from None
 
 

@@ -1,24 +1,51 @@
-"""Cloud Storage gateway: check the bucket, upload create-only-if-absent with retries and progress."""
+"""Cloud Storage gateway: check the bucket, upload create-only-if-absent, list, read and download objects.
+
+Transfers report their bytes through a `progress(done, total)` callback the caller passes in (the command draws
+the bar); retries are reported through `notify`. Objects come back as (name, size) pairs.
+"""
 
 from __future__ import annotations
 
 import os
-import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ftcli.errors import FtcliError
-from ftcli.gcp import translate
+from ftcli.gcp import Notify, guard, retry_notice, translate
 from ftcli_trainer.storage import split_gcs as split_uri
 
 TRANSFER_WORKERS = 8
+Progress = Callable[[int, int | None], None]  # (bytes done, bytes in all or None)
+EMULATOR_VAR = "STORAGE_EMULATOR_HOST"
+
+
+class _CountingReader:
+    """A binary file whose reads report the position: what the upload has sent so far (a retried chunk seeks back,
+    and the position follows it)."""
+
+    def __init__(self, f, size: int, progress: Progress):
+        self._f = f
+        self._size = size
+        self._progress = progress
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self._progress(self._f.tell(), self._size)
+        return data
+
+    def __getattr__(self, name):  # seek, tell, name, ... of the real file
+        return getattr(self._f, name)
 
 
 class StorageGateway:
-    def __init__(self, project: str):
+    def __init__(self, project: str, notify: Notify | None = None):
         from google.cloud import storage
 
         self.project = project
-        if os.environ.get("STORAGE_EMULATOR_HOST"):
+        self.notify = notify
+        self.endpoint = os.environ.get(EMULATOR_VAR) or None
+        if self.endpoint:
             from google.auth.credentials import AnonymousCredentials
 
             self.client = storage.Client(project=project, credentials=AnonymousCredentials())
@@ -26,6 +53,19 @@ class StorageGateway:
             from ftcli.gcp import credentials
 
             self.client = storage.Client(project=project, credentials=credentials())
+
+    def _context(self, what: str) -> dict:
+        return dict(service="storage", project=self.project, what=what, endpoint=self.endpoint,
+                    endpoint_var=EMULATOR_VAR)
+
+    def _retry(self, what: str, timeout: float = 120.0):
+        """Cloud Storage's own retry policy (transient HTTP errors and dropped connections), reported."""
+        from google.api_core.retry import Retry
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        # DEFAULT_RETRY's predicate is the library's list of transient errors; only on_error is ours.
+        return Retry(predicate=DEFAULT_RETRY._predicate, initial=1.0, maximum=60.0, multiplier=2.0, timeout=timeout,
+                     on_error=retry_notice("storage", what, self.notify))
 
     def check_bucket(self, bucket: str, region: str | None = None) -> None:
         """Fail before anything is uploaded when the bucket is missing, unreadable, or not in the job's region.
@@ -38,22 +78,22 @@ class StorageGateway:
         from google.api_core import exceptions as gexc
 
         create = f"gcloud storage buckets create gs://NEW_BUCKET --location {region}" if region else ""
-        try:
-            found = self.client.get_bucket(bucket, timeout=30)
-        except gexc.NotFound:
-            location = f" --location {region}" if region else ""
-            raise FtcliError(f"bucket gs://{bucket} does not exist",
-                             hint=f"create it: gcloud storage buckets create gs://{bucket}{location}") from None
-        except (gexc.Forbidden, gexc.PermissionDenied) as e:
-            error = translate(e, service="storage", project=self.project, what=f"gs://{bucket}")
-            if error.hint and "services enable" in error.hint:
-                raise error from None
-            raise FtcliError(
-                f"cannot read bucket gs://{bucket}'s location (storage.buckets.get denied)",
-                hint=f"grant yourself roles/storage.admin on gs://{bucket} (roles/storage.objectAdmin alone cannot "
-                     "read a bucket's location; adding roles/storage.legacyBucketReader to it also works)") from None
-        except gexc.GoogleAPICallError as e:
-            raise translate(e, service="storage", project=self.project, what=f"gs://{bucket}") from None
+        with guard(**self._context(f"gs://{bucket}")):
+            try:
+                found = self.client.get_bucket(bucket, timeout=30, retry=self._retry(f"reading gs://{bucket}"))
+            except gexc.NotFound:
+                location = f" --location {region}" if region else ""
+                raise FtcliError(f"bucket gs://{bucket} does not exist",
+                                 hint=f"create it: gcloud storage buckets create gs://{bucket}{location}") from None
+            except (gexc.Forbidden, gexc.PermissionDenied) as e:
+                error = translate(e, **self._context(f"gs://{bucket}"))
+                if error.hint and "services enable" in error.hint:
+                    raise error from None
+                raise FtcliError(
+                    f"cannot read bucket gs://{bucket}'s location (storage.buckets.get denied)",
+                    hint=f"grant yourself roles/storage.admin on gs://{bucket} (roles/storage.objectAdmin alone "
+                         "cannot read a bucket's location; adding roles/storage.legacyBucketReader to it also "
+                         "works)") from None
         location = (found.location or "").lower()
         if region and location != region.lower():
             # Regions are the only locations with a hyphen (US-CENTRAL1); US, EU, NAM4, ... span several.
@@ -66,15 +106,23 @@ class StorageGateway:
                              f"the job's region, {region}", hint=fix)
 
     def exists(self, uri: str) -> bool:
+        bucket, name = split_uri(uri)
+        with guard(**self._context(uri)):
+            return self.client.bucket(bucket).blob(name).exists(timeout=30, retry=self._retry(f"looking up {uri}"))
+
+    def read_bytes(self, uri: str) -> bytes | None:
+        """The object's bytes, or None when there is no such object."""
         from google.api_core import exceptions as gexc
 
         bucket, name = split_uri(uri)
-        try:
-            return self.client.bucket(bucket).blob(name).exists(timeout=30)
-        except gexc.GoogleAPICallError as e:
-            raise translate(e, service="storage", project=self.project, what=uri) from None
+        with guard(**self._context(uri)):
+            try:
+                return self.client.bucket(bucket).blob(name).download_as_bytes(
+                    timeout=30, retry=self._retry(f"reading {uri}"))
+            except gexc.NotFound:
+                return None
 
-    def upload_if_absent(self, local: Path, uri: str, *, show_progress: bool | None = None) -> int:
+    def upload_if_absent(self, local: Path, uri: str, *, progress: Progress | None = None) -> int:
         """Upload `local` to `uri` unless an object is already there; return the bytes sent (0 if skipped).
 
         Objects are content-addressed by their names, so an existing object is the same bytes. The upload
@@ -82,54 +130,34 @@ class StorageGateway:
         chunks either completes or leaves no object behind.
         """
         from google.api_core import exceptions as gexc
-        from google.cloud.storage.retry import DEFAULT_RETRY
 
         if self.exists(uri):
             return 0
         bucket, name = split_uri(uri)
         size = local.stat().st_size
         blob = self.client.bucket(bucket).blob(name, chunk_size=8 * 1024 * 1024 if size > 8 * 1024 * 1024 else None)
-        show = sys.stderr.isatty() if show_progress is None else show_progress
-        try:
-            with open(local, "rb") as f:
-                if show:
-                    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-                    from ftcli.output import err
-
-                    columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                               TransferSpeedColumn())
-                    with Progress(*columns, console=err(), transient=True) as progress:
-                        with progress.wrap_file(f, total=size, description=f"uploading {local.name}") as wrapped:
-                            blob.upload_from_file(wrapped, size=size, if_generation_match=0,
-                                                  retry=DEFAULT_RETRY.with_timeout(300))
-                else:
-                    blob.upload_from_file(f, size=size, if_generation_match=0, retry=DEFAULT_RETRY.with_timeout(300))
-        except gexc.PreconditionFailed:
-            return 0  # someone uploaded the same content-addressed object meanwhile
-        except gexc.GoogleAPICallError as e:
-            raise translate(e, service="storage", project=self.project, what=uri) from None
+        with guard(**self._context(uri)):
+            try:
+                with open(local, "rb") as f:
+                    stream = _CountingReader(f, size, progress) if progress else f
+                    blob.upload_from_file(stream, size=size, if_generation_match=0,
+                                          retry=self._retry(f"uploading {local.name}", timeout=300))
+            except gexc.PreconditionFailed:
+                return 0  # someone uploaded the same content-addressed object meanwhile
         return size
 
     def list_objects(self, prefix_uri: str) -> list[tuple[str, int]]:
         """(object name, size) of everything under gs://bucket/prefix/."""
-        from google.api_core import exceptions as gexc
-
         bucket, prefix = split_uri(prefix_uri)
         prefix = prefix + "/" if prefix else ""
-        try:
-            return [(b.name, b.size or 0) for b in self.client.list_blobs(bucket, prefix=prefix, timeout=60)]
-        except gexc.GoogleAPICallError as e:
-            raise translate(e, service="storage", project=self.project, what=prefix_uri) from None
+        with guard(**self._context(prefix_uri)):
+            return [(b.name, b.size or 0) for b in self.client.list_blobs(
+                bucket, prefix=prefix, timeout=60, retry=self._retry(f"listing {prefix_uri}"))]
 
     def download_objects(self, bucket_name: str, pairs: list[tuple[str, Path]], *, total: int | None = None,
-                         show_progress: bool | None = None) -> int:
+                         progress: Progress | None = None) -> int:
         """Download objects of `bucket_name` to the given local files, in parallel (transfer_manager's
         threads); return the bytes read. The caller picks the paths: this writes only where it is told."""
-        import time
-        from concurrent.futures import ThreadPoolExecutor
-
-        from google.api_core import exceptions as gexc
         from google.cloud.storage import transfer_manager
 
         bucket = self.client.bucket(bucket_name)
@@ -137,36 +165,33 @@ class StorageGateway:
             target.parent.mkdir(parents=True, exist_ok=True)
         jobs = [(bucket.blob(name), str(target)) for name, target in pairs]
 
-        def fetch() -> None:
-            transfer_manager.download_many(jobs, download_kwargs={"timeout": 300}, raise_exception=True,
-                                           worker_type=transfer_manager.THREAD, max_workers=TRANSFER_WORKERS)
-
         def done_bytes() -> int:
             return sum(t.stat().st_size for _, t in pairs if t.exists())
 
-        show = sys.stderr.isatty() if show_progress is None else show_progress
+        finished = threading.Event()
+
+        def report() -> None:
+            # transfer_manager reports nothing until every file is done: count the bytes on disk meanwhile.
+            while not finished.wait(0.2):
+                progress(done_bytes(), total)
+
+        watcher = threading.Thread(target=report, daemon=True) if progress else None
+        if watcher:
+            watcher.start()
         try:
-            if not show:
-                fetch()
-            else:
-                from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-                from ftcli.output import err
-
-                columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                           TransferSpeedColumn())
-                # transfer_manager reports nothing until every file is done: show the bytes on disk meanwhile.
-                with Progress(*columns, console=err(), transient=True) as progress, ThreadPoolExecutor(1) as pool:
-                    task = progress.add_task(f"downloading {len(pairs)} files", total=total)
-                    future = pool.submit(fetch)
-                    while not future.done():
-                        progress.update(task, completed=done_bytes())
-                        time.sleep(0.2)
-                    future.result()
-        except gexc.GoogleAPICallError as e:
-            raise translate(e, service="storage", project=self.project, what=f"gs://{bucket_name}") from None
-        return done_bytes()
+            with guard(**self._context(f"gs://{bucket_name}")):
+                transfer_manager.download_many(
+                    jobs, download_kwargs={"timeout": 300, "retry": self._retry(f"downloading from gs://{bucket_name}")},
+                    raise_exception=True, worker_type=transfer_manager.THREAD, max_workers=TRANSFER_WORKERS)
+        finally:
+            finished.set()
+            if watcher:
+                watcher.join()
+        done = done_bytes()
+        if progress:
+            progress(done, total)
+        return done
 
 
-def get_storage(project: str) -> StorageGateway:
-    return StorageGateway(project)
+def get_storage(project: str, notify: Notify | None = None) -> StorageGateway:
+    return StorageGateway(project, notify)

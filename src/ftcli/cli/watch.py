@@ -1,0 +1,119 @@
+"""Following a job on the screen, shared by `ftcli logs` and `ftcli train`: the core follower (`ftcli.follow`)
+reports events, `FollowView` renders them (lines to stdout, states and waits to stderr, or JSON Lines)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+from ftcli.errors import UsageError
+from ftcli.follow import Events, Line, Notice, Outcome, Timing
+from ftcli.values import WAITING_STATES, Job, JobName
+
+INTERVAL_VAR = "FTCLI_LOGS_INTERVAL"  # scales every wait of the follower (the tests run it at 0.1)
+COLORS = {"WARNING": "yellow", "ERROR": "red", "CRITICAL": "bold red"}
+
+
+def timing_from_env() -> Timing:
+    raw = os.environ.get(INTERVAL_VAR)
+    if not raw:
+        return Timing()
+    try:
+        factor = float(raw)
+    except ValueError:
+        factor = -1.0
+    if not factor > 0:
+        raise UsageError(f"{INTERVAL_VAR} must be a positive number (a factor on the follower's waits), got {raw!r}",
+                         hint=f"unset {INTERVAL_VAR}")
+    return Timing().scaled(factor)
+
+
+class FollowView(Events):
+    def __init__(self, shown: str, *, json_out: bool, out=None, err=None):
+        from ftcli import output
+
+        self.shown = shown
+        self.multi = False
+        self.json_out = json_out
+        self.out = out or output.out()
+        self.err = err or output.err()
+        self.wait = output.Waiting(self.err)
+
+    def start(self, job: Job) -> None:
+        self.multi = len(job.replica_names) > 1
+
+    def line(self, line: Line) -> None:
+        from ftcli.output import emit_json, escape
+
+        if self.json_out:
+            emit_json({"timestamp": line.timestamp.isoformat(), "replica": line.replica, "severity": line.severity,
+                       "text": line.text, "insert_id": line.insert_id})
+            return
+        t = line.timestamp.astimezone().strftime("%H:%M:%S")
+        who = f" [cyan]{escape(line.replica)}[/]" if self.multi and line.replica else ""
+        sev = f" [{COLORS[line.severity]}]{line.severity}[/]" if line.severity in COLORS else ""
+        self.out.print(f"[dim]{t}[/]{who}{sev} {escape(line.text)}")
+
+    def state(self, state: str, error: str | None) -> None:
+        from ftcli.output import emit_json
+
+        if self.json_out:
+            emit_json({"event": "state", "state": state, "error": error})
+        else:
+            self.err.print(f"[bold]job {self.shown}: {state}[/]")
+
+    def notice(self, notice: Notice) -> None:
+        from ftcli.output import emit_json, warn
+
+        if self.json_out:
+            emit_json({"event": "logs_unavailable", "reason": notice.reason, "message": notice.message,
+                       "hint": notice.hint})
+        warn(notice.message, notice.hint)
+
+    def waiting(self, state: str, elapsed_s: float) -> None:
+        why = "waiting for machines" if state in WAITING_STATES else "waiting for its first log line"
+        self.wait.update(f"job {self.shown}: {state}, {why}", elapsed_s)
+
+    def done_waiting(self) -> None:
+        self.wait.stop()
+
+    def ended(self, outcome: Outcome) -> None:
+        from ftcli.output import escape
+
+        e = self.err
+        if outcome.state == "SUCCEEDED":
+            n = self.shown
+            e.print(f"next: [bold]ftcli download {n}[/]   ·   ftcli predict {n} \"text\"")
+            return
+        error = outcome.job.error
+        e.print(f"[red]job {self.shown} {outcome.state}[/]" + (f": {escape(error)}" if error else ""))
+        if outcome.last_lines:
+            e.print(f"last lines of {outcome.failing_replica or 'the job'}:")
+            for line in outcome.last_lines:
+                e.print(f"  {escape(line.text)}")
+
+
+def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None = None,
+          since: dt.datetime | None = None, severity: str | None = None, json_out: bool = False) -> int:
+    """Follow job `name` on the screen; return the exit status (the job's, or 130 on Ctrl-C)."""
+    from ftcli import follow as core
+    from ftcli.gcp.cloud_logging import get_logging
+    from ftcli.gcp.vertex import get_vertex
+    from ftcli.output import err, note
+
+    timing = timing_from_env()
+    vertex = get_vertex(name.project, name.region, notify=note)
+    view = FollowView(shown, json_out=json_out)
+    try:
+        outcome = core.follow_job(name, vertex=vertex, logs=get_logging(name.project), events=view, follow=follow,
+                                  replica=replica, severity=severity, since=since, timing=timing, label=shown)
+    except KeyboardInterrupt:
+        view.done_waiting()
+        err().print(f"\ndetached; the job keeps running. Re-attach: ftcli logs {shown}   "
+                    f"cancel: ftcli jobs cancel {shown}")
+        return 130
+    finally:
+        view.done_waiting()
+    if outcome.state is not None:
+        view.ended(outcome)
+    return outcome.exit_code

@@ -1,0 +1,195 @@
+"""Jobs as core code: what the user typed -> a `JobName`; listing jobs with their headline metric; one job with
+its metrics; cancelling. Commands render what these return (`record` is the JSON shape of a job, and the rows of
+`ftcli jobs list` are drawn from it); the gateways come from their factories, so tests swap endpoints, not code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ftcli.errors import Conflict, FtcliError
+from ftcli.gcp import Notify
+from ftcli.spec import CREATED_BY_LABEL, MODEL_LABEL, TASK_LABEL
+from ftcli.values import Job, JobName
+
+METRICS_FILE = "metrics.json"  # written by the trainer's export next to the model
+METRIC_READERS = 8
+# The headline of a finished job, first found wins: the trainer's own choice when it names one, then the metric
+# each kind of task is judged by (GLUE's: Matthews for CoLA, Pearson for STS-B, F1 for MRPC/QQP), then accuracy,
+# micro-F1 (multi-label), and what every run has. Keys as the trainer's metrics.json writes them.
+HEADLINES = (("eval_matthews_correlation", "MCC"), ("eval_pearson", "pearson"), ("eval_spearmanr", "spearman"),
+             ("eval_f1", "F1"), ("eval_accuracy", "acc"), ("eval_micro_f1", "micro-F1"), ("eval_macro_f1", "macro-F1"),
+             ("eval_mse", "MSE"), ("eval_loss", "loss"))
+
+
+def resolve(ref: str, project: str | None = None, region: str | None = None) -> JobName:
+    """A short id (3), `last`, a numeric job id or a full resource name -> the job's name. Settings are read only
+    for a numeric id (it needs a project and a region)."""
+    from ftcli import history
+    from ftcli.settings import resolve as resolve_settings
+
+    ref = ref.strip()
+    if not (ref.isdigit() and len(ref) >= 9):
+        return JobName.parse(history.resolve(ref))
+    s = resolve_settings(project=project, region=region, need_bucket=False)
+    return JobName.parse(history.resolve(ref, s.project, s.region))
+
+
+def vertex_for(name: JobName, notify: Notify | None = None):
+    """The JobService gateway of the job's own project and region."""
+    from ftcli.gcp.vertex import get_vertex
+
+    return get_vertex(name.project, name.region, notify)
+
+
+def short_id(name: JobName) -> int | None:
+    """The job's short id in this machine's history, if it was submitted from here."""
+    from ftcli import history
+
+    return history.short_id(name)
+
+
+def label(name: JobName, n: int | None) -> str:
+    """How to refer to a job in messages and next commands: its short id when it has one, else its numeric id."""
+    return str(n) if n else name.id
+
+
+def headline(metrics: Mapping | None) -> tuple[str, float] | None:
+    """(short name, value) of the metric that says how a finished job did, or None."""
+    if not metrics:
+        return None
+    named = metrics.get("primary_metric")
+    if isinstance(named, str) and isinstance(metrics.get(named), int | float):
+        return named.removeprefix("eval_").replace("_", "-"), float(metrics[named])
+    for key, short in HEADLINES:
+        value = metrics.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return short, float(value)
+    return None
+
+
+def scalar_metrics(metrics: Mapping | None) -> dict[str, float]:
+    """The numbers of a metrics.json (no per-label tables or confusion matrices), in its order."""
+    return {k: v for k, v in (metrics or {}).items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def read_metrics(storage, job: Job) -> dict | None:
+    """The job's exported metrics.json, or None (not finished, not from ftcli, or no such file)."""
+    if job.state != "SUCCEEDED" or not job.model_dir:
+        return None
+    data = storage.read_bytes(job.model_dir + METRICS_FILE)
+    if data is None:
+        return None
+    try:
+        metrics = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return metrics if isinstance(metrics, dict) else None
+
+
+@dataclass
+class Listing:
+    """Jobs (newest first) with their short ids and metrics; `problems` says what could not be read (once)."""
+
+    jobs: list[Job]
+    short_ids: dict[JobName, int | None]
+    metrics: dict[JobName, dict | None]
+    problems: list[str] = field(default_factory=list)
+
+
+def list_jobs(project: str, region: str, *, all_jobs: bool = False, limit: int = 20, with_metrics: bool = True,
+              notify: Notify | None = None) -> Listing:
+    """The project's jobs in `region` (only ftcli's unless `all_jobs`), and each finished one's metrics, read in
+    parallel from its output folder. A metrics file that cannot be read leaves a gap and one problem line, never
+    an error: the list is still worth showing."""
+    from ftcli import history
+    from ftcli.gcp.vertex import get_vertex
+
+    mine = f'labels.{CREATED_BY_LABEL}="ftcli"'  # what `ftcli train` puts on every job
+    jobs = get_vertex(project, region, notify).list(filter="" if all_jobs else mine, limit=limit)
+    known = history.short_ids() if jobs else {}
+    listing = Listing(jobs, {j.name: known.get((j.name.region, j.name.id)) for j in jobs}, {})
+    finished = [j for j in jobs if j.state == "SUCCEEDED" and j.model_dir]
+    if with_metrics and finished:
+        from ftcli.gcp.storage import get_storage
+
+        storage = get_storage(project, notify)
+
+        def one(job: Job) -> dict | None:
+            try:
+                return read_metrics(storage, job)
+            except FtcliError as e:
+                if not listing.problems:
+                    listing.problems.append(f"metrics not shown: {e.message}" + (f" ({e.hint})" if e.hint else ""))
+                return None
+
+        with ThreadPoolExecutor(min(METRIC_READERS, len(finished))) as pool:
+            listing.metrics = dict(zip((j.name for j in finished), pool.map(one, finished), strict=True))
+    return listing
+
+
+def describe(name: JobName, notify: Notify | None = None) -> tuple[Job, dict | None]:
+    """The job and, once it succeeded, its metrics."""
+    from ftcli.gcp.storage import get_storage
+
+    job = vertex_for(name, notify).get(name)
+    metrics = read_metrics(get_storage(name.project, notify), job) if job.state == "SUCCEEDED" else None
+    return job, metrics
+
+
+def check_cancellable(job: Job, shown: str) -> None:
+    if job.final:
+        raise FtcliError(f"job {shown} has already ended ({job.state}): there is nothing to cancel")
+
+
+def cancel(gateway, job: Job, shown: str) -> Job:
+    """Ask Vertex to cancel the job; return it as it is then (CANCELLING, usually)."""
+    check_cancellable(job, shown)
+    try:
+        gateway.cancel(job.name)
+    except Conflict:
+        # It ended between our read and the cancel: say so as above, not as Vertex's FAILED_PRECONDITION.
+        check_cancellable(gateway.get(job.name), shown)
+        raise
+    return gateway.get(job.name)
+
+
+def _iso(t: dt.datetime | None) -> str | None:
+    return t.isoformat(timespec="seconds") if t else None
+
+
+def record(job: Job, short_id: int | None = None, metrics: Mapping | None = None,
+           now: dt.datetime | None = None) -> dict:
+    """The JSON shape of a job (`--json` of jobs list, describe, cancel), from which the tables are drawn."""
+    from ftcli.catalog import gpu_short_name, machine_label
+
+    chief = job.pools[0] if job.pools else None
+    gpu = None
+    if chief and chief.accelerator:
+        gpu = f"{gpu_short_name(chief.accelerator)}x{chief.accelerator_count}"
+    head = headline(metrics)
+    return {
+        "short_id": short_id,
+        "id": job.name.id,
+        "name": job.name.full,
+        "display_name": job.display_name,
+        "state": job.state,
+        "task": job.labels.get(TASK_LABEL),
+        "model": job.labels.get(MODEL_LABEL),
+        "gpu": gpu,
+        "machine_type": chief.machine_type if chief else None,
+        "hardware": machine_label(chief.machine_type, chief.accelerator, chief.accelerator_count) if chief else None,
+        "machines": sum(p.replicas for p in job.pools[:2]),  # chief + workers (pool 2 is Reduction Server)
+        "created": _iso(job.created),
+        "started": _iso(job.started),
+        "ended": _iso(job.ended),
+        "duration_s": None if (d := job.duration_s(now)) is None else round(d),
+        "metric": {"name": head[0], "value": head[1]} if head else None,
+        "output_dir": job.output_dir,
+        "error": job.error,
+        "console_url": job.name.console_url,
+    }

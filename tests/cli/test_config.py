@@ -1,0 +1,79 @@
+"""`ftcli config`: the value each setting has now and where it comes from; an unset key says so."""
+
+import json
+
+import pytest
+
+from tests.cli.helpers import run_cli
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    for var in ("FTCLI_PROJECT", "FTCLI_REGION", "FTCLI_BUCKET", "FTCLI_SERVICE_ACCOUNT", "GOOGLE_CLOUD_PROJECT",
+                "CLOUDSDK_CORE_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def rows(out: str) -> dict[str, dict]:
+    return {x["key"]: x for x in map(json.loads, out.splitlines())}
+
+
+def test_list_shows_each_value_and_its_source(capsys, monkeypatch, isolated):
+    gcloud = isolated / "gcloud"
+    (gcloud / "configurations").mkdir(parents=True)
+    (gcloud / "configurations" / "config_default").write_text("[core]\nproject = from-gcloud\n")
+    assert run_cli(capsys, "config", "set", "bucket", "gs://my-bucket/x").code == 0
+    monkeypatch.setenv("FTCLI_REGION", "europe-west4")
+    r = run_cli(capsys, "config", "list", "--json", "--service-account", "sa@p.iam.gserviceaccount.com")
+    assert r.code == 0, r.err
+    got = rows(r.out)
+    assert (got["project"]["value"], got["project"]["source"]) == ("from-gcloud", "gcloud")
+    assert "core/project" in got["project"]["origin"]
+    assert (got["region"]["value"], got["region"]["source"], got["region"]["origin"]) == (
+        "europe-west4", "env", "FTCLI_REGION")
+    assert (got["bucket"]["value"], got["bucket"]["source"]) == ("gs://my-bucket/x", "file")
+    assert got["bucket"]["origin"] == str(isolated / "config.toml")
+    assert (got["service-account"]["source"], got["service-account"]["origin"]) == ("flag", "--service-account")
+
+    monkeypatch.delenv("FTCLI_REGION")
+    r = run_cli(capsys, "config", "list")
+    assert r.code == 0
+    assert "us-central1" in r.out and "default" in r.out and "(not set)" in r.out
+
+
+def test_get_prints_the_value_and_says_when_it_is_unset(capsys, monkeypatch):
+    r = run_cli(capsys, "config", "get", "project")
+    assert r.code == 1
+    assert r.err.startswith("error: project is not set") and "FTCLI_PROJECT" in r.err and "Traceback" not in r.err
+    r = run_cli(capsys, "config", "get", "project", "--json")
+    assert r.code == 1 and json.loads(r.out) == {"key": "project", "value": None, "source": None, "origin": None}
+    r = run_cli(capsys, "config", "get", "region")
+    assert r.code == 0 and r.out == "us-central1\n" and "default" in r.err
+    monkeypatch.setenv("FTCLI_PROJECT", "env-project")
+    r = run_cli(capsys, "config", "get", "project", "--json")
+    assert json.loads(r.out) == {"key": "project", "value": "env-project", "source": "env", "origin": "FTCLI_PROJECT"}
+
+
+def test_list_says_which_value_would_be_refused_and_where_it_came_from(capsys, monkeypatch):
+    monkeypatch.setenv("FTCLI_BUCKET", "my-bucket")
+    r = run_cli(capsys, "config", "list")
+    assert r.code == 0
+    assert "FTCLI_BUCKET must be a gs:// URI (gs://BUCKET[/PREFIX]), got 'my-bucket'" in r.err
+
+
+def test_a_bad_value_in_the_config_file_names_the_file(capsys, isolated):
+    (isolated / "config.toml").write_text('region = "mars-north1"\nproject = "my-project"\n')
+    r = run_cli(capsys, "jobs", "list")
+    assert r.code == 2
+    assert f"region in {isolated / 'config.toml'}: unknown Vertex AI region 'mars-north1'" in r.err
+
+
+def test_a_bad_logs_interval_names_the_variable(capsys, monkeypatch):
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "fast")
+    monkeypatch.setenv("FTCLI_PROJECT", "my-project")
+    r = run_cli(capsys, "logs", "projects/my-project/locations/us-central1/customJobs/123456789")
+    assert r.code == 2 and "FTCLI_LOGS_INTERVAL must be a positive number" in r.err and "'fast'" in r.err

@@ -1,0 +1,143 @@
+"""`ftcli jobs list | describe | cancel` against the JobService and GCS emulators: the table fits 80 columns and
+shows each finished job's headline metric, --json is one object per job, a finished job cannot be cancelled."""
+
+import json
+import os
+import subprocess
+import sys
+
+import grpc
+
+from tests.cli.helpers import run_cli
+
+FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
+LONG_MODEL = "google/bert-large-uncased-whole-word-masking-finetuned-squad-and-more"
+
+
+def submit(capsys, *args) -> dict:
+    r = run_cli(capsys, "train", "--detach", "--json", *args)
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+def finish(gcs, vertex, job: dict, metrics: dict | None) -> None:
+    vertex.set_state(job["name"], "SUCCEEDED")
+    if metrics is not None:
+        prefix = job["base_output_dir"].removeprefix("gs://ftcli-test/")
+        gcs.write("ftcli-test", f"{prefix}/model/metrics.json", json.dumps(metrics).encode())
+
+
+def three_jobs(capsys, gcs, vertex):
+    imdb = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    finish(gcs, vertex, imdb, {"eval_accuracy": 0.91234, "eval_macro_f1": 0.9, "per_label": {"pos": {"f1": 0.9}}})
+    multi = submit(capsys, "--task", "imdb", "--gpu", "L4x2", "--model", LONG_MODEL)
+    finish(gcs, vertex, multi, {"eval_micro_f1": 0.8101, "eval_macro_f1": 0.7})
+    running = submit(capsys, "--task", "mnli", "--gpu", "A100x8")
+    vertex.set_state(running["name"], "RUNNING")
+    return imdb, multi, running
+
+
+def test_list_is_a_table_that_fits_80_columns_with_the_metrics(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["JOB", "STATE", "TASK", "MODEL", "GPU", "AGE", "TIME", "METRIC"]
+    assert all(len(line) <= 80 for line in lines), [len(x) for x in lines]
+    newest, multi, imdb = lines[1:]
+    assert newest.split()[:3] == ["3", "RUNNING", "mnli"] and "A100x8" in newest
+    assert multi.split()[:3] == ["2", "SUCCEEDED", "imdb"] and "L4x2" in multi and "micro-F1 0.810" in multi
+    assert "…" in multi  # the long model name was shortened to fit
+    assert imdb.split()[:2] == ["1", "SUCCEEDED"] and "T4x1" in imdb and "acc 0.912" in imdb
+
+
+def test_list_json_is_one_object_per_job(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    r = run_cli(capsys, "jobs", "list", "--json")
+    assert r.code == 0, r.err
+    rows = [json.loads(line) for line in r.out.splitlines()]
+    assert [(x["short_id"], x["state"], x["gpu"], x["task"]) for x in rows] == [
+        (3, "RUNNING", "A100x8", "mnli"), (2, "SUCCEEDED", "L4x2", "imdb"), (1, "SUCCEEDED", "T4x1", "imdb")]
+    assert rows[2]["metric"] == {"name": "acc", "value": 0.91234} and rows[0]["metric"] is None
+    assert rows[2]["hardware"] == "1 x T4 on n1-standard-8" and rows[2]["machines"] == 1
+    assert rows[1]["model"] == LONG_MODEL.rsplit("/", 1)[1]  # the label's value: the model's last path segment
+
+
+def test_describe_shows_gpu_machine_output_and_metrics(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    imdb, _, _ = three_jobs(capsys, gcs, vertex)
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert r.code == 0, r.err
+    assert "1 x T4 on n1-standard-8" in r.out and "SUCCEEDED" in r.out
+    assert imdb["base_output_dir"] in r.out
+    assert "accuracy 0.9123" in r.out and "macro_f1 0.9" in r.out and "per_label" not in r.out
+    r = run_cli(capsys, "jobs", "describe", "1", "--json")
+    obj = json.loads(r.out)
+    assert obj["metrics"] == {"eval_accuracy": 0.91234, "eval_macro_f1": 0.9}
+    assert obj["resource"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"] == "n1-standard-8"
+
+
+def test_describe_a_cpu_job_says_cpu_not_the_machine_twice(capsys, cloud_env):
+    # It used to print "n1-standard-8 on n1-standard-8".
+    gcs, vertex = cloud_env
+    submit(capsys, "--task", "imdb", "--gpu", "none")
+    r = run_cli(capsys, "jobs", "describe", "last")
+    assert r.code == 0, r.err
+    assert "n1-standard-8 (CPU)" in r.out and "on n1-standard-8" not in r.out
+
+
+def test_cancelling_a_finished_job_is_one_line_and_sends_nothing(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    vertex.set_state(job["name"], "SUCCEEDED")
+    r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
+    assert r.code == 1
+    assert r.err.startswith("error: job 1 has already ended (SUCCEEDED): there is nothing to cancel")
+    assert len(r.err.splitlines()) == 1 and "Traceback" not in r.err
+    assert not vertex.calls("CancelCustomJob")
+
+
+def test_cancel_json_and_a_race_with_the_end(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    r = run_cli(capsys, "jobs", "cancel", "1", "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert (got["name"], got["short_id"]) == (job["name"], 1) and got["state"] in ("CANCELLING", "CANCELLED")
+    # ended between ftcli's read and the cancel: Vertex's FAILED_PRECONDITION is one line too
+    other = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    vertex.fail_next("CancelCustomJob", grpc.StatusCode.FAILED_PRECONDITION,
+                     message=f"Cannot cancel CustomJob {other['name']} in state JOB_STATE_SUCCEEDED.")
+    r = run_cli(capsys, "jobs", "cancel", "2", "--yes")
+    assert r.code == 1 and "Cannot cancel" in r.err and "Traceback" not in r.err
+
+
+def test_retries_say_what_is_retried(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    submit(capsys, "--task", "imdb", "--gpu", "T4")
+    vertex.fail_next("GetCustomJob", grpc.StatusCode.UNAVAILABLE, times=2)
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert r.code == 0, r.err
+    assert r.err.count("Vertex AI did not answer GetCustomJob (503 ServiceUnavailable); retrying") == 2
+
+
+def test_an_env_variable_error_names_the_variable(capsys, cloud_env, monkeypatch):
+    monkeypatch.setenv("FTCLI_REGION", "us-centrall1")
+    r = run_cli(capsys, "jobs", "list")
+    assert r.code == 2
+    assert "FTCLI_REGION: unknown Vertex AI region 'us-centrall1'; did you mean us-central1?" in r.err
+
+
+def test_metrics_that_cannot_be_read_leave_a_gap_and_one_warning(capsys, cloud_env, monkeypatch):
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    with FaultyProxy(gcs.url, status=403, fail_when=lambda m, t, n: "metrics.json" in t) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, "jobs", "list", "--json")
+    assert r.code == 0, r.err
+    assert [x["metric"] for x in map(json.loads, r.out.splitlines())] == [None, None, None]
+    assert r.err.count("warning: metrics not shown: permission denied") == 1 and "Traceback" not in r.err

@@ -1,0 +1,63 @@
+"""How a followed job looks: waits as a spinner on a terminal and a plain line a minute elsewhere; the end says
+what to run next, or why it failed."""
+
+import datetime as dt
+import io
+import time
+
+from rich.console import Console
+
+from ftcli.cli.watch import FollowView
+from ftcli.follow import Line, Outcome
+from ftcli.output import Waiting
+from ftcli.values import Job, JobName
+
+NAME = JobName("p", "us-central1", "123")
+
+
+def console(terminal: bool) -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, force_terminal=terminal, width=100, highlight=False), buf
+
+
+def test_elsewhere_a_wait_is_a_plain_line_each_full_minute():
+    c, buf = console(False)
+    w = Waiting(c)
+    for elapsed in (0, 5, 59, 60, 61, 119, 125, 300):
+        w.update("job 3: PENDING, waiting for machines", elapsed)
+    w.stop()
+    assert buf.getvalue().splitlines() == ["job 3: PENDING, waiting for machines · 1m",
+                                           "job 3: PENDING, waiting for machines · 2m",
+                                           "job 3: PENDING, waiting for machines · 5m"]
+
+
+def test_on_a_terminal_a_wait_is_a_spinner_that_goes_away():
+    c, buf = console(True)
+    w = Waiting(c)
+    w.update("job 3: PENDING, waiting for machines", 5)
+    time.sleep(0.2)
+    w.update("job 3: PENDING, waiting for machines", 75)
+    time.sleep(0.2)
+    w.stop()
+    text = buf.getvalue()
+    assert "job 3: PENDING, waiting for machines · 1m" in text
+    assert "\x1b[" in text  # drawn and redrawn in place, not printed line after line
+
+
+def test_success_says_what_to_run_next():
+    out, _ = console(False)
+    err, buf = console(False)
+    view = FollowView("3", json_out=False, out=out, err=err)
+    view.ended(Outcome("SUCCEEDED", Job(NAME, "run", "SUCCEEDED")))
+    assert buf.getvalue() == 'next: ftcli download 3   ·   ftcli predict 3 "text"\n'
+
+
+def test_failure_shows_the_error_and_the_failing_replicas_last_lines():
+    out, _ = console(False)
+    err, buf = console(False)
+    view = FollowView("3", json_out=False, out=out, err=err)
+    t = dt.datetime(2026, 11, 27, tzinfo=dt.UTC)
+    lines = [Line(t, "workerpool0-0", "ERROR", "error: no column 'text'", "a")]
+    view.ended(Outcome("FAILED", Job(NAME, "run", "FAILED", "exit status 2"), "workerpool0-0", lines))
+    assert buf.getvalue().splitlines() == ["job 3 FAILED: exit status 2", "last lines of workerpool0-0:",
+                                           "  error: no column 'text'"]

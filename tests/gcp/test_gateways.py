@@ -1,0 +1,99 @@
+"""The gateways: Google's errors become one FtcliError with the fix, transfers report their bytes through the
+callback they are given, and what comes back is ftcli's own values."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as aexc
+
+from ftcli.errors import Conflict, FtcliError, Rejected
+from ftcli.gcp import quota_metric, translate
+from ftcli.values import Job, JobName
+
+
+def test_an_expired_login_is_one_line_with_the_command_to_run():
+    e = translate(aexc.RefreshError("invalid_grant: Token has been expired or revoked."), service="vertex")
+    assert e.message.startswith("your Google Cloud credentials do not work: invalid_grant")
+    assert e.hint == "run `gcloud auth application-default login`"
+
+
+def test_failed_precondition_and_invalid_argument_keep_their_kind():
+    assert isinstance(translate(gexc.FailedPrecondition("Cannot cancel"), service="vertex"), Conflict)
+    rejected = translate(gexc.InvalidArgument('Machine type "x" is not supported'), service="vertex")
+    assert isinstance(rejected, Rejected) and rejected.detail == 'Machine type "x" is not supported'
+
+
+def test_unreachable_names_the_endpoint_and_its_variable(monkeypatch):
+    monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", "vertex.example:443")
+    e = translate(gexc.ServiceUnavailable("connection refused"), service="vertex", endpoint="vertex.example:443",
+                  endpoint_var="FTCLI_VERTEX_ENDPOINT")
+    assert e.message.startswith("Vertex AI at vertex.example:443 (from FTCLI_VERTEX_ENDPOINT) did not answer")
+
+
+class Violation:
+    def __init__(self, **kw):
+        self.subject, self.description, self.quota_metric = kw.get("subject", ""), kw.get("description", ""), \
+            kw.get("quota_metric", "")
+
+
+class Detail:
+    def __init__(self, *violations):
+        self.violations = violations
+
+
+@pytest.mark.parametrize(("details", "message", "metric"), [
+    ([Detail(Violation(subject="project:1", quota_metric="aiplatform.googleapis.com/x_gpus"))], "quota",
+     "aiplatform.googleapis.com/x_gpus"),
+    ([Detail(Violation(subject="project:1", description="custom_model_training_nvidia_l4_gpus"))], "quota",
+     "custom_model_training_nvidia_l4_gpus"),
+    ([], "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_cpus",
+     "aiplatform.googleapis.com/custom_model_training_cpus"),
+    ([Detail(Violation(subject="project:1"))], "Resource has been exhausted", None),  # the subject is not a metric
+])
+def test_the_quota_metric_is_read_from_the_details_first(details, message, metric):
+    e = gexc.ResourceExhausted(message, details=details)
+    assert quota_metric(e) == metric
+
+
+def test_a_job_comes_back_as_ftclis_own_value(vertex):
+    from ftcli.gcp.vertex import VertexGateway
+
+    gateway = VertexGateway.__new__(VertexGateway)  # the real client over the emulator's channel
+    gateway.project, gateway.region, gateway.notify = "test-project", "us-central1", None
+    gateway.parent, gateway.endpoint = "projects/test-project/locations/us-central1", vertex.address
+    gateway.client = vertex.client()
+    spec = {"displayName": "x", "labels": {"ftcli_task": "imdb"},
+            "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-8g",
+                                                             "acceleratorType": "NVIDIA_TESLA_A100",
+                                                             "acceleratorCount": 8},
+                                             "replicaCount": "1", "containerSpec": {"imageUri": "python:3.11"}}],
+                        "scheduling": {"timeout": "3600s"},
+                        "baseOutputDirectory": {"outputUriPrefix": "gs://b/runs/x"}}}
+    job = gateway.create_custom_job(spec, "sub1")
+    assert isinstance(job, Job) and isinstance(job.name, JobName) and job.state == "PENDING"
+    assert (job.pools[0].accelerator, job.pools[0].accelerator_count) == ("NVIDIA_TESLA_A100", 8)
+    assert job.model_dir == "gs://b/runs/x/model/" and job.timeout_s == 3600 and job.labels == {"ftcli_task": "imdb"}
+    assert job.created is not None and job.started is None and job.created.tzinfo is not None
+    vertex.fail_next("GetCustomJob", grpc.StatusCode.NOT_FOUND, message="gone")
+    with pytest.raises(FtcliError, match="job .* not found: gone"):
+        gateway.get(job.name)
+
+
+def test_transfers_report_their_bytes(gcs, tmp_path):
+    from ftcli.gcp.storage import StorageGateway
+
+    gcs.create_bucket("bkt")
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"x" * 300_000)
+    storage = StorageGateway("p")
+    seen: list[tuple[int, int | None]] = []
+    assert storage.upload_if_absent(data, "gs://bkt/d/data.bin", progress=lambda d, t: seen.append((d, t))) == 300_000
+    assert seen and seen[-1] == (300_000, 300_000)
+    assert storage.read_bytes("gs://bkt/d/data.bin") == data.read_bytes()
+    assert storage.read_bytes("gs://bkt/d/missing") is None
+    seen.clear()
+    got = storage.download_objects("bkt", [("d/data.bin", tmp_path / "out" / "data.bin")], total=300_000,
+                                   progress=lambda d, t: seen.append((d, t)))
+    assert got == 300_000 and seen[-1] == (300_000, 300_000)

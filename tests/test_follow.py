@@ -1,0 +1,281 @@
+"""The log follower against a fake gateway of ftcli's own values: milliseconds a test, no Google type anywhere.
+
+The emulator tests (tests/cli/test_logs.py) stay the end-to-end proof over the real protocols; these pin down the
+follower's own logic: order, de-duplication, waits, fallbacks, how a failure is summed up."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import threading
+import time
+
+import pytest
+
+from ftcli.errors import LogsUnavailable, UsageError
+from ftcli.follow import Events, Timing, follow_job
+from ftcli.values import Job, JobName, LogEntry, Pool
+
+NAME = JobName("p", "us-central1", "123")
+FAST = Timing(state_interval=0.01, reorder_delay=0.02, drain_quiet=0.05, poll_interval=0.01, quota_interval=0.02,
+              max_interval=0.1, read_slice=0.005, reconnect=0.01, reconnect_max=0.05)
+T0 = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC)
+
+
+def job(state: str, error: str | None = None, replicas: int = 1, created: dt.datetime | None = None) -> Job:
+    pools = (Pool("n1-standard-8", replicas=1),) + ((Pool("n1-standard-8", replicas=replicas - 1),)
+                                                      if replicas > 1 else ())
+    return Job(NAME, "run", state, error, created=created, pools=pools)
+
+
+class FakeVertex:
+    """Each get() returns the next state of `states` (the last one sticks)."""
+
+    def __init__(self, *states: str | Job):
+        self.states = [s if isinstance(s, Job) else job(s) for s in states]
+        self.gets = 0
+
+    def get(self, name: JobName) -> Job:
+        assert name == NAME
+        self.gets += 1
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+class FakeStream:
+    def __init__(self, logs: FakeLogs, start: int, stop: threading.Event):
+        self.logs, self.pos, self.stop = logs, start, stop
+        self.cancelled = False
+
+    def __iter__(self):
+        while not (self.cancelled or self.stop.is_set()):
+            with self.logs.cond:
+                if self.logs.cut_after is not None and self.pos >= self.logs.cut_after:
+                    self.logs.cut_after = None
+                    raise ConnectionResetError("stream cut")
+                new = self.logs.entries[self.pos:]
+                if not new:
+                    self.logs.cond.wait(0.01)
+                    continue
+                self.pos = len(self.logs.entries)
+            yield new
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeLogs:
+    """A Cloud Logging gateway in ftcli's terms: list() and tail() of LogEntry values, LogsUnavailable errors."""
+
+    def __init__(self):
+        self.entries: list[LogEntry] = []
+        self.cond = threading.Condition()
+        self.ids = itertools.count()
+        self.tail_error: LogsUnavailable | None = None
+        self.list_errors: list[LogsUnavailable] = []
+        self.lists = self.tails = 0
+        self.cut_after: int | None = None
+
+    def write(self, text: str, replica: str = "workerpool0-0", *, at: dt.datetime | None = None,
+              severity: str = "INFO", insert_id: str | None = None) -> None:
+        now = dt.datetime.now(dt.UTC)
+        with self.cond:
+            self.entries.append(LogEntry(at or now, replica, severity, text, insert_id or f"e{next(self.ids)}", now))
+            self.cond.notify_all()
+
+    def list(self, filter: str):
+        self.lists += 1
+        if self.list_errors:
+            raise self.list_errors.pop(0)
+        with self.cond:
+            return sorted(self.entries)
+
+    def tail(self, filter: str, stop: threading.Event):
+        self.tails += 1
+        if self.tail_error is not None:
+            raise self.tail_error
+        with self.cond:
+            return FakeStream(self, len(self.entries), stop)
+
+
+class Recorder(Events):
+    def __init__(self):
+        self.events: list[tuple] = []
+
+    def start(self, job):
+        self.events.append(("start", job.state))
+
+    def line(self, line):
+        self.events.append(("line", line.replica, line.text, line.severity))
+
+    def state(self, state, error):
+        self.events.append(("state", state, error))
+
+    def notice(self, notice):
+        self.events.append(("notice", notice.reason))
+
+    def waiting(self, state, elapsed_s):
+        self.events.append(("waiting", state, elapsed_s))
+
+    def done_waiting(self):
+        self.events.append(("done_waiting",))
+
+    def of(self, kind: str) -> list[tuple]:
+        return [e for e in self.events if e[0] == kind]
+
+    @property
+    def texts(self) -> list[str]:
+        return [e[2] for e in self.of("line")]
+
+
+def later(delay: float, fn, *args):
+    timer = threading.Timer(delay, fn, args)
+    timer.start()
+    return timer
+
+
+def follow(vertex, logs, rec=None, **kw):
+    rec = rec or Recorder()
+    outcome = follow_job(NAME, vertex=vertex, logs=logs, events=rec, timing=FAST, **kw)
+    return outcome, rec
+
+
+def test_lines_of_several_replicas_come_out_in_time_order_once():
+    logs = FakeLogs()
+    vertex = FakeVertex(job("RUNNING", replicas=2), *["RUNNING"] * 5, "SUCCEEDED")
+    at = [T0 + dt.timedelta(seconds=i) for i in range(4)]
+
+    def write():
+        logs.write("b", "workerpool1-0", at=at[1], insert_id="b")
+        logs.write("a", "workerpool0-0", at=at[0], insert_id="a")
+        logs.write("a", "workerpool0-0", at=at[0], insert_id="a")  # the same entry twice (a reconnect's overlap)
+        logs.write("c", "workerpool0-0", at=at[2], insert_id="c")
+
+    started = time.monotonic()
+    later(0.01, write)
+    outcome, rec = follow(vertex, logs)
+    assert time.monotonic() - started < 2.0
+    assert rec.texts == ["a", "b", "c"]
+    assert [e[1] for e in rec.of("state")] == ["RUNNING", "SUCCEEDED"]
+    assert outcome.state == "SUCCEEDED" and outcome.exit_code == 0
+
+
+def test_a_pending_job_reports_its_wait_then_the_first_line_ends_it():
+    logs = FakeLogs()
+    created = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    vertex = FakeVertex(*[job("PENDING", created=created)] * 5, *["RUNNING"] * 30, "SUCCEEDED")
+    later(0.15, logs.write, "hello")
+    outcome, rec = follow(vertex, logs)
+    waits = rec.of("waiting")
+    assert {w[1] for w in waits} == {"PENDING", "RUNNING"}  # for machines, then for the first line
+    pending = [w for w in waits if w[1] == "PENDING"]
+    assert pending and all(290 < w[2] < 400 for w in pending)  # elapsed since the job was created, not since now
+    first_line = rec.events.index(("line", "workerpool0-0", "hello", "INFO"))
+    assert ("done_waiting",) in rec.events[:first_line]
+    assert not [e for e in rec.events[first_line:] if e[0] == "waiting"]
+    assert outcome.state == "SUCCEEDED"
+
+
+def test_a_job_that_ends_without_a_line_stops_waiting():
+    logs = FakeLogs()
+    outcome, rec = follow(FakeVertex("PENDING", "PENDING", "CANCELLED"), logs)
+    assert rec.of("waiting") and rec.events[-1] == ("done_waiting",) or ("done_waiting",) in rec.events
+    assert outcome.state == "CANCELLED" and outcome.exit_code == 4
+
+
+def test_no_live_tail_falls_back_to_polls_and_loses_nothing():
+    logs = FakeLogs()
+    logs.tail_error = LogsUnavailable("unsupported", "no tail here")
+    for i in range(20):
+        logs.write(f"line {i:02d}", at=T0 + dt.timedelta(seconds=i))
+    outcome, rec = follow(FakeVertex("RUNNING", "RUNNING", "SUCCEEDED"), logs)
+    assert rec.texts == [f"line {i:02d}" for i in range(20)]
+    assert logs.tails == 1 and logs.lists >= 1
+    assert not rec.of("notice")  # falling back is not the user's problem
+
+
+def test_permission_denied_is_said_once_and_the_state_still_followed():
+    logs = FakeLogs()
+    denied = LogsUnavailable("denied", "cannot read the job's logs: permission denied")
+    logs.tail_error = denied
+    logs.list_errors = [denied] * 50
+    outcome, rec = follow(FakeVertex("RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"), logs)
+    assert [e[1] for e in rec.of("notice")] == ["denied"]
+    assert outcome.state == "SUCCEEDED"
+
+
+def test_quota_on_the_tail_polls_slowly_and_says_so_once():
+    logs = FakeLogs()
+    logs.tail_error = LogsUnavailable("quota", "no live tail left")
+    logs.list_errors = [LogsUnavailable("quota", "60 reads a minute")] * 2
+    logs.write("still here")
+    started = time.monotonic()
+    outcome, rec = follow(FakeVertex(*["RUNNING"] * 10, "SUCCEEDED"), logs)
+    assert rec.texts == ["still here"]
+    assert [e[1] for e in rec.of("notice")] == ["quota"]
+    assert logs.tails == 1  # never retried in a loop
+    assert logs.lists <= (time.monotonic() - started) / FAST.quota_interval + 3
+
+
+def test_a_cut_stream_reconnects_and_catches_up():
+    logs = FakeLogs()
+    logs.cut_after = 3
+
+    def write():
+        for i in range(10):
+            logs.write(f"line {i}", at=T0 + dt.timedelta(seconds=i))
+            time.sleep(0.005)
+
+    later(0.02, write)
+    outcome, rec = follow(FakeVertex(*["RUNNING"] * 20, "SUCCEEDED"), logs)
+    assert rec.texts == [f"line {i}" for i in range(10)]
+    assert logs.tails >= 2
+
+
+def test_a_failed_job_names_the_replica_that_logged_the_error():
+    logs = FakeLogs()
+    logs.write("worker fine", "workerpool1-0", at=T0)
+    logs.write("step 1", "workerpool0-0", at=T0 + dt.timedelta(seconds=1))
+    logs.write("Traceback (most recent call last):", "workerpool0-0", at=T0 + dt.timedelta(seconds=2),
+               severity="ERROR")
+    failed = job("FAILED", "The replica workerpool0-0 exited with a non-zero status of 1.", replicas=2)
+    outcome, rec = follow(FakeVertex(job("RUNNING", replicas=2), job("RUNNING", replicas=2), failed), logs)
+    assert outcome.state == "FAILED" and outcome.exit_code == 3
+    assert outcome.failing_replica == "workerpool0-0"
+    assert [x.text for x in outcome.last_lines] == ["step 1", "Traceback (most recent call last):"]
+    assert "non-zero status of 1" in outcome.job.error
+
+
+def test_a_replica_the_job_does_not_have_is_refused_with_its_replicas():
+    with pytest.raises(UsageError) as e:
+        follow(FakeVertex(job("RUNNING", replicas=2)), FakeLogs(), replica="workerpool0-1", label="3")
+    assert "--replica workerpool0-1 matches no replica of job 3" in e.value.message
+    assert "workerpool0-0, workerpool1-0" in e.value.hint
+
+
+def test_an_unknown_severity_is_a_usage_error():
+    with pytest.raises(UsageError, match="--severity must be one of"):
+        follow(FakeVertex("RUNNING"), FakeLogs(), severity="LOUD")
+
+
+def test_no_follow_is_a_sorted_snapshot():
+    logs = FakeLogs()
+    logs.write("second", at=T0 + dt.timedelta(seconds=2))
+    logs.write("first", at=T0 + dt.timedelta(seconds=1))
+    outcome, rec = follow(FakeVertex("RUNNING"), logs, follow=False)
+    assert rec.texts == ["first", "second"] and outcome.state is None and outcome.exit_code == 0
+
+
+def test_stderr_lines_show_their_own_level():
+    logs = FakeLogs()
+    logs.write("Downloading: 100%", severity="ERROR", at=T0)
+    logs.write("WARNING: odd", severity="ERROR", at=T0 + dt.timedelta(seconds=1))
+    logs.write("10%|#  |\r100%|###|", severity="ERROR", at=T0 + dt.timedelta(seconds=2))
+    outcome, rec = follow(FakeVertex("RUNNING", "SUCCEEDED"), logs)
+    assert [(e[2], e[3]) for e in rec.of("line")] == [("Downloading: 100%", "INFO"), ("WARNING: odd", "WARNING"),
+                                                      ("100%|###|", "INFO")]
+
+
+def test_timing_scales_every_wait_but_the_read_slice():
+    t = Timing().scaled(0.1)
+    assert (t.state_interval, t.drain_quiet, t.quota_interval) == pytest.approx((0.3, 0.3, 0.5))
+    assert t.read_slice == Timing().read_slice
