@@ -3,7 +3,8 @@
 import pytest
 
 from ftcli.errors import UsageError
-from ftcli.tune import build_tuning_job, count_problems, goal, parse_search, to_proto
+from ftcli.gcp.vertex import tuning_to_proto as to_proto
+from ftcli.tune import build_tuning_job, count_problems, goal, parse_search
 from ftcli_trainer.config import OPTIONS
 
 TYPES = {o.name: o.type for o in OPTIONS}

@@ -15,7 +15,7 @@ from contextlib import closing
 from pathlib import Path
 
 from ftcli.errors import FtcliError, UsageError
-from ftcli.values import JobName
+from ftcli.values import JobName, TuningName
 
 DB_NAME = "history.sqlite3"
 OLD_JSONL = "history.jsonl"
@@ -174,14 +174,18 @@ def record(name: str, display_name: str, **extra) -> int:
         ) from None
 
 
-def _key(name: str | JobName) -> tuple[str, str] | None:
+def _key(name: str | JobName | TuningName) -> tuple[str, str] | None:
     """Region and numeric id: the same job whether its name carries the project id or the project number (Vertex
-    answers with the number)."""
-    try:
-        parsed = name if isinstance(name, JobName) else JobName.parse(name)
-    except ValueError:
-        return None
-    return parsed.region, parsed.id
+    answers with the number). A tuning job's id shares the space of CustomJob ids."""
+    if isinstance(name, JobName | TuningName):
+        return name.region, name.id
+    for kind in (JobName, TuningName):
+        try:
+            parsed = kind.parse(name)
+        except ValueError:
+            continue
+        return parsed.region, parsed.id
+    return None
 
 
 def short_ids() -> dict[tuple[str, str], int]:
@@ -194,7 +198,7 @@ def short_ids() -> dict[tuple[str, str], int]:
     return out
 
 
-def short_id(name: str | JobName) -> int | None:
+def short_id(name: str | JobName | TuningName) -> int | None:
     key = _key(name)
     return short_ids().get(key) if key is not None else None
 
@@ -207,7 +211,7 @@ def job_id(name: str) -> str:
 def resolve(ref: str, project: str | None = None, region: str | None = None) -> str:
     """A short id (3), `last`, a numeric job id or a full resource name -> the full resource name."""
     ref = ref.strip()
-    if JobName.is_full(ref):
+    if JobName.is_full(ref) or TuningName.is_full(ref):
         return ref
     if ref == "last":
         hist = entries()

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ftcli.errors import Conflict, FtcliError
+from ftcli.errors import Conflict, FtcliError, UsageError
 from ftcli.gcp import Notify
 from ftcli.spec import CREATED_BY_LABEL, MODEL_LABEL, TASK_LABEL
-from ftcli.values import Job, JobName
+from ftcli.values import Job, JobName, TuningName
 
 METRICS_FILE = "metrics.json"  # written by the trainer's export next to the model
 METRIC_READERS = 8
@@ -37,6 +37,33 @@ def resolve(ref: str, project: str | None = None, region: str | None = None) -> 
         return JobName.parse(history.resolve(ref))
     s = resolve_settings(project=project, region=region, need_bucket=False)
     return JobName.parse(history.resolve(ref, s.project, s.region))
+
+
+def resolve_any(ref: str, project: str | None = None, region: str | None = None) -> JobName | TuningName:
+    """As `resolve`, but a short id or name may also be a tuning job's (ftcli tune)."""
+    from ftcli import history
+
+    ref = ref.strip()
+    if TuningName.is_full(ref):
+        return TuningName.parse(ref)
+    if not (ref.isdigit() and len(ref) >= 9):
+        full = history.resolve(ref)
+        return TuningName.parse(full) if TuningName.is_full(full) else JobName.parse(full)
+    return resolve(ref, project, region)
+
+
+def resolve_job(ref: str, project: str | None = None, region: str | None = None, *, trial: str | None = None,
+                notify: Notify | None = None) -> JobName:
+    """The CustomJob a reference means: the job itself, or for a tuning job one of its trials' jobs (`trial`, else
+    the best one so far, else the latest)."""
+    from ftcli import tuning
+
+    name = resolve_any(ref, project, region)
+    if isinstance(name, JobName):
+        if trial is not None:
+            raise UsageError(f"--trial is for tuning jobs; {ref} is a training job")
+        return name
+    return tuning.trial_job(tuning.get(name, notify), trial)
 
 
 def vertex_for(name: JobName, notify: Notify | None = None):
@@ -99,6 +126,8 @@ class Listing:
     short_ids: dict[JobName, int | None]
     metrics: dict[JobName, dict | None]
     problems: list[str] = field(default_factory=list)
+    tuning: list = field(default_factory=list)  # TuningJobs (ftcli tune), with their short ids
+    tuning_ids: dict = field(default_factory=dict)
 
 
 def list_jobs(project: str, region: str, *, all_jobs: bool = False, limit: int = 20, with_metrics: bool = True,
@@ -109,10 +138,13 @@ def list_jobs(project: str, region: str, *, all_jobs: bool = False, limit: int =
     from ftcli import history
     from ftcli.gcp.vertex import get_vertex
 
-    mine = f'labels.{CREATED_BY_LABEL}="ftcli"'  # what `ftcli train` puts on every job
-    jobs = get_vertex(project, region, notify).list(filter="" if all_jobs else mine, limit=limit)
-    known = history.short_ids() if jobs else {}
-    listing = Listing(jobs, {j.name: known.get((j.name.region, j.name.id)) for j in jobs}, {})
+    mine = f'labels.{CREATED_BY_LABEL}="ftcli"'  # what `ftcli train` and `ftcli tune` put on every job
+    vertex = get_vertex(project, region, notify)
+    jobs = vertex.list(filter="" if all_jobs else mine, limit=limit)
+    tuning = vertex.list_tuning(filter="" if all_jobs else mine, limit=limit)
+    known = history.short_ids() if jobs or tuning else {}
+    listing = Listing(jobs, {j.name: known.get((j.name.region, j.name.id)) for j in jobs}, {}, tuning=tuning,
+                      tuning_ids={t.name: known.get((t.name.region, t.name.id)) for t in tuning})
     finished = [j for j in jobs if j.state == "SUCCEEDED" and j.model_dir]
     if with_metrics and finished:
         from ftcli.gcp.storage import get_storage

@@ -152,13 +152,14 @@ def cached_model(name: JobName) -> Path:
 
 
 def model_folder(model: str, project: str | None, region: str | None, *, notify: Notify | None = None,
-                 progress: Callable[[int, int | None], None] | None = None) -> Path:
-    """A model folder, or a job reference whose model is downloaded to the user cache once."""
+                 progress: Callable[[int, int | None], None] | None = None, trial: str | None = None) -> Path:
+    """A model folder, or a job reference (a tuning job: its best trial, or `trial`) whose model is downloaded to
+    the user cache once."""
     from ftcli import jobs
 
     path = Path(model)
     if not path.is_dir():
-        name = jobs.resolve(model, project, region)
+        name = jobs.resolve_job(model, project, region, trial=trial, notify=notify)
         path = cached_model(name)
         if not (path / COMPLETE_MARKER).exists():
             # ftcli's own cache folder: a copy left without its marker is completed in place

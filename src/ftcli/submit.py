@@ -270,16 +270,15 @@ def machine_hint(hw: Hardware, detail: str) -> str | None:
             f" (or another --gpu count)")
 
 
-def submit(sub: Submission, *, notify=None, uploading=None) -> tuple[Any, int, int]:
-    """Check the bucket, upload what is missing, create the job. Returns (job, short id, bytes uploaded).
-
-    `notify(message)` hears about retries; `uploading(description)` is a context manager that yields a
-    `progress(done, total)` callback (or None) for one upload."""
+def stage(sub: Submission, *, notify=None, uploading=None) -> int:
+    """Everything before the create call: the history is writable, the bucket is there and in the job's region,
+    the secret the job reads exists, the trainer wheel and local inputs are uploaded (what is missing only).
+    Returns the bytes uploaded. `notify(message)` hears about retries; `uploading(description)` is a context
+    manager that yields a `progress(done, total)` callback (or None) for one upload."""
     import contextlib
     import tempfile
 
     from ftcli.gcp.storage import get_storage
-    from ftcli.gcp.vertex import get_vertex
     from ftcli.packaging import build_wheel
 
     def upload(path: Path, uri: str) -> int:
@@ -299,6 +298,14 @@ def submit(sub: Submission, *, notify=None, uploading=None) -> tuple[Any, int, i
             sent += upload(build_wheel(Path(tmp)), sub.package_uri)
     for path, uri in sub.uploads:
         sent += upload(path, uri)
+    return sent
+
+
+def submit(sub: Submission, *, notify=None, uploading=None) -> tuple[Any, int, int]:
+    """Stage (see `stage`), then create the job. Returns (job, short id, bytes uploaded)."""
+    from ftcli.gcp.vertex import get_vertex
+
+    sent = stage(sub, notify=notify, uploading=uploading)
     vertex = get_vertex(sub.settings.project, sub.settings.region, notify)
     try:
         job = vertex.create_custom_job(sub.job, sub.submission_id)

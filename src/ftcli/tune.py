@@ -132,11 +132,3 @@ def build_tuning_job(custom_job: dict[str, Any], params: list[Param], metric: st
         job["labels"] = dict(custom_job["labels"])
     return job
 
-
-def to_proto(job: dict[str, Any]) -> Any:
-    """The aiplatform_v1.HyperparameterTuningJob for `job` (unknown fields raise)."""
-    import json
-
-    from google.cloud import aiplatform_v1
-
-    return aiplatform_v1.HyperparameterTuningJob.from_json(json.dumps(job))

@@ -17,6 +17,8 @@ FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIA
 WAITING_STATES = frozenset({"QUEUED", "PENDING"})  # no machine yet: nothing runs, nothing logs
 
 _NAME = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/customJobs/(?P<id>\d+)$")
+_TUNING_NAME = re.compile(
+    r"^projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/hyperparameterTuningJobs/(?P<id>\d+)$")
 
 
 @dataclass(frozen=True, order=True)
@@ -118,3 +120,95 @@ class LogEntry:
     text: str = field(compare=False)
     insert_id: str = field(compare=False)
     received: dt.datetime | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, order=True)
+class TuningName:
+    """projects/PROJECT/locations/REGION/hyperparameterTuningJobs/ID, split once."""
+
+    project: str
+    region: str
+    id: str
+
+    @classmethod
+    def parse(cls, text: str) -> TuningName:
+        m = _TUNING_NAME.match(text.strip())
+        if not m:
+            raise ValueError(f"not a HyperparameterTuningJob resource name: {text!r}")
+        return cls(m["project"], m["region"], m["id"])
+
+    @classmethod
+    def is_full(cls, text: str) -> bool:
+        return bool(_TUNING_NAME.match(text.strip()))
+
+    @property
+    def full(self) -> str:
+        return f"projects/{self.project}/locations/{self.region}/hyperparameterTuningJobs/{self.id}"
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.region}"
+
+    @property
+    def console_url(self) -> str:
+        return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/"
+                f"{self.id}/hyperparameter-tuning-trials?project={self.project}")
+
+    def __str__(self) -> str:
+        return self.full
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of a tuning job: its values, its state (REQUESTED, ACTIVE, SUCCEEDED, INFEASIBLE, ...), the
+    study metric's final value, and the CustomJob it ran as."""
+
+    id: str
+    state: str
+    params: Mapping[str, object] = field(default_factory=dict)
+    value: float | None = None
+    job: JobName | None = None
+
+
+@dataclass(frozen=True)
+class TuningJob:
+    """A HyperparameterTuningJob as ftcli sees it: the study's metric and goal, the trials so far, and the shape
+    of the trial job (`pools`, `output_dir`: each trial writes under OUTPUT_DIR/TRIAL_ID/)."""
+
+    name: TuningName
+    display_name: str
+    state: str
+    metric: str
+    goal: str  # MAXIMIZE or MINIMIZE
+    max_trials: int
+    parallel: int
+    trials: tuple[Trial, ...] = ()
+    error: str | None = None
+    created: dt.datetime | None = None
+    started: dt.datetime | None = None
+    ended: dt.datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    pools: tuple[Pool, ...] = ()
+    output_dir: str | None = None
+    resource: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def ranked(self) -> list[Trial]:
+        """Trials best first (by the study's goal); trials without a value last, in id order."""
+        scored = [t for t in self.trials if t.value is not None]
+        scored.sort(key=lambda t: t.value, reverse=self.goal != "MINIMIZE")
+        return scored + sorted((t for t in self.trials if t.value is None), key=lambda t: int(t.id))
+
+    @property
+    def best(self) -> Trial | None:
+        ranked = self.ranked()
+        return ranked[0] if ranked and ranked[0].value is not None else None
+
+    def duration_s(self, now: dt.datetime | None = None) -> float | None:
+        if self.started is None:
+            return None
+        end = self.ended or now or dt.datetime.now(dt.UTC)
+        return max(0.0, (end - self.started).total_seconds())

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from ftcli.catalog import resolve_gpu
+from ftcli.gcp.vertex import tuning_to_proto as to_proto
 from ftcli.packaging import build_wheel
 from ftcli.spec import JobRequest, build_custom_job
-from ftcli.tune import build_tuning_job, parse_search, to_proto
+from ftcli.tune import build_tuning_job, parse_search
 from ftcli_trainer.config import OPTIONS
 from tests.conftest import sentiment_rows, write_csv
 

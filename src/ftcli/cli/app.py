@@ -8,7 +8,7 @@ import sys
 import typer
 
 from ftcli import __version__
-from ftcli.cli import config, jobs, local, logs, models, report, train
+from ftcli.cli import config, jobs, local, logs, models, report, train, tune
 
 app = typer.Typer(
     name="ftcli",
@@ -21,6 +21,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 train.register(app)
+tune.register(app)
 logs.register(app)
 models.register(app)
 app.add_typer(jobs.app, name="jobs")

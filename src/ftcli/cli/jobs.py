@@ -28,7 +28,7 @@ def _columns(now: dt.datetime):
     return (
         Column("JOB", lambda r: str(r["short_id"]) if r["short_id"] else r["id"], shrink=False),
         Column("STATE", lambda r: r["state"], shrink=False),
-        Column("TASK", lambda r: r["task"] or "-", max_width=12),
+        Column("TASK", lambda r: ("tune:" if r.get("kind") == "tune" else "") + (r["task"] or "-"), max_width=14),
         Column("MODEL", lambda r: r["model"] or "-", max_width=22),
         Column("GPU", lambda r: r["gpu"] or "cpu", max_width=10),
         Column("AGE", lambda r: age(_since(r["created"], now)), justify="right"),
@@ -60,7 +60,11 @@ def list_jobs(
     s = resolve(project=project, region=region, need_bucket=False)
     listing = jobs.list_jobs(s.project, s.region, all_jobs=all_jobs, limit=limit, notify=note)
     now = dt.datetime.now(dt.UTC)
+    from ftcli import tuning
+
     rows = [jobs.record(j, listing.short_ids.get(j.name), listing.metrics.get(j.name), now) for j in listing.jobs]
+    rows += [tuning.record(t, listing.tuning_ids.get(t.name), now) for t in listing.tuning]
+    rows = sorted(rows, key=lambda r: r["created"] or "", reverse=True)[:limit]
     for problem in listing.problems:
         warn(problem)
     show_list(rows, _columns(now), json_out=json_out,
@@ -85,8 +89,12 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     """
     from ftcli import jobs
     from ftcli.output import escape, note, show_one, span
+    from ftcli.values import TuningName
 
-    name = jobs.resolve(job, project, region)
+    name = jobs.resolve_any(job, project, region)
+    if isinstance(name, TuningName):
+        _describe_tuning(name, json_out)
+        return
     j, metrics = jobs.describe(name, notify=note)
     row = {**jobs.record(j, jobs.short_id(name), metrics),
            "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource)}
@@ -114,6 +122,47 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     show_one(row, fields, json_out=json_out, title=f"[bold]{escape(j.display_name)}[/]  {j.state}")
 
 
+def _describe_tuning(name, json_out: bool) -> None:
+    """A tuning job: the study, and its trials best first."""
+    from ftcli import jobs, tuning
+    from ftcli.output import Column, escape, note, out, show_list, show_one
+
+    tj = tuning.get(name, note)
+    row = {**tuning.record(tj, jobs.short_id(name)), "resource": dict(tj.resource)}
+    if json_out:
+        show_one(row, (), json_out=True)
+        return
+    study = row["study"]
+    fields = (
+        ("tuning job", lambda r: f"#{r['short_id']} · {r['name']}" if r["short_id"] else r["name"]),
+        ("study", lambda r: f"{study['goal'].lower()} {study['metric']} · {len(r['trials'])}/{study['max_trials']} "
+                            f"trials, {study['parallel']} at a time"),
+        ("hardware", lambda r: r["hardware"]),
+        ("task", lambda r: " · ".join(x for x in (r["task"], r["model"] and f"model {r['model']}") if x)),
+        ("best", lambda r: f"trial {r['best_trial']}: {r['metric']['value']:.4f}" if r["best_trial"] else None),
+        ("output", lambda r: r["output_dir"] and f"{r['output_dir']}/TRIAL_ID/model/"),
+        ("error", lambda r: r["error"]),
+        ("console", lambda r: r["console_url"]),
+    )
+    show_one(row, fields, json_out=False, title=f"[bold]{escape(tj.display_name)}[/]  {tj.state}")
+    params = list(dict.fromkeys(k for t in row["trials"] for k in t["params"]))
+    columns = [Column("TRIAL", lambda t: t["id"], shrink=False), Column("STATE", lambda t: t["state"], shrink=False),
+               Column(study["metric"].removeprefix("eval_").upper()[:14],
+                      lambda t: "-" if t["value"] is None else f"{t['value']:.4f}", justify="right")]
+    columns += [Column(p.upper()[:16], (lambda t, p=p: _param(t["params"].get(p))), justify="right") for p in params]
+    if row["trials"]:
+        out().print()
+        show_list(row["trials"], columns, json_out=False)
+
+
+def _param(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:.3g}"
+    return str(v)
+
+
 @app.command("cancel")
 def cancel(
     job: JobArg,
@@ -128,10 +177,14 @@ def cancel(
     """
     from ftcli import jobs
     from ftcli.output import err, note, out, show_one
+    from ftcli.values import TuningName
 
-    name = jobs.resolve(job, project, region)
+    name = jobs.resolve_any(job, project, region)
     n = jobs.short_id(name)
     shown = jobs.label(name, n)
+    if isinstance(name, TuningName):
+        _cancel_tuning(name, shown, yes=yes, json_out=json_out)
+        return
     gateway = jobs.vertex_for(name, notify=note)
     j = gateway.get(name)
     jobs.check_cancellable(j, shown)
@@ -144,3 +197,24 @@ def cancel(
         show_one(jobs.record(j, n), (), json_out=True)
         return
     out().print(f"cancel requested for job {shown} ({name.id}); it is {j.state}")
+
+
+def _cancel_tuning(name, shown: str, *, yes: bool, json_out: bool) -> None:
+    from ftcli import jobs, tuning
+    from ftcli.errors import FtcliError
+    from ftcli.gcp.vertex import get_vertex
+    from ftcli.output import err, note, out, show_one
+
+    tj = tuning.get(name, note)
+    if tj.final:
+        raise FtcliError(f"tuning job {shown} has already ended ({tj.state}): there is nothing to cancel")
+    if not yes and sys.stdin.isatty():
+        if not typer.confirm(f"cancel tuning job {shown}, {tj.display_name} ({tj.state})?", default=False, err=True):
+            err().print("not cancelled")
+            raise typer.Exit(1)
+    get_vertex(name.project, name.region, note).cancel_tuning(name)
+    tj = tuning.get(name, note)
+    if json_out:
+        show_one(tuning.record(tj, jobs.short_id(name)), (), json_out=True)
+        return
+    out().print(f"cancel requested for tuning job {shown} ({name.id}); it is {tj.state}")

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
+from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt, TrialOpt
 from ftcli.errors import UsageError
 
 SINCE_RE = re.compile(r"^(\d+)([smhd])$")
@@ -38,11 +38,13 @@ def logs(
         "--since", help="Only lines from the last 10m / 2h / 1d, or since an ISO time.")] = None,
     severity: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--severity", help="Only lines at or above DEBUG, INFO, WARNING, ERROR, CRITICAL.")] = None,
+    trial: TrialOpt = None,
     json_out: JsonOpt = False,
     project: ProjectOpt = None,
     region: RegionOpt = None,
 ) -> None:
-    """Stream a job's logs until it ends; exit 0 when it succeeded, 3 when it failed, 4 when cancelled.
+    """Stream a job's logs (a tuning job's: one trial's) until it ends; exit 0 when it succeeded, 3 when it
+    failed, 4 when cancelled.
 
     Ctrl-C detaches (the job keeps running).
 
@@ -51,12 +53,14 @@ def logs(
       ftcli logs 3
 
       ftcli logs last --no-follow --severity WARNING
+
+      ftcli logs 4 --trial 2   (a tuning job's trial)
     """
     from ftcli import jobs
     from ftcli.cli.watch import watch
 
     start = parse_since(since)
-    name = jobs.resolve(job, project, region)
+    name = jobs.resolve_job(job, project, region, trial=trial)
     code = watch(name, shown=jobs.label(name, jobs.short_id(name)), follow=follow, replica=replica, since=start,
                  severity=severity, json_out=json_out)
     if code:

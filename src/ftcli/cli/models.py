@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
+from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt, TrialOpt
 from ftcli.errors import UsageError
 
 
@@ -18,11 +18,13 @@ def download(
     force: Annotated[bool, typer.Option(
         "--force", help="Write the model's files into a non-empty folder: files with the model's names are "
         "replaced, every other file is kept.")] = False,
+    trial: TrialOpt = None,
     json_out: JsonOpt = False,
     project: ProjectOpt = None,
     region: RegionOpt = None,
 ) -> None:
-    """Copy a job's exported model (its AIP_MODEL_DIR) to a local folder.
+    """Copy a job's exported model (its AIP_MODEL_DIR) to a local folder; for a tuning job, the best trial's
+    (or --trial's).
 
     Refuses a model whose completion marker is missing (still running, or failed half-way), and a folder
     that already holds files (unless --force). Nothing is ever deleted.
@@ -32,7 +34,7 @@ def download(
     from ftcli import jobs, models
     from ftcli.output import escape, note, show_one, transfer
 
-    name = jobs.resolve(job, project, region)
+    name = jobs.resolve_job(job, project, region, trial=trial, notify=note)
     with transfer("downloading the model") as progress:
         got = models.download_model(name, dest, force=force, shown=job, notify=note, progress=progress)
     shown = jobs.label(name, jobs.short_id(name))
@@ -62,6 +64,7 @@ def predict(
         "--file", help="Also classify every non-empty line of this file.")] = None,
     threshold: Annotated[Optional[float], typer.Option(  # noqa: UP045
         "--threshold", help="Multi-label: show labels at or above this probability [default: the model's].")] = None,
+    trial: TrialOpt = None,
     json_out: JsonOpt = False,
     project: ProjectOpt = None,
     region: RegionOpt = None,
@@ -80,7 +83,7 @@ def predict(
 
     items = _load_texts(texts or [], file)
     with transfer("downloading the model") as progress:
-        path = models.model_folder(model, project, region, notify=note, progress=progress)
+        path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
     results = models.predict(path, items, threshold)
     if json_out:
         show_list(results, (), json_out=True)

@@ -21,3 +21,37 @@ ServiceAccountOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 JobArg = Annotated[str, typer.Argument(
     help="Job: short id (3), last, numeric id, or projects/P/locations/R/customJobs/ID.")]
+
+# The machines and how they are obtained: `ftcli train` and `ftcli tune` (whose trials are train's job) alike.
+HW = "Hardware"
+GpuOpt = Annotated[str, typer.Option(
+    "--gpu", help="GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, H100, H100-MEGA, H200, B200 (e.g. L4x2), "
+    "or none for a CPU machine.", rich_help_panel=HW)]
+MachineTypeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--machine-type", help="Override the machine type (must suit the GPU).", rich_help_panel=HW)]
+ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Machines (data-parallel workers).", rich_help_panel=HW)]
+ReductionServerOpt = Annotated[int, typer.Option(
+    "--reduction-server", help="Reduction Server replicas for faster all-reduce across machines (0: none).",
+    rich_help_panel=HW)]
+SpotOpt = Annotated[bool, typer.Option("--spot", help="Spot VMs (cheaper, preemptible; the trainer resumes).",
+                                       rich_help_panel=HW)]
+FlexStartOpt = Annotated[bool, typer.Option(
+    "--flex-start", help="Queue for the machines with Dynamic Workload Scheduler (L4, A100, H100, H200, B200; at "
+    "most 7 days).", rich_help_panel=HW)]
+MaxWaitOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--max-wait", help="With --flex-start: give up queueing after this long (e.g. 2h) [default: Vertex's, 1 day].",
+    rich_help_panel=HW)]
+ReservationOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--reservation", help="Run on a Compute Engine reservation: projects/P/zones/Z/reservations/NAME, or any.",
+    rich_help_panel=HW)]
+ImageOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--image", help="Your own container image (Python >= 3.11 with pip and torch >= 2.6); the trainer is "
+    "pip-installed into it at start [default: the pinned PyTorch image that covers the GPU].", rich_help_panel=HW)]
+TimeoutOpt = Annotated[str, typer.Option("--timeout", help="Stop the job after this long: 90m, 24h, 2d.",
+                                         rich_help_panel=HW)]
+LabelsOpt = Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+    "--labels", help="Extra job labels KEY=VALUE (repeat or comma-separate).")]
+DisplayNameOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--display-name", help="Job name in the console [default: ftcli-TASK-TIME].")]
+TrialOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--trial", help="For a tuning job (ftcli tune): this trial [default: the best so far].")]

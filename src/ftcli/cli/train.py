@@ -3,51 +3,47 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from ftcli.cli.options import BucketOpt, ProjectOpt, RegionOpt, ServiceAccountOpt
+from ftcli.cli.options import (
+    BucketOpt,
+    DisplayNameOpt,
+    FlexStartOpt,
+    GpuOpt,
+    ImageOpt,
+    LabelsOpt,
+    MachineTypeOpt,
+    MaxWaitOpt,
+    ProjectOpt,
+    ReductionServerOpt,
+    RegionOpt,
+    ReplicasOpt,
+    ReservationOpt,
+    ServiceAccountOpt,
+    SpotOpt,
+    TimeoutOpt,
+)
 from ftcli.trainer_options import with_trainer_options
 from ftcli.values import JobName
-
-HW = "Hardware"
 
 
 @with_trainer_options(exclude=frozenset({"output_dir"}))
 def train(
     trainer: dict[str, Any],
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, H100, "
-                                     "H100-MEGA, H200, B200 (e.g. L4x2), or none for a CPU machine.",
-                                     rich_help_panel=HW)] = "T4",
-    machine_type: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--machine-type", help="Override the machine type (must suit the GPU).", rich_help_panel=HW)] = None,
-    replicas: Annotated[int, typer.Option("--replicas", help="Machines (data-parallel workers).",
-                                          rich_help_panel=HW)] = 1,
-    reduction_server: Annotated[int, typer.Option(
-        "--reduction-server", help="Reduction Server replicas for faster all-reduce across machines (0: none).",
-        rich_help_panel=HW)] = 0,
-    spot: Annotated[bool, typer.Option("--spot", help="Spot VMs (cheaper, preemptible; the trainer resumes).",
-                                       rich_help_panel=HW)] = False,
-    flex_start: Annotated[bool, typer.Option(
-        "--flex-start", help="Queue for the machines with Dynamic Workload Scheduler (L4, A100, H100, H200, B200; "
-        "at most 7 days).", rich_help_panel=HW)] = False,
-    max_wait: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--max-wait", help="With --flex-start: give up queueing after this long (e.g. 2h) [default: Vertex's, "
-        "1 day].", rich_help_panel=HW)] = None,
-    reservation: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--reservation", help="Run on a Compute Engine reservation: projects/P/zones/Z/reservations/NAME, or any.",
-        rich_help_panel=HW)] = None,
-    image: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--image", help="Your own container image (Python >= 3.11 with pip and torch >= 2.6); the trainer is "
-        "pip-installed into it at start [default: the pinned PyTorch image that covers the GPU].",
-        rich_help_panel=HW)] = None,
-    timeout: Annotated[str, typer.Option("--timeout", help="Stop the job after this long: 90m, 24h, 2d.",
-                                         rich_help_panel=HW)] = "24h",
-    labels: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--labels", help="Extra job labels KEY=VALUE (repeat or comma-separate).")] = None,
-    display_name: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--display-name", help="Job name in the console [default: ftcli-TASK-TIME].")] = None,
+    gpu: GpuOpt = "T4",
+    machine_type: MachineTypeOpt = None,
+    replicas: ReplicasOpt = 1,
+    reduction_server: ReductionServerOpt = 0,
+    spot: SpotOpt = False,
+    flex_start: FlexStartOpt = False,
+    max_wait: MaxWaitOpt = None,
+    reservation: ReservationOpt = None,
+    image: ImageOpt = None,
+    timeout: TimeoutOpt = "24h",
+    labels: LabelsOpt = None,
+    display_name: DisplayNameOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the CustomJob JSON; upload and create nothing.")
                        ] = False,
     smoke: Annotated[bool, typer.Option(

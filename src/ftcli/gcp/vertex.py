@@ -12,7 +12,7 @@ from typing import Any
 
 from ftcli.gcp import Notify, credentials, guard, plaintext_endpoint, retry_notice
 from ftcli.spec import SUBMISSION_LABEL
-from ftcli.values import Job, JobName, Pool
+from ftcli.values import Job, JobName, Pool, Trial, TuningJob, TuningName
 
 ENDPOINT_VAR = "FTCLI_VERTEX_ENDPOINT"
 
@@ -25,6 +25,13 @@ def to_proto(job: dict[str, Any]) -> Any:
     return aiplatform_v1.CustomJob.from_json(json.dumps(job))
 
 
+def tuning_to_proto(job: dict[str, Any]) -> Any:
+    """The `aiplatform_v1.HyperparameterTuningJob` for a REST JSON dict (what `ftcli.tune` builds)."""
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1.HyperparameterTuningJob.from_json(json.dumps(job))
+
+
 def _time(ts) -> dt.datetime | None:
     """A proto-plus timestamp field (a DatetimeWithNanoseconds, or None/epoch when unset) as an aware datetime."""
     if not ts:
@@ -32,11 +39,7 @@ def _time(ts) -> dt.datetime | None:
     return ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
 
 
-def to_job(proto) -> Job:
-    """ftcli's `Job` from an aiplatform_v1.CustomJob."""
-    from google.cloud import aiplatform_v1
-
-    spec = proto.job_spec
+def _pools(spec) -> tuple[Pool, ...]:
     pools = []
     for p in spec.worker_pool_specs:
         m = p.machine_spec
@@ -44,6 +47,40 @@ def to_job(proto) -> Job:
         image = p.container_spec.image_uri or p.python_package_spec.executor_image_uri
         pools.append(Pool(m.machine_type, accelerator, int(m.accelerator_count or 0) if accelerator else 0,
                           int(p.replica_count or 0), image))
+    return tuple(pools)
+
+
+def to_tuning(proto) -> TuningJob:
+    """ftcli's `TuningJob` from an aiplatform_v1.HyperparameterTuningJob."""
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format
+
+    metric = proto.study_spec.metrics[0] if proto.study_spec.metrics else None
+    trials = []
+    for t in proto.trials:
+        params = {p.parameter_id: json_format.MessageToDict(p._pb.value) for p in t.parameters}
+        value = next((m.value for m in t.final_measurement.metrics if metric and m.metric_id == metric.metric_id),
+                     None)
+        trials.append(Trial(t.id, t.state.name, params, value, JobName.parse(t.custom_job) if t.custom_job else None))
+    spec = proto.trial_job_spec
+    return TuningJob(
+        name=TuningName.parse(proto.name), display_name=proto.display_name,
+        state=proto.state.name.removeprefix("JOB_STATE_"),
+        metric=metric.metric_id if metric else "", goal=metric.goal.name if metric else "MAXIMIZE",
+        max_trials=int(proto.max_trial_count), parallel=int(proto.parallel_trial_count), trials=tuple(trials),
+        error=proto.error.message or None,
+        created=_time(proto.create_time), started=_time(proto.start_time), ended=_time(proto.end_time),
+        labels=dict(proto.labels), pools=_pools(spec), output_dir=spec.base_output_directory.output_uri_prefix or None,
+        resource=json.loads(aiplatform_v1.HyperparameterTuningJob.to_json(proto, use_integers_for_enums=False)),
+    )
+
+
+def to_job(proto) -> Job:
+    """ftcli's `Job` from an aiplatform_v1.CustomJob."""
+    from google.cloud import aiplatform_v1
+
+    spec = proto.job_spec
+    pools = _pools(spec)
     timeout = spec.scheduling.timeout
     return Job(
         name=JobName.parse(proto.name),
@@ -52,7 +89,7 @@ def to_job(proto) -> Job:
         error=proto.error.message or None,
         created=_time(proto.create_time), started=_time(proto.start_time), ended=_time(proto.end_time),
         labels=dict(proto.labels),
-        pools=tuple(pools),
+        pools=pools,
         output_dir=spec.base_output_directory.output_uri_prefix or None,
         timeout_s=int(timeout.total_seconds()) if timeout else None,
         # enum names, not numbers: the same JSON the REST API and --dry-run show
@@ -140,6 +177,45 @@ class VertexGateway:
     def cancel(self, name: JobName) -> None:
         self._call(f"job {name.id}", "CancelCustomJob",
                    lambda: self.client.cancel_custom_job(name=name.full, retry=None, timeout=60))
+
+    # -- hyperparameter tuning jobs -------------------------------------------------------------------------------
+
+    def create_tuning_job(self, job: dict, submission_id: str) -> TuningJob:
+        """Create the tuning job once, even when a response is lost (found again by its submission label)."""
+        proto = tuning_to_proto(job)
+        attempts = 0
+
+        def once():
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                found = next(iter(self.client.list_hyperparameter_tuning_jobs(
+                    request={"parent": self.parent, "filter": f'labels.{SUBMISSION_LABEL}="{submission_id}"'},
+                    retry=None, timeout=60)), None)
+                if found is not None:
+                    return found
+            return self.client.create_hyperparameter_tuning_job(parent=self.parent, hyperparameter_tuning_job=proto,
+                                                                 retry=None, timeout=60)
+
+        return to_tuning(self._call("the HyperparameterTuningJob", "CreateHyperparameterTuningJob", once))
+
+    def get_tuning(self, name: TuningName) -> TuningJob:
+        return to_tuning(self._call(f"tuning job {name.id}", "GetHyperparameterTuningJob",
+                                    lambda: self.client.get_hyperparameter_tuning_job(name=name.full, retry=None,
+                                                                                      timeout=60)))
+
+    def list_tuning(self, *, filter: str = "", limit: int = 20) -> list[TuningJob]:
+        def fetch():
+            request = {"parent": self.parent, "filter": filter, "page_size": min(limit, 100)}
+            pager = self.client.list_hyperparameter_tuning_jobs(request=request, retry=None, timeout=60)
+            return [j for _, j in zip(range(limit), pager, strict=False)]
+
+        return [to_tuning(j) for j in self._call(f"tuning jobs in {self.parent}", "ListHyperparameterTuningJobs",
+                                                 fetch)]
+
+    def cancel_tuning(self, name: TuningName) -> None:
+        self._call(f"tuning job {name.id}", "CancelHyperparameterTuningJob",
+                   lambda: self.client.cancel_hyperparameter_tuning_job(name=name.full, retry=None, timeout=60))
 
 
 def get_vertex(project: str, region: str, notify: Notify | None = None) -> VertexGateway:

@@ -1,0 +1,159 @@
+"""`ftcli tune`: a Vertex AI hyperparameter tuning job whose trials are `ftcli train`'s job."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ftcli.cli.options import (
+    BucketOpt,
+    DisplayNameOpt,
+    FlexStartOpt,
+    GpuOpt,
+    ImageOpt,
+    LabelsOpt,
+    MachineTypeOpt,
+    MaxWaitOpt,
+    ProjectOpt,
+    ReductionServerOpt,
+    RegionOpt,
+    ReplicasOpt,
+    ReservationOpt,
+    ServiceAccountOpt,
+    SpotOpt,
+    TimeoutOpt,
+)
+from ftcli.trainer_options import with_trainer_options
+
+TUNE = "Tuning"
+
+
+def _values(params: dict) -> str:
+    def one(v):
+        return f"{v:.3g}" if isinstance(v, float) and not float(v).is_integer() else (
+            str(int(v)) if isinstance(v, float) else str(v))
+
+    return " ".join(f"{k}={one(v)}" for k, v in params.items())
+
+
+@with_trainer_options(exclude=frozenset({"output_dir", "hypertune_metric"}))
+def tune(
+    trainer: dict[str, Any],
+    trials: Annotated[int, typer.Option("--trials", help="Trials in all.", rich_help_panel=TUNE)] = 8,
+    parallel: Annotated[int, typer.Option("--parallel", help="Trials at a time.", rich_help_panel=TUNE)] = 2,
+    search: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--search", help="NAME=loguniform(LOW,HIGH) | uniform(LOW,HIGH) | int(LOW,HIGH) | choice(A,B,...); repeat "
+        "for each option [default: learning_rate=loguniform(1e-5,1e-4) and batch_size=choice(16,32)].",
+        rich_help_panel=TUNE)] = None,
+    metric: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--metric", help="The eval metric to optimise (a *_loss is minimised) [default: the task's: eval_accuracy, "
+        "eval_matthews_correlation for CoLA, eval_pearson for STS-B, ...].", rich_help_panel=TUNE)] = None,
+    gpu: GpuOpt = "T4",
+    machine_type: MachineTypeOpt = None,
+    replicas: ReplicasOpt = 1,
+    reduction_server: ReductionServerOpt = 0,
+    spot: SpotOpt = False,
+    flex_start: FlexStartOpt = False,
+    max_wait: MaxWaitOpt = None,
+    reservation: ReservationOpt = None,
+    image: ImageOpt = None,
+    timeout: TimeoutOpt = "24h",
+    labels: LabelsOpt = None,
+    display_name: DisplayNameOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the HyperparameterTuningJob JSON; upload and "
+                                          "create nothing.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Return once the job is created (default: follow its "
+                                         "trials until it ends).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
+                        ] = False,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    bucket: BucketOpt = None,
+    service_account: ServiceAccountOpt = None,
+) -> None:
+    """Tune hyperparameters on Vertex AI: a HyperparameterTuningJob whose trials run the job `ftcli train` would
+    (same checks, same container, same uploads), each with its own values; the trainer reports the metric after
+    every evaluation. --timeout is per trial.
+
+    Examples:
+
+      ftcli tune --task mnli --gpu L4 --trials 16 --parallel 4 --search 'learning_rate=loguniform(1e-5,1e-4)'
+      --search 'batch_size=choice(16,32)'
+
+      ftcli tune --task cola --gpu T4 --dry-run          (the task's default search and metric)
+
+      ftcli jobs describe last    (trials, best first)   ·   ftcli download last   (the best trial's model)
+    """
+    from ftcli import tuning
+    from ftcli.output import emit_json, err, note, out, transfer
+
+    ts = tuning.plan(trainer=trainer, search=search or [], metric=metric, trials=trials, parallel=parallel,
+                     gpu=gpu, machine_type=machine_type, replicas=replicas, reduction_server=reduction_server,
+                     spot=spot, image=image, timeout=timeout, labels=labels or [], display_name=display_name,
+                     project=project, region=region, bucket=bucket, service_account=service_account,
+                     flex_start=flex_start, max_wait=max_wait, reservation=reservation)
+    for line in ts.sub.notes:
+        err().print(f"note: {line}", markup=False, highlight=False)
+    goal = ts.job["studySpec"]["metrics"][0]["goal"].lower()
+    err().print(f"study: {trials} trials, {parallel} at a time, {goal} {ts.metric} over "
+                f"{', '.join(p.name for p in ts.params)}", markup=False, highlight=False)
+    if dry_run:
+        print(json.dumps(ts.job, indent=2))
+        err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {ts.sub.package_uri}[/]")
+        return
+    job, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
+    if json_out:
+        emit_json({"short_id": n, "name": job.name.full, "id": job.name.id, "display_name": job.display_name,
+                   "console_url": job.name.console_url, "base_output_dir": ts.sub.base_output_dir,
+                   "uploaded_bytes": sent})
+        return
+    o = out()
+    o.print(f"submitted tuning job [bold]#{n}[/] {job.display_name}")
+    o.print(f"  id       {job.name.id}  ({job.name.full})")
+    o.print(f"  console  {job.name.console_url}")
+    o.print(f"  trials   {ts.sub.base_output_dir}/TRIAL_ID/model/")
+    o.print(f"next: ftcli jobs describe {n}   ·   ftcli logs {n} --trial ID   ·   ftcli jobs cancel {n}")
+    if detach:
+        return
+    code = _follow(job.name, n)
+    if code:
+        raise typer.Exit(code)
+
+
+def _follow(name, n: int) -> int:
+    from ftcli import tuning
+    from ftcli.cli.watch import timing_from_env
+    from ftcli.output import err, note, out
+
+    o = out()
+
+    def on_update(job, changed) -> None:
+        for t in changed:
+            value = f" · {job.metric} {t.value:.4f}" if t.value is not None else ""
+            o.print(f"trial {t.id} {t.state} · {_values(t.params)}{value}", markup=False, highlight=False)
+        if not changed:
+            err().print(f"tuning job {n}: {job.state}", markup=False, highlight=False)
+
+    try:
+        job = tuning.follow(lambda: tuning.get(name, note), on_update,
+                            interval=timing_from_env().state_interval)
+    except KeyboardInterrupt:
+        err().print(f"detached: tuning job #{n} keeps running · follow: ftcli jobs describe {n} · cancel: "
+                    f"ftcli jobs cancel {n}", markup=False, highlight=False)
+        return 130
+    best = job.best
+    if job.state == "SUCCEEDED" and best is not None:
+        o.print(f"tuning job #{n} SUCCEEDED · best trial {best.id}: {job.metric} {best.value:.4f} · "
+                f"{_values(best.params)}", markup=False, highlight=False)
+        o.print(f"next: ftcli download {n}   (the best trial's model)   ·   ftcli jobs describe {n}", markup=False,
+                highlight=False)
+        return 0
+    err().print(f"tuning job #{n} {job.state}" + (f": {job.error}" if job.error else ""), markup=False,
+                highlight=False)
+    return 3
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(tune)

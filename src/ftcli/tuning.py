@@ -1,0 +1,172 @@
+"""`ftcli tune` as core code: plan the tuning job around the very job `ftcli train` would build (all checks before
+anything is uploaded), stage and create it, and name a tuning job's trials (best first; the one to download).
+
+The pure pieces (search spaces, the study metric, the job's JSON) are in `ftcli.tune`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from ftcli import history, tune
+from ftcli.errors import UsageError
+from ftcli.submit import Submission
+from ftcli.values import JobName, Trial, TuningJob, TuningName
+
+KIND_LABEL = "ftcli_kind"  # "tune" on a tuning job (its trials' CustomJobs are Vertex's own)
+
+
+@dataclass
+class TuningSubmission:
+    sub: Submission  # the trial job (checked, staged and uploaded exactly as `ftcli train`'s)
+    job: dict  # the HyperparameterTuningJob as REST JSON
+    params: list[tune.Param]
+    metric: str
+
+
+def default_metric(cfg) -> str:
+    """The metric a task is judged by (GLUE's for GLUE tasks), as the trainer's metrics.json names it."""
+    from ftcli_trainer.metrics import headline
+    from ftcli_trainer.tasks import TASKS
+
+    keys = headline(TASKS[cfg.task].metrics, cfg.multi_label, getattr(cfg, "regression", False))
+    return f"eval_{keys[0]}" if keys else tune.default_metric(cfg.multi_label)
+
+
+def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, trials: int, parallel: int,
+         **train: Any) -> TuningSubmission:
+    """Every problem at once, before anything is uploaded: the trial job's (as `ftcli train --dry-run` finds
+    them), the search's, and each searched value at both ends of its range checked by the trainer's validator."""
+    from ftcli import submit
+    from ftcli.trainer_options import validate
+    from ftcli_trainer.config import OPTIONS
+
+    problems = tune.count_problems(trials, parallel)
+    params: list[tune.Param] = []
+    try:
+        params = tune.parse_search(search, {o.name: o.type for o in OPTIONS})
+    except UsageError as e:
+        problems += e.problems or [e.message]
+    for p in params:
+        for value in p.extremes:
+            try:
+                validate({**trainer, p.name: value})
+            except UsageError as e:
+                problems.append(f"--search {p.name} reaches {value}: {(e.problems or [e.message])[0]}")
+                break
+    if metric is not None and not metric.startswith("eval_"):
+        problems.append(f"--metric {metric!r}: name one of metrics.json's eval_* keys, e.g. eval_accuracy")
+    try:
+        cfg, _ = validate(trainer)
+        chosen = metric or default_metric(cfg)
+    except UsageError:
+        chosen = metric or "eval_accuracy"  # the trainer's own problems are reported by plan() below
+    try:
+        sub = submit.plan(trainer={**trainer, "hypertune_metric": chosen}, **train)
+    except UsageError as e:
+        raise UsageError(f"{len(problems) + len(e.problems or [e.message])} problems with the options:",
+                         problems=problems + (e.problems or [e.message])) if problems else e from None
+    if problems:
+        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the options:",
+                         problems=problems if len(problems) > 1 else None)
+    job = tune.build_tuning_job(sub.job, params, chosen, trials, parallel)
+    job.setdefault("labels", {})[KIND_LABEL] = "tune"
+    return TuningSubmission(sub, job, params, chosen)
+
+
+def submit(ts: TuningSubmission, *, notify=None, uploading=None) -> tuple[TuningJob, int, int]:
+    """Stage as `ftcli train` does, create the tuning job, record a short id. Returns (job, short id, bytes)."""
+    from ftcli import submit as train_submit
+    from ftcli.gcp.vertex import get_vertex
+
+    sub = ts.sub
+    sent = train_submit.stage(sub, notify=notify, uploading=uploading)
+    job = get_vertex(sub.settings.project, sub.settings.region, notify).create_tuning_job(ts.job, sub.submission_id)
+    n = history.record(job.name.full, sub.display_name, project=sub.settings.project, region=sub.settings.region,
+                       created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                       base_output_dir=sub.base_output_dir, kind="tune")
+    return job, n, sent
+
+
+def get(name: TuningName, notify=None) -> TuningJob:
+    from ftcli.gcp.vertex import get_vertex
+
+    return get_vertex(name.project, name.region, notify).get_tuning(name)
+
+
+def trial(job: TuningJob, which: str | None) -> Trial:
+    """A trial by id, or (None) the best one that has a value, else the latest."""
+    if which:
+        found = next((t for t in job.trials if t.id == str(which).strip()), None)
+        if found is None:
+            ids = ", ".join(t.id for t in job.trials) or "none yet"
+            raise UsageError(f"tuning job {job.name.id} has no trial {which} (trials: {ids})")
+        return found
+    if job.best is not None:
+        return job.best
+    if not job.trials:
+        raise UsageError(f"tuning job {job.name.id} has no trials yet ({job.state})",
+                         hint="wait for the first trial, or follow it: ftcli tune ... without --detach")
+    return max(job.trials, key=lambda t: int(t.id))
+
+
+def trial_job(job: TuningJob, which: str | None) -> JobName:
+    """The CustomJob a trial ran as (for its logs, its model)."""
+    t = trial(job, which)
+    if t.job is None:
+        raise UsageError(f"trial {t.id} of tuning job {job.name.id} has not started a job yet ({t.state})")
+    return t.job
+
+
+def record(job: TuningJob, short_id: int | None = None, now: dt.datetime | None = None) -> dict:
+    """The JSON shape of a tuning job (jobs list/describe --json); the table columns read the same keys as a
+    CustomJob's record."""
+    from ftcli.catalog import gpu_short_name, machine_label
+    from ftcli.spec import MODEL_LABEL, TASK_LABEL
+
+    chief = job.pools[0] if job.pools else None
+    best = job.best
+    gpu = f"{gpu_short_name(chief.accelerator)}x{chief.accelerator_count}" if chief and chief.accelerator else None
+
+    def iso(t: dt.datetime | None) -> str | None:
+        return t.isoformat(timespec="seconds") if t else None
+
+    return {
+        "kind": "tune",
+        "short_id": short_id, "id": job.name.id, "name": job.name.full, "display_name": job.display_name,
+        "state": job.state, "task": job.labels.get(TASK_LABEL), "model": job.labels.get(MODEL_LABEL), "gpu": gpu,
+        "machine_type": chief.machine_type if chief else None,
+        "hardware": machine_label(chief.machine_type, chief.accelerator, chief.accelerator_count) if chief else None,
+        "machines": sum(p.replicas for p in job.pools[:2]),
+        "created": iso(job.created), "started": iso(job.started), "ended": iso(job.ended),
+        "duration_s": None if (d := job.duration_s(now)) is None else round(d),
+        "metric": {"name": job.metric.removeprefix("eval_"), "value": best.value} if best else None,
+        "study": {"metric": job.metric, "goal": job.goal, "max_trials": job.max_trials, "parallel": job.parallel},
+        "trials": [{"id": t.id, "state": t.state, "params": dict(t.params), "value": t.value,
+                    "job": t.job.full if t.job else None} for t in job.ranked()],
+        "best_trial": best.id if best else None,
+        "output_dir": job.output_dir, "error": job.error, "console_url": job.name.console_url,
+    }
+
+
+def follow(get_job, on_update, *, interval: float = 3.0, sleep=None) -> TuningJob:
+    """Read the tuning job until it ends, calling `on_update(job, changed_trials)` whenever its state or a trial
+    changed (the first read reports everything). Returns the final job."""
+    import time
+
+    sleep = sleep or time.sleep
+    seen: dict[str, tuple] = {}
+    last_state = None
+    while True:
+        job = get_job()
+        changed = [t for t in job.trials if seen.get(t.id) != (t.state, t.value)]
+        for t in changed:
+            seen[t.id] = (t.state, t.value)
+        if changed or job.state != last_state:
+            on_update(job, changed)
+            last_state = job.state
+        if job.final:
+            return job
+        sleep(interval)

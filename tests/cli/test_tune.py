@@ -1,0 +1,109 @@
+"""`ftcli tune` against the emulators: the tuning job is train's job with a study around it; its trials really
+run (the emulated tuning service appends each trial's values), and jobs/logs/download name its trials."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import run_cli
+from tests.conftest import sentiment_rows, write_csv
+
+pytest.importorskip("torch")
+
+
+def test_dry_run_is_the_train_job_inside_a_study(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "tune", "--task", "mnli", "--gpu", "L4", "--trials", "16", "--parallel", "4",
+                "--search", "learning_rate=loguniform(1e-5,1e-4)", "--search", "batch_size=choice(16,32)",
+                "--project", "my-project", "--bucket", "gs://my-bucket/x", "--dry-run")
+    assert r.code == 0, r.err
+    job = json.loads(r.out)
+    assert job["maxTrialCount"] == 16 and job["parallelTrialCount"] == 4
+    assert job["studySpec"]["metrics"] == [{"metricId": "eval_accuracy", "goal": "MAXIMIZE"}]
+    pool = job["trialJobSpec"]["workerPoolSpecs"][0]
+    args = pool["containerSpec"]["args"]
+    assert args[args.index("--hypertune-metric") + 1] == "eval_accuracy"  # the trainer reports the study's metric
+    assert pool["machineSpec"]["acceleratorType"] == "NVIDIA_L4"
+    assert job["labels"]["ftcli_kind"] == "tune" and job["labels"]["created_by"] == "ftcli"
+    assert "study: 16 trials, 4 at a time, maximize eval_accuracy over learning_rate, batch_size" in r.err
+
+
+def test_the_task_decides_the_default_metric(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    for task, metric in (("cola", "eval_matthews_correlation"), ("stsb", "eval_pearson"), ("mrpc", "eval_f1")):
+        r = run_cli(capsys, "tune", "--task", task, "--project", "my-project", "--bucket", "gs://b-1/x", "--dry-run")
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["studySpec"]["metrics"][0]["metricId"] == metric
+    r = run_cli(capsys, "tune", "--task", "mnli", "--metric", "eval_loss", "--project", "my-project",
+                "--bucket", "gs://b-1/x", "--dry-run")
+    assert json.loads(r.out)["studySpec"]["metrics"][0]["goal"] == "MINIMIZE"
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--search", "train_file=choice(a,b)"], "not a tunable trainer option"),
+    (["--search", "learning_rate=loguniform(0,1)"], "loguniform needs LOW > 0"),
+    (["--search", "warmup_ratio=uniform(0,2)"], "--search warmup_ratio reaches 2.0"),
+    (["--trials", "2", "--parallel", "3"], "--parallel must be between 1 and --trials (2), got 3"),
+    (["--metric", "accuracy"], "--metric 'accuracy': name one of metrics.json's eval_* keys"),
+    (["--gpu", "T4x3"], "T4 comes in counts"),
+])
+def test_bad_tuning_input_sends_nothing(capsys, cloud_env, args, needle):
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "tune", "--task", "imdb", *args)
+    assert r.code == 2 and needle in r.err and "Traceback" not in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+@pytest.fixture
+def tuned(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys, tmp_path, tiny_model):
+    gcs, _ = cloud_env
+    monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", running_vertex.endpoint)
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
+    monkeypatch.setattr(cloud_logging, "project", "test-project")
+    data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(120, seed=5))
+    r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(data), "--model", str(tiny_model),
+                "--gpu", "none", "--epochs", "1", "--trials", "2", "--parallel", "1",
+                "--search", "learning_rate=loguniform(1e-4,1e-3)", "--label-names", "negative,positive")
+    return r, gcs, running_vertex
+
+
+def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path):
+    r, gcs, vertex = tuned
+    assert r.code == 0, r.err + r.out
+    assert "submitted tuning job #1" in r.out
+    assert r.out.count("trial 1 SUCCEEDED") == 1 and "trial 2 SUCCEEDED" in r.out
+    assert "tuning job #1 SUCCEEDED · best trial" in r.out and "next: ftcli download 1" in r.out
+    (tj,) = vertex.tuning_jobs.values()
+    best = max(tj.trials, key=lambda t: t.final_measurement.metrics[0].value)
+    assert f"best trial {best.id}:" in r.out
+
+    r = run_cli(capsys, "jobs", "list", "--json")
+    rows = [json.loads(line) for line in r.out.splitlines()]
+    tuning_rows = [x for x in rows if x.get("kind") == "tune"]
+    assert len(tuning_rows) == 1 and tuning_rows[0]["short_id"] == 1 and tuning_rows[0]["state"] == "SUCCEEDED"
+    assert tuning_rows[0]["metric"]["value"] == pytest.approx(best.final_measurement.metrics[0].value)
+    r = run_cli(capsys, "jobs", "list")
+    assert "tune:csv" in r.out
+
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert r.code == 0 and "maximize eval_accuracy · 2/2 trials, 1 at a time" in r.out
+    lines = [ln for ln in r.out.splitlines() if ln.strip()[:1].isdigit()]
+    assert lines[0].split()[0] == best.id  # best first
+    r = run_cli(capsys, "jobs", "describe", "1", "--json")
+    assert [t["id"] for t in json.loads(r.out)["trials"]][0] == best.id
+
+    other = next(t.id for t in tj.trials if t.id != best.id)
+    r = run_cli(capsys, "logs", "1", "--trial", other, "--no-follow")
+    assert r.code == 0 and "ftcli trainer" in r.out
+
+    r = run_cli(capsys, "download", "1", str(tmp_path / "best"))
+    assert r.code == 0, r.err
+    assert (tmp_path / "best" / "model.safetensors").exists()
+    assert "runs/" in json.dumps(vertex.job(best.custom_job).job_spec.base_output_directory.output_uri_prefix)
+    r = run_cli(capsys, "download", "1", str(tmp_path / "t9"), "--trial", "9")
+    assert r.code == 2 and "has no trial 9 (trials: 1, 2)" in r.err
+    r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
+    assert r.code == 1 and "has already ended (SUCCEEDED)" in r.err
