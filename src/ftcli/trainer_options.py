@@ -40,24 +40,35 @@ def _parameter(opt) -> inspect.Parameter:
                              annotation=Annotated[Optional[value_type], info])  # noqa: UP045 - typer needs it
 
 
+def with_option_group(arg: str, group: list[inspect.Parameter]):
+    """A decorator: `command` gets the options in `group` after its own, and receives their values as one dict
+    argument named `arg` (enum choices as their values)."""
+    names = frozenset(p.name for p in group)
+
+    def decorate(command: Callable[..., Any]):
+        # eval_str: the command module may use `from __future__ import annotations` (string annotations)
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != arg]
+        params = own + group
+
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            values = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+            values = {k: v.value if isinstance(v, enum.Enum) else v for k, v in values.items()}
+            return command(**{arg: values}, **kwargs)
+
+        wrapper.__signature__ = inspect.Signature(params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        del wrapper.__wrapped__  # typer must read the new signature, not the original one
+        return wrapper
+
+    return decorate
+
+
 def with_trainer_options(command: Callable[..., Any] | None = None, *, exclude: frozenset[str] = frozenset()):
     """Give `command` every trainer option (but `exclude`); it receives them as one dict argument `trainer`."""
     if command is None:
         return functools.partial(with_trainer_options, exclude=exclude)
-    # eval_str: the command module may use `from __future__ import annotations` (string annotations)
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "trainer"]
-    params = own + [_parameter(o) for o in OPTIONS if o.name not in exclude]
-
-    @functools.wraps(command)
-    def wrapper(**kwargs):
-        trainer = {k: kwargs.pop(k) for k in list(kwargs) if k in TRAINER_NAMES}
-        trainer = {k: v.value if isinstance(v, enum.Enum) else v for k, v in trainer.items()}
-        return command(trainer=trainer, **kwargs)
-
-    wrapper.__signature__ = inspect.Signature(params)
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    del wrapper.__wrapped__  # typer must read the new signature, not the original one
-    return wrapper
+    return with_option_group("trainer", [_parameter(o) for o in OPTIONS if o.name not in exclude])(command)
 
 
 def validate(values: dict[str, Any]) -> tuple[TrainConfig, list[str]]:

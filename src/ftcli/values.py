@@ -11,50 +11,74 @@ import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 # Vertex's JobState names without the JOB_STATE_ prefix.
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED"})
 WAITING_STATES = frozenset({"QUEUED", "PENDING"})  # no machine yet: nothing runs, nothing logs
 
-_NAME = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/customJobs/(?P<id>\d+)$")
-_TUNING_NAME = re.compile(
-    r"^projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/hyperparameterTuningJobs/(?P<id>\d+)$")
-
-
 @dataclass(frozen=True, order=True)
-class JobName:
-    """projects/PROJECT/locations/REGION/customJobs/ID, split once."""
+class _ResourceName:
+    """projects/PROJECT/locations/REGION/COLLECTION/ID, split once (a subclass names its COLLECTION)."""
 
     project: str
     region: str
     id: str
 
+    COLLECTION: ClassVar[str] = ""
+    KIND: ClassVar[str] = ""
+
     @classmethod
-    def parse(cls, text: str) -> JobName:
-        m = _NAME.match(text.strip())
+    def _pattern(cls) -> re.Pattern:
+        return re.compile(rf"^projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/{cls.COLLECTION}/(?P<id>\d+)$")
+
+    @classmethod
+    def parse(cls, text: str):
+        m = cls._pattern().match(text.strip())
         if not m:
-            raise ValueError(f"not a CustomJob resource name: {text!r}")
+            raise ValueError(f"not a {cls.KIND} resource name: {text!r}")
         return cls(m["project"], m["region"], m["id"])
 
     @classmethod
     def is_full(cls, text: str) -> bool:
-        return bool(_NAME.match(text.strip()))
+        return bool(cls._pattern().match(text.strip()))
 
     @property
     def full(self) -> str:
-        return f"projects/{self.project}/locations/{self.region}/customJobs/{self.id}"
+        return f"projects/{self.project}/locations/{self.region}/{self.COLLECTION}/{self.id}"
 
     @property
     def parent(self) -> str:
         return f"projects/{self.project}/locations/{self.region}"
+
+    def __str__(self) -> str:
+        return self.full
+
+
+@dataclass(frozen=True, order=True)
+class JobName(_ResourceName):
+    """projects/PROJECT/locations/REGION/customJobs/ID."""
+
+    COLLECTION: ClassVar[str] = "customJobs"
+    KIND: ClassVar[str] = "CustomJob"
 
     @property
     def console_url(self) -> str:
         return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/{self.id}/cpu"
                 f"?project={self.project}")
 
-    def __str__(self) -> str:
-        return self.full
+
+@dataclass(frozen=True, order=True)
+class TuningName(_ResourceName):
+    """projects/PROJECT/locations/REGION/hyperparameterTuningJobs/ID."""
+
+    COLLECTION: ClassVar[str] = "hyperparameterTuningJobs"
+    KIND: ClassVar[str] = "HyperparameterTuningJob"
+
+    @property
+    def console_url(self) -> str:
+        return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/"
+                f"{self.id}/hyperparameter-tuning-trials?project={self.project}")
 
 
 @dataclass(frozen=True)
@@ -120,42 +144,6 @@ class LogEntry:
     text: str = field(compare=False)
     insert_id: str = field(compare=False)
     received: dt.datetime | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True, order=True)
-class TuningName:
-    """projects/PROJECT/locations/REGION/hyperparameterTuningJobs/ID, split once."""
-
-    project: str
-    region: str
-    id: str
-
-    @classmethod
-    def parse(cls, text: str) -> TuningName:
-        m = _TUNING_NAME.match(text.strip())
-        if not m:
-            raise ValueError(f"not a HyperparameterTuningJob resource name: {text!r}")
-        return cls(m["project"], m["region"], m["id"])
-
-    @classmethod
-    def is_full(cls, text: str) -> bool:
-        return bool(_TUNING_NAME.match(text.strip()))
-
-    @property
-    def full(self) -> str:
-        return f"projects/{self.project}/locations/{self.region}/hyperparameterTuningJobs/{self.id}"
-
-    @property
-    def parent(self) -> str:
-        return f"projects/{self.project}/locations/{self.region}"
-
-    @property
-    def console_url(self) -> str:
-        return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/"
-                f"{self.id}/hyperparameter-tuning-trials?project={self.project}")
-
-    def __str__(self) -> str:
-        return self.full
 
 
 @dataclass(frozen=True)

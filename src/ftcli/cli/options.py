@@ -55,3 +55,25 @@ DisplayNameOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--display-name", help="Job name in the console [default: ftcli-TASK-TIME].")]
 TrialOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--trial", help="For a tuning job (ftcli tune): this trial [default: the best so far].")]
+
+
+def _job_params():
+    import inspect
+
+    kw = inspect.Parameter.KEYWORD_ONLY
+    return [inspect.Parameter(name, kw, default=default, annotation=kind) for name, kind, default in (
+        ("gpu", GpuOpt, "T4"), ("machine_type", MachineTypeOpt, None), ("replicas", ReplicasOpt, 1),
+        ("reduction_server", ReductionServerOpt, 0), ("spot", SpotOpt, False), ("flex_start", FlexStartOpt, False),
+        ("max_wait", MaxWaitOpt, None), ("reservation", ReservationOpt, None), ("image", ImageOpt, None),
+        ("timeout", TimeoutOpt, "24h"), ("labels", LabelsOpt, None), ("display_name", DisplayNameOpt, None),
+        ("project", ProjectOpt, None), ("region", RegionOpt, None), ("bucket", BucketOpt, None),
+        ("service_account", ServiceAccountOpt, None))]
+
+
+def with_job_options(command):
+    """The options of the job `ftcli train` creates (and `ftcli tune`'s trials run): machines, how they are
+    obtained, image, timeout, labels, name, project/region/bucket/service account. The command receives them as
+    one dict argument `job`, which `submit.plan` takes as keyword arguments."""
+    from ftcli.trainer_options import with_option_group
+
+    return with_option_group("job", _job_params())(command)

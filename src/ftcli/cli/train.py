@@ -7,43 +7,16 @@ from typing import Annotated, Any
 
 import typer
 
-from ftcli.cli.options import (
-    BucketOpt,
-    DisplayNameOpt,
-    FlexStartOpt,
-    GpuOpt,
-    ImageOpt,
-    LabelsOpt,
-    MachineTypeOpt,
-    MaxWaitOpt,
-    ProjectOpt,
-    ReductionServerOpt,
-    RegionOpt,
-    ReplicasOpt,
-    ReservationOpt,
-    ServiceAccountOpt,
-    SpotOpt,
-    TimeoutOpt,
-)
+from ftcli.cli.options import with_job_options
 from ftcli.trainer_options import with_trainer_options
 from ftcli.values import JobName
 
 
 @with_trainer_options(exclude=frozenset({"output_dir"}))
+@with_job_options
 def train(
     trainer: dict[str, Any],
-    gpu: GpuOpt = "T4",
-    machine_type: MachineTypeOpt = None,
-    replicas: ReplicasOpt = 1,
-    reduction_server: ReductionServerOpt = 0,
-    spot: SpotOpt = False,
-    flex_start: FlexStartOpt = False,
-    max_wait: MaxWaitOpt = None,
-    reservation: ReservationOpt = None,
-    image: ImageOpt = None,
-    timeout: TimeoutOpt = "24h",
-    labels: LabelsOpt = None,
-    display_name: DisplayNameOpt = None,
+    job: dict[str, Any],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the CustomJob JSON; upload and create nothing.")
                        ] = False,
     smoke: Annotated[bool, typer.Option(
@@ -53,10 +26,6 @@ def train(
                                          "logs until it ends, and exit with its status).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
                         ] = False,
-    project: ProjectOpt = None,
-    region: RegionOpt = None,
-    bucket: BucketOpt = None,
-    service_account: ServiceAccountOpt = None,
 ) -> None:
     """Fine-tune on Vertex AI: package the trainer, upload it, and create a CustomJob with the GPU.
 
@@ -77,11 +46,7 @@ def train(
     from ftcli import submit
     from ftcli.output import emit_json, err, note, out, transfer
 
-    sub = submit.plan(trainer=trainer, gpu=gpu, machine_type=machine_type, replicas=replicas,
-                      reduction_server=reduction_server, spot=spot, image=image, timeout=timeout,
-                      labels=labels or [], display_name=display_name, project=project,
-                      region=region, bucket=bucket, service_account=service_account,
-                      flex_start=flex_start, max_wait=max_wait, reservation=reservation)
+    sub = submit.plan(trainer=trainer, **{**job, "labels": job["labels"] or []})
     for line in sub.notes:
         err().print(f"note: {line}", markup=False, highlight=False)
     if smoke:
@@ -97,26 +62,26 @@ def train(
         err().print("smoke run passed: the job starts, trains and evaluates; submit without --smoke",
                     markup=False, highlight=False)
         return
-    _say_cost(sub.estimate, timeout, spot=spot or flex_start)
+    _say_cost(sub.estimate, job["timeout"], spot=job["spot"] or job["flex_start"])
     if dry_run:
         print(json.dumps(sub.job, indent=2))
         uploads = "".join(f"\n  {p} -> {u}" for p, u in sub.uploads)
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {sub.package_uri}{uploads}[/]")
         return
     try:
-        job, n, sent = submit.submit(sub, notify=note, uploading=transfer)
+        created, n, sent = submit.submit(sub, notify=note, uploading=transfer)
     except KeyboardInterrupt:
         raise typer.Exit(_interrupted_submission(sub)) from None
     if json_out:
-        emit_json({"short_id": n, "name": job.name.full, "id": job.name.id, "display_name": job.display_name,
-                   "console_url": job.name.console_url, "base_output_dir": sub.base_output_dir,
-                   "uploaded_bytes": sent})
+        emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
+                   "display_name": created.display_name, "console_url": created.name.console_url,
+                   "base_output_dir": sub.base_output_dir, "uploaded_bytes": sent})
         return
     o = out()
     try:
-        o.print(f"submitted job [bold]#{n}[/] {job.display_name}")
-        o.print(f"  id       {job.name.id}  ({job.name.full})")
-        o.print(f"  console  {job.name.console_url}")
+        o.print(f"submitted job [bold]#{n}[/] {created.display_name}")
+        o.print(f"  id       {created.name.id}  ({created.name.full})")
+        o.print(f"  console  {created.name.console_url}")
         o.print(f"  model    {sub.base_output_dir}/model/")
         o.print(f"  uploaded {sent:,} bytes" + ("  (trainer unchanged: already in the bucket)" if sent == 0 else ""))
         o.print(f"next: [bold]ftcli logs {n}[/]   ·   ftcli jobs describe {n}   ·   ftcli jobs cancel {n}")
@@ -124,9 +89,9 @@ def train(
             return
         from ftcli.cli.watch import watch
 
-        code = watch(job.name, shown=str(n))
+        code = watch(created.name, shown=str(n))
     except KeyboardInterrupt:
-        _say_job_keeps_running(job.name, n)
+        _say_job_keeps_running(created.name, n)
         raise typer.Exit(130) from None
     if code:
         raise typer.Exit(code)

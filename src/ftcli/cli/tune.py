@@ -7,24 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ftcli.cli.options import (
-    BucketOpt,
-    DisplayNameOpt,
-    FlexStartOpt,
-    GpuOpt,
-    ImageOpt,
-    LabelsOpt,
-    MachineTypeOpt,
-    MaxWaitOpt,
-    ProjectOpt,
-    ReductionServerOpt,
-    RegionOpt,
-    ReplicasOpt,
-    ReservationOpt,
-    ServiceAccountOpt,
-    SpotOpt,
-    TimeoutOpt,
-)
+from ftcli.cli.options import with_job_options
 from ftcli.trainer_options import with_trainer_options
 
 TUNE = "Tuning"
@@ -39,8 +22,10 @@ def _values(params: dict) -> str:
 
 
 @with_trainer_options(exclude=frozenset({"output_dir", "hypertune_metric"}))
+@with_job_options
 def tune(
     trainer: dict[str, Any],
+    job: dict[str, Any],
     trials: Annotated[int, typer.Option("--trials", help="Trials in all.", rich_help_panel=TUNE)] = 8,
     parallel: Annotated[int, typer.Option("--parallel", help="Trials at a time.", rich_help_panel=TUNE)] = 2,
     search: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
@@ -50,28 +35,12 @@ def tune(
     metric: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--metric", help="The eval metric to optimise (a *_loss is minimised) [default: the task's: eval_accuracy, "
         "eval_matthews_correlation for CoLA, eval_pearson for STS-B, ...].", rich_help_panel=TUNE)] = None,
-    gpu: GpuOpt = "T4",
-    machine_type: MachineTypeOpt = None,
-    replicas: ReplicasOpt = 1,
-    reduction_server: ReductionServerOpt = 0,
-    spot: SpotOpt = False,
-    flex_start: FlexStartOpt = False,
-    max_wait: MaxWaitOpt = None,
-    reservation: ReservationOpt = None,
-    image: ImageOpt = None,
-    timeout: TimeoutOpt = "24h",
-    labels: LabelsOpt = None,
-    display_name: DisplayNameOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the HyperparameterTuningJob JSON; upload and "
                                           "create nothing.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the job is created (default: follow its "
                                          "trials until it ends).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
                         ] = False,
-    project: ProjectOpt = None,
-    region: RegionOpt = None,
-    bucket: BucketOpt = None,
-    service_account: ServiceAccountOpt = None,
 ) -> None:
     """Tune hyperparameters on Vertex AI: a HyperparameterTuningJob whose trials run the job `ftcli train` would
     (same checks, same container, same uploads), each with its own values; the trainer reports the metric after
@@ -90,10 +59,7 @@ def tune(
     from ftcli.output import emit_json, err, note, out, transfer
 
     ts = tuning.plan(trainer=trainer, search=search or [], metric=metric, trials=trials, parallel=parallel,
-                     gpu=gpu, machine_type=machine_type, replicas=replicas, reduction_server=reduction_server,
-                     spot=spot, image=image, timeout=timeout, labels=labels or [], display_name=display_name,
-                     project=project, region=region, bucket=bucket, service_account=service_account,
-                     flex_start=flex_start, max_wait=max_wait, reservation=reservation)
+                     **{**job, "labels": job["labels"] or []})
     for line in ts.sub.notes:
         err().print(f"note: {line}", markup=False, highlight=False)
     goal = ts.job["studySpec"]["metrics"][0]["goal"].lower()
@@ -103,21 +69,21 @@ def tune(
         print(json.dumps(ts.job, indent=2))
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {ts.sub.package_uri}[/]")
         return
-    job, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
+    created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
     if json_out:
-        emit_json({"short_id": n, "name": job.name.full, "id": job.name.id, "display_name": job.display_name,
-                   "console_url": job.name.console_url, "base_output_dir": ts.sub.base_output_dir,
-                   "uploaded_bytes": sent})
+        emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
+                   "display_name": created.display_name, "console_url": created.name.console_url,
+                   "base_output_dir": ts.sub.base_output_dir, "uploaded_bytes": sent})
         return
     o = out()
-    o.print(f"submitted tuning job [bold]#{n}[/] {job.display_name}")
-    o.print(f"  id       {job.name.id}  ({job.name.full})")
-    o.print(f"  console  {job.name.console_url}")
+    o.print(f"submitted tuning job [bold]#{n}[/] {created.display_name}")
+    o.print(f"  id       {created.name.id}  ({created.name.full})")
+    o.print(f"  console  {created.name.console_url}")
     o.print(f"  trials   {ts.sub.base_output_dir}/TRIAL_ID/model/")
     o.print(f"next: ftcli jobs describe {n}   ·   ftcli logs {n} --trial ID   ·   ftcli jobs cancel {n}")
     if detach:
         return
-    code = _follow(job.name, n)
+    code = _follow(created.name, n)
     if code:
         raise typer.Exit(code)
 

@@ -128,27 +128,34 @@ class VertexGateway:
                    endpoint_var=ENDPOINT_VAR):
             return retry(fn)()
 
-    def create_custom_job(self, job: dict, submission_id: str) -> Job:
-        """Create the job once, even when a response is lost: CreateCustomJob has no request id, so a retry
-        first looks for a job that carries this submission's label."""
-        proto = to_proto(job)
+    def _create_once(self, what: str, method: str, create, find):
+        """Create once, even when a response is lost: the create calls have no request id, so a retry first looks
+        (`find`) for what carries this submission's label."""
         attempts = 0
 
         def once():
             nonlocal attempts
             attempts += 1
             if attempts > 1:
-                found = self._find(submission_id)
+                found = find()
                 if found is not None:
                     return found
-            return self.client.create_custom_job(parent=self.parent, custom_job=proto, retry=None, timeout=60)
+            return create()
 
-        return to_job(self._call("the CustomJob", "CreateCustomJob", once))
+        return self._call(what, method, once)
+
+    def _mine(self, submission_id: str) -> dict:
+        return {"parent": self.parent, "filter": f'labels.{SUBMISSION_LABEL}="{submission_id}"'}
+
+    def create_custom_job(self, job: dict, submission_id: str) -> Job:
+        proto = to_proto(job)
+        return to_job(self._create_once(
+            "the CustomJob", "CreateCustomJob",
+            lambda: self.client.create_custom_job(parent=self.parent, custom_job=proto, retry=None, timeout=60),
+            lambda: self._find(submission_id)))
 
     def _find(self, submission_id: str):
-        jobs = self.client.list_custom_jobs(
-            request={"parent": self.parent, "filter": f'labels.{SUBMISSION_LABEL}="{submission_id}"'},
-            retry=None, timeout=60)
+        jobs = self.client.list_custom_jobs(request=self._mine(submission_id), retry=None, timeout=60)
         return next(iter(jobs), None)
 
     def find_by_submission(self, submission_id: str) -> Job | None:
@@ -181,23 +188,13 @@ class VertexGateway:
     # -- hyperparameter tuning jobs -------------------------------------------------------------------------------
 
     def create_tuning_job(self, job: dict, submission_id: str) -> TuningJob:
-        """Create the tuning job once, even when a response is lost (found again by its submission label)."""
         proto = tuning_to_proto(job)
-        attempts = 0
-
-        def once():
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1:
-                found = next(iter(self.client.list_hyperparameter_tuning_jobs(
-                    request={"parent": self.parent, "filter": f'labels.{SUBMISSION_LABEL}="{submission_id}"'},
-                    retry=None, timeout=60)), None)
-                if found is not None:
-                    return found
-            return self.client.create_hyperparameter_tuning_job(parent=self.parent, hyperparameter_tuning_job=proto,
-                                                                 retry=None, timeout=60)
-
-        return to_tuning(self._call("the HyperparameterTuningJob", "CreateHyperparameterTuningJob", once))
+        return to_tuning(self._create_once(
+            "the HyperparameterTuningJob", "CreateHyperparameterTuningJob",
+            lambda: self.client.create_hyperparameter_tuning_job(parent=self.parent, hyperparameter_tuning_job=proto,
+                                                                 retry=None, timeout=60),
+            lambda: next(iter(self.client.list_hyperparameter_tuning_jobs(request=self._mine(submission_id),
+                                                                          retry=None, timeout=60)), None)))
 
     def get_tuning(self, name: TuningName) -> TuningJob:
         return to_tuning(self._call(f"tuning job {name.id}", "GetHyperparameterTuningJob",
