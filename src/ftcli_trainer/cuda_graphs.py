@@ -418,3 +418,34 @@ class StaticSteps:
         return (f"{c['captured']} graphs captured in {self.capture_seconds:.2f} s, {c['replays']} replays, "
                 f"{c['eager']} eager calls")
 
+
+
+def prewarm(model, widths: tuple[int, ...], rows: int, device, autocast_dtype) -> float:
+    """One training forward and backward per width on filler rows, to pay the GPU's first-use costs before the
+    training clock starts: on an H200 the first step took 0.6 s (CUDA's lazy module loading, cuBLAS and cuDNN
+    handles) and the first step of each new width ~0.12 s (cuDNN attention plans, cuBLAS heuristics), against
+    2.8 ms a replayed step (bench/gpu_warmup.py). `task.run` calls it in a thread while the CPU tokenizes, so it
+    costs no wall time. It leaves no trace: no optimizer step, gradients back to None, the CUDA generator's state
+    restored (the run draws the same dropout masks as without it). Returns the seconds it took."""
+    import torch
+
+    started = time.perf_counter()
+    rng = torch.cuda.get_rng_state(device)
+    was_training = model.training
+    model.train()
+    try:
+        for width in widths:
+            ids = torch.full((rows, width), 1000, dtype=torch.long, device=device)
+            mask = torch.ones_like(ids)
+            mask[:, width // 2:] = 0  # padded rows, as real batches have: the masked attention kernels
+            ctx = (nullcontext() if autocast_dtype is None
+                   else torch.autocast(device.type, dtype=autocast_dtype, cache_enabled=False))
+            with ctx:
+                logits = model(input_ids=ids, attention_mask=mask).logits
+            logits.float().sum().backward()
+        torch.cuda.synchronize(device)
+    finally:
+        model.zero_grad(set_to_none=True)
+        torch.cuda.set_rng_state(rng, device)
+        model.train(was_training)
+    return time.perf_counter() - started

@@ -159,10 +159,13 @@ def run(cfg: TrainConfig) -> dict:
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     tokenizer = load_tokenizer(cfg.model)
-    train_enc = encode(tokenizer, data.train, cfg.max_length)
-    evals_enc = {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()}
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
+    warm = _start_prewarm(model, cfg, device, precision, dist)
+    train_enc = encode(tokenizer, data.train, cfg.max_length)
+    evals_enc = {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()}
+    if warm is not None:
+        warm.join()
     if device.type == "cpu":  # the same math, cheaper on a CPU (CUDA's dropout and SDPA are fused already)
         use_fast_dropout(model)
         use_fast_attention_dropout(model)
@@ -211,6 +214,34 @@ def run(cfg: TrainConfig) -> dict:
     distributed.barrier(dist)
     distributed.cleanup(dist)
     return results
+
+
+def _start_prewarm(model, cfg: TrainConfig, device, precision: str, dist):
+    """On a GPU, the first-use costs of each step width paid in a thread while the CPU tokenizes (see
+    cuda_graphs.prewarm); None elsewhere. Several processes are left alone: each would warm up the same way, in
+    step, for little."""
+    if device.type != "cuda" or dist.enabled:
+        return None
+    import threading
+
+    import torch
+
+    from ftcli_trainer import cuda_graphs
+
+    widths = cuda_graphs.bucket_widths(cfg.max_length, getattr(model.config, "max_position_embeddings", None))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+    def work():
+        try:
+            seconds = cuda_graphs.prewarm(model, widths, cfg.batch_size, device, dtype)
+            log.debug("GPU warmed up for widths %s in %.2f s", widths, seconds)
+        except Exception as e:  # noqa: BLE001 - only a head start: the run pays the costs itself then
+            log.warning("GPU warm-up skipped (%s: %s)", type(e).__name__, str(e).splitlines()[0][:200] if str(e)
+                        else "")
+
+    thread = threading.Thread(target=work, name="ftcli-gpu-warmup", daemon=True)
+    thread.start()
+    return thread
 
 
 def _final_lines(results: dict, paths, data, task: str) -> None:

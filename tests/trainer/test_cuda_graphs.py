@@ -319,6 +319,7 @@ def test_a_capture_error_falls_back_to_eager_with_one_line(tmp_path, tiny_model,
         torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only machine's behaviour")
 def test_graphs_on_a_cpu_run_say_why_and_train_eagerly(tmp_path, tiny_model, sentiment_csv, capsys):
     from ftcli_trainer.task import main
 
@@ -374,3 +375,30 @@ def test_dropout_masks_change_on_every_replay_with_the_eager_keep_rate():
     for m in masks:
         assert abs(m.float().mean().item() - 0.9) < 0.003
     assert abs((masks[0] != masks[1]).float().mean().item() - 0.18) < 0.005  # independent draws
+
+
+@cuda
+def test_prewarm_leaves_no_trace_on_a_gpu(tiny_model):
+    """No weight moves, no gradient is left, and the CUDA generator is where it was: the run after a warm-up
+    draws the same dropout masks as without one."""
+    import torch
+
+    from ftcli_trainer.model import load_model
+
+    device = torch.device("cuda")
+    model = load_model(str(tiny_model), ["negative", "positive"], False, 0.5).to(device)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    rng = torch.cuda.get_rng_state(device).clone()
+    seconds = cg.prewarm(model, cg.bucket_widths(64, 128), 8, device, torch.bfloat16)
+    assert seconds > 0
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    assert torch.equal(torch.cuda.get_rng_state(device), rng)
+
+
+def test_no_prewarm_off_the_gpu():
+    from ftcli_trainer.distributed import Dist
+    from ftcli_trainer.task import _start_prewarm
+
+    cfg = parse_args([])
+    assert _start_prewarm(object(), cfg, torch.device("cpu"), "fp32", Dist()) is None
