@@ -220,7 +220,7 @@ def _start_prewarm(model, cfg: TrainConfig, device, precision: str, dist):
     """On a GPU, the first-use costs of each step width paid in a thread while the CPU tokenizes (see
     cuda_graphs.prewarm); None elsewhere. Several processes are left alone: each would warm up the same way, in
     step, for little."""
-    if device.type != "cuda" or dist.enabled:
+    if device.type != "cuda" or dist.enabled or not cfg.gpu_warmup:
         return None
     import threading
 
