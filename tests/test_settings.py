@@ -55,3 +55,11 @@ def test_bad_config_file_is_one_line(tmp_path):
     (tmp_path / "config.toml").write_text("project = [unclosed")
     with pytest.raises(UsageError, match="is not valid TOML"):
         load_config_file()
+
+
+def test_a_bucket_can_name_the_jobs_region(monkeypatch):
+    # one staging bucket per region, from any layer: Vertex wants the bucket in the job's region
+    save_config_file({"project": "my-project", "bucket": "gs://ml-{region}/runs"})
+    assert resolve(region="europe-west4").bucket == "gs://ml-europe-west4/runs"
+    monkeypatch.setenv("FTCLI_REGION", "asia-east1")
+    assert resolve().bucket_name == "ml-asia-east1"

@@ -36,6 +36,11 @@ class Rejected(FtcliError):
         self.detail = detail
 
 
+class NoCapacity(FtcliError):
+    """The machines cannot be had now: a quota is used up (RESOURCE_EXHAUSTED at create time). `ftcli train` with
+    several --gpu/--region candidates moves on to the next one."""
+
+
 class Conflict(FtcliError):
     """The resource is not in a state that allows the call (FAILED_PRECONDITION), e.g. cancelling a finished job."""
 

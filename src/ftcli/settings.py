@@ -11,12 +11,13 @@ import configparser
 import difflib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ftcli.errors import UsageError
 from ftcli_trainer.storage import split_gcs
 
+REGION_FIELD = "{region}"  # in a bucket value, stands for the job's region
 KEYS = ("project", "region", "bucket", "service_account")
 DEFAULT_REGION = "us-central1"
 PROJECT_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$|^\d{6,20}$")  # id or number
@@ -130,6 +131,10 @@ def effective(*, project: str | None = None, region: str | None = None, bucket: 
         ]
         value, source, origin = next(((v, s, o) for v, s, o in candidates if v), (None, None, None))
         out[key] = Value(key, value, source, origin)
+    bucket, region = out["bucket"], out["region"]
+    if bucket.value and REGION_FIELD in bucket.value and region.value:
+        # gs://NAME-{region}: one staging bucket per region (Vertex wants it in the job's region)
+        out["bucket"] = replace(bucket, value=bucket.value.replace(REGION_FIELD, region.value))
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ftcli import history
 from ftcli.catalog import Estimate, Hardware, resolve_gpu
-from ftcli.errors import Rejected, UsageError
+from ftcli.errors import NoCapacity, Rejected, UsageError
 from ftcli.settings import Settings, raise_problems
 from ftcli.settings import resolve as resolve_settings
 from ftcli.spec import (
@@ -340,3 +340,78 @@ def recover(sub: Submission) -> tuple[bool, Any, int | None]:
         except Exception:  # noqa: BLE001 - the job still gets named
             n = None
     return True, job, n
+
+
+# --- several candidates: --gpu L4,T4 --region us-central1,europe-west4 ----------------------------------------
+
+# How Vertex says a job could not get its machines: "Resources are insufficient in region: us-central1" (seen in
+# the wild, e.g. openreview/openreview-expertise#401, 2026-08-19); Compute Engine's stockout wording for a zone
+# ("does not have enough resources available", ZONE_RESOURCE_POOL_EXHAUSTED) may come through too.
+NO_RESOURCES = ("resources are insufficient", "not have enough resources", "zone_resource_pool_exhausted",
+                "stockout", "resource_availability")
+
+
+def lacks_resources(error: str | None) -> bool:
+    """Did a job fail because its machines could not be had (not because of the trainer)?"""
+    text = (error or "").lower()
+    return any(marker in text for marker in NO_RESOURCES)
+
+
+@dataclass
+class Candidate:
+    gpu: str
+    region: str | None
+    sub: Submission
+
+    @property
+    def what(self) -> str:
+        return f"{self.sub.hardware.gpu_name or 'CPU'} in {self.sub.settings.region}"
+
+
+def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels: list[str],
+                    **rest: Any) -> tuple[list[Candidate], list[str]]:
+    """`--gpu A,B` and `--region R1,R2`: every (GPU, region) pair in that order (GPU first), planned and checked
+    like a single job. Of several pairs, one whose region does not train on its GPU is dropped with a note; every
+    other problem is the user's to fix and fails as usual. Returns (candidates, notes). With several regions the
+    bucket names its region (`gs://NAME-{region}`): Vertex needs a bucket in the job's own region."""
+    from ftcli import regions, settings
+
+    gpus = [g.strip() for g in gpu.split(",") if g.strip()] or [gpu]
+    where = [r.strip() for r in (region or "").split(",") if r.strip()] or [None]
+    if len(where) > 1 and len({settings.effective(bucket=bucket, region=r)["bucket"].value for r in where}) == 1:
+        raise UsageError(f"--region {region} runs in several regions, and Vertex needs the staging bucket in the "
+                         "job's region: give --bucket gs://NAME-{region} (one bucket per region)")
+    pairs = [(g, r) for g in gpus for r in where]
+    notes, kept = [], []
+    for g, r in pairs:
+        try:
+            hw = resolve_gpu(g)
+        except UsageError:
+            kept.append((g, r))  # plan() says what is wrong with it
+            continue
+        if len(pairs) > 1 and r and hw.gpu and r in regions.VERTEX_REGIONS and not regions.offers(r, hw.gpu_name):
+            notes.append(f"skipping {hw.gpu_name} in {r}: the region does not offer it for training")
+            continue
+        kept.append((g, r))
+    if not kept:
+        raise UsageError("no --gpu/--region candidate can run: " + "; ".join(notes))
+    out = []
+    for i, (g, r) in enumerate(kept, 1):
+        tries = [f"ftcli_try={i}-of-{len(kept)}"] if len(kept) > 1 else []
+        sub = plan(gpu=g, region=r, bucket=bucket, labels=[*labels, *tries], **rest)
+        out.append(Candidate(g, r, sub))
+    return out, notes
+
+
+def submit_first(candidates: list[Candidate], *, notify=None, uploading=None, start: int = 0):
+    """Submit candidates in order from `start` until one is created; a used-up quota moves on to the next, and
+    says so. Returns (job, short id, bytes uploaded, index of the candidate that ran)."""
+    for i in range(start, len(candidates)):
+        try:
+            job, n, sent = submit(candidates[i].sub, notify=notify, uploading=uploading)
+            return job, n, sent, i
+        except NoCapacity as e:
+            if i + 1 == len(candidates) or notify is None:
+                raise
+            notify(f"{candidates[i].what}: {e.message}; trying {candidates[i + 1].what}")
+    raise AssertionError("no candidates")  # plan_candidates never returns an empty list

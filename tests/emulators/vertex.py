@@ -81,6 +81,7 @@ class VertexEmulator(GrpcEmulator):
         super().__init__(max_workers)
         self.project_number = project_number
         self.script: list[ScriptStep] = list(script or [])
+        self.next_scripts: list[list[ScriptStep]] = []  # scripts for the next jobs created, first job first
         self._jobs: dict[str, CustomJob] = {}
         self._order: dict[str, int] = {}
         self._scripts: dict[str, list[ScriptStep]] = {}
@@ -95,6 +96,7 @@ class VertexEmulator(GrpcEmulator):
         self._scripts.clear()
         self._aliases.clear()
         self.script = []
+        self.next_scripts = []
 
     def _handlers(self) -> dict[str, grpc.RpcMethodHandler]:
         js = job_service
@@ -238,7 +240,9 @@ class VertexEmulator(GrpcEmulator):
             job.update_time = now
             self._jobs[name] = job
             self._order[name] = len(self._order)
-            if self.script:
+            if self.next_scripts:  # one script per new job, in creation order
+                self._scripts[name] = list(self.next_scripts.pop(0))
+            elif self.script:
                 self._scripts[name] = list(self.script)
             return CustomJob(job)
 

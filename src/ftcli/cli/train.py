@@ -44,11 +44,15 @@ def train(
       ftcli train --task csv --train-file ./train.csv --gpu L4 --smoke   (try the job's start here first)
     """
     from ftcli import submit
-    from ftcli.output import emit_json, err, note, out, transfer
+    from ftcli.output import err, note, transfer
 
-    sub = submit.plan(trainer=trainer, **{**job, "labels": job["labels"] or []})
-    for line in sub.notes:
+    cands, skipped = submit.plan_candidates(trainer=trainer, **{**job, "labels": job["labels"] or []})
+    sub = cands[0].sub
+    for line in [*skipped, *sub.notes]:
         err().print(f"note: {line}", markup=False, highlight=False)
+    if len(cands) > 1:
+        err().print(f"candidates, in order: {', '.join(c.what for c in cands)} (the next is tried when the machines "
+                    "cannot be had)", markup=False, highlight=False)
     if smoke:
         from ftcli import smoke as smoke_run
 
@@ -68,15 +72,38 @@ def train(
         uploads = "".join(f"\n  {p} -> {u}" for p, u in sub.uploads)
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {sub.package_uri}{uploads}[/]")
         return
-    try:
-        created, n, sent = submit.submit(sub, notify=note, uploading=transfer)
-    except KeyboardInterrupt:
-        raise typer.Exit(_interrupted_submission(sub)) from None
+    start = 0
+    while True:
+        try:
+            created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start)
+        except KeyboardInterrupt:
+            raise typer.Exit(_interrupted_submission([c.sub for c in cands[start:]])) from None
+        sub = cands[start].sub
+        code = _report_and_follow(created, n, sent, sub, detach=detach, json_out=json_out)
+        if code == 3 and start + 1 < len(cands):
+            # The job failed for want of machines (a stockout, not the trainer): on to the next candidate.
+            from ftcli import jobs
+
+            failed = jobs.vertex_for(created.name, note).get(created.name)
+            if submit.lacks_resources(failed.error):
+                note(f"job #{n} ({cands[start].what}) could not get its machines: {failed.error}; trying "
+                     f"{cands[start + 1].what}")
+                start += 1
+                continue
+        if code:
+            raise typer.Exit(code)
+        return
+
+
+def _report_and_follow(created, n: int, sent: int, sub, *, detach: bool, json_out: bool) -> int:
+    """Say what was created and follow it (unless --detach/--json); the exit status to end with."""
+    from ftcli.output import emit_json, out
+
     if json_out:
         emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
                    "display_name": created.display_name, "console_url": created.name.console_url,
                    "base_output_dir": sub.base_output_dir, "uploaded_bytes": sent})
-        return
+        return 0
     o = out()
     try:
         o.print(f"submitted job [bold]#{n}[/] {created.display_name}")
@@ -86,15 +113,13 @@ def train(
         o.print(f"  uploaded {sent:,} bytes" + ("  (trainer unchanged: already in the bucket)" if sent == 0 else ""))
         o.print(f"next: [bold]ftcli logs {n}[/]   ·   ftcli jobs describe {n}   ·   ftcli jobs cancel {n}")
         if detach:
-            return
+            return 0
         from ftcli.cli.watch import watch
 
-        code = watch(created.name, shown=str(n))
+        return watch(created.name, shown=str(n))
     except KeyboardInterrupt:
         _say_job_keeps_running(created.name, n)
         raise typer.Exit(130) from None
-    if code:
-        raise typer.Exit(code)
 
 
 def _say_cost(cost, timeout: str, *, spot: bool) -> None:
@@ -124,19 +149,22 @@ def _say_job_keeps_running(name: JobName, n: int | None) -> None:
                 f"Follow it: ftcli logs {ref}   cancel it: ftcli jobs cancel {ref}")
 
 
-def _interrupted_submission(sub) -> int:
-    """Ctrl-C while submitting: say whether a job exists, and name it when it does; exit 130."""
+def _interrupted_submission(subs) -> int:
+    """Ctrl-C while submitting (any of the candidates still to try): say whether a job exists, and name it when it
+    does; exit 130."""
     from ftcli import submit
     from ftcli.output import err
 
-    looked, job, n = submit.recover(sub)
-    if not looked:
-        err().print(f"\ninterrupted; a job may have been created: ftcli jobs list shows it (label "
-                    f"ftcli-submission={sub.submission_id})")
-    elif job is None:
-        err().print("\ninterrupted before the job was created; nothing is running")
-    else:
-        _say_job_keeps_running(job.name, n)
+    for sub in subs:
+        looked, job, n = submit.recover(sub)
+        if not looked:
+            err().print(f"\ninterrupted; a job may have been created: ftcli jobs list shows it (label "
+                        f"ftcli_submission={sub.submission_id})")
+            return 130
+        if job is not None:
+            _say_job_keeps_running(job.name, n)
+            return 130
+    err().print("\ninterrupted before the job was created; nothing is running")
     return 130
 
 

@@ -56,8 +56,12 @@ def tune(
       ftcli jobs describe last    (trials, best first)   ·   ftcli download last   (the best trial's model)
     """
     from ftcli import tuning
+    from ftcli.errors import UsageError
     from ftcli.output import emit_json, err, note, out, transfer
 
+    for flag, value in (("--gpu", job["gpu"]), ("--region", job["region"])):
+        if "," in (value or ""):
+            raise UsageError(f"{flag} {value}: ftcli tune takes one; a list of candidates is for ftcli train")
     ts = tuning.plan(trainer=trainer, search=search or [], metric=metric, trials=trials, parallel=parallel,
                      **{**job, "labels": job["labels"] or []})
     for line in ts.sub.notes:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ftcli.errors import Conflict, FtcliError, Rejected
+from ftcli.errors import Conflict, FtcliError, NoCapacity, Rejected
 
 Notify = Callable[[str], None]
 NAMES = {"vertex": "Vertex AI", "storage": "Cloud Storage", "logging": "Cloud Logging",
@@ -127,7 +127,7 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         metric = quota_metric(e)
         page = f"https://console.cloud.google.com/iam-admin/quotas?project={project}" if project else "the Quotas page"
         of = f"{metric}{f' in {region}' if region else ''}" if metric else "it"
-        return FtcliError(f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
+        return NoCapacity(f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
                           hint=f"request more of {of} at {page}, or pick another --gpu or --region")
     if isinstance(e, gexc.NotFound):
         return FtcliError(f"{target} not found: {message}")

@@ -1,0 +1,104 @@
+"""--gpu L4,T4 and --region A,B: candidates in order; the next one when the machines cannot be had (a used-up quota
+at create time, or a job that failed for want of resources), said each time; the labels record what ran."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from tests.cli.helpers import run_cli
+
+BASE = ["train", "--task", "imdb", "--detach", "--json"]
+
+
+def created_jobs(vertex):
+    return [r.custom_job for m, r in vertex.requests if m == "CreateCustomJob"]
+
+
+def test_dry_run_drops_what_the_region_does_not_offer(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4,T4", "--region", "europe-west6,us-central1",
+                "--project", "my-project", "--bucket", "gs://my-bucket-{region}", "--dry-run")
+    assert r.code == 0, r.err
+    # europe-west6 trains on no GPU: both of its pairs are skipped, with a note each
+    assert "skipping L4 in europe-west6" in r.err and "skipping T4 in europe-west6" in r.err
+    assert "candidates, in order: L4 in us-central1, T4 in us-central1" in r.err
+    job = json.loads(r.out)
+    assert job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == "NVIDIA_L4"
+    assert job["labels"]["ftcli_try"] == "1-of-2"
+    assert job["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"].startswith("gs://my-bucket-us-central1/")
+
+
+def test_several_regions_need_a_bucket_per_region(capsys, cloud_env):
+    r = run_cli(capsys, *BASE, "--gpu", "L4", "--region", "us-central1,europe-west4")
+    assert r.code == 2 and "give --bucket gs://NAME-{region}" in r.err
+
+
+def test_no_candidate_left_is_one_line(capsys, cloud_env):
+    r = run_cli(capsys, *BASE, "--gpu", "L4,T4", "--region", "europe-west6")
+    assert r.code == 2 and "no --gpu/--region candidate can run: skipping L4 in europe-west6" in r.err
+    assert "skipping T4 in europe-west6" in r.err
+    # one candidate keeps the single-job error, with the regions that have the GPU
+    r = run_cli(capsys, *BASE, "--gpu", "L4", "--region", "europe-west6")
+    assert r.code == 2 and "europe-west6 does not offer L4 GPUs for training: try --region" in r.err
+
+
+def test_a_used_up_quota_moves_on_to_the_next_gpu(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                     message="The following quota metrics exceed quota limits: "
+                             "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus")
+    r = run_cli(capsys, *BASE, "--gpu", "L4,T4")
+    assert r.code == 0, r.err
+    assert "L4 in us-central1: quota exceeded" in r.err and "trying T4 in us-central1" in r.err
+    (job,) = vertex.jobs.values()
+    assert job.job_spec.worker_pool_specs[0].machine_spec.accelerator_type.name == "NVIDIA_TESLA_T4"
+    assert job.labels["ftcli_try"] == "2-of-2" and job.labels["ftcli_gpu"] == "t4"
+    assert json.loads(r.out)["short_id"] == 1
+
+
+def test_the_last_candidate_out_of_quota_is_the_error(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.RESOURCE_EXHAUSTED, times=2, message="quota")
+    r = run_cli(capsys, *BASE, "--gpu", "L4,T4")
+    assert r.code == 1 and "quota exceeded" in r.err and not vertex.jobs
+
+
+@pytest.fixture
+def following(cloud_env, cloud_logging, monkeypatch):
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
+    monkeypatch.setattr(cloud_logging, "project", "test-project")
+    return gcs, vertex
+
+
+def test_a_job_without_machines_is_submitted_again_on_the_next_candidate(capsys, following):
+    gcs, vertex = following
+    vertex.next_scripts = [
+        [("FAILED", "Resources are insufficient in region: us-central1. Please try a different region.")],
+        ["RUNNING", "SUCCEEDED"],
+    ]
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4,T4")
+    assert r.code == 0, r.err + r.out
+    assert "could not get its machines: Resources are insufficient in region: us-central1" in r.err
+    assert "trying T4 in us-central1" in r.err
+    first, second = created_jobs(vertex)
+    assert first.labels["ftcli_gpu"] == "l4" and second.labels["ftcli_gpu"] == "t4"
+    assert "submitted job #1" in r.out and "submitted job #2" in r.out
+
+
+def test_a_trainer_failure_is_not_retried(capsys, following):
+    gcs, vertex = following
+    vertex.next_scripts = [[("FAILED", "The replica workerpool0-0 exited with a non-zero status of 1.")]]
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4,T4")
+    assert r.code == 3 and len(created_jobs(vertex)) == 1  # the next GPU would fail the same way
+
+
+@pytest.mark.parametrize("flag,value", [("--gpu", "L4,T4"), ("--region", "us-central1,europe-west4")])
+def test_tune_says_candidates_are_for_train(capsys, cloud_env, flag, value):
+    r = run_cli(capsys, "tune", "--task", "cola", "--dry-run", *(["--gpu", "T4"] if flag != "--gpu" else []),
+                flag, value)
+    assert r.code == 2 and f"{flag} {value}: ftcli tune takes one" in r.err
