@@ -100,6 +100,67 @@ def parse_search(items: list[str], option_types: dict[str, type]) -> list[Param]
     return params
 
 
+STUDY_KEYS = ("metric", "trials", "parallel", "search")
+
+
+@dataclass(frozen=True)
+class StudyFile:
+    """What a --search-file holds; flags given on the command line win over it."""
+
+    search: tuple[str, ...] = ()
+    metric: str | None = None
+    trials: int | None = None
+    parallel: int | None = None
+
+
+def _as_item(name: str, value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return f"{name}={value}"
+    if isinstance(value, list) and value and all(isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                                                 for v in value):
+        return f"{name}=choice({','.join(str(v) for v in value)})"
+    raise UsageError(f"{where}: {name} must be a string like \"loguniform(1e-5,1e-4)\" or a list of values "
+                     f"(a choice), got {value!r}")
+
+
+def load_study_file(path: str) -> StudyFile:
+    """A TOML study: `metric`, `trials`, `parallel` and a [search] table of NAME = "loguniform(LOW,HIGH)" (the
+    --search forms) or NAME = [A, B] (a choice). Unknown keys and wrong types are errors, not ignored."""
+    import tomllib
+    from pathlib import Path
+
+    where = f"--search-file {path}"
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{where}: cannot read it ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{where}: not valid TOML ({e})") from None
+    unknown = sorted(set(data) - set(STUDY_KEYS))
+    if unknown:
+        raise UsageError(f"{where}: unknown key {', '.join(unknown)}; a study file holds {', '.join(STUDY_KEYS)}")
+    search = data.get("search", {})
+    if not isinstance(search, dict):
+        raise UsageError(f"{where}: search must be a table ([search] with NAME = \"loguniform(1e-5,1e-4)\")")
+    for key, kind in (("trials", int), ("parallel", int), ("metric", str)):
+        if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
+            raise UsageError(f"{where}: {key} must be {'a whole number' if kind is int else 'a string'}, "
+                             f"got {data[key]!r}")
+    return StudyFile(tuple(_as_item(n, v, where) for n, v in search.items()), data.get("metric"),
+                     data.get("trials"), data.get("parallel"))
+
+
+def merge_search(from_file: tuple[str, ...] | list[str], flags: list[str]) -> list[str]:
+    """The file's search, with a --search for the same option replacing the file's."""
+    def name(item: str) -> str:
+        return item.split("=", 1)[0].strip().replace("-", "_")
+
+    given = {name(i) for i in flags}
+    return [i for i in from_file if name(i) not in given] + list(flags)
+
+
 def default_metric(multi_label: bool) -> str:
     return "eval_micro_f1" if multi_label else "eval_accuracy"
 

@@ -30,6 +30,41 @@ def test_dry_run_is_the_train_job_inside_a_study(capsys, monkeypatch, tmp_path):
     assert "study: 16 trials, 4 at a time, maximize eval_accuracy over learning_rate, batch_size" in r.err
 
 
+def test_a_study_file_with_flags_over_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    study = tmp_path / "study.toml"
+    study.write_text('metric = "eval_loss"\ntrials = 12\nparallel = 3\n\n[search]\n'
+                     'learning_rate = "loguniform(1e-5,1e-4)"\nbatch_size = [16, 32]\nepochs = "int(1,3)"\n')
+    r = run_cli(capsys, "tune", "--task", "mnli", "--search-file", str(study), "--trials", "4",
+                "--search", "epochs=choice(2,4)", "--project", "my-project", "--bucket", "gs://b-1/x", "--dry-run")
+    assert r.code == 0, r.err
+    job = json.loads(r.out)
+    assert job["maxTrialCount"] == 4 and job["parallelTrialCount"] == 3  # --trials wins; parallel from the file
+    assert job["studySpec"]["metrics"] == [{"metricId": "eval_loss", "goal": "MINIMIZE"}]
+    params = {p["parameterId"]: p for p in job["studySpec"]["parameters"]}
+    assert params["batch_size"]["discreteValueSpec"] == {"values": [16.0, 32.0]}
+    assert params["epochs"]["discreteValueSpec"] == {"values": [2.0, 4.0]}  # --search epochs replaced the file's
+    assert list(params) == ["learning_rate", "batch_size", "epochs"]
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    (None, "no such file"),
+    ("trials = \n", "not valid TOML"),
+    ("trails = 4\n", "unknown key trails"),
+    ("trials = \"4\"\n", "trials must be a whole number"),
+    ("[search]\nbatch_size = 16\n", "batch_size must be a string"),
+    ("[search]\ntrain_file = \"choice(a,b)\"\n", "not a tunable trainer option"),
+])
+def test_a_bad_study_file_is_one_line(capsys, monkeypatch, tmp_path, text, needle):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    study = tmp_path / "study.toml"
+    if text is not None:
+        study.write_text(text)
+    r = run_cli(capsys, "tune", "--task", "mnli", "--search-file", str(study), "--project", "my-project",
+                "--bucket", "gs://b-1/x", "--dry-run")
+    assert r.code == 2 and needle in r.err and "Traceback" not in r.err and r.out == ""
+
+
 def test_the_task_decides_the_default_metric(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
     for task, metric in (("cola", "eval_matthews_correlation"), ("stsb", "eval_pearson"), ("mrpc", "eval_f1")):

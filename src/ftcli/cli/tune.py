@@ -26,12 +26,17 @@ def _values(params: dict) -> str:
 def tune(
     trainer: dict[str, Any],
     job: dict[str, Any],
-    trials: Annotated[int, typer.Option("--trials", help="Trials in all.", rich_help_panel=TUNE)] = 8,
-    parallel: Annotated[int, typer.Option("--parallel", help="Trials at a time.", rich_help_panel=TUNE)] = 2,
+    trials: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        "--trials", help="Trials in all [default: 8].", rich_help_panel=TUNE)] = None,
+    parallel: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        "--parallel", help="Trials at a time [default: 2].", rich_help_panel=TUNE)] = None,
     search: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--search", help="NAME=loguniform(LOW,HIGH) | uniform(LOW,HIGH) | int(LOW,HIGH) | choice(A,B,...); repeat "
         "for each option [default: learning_rate=loguniform(1e-5,1e-4) and batch_size=choice(16,32)].",
         rich_help_panel=TUNE)] = None,
+    search_file: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--search-file", help="A TOML study: metric, trials, parallel and a [search] table (NAME = "
+        "\"loguniform(1e-5,1e-4)\" or NAME = [16, 32]); flags win over it.", rich_help_panel=TUNE)] = None,
     metric: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--metric", help="The eval metric to optimise (a *_loss is minimised) [default: the task's: eval_accuracy, "
         "eval_matthews_correlation for CoLA, eval_pearson for STS-B, ...].", rich_help_panel=TUNE)] = None,
@@ -53,6 +58,8 @@ def tune(
 
       ftcli tune --task cola --gpu T4 --dry-run          (the task's default search and metric)
 
+      ftcli tune --task mnli --gpu L4 --search-file study.toml --trials 4
+
       ftcli jobs describe last    (trials, best first)   ·   ftcli download last   (the best trial's model)
     """
     from ftcli import tuning
@@ -62,7 +69,14 @@ def tune(
     for flag, value in (("--gpu", job["gpu"]), ("--region", job["region"])):
         if "," in (value or ""):
             raise UsageError(f"{flag} {value}: ftcli tune takes one; a list of candidates is for ftcli train")
-    ts = tuning.plan(trainer=trainer, search=search or [], metric=metric, trials=trials, parallel=parallel,
+    from ftcli.tune import StudyFile, load_study_file, merge_search
+
+    study = load_study_file(search_file) if search_file else StudyFile()
+    search = merge_search(study.search, search or [])
+    metric = metric or study.metric
+    trials = trials if trials is not None else study.trials if study.trials is not None else 8
+    parallel = parallel if parallel is not None else study.parallel if study.parallel is not None else 2
+    ts = tuning.plan(trainer=trainer, search=search, metric=metric, trials=trials, parallel=parallel,
                      **{**job, "labels": job["labels"] or []})
     for line in ts.sub.notes:
         err().print(f"note: {line}", markup=False, highlight=False)
