@@ -89,3 +89,9 @@ class WandbTracker:
                                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
         self.run.finish()
         self.run = None
+        # finish() can return while W&B's service process still writes and uploads; teardown waits for it
+        # ("Waits for W&B to finish", wandb.teardown's docstring). Its atexit hook is not enough: in a container
+        # the service is killed when the trainer exits, and the run's last points would be lost.
+        import wandb
+
+        wandb.teardown()
