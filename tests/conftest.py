@@ -83,6 +83,12 @@ def sentiment_csv(tmp_path) -> tuple[Path, Path]:
     return train, test
 
 
+@pytest.fixture(autouse=True)
+def _no_user_price_file(tmp_path, monkeypatch):
+    """The developer's own prices.toml never changes what a test sees: tests that want rates write one."""
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "no-prices.toml"))
+
+
 # The emulators (real wire protocols): gcs (gcp-storage-emulator over HTTP), vertex (JobService over gRPC),
 # cloud_logging (LoggingServiceV2 over gRPC).
 from tests.emulators.fixtures import cloud_logging, gcs, running_vertex, secret_manager, vertex  # noqa: E402, F401

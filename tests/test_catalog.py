@@ -345,13 +345,13 @@ def test_estimate_without_a_price_table_gives_the_shape_only():
 
     e = estimate(resolve_gpu("A100x8"), replicas=2, reduction_server=2, timeout_s=6 * 3600, region="us-central1")
     assert e.shape == "2 x (8 x A100 on a2-highgpu-8g) + 2 x n1-highcpu-16"
-    assert e.gpu_hours == 96 and e.per_hour is None and e.at_most is None and "no Vertex AI price table" in e.missing
+    assert e.gpu_hours == 96 and e.per_hour is None and e.at_most is None and e.missing == "no price table"
 
 
 def test_estimate_with_a_price_table_adds_machines_and_gpus():
     from ftcli.catalog import PriceTable, estimate
 
-    # Made-up numbers, for the arithmetic only: ftcli ships no price table until one has a source and a date.
+    # Made-up numbers, for the arithmetic only (ftcli ships no rates; users bring theirs: tests/test_prices.py).
     table = PriceTable(source="test", read="2026-11-27", region="us-central1",
                        machines={"n1-standard-8": 0.5, "n1-highcpu-16": 0.25}, gpus={"T4": 0.4})
     e = estimate(resolve_gpu("T4x2", "n1-standard-8"), replicas=3, reduction_server=2, timeout_s=2 * 3600,
@@ -360,7 +360,7 @@ def test_estimate_with_a_price_table_adds_machines_and_gpus():
     assert e.at_most == pytest.approx(2 * e.per_hour) and e.missing is None
     other = estimate(resolve_gpu("L4"), replicas=1, reduction_server=0, timeout_s=3600, region="us-central1",
                      prices=table)
-    assert other.per_hour is None and "no price for g2-standard-8, L4" in other.missing
+    assert other.per_hour is None and "no us-central1 rate for g2-standard-8, L4" in other.missing
     elsewhere = estimate(resolve_gpu("T4"), replicas=1, reduction_server=0, timeout_s=3600, region="europe-west4",
                          prices=table)
-    assert elsewhere.per_hour is None and "for us-central1, not europe-west4" in elsewhere.missing
+    assert elsewhere.per_hour is None and "is for us-central1, not europe-west4" in elsewhere.missing

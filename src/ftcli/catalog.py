@@ -390,11 +390,11 @@ def reduction_server_image(region: str) -> str:
 # --- what a job may cost -------------------------------------------------------------------------------------
 
 # Vertex AI bills custom training per machine-hour, the machine's vCPUs and memory plus each attached GPU ("Vertex
-# AI pricing", https://cloud.google.com/vertex-ai/pricing, "Custom-trained models"). ftcli has no copy of that
-# table with a source and a date yet: the stored copies of the page hold only its opening (read 2026-11-27, also
-# the ?hl= translations and the Compute Engine GPU pricing pages), and every value mirroring Google here must say
-# where and when it was read. So `estimate` gives the shape of the bill (machines, GPUs, hours at most) and says
-# the prices are missing; a `PriceTable` set here lights up the amounts, with its source and date.
+# AI pricing", https://cloud.google.com/vertex-ai/pricing, "Custom-trained models"). ftcli ships no copy of that
+# table: the stored copies of the page hold only its opening (read 2026-11-26, also the ?hl= translations and the
+# Compute Engine GPU pricing pages), and every value mirroring Google here must say where and when it was read.
+# So `estimate` always gives the shape of the bill (machines, GPUs, hours at most), and the amounts come from the
+# user's own price file (prices.py: their rates, their source, their date).
 PRICE_PAGE = "https://cloud.google.com/vertex-ai/pricing"
 
 
@@ -408,9 +408,6 @@ class PriceTable:
     region: str
     machines: Mapping[str, float]
     gpus: Mapping[str, float]
-
-
-PRICES: PriceTable | None = None
 
 
 @dataclass(frozen=True)
@@ -442,22 +439,22 @@ class Estimate:
 
 
 def estimate(hw: Hardware, *, replicas: int, reduction_server: int, timeout_s: int, region: str,
-             prices: PriceTable | None = None) -> Estimate:
+             prices: PriceTable | None = None, missing: str | None = None) -> Estimate:
     """The bill's shape for `replicas` machines of `hw` (and Reduction Server machines) up to `timeout_s`, and its
-    amount per hour and at most when `prices` (default: the catalog's table) covers every part."""
+    amount per hour and at most when `prices` covers every part (`missing`: why there is no table)."""
     parts = [(replicas, hw.machine_type, hw.gpu_name, hw.accelerator_count)]
     if reduction_server:
         parts.append((reduction_server, REDUCTION_SERVER_MACHINE, None, 0))
-    table = prices if prices is not None else PRICES
+    table = prices
     if table is None:
-        return Estimate(tuple(parts), timeout_s, missing="ftcli has no Vertex AI price table yet")
+        return Estimate(tuple(parts), timeout_s, missing=missing or "no price table")
     if table.region != region:
-        return Estimate(tuple(parts), timeout_s, missing=f"ftcli's price table is for {table.region}, not {region}",
+        return Estimate(tuple(parts), timeout_s, missing=f"the price table is for {table.region}, not {region}",
                         table=table)
     unknown = [m for _, m, _, _ in parts if m not in table.machines]
     unknown += [g for _, _, g, _ in parts if g and g not in table.gpus]
     if unknown:
-        return Estimate(tuple(parts), timeout_s, missing=f"no price for {', '.join(dict.fromkeys(unknown))} in "
-                        "ftcli's price table", table=table)
+        return Estimate(tuple(parts), timeout_s, missing=f"no {region} rate for {', '.join(dict.fromkeys(unknown))} "
+                        "in the price file", table=table)
     per_hour = sum(n * (table.machines[m] + (table.gpus[g] * k if g else 0.0)) for n, m, g, k in parts)
     return Estimate(tuple(parts), timeout_s, per_hour=per_hour, table=table)

@@ -247,8 +247,11 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     job = build_custom_job(request)
     if (implied := catalog.implied_count(gpu, hardware)) is not None:
         notes.insert(0, implied)
+    from ftcli import prices
+
+    table, why = prices.for_region(settings.region)
     cost = catalog.estimate(hardware, replicas=replicas, reduction_server=reduction_server, timeout_s=timeout_s,
-                            region=settings.region)
+                            region=settings.region, prices=table, missing=why)
     return Submission(settings=settings, hardware=hardware, job=job, display_name=display,
                       submission_id=submission_id, package_uri=package_uri, base_output_dir=base_output_dir,
                       image=image_uri, extras=extras, secret=cfg.wandb_secret, trainer=trainer, uploads=uploads,

@@ -25,10 +25,12 @@ def test_dry_run_drops_what_the_region_does_not_offer(capsys, monkeypatch, tmp_p
     # europe-west6 trains on no GPU: both of its pairs are skipped, with a note each
     assert "skipping L4 in europe-west6" in r.err and "skipping T4 in europe-west6" in r.err
     assert "candidates, in order: L4 in us-central1, T4 in us-central1" in r.err
-    job = json.loads(r.out)
-    assert job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == "NVIDIA_L4"
-    assert job["labels"]["ftcli_try"] == "1-of-2"
-    assert job["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"].startswith("gs://my-bucket-us-central1/")
+    jobs = json.loads(r.out)  # every candidate's job, in order
+    assert [j["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] for j in jobs] == [
+        "NVIDIA_L4", "NVIDIA_TESLA_T4"]
+    assert [j["labels"]["ftcli_try"] for j in jobs] == ["1-of-2", "2-of-2"]
+    assert all(j["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"].startswith("gs://my-bucket-us-central1/")
+               for j in jobs)
 
 
 def test_several_regions_need_a_bucket_per_region(capsys, cloud_env):

@@ -387,13 +387,58 @@ def test_the_cost_shape_is_said_before_anything_and_b200_means_8(capsys, monkeyp
                 "--bucket", "gs://my-bucket", "--dry-run", "--timeout", "6h", "--replicas", "2")
     assert r.code == 0, r.err
     assert "note: --gpu B200 means 8 x B200 (a4-highgpu-8g comes only with 8)" in r.err
-    assert "cost: 2 x (8 x B200 on a4-highgpu-8g) per hour, for at most 6h (--timeout), up to 96 GPU-hours" in r.err
-    # No price is made up: ftcli has no Vertex AI price table with a source and a date yet.
-    assert "price table missing" in r.err and "https://cloud.google.com/vertex-ai/pricing" in r.err
+    assert "cost: 2 x (8 x B200 on a4-highgpu-8g) for at most 6h (--timeout): up to 96 GPU-hours" in r.err
+    # No price is made up: ftcli ships no rates; without the user's price file it says so and where rates are.
+    assert "no dollar amounts: no price file (" in r.err and "https://cloud.google.com/vertex-ai/pricing" in r.err
     assert "$" not in r.err
     r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "B200x8", "--spot", "--project", "my-project",
                 "--bucket", "gs://my-bucket", "--dry-run")
     assert "means 8 x B200" not in r.err  # said only when the count was not given
+
+
+PRICES = """source = "our 2026 contract, appendix B"
+read = 2026-11-02
+[us-central1.machines]
+n1-standard-8 = 0.5
+n1-standard-16 = 1.0
+[us-central1.gpus]
+T4 = 0.25
+"""
+
+
+def test_the_users_price_file_gives_amounts_for_each_candidate(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "prices.toml").write_text(PRICES)
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4x2,L4", "--spot", "--project", "my-project",
+                "--bucket", "gs://my-bucket", "--dry-run", "--timeout", "10h")
+    assert r.code == 0, r.err
+    lines = r.err.splitlines()
+    at = lines.index("cost (T4 in us-central1): 2 x T4 on n1-standard-16 for at most 10h (--timeout): up to 20 "
+                     "GPU-hours")
+    # (1.0 + 2 x 0.25) an hour, 10 hours at most
+    assert lines[at + 1].strip() == ("about $1.50 an hour, at most $15.00 (on-demand rates; Spot and Flex-start cost "
+                                     "less: us-central1 rates from our 2026 contract, appendix B, read 2026-11-02)")
+    at = lines.index("cost (L4 in us-central1): 1 x L4 on g2-standard-8 for at most 10h (--timeout): up to 10 "
+                     "GPU-hours")
+    assert lines[at + 1].strip().startswith("no dollar amounts: no us-central1 rate for g2-standard-8, L4 in the "
+                                            "price file")
+    jobs = json.loads(r.out)  # several candidates: every job, in the order they would be tried
+    assert [j["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] for j in jobs] == [
+        "NVIDIA_TESLA_T4", "NVIDIA_L4"]
+    assert "2 candidate jobs, in order" in r.err
+
+
+def test_a_bad_price_file_stops_before_anything_is_uploaded(capsys, cloud_env, tmp_path, monkeypatch):
+    gcs, vertex = cloud_env
+    (tmp_path / "prices.toml").write_text(PRICES.replace("T4 = 0.25", "T4 = -0.25"))
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--detach")
+    assert r.code == 2
+    assert r.err.splitlines()[0] == (f"error: price file {tmp_path / 'prices.toml'}: us-central1.gpus.T4 must be a "
+                                     "price in USD per hour (a number, 0 or more), got -0.25")
+    assert "Traceback" not in r.err
+    assert gcs.list("ftcli-test") == [] and not [m for m, _ in vertex.requests if m == "CreateCustomJob"]
 
 
 def test_quota_failure_detail_names_the_metric_end_to_end(capsys, cloud_env):

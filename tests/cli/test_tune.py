@@ -30,6 +30,24 @@ def test_dry_run_is_the_train_job_inside_a_study(capsys, monkeypatch, tmp_path):
     assert "study: 16 trials, 4 at a time, maximize eval_accuracy over learning_rate, batch_size" in r.err
 
 
+def test_the_cost_counts_every_trial_and_the_ones_at_once(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    args = ("tune", "--task", "mnli", "--gpu", "T4", "--trials", "6", "--parallel", "4", "--timeout", "2h",
+            "--project", "my-project", "--bucket", "gs://my-bucket/x", "--dry-run")
+    r = run_cli(capsys, *args)
+    assert r.code == 0, r.err
+    assert ("cost: each trial 1 x T4 on n1-standard-8, 4 at a time, 6 trials of at most 2h (--timeout): up to 12 "
+            "GPU-hours") in r.err
+    assert "no dollar amounts: no price file" in r.err and "$" not in r.err
+    (tmp_path / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n[us-central1.machines]\n'
+                                          'n1-standard-8 = 0.5\n[us-central1.gpus]\nT4 = 0.25\n')
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    r = run_cli(capsys, *args)
+    # 0.75 an hour a trial: 4 at once is 3.00 an hour; 6 trials of 2 h at most 9.00
+    assert ("about $3.00 an hour with 4 running, at most $9.00 for 6 trials (on-demand rates: us-central1 rates from "
+            "s, read 2026-11-02)") in r.err
+
+
 def test_a_study_file_with_flags_over_it(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
     study = tmp_path / "study.toml"

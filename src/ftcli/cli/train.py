@@ -44,7 +44,7 @@ def train(
       ftcli train --task csv --train-file ./train.csv --gpu L4 --smoke   (try the job's start here first)
     """
     from ftcli import submit
-    from ftcli.output import err, note, transfer
+    from ftcli.output import err, escape, note, transfer
 
     cands, skipped = submit.plan_candidates(trainer=trainer, **{**job, "labels": job["labels"] or []})
     sub = cands[0].sub
@@ -66,11 +66,18 @@ def train(
         err().print("smoke run passed: the job starts, trains and evaluates; submit without --smoke",
                     markup=False, highlight=False)
         return
-    _say_cost(sub.estimate, job["timeout"], spot=job["spot"] or job["flex_start"])
+    from ftcli.cli.cost import say_cost
+
+    for c in cands:
+        say_cost(c.sub.estimate, job["timeout"], discounted=job["spot"] or job["flex_start"],
+                 label=c.what if len(cands) > 1 else "")
     if dry_run:
-        print(json.dumps(sub.job, indent=2))
-        uploads = "".join(f"\n  {p} -> {u}" for p, u in sub.uploads)
-        err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {sub.package_uri}{uploads}[/]")
+        jobs = [c.sub.job for c in cands]
+        print(json.dumps(jobs[0] if len(jobs) == 1 else jobs, indent=2))
+        uploads = escape("".join(f"\n  {p} -> {u}" for p, u in sub.uploads))
+        several = f" {len(jobs)} candidate jobs, in order (a JSON list)." if len(jobs) > 1 else ""
+        err().print(f"[dim]dry run: nothing uploaded, no job created.{several} Package: {sub.package_uri}"
+                    f"{uploads}[/]")
         return
     start = 0
     while True:
@@ -120,25 +127,6 @@ def _report_and_follow(created, n: int, sent: int, sub, *, detach: bool, json_ou
     except KeyboardInterrupt:
         _say_job_keeps_running(created.name, n)
         raise typer.Exit(130) from None
-
-
-def _say_cost(cost, timeout: str, *, spot: bool) -> None:
-    """What the job may cost, before anything is paid for: the shape always, the amounts when ftcli has prices."""
-    from ftcli.catalog import PRICE_PAGE
-    from ftcli.output import err, escape
-
-    if cost is None:
-        return
-    gpu_hours = f", up to {cost.gpu_hours:,.0f} GPU-hours" if cost.gpu_hours else ""
-    e = err()
-    e.print(f"cost: {escape(cost.shape)} per hour, for at most {escape(timeout)} (--timeout){gpu_hours}")
-    if cost.per_hour is not None:
-        t = cost.table
-        rate = "on-demand rates; Spot and Flex-start cost less" if spot else "on-demand rates"
-        e.print(f"      about ${cost.per_hour:,.2f} an hour, at most ${cost.at_most:,.2f} ({rate}; {t.region} prices "
-                f"from {escape(t.source)}, read {t.read})")
-    else:
-        e.print(f"      price table missing: {escape(cost.missing or '')}; hourly rates: {PRICE_PAGE}")
 
 
 def _say_job_keeps_running(name: JobName, n: int | None) -> None:

@@ -83,6 +83,10 @@ def tune(
     goal = ts.job["studySpec"]["metrics"][0]["goal"].lower()
     err().print(f"study: {trials} trials, {parallel} at a time, {goal} {ts.metric} over "
                 f"{', '.join(p.name for p in ts.params)}", markup=False, highlight=False)
+    from ftcli.cli.cost import say_cost
+
+    say_cost(ts.sub.estimate, job["timeout"], discounted=job["spot"] or job["flex_start"], trials=trials,
+             parallel=parallel)
     if dry_run:
         print(json.dumps(ts.job, indent=2))
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {ts.sub.package_uri}[/]")

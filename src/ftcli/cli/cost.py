@@ -1,0 +1,42 @@
+"""The `cost:` lines `train` and `tune` print before anything is uploaded: the bill's shape always, the dollar
+amounts when the user's price file has the rates (ftcli.prices)."""
+
+from __future__ import annotations
+
+
+def cost_lines(cost, timeout: str, *, discounted: bool, label: str = "", trials: int | None = None,
+               parallel: int | None = None) -> list[str]:
+    """`cost` is a catalog.Estimate for one job (one trial of a tuning job: then `trials` of them, `parallel` at
+    a time). `discounted`: Spot or Flex-start, which the on-demand rates overstate."""
+    from ftcli.catalog import PRICE_PAGE
+
+    head = f"cost{f' ({label})' if label else ''}: "
+    pad = " " * 6
+    if trials:
+        at_once = min(parallel or 1, trials)
+        lines = [f"{head}each trial {cost.shape}, {at_once} at a time, {trials} trials of at most {timeout} "
+                 f"(--timeout)" + (f": up to {cost.gpu_hours * trials:,.0f} GPU-hours" if cost.gpu_hours else "")]
+    else:
+        at_once = 1
+        lines = [f"{head}{cost.shape} for at most {timeout} (--timeout)"
+                 + (f": up to {cost.gpu_hours:,.0f} GPU-hours" if cost.gpu_hours else "")]
+    if cost.per_hour is None:
+        lines.append(f"{pad}no dollar amounts: {cost.missing}. Rates: {PRICE_PAGE} (put yours in a price file: "
+                     "README 'What a job costs')")
+        return lines
+    t = cost.table
+    rates = "on-demand rates; Spot and Flex-start cost less" if discounted else "on-demand rates"
+    if trials:
+        amount = (f"about ${cost.per_hour * at_once:,.2f} an hour with {at_once} running, at most "
+                  f"${cost.at_most * trials:,.2f} for {trials} trials")
+    else:
+        amount = f"about ${cost.per_hour:,.2f} an hour, at most ${cost.at_most:,.2f}"
+    lines.append(f"{pad}{amount} ({rates}: {t.region} rates from {t.source}, read {t.read})")
+    return lines
+
+
+def say_cost(*args, **kwargs) -> None:
+    from ftcli.output import err
+
+    for line in cost_lines(*args, **kwargs):
+        err().print(line, markup=False, highlight=False)

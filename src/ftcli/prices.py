@@ -1,0 +1,118 @@
+"""Your price file: Vertex AI custom-training rates that turn `cost:` lines into dollar amounts.
+
+ftcli ships no rates (every value mirroring Google needs a source and a date, and no readable copy of Vertex AI's
+price table was found: see catalog.py). You put the rates you pay, with where you read them, in a TOML file:
+`FTCLI_PRICES`, or `prices.toml` beside the config file. USD per hour, on-demand, per region:
+
+    source = "https://cloud.google.com/vertex-ai/pricing"
+    read = 2026-11-26
+
+    [us-central1.machines]
+    n1-standard-8 = 0.50
+    [us-central1.gpus]
+    T4 = 0.40
+
+Machines are machine types; GPUs the names `--gpu` takes (T4, A100-80GB, H200, ...), per GPU. Every problem is
+one line that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+from pathlib import Path
+
+from ftcli.catalog import PriceTable
+from ftcli.errors import UsageError
+
+MACHINE_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
+
+
+def price_path() -> Path:
+    """Where the price file is looked for: FTCLI_PRICES, else prices.toml beside the config file."""
+    if os.environ.get("FTCLI_PRICES"):
+        return Path(os.environ["FTCLI_PRICES"])
+    from ftcli.settings import config_path
+
+    return config_path().parent / "prices.toml"
+
+
+def _problem(path: Path, what: str) -> UsageError:
+    return UsageError(f"price file {path}: {what}",
+                      hint="see README 'What a job costs' for its format; FTCLI_PRICES names another file")
+
+
+def _rate(path: Path, where: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise _problem(path, f"{where} must be a price in USD per hour (a number, 0 or more), got {value!r}")
+    return float(value)
+
+
+def parse(text: str, path: Path) -> dict[str, PriceTable]:
+    """The file's tables by region; a UsageError naming the key for anything wrong."""
+    import tomllib
+
+    from ftcli.catalog import gpu_names
+    from ftcli.settings import check_region
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise _problem(path, f"not valid TOML ({e})") from None
+    source, read = data.pop("source", None), data.pop("read", None)
+    if not isinstance(source, str) or not source.strip():
+        raise _problem(path, "needs source = \"...\": the page (or contract) the rates come from")
+    if isinstance(read, str):
+        try:
+            read = dt.date.fromisoformat(read)
+        except ValueError:
+            read = None
+    if not isinstance(read, dt.date) or isinstance(read, dt.datetime):
+        raise _problem(path, "needs read = YYYY-MM-DD: when the rates were read")
+    gpus = {g.upper(): g for g in gpu_names()}
+    tables = {}
+    for region, body in data.items():
+        if not isinstance(body, dict):
+            raise _problem(path, f"unknown key {region!r} (expected source, read and [REGION.machines]/"
+                           "[REGION.gpus] tables)")
+        if (p := check_region(region, f"[{region}]")) is not None:
+            raise _problem(path, p)
+        if unknown := sorted(set(body) - {"machines", "gpus"}):
+            raise _problem(path, f"[{region}] takes machines and gpus tables, not {', '.join(unknown)}")
+        machines, by_gpu = body.get("machines", {}), body.get("gpus", {})
+        for name, table in (("machines", machines), ("gpus", by_gpu)):
+            if not isinstance(table, dict):
+                raise _problem(path, f"{region}.{name} must be a table ([{region}.{name}])")
+        for m in machines:
+            if not MACHINE_RE.match(m):
+                raise _problem(path, f"{region}.machines: {m!r} is not a machine type (like n1-standard-8)")
+        rates_gpu = {}
+        for g, v in by_gpu.items():
+            if g.upper() not in gpus:
+                raise _problem(path, f"{region}.gpus: unknown GPU {g!r}; the names --gpu takes: "
+                               f"{', '.join(sorted(set(gpus.values())))}")
+            rates_gpu[gpus[g.upper()]] = _rate(path, f"{region}.gpus.{g}", v)
+        tables[region] = PriceTable(
+            source=source.strip(), read=read.isoformat(), region=region,
+            machines={m: _rate(path, f"{region}.machines.{m}", v) for m, v in machines.items()}, gpus=rates_gpu)
+    return tables
+
+
+def for_region(region: str) -> tuple[PriceTable | None, str | None]:
+    """The user's rates for `region`, or None and why there are none (no file; the file lacks the region)."""
+    path = price_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, f"no price file ({path}); ftcli ships no rates"
+    except IsADirectoryError:
+        raise _problem(path, "is a folder, not a file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise _problem(path, f"cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    tables = parse(text, path)
+    if region not in tables:
+        have = ", ".join(sorted(tables)) or "none"
+        return None, f"{path} has no {region} rates (it has: {have})"
+    return tables[region], None

@@ -1,0 +1,86 @@
+"""The user's price file (ftcli.prices): the rates that turn `cost:` lines into dollars, checked key by key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ftcli.catalog import estimate, resolve_gpu
+from ftcli.errors import UsageError
+from ftcli.prices import for_region, parse
+
+GOOD = '''source = "https://cloud.google.com/vertex-ai/pricing"
+read = 2026-11-20
+
+[us-central1.machines]
+n1-standard-8 = 0.5
+n1-highcpu-16 = 0.25
+[us-central1.gpus]
+t4 = 0.4
+A100-80GB = 4
+
+[europe-west4.machines]
+g2-standard-8 = 1.0
+'''
+
+
+def test_a_good_file_gives_one_table_per_region_with_gpu_names_as_ftcli_spells_them():
+    tables = parse(GOOD, Path("p.toml"))
+    us = tables["us-central1"]
+    assert us.source == "https://cloud.google.com/vertex-ai/pricing" and us.read == "2026-11-20"
+    assert us.machines == {"n1-standard-8": 0.5, "n1-highcpu-16": 0.25}
+    assert us.gpus == {"T4": 0.4, "A100-80GB": 4.0}  # 't4' is T4, the name --gpu takes
+    assert tables["europe-west4"].gpus == {}
+    e = estimate(resolve_gpu("T4x2", "n1-standard-8"), replicas=3, reduction_server=2, timeout_s=2 * 3600,
+                 region="us-central1", prices=us)
+    assert e.per_hour == pytest.approx(3 * (0.5 + 2 * 0.4) + 2 * 0.25) and e.at_most == pytest.approx(2 * e.per_hour)
+
+
+@pytest.mark.parametrize("text, says", [
+    ('read = 2026-11-20\n', "needs source"),
+    ('source = "x"\n', "needs read = YYYY-MM-DD"),
+    ('source = "x"\nread = "last week"\n', "needs read = YYYY-MM-DD"),
+    ('source = "x"\nread = 2026-11-20T10:00:00\n', "needs read = YYYY-MM-DD"),
+    ('source = "x"\nread = 2026-11-20\nfoo = 1\n', "unknown key 'foo'"),
+    ('source = "x"\nread = 2026-11-20\n[us-centrl1.gpus]\nT4 = 1\n', "did you mean us-central1"),
+    ('source = "x"\nread = 2026-11-20\n[us-central1.gpu]\nT4 = 1\n', "takes machines and gpus tables, not gpu"),
+    ('source = "x"\nread = 2026-11-20\n[us-central1.gpus]\nRTX4090 = 1\n', "unknown GPU 'RTX4090'"),
+    ('source = "x"\nread = 2026-11-20\n[us-central1.gpus]\nT4 = -1\n', "us-central1.gpus.T4 must be a price"),
+    ('source = "x"\nread = 2026-11-20\n[us-central1.gpus]\nT4 = nan\n', "must be a price"),
+    ('source = "x"\nread = 2026-11-20\n[us-central1.gpus]\nT4 = "0.4"\n', "must be a price"),
+    ('source = "x"\nread = 2026-11-20\n[us-central1.gpus]\nT4 = true\n', "must be a price"),
+    ('source = "x"\nread = 2026-11-20\n[us-central1.machines]\n"n1 standard" = 1\n', "is not a machine type"),
+    ('source = "x"\nread = 2026-11-20\n[us-central1]\nmachines = 1\n', "must be a table"),
+    ('source = "x"\nread = [\n', "not valid TOML"),
+])
+def test_every_problem_is_one_line_naming_the_file_and_key(text, says):
+    with pytest.raises(UsageError) as e:
+        parse(text, Path("/home/me/prices.toml"))
+    assert says in e.value.message and e.value.message.startswith("price file /home/me/prices.toml: ")
+    assert "\n" not in e.value.message
+
+
+def test_for_region_says_why_there_are_no_rates(tmp_path, monkeypatch):
+    path = tmp_path / "prices.toml"
+    monkeypatch.setenv("FTCLI_PRICES", str(path))
+    table, why = for_region("us-central1")
+    assert table is None and why == f"no price file ({path}); ftcli ships no rates"
+    path.write_text(GOOD)
+    table, why = for_region("us-central1")
+    assert why is None and table.machines["n1-standard-8"] == 0.5
+    table, why = for_region("asia-east1")
+    assert table is None and why == f"{path} has no asia-east1 rates (it has: europe-west4, us-central1)"
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(UsageError, match="is a folder, not a file"):
+        for_region("us-central1")
+
+
+def test_the_file_beside_the_config_is_used_without_the_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv("FTCLI_PRICES")
+    monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "cfg" / "config.toml"))
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "prices.toml").write_text(GOOD)
+    table, why = for_region("europe-west4")
+    assert why is None and table.machines == {"g2-standard-8": 1.0}
