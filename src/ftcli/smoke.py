@@ -33,10 +33,12 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
     """Run the smoke; the trainer's output goes straight to this terminal. Returns the trainer's exit status."""
     from ftcli import container
     from ftcli.errors import FtcliError
+    from ftcli.local import require_train_extra
     from ftcli.packaging import build_wheel
     from ftcli.spec import START_SCRIPT, WHEEL_ENV
     from ftcli.trainer_options import validate
 
+    require_train_extra("ftcli train --smoke")
     with tempfile.TemporaryDirectory(prefix="ftcli-smoke-") as tmp:
         root = Path(tmp)
         wheel = build_wheel(root / "dist")

@@ -323,6 +323,30 @@ def test_smoke_runs_the_jobs_start_here_and_sends_nothing(capsys, cloud_env, tmp
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+@pytest.mark.parametrize("command, name", [
+    (["train", "--task", "imdb", "--gpu", "L4", "--smoke"], "ftcli train --smoke"),
+    (["local", "--epochs", "1"], "ftcli local"),
+    (["predict", "./model", "good film"], "ftcli predict")])
+def test_running_the_trainer_here_without_its_packages_is_one_line(capsys, cloud_env, tmp_path, monkeypatch,
+                                                                   command, name):
+    # A launcher-only install (`pip install ftcli`): the smoke would otherwise pip-install the trainer wheel with
+    # a multi-GB torch into its stand-in container before saying anything.
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(capsys, *command)
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        f"error: {name} needs the trainer's dependencies on this machine (torch missing)",
+        "hint: pip install 'ftcli[train]' (see the README's set-up command)"]
+    gcs, vertex = cloud_env
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_smoke_shows_in_seconds_what_would_fail_in_the_job(capfd, cloud_env, tmp_path, tiny_model):
     # Data already in the bucket cannot be read before submitting; the smoke reads it as the job would.
     gcs, vertex = cloud_env
