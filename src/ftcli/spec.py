@@ -82,9 +82,8 @@ WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
 # https://cloud.google.com/pubsub/docs/labels; read 2026-11-26): "up to a maximum of 64" labels; keys 1 to 63
 # characters, values empty or up to 63; "only lowercase letters, numeric characters, underscores, and dashes";
 # "Keys must start with a lowercase letter or international character". CustomJob.labels itself says "no longer
-# than 64 characters" (aiplatform_v1 CustomJob, REST reference
-# https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs; read 2026-11-26):
-# the stricter 63 holds under both.
+# than 64 characters" (its docstring in google-cloud-aiplatform 2.7.0, aiplatform_v1/types/custom_job.py; read
+# 2026-11-26): the stricter 63 holds under both.
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 _MAX_LABELS = 64
