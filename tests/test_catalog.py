@@ -101,7 +101,8 @@ def test_every_listed_pair_resolves(name, count, machine, enum):
 @pytest.mark.parametrize(("spec", "machine", "expected"), [
     ("T4", "n1-highmem-8", Hardware("n1-highmem-8", "NVIDIA_TESLA_T4", 1)),
     ("T4x4", "n1-standard-96", Hardware("n1-standard-96", "NVIDIA_TESLA_T4", 4)),
-    ("T4", "n1-highcpu-32", Hardware("n1-highcpu-32", "NVIDIA_TESLA_T4", 1)),
+    ("T4", "n1-highcpu-16", Hardware("n1-highcpu-16", "NVIDIA_TESLA_T4", 1)),
+    ("T4x2", "n1-highcpu-32", Hardware("n1-highcpu-32", "NVIDIA_TESLA_T4", 2)),
     ("V100x8", "n1-highmem-96", Hardware("n1-highmem-96", "NVIDIA_TESLA_V100", 8)),
     ("V100", "n1-highmem-8", Hardware("n1-highmem-8", "NVIDIA_TESLA_V100", 1)),
     ("L4", "g2-standard-4", Hardware("g2-standard-4", "NVIDIA_L4", 1)),
@@ -165,7 +166,11 @@ REJECTED = [
     # N1 limits: too many vCPUs (or too much memory) for the attached GPUs; shapes Vertex does not offer.
     ("V100", "n1-standard-16", "V100x1 allows an n1 machine of at most 12 vCPUs and 78 GB, not n1-standard-16 "
                                "(16 vCPUs, 60 GB): try --machine-type n1-standard-8 or leave it out"),
-    ("T4", "n1-standard-64", "T4x1 allows an n1 machine of at most 48 vCPUs"),
+    ("T4", "n1-standard-64", "T4x1 allows an n1 machine of at most 24 vCPUs"),
+    # Vertex's table: T4 x1 not on n1-*-32 (Compute Engine alone would allow it).
+    ("T4", "n1-standard-32", "T4x1 allows an n1 machine of at most 24 vCPUs and 156 GB, not n1-standard-32 "
+                             "(32 vCPUs, 120 GB): try --machine-type n1-standard-8 or leave it out"),
+    ("T4", "n1-highcpu-32", "T4x1 allows an n1 machine of at most 24 vCPUs"),
     ("P100x4", "n1-highmem-64", "P100x4 allows an n1 machine of at most 64 vCPUs and 208 GB, not n1-highmem-64 "
                                 "(64 vCPUs, 416 GB)"),
     ("T4", "n1-standard-2", "n1-standard-2 is not an n1 machine type Vertex training offers"),
@@ -199,6 +204,38 @@ def test_n1_defaults_within_limits():
         if not gpu.fixed:
             for count, machines in gpu.machines.items():
                 assert machines[0] == catalog._N1_DEFAULT[count], (gpu.name, count)
+
+
+# Vertex's "Valid numbers of GPUs for each machine type" for the N1 GPUs, cell by cell ("Configure compute resources
+# for custom training", https://docs.cloud.google.com/vertex-ai/docs/training/configure-compute, read 2026-11-26;
+# columns P4, P100, T4, V100; an empty cell is no valid count).
+VERTEX_N1_TABLE = {
+    "n1-standard-4": ("1,2,4", "1,2,4", "1,2,4", "1,2,4,8"),
+    "n1-standard-8": ("1,2,4", "1,2,4", "1,2,4", "1,2,4,8"),
+    "n1-standard-16": ("1,2,4", "1,2,4", "1,2,4", "2,4,8"),
+    "n1-standard-32": ("2,4", "2,4", "2,4", "4,8"),
+    "n1-standard-64": ("4", "", "4", "8"),
+    "n1-standard-96": ("4", "", "4", "8"),
+    "n1-highmem-2": ("1,2,4", "1,2,4", "1,2,4", "1,2,4,8"),
+    "n1-highmem-4": ("1,2,4", "1,2,4", "1,2,4", "1,2,4,8"),
+    "n1-highmem-8": ("1,2,4", "1,2,4", "1,2,4", "1,2,4,8"),
+    "n1-highmem-16": ("1,2,4", "1,2,4", "1,2,4", "2,4,8"),
+    "n1-highmem-32": ("2,4", "2,4", "2,4", "4,8"),
+    "n1-highmem-64": ("4", "", "4", "8"),
+    "n1-highmem-96": ("4", "", "4", "8"),
+    "n1-highcpu-16": ("1,2,4", "1,2,4", "1,2,4", "2,4,8"),
+    "n1-highcpu-32": ("2,4", "2,4", "2,4", "4,8"),
+    "n1-highcpu-64": ("4", "4", "4", "8"),
+    "n1-highcpu-96": ("4", "", "4", "8"),
+}
+
+
+@pytest.mark.parametrize(("column", "gpu"), list(enumerate(["P4", "P100", "T4", "V100"])))
+def test_n1_machines_are_vertex_table(column, gpu):
+    expected = {(machine, int(n)) for machine, cells in VERTEX_N1_TABLE.items()
+                for n in cells[column].split(",") if n}
+    ours = {(machine, count) for count, machines in catalog._BY_KEY[gpu].machines.items() for machine in machines}
+    assert ours == expected
 
 
 def test_accelerator_enum_names_exist():

@@ -11,7 +11,7 @@ import pytest
 from ftcli.catalog import Hardware, resolve_gpu
 from ftcli.errors import UsageError
 from ftcli.gcp.vertex import to_proto
-from ftcli.spec import START_SCRIPT, JobRequest, build_custom_job
+from ftcli.spec import REDUCTION_SERVER_START_SCRIPT, START_SCRIPT, JobRequest, build_custom_job
 
 PACKAGE = "gs://my-bucket/ftcli/packages/ftcli_trainer-0.1.0+3f2a9c-py3-none-any.whl"
 WHEEL = "/gcs/my-bucket/ftcli/packages/ftcli_trainer-0.1.0+3f2a9c-py3-none-any.whl"
@@ -107,7 +107,7 @@ _A100_WORKER = {
     "machineSpec": {"machineType": "a2-highgpu-8g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 8},
     "containerSpec": {
         "imageUri": IMAGE,
-        "command": ["bash", "-c", dataclasses.MISSING, "ftcli-trainer"],  # filled in below: plugin + start script
+        "command": ["bash", "-c", REDUCTION_SERVER_START_SCRIPT, "ftcli-trainer"],
         "args": ["--task", "mnli", "--model", "bert-large-uncased"],
         "env": env(),
     },
@@ -162,21 +162,101 @@ ALL = {**{k: v[0] for k, v in CASES.items()}, "h200-spot": H200_SPOT, "b200-flex
 @pytest.mark.parametrize("case", CASES)
 def test_build_custom_job(case):
     req, expected = CASES[case]
-    job = build_custom_job(req)
-    if case == "a100x8-reduction-server":
-        script = job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"][2]
-        # GPU workers install the google-reduction-server NCCL plugin (apt, google-fast-socket) before the trainer
-        assert script.endswith(START_SCRIPT) and "apt-get install -y -qq google-reduction-server" in script
-        assert "deb https://packages.cloud.google.com/apt google-fast-socket main" in script
-        for pool in expected["jobSpec"]["workerPoolSpecs"][:2]:
-            pool["containerSpec"] = {**pool["containerSpec"], "command": ["bash", "-c", script, "ftcli-trainer"]}
-    assert job == expected
+    assert build_custom_job(req) == expected
 
 
 def test_start_script_installs_the_wheel_from_the_mount_and_runs_the_trainer_with_the_args():
     assert '"$FTCLI_TRAINER_WHEEL"' in START_SCRIPT and "python -m pip install" in START_SCRIPT
     assert START_SCRIPT.startswith("set -eu\n")  # a failed install stops the job before training
     assert START_SCRIPT.rstrip().endswith('exec python -m ftcli_trainer.task "$@"')
+
+
+# --- the Reduction Server plugin install, run under bash with fake apt-get/dpkg/python on PATH -------------------
+# The Vertex emulator does not run Reduction Server pools, and the real install needs root and the network; so the
+# workers' script runs here as it is, with /etc/apt/ moved to a temporary folder (as the emulator moves /gcs/).
+
+FAKE_PYTHON = """#!/bin/bash
+echo "python $*" >> "$FAKE_LOG"
+case "$*" in
+  *apt-key.gpg*)
+    case "$FAKE_KEY" in
+      fail) echo "urllib.error.URLError: <urlopen error timed out>" >&2; exit 1 ;;
+      binary) printf '\\x99\\x01\\x0d\\x04' ;;
+      *) printf -- '-----BEGIN PGP PUBLIC KEY BLOCK-----\\n\\nmQENBF...\\n-----END PGP PUBLIC KEY BLOCK-----\\n' ;;
+    esac ;;
+esac
+"""
+FAKE_APT_GET = """#!/bin/bash
+echo "apt-get $*" >> "$FAKE_LOG"
+case "$*" in
+  *update*) [ "$FAKE_APT" != update ] || { echo "E: The repository is not signed." >&2; exit 100; } ;;
+  *install*) [ "$FAKE_APT" != install ] || { echo "E: Unable to locate package" >&2; exit 100; } ;;
+esac
+"""
+FAKE_DPKG = """#!/bin/bash
+echo "dpkg $*" >> "$FAKE_LOG"
+echo /usr/share/doc/google-reduction-server/copyright
+[ "$FAKE_LIB" = none ] || echo "$FAKE_LIB"
+"""
+
+
+def run_reduction_server_script(tmp_path, **fakes):
+    """Run the workers' start script; returns (exit status, stderr, the fakes' log lines, the /etc/apt stand-in)."""
+    bin_dir, etc = tmp_path / "bin", tmp_path / "etc-apt"
+    bin_dir.mkdir()
+    (etc / "sources.list.d").mkdir(parents=True)
+    for name, text in (("python", FAKE_PYTHON), ("apt-get", FAKE_APT_GET), ("dpkg", FAKE_DPKG)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    lib = tmp_path / "libnccl-net.so"
+    lib.write_text("")
+    log = tmp_path / "log"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(log), "FTCLI_TRAINER_WHEEL": WHEEL,
+           "FAKE_KEY": "armored", "FAKE_APT": "ok", "FAKE_LIB": str(lib), **fakes}
+    command = build_custom_job(A100_REDUCTION)["jobSpec"]["workerPoolSpecs"][1]["containerSpec"]["command"]
+    assert command[:2] == ["bash", "-c"]
+    script = command[2].replace("/etc/apt/", f"{etc}/")
+    r = subprocess.run(["bash", "-c", script, "ftcli-trainer", "--task", "mnli"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    return r.returncode, r.stderr, log.read_text().splitlines() if log.exists() else [], etc
+
+
+def test_reduction_server_plugin_installs_before_the_trainer_runs(tmp_path):
+    rc, err, log, etc = run_reduction_server_script(tmp_path)
+    assert rc == 0, err
+    assert [line.split()[:2] for line in log] == [
+        ["python", "-c"], ["apt-get", "update"], ["apt-get", "install"], ["dpkg", "-L"], ["python", "-m"],
+        ["python", "-m"]]
+    assert log[2] == "apt-get install -y -qq google-reduction-server"
+    assert log[-1] == "python -m ftcli_trainer.task --task mnli"
+    # The key is ASCII-armored, so it is kept as .asc (apt reads armor only from .asc) and named by signed-by.
+    assert (etc / "keyrings/google-fast-socket.asc").read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    assert (etc / "sources.list.d/google-fast-socket.list").read_text() == (
+        f"deb [signed-by={etc}/keyrings/google-fast-socket.asc] https://packages.cloud.google.com/apt "
+        "google-fast-socket main\n")  # /etc/apt/keyrings/... in the job
+
+
+@pytest.mark.parametrize(("fakes", "why"), [
+    ({"FAKE_KEY": "fail"}, "downloading its apt key https://packages.cloud.google.com/apt/doc/apt-key.gpg failed"),
+    ({"FAKE_KEY": "binary"},
+     "its apt key https://packages.cloud.google.com/apt/doc/apt-key.gpg is not an ASCII-armored key any more"),
+    ({"FAKE_APT": "update"}, "apt-get update failed"),
+    ({"FAKE_APT": "install"}, "apt-get install google-reduction-server failed"),
+    ({"FAKE_LIB": "none"}, "the package installed no shared library"),
+    ({"FAKE_LIB": "/usr/lib/libnccl-net-gone.so"}, "/usr/lib/libnccl-net-gone.so is missing after the install"),
+])
+def test_reduction_server_plugin_failure_stops_the_job_before_the_trainer(tmp_path, fakes, why):
+    rc, err, log, _ = run_reduction_server_script(tmp_path, **fakes)
+    assert rc == 1
+    assert err.splitlines()[-1] == (
+        f"ftcli: cannot install the Reduction Server NCCL plugin (google-reduction-server): {why}; the job stops here")
+    assert not [line for line in log if "pip install" in line or "ftcli_trainer" in line]
+
+
+def test_only_reduction_server_jobs_install_the_plugin():
+    assert "google-reduction-server" not in START_SCRIPT
+    assert REDUCTION_SERVER_START_SCRIPT.startswith("set -eu\n")
+    assert REDUCTION_SERVER_START_SCRIPT.endswith(START_SCRIPT.removeprefix("set -eu\n"))
 
 
 def test_h200_spot_boots_from_hyperdisk():

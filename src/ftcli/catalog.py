@@ -80,10 +80,18 @@ def _family(machine_type: str) -> str:
     return "-".join(machine_type.split("-")[:2])
 
 
-# Vertex custom training offers these n1 shapes (n1-standard-1/2 and small highcpu ones are not offered).
+# The machines and GPU counts below follow Vertex's "Configure compute resources for custom training"
+# (https://docs.cloud.google.com/vertex-ai/docs/training/configure-compute, now served as
+# https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/configure-compute,
+# read 2026-11-26): its "Machine types" list and its table "Valid numbers of GPUs for each machine type".
+# That list offers these n1 shapes (no n1-standard-1/2, no n1-highcpu-2/4/8).
 _N1_SIZES = {"standard": (4, 8, 16, 32, 64, 96), "highmem": (2, 4, 8, 16, 32, 64, 96), "highcpu": (16, 32, 64, 96)}
+# GB per vCPU: "n1-standard: 3.75GB of memory per vCPU, n1-highmem: 6.5GB ..., n1-highcpu: 0.9 GB" (Google's
+# GoogleCloudPlatform/vertex-ai-samples notebooks, "Set machine types"; read 2026-11-26); the page above agrees for
+# standard ("n1-standard-32 ... 32 virtual CPUs and 120 GB of memory").
 _N1_GB_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
-# The default per count: enough host CPUs to feed the GPUs' data loaders, within every N1 GPU's limits.
+# The default per count: enough host CPUs to feed the GPUs' data loaders; each is a valid cell of that table for
+# every N1 GPU that comes in that count (tests/test_catalog.py holds the table).
 _N1_DEFAULT = {1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32", 8: "n1-standard-64"}
 
 
@@ -120,8 +128,13 @@ def _per_count(pattern: str, counts: tuple[int, ...]) -> dict[int, tuple[str, ..
 # Roughly cheapest first: the order of `gpu_names()` and of the error messages. Compute capabilities: NVIDIA's
 # "CUDA GPU Compute Capability" and "Legacy CUDA GPU Compute Capability" tables
 # (https://developer.nvidia.com/cuda-gpus, /cuda-legacy-gpus; read 2026-11-26).
+# Machines and counts: Vertex's table "Valid numbers of GPUs for each machine type" (configure-compute page above,
+# read 2026-11-26). For the N1 GPUs the (max vCPUs, max GB) limits per count are the ones that give exactly that
+# table's cells; Vertex is stricter than Compute Engine in places: "A configuration with 4 NVIDIA_TESLA_P100 GPUs
+# only provides up to 64 virtual CPUS and up to 208 GB of memory in all regions and zones", and T4 x1 is valid on
+# n1-*-16 but not n1-*-32 (so 24 vCPUs, as P4; 48 let n1-standard-32 through, which the table refuses).
 _GPUS: tuple[_Gpu, ...] = (
-    _n1("T4", "NVIDIA_TESLA_T4", "7.5", {1: (48, 312), 2: (48, 312), 4: (96, 624)}),
+    _n1("T4", "NVIDIA_TESLA_T4", "7.5", {1: (24, 156), 2: (48, 312), 4: (96, 624)}),
     _n1("P4", "NVIDIA_TESLA_P4", "6.1", {1: (24, 156), 2: (48, 312), 4: (96, 624)}),
     _fixed("L4", "NVIDIA_L4", "8.9", {
         1: ("g2-standard-8", "g2-standard-4", "g2-standard-12", "g2-standard-16", "g2-standard-32"),

@@ -51,8 +51,17 @@ def _cc(text: str) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
-_PYTORCH_SOURCE = ("Docker Hub pytorch/pytorch, built by pytorch/pytorch's Dockerfile (conda Python 3.11, Ubuntu "
-                   "22.04); tag, digest and Python seen in several public projects that pin it, read 2026-11-26")
+# Where the image facts come from (read 2026-11-26). The tags are the PyTorch project's release images on Docker Hub
+# (https://hub.docker.com/r/pytorch/pytorch/tags; no stored copy of that page could be read), named
+# "${PYTORCH_VERSION}-cuda${CUDA_VERSION_SHORT}-cudnn${CUDNN_VERSION}-runtime" by pytorch/pytorch's
+# .github/workflows/docker-release.yml (`make -f docker.Makefile runtime-image`), from the "official" stage of its
+# Dockerfile (https://github.com/pytorch/pytorch/blob/main/Dockerfile: `ARG BASE_IMAGE=ubuntu:22.04`,
+# `ARG PYTHON_VERSION=3.11`, conda under /opt/conda, ca-certificates and no curl or gnupg installed). The digests,
+# and Python 3.11 with torch 2.7.1+cu126 in the 12.6 image, are the ones public projects pin these tags by (e.g.
+# `FROM pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime@sha256:2b59b1b9...`); not read from Docker Hub itself.
+_PYTORCH_SOURCE = ("PyTorch's release images on Docker Hub (https://hub.docker.com/r/pytorch/pytorch/tags), built from "
+                   "pytorch/pytorch's Dockerfile (ubuntu:22.04, conda Python 3.11) by its docker-release.yml; digest "
+                   "as pinned by public projects; read 2026-11-26")
 
 # Preference order: the first image whose build covers the GPU runs the job.
 IMAGES: tuple[Image, ...] = (

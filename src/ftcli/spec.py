@@ -26,29 +26,64 @@ TASK_LABEL, MODEL_LABEL, GPU_LABEL = "ftcli_task", "ftcli_model", "ftcli_gpu"
 # jobs can access your Cloud Storage buckets as subdirectories of the root /gcs directory", "Use Cloud Storage as
 # a mounted file system", https://docs.cloud.google.com/vertex-ai/docs/training/cloud-storage-file-system), then
 # run it with the job's args ("$@": bash -c SCRIPT NAME ARGS...). pip keeps the image's torch, which satisfies the
-# trainer's floor, and fetches the rest from PyPI.
-START_SCRIPT = (
-    "set -eu\n"
+# trainer's floor, and fetches the rest from PyPI. `set -eu` comes first: anything before it that fails would go
+# unnoticed and the trainer would start anyway.
+_STRICT = "set -eu\n"
+_RUN_TRAINER = (
     'echo "ftcli: installing $FTCLI_TRAINER_WHEEL"\n'
     "python -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off --quiet "
     '"$FTCLI_TRAINER_WHEEL"\n'
     'exec python -m ftcli_trainer.task "$@"\n'
 )
-# A custom container's GPU workers need the google-reduction-server NCCL plugin when a Reduction Server pool is
-# used; the documented install is apt from the google-fast-socket repository ("Distributed training",
-# https://docs.cloud.google.com/vertex-ai/docs/training/distributed-training). The PyTorch images have no curl or
-# gnupg: Python fetches the repository key (a binary keyring, which apt reads from trusted.gpg.d).
+START_SCRIPT = _STRICT + _RUN_TRAINER
+
+# A custom container's GPU workers need NCCL 2.7+ and the google-reduction-server package when a Reduction Server
+# pool is used. The documented install ("Distributed training", Reduction Server prerequisites,
+# https://docs.cloud.google.com/vertex-ai/docs/training/distributed-training, now served as
+# https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/distributed-training,
+# read 2026-11-26) is `deb https://packages.cloud.google.com/apt google-fast-socket main`, the key
+# https://packages.cloud.google.com/apt/doc/apt-key.gpg piped to `apt-key add -`, then
+# `apt install -y google-reduction-server`.
+# Here, differently: the pytorch/pytorch runtime images (Ubuntu 22.04, see ftcli.images) have no curl, gnupg or
+# apt-key, so Python fetches the key. Despite its .gpg name that key is served ASCII-armored (since 2023: "serves
+# an ASCII-armored key block, not a binary keyring, despite the .gpg extension", MinaProtocol/mina#19394; the
+# same fix in kubernetes/website#41307, actions/runner-images#7627; read 2026-11-26), and apt reads an armored key
+# only from a file named .asc, so it is kept as .asc and named by signed-by, as Docker's Ubuntu install does
+# (https://docs.docker.com/engine/install/ubuntu/, /etc/apt/keyrings/docker.asc; read 2026-11-26). Every step
+# stops the job with one "ftcli: ..." line on failure: a worker without the plugin would train without Reduction
+# Server, or hang in the first all-reduce, with nothing in the log saying why. The last check asks dpkg for the
+# shared library the package installed: the docs name no file, and an NCCL net plugin is a shared library.
+_KEY_URL = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
+_KEYRING = "/etc/apt/keyrings/google-fast-socket.asc"
 REDUCTION_SERVER_PLUGIN = (
-    'python -c "import urllib.request as u; u.urlretrieve(\'https://packages.cloud.google.com/apt/doc/apt-key.gpg\', '
-    "'/etc/apt/trusted.gpg.d/google-fast-socket.gpg')\"\n"
-    "echo 'deb https://packages.cloud.google.com/apt google-fast-socket main' "
-    "> /etc/apt/sources.list.d/google-fast-socket.list\n"
-    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq google-reduction-server\n"
+    "ftcli_rs_fail() { echo \"ftcli: cannot install the Reduction Server NCCL plugin (google-reduction-server): $1; "
+    "the job stops here\" >&2; exit 1; }\n"
+    'echo "ftcli: installing the Reduction Server NCCL plugin (google-reduction-server)"\n'
+    "mkdir -p /etc/apt/keyrings || ftcli_rs_fail 'cannot create /etc/apt/keyrings'\n"
+    "python -c 'import sys, urllib.request as u; sys.stdout.buffer.write(u.urlopen(sys.argv[1], timeout=60).read())' "
+    f"{_KEY_URL} > {_KEYRING} || ftcli_rs_fail 'downloading its apt key {_KEY_URL} failed'\n"
+    f"grep -q 'BEGIN PGP PUBLIC KEY BLOCK' {_KEYRING} "
+    f"|| ftcli_rs_fail 'its apt key {_KEY_URL} is not an ASCII-armored key any more'\n"
+    f"echo 'deb [signed-by={_KEYRING}] https://packages.cloud.google.com/apt google-fast-socket main' "
+    "> /etc/apt/sources.list.d/google-fast-socket.list || ftcli_rs_fail 'cannot write its apt source'\n"
+    "apt-get update -qq || ftcli_rs_fail 'apt-get update failed'\n"
+    "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq google-reduction-server "
+    "|| ftcli_rs_fail 'apt-get install google-reduction-server failed'\n"
+    "ftcli_rs_lib=$(dpkg -L google-reduction-server | grep -m1 '[.]so[.0-9]*$') "
+    "|| ftcli_rs_fail 'the package installed no shared library'\n"
+    'test -f "$ftcli_rs_lib" || ftcli_rs_fail "$ftcli_rs_lib is missing after the install"\n'
+    'echo "ftcli: Reduction Server NCCL plugin installed: $ftcli_rs_lib"\n'
 )
+REDUCTION_SERVER_START_SCRIPT = _STRICT + REDUCTION_SERVER_PLUGIN + _RUN_TRAINER
 WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
 
-# Vertex's label rules (ASCII subset): lowercase letters, digits, _ and -; at most 63 characters;
-# keys start with a letter; at most 64 labels.
+# Label rules, the ASCII subset of Google Cloud's "Requirements for labels"
+# (https://cloud.google.com/resource-manager/docs/creating-managing-labels#requirements, the same list on
+# https://cloud.google.com/pubsub/docs/labels; read 2026-11-26): "up to a maximum of 64" labels; keys 1 to 63
+# characters, values empty or up to 63; "only lowercase letters, numeric characters, underscores, and dashes";
+# "Keys must start with a lowercase letter or international character". CustomJob.labels itself says "no longer
+# than 64 characters" (its docstring in google-cloud-aiplatform 2.7.0, aiplatform_v1/types/custom_job.py; read
+# 2026-11-26): the stricter 63 holds under both.
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 _MAX_LABELS = 64
@@ -145,7 +180,7 @@ def _worker_pool(req: JobRequest, replicas: int) -> dict[str, Any]:
         machine["reservationAffinity"] = {"reservationAffinityType": "SPECIFIC_RESERVATION",
                                           "key": RESERVATION_KEY, "values": [req.reservation]}
     wheel = gcs_mount_path(req.package_uri) + (f"[{','.join(req.extras)}]" if req.extras else "")
-    script = (REDUCTION_SERVER_PLUGIN if req.reduction_server else "") + START_SCRIPT
+    script = REDUCTION_SERVER_START_SCRIPT if req.reduction_server else START_SCRIPT
     env = [{"name": WHEEL_ENV, "value": wheel}, {"name": "PYTHONUNBUFFERED", "value": "1"}]
     env += [{"name": k, "value": v} for k, v in req.env]
     container: dict[str, Any] = {"imageUri": req.image, "command": ["bash", "-c", script, "ftcli-trainer"]}
