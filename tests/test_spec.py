@@ -242,7 +242,6 @@ def test_reduction_server_plugin_installs_before_the_trainer_runs(tmp_path):
      "its apt key https://packages.cloud.google.com/apt/doc/apt-key.gpg is not an ASCII-armored key any more"),
     ({"FAKE_APT": "update"}, "apt-get update failed"),
     ({"FAKE_APT": "install"}, "apt-get install google-reduction-server failed"),
-    ({"FAKE_LIB": "none"}, "the package installed no shared library"),
     ({"FAKE_LIB": "/usr/lib/libnccl-net-gone.so"}, "/usr/lib/libnccl-net-gone.so is missing after the install"),
 ])
 def test_reduction_server_plugin_failure_stops_the_job_before_the_trainer(tmp_path, fakes, why):
@@ -251,6 +250,13 @@ def test_reduction_server_plugin_failure_stops_the_job_before_the_trainer(tmp_pa
     assert err.splitlines()[-1] == (
         f"ftcli: cannot install the Reduction Server NCCL plugin (google-reduction-server): {why}; the job stops here")
     assert not [line for line in log if "pip install" in line or "ftcli_trainer" in line]
+
+
+def test_a_plugin_package_that_lists_no_library_is_a_warning_not_a_stop(tmp_path):
+    # Google's docs name no file; the library may come with one of the package's dependencies.
+    rc, err, log, _ = run_reduction_server_script(tmp_path, FAKE_LIB="none")
+    assert rc == 0, err
+    assert log[-1] == "python -m ftcli_trainer.task --task mnli"
 
 
 def test_only_reduction_server_jobs_install_the_plugin():

@@ -52,7 +52,8 @@ START_SCRIPT = _STRICT + _RUN_TRAINER
 # (https://docs.docker.com/engine/install/ubuntu/, /etc/apt/keyrings/docker.asc; read 2026-11-26). Every step
 # stops the job with one "ftcli: ..." line on failure: a worker without the plugin would train without Reduction
 # Server, or hang in the first all-reduce, with nothing in the log saying why. The last check asks dpkg for the
-# shared library the package installed: the docs name no file, and an NCCL net plugin is a shared library.
+# shared library the package installed (an NCCL net plugin is one): one it lists but that is missing stops the
+# job; none listed is only a warning, since the docs name no file and it may come with a dependency.
 _KEY_URL = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
 _KEYRING = "/etc/apt/keyrings/google-fast-socket.asc"
 REDUCTION_SERVER_PLUGIN = (
@@ -69,10 +70,14 @@ REDUCTION_SERVER_PLUGIN = (
     "apt-get update -qq || ftcli_rs_fail 'apt-get update failed'\n"
     "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq google-reduction-server "
     "|| ftcli_rs_fail 'apt-get install google-reduction-server failed'\n"
-    "ftcli_rs_lib=$(dpkg -L google-reduction-server | grep -m1 '[.]so[.0-9]*$') "
-    "|| ftcli_rs_fail 'the package installed no shared library'\n"
-    'test -f "$ftcli_rs_lib" || ftcli_rs_fail "$ftcli_rs_lib is missing after the install"\n'
-    'echo "ftcli: Reduction Server NCCL plugin installed: $ftcli_rs_lib"\n'
+    "if ftcli_rs_lib=$(dpkg -L google-reduction-server | grep -m1 '[.]so[.0-9]*$'); then\n"
+    '  test -f "$ftcli_rs_lib" || ftcli_rs_fail "$ftcli_rs_lib is missing after the install"\n'
+    '  echo "ftcli: Reduction Server NCCL plugin installed: $ftcli_rs_lib"\n'
+    "else\n"
+    # The docs name no file: the library may come with a dependency, so this is said, not fatal.
+    '  echo "ftcli: warning: google-reduction-server lists no shared library of its own (dpkg -L); if NCCL does '
+    'not load the plugin, all-reduce runs without Reduction Server"\n'
+    "fi\n"
 )
 REDUCTION_SERVER_START_SCRIPT = _STRICT + REDUCTION_SERVER_PLUGIN + _RUN_TRAINER
 WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
