@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from ftcli.errors import Conflict, FtcliError, UsageError
 from ftcli.gcp import Notify
 from ftcli.spec import CREATED_BY_LABEL, MODEL_LABEL, TASK_LABEL
-from ftcli.values import Job, JobName, TuningName
+from ftcli.values import Job, JobName, TuningJob, TuningName
 
 METRICS_FILE = "metrics.json"  # written by the trainer's export next to the model
 METRIC_READERS = 8
@@ -66,7 +66,7 @@ def resolve_job(ref: str, project: str | None = None, region: str | None = None,
     return tuning.trial_job(tuning.get(name, notify), trial)
 
 
-def vertex_for(name: JobName, notify: Notify | None = None):
+def vertex_for(name: JobName | TuningName, notify: Notify | None = None):
     """The JobService gateway of the job's own project and region."""
     from ftcli.gcp.vertex import get_vertex
 
@@ -173,9 +173,10 @@ def describe(name: JobName, notify: Notify | None = None) -> tuple[Job, dict | N
     return job, metrics
 
 
-def check_cancellable(job: Job, shown: str) -> None:
+def check_cancellable(job: Job | TuningJob, shown: str) -> None:
     if job.final:
-        raise FtcliError(f"job {shown} has already ended ({job.state}): there is nothing to cancel")
+        kind = "tuning job" if isinstance(job, TuningJob) else "job"
+        raise FtcliError(f"{kind} {shown} has already ended ({job.state}): there is nothing to cancel")
 
 
 def cancel(gateway, job: Job, shown: str) -> Job:
@@ -188,6 +189,19 @@ def cancel(gateway, job: Job, shown: str) -> Job:
         check_cancellable(gateway.get(job.name), shown)
         raise
     return gateway.get(job.name)
+
+
+def cancel_tuning(job: TuningJob, shown: str, notify: Notify | None = None) -> TuningJob:
+    """Ask Vertex to cancel the tuning job (its running trials stop with it); return it as it is then."""
+    check_cancellable(job, shown)
+    gateway = vertex_for(job.name, notify)
+    try:
+        gateway.cancel_tuning(job.name)
+    except Conflict:
+        # It ended between our read and the cancel: say so as above, not as Vertex's FAILED_PRECONDITION.
+        check_cancellable(gateway.get_tuning(job.name), shown)
+        raise
+    return gateway.get_tuning(job.name)
 
 
 def _iso(t: dt.datetime | None) -> str | None:

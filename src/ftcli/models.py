@@ -103,6 +103,20 @@ def place(staging: Path, dest: Path, rels: list[PurePosixPath]) -> None:
         os.replace(staging.joinpath(*rel.parts), target)
 
 
+def _no_complete_model(job: Job, uri: str, ref: str) -> FtcliError:
+    """Why there is no model to take, by the job's state: still running, ended without one, or finished without
+    one (its export failed, or it ran a trainer from before the completion marker)."""
+    missing = f"no complete model in {uri} (no {COMPLETE_MARKER} marker)"
+    if not job.final:
+        return FtcliError(f"{missing}; the job is {job.state}", hint=f"ftcli logs {ref} to see how it is going")
+    if job.state == "SUCCEEDED":
+        return FtcliError(f"the job SUCCEEDED but exported {missing}",
+                          hint=f"its logs say what the export did: ftcli logs {ref}; a model exported by an older "
+                               f"trainer has no marker: copy it with `gcloud storage cp -r {uri} DEST`")
+    return FtcliError(f"the job ended {job.state} before exporting a model: {missing}",
+                      hint=f"its logs say why: ftcli logs {ref}")
+
+
 @dataclass
 class Downloaded:
     path: Path
@@ -124,8 +138,7 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     storage = get_storage(name.project, notify)
     files = _model_files(uri, storage.list_objects(uri))
     if not any(rel == PurePosixPath(COMPLETE_MARKER) for _, rel, _ in files):
-        raise FtcliError(f"{uri} holds no complete model (no {COMPLETE_MARKER} marker); the job is {job.state}",
-                         hint=f"ftcli logs {shown or name.id} to see how it is going")
+        raise _no_complete_model(job, uri, shown or name.id)
     dest = dest or default_destination(name)
     check_destination(dest, force)
     where = Path(os.path.abspath(dest))

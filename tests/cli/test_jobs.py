@@ -141,3 +141,27 @@ def test_metrics_that_cannot_be_read_leave_a_gap_and_one_warning(capsys, cloud_e
     assert r.code == 0, r.err
     assert [x["metric"] for x in map(json.loads, r.out.splitlines())] == [None, None, None]
     assert r.err.count("warning: metrics not shown: permission denied") == 1 and "Traceback" not in r.err
+
+
+def test_cancelling_a_tuning_job_and_a_race_with_its_end(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--json")
+    assert r.code == 0, r.err
+    name = json.loads(r.out)["name"]
+    r = run_cli(capsys, "jobs", "cancel", "1", "--yes", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["state"] == "CANCELLED" and vertex.tuning_jobs[name].state.name == "JOB_STATE_CANCELLED"
+    r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
+    assert r.code == 1 and len(r.err.splitlines()) == 1
+    assert r.err.startswith("error: tuning job 1 has already ended (CANCELLED): there is nothing to cancel")
+    assert len(vertex.calls("CancelHyperparameterTuningJob")) == 1  # nothing sent for an ended job
+
+    # ended between ftcli's read and the cancel: said as an ended job, not as Vertex's FAILED_PRECONDITION
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--json")
+    other = json.loads(r.out)["name"]
+
+    vertex.fail_next("CancelHyperparameterTuningJob", grpc.StatusCode.FAILED_PRECONDITION, lose_response=True,
+                     message=f"Cannot cancel HyperparameterTuningJob {other} in state JOB_STATE_CANCELLED.")
+    r = run_cli(capsys, "jobs", "cancel", "2", "--yes")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.startswith("error: tuning job 2 has already ended (CANCELLED)")

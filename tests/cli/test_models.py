@@ -236,3 +236,24 @@ def test_predict_a_regression_model_shows_the_score_not_a_probability(capsys, tm
     assert set(high) == {"text", "score"} and high["score"] != 1.0 and high["score"] > low["score"] + 1.0
     r = run_cli(capsys, "predict", str(out / "model"), "superb wonderful great film")
     assert r.code == 0 and r.out.split()[0] == f"{high['score']:.3f}"
+
+
+@pytest.mark.parametrize(("state", "says", "hint"), [
+    ("RUNNING", "; the job is RUNNING", "ftcli logs {ref} to see how it is going"),
+    ("SUCCEEDED", "the job SUCCEEDED but exported no complete model in",
+     "ftcli logs {ref}; a model exported by an older trainer has no marker"),
+    ("FAILED", "the job ended FAILED before exporting a model: no complete model in", "its logs say why: ftcli logs"),
+])
+def test_a_missing_marker_is_explained_by_the_jobs_state(capsys, cloud_env, monkeypatch, tmp_path, state, says,
+                                                          hint):
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    name = make_job(vertex, "unmarked", f"gs://{BUCKET}/team/ftcli/runs/unmarked/")
+    seed_model(gcs, "team/ftcli/runs/unmarked/", {k: v for k, v in MODEL.items() if k != "_COMPLETE"})
+    vertex.set_state(name, state)
+    r = run_cli(capsys, "download", name, "out")
+    assert r.code == 1 and "Traceback" not in r.err and not (tmp_path / "out").exists()
+    error, hint_line = r.err.splitlines()
+    assert says in error and f"gs://{BUCKET}/team/ftcli/runs/unmarked/model/" in error
+    assert hint.format(ref=name) in hint_line
+    assert ("see how it is going" in r.err) == (state == "RUNNING")  # a finished job is not "going"

@@ -296,6 +296,11 @@ class TuningRun(threading.Thread):
                 break
             values = self._values(rng)
             spec = custom_job.CustomJobSpec(self.job.trial_job_spec)
+            # Each value as two arguments, `--PARAMETER_ID VALUE`, after the job's own: Vertex's example trial is
+            # `python3 -m my_trainer --learning_rate learning-rate-in-this-trial` ("Create a hyperparameter tuning
+            # job", https://docs.cloud.google.com/vertex-ai/docs/training/using-hyperparameter-tuning, read
+            # 2026-11-26 in its ja, ko and zh-cn editions; the page says no more about the form). The trainer's
+            # argparse takes `--PARAMETER_ID=VALUE` as well (tests/trainer/test_hypertune.py).
             for pool in spec.worker_pool_specs[:2]:  # the trainers; a reduction-server pool takes no hyperparameters
                 if pool.container_spec.image_uri:
                     pool.container_spec.args.extend(a for pid, _, text in values for a in (f"--{pid}", text))

@@ -97,3 +97,32 @@ def test_transfers_report_their_bytes(gcs, tmp_path):
     got = storage.download_objects("bkt", [("d/data.bin", tmp_path / "out" / "data.bin")], total=300_000,
                                    progress=lambda d, t: seen.append((d, t)))
     assert got == 300_000 and seen[-1] == (300_000, 300_000)
+
+
+@pytest.mark.parametrize("service", ["vertex", "storage", "logging", "secretmanager"])
+def test_a_permission_hint_names_the_role_in_roles(monkeypatch, service):
+    """ROLES is the one place a role is named: `translate` and the gateways that write their own permission hint
+    (Cloud Logging, Secret Manager) all take it from there."""
+    from ftcli import gcp
+    from ftcli.gcp.cloud_logging import LoggingGateway
+    from ftcli.gcp.secrets import SecretsGateway
+
+    monkeypatch.setitem(gcp.ROLES, service, "roles/test.sentinel")
+    denied = gexc.PermissionDenied("caller does not have permission")
+    hints = [translate(denied, service=service, project="p").hint]
+    if service == "logging":
+        gateway = LoggingGateway.__new__(LoggingGateway)  # no client: only its error translation is used
+        gateway.project = "p"
+        hints.append(gateway.translate(denied).hint)
+    if service == "secretmanager":
+        class Denying:
+            def get_secret(self, **_):
+                raise denied
+
+        gateway = SecretsGateway.__new__(SecretsGateway)
+        gateway.project, gateway.client = "p", Denying()
+        with pytest.raises(FtcliError) as info:
+            gateway.check_exists("projects/p/secrets/wandb")
+        hints.append(info.value.hint)
+    for hint in hints:
+        assert "roles/test.sentinel" in hint, hint

@@ -201,19 +201,15 @@ def cancel(
 
 def _cancel_tuning(name, shown: str, *, yes: bool, json_out: bool) -> None:
     from ftcli import jobs, tuning
-    from ftcli.errors import FtcliError
-    from ftcli.gcp.vertex import get_vertex
     from ftcli.output import err, note, out, show_one
 
     tj = tuning.get(name, note)
-    if tj.final:
-        raise FtcliError(f"tuning job {shown} has already ended ({tj.state}): there is nothing to cancel")
+    jobs.check_cancellable(tj, shown)
     if not yes and sys.stdin.isatty():
         if not typer.confirm(f"cancel tuning job {shown}, {tj.display_name} ({tj.state})?", default=False, err=True):
             err().print("not cancelled")
             raise typer.Exit(1)
-    get_vertex(name.project, name.region, note).cancel_tuning(name)
-    tj = tuning.get(name, note)
+    tj = jobs.cancel_tuning(tj, shown, notify=note)
     if json_out:
         show_one(tuning.record(tj, jobs.short_id(name)), (), json_out=True)
         return

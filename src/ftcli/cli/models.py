@@ -26,8 +26,8 @@ def download(
     """Copy a job's exported model (its AIP_MODEL_DIR) to a local folder; for a tuning job, the best trial's
     (or --trial's).
 
-    Refuses a model whose completion marker is missing (still running, or failed half-way), and a folder
-    that already holds files (unless --force). Nothing is ever deleted.
+    Refuses a model whose completion marker is missing (still running, failed half-way, or exported by an
+    older trainer), and a folder that already holds files (unless --force). Nothing is ever deleted.
 
     Example: ftcli download last ./my-model
     """

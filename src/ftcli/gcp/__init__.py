@@ -21,6 +21,8 @@ NAMES = {"vertex": "Vertex AI", "storage": "Cloud Storage", "logging": "Cloud Lo
 # The API behind each gateway, for `gcloud services enable` when a project has it switched off.
 APIS = {"vertex": "aiplatform.googleapis.com", "storage": "storage.googleapis.com",
         "logging": "logging.googleapis.com", "secretmanager": "secretmanager.googleapis.com"}
+# The role that lets a gateway's calls through, for the hint of a permission error: `translate` uses it, and so
+# do the gateways that write their own permission hint (Cloud Logging, Secret Manager), so it is said in one place.
 ROLES = {"vertex": "roles/aiplatform.user", "storage": "roles/storage.admin on the bucket",
          "logging": "roles/logging.viewer", "secretmanager": "roles/secretmanager.viewer on the secret"}
 LOGIN = "run `gcloud auth application-default login`"

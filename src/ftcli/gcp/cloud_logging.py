@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 
 from ftcli.errors import LogsUnavailable
-from ftcli.gcp import credentials, first_line, plaintext_endpoint
+from ftcli.gcp import LOGIN, ROLES, credentials, first_line, plaintext_endpoint
 from ftcli.values import LogEntry
 
 ENDPOINT_VAR = "FTCLI_LOGGING_ENDPOINT"
@@ -90,10 +90,10 @@ class LoggingGateway:
         if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
             return LogsUnavailable(
                 "denied", f"cannot read the job's logs: permission denied on project {self.project} ({detail})",
-                hint=f"grant roles/logging.viewer on project {self.project} to your account")
+                hint=f"grant {ROLES['logging']} on project {self.project} to your account")
         if isinstance(e, (gexc.Unauthenticated, aexc.RefreshError, aexc.DefaultCredentialsError)):
             return LogsUnavailable("denied", f"cannot read the job's logs: not authenticated ({detail})",
-                                   hint="run `gcloud auth application-default login`")
+                                   hint=LOGIN)
         if isinstance(e, gexc.ResourceExhausted):
             limit = "10 live tails per project" if tail else "60 log reads a minute per project"
             return LogsUnavailable("quota", f"Cloud Logging's read quota is used up ({limit}): {detail}",

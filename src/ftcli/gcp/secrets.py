@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ftcli.errors import FtcliError
-from ftcli.gcp import plaintext_endpoint, translate
+from ftcli.gcp import ROLES, plaintext_endpoint, translate
 
 ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"
 
@@ -44,7 +44,7 @@ class SecretsGateway:
             if error.hint and "services enable" in error.hint:
                 raise error from None
             raise FtcliError(f"cannot see secret {secret} (secretmanager.secrets.get denied)",
-                             hint="grant yourself roles/secretmanager.viewer on it; the job's service account needs "
+                             hint=f"grant yourself {ROLES['secretmanager']}; the job's service account needs "
                                   "roles/secretmanager.secretAccessor") from None
         except gexc.GoogleAPICallError as e:
             raise translate(e, service="secretmanager", project=self.project, what=secret) from None
