@@ -45,6 +45,15 @@ def test_list_shows_each_value_and_its_source(capsys, monkeypatch, isolated):
     assert "us-central1" in r.out and "default" in r.out and "(not set)" in r.out
 
 
+def test_list_names_the_price_file_and_whether_it_is_there(capsys, monkeypatch, isolated):
+    monkeypatch.delenv("FTCLI_PRICES")  # the default place: beside the config file
+    r = run_cli(capsys, "config", "list")
+    assert f"price file:  {isolated / 'prices.toml'} (none: cost lines give no dollar amounts)" in r.err
+    (isolated / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n')
+    r = run_cli(capsys, "config", "list")
+    assert f"price file:  {isolated / 'prices.toml'}\n" in r.err
+
+
 def test_get_prints_the_value_and_says_when_it_is_unset(capsys, monkeypatch):
     r = run_cli(capsys, "config", "get", "project")
     assert r.code == 1 and r.out == ""

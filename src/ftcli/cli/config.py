@@ -98,7 +98,11 @@ def list_(
     for problem in problems_of(values, need_bucket=False):
         warn(problem)
     if not json_out:
+        from ftcli.prices import price_path
+
+        prices = price_path()
         note(f"config file: {config_path()}")
+        note(f"price file:  {prices}" + ("" if prices.exists() else " (none: cost lines give no dollar amounts)"))
 
 
 @app.command("unset")
