@@ -38,14 +38,26 @@ def load_config_file() -> dict[str, str]:
     if not path.exists():
         return {}
     if not path.is_file():
-        raise UsageError(f"the config file {path} is a folder, not a file",
-                         hint="point FTCLI_CONFIG at a file (it need not exist yet)")
+        what = "a folder, not a file" if path.is_dir() else f"{_file_kind(path)}, not a regular file"
+        raise UsageError(f"the config file {path} is {what}", hint="point FTCLI_CONFIG at a file (it need not "
+                         "exist yet)")
     import tomllib
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path} is not valid TOML ({e})", hint=f"fix or delete {path}") from None
     return {k: str(v) for k, v in data.items() if k in KEYS}
+
+
+def _file_kind(path: Path) -> str:
+    import stat
+
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "something else"
 
 
 def save_config_file(values: dict[str, str]) -> Path:
