@@ -8,6 +8,7 @@ The config file is TOML at `<user config dir>/ftcli/config.toml` (FTCLI_CONFIG o
 from __future__ import annotations
 
 import configparser
+import contextlib
 import difflib
 import os
 import re
@@ -64,10 +65,38 @@ def save_config_file(values: dict[str, str]) -> Path:
     import tomli_w
 
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(tomli_w.dumps(dict(sorted(values.items()))), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), e.filename)
+        raise UsageError(f"cannot save the config file {path}: {blocker} is a file, not a folder",
+                         hint="point FTCLI_CONFIG at a file in a folder (it need not exist yet)") from None
+    # Written whole to a new temporary file of its own (never another file, nor through a link), then renamed over
+    # the old one: a full disk or a crash leaves the old config as it was, and no temporary file behind.
+    import tempfile
+
+    data = tomli_w.dumps(dict(sorted(values.items()))).encode("utf-8")
+    tmp = None
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        tmp = Path(name)
+        try:
+            if path.exists():  # the old file's mode (a new one keeps mkstemp's 0600)
+                os.fchmod(fd, path.stat().st_mode & 0o7777)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        if not e.filename:  # a failed write names no file: name the one the user knows
+            e.filename = str(path)
+        raise
     return path
 
 
