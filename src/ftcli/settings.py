@@ -8,6 +8,7 @@ The config file is TOML at `<user config dir>/ftcli/config.toml` (FTCLI_CONFIG o
 from __future__ import annotations
 
 import configparser
+import contextlib
 import difflib
 import os
 import re
@@ -38,8 +39,9 @@ def load_config_file() -> dict[str, str]:
     if not path.exists():
         return {}
     if not path.is_file():
-        raise UsageError(f"the config file {path} is a folder, not a file",
-                         hint="point FTCLI_CONFIG at a file (it need not exist yet)")
+        what = "a folder, not a file" if path.is_dir() else f"{_file_kind(path)}, not a regular file"
+        raise UsageError(f"the config file {path} is {what}", hint="point FTCLI_CONFIG at a file (it need not "
+                         "exist yet)")
     import tomllib
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -48,14 +50,53 @@ def load_config_file() -> dict[str, str]:
     return {k: str(v) for k, v in data.items() if k in KEYS}
 
 
+def _file_kind(path: Path) -> str:
+    import stat
+
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "something else"
+
+
 def save_config_file(values: dict[str, str]) -> Path:
     import tomli_w
 
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(tomli_w.dumps(dict(sorted(values.items()))), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), e.filename)
+        raise UsageError(f"cannot save the config file {path}: {blocker} is a file, not a folder",
+                         hint="point FTCLI_CONFIG at a file in a folder (it need not exist yet)") from None
+    # Written whole to a new temporary file of its own (never another file, nor through a link), then renamed over
+    # the old one: a full disk or a crash leaves the old config as it was, and no temporary file behind.
+    import tempfile
+
+    data = tomli_w.dumps(dict(sorted(values.items()))).encode("utf-8")
+    tmp = None
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        tmp = Path(name)
+        try:
+            if path.exists():  # the old file's mode (a new one keeps mkstemp's 0600)
+                os.fchmod(fd, path.stat().st_mode & 0o7777)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        if not e.filename:  # a failed write names no file: name the one the user knows
+            e.filename = str(path)
+        raise
     return path
 
 

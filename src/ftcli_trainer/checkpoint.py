@@ -190,6 +190,16 @@ def _read_fingerprint(root: str) -> dict | None:
     return value if isinstance(value, dict) else {}
 
 
+def _differ(keys: list[str], most: int = 5) -> str:
+    """'seed differs', 'seed and model differ', 'a, b and c differ', 'a, b, c, d, e and 2 more differ'."""
+    names = [k.replace("_", "-") for k in keys[:most]]
+    if len(keys) > most:
+        names.append(f"{len(keys) - most} more")
+    if len(names) == 1:
+        return f"{names[0]} differs"
+    return f"{', '.join(names[:-1])} and {names[-1]} differ"
+
+
 def claim(root: str, fingerprint: dict) -> bool:
     """Make `root` this run's checkpoint folder, or refuse: checkpoints of another run (other data, labels,
     model or options that change the math) are never resumed. Call once, on the main process, before
@@ -204,9 +214,8 @@ def claim(root: str, fingerprint: dict) -> bool:
         differ = [k for k in sorted(set(found) | set(fingerprint)) if found.get(k) != fingerprint.get(k)]
         if not differ:
             return False
-        shown = ", ".join(k.replace("_", "-") for k in differ[:5]) + (" …" if len(differ) > 5 else "")
-        raise RunMismatch(f"{root} holds checkpoints of a different run ({shown} differ): resuming them would "
-                          f"mix two runs")
+        raise RunMismatch(f"{root} holds checkpoints of a different run ({_differ(differ)}): resuming them "
+                          f"would mix two runs")
     if found == fingerprint:
         return False
     storage.write_text(storage.join(root, FINGERPRINT), json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")

@@ -10,16 +10,17 @@ import math
 import signal
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ftcli_trainer import checkpoint, metrics
+from ftcli_trainer import checkpoint, metrics, storage
 from ftcli_trainer.config import TrainConfig
 from ftcli_trainer.data import Encoded, collate, plan_batches
 from ftcli_trainer.distributed import Dist, any_rank, gather_rows, shard_batches
+from ftcli_trainer.errors import TrainerError
 
 log = logging.getLogger("ftcli_trainer")
 
@@ -179,10 +180,29 @@ class Trainer:
         self._tb = None
         self._jsonl = None
         if self.dist.is_main:  # one writer for logs, checkpoints and the export
-            self.paths.local_logs_dir.mkdir(parents=True, exist_ok=True)
-            self._jsonl = open(self.paths.local_logs_dir / "metrics.jsonl", "a")  # noqa: SIM115
+            try:
+                self.paths.local_logs_dir.mkdir(parents=True, exist_ok=True)
+                self._jsonl = open(self._metrics_file, "a")  # noqa: SIM115
+            except OSError as e:
+                raise self._log_write_error(e, "the metrics", self._metrics_file) from None
 
     # -- set-up ------------------------------------------------------------------------------------
+
+    @property
+    def _metrics_file(self) -> Path:
+        return self.paths.local_logs_dir / "metrics.jsonl"
+
+    def _log_write_error(self, e: OSError, what: str, path: Path) -> TrainerError:
+        """A full or read-only disk under the logs: one line naming the file (TrainerError). The log files are
+        closed quietly, so that closing them again (their unwritten buffer) cannot replace this error."""
+        for f in (self._jsonl, self._tb):
+            if f:
+                with suppress(Exception):
+                    f.close()
+        self._jsonl = None
+        self._tb = False
+        where = f"{path} (staged for {self.paths.logs_dir})" if storage.is_gcs(self.paths.logs_dir) else str(path)
+        return TrainerError(storage.write_error(e, what, where))
 
     def tensorboard(self):
         if self._tb is None:
@@ -190,6 +210,8 @@ class Trainer:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(str(self.paths.local_logs_dir))
+            except OSError as e:
+                raise self._log_write_error(e, "the TensorBoard logs", self.paths.local_logs_dir) from None
             except ImportError:
                 log.warning("tensorboard is not installed: no TensorBoard event files (metrics.jsonl still)")
                 self._tb = False
@@ -359,15 +381,21 @@ class Trainer:
         row = {"type": kind, "step": self.global_step, "epoch": round(self._epoch_float(), 4), **values}
         for callback in self.record_callbacks:  # e.g. Weights & Biases
             callback(kind, self.global_step, values)
-        self._jsonl.write(json.dumps(row) + "\n")
-        self._jsonl.flush()
+        try:
+            self._jsonl.write(json.dumps(row) + "\n")
+            self._jsonl.flush()
+        except OSError as e:
+            raise self._log_write_error(e, "the metrics", self._metrics_file) from None
         self.stats.history.append(row)
         tb = self.tensorboard()
         if tb is not None:
-            for k, v in values.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    tb.add_scalar(f"{kind}/{k.removeprefix('eval_')}", v, self.global_step)
-            tb.flush()
+            try:
+                for k, v in values.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        tb.add_scalar(f"{kind}/{k.removeprefix('eval_')}", v, self.global_step)
+                tb.flush()
+            except OSError as e:  # raised from TensorBoard's writer thread
+                raise self._log_write_error(e, "the TensorBoard logs", self.paths.local_logs_dir) from None
 
     def _epoch_float(self) -> float:
         return self.global_step / self.steps_per_epoch if self.steps_per_epoch else 0.0

@@ -148,7 +148,14 @@ def write_error(e: OSError, what: str, where: str) -> str:
         return (f"no space left on the device while writing {what} to {where}; free some space or point "
                 f"--output-dir at a bigger disk, then run again")
     reason = e.strerror or type(e).__name__
-    return f"cannot write {what} to {where}: {reason}{f' ({e.filename})' if e.filename else ''}"
+    named = f" ({e.filename})" if e.filename and str(e.filename) not in where else ""
+    if e.errno == errno.EROFS:
+        fix = "; point --output-dir at a writable disk, then run again"
+    elif e.errno in (errno.EACCES, errno.EPERM):
+        fix = "; fix its permissions or point --output-dir at a folder you may write to, then run again"
+    else:
+        fix = ""
+    return f"cannot write {what} to {where}: {reason}{named}{fix}"
 
 
 def is_gcs(path: str | os.PathLike | None) -> bool:

@@ -293,10 +293,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         failed = storage.os_error_of(e)
         if failed is not None and failed.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
-            # a full or read-only disk while writing metrics or TensorBoard files: the user's to fix, one line
-            print(f"error: {storage.write_error(failed, 'the run', failed.filename or 'the output folder')}",
-                  file=sys.stderr)
-            return 1
+            # a full or read-only disk anywhere else under the run (the logs, checkpoints and model name their
+            # file themselves): the user's to fix, one line, the exit status of every other such error
+            where = " -> ".join(str(f) for f in (failed.filename, failed.filename2) if f) or "the output folder"
+            print(f"error: {storage.write_error(failed, 'the run', where)}", file=sys.stderr)
+            return TrainerError.exit_code
         # Not the user's input: a bug or an environment failure. Keep the traceback in the job's log.
         traceback.print_exc()
         return 1

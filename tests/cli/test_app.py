@@ -13,3 +13,90 @@ def test_a_config_path_that_is_a_folder_is_one_line(capsys, tmp_path, monkeypatc
         assert r.err.startswith(f"error: the config file {folder} is a folder, not a file"), (args, r.err)
         assert "Traceback" not in r.err
     assert list(folder.iterdir()) == []
+
+
+def test_a_config_path_that_is_a_device_or_a_pipe_is_not_called_a_folder(capsys, tmp_path, monkeypatch):
+    import os
+
+    pipe = tmp_path / "config-pipe"
+    os.mkfifo(pipe)
+    cases = [(pipe, "a named pipe")]
+    if os.path.exists("/dev/full"):
+        cases.append(("/dev/full", "a character device"))
+    for path, kind in cases:
+        monkeypatch.setenv("FTCLI_CONFIG", str(path))
+        for args in (["config", "list"], ["config", "set", "project", "p"]):
+            r = run_cli(capsys, *args)  # never blocks on the pipe, never writes to the device
+            assert r.code == 2, (args, r.err)
+            assert r.err.startswith(f"error: the config file {path} is {kind}, not a regular file"), (args, r.err)
+            assert "folder" not in r.err.splitlines()[0] and "Traceback" not in r.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config-pipe"]
+
+
+def test_a_full_disk_while_saving_the_config_names_the_file_and_keeps_the_old_one(capsys, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    config = tmp_path / "config.toml"
+    config.write_text('project = "old-project"\n')
+    monkeypatch.setenv("FTCLI_CONFIG", str(config))
+
+    def disk_full(fd, data):  # the OS boundary: every write(2) fails as on a full disk
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", disk_full)
+    r = run_cli(capsys, "config", "set", "project", "new-project")
+    monkeypatch.undo()
+    assert r.code == 1, r.err
+    (line,) = r.err.strip().splitlines()
+    assert line == f"error: cannot use {config}: No space left on device; free some space on that disk, then run again"
+    assert config.read_text() == 'project = "old-project"\n'  # nothing lost
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]  # nothing left behind
+
+
+def test_a_config_path_under_a_file_says_which_file_is_in_the_way(capsys, tmp_path, monkeypatch):
+    import os
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    cases = [(blocker / "config.toml", blocker), (blocker / "sub" / "config.toml", blocker)]
+    if os.path.exists("/dev/full"):
+        cases.append(("/dev/full/config.toml", "/dev/full"))
+    for path, file in cases:
+        monkeypatch.setenv("FTCLI_CONFIG", str(path))
+        r = run_cli(capsys, "config", "set", "project", "p")
+        assert r.code == 2, r.err
+        assert r.err.startswith(f"error: cannot save the config file {path}: {file} is a file, not a folder"), r.err
+        assert "Traceback" not in r.err
+    assert blocker.read_text() == "x"
+
+
+def test_a_file_error_names_both_files_and_what_to_do(tmp_path):
+    import os
+
+    from ftcli.cli.app import os_error_line
+
+    src, folder = tmp_path / "a", tmp_path / "b"
+    src.write_text("a")
+    folder.mkdir()
+    (folder / "inside").write_text("b")
+    try:
+        os.replace(src, folder)  # a real error with filename and filename2
+    except OSError as e:
+        assert os_error_line(e) == f"cannot use {src} -> {folder}: Is a directory"
+    else:
+        raise AssertionError("replacing a folder with a file should fail")
+    assert os_error_line(PermissionError(13, "Permission denied", "/etc/x")) == (
+        "cannot use /etc/x: Permission denied; check the permissions of that file and of its folder")
+
+
+def test_saving_the_config_leaves_other_files_alone_and_keeps_its_mode(capsys, tmp_path, monkeypatch):
+    config, bystander = tmp_path / "config.toml", tmp_path / "config.tmp"
+    config.write_text('project = "old-project"\n')
+    config.chmod(0o640)
+    bystander.write_text("someone else's file")  # where the config was once staged
+    monkeypatch.setenv("FTCLI_CONFIG", str(config))
+    assert run_cli(capsys, "config", "set", "project", "new-project").code == 0
+    assert config.read_text() == 'project = "new-project"\n' and config.stat().st_mode & 0o777 == 0o640
+    assert bystander.read_text() == "someone else's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.tmp", "config.toml"]

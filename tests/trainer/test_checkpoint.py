@@ -59,8 +59,16 @@ def test_claim_refuses_another_runs_checkpoints(root):
     fake_checkpoint(root, 5)
     with pytest.raises(checkpoint.RunMismatch) as e:
         checkpoint.claim(root, {"task": "csv", "train_data": "sha256:bb", "seed": 2})
-    assert "holds checkpoints of a different run (seed, train-data differ)" in str(e.value)
+    assert "holds checkpoints of a different run (seed and train-data differ)" in str(e.value)
     assert "new --output-dir" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(checkpoint.RunMismatch, match=r"a different run \(seed differs\): resuming"):
+        checkpoint.claim(root, {"task": "csv", "train_data": "sha256:aa", "seed": 2})
+    with pytest.raises(checkpoint.RunMismatch, match=r"\(seed, task and train-data differ\)"):
+        checkpoint.claim(root, {"task": "glue", "train_data": "sha256:bb", "seed": 2})
+    many = {f"option_{i}": i for i in range(7)}
+    with pytest.raises(checkpoint.RunMismatch, match=r"\(option-0, option-1, option-2, option-3, option-4 and 5 more "
+                                                     r"differ\)"):
+        checkpoint.claim(root, many)
 
 
 def test_claim_refuses_checkpoints_that_carry_no_fingerprint(root):

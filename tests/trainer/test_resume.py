@@ -60,3 +60,29 @@ def test_sigterm_then_restart_matches_an_uninterrupted_run(tmp_path, tiny_model,
     assert mb["eval_accuracy"] == ma["eval_accuracy"]
     assert mb["eval_loss"] == pytest.approx(ma["eval_loss"], rel=1e-5)
     assert mb["train_loss"] == pytest.approx(ma["train_loss"], rel=1e-5)
+
+
+def test_another_runs_checkpoints_in_the_output_folder_are_refused_untouched(tmp_path, tiny_model, sentiment_csv):
+    """The Vertex case: a job pointed at a folder that holds another run's checkpoints (here: another seed), by
+    --output-dir or by Vertex's AIP_* variables, stops in one line before any work and leaves them as they were."""
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = [*_argv(train, test, tiny_model, out), "--epochs", "1"]
+    first = subprocess.run(argv, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert list((out / "checkpoints").glob("step-*/_COMPLETE"))
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()}
+
+    vertex = argv[:argv.index("--output-dir")] + ["--epochs", "1"]
+    aip = {**os.environ, "AIP_MODEL_DIR": str(out / "model"), "AIP_CHECKPOINT_DIR": str(out / "checkpoints"),
+           "AIP_TENSORBOARD_LOG_DIR": str(out / "logs")}
+    for cmd, env in ((argv, None), (vertex, aip)):
+        r = subprocess.run([*cmd, "--seed", "7"], capture_output=True, text=True, env=env)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        assert r.stderr.splitlines() == [
+            f"error: {out / 'checkpoints'} holds checkpoints of a different run (seed differs): resuming them would "
+            f"mix two runs; start fresh with a new --output-dir, or move that folder away"], r.stderr
+        assert "step " not in r.stdout and "resuming from" not in r.stdout  # refused before any work
+        after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()}
+        assert after == before

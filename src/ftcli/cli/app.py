@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -43,6 +44,25 @@ def _root(
     """Fine-tune transformer text classifiers on Google Vertex AI, or on this machine."""
 
 
+# What to do about a file error that is the environment's, not ftcli's.
+FILE_ERROR_FIXES = {
+    errno.ENOSPC: "free some space on that disk, then run again",
+    errno.EDQUOT: "free some space (the disk quota is used up), then run again",
+    errno.EROFS: "that file system is read-only: use a writable place, then run again",
+    errno.EACCES: "check the permissions of that file and of its folder",
+    errno.EPERM: "check the permissions of that file and of its folder",
+}
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for a file error: the file(s) it names (filename, filename2), the reason, and what to do."""
+    files = " -> ".join(str(f) for f in (e.filename, e.filename2) if f not in (None, ""))
+    reason = e.strerror or str(e) or type(e).__name__
+    line = f"cannot use {files}: {reason}" if files else reason
+    fix = FILE_ERROR_FIXES.get(e.errno)
+    return f"{line}; {fix}" if fix else line
+
+
 def main() -> None:
     from ftcli.errors import FtcliError
 
@@ -61,9 +81,7 @@ def main() -> None:
             raise
         from ftcli.output import error
 
-        reason = e.strerror or str(e) or type(e).__name__
-        error(f"cannot use {e.filename}: {reason}" if e.filename else reason,
-              hint="FTCLI_DEBUG=1 shows where it happened")
+        error(os_error_line(e), hint=None if e.errno in FILE_ERROR_FIXES else "FTCLI_DEBUG=1 shows where it happened")
         sys.exit(1)
     except KeyboardInterrupt:
         if os.environ.get("FTCLI_DEBUG") == "1":
