@@ -84,3 +84,29 @@ def test_the_file_beside_the_config_is_used_without_the_variable(tmp_path, monke
     (tmp_path / "cfg" / "prices.toml").write_text(GOOD)
     table, why = for_region("europe-west4")
     assert why is None and table.machines == {"g2-standard-8": 1.0}
+
+
+def test_a_jobs_cost_is_every_pools_machine_hours_at_the_files_rates(tmp_path, monkeypatch):
+    import datetime as dt
+
+    from ftcli.prices import job_cost
+    from ftcli.values import Job, JobName, Pool
+
+    (tmp_path / "prices.toml").write_text(GOOD)
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    t0 = dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)
+    pools = (Pool("n1-standard-8", "NVIDIA_TESLA_T4", 2), Pool("n1-standard-8", "NVIDIA_TESLA_T4", 2, replicas=2),
+             Pool("n1-highcpu-16", replicas=3))
+    job = Job(JobName("p", "us-central1", "1"), "run", "SUCCEEDED", started=t0, ended=t0 + dt.timedelta(hours=1.5),
+              pools=pools)
+    spent, why = job_cost(job)
+    assert why is None
+    assert spent.per_hour == pytest.approx(3 * (0.5 + 2 * 0.4) + 3 * 0.25)  # 3 GPU machines + 3 Reduction Servers
+    assert spent.hours == pytest.approx(1.5) and spent.amount == pytest.approx(1.5 * spent.per_hour)
+    running = Job(job.name, "run", "RUNNING", started=t0, pools=pools)
+    assert job_cost(running, now=t0 + dt.timedelta(minutes=30))[0].hours == pytest.approx(0.5)  # so far
+    assert job_cost(Job(job.name, "run", "PENDING", pools=pools)) == (None, "it has not started")
+    l4 = Job(job.name, "run", "SUCCEEDED", started=t0, ended=t0, pools=(Pool("g2-standard-8", "NVIDIA_L4", 1),))
+    assert job_cost(l4) == (None, "no us-central1 rate for g2-standard-8, L4 in the price file")
+    elsewhere = Job(JobName("p", "asia-east1", "1"), "run", "SUCCEEDED", started=t0, ended=t0, pools=pools)
+    assert job_cost(elsewhere)[1].endswith("has no asia-east1 rates (it has: europe-west4, us-central1)")

@@ -22,10 +22,15 @@ import datetime as dt
 import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ftcli.catalog import PriceTable
 from ftcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from ftcli.values import Job
 
 MACHINE_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 
@@ -116,3 +121,42 @@ def for_region(region: str) -> tuple[PriceTable | None, str | None]:
         have = ", ".join(sorted(tables)) or "none"
         return None, f"{path} has no {region} rates (it has: {have})"
     return tables[region], None
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What a job has cost at the user's rates: its machine-hours from start to end (to now while it runs)."""
+
+    per_hour: float  # USD, every pool's machines and GPUs
+    hours: float
+    table: PriceTable
+
+    @property
+    def amount(self) -> float:
+        return self.per_hour * self.hours
+
+
+def job_cost(job: Job, now: dt.datetime | None = None) -> tuple[Spent | None, str | None]:
+    """The job's cost so far at the rates in the price file, or None and why not (not started, no file, a machine
+    or GPU the file has no rate for). Rates are on-demand: a Spot or Flex-start job cost less."""
+    from ftcli.catalog import gpu_short_name
+
+    hours = job.duration_s(now)
+    if hours is None:
+        return None, "it has not started"
+    table, why = for_region(job.name.region)
+    if table is None:
+        return None, why
+    per_hour, unknown = 0.0, []
+    for pool in job.pools:
+        if not pool.machine_type or pool.replicas < 1:
+            continue
+        machine = table.machines.get(pool.machine_type)
+        gpu = gpu_short_name(pool.accelerator) if pool.accelerator else None
+        gpu_rate = table.gpus.get(gpu) if gpu else 0.0
+        unknown += [x for x, rate in ((pool.machine_type, machine), (gpu, gpu_rate)) if x and rate is None]
+        if machine is not None and gpu_rate is not None:
+            per_hour += pool.replicas * (machine + gpu_rate * pool.accelerator_count)
+    if unknown:
+        return None, f"no {job.name.region} rate for {', '.join(dict.fromkeys(unknown))} in the price file"
+    return Spent(per_hour, hours / 3600, table), None

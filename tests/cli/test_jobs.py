@@ -1,12 +1,14 @@
 """`ftcli jobs list | describe | cancel` against the JobService and GCS emulators: the table fits 80 columns and
 shows each finished job's headline metric, --json is one object per job, a finished job cannot be cancelled."""
 
+import datetime as dt
 import json
 import os
 import subprocess
 import sys
 
 import grpc
+import pytest
 
 from tests.cli.helpers import run_cli
 
@@ -77,6 +79,24 @@ def test_describe_shows_gpu_machine_output_and_metrics(capsys, cloud_env):
     obj = json.loads(r.out)
     assert obj["metrics"] == {"eval_accuracy": 0.91234, "eval_macro_f1": 0.9}
     assert obj["resource"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"] == "n1-standard-8"
+
+
+def test_describe_says_what_the_job_cost_at_the_users_rates(capsys, cloud_env, tmp_path, monkeypatch):
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert "cost" not in r.out  # no price file: no cost row, no noise
+    (tmp_path / "prices.toml").write_text('source = "my contract"\nread = 2026-11-02\n[us-central1.machines]\n'
+                                          'n1-standard-8 = 0.5\n[us-central1.gpus]\nT4 = 0.25\n')
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert r.code == 0, r.err
+    assert "at $0.75 an hour, on-demand; us-central1 rates from my contract, read 2026-11-02)" in r.out
+    obj = json.loads(run_cli(capsys, "jobs", "describe", "1", "--json").out)
+    started, ended = (dt.datetime.fromisoformat(obj[k]) for k in ("started", "ended"))
+    assert obj["cost_usd"] == pytest.approx(0.75 * (ended - started).total_seconds() / 3600, abs=1e-4)
+    r = run_cli(capsys, "jobs", "describe", "2")  # L4x2 on g2-standard-24: the file has no rate for them
+    assert "no amount: no us-central1 rate for g2-standard-24, L4 in the price file" in r.out
 
 
 def test_describe_a_cpu_job_says_cpu_not_the_machine_twice(capsys, cloud_env):

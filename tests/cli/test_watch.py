@@ -52,6 +52,27 @@ def test_success_says_what_to_run_next():
     assert buf.getvalue() == 'next: ftcli download 3   ·   ftcli predict 3 "text"\n'
 
 
+def test_the_end_says_what_the_job_cost_at_the_users_rates(tmp_path, monkeypatch):
+    from ftcli.values import Pool
+
+    (tmp_path / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n[us-central1.machines]\n'
+                                          'n1-standard-8 = 0.5\n[us-central1.gpus]\nT4 = 0.25\n')
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    t0 = dt.datetime(2026, 11, 27, 9, tzinfo=dt.UTC)
+    job = Job(NAME, "run", "SUCCEEDED", started=t0, ended=t0 + dt.timedelta(minutes=100),
+              pools=(Pool("n1-standard-8", "NVIDIA_TESLA_T4", 1),))
+    err, buf = console(False)
+    FollowView("3", json_out=False, out=console(False)[0], err=err).ended(Outcome("SUCCEEDED", job))
+    assert buf.getvalue().splitlines() == [
+        "ran 1h40m: about $1.25 at your us-central1 rates (on-demand; $0.75 an hour)",
+        'next: ftcli download 3   ·   ftcli predict 3 "text"']
+    # A broken price file is a warning here: it never changes how following the job ends.
+    (tmp_path / "prices.toml").write_text('source = "s"\n')
+    err, buf = console(False)
+    FollowView("3", json_out=False, out=console(False)[0], err=err).ended(Outcome("SUCCEEDED", job))
+    assert buf.getvalue().endswith('next: ftcli download 3   ·   ftcli predict 3 "text"\n')
+
+
 def test_failure_shows_the_error_and_the_failing_replicas_last_lines():
     out, _ = console(False)
     err, buf = console(False)

@@ -87,7 +87,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
 
     Example: ftcli jobs describe last
     """
-    from ftcli import jobs
+    from ftcli import jobs, prices
     from ftcli.output import escape, note, show_one, span
     from ftcli.values import TuningName
 
@@ -96,8 +96,10 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         _describe_tuning(name, json_out)
         return
     j, metrics = jobs.describe(name, notify=note)
+    spent, why = prices.job_cost(j)
     row = {**jobs.record(j, jobs.short_id(name), metrics),
-           "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource)}
+           "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource),
+           "cost_usd": round(spent.amount, 4) if spent else None}
 
     def hardware(r: dict) -> str:
         more = f", {r['machines']} machines" if r["machines"] > 1 else ""
@@ -114,12 +116,22 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         ("started", when("started")),
         ("ended", when("ended")),
         ("run time", lambda r: span(r["duration_s"]) if r["duration_s"] is not None else None),
+        ("cost", lambda r: _spent_line(spent, why, span)),
         ("output", lambda r: r["output_dir"]),
         ("metrics", lambda r: _metrics_line(r["metrics"])),
         ("error", lambda r: r["error"]),
         ("console", lambda r: r["console_url"]),
     )
     show_one(row, fields, json_out=json_out, title=f"[bold]{escape(j.display_name)}[/]  {j.state}")
+
+
+def _spent_line(spent, why: str | None, span) -> str | None:
+    """The cost row: the amount at the user's rates, why there is none, or nothing without a price file."""
+    if spent is None:
+        return None if why is None or why.startswith(("no price file", "it has not")) else f"no amount: {why}"
+    t = spent.table
+    return (f"about ${spent.amount:,.2f} ({span(spent.hours * 3600)} at ${spent.per_hour:,.2f} an hour, on-demand; "
+            f"{t.region} rates from {t.source}, read {t.read})")
 
 
 def _describe_tuning(name, json_out: bool) -> None:

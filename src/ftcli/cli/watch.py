@@ -81,6 +81,7 @@ class FollowView(Events):
         from ftcli.output import escape
 
         e = self.err
+        self._spent(outcome.job)
         if outcome.state == "SUCCEEDED":
             n = self.shown
             e.print(f"next: [bold]ftcli download {n}[/]   ·   ftcli predict {n} \"text\"")
@@ -91,6 +92,24 @@ class FollowView(Events):
             e.print(f"last lines of {outcome.failing_replica or 'the job'}:")
             for line in outcome.last_lines:
                 e.print(f"  {escape(line.text)}")
+
+
+    def _spent(self, job: Job | None) -> None:
+        """At the end: what the job cost at the user's rates, when their price file has them (else nothing)."""
+        from ftcli import prices
+        from ftcli.errors import FtcliError
+        from ftcli.output import span, warn
+
+        if job is None:
+            return
+        try:
+            spent, _ = prices.job_cost(job)
+        except FtcliError as e:  # a broken price file must not change how following a job ends
+            warn(e.message, e.hint)
+            return
+        if spent is not None:
+            self.err.print(f"ran {span(spent.hours * 3600)}: about ${spent.amount:,.2f} at your {spent.table.region} "
+                           f"rates (on-demand; ${spent.per_hour:,.2f} an hour)", markup=False, highlight=False)
 
 
 def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None = None,
