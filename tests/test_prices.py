@@ -110,3 +110,24 @@ def test_a_jobs_cost_is_every_pools_machine_hours_at_the_files_rates(tmp_path, m
     assert job_cost(l4) == (None, "no us-central1 rate for g2-standard-8, L4 in the price file")
     elsewhere = Job(JobName("p", "asia-east1", "1"), "run", "SUCCEEDED", started=t0, ended=t0, pools=pools)
     assert job_cost(elsewhere)[1].endswith("has no asia-east1 rates (it has: europe-west4, us-central1)")
+
+
+def test_a_tuning_jobs_cost_is_every_trials_run_time(tmp_path, monkeypatch):
+    import datetime as dt
+
+    from ftcli.prices import tuning_cost
+    from ftcli.values import Pool, Trial, TuningJob, TuningName
+
+    (tmp_path / "prices.toml").write_text(GOOD)
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    t0 = dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)
+    trials = (Trial("1", "SUCCEEDED", started=t0, ended=t0 + dt.timedelta(minutes=40)),
+              Trial("2", "ACTIVE", started=t0 + dt.timedelta(minutes=40)),
+              Trial("3", "REQUESTED"))
+    job = TuningJob(TuningName("p", "us-central1", "7"), "t", "RUNNING", "eval_accuracy", "MAXIMIZE", 3, 1, trials,
+                    pools=(Pool("n1-standard-8", "NVIDIA_TESLA_T4", 1),))
+    spent, why = tuning_cost(job, now=t0 + dt.timedelta(minutes=60))
+    assert why is None and spent.per_hour == pytest.approx(0.9)
+    assert spent.hours == pytest.approx(1.0)  # 40 minutes + 20 so far; the third has not started
+    assert tuning_cost(TuningJob(job.name, "t", "PENDING", "m", "MAXIMIZE", 1, 1, (trials[2],), pools=job.pools)) == (
+        None, "it has not started")

@@ -30,7 +30,7 @@ from ftcli.catalog import PriceTable
 from ftcli.errors import UsageError
 
 if TYPE_CHECKING:
-    from ftcli.values import Job
+    from ftcli.values import Job, TuningJob
 
 MACHINE_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 
@@ -136,19 +136,15 @@ class Spent:
         return self.per_hour * self.hours
 
 
-def job_cost(job: Job, now: dt.datetime | None = None) -> tuple[Spent | None, str | None]:
-    """The job's cost so far at the rates in the price file, or None and why not (not started, no file, a machine
-    or GPU the file has no rate for). Rates are on-demand: a Spot or Flex-start job cost less."""
+def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str | None]:
+    """USD an hour for `pools` (every replica's machine and GPUs) at the price file's `region` rates."""
     from ftcli.catalog import gpu_short_name
 
-    hours = job.duration_s(now)
-    if hours is None:
-        return None, "it has not started"
-    table, why = for_region(job.name.region)
+    table, why = for_region(region)
     if table is None:
         return None, why
     per_hour, unknown = 0.0, []
-    for pool in job.pools:
+    for pool in pools:
         if not pool.machine_type or pool.replicas < 1:
             continue
         machine = table.machines.get(pool.machine_type)
@@ -158,5 +154,24 @@ def job_cost(job: Job, now: dt.datetime | None = None) -> tuple[Spent | None, st
         if machine is not None and gpu_rate is not None:
             per_hour += pool.replicas * (machine + gpu_rate * pool.accelerator_count)
     if unknown:
-        return None, f"no {job.name.region} rate for {', '.join(dict.fromkeys(unknown))} in the price file"
-    return Spent(per_hour, hours / 3600, table), None
+        return None, f"no {region} rate for {', '.join(dict.fromkeys(unknown))} in the price file"
+    return (per_hour, table), None
+
+
+def job_cost(job: Job, now: dt.datetime | None = None) -> tuple[Spent | None, str | None]:
+    """The job's cost so far at the rates in the price file, or None and why not (not started, no file, a machine
+    or GPU the file has no rate for). Rates are on-demand: a Spot or Flex-start job cost less."""
+    seconds = job.duration_s(now)
+    if seconds is None:
+        return None, "it has not started"
+    rate, why = _per_hour(job.pools, job.name.region)
+    return (Spent(rate[0], seconds / 3600, rate[1]), None) if rate else (None, why)
+
+
+def tuning_cost(job: TuningJob, now: dt.datetime | None = None) -> tuple[Spent | None, str | None]:
+    """A tuning job's cost so far: every trial's run time (each trial is one job of `job.pools`)."""
+    runs = [d for t in job.trials if (d := t.duration_s(now)) is not None]
+    if not runs:
+        return None, "it has not started"
+    rate, why = _per_hour(job.pools, job.name.region)
+    return (Spent(rate[0], sum(runs) / 3600, rate[1]), None) if rate else (None, why)

@@ -156,6 +156,14 @@ class Trial:
     params: Mapping[str, object] = field(default_factory=dict)
     value: float | None = None
     job: JobName | None = None
+    started: dt.datetime | None = None
+    ended: dt.datetime | None = None
+
+    def duration_s(self, now: dt.datetime | None = None) -> float | None:
+        """Seconds from start to end (to now while it runs); None before it starts."""
+        if self.started is None:
+            return None
+        return max(0.0, ((self.ended or now or dt.datetime.now(dt.UTC)) - self.started).total_seconds())
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,9 @@ def tuned(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys, tmp_pat
     monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
     monkeypatch.setattr(cloud_logging, "project", "test-project")
     data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(120, seed=5))
+    (tmp_path / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n[us-central1.machines]\n'
+                                          'n1-standard-8 = 3.6\n')  # a tenth of a cent a second
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
     r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(data), "--model", str(tiny_model),
                 "--gpu", "none", "--epochs", "1", "--trials", "2", "--parallel", "1",
                 "--search", "learning_rate=loguniform(1e-4,1e-3)", "--label-names", "negative,positive")
@@ -126,6 +129,7 @@ def tuned(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys, tmp_pat
 def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path):
     r, gcs, vertex = tuned
     assert r.code == 0, r.err + r.out
+    tune_err = r.err
     assert "submitted tuning job #1" in r.out
     assert r.out.count("trial 1 SUCCEEDED") == 1 and "trial 2 SUCCEEDED" in r.out
     assert "tuning job #1 SUCCEEDED · best trial" in r.out and "next: ftcli download 1" in r.out
@@ -145,8 +149,14 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path):
     assert r.code == 0 and "maximize eval_accuracy · 2/2 trials, 1 at a time" in r.out
     lines = [ln for ln in r.out.splitlines() if ln.strip()[:1].isdigit()]
     assert lines[0].split()[0] == best.id  # best first
+    # what the trials cost at the user's rates: each trial's run time (from Vertex's trial times) at 3.60 an hour
+    assert "trials ran " in tune_err and " in all: about $" in tune_err
+    assert "(on-demand; $3.60 an hour a trial)" in tune_err
+    ran = sum((t.end_time - t.start_time).total_seconds() for t in tj.trials)
+    assert "at $3.60 an hour, on-demand; us-central1 rates from s, read 2026-11-02)" in r.out
     r = run_cli(capsys, "jobs", "describe", "1", "--json")
     assert [t["id"] for t in json.loads(r.out)["trials"]][0] == best.id
+    assert json.loads(r.out)["cost_usd"] == pytest.approx(3.6 * ran / 3600, abs=1e-3)
 
     other = next(t.id for t in tj.trials if t.id != best.id)
     r = run_cli(capsys, "logs", "1", "--trial", other, "--no-follow")

@@ -40,3 +40,22 @@ def say_cost(*args, **kwargs) -> None:
 
     for line in cost_lines(*args, **kwargs):
         err().print(line, markup=False, highlight=False)
+
+
+def say_spent(spent_and_why, template: str, err=None) -> None:
+    """At the end of a followed job: what it cost at the user's rates (`spent_and_why`: a prices.job_cost or
+    tuning_cost call), printed from `template` ({ran}, {amount}, {region}, {per_hour}); nothing without rates. A
+    broken price file is a warning: it never changes how following a job ends."""
+    from ftcli.errors import FtcliError
+    from ftcli.output import err as stderr
+    from ftcli.output import span, warn
+
+    try:
+        spent, _ = spent_and_why()
+    except FtcliError as e:
+        warn(e.message, e.hint)
+        return
+    if spent is not None:
+        (err or stderr()).print(template.format(ran=span(spent.hours * 3600), amount=f"${spent.amount:,.2f}",
+                                                region=spent.table.region, per_hour=f"${spent.per_hour:,.2f}"),
+                                markup=False, highlight=False)

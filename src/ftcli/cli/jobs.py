@@ -125,22 +125,24 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     show_one(row, fields, json_out=json_out, title=f"[bold]{escape(j.display_name)}[/]  {j.state}")
 
 
-def _spent_line(spent, why: str | None, span) -> str | None:
+def _spent_line(spent, why: str | None, span, of: str = "") -> str | None:
     """The cost row: the amount at the user's rates, why there is none, or nothing without a price file."""
     if spent is None:
         return None if why is None or why.startswith(("no price file", "it has not")) else f"no amount: {why}"
     t = spent.table
-    return (f"about ${spent.amount:,.2f} ({span(spent.hours * 3600)} at ${spent.per_hour:,.2f} an hour, on-demand; "
-            f"{t.region} rates from {t.source}, read {t.read})")
+    return (f"about ${spent.amount:,.2f} ({span(spent.hours * 3600)}{f' {of}' if of else ''} at "
+            f"${spent.per_hour:,.2f} an hour, on-demand; {t.region} rates from {t.source}, read {t.read})")
 
 
 def _describe_tuning(name, json_out: bool) -> None:
     """A tuning job: the study, and its trials best first."""
-    from ftcli import jobs, tuning
-    from ftcli.output import Column, escape, note, out, show_list, show_one
+    from ftcli import jobs, prices, tuning
+    from ftcli.output import Column, escape, note, out, show_list, show_one, span
 
     tj = tuning.get(name, note)
-    row = {**tuning.record(tj, jobs.short_id(name)), "resource": dict(tj.resource)}
+    spent, why = prices.tuning_cost(tj)
+    row = {**tuning.record(tj, jobs.short_id(name)), "resource": dict(tj.resource),
+           "cost_usd": round(spent.amount, 4) if spent else None}
     if json_out:
         show_one(row, (), json_out=True)
         return
@@ -152,6 +154,7 @@ def _describe_tuning(name, json_out: bool) -> None:
         ("hardware", lambda r: r["hardware"]),
         ("task", lambda r: " · ".join(x for x in (r["task"], r["model"] and f"model {r['model']}") if x)),
         ("best", lambda r: f"trial {r['best_trial']}: {r['metric']['value']:.4f}" if r["best_trial"] else None),
+        ("cost", lambda r: _spent_line(spent, why, span, "of trials")),
         ("output", lambda r: r["output_dir"] and f"{r['output_dir']}/TRIAL_ID/model/"),
         ("error", lambda r: r["error"]),
         ("console", lambda r: r["console_url"]),

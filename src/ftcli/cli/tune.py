@@ -131,6 +131,11 @@ def _follow(name, n: int) -> int:
         err().print(f"detached: tuning job #{n} keeps running · follow: ftcli jobs describe {n} · cancel: "
                     f"ftcli jobs cancel {n}", markup=False, highlight=False)
         return 130
+    from ftcli import prices
+    from ftcli.cli.cost import say_spent
+
+    say_spent(lambda: prices.tuning_cost(job), "trials ran {ran} in all: about {amount} at your {region} rates "
+              "(on-demand; {per_hour} an hour a trial)")
     best = job.best
     if job.state == "SUCCEEDED" and best is not None:
         o.print(f"tuning job #{n} SUCCEEDED · best trial {best.id}: {job.metric} {best.value:.4f} · "

@@ -97,19 +97,11 @@ class FollowView(Events):
     def _spent(self, job: Job | None) -> None:
         """At the end: what the job cost at the user's rates, when their price file has them (else nothing)."""
         from ftcli import prices
-        from ftcli.errors import FtcliError
-        from ftcli.output import span, warn
+        from ftcli.cli.cost import say_spent
 
-        if job is None:
-            return
-        try:
-            spent, _ = prices.job_cost(job)
-        except FtcliError as e:  # a broken price file must not change how following a job ends
-            warn(e.message, e.hint)
-            return
-        if spent is not None:
-            self.err.print(f"ran {span(spent.hours * 3600)}: about ${spent.amount:,.2f} at your {spent.table.region} "
-                           f"rates (on-demand; ${spent.per_hour:,.2f} an hour)", markup=False, highlight=False)
+        if job is not None:
+            say_spent(lambda: prices.job_cost(job), "ran {ran}: about {amount} at your {region} rates (on-demand; "
+                      "{per_hour} an hour)", err=self.err)
 
 
 def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None = None,

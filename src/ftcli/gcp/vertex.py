@@ -61,7 +61,8 @@ def to_tuning(proto) -> TuningJob:
         params = {p.parameter_id: json_format.MessageToDict(p._pb.value) for p in t.parameters}
         value = next((m.value for m in t.final_measurement.metrics if metric and m.metric_id == metric.metric_id),
                      None)
-        trials.append(Trial(t.id, t.state.name, params, value, JobName.parse(t.custom_job) if t.custom_job else None))
+        trials.append(Trial(t.id, t.state.name, params, value, JobName.parse(t.custom_job) if t.custom_job else None,
+                            started=_time(t.start_time), ended=_time(t.end_time)))
     spec = proto.trial_job_spec
     return TuningJob(
         name=TuningName.parse(proto.name), display_name=proto.display_name,
