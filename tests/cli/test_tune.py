@@ -166,6 +166,12 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path):
     assert r.code == 0, r.err
     assert (tmp_path / "best" / "model.safetensors").exists()
     assert "runs/" in json.dumps(vertex.job(best.custom_job).job_spec.base_output_directory.output_uri_prefix)
+    # a trial whose model lost its completion marker: the hint names that trial, not the tuning job's best
+    base = vertex.job(next(t.custom_job for t in tj.trials if t.id == other)).job_spec.base_output_directory
+    bucket, _, prefix = base.output_uri_prefix.removeprefix("gs://").partition("/")
+    gcs.client().bucket(bucket).blob(f"{prefix}/model/_COMPLETE").delete()
+    r = run_cli(capsys, "download", "1", str(tmp_path / "other"), "--trial", other)
+    assert r.code == 1 and f"ftcli logs 1 --trial {other}" in r.err, r.err
     r = run_cli(capsys, "download", "1", str(tmp_path / "t9"), "--trial", "9")
     assert r.code == 2 and "has no trial 9 (trials: 1, 2)" in r.err
     r = run_cli(capsys, "jobs", "cancel", "1", "--yes")

@@ -36,7 +36,8 @@ def download(
 
     name = jobs.resolve_job(job, project, region, trial=trial, notify=note)
     with transfer("downloading the model") as progress:
-        got = models.download_model(name, dest, force=force, shown=job, notify=note, progress=progress)
+        got = models.download_model(name, dest, force=force, shown=f"{job} --trial {trial}" if trial else job,
+                                    notify=note, progress=progress)
     shown = jobs.label(name, jobs.short_id(name))
     result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes}
     show_one(result, (("files", lambda r: f"{r['files']} ({r['bytes']:,} bytes) from job {shown}"),),
