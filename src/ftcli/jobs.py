@@ -179,29 +179,27 @@ def check_cancellable(job: Job | TuningJob, shown: str) -> None:
         raise FtcliError(f"{kind} {shown} has already ended ({job.state}): there is nothing to cancel")
 
 
-def cancel(gateway, job: Job, shown: str) -> Job:
-    """Ask Vertex to cancel the job; return it as it is then (CANCELLING, usually)."""
+def _cancel(job, shown: str, cancel, get):
+    """Cancel through `cancel(name)`; `get(name)` reads the job (a CustomJob's or a tuning job's calls)."""
     check_cancellable(job, shown)
     try:
-        gateway.cancel(job.name)
+        cancel(job.name)
     except Conflict:
         # It ended between our read and the cancel: say so as above, not as Vertex's FAILED_PRECONDITION.
-        check_cancellable(gateway.get(job.name), shown)
+        check_cancellable(get(job.name), shown)
         raise
-    return gateway.get(job.name)
+    return get(job.name)
+
+
+def cancel(gateway, job: Job, shown: str) -> Job:
+    """Ask Vertex to cancel the job; return it as it is then (CANCELLING, usually)."""
+    return _cancel(job, shown, gateway.cancel, gateway.get)
 
 
 def cancel_tuning(job: TuningJob, shown: str, notify: Notify | None = None) -> TuningJob:
     """Ask Vertex to cancel the tuning job (its running trials stop with it); return it as it is then."""
-    check_cancellable(job, shown)
     gateway = vertex_for(job.name, notify)
-    try:
-        gateway.cancel_tuning(job.name)
-    except Conflict:
-        # It ended between our read and the cancel: say so as above, not as Vertex's FAILED_PRECONDITION.
-        check_cancellable(gateway.get_tuning(job.name), shown)
-        raise
-    return gateway.get_tuning(job.name)
+    return _cancel(job, shown, gateway.cancel_tuning, gateway.get_tuning)
 
 
 def _iso(t: dt.datetime | None) -> str | None:

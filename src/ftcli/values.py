@@ -81,6 +81,14 @@ class TuningName(_ResourceName):
                 f"{self.id}/hyperparameter-tuning-trials?project={self.project}")
 
 
+def run_seconds(started: dt.datetime | None, ended: dt.datetime | None, now: dt.datetime | None = None
+                ) -> float | None:
+    """Seconds from `started` to `ended` (to `now`, default the clock, while it runs); None before it starts."""
+    if started is None:
+        return None
+    return max(0.0, ((ended or now or dt.datetime.now(dt.UTC)) - started).total_seconds())
+
+
 @dataclass(frozen=True)
 class Pool:
     """One worker pool: `replicas` machines of `machine_type`, each with `accelerator_count` x `accelerator`
@@ -127,10 +135,7 @@ class Job:
 
     def duration_s(self, now: dt.datetime | None = None) -> float | None:
         """Seconds from start to end (to now while it runs); None before it starts."""
-        if self.started is None:
-            return None
-        end = self.ended or now or dt.datetime.now(dt.UTC)
-        return max(0.0, (end - self.started).total_seconds())
+        return run_seconds(self.started, self.ended, now)
 
 
 @dataclass(frozen=True, order=True)
@@ -161,9 +166,7 @@ class Trial:
 
     def duration_s(self, now: dt.datetime | None = None) -> float | None:
         """Seconds from start to end (to now while it runs); None before it starts."""
-        if self.started is None:
-            return None
-        return max(0.0, ((self.ended or now or dt.datetime.now(dt.UTC)) - self.started).total_seconds())
+        return run_seconds(self.started, self.ended, now)
 
 
 @dataclass(frozen=True)

@@ -228,16 +228,7 @@ class VertexEmulator(GrpcEmulator):
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self._lock:
-            project = m["project"]
-            if self.project_number:
-                self._aliases[project] = self.project_number
-                project = self.project_number
-            name = f"projects/{project}/locations/{m['location']}/customJobs/{next(self._ids)}"
-            now = _now()
-            job.name = name
-            job.state = JobState.JOB_STATE_PENDING
-            job.create_time = now
-            job.update_time = now
+            name = self._new(job, m, "customJobs")
             self._jobs[name] = job
             self._order[name] = len(self._order)
             if self.next_scripts:  # one script per new job, in creation order
@@ -245,6 +236,18 @@ class VertexEmulator(GrpcEmulator):
             elif self.script:
                 self._scripts[name] = list(self.script)
             return CustomJob(job)
+
+    def _new(self, job, m, collection: str) -> str:
+        """Name a created job (under the project's number when the emulator has one, as Vertex does) and stamp it
+        PENDING now; the caller holds the lock and stores it."""
+        project = m["project"]
+        if self.project_number:
+            self._aliases[project] = self.project_number
+            project = self.project_number
+        job.name = f"projects/{project}/locations/{m['location']}/{collection}/{next(self._ids)}"
+        job.state = JobState.JOB_STATE_PENDING
+        job.create_time = job.update_time = _now()
+        return job.name
 
     def _get(self, request: job_service.GetCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
         with self._lock:
@@ -313,16 +316,7 @@ class VertexEmulator(GrpcEmulator):
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self._lock:
-            project = m["project"]
-            if self.project_number:
-                self._aliases[project] = self.project_number
-                project = self.project_number
-            name = f"projects/{project}/locations/{m['location']}/hyperparameterTuningJobs/{next(self._ids)}"
-            now = _now()
-            job.name = name
-            job.state = JobState.JOB_STATE_PENDING
-            job.create_time = now
-            job.update_time = now
+            name = self._new(job, m, "hyperparameterTuningJobs")
             self._tuning[name] = job
             return TuningJob(job)
 
