@@ -3,22 +3,9 @@ import gzip
 import numpy as np
 import pytest
 
-from ftcli_trainer.config import parse_args
-from ftcli_trainer.data import Encoded, bundled_sample_available, collate, load_task_data, plan_batches
-from ftcli_trainer.errors import DataError
+from ftcli_trainer.data import Encoded, bundled_sample_available, collate, plan_batches
 from tests.conftest import write_csv
-
-
-def load(*argv):
-    return load_task_data(parse_args(list(argv)))
-
-
-def error_of(*argv) -> str:
-    with pytest.raises(DataError) as e:
-        load(*argv)
-    msg = str(e.value)
-    assert "\n" not in msg
-    return msg
+from tests.trainer.helpers import error_of, load
 
 
 def test_csv_single_label_names_inferred_and_eval_held_out(tmp_path):

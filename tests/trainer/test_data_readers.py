@@ -8,21 +8,9 @@ import numpy as np
 import pytest
 
 from ftcli_trainer.config import parse_args
-from ftcli_trainer.data import load_task_data
 from ftcli_trainer.errors import DataError
 from tests.conftest import write_csv
-
-
-def load(*argv):
-    return load_task_data(parse_args(list(argv)))
-
-
-def error_of(*argv) -> str:
-    with pytest.raises(DataError) as e:
-        load(*argv)
-    msg = str(e.value)
-    assert "\n" not in msg
-    return msg
+from tests.trainer.helpers import error_of, load
 
 
 def jsonl(path, objs, blank_first: int = 0):
