@@ -10,8 +10,24 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import pytest
 
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
+
+
+def ctrl_c_train(args: list[str], env: dict, cwd, ready) -> tuple[int, str, str]:
+    """Start `ftcli train ARGS`, press Ctrl-C once `ready()` holds (it asserts), and return (exit status, stdout,
+    stderr); the process never outlives the test."""
+    proc = subprocess.Popen([*FTCLI, "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd)
+    try:
+        ready()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err
 
 
 class SlowCreateProxy:
@@ -58,19 +74,15 @@ def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_
     gcs, vertex = cloud_env
     with SlowCreateProxy(vertex.address, delay=60) as proxy:
         env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
-        proc = subprocess.Popen([*FTCLI, "train", "--task", "imdb", "--gpu", "T4", "--detach"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-        try:
+
+        def created():
             assert proxy.created.wait(60), "the create call never arrived"
             time.sleep(0.5)
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+
+        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach"], env, tmp_path, created)
     (name,) = vertex.jobs
     job_id = name.rsplit("/", 1)[-1]
-    assert proc.returncode == 130, err
+    assert code == 130, err
     assert "Traceback" not in err
     assert job_id in err and "keeps running" in err
     assert "ftcli logs 1" in err and "ftcli jobs cancel 1" in err
@@ -84,16 +96,10 @@ def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch):
     with SlowCreateProxy(vertex.address, delay=0) as proxy:
         vertex.fail_next("CreateCustomJob", grpc.StatusCode.UNAVAILABLE, times=1000)  # create never succeeds
         env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
-        proc = subprocess.Popen([*FTCLI, "train", "--task", "imdb", "--gpu", "T4", "--detach"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-        try:
-            assert vertex.wait_for_requests("CreateCustomJob", 2, timeout=60)
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    assert proc.returncode == 130, err
+        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach"], env, tmp_path,
+                                      lambda: vertex.wait_for_requests("CreateCustomJob", 2, timeout=60) or
+                                      pytest.fail("the create call was never retried"))
+    assert code == 130, err
     assert "interrupted before the job was created; nothing is running" in err and "Traceback" not in err
     assert not vertex.jobs
 
@@ -101,15 +107,9 @@ def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch):
 def test_ctrl_c_while_following_prints_the_job_and_exit_130(cloud_env, cloud_logging, tmp_path):
     gcs, vertex = cloud_env
     env = {**os.environ, "FTCLI_LOGGING_ENDPOINT": cloud_logging.endpoint}
-    proc = subprocess.Popen([*FTCLI, "train", "--task", "imdb", "--gpu", "T4"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    try:
-        assert cloud_logging.wait_for_tails(1, timeout=60)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err
+    code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4"], env, tmp_path,
+                                  lambda: cloud_logging.wait_for_tails(1, timeout=60) or
+                                  pytest.fail("ftcli never started following the logs"))
+    assert code == 130, err
     (name,) = vertex.jobs
     assert name.rsplit("/", 1)[-1] in out and "ftcli jobs cancel 1" in err and "Traceback" not in err
