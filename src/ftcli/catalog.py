@@ -422,6 +422,15 @@ class PriceTable:
     machines: Mapping[str, float]
     gpus: Mapping[str, float]
 
+    def per_hour(self, parts) -> tuple[float | None, str | None]:
+        """USD an hour for `parts` (count, machine type, GPU name or None, GPUs each), or None and which rates the
+        table lacks."""
+        unknown = [m for _, m, _, _ in parts if m not in self.machines]
+        unknown += [g for _, _, g, _ in parts if g and g not in self.gpus]
+        if unknown:
+            return None, f"no {self.region} rate for {', '.join(dict.fromkeys(unknown))} in the price file"
+        return sum(n * (self.machines[m] + (self.gpus[g] * k if g else 0.0)) for n, m, g, k in parts), None
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -458,16 +467,10 @@ def estimate(hw: Hardware, *, replicas: int, reduction_server: int, timeout_s: i
     parts = [(replicas, hw.machine_type, hw.gpu_name, hw.accelerator_count)]
     if reduction_server:
         parts.append((reduction_server, REDUCTION_SERVER_MACHINE, None, 0))
-    table = prices
-    if table is None:
+    if prices is None:
         return Estimate(tuple(parts), timeout_s, missing=missing or "no price table")
-    if table.region != region:
-        return Estimate(tuple(parts), timeout_s, missing=f"the price table is for {table.region}, not {region}",
-                        table=table)
-    unknown = [m for _, m, _, _ in parts if m not in table.machines]
-    unknown += [g for _, _, g, _ in parts if g and g not in table.gpus]
-    if unknown:
-        return Estimate(tuple(parts), timeout_s, missing=f"no {region} rate for {', '.join(dict.fromkeys(unknown))} "
-                        "in the price file", table=table)
-    per_hour = sum(n * (table.machines[m] + (table.gpus[g] * k if g else 0.0)) for n, m, g, k in parts)
-    return Estimate(tuple(parts), timeout_s, per_hour=per_hour, table=table)
+    assert prices.region == region, (prices.region, region)  # prices.for_region(region) gives the region's table
+    per_hour, why = prices.per_hour(parts)
+    if per_hour is None:
+        return Estimate(tuple(parts), timeout_s, missing=why, table=prices)
+    return Estimate(tuple(parts), timeout_s, per_hour=per_hour, table=prices)

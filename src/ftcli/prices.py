@@ -143,19 +143,10 @@ def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str 
     table, why = for_region(region)
     if table is None:
         return None, why
-    per_hour, unknown = 0.0, []
-    for pool in pools:
-        if not pool.machine_type or pool.replicas < 1:
-            continue
-        machine = table.machines.get(pool.machine_type)
-        gpu = gpu_short_name(pool.accelerator) if pool.accelerator else None
-        gpu_rate = table.gpus.get(gpu) if gpu else 0.0
-        unknown += [x for x, rate in ((pool.machine_type, machine), (gpu, gpu_rate)) if x and rate is None]
-        if machine is not None and gpu_rate is not None:
-            per_hour += pool.replicas * (machine + gpu_rate * pool.accelerator_count)
-    if unknown:
-        return None, f"no {region} rate for {', '.join(dict.fromkeys(unknown))} in the price file"
-    return (per_hour, table), None
+    parts = [(p.replicas, p.machine_type, gpu_short_name(p.accelerator) if p.accelerator else None,
+              p.accelerator_count) for p in pools if p.machine_type and p.replicas > 0]
+    rate, why = table.per_hour(parts)
+    return ((rate, table), None) if rate is not None else (None, why)
 
 
 def job_cost(job: Job, now: dt.datetime | None = None) -> tuple[Spent | None, str | None]:
