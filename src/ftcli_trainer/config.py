@@ -105,8 +105,10 @@ OPTIONS: tuple[Option, ...] = (
            "then).", metavar="NAME"),
     Option("wandb_secret", str, None, "Secret Manager secret that holds the W&B API key: projects/P/secrets/NAME"
            "[/versions/V] (the key itself never travels in the job's arguments or environment).", metavar="SECRET"),
-    Option("gpu_warmup", bool, False, "Pay the GPU's first-use costs (one forward/backward per step width) in a "
-           "thread while the CPU tokenizes. Off until a GPU run shows it faster end to end."),
+    Option("gpu_warmup", bool, False, "Pay the GPU's first-use costs before the training clock: forward/backward "
+           "passes while a worker thread tokenizes, then every step width and the update warmed up on filler rows "
+           "and captured ahead, so the first steps replay. Same math. Off until a GPU run shows it faster end to "
+           "end."),
     Option("hypertune_metric", str, None, "Report this eval metric (e.g. eval_accuracy) to Vertex AI's "
            "hyperparameter tuning service after each evaluation (ftcli tune sets it).", metavar="NAME"),
     Option("compile", bool, False, "torch.compile the model; skipped where it cannot pay off (runs under "

@@ -20,6 +20,11 @@ The first `warmup` occurrences of each shape run eagerly on a side stream (real 
 extra ones), then the shape is captured on that stream and replayed from then on. Any capture error turns
 capture off for the rest of the run, with one log line; the step then runs eagerly. Without `capture`
 (a CPU, the tests) the same code runs every step eagerly, which is how the CPU tests check the math.
+
+`prepare` (`--gpu-warmup`) does that warm-up and capture ahead, before the training clock, on filler rows that
+change nothing (every row's loss weight is 0, so every gradient is exactly 0; the update runs once at learning
+rate 0 and its step counters go back to 0; the generator's state and the loss sum are restored): the first
+training steps are then replays, as the steady ones are.
 """
 
 from __future__ import annotations
@@ -154,7 +159,7 @@ def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: 
     if layout.regression:
         labels[:k, 0] = enc.labels[idx].astype(np.float64).view(np.int64)
     else:
-        labels[:k] = enc.labels[idx].reshape(k, -1)
+        labels[:k] = enc.labels[idx].reshape(k, labels.shape[1])  # k is 0 in a batch of filler (prepare)
     labels[k:] = 0  # float64 0.0 has the bits of int 0
     weight = block[layout.weight]
     weight[:k] = 1
@@ -255,8 +260,9 @@ class StaticSteps:
         self.calls["update"] = self._update
         self.graphs: dict = {}
         self.seen: dict = {}
-        self.counts = {"captured": 0, "replays": 0, "eager": 0}
+        self.counts = {"captured": 0, "replays": 0, "eager": 0, "warmup": 0}  # warmup: prepare's filler calls
         self.capture_seconds = 0.0
+        self.prepare_seconds = 0.0
         self._pool = None
         self._side = None
 
@@ -378,21 +384,21 @@ class StaticSteps:
         graph.replay()
         self.counts["replays"] += 1
 
-    def _eager(self, fn) -> None:
+    def _eager(self, fn, count: str = "eager") -> None:
         with warnings.catch_warnings():
             # capturable AdamW warns when it steps outside a capture: expected here, same math.
             warnings.filterwarnings("ignore", message=".*capturable=True.*")
             fn()
-        self.counts["eager"] += 1
+        self.counts[count] += 1
 
-    def _on_side_stream(self, fn) -> None:
+    def _on_side_stream(self, fn, count: str = "eager") -> None:
         # Warm-up on the stream the capture will use, so lazily created per-stream state (cuBLAS
         # workspaces) exists before capture begins.
         torch = self.torch
         main = torch.cuda.current_stream(self.device)
         self.side.wait_stream(main)
         with torch.cuda.stream(self.side):
-            self._eager(fn)
+            self._eager(fn, count)
         main.wait_stream(self.side)
 
     def _capture(self, fn):
@@ -413,29 +419,116 @@ class StaticSteps:
         main.wait_stream(self.side)
         return graph
 
+    # -- ahead of the training clock (--gpu-warmup) --------------------------------------------------
+
+    def prepare(self, widths) -> float:
+        """Warm up and capture `widths` (those the run's batches use) and the update before the first training
+        step, leaving no trace: filler rows only (loss weight 0: every gradient exactly 0, nothing added to the
+        loss sum), the update once at learning rate 0 (AdamW's state is created as zeros, as its first real step
+        would create it; its step counters go back to 0), the device generator and the loss sum restored. On a
+        resumed run the optimizer state already holds moments, which even a zero update would decay: the update
+        is then left to the lazy path (eager once, captured next). Returns the seconds it took."""
+        torch = self.torch
+        started = time.perf_counter()
+        widths = [w for w in sorted(set(widths)) if w in self.layouts]
+        update = not self.optimizer.state
+        rng = _rng_state(torch, self.device)
+        loss = self.loss_acc.detach().clone()
+        try:
+            for width in widths:
+                self._load(width, np.zeros(0, dtype=np.int64), 1.0)
+                self._warm(width)
+            if update:
+                saved = [lr.detach().clone() for lr in self.lr_tensors]
+                for lr in self.lr_tensors:
+                    lr.zero_()
+                try:
+                    self._warm("update")
+                finally:
+                    for lr, value in zip(self.lr_tensors, saved, strict=True):
+                        lr.copy_(value)
+                for state in self.optimizer.state.values():
+                    step = state.get("step")
+                    if isinstance(step, torch.Tensor):
+                        step.zero_()
+                    elif step is not None:
+                        state["step"] = 0
+            if self.capture:
+                for key in (*widths, *(["update"] if update else [])):
+                    self._capture_ahead(key)
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            _set_rng_state(torch, self.device, rng)
+            self.loss_acc.copy_(loss)
+        self.prepare_seconds = time.perf_counter() - started
+        return self.prepare_seconds
+
+    def _warm(self, key) -> None:
+        """One eager call of `key`, where its capture will run, counted as the warm-up the lazy path would do."""
+        fn = self.calls[key]
+        if self.capture:
+            self._on_side_stream(fn, "warmup")
+        else:
+            self._eager(fn, "warmup")
+        self.seen[key] = max(self.seen.get(key, 0), self.warmup)
+
+    def _capture_ahead(self, key) -> None:
+        if not self.capture or key in self.graphs:
+            return
+        started = time.perf_counter()
+        try:
+            graph = self._capture(self.calls[key])
+        except Exception as e:  # noqa: BLE001 - as in _call: the run goes on eagerly
+            self.capture = False
+            log.warning("CUDA graphs: capturing %s ahead failed (%s: %s); eager steps from here on",
+                        f"width {key}" if key != "update" else "the update", type(e).__name__,
+                        (str(e).strip().splitlines() or [""])[0][:200])
+            return
+        self.capture_seconds += time.perf_counter() - started
+        self.graphs[key] = graph
+        self.counts["captured"] += 1
+
     def summary(self) -> str:
         c = self.counts
+        ahead = (f" ({c['warmup']} filler warm-ups and the captures done ahead in {self.prepare_seconds:.2f} s)"
+                 if c["warmup"] else "")
         return (f"{c['captured']} graphs captured in {self.capture_seconds:.2f} s, {c['replays']} replays, "
-                f"{c['eager']} eager calls")
+                f"{c['eager']} eager calls{ahead}")
 
 
 
-def prewarm(model, widths: tuple[int, ...], rows: int, device, autocast_dtype) -> float:
+def _rng_state(torch, device):
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+
+
+def _set_rng_state(torch, device, state) -> None:
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+
+
+def prewarm(model, widths: tuple[int, ...], rows: int, device, autocast_dtype, stop=None) -> float:
     """One training forward and backward per width on filler rows, to pay the GPU's first-use costs before the
     training clock starts: on an H200 the first step took 0.6 s (CUDA's lazy module loading, cuBLAS and cuDNN
     handles) and the first step of each new width ~0.12 s (cuDNN attention plans, cuBLAS heuristics), against
-    2.8 ms a replayed step (bench/gpu_warmup.py). `task.run` calls it in a thread while the CPU tokenizes, so it
-    costs no wall time. It leaves no trace: no optimizer step, gradients back to None, the CUDA generator's state
-    restored (the run draws the same dropout masks as without it). Returns the seconds it took."""
+    2.8 ms a replayed step (bench/gpu_warmup.py). `task.run` calls it on the training thread while a worker
+    thread tokenizes; after the first width it stops as soon as `stop()` is true. It leaves no trace: no
+    optimizer step, gradients back to None, the generator's state restored (the run draws the same dropout masks
+    as without it). Returns the seconds it took."""
     import torch
 
     started = time.perf_counter()
-    rng = torch.cuda.get_rng_state(device)
+    token = min(1000, getattr(model.config, "vocab_size", 1001) - 1)
+    rng = _rng_state(torch, device)
     was_training = model.training
     model.train()
     try:
-        for width in widths:
-            ids = torch.full((rows, width), 1000, dtype=torch.long, device=device)
+        for i, width in enumerate(widths):
+            if i and stop is not None and stop():
+                break
+            ids = torch.full((rows, width), token, dtype=torch.long, device=device)
             mask = torch.ones_like(ids)
             mask[:, width // 2:] = 0  # padded rows, as real batches have: the masked attention kernels
             ctx = (nullcontext() if autocast_dtype is None
@@ -443,9 +536,10 @@ def prewarm(model, widths: tuple[int, ...], rows: int, device, autocast_dtype) -
             with ctx:
                 logits = model(input_ids=ids, attention_mask=mask).logits
             logits.float().sum().backward()
-        torch.cuda.synchronize(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     finally:
         model.zero_grad(set_to_none=True)
-        torch.cuda.set_rng_state(rng, device)
+        _set_rng_state(torch, device, rng)
         model.train(was_training)
     return time.perf_counter() - started

@@ -156,6 +156,7 @@ class Trainer:
         self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision,
                                                                  self.dist.world_size)
         self.static_steps = None  # built in fit(), after a resume, around the on-device loss sum
+        self.warmup_seconds: dict = {}  # --gpu-warmup's parts (task.run's prewarm, fit's prepare), when it ran
         train_model = model
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
@@ -446,6 +447,7 @@ class Trainer:
         self._loss_acc = torch.zeros((), device=self.device)
         self._loss_acc_n = 0
         self._setup_static_steps()
+        self._prepare_static_steps()
         self.install_sigterm_handler()
         self.model.train()
         if self.dist.is_main:
@@ -520,6 +522,8 @@ class Trainer:
             "train_tokens_per_second": self.stats.real_tokens / secs if secs else 0.0,
             "train_pad_fraction": 1 - self.stats.real_tokens / max(1, self.stats.padded_tokens),
         }
+        if self.warmup_seconds:
+            summary["gpu_warmup"] = dict(self.warmup_seconds)
         summary.update(last_eval)
         return summary
 
@@ -543,6 +547,33 @@ class Trainer:
         if capture and self.dist.is_main:
             log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph",
                      ",".join(map(str, self.static_steps.widths)))
+
+    def _prepare_static_steps(self) -> None:
+        """--gpu-warmup: every width this run's batches use, and the update, warmed up on filler rows and captured
+        before the training clock starts (cuda_graphs.StaticSteps.prepare), so the first steps replay."""
+        if self.static_steps is None or not self.cfg.gpu_warmup:
+            return
+        widths = self.step_widths()
+        seconds = self.static_steps.prepare(widths)
+        self.warmup_seconds["prepare_seconds"] = seconds
+        self.warmup_seconds["widths"] = sorted(set(widths))
+        if self.dist.is_main and self.static_steps.capture:
+            log.info("CUDA graphs: widths %s%s warmed up and captured ahead in %.2f s, before the training clock",
+                     ",".join(map(str, sorted(set(widths)))),
+                     " and the update" if "update" in self.static_steps.graphs else "", seconds)
+
+    def step_widths(self) -> set[int]:
+        """The padded widths of the micro-batches left in this run (the graph path's buckets)."""
+        from ftcli_trainer.cuda_graphs import bucket_for
+
+        widths = self.static_steps.widths
+        lengths = self.train_enc.lengths
+        out: set[int] = set()
+        for epoch in range(self.epoch, self.cfg.epochs):
+            for idx in plan_batches(lengths, self.global_batch, self.cfg.seed, epoch):
+                if len(idx):
+                    out.add(bucket_for(int(lengths[idx].max()), widths))
+        return out
 
     def _pause(self, fn) -> None:
         """Run `fn` (eval, checkpoint) outside the training clock."""

@@ -136,7 +136,7 @@ def run(cfg: TrainConfig) -> dict:
 
     from ftcli_trainer import distributed
     from ftcli_trainer.cpu import keep_freed_memory
-    from ftcli_trainer.data import encode, load_task_data
+    from ftcli_trainer.data import load_task_data
     from ftcli_trainer.export import export_model, prediction_arrays
     from ftcli_trainer.loop import Trainer
     from ftcli_trainer.model import (
@@ -161,11 +161,8 @@ def run(cfg: TrainConfig) -> dict:
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
-    warm = _start_prewarm(model, cfg, device, precision, dist)
-    train_enc = encode(tokenizer, data.train, cfg.max_length)
-    evals_enc = {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()}
-    if warm is not None:
-        warm.join()
+    train_enc, evals_enc, prewarm_seconds = _encode_while_warming(model, tokenizer, data, cfg, device, precision,
+                                                                  dist)
     if device.type == "cpu":  # the same math, cheaper on a CPU (CUDA's dropout and SDPA are fused already)
         use_fast_dropout(model)
         use_fast_attention_dropout(model)
@@ -173,6 +170,8 @@ def run(cfg: TrainConfig) -> dict:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer = Trainer(cfg, model, train_enc, evals_enc, data.label_names, data.multi_label, device, precision,
                       paths, pad_id, dist)
+    if prewarm_seconds is not None:
+        trainer.warmup_seconds["prewarm_seconds"] = prewarm_seconds
     if cfg.hypertune_metric:
         from ftcli_trainer.hypertune import Reporter
 
@@ -216,13 +215,21 @@ def run(cfg: TrainConfig) -> dict:
     return results
 
 
-def _start_prewarm(model, cfg: TrainConfig, device, precision: str, dist):
-    """On a GPU, the first-use costs of each step width paid in a thread while the CPU tokenizes (see
-    cuda_graphs.prewarm); None elsewhere. Several processes are left alone: each would warm up the same way, in
-    step, for little."""
+def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, precision: str, dist):
+    """The train and eval sets tokenized; with --gpu-warmup on one CUDA GPU, in a worker thread while this thread
+    pays the GPU's first-use costs (cuda_graphs.prewarm). This thread, because it is the one that trains: torch
+    keeps cuDNN's attention plans and cuBLAS handles per thread, so a warm-up in another thread leaves the
+    training thread to pay them again. Returns (train, evals, seconds of warm-up or None)."""
+
+    from ftcli_trainer.data import encode
+
+    def encode_all():
+        return (encode(tokenizer, data.train, cfg.max_length),
+                {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()})
+
     if device.type != "cuda" or dist.enabled or not cfg.gpu_warmup:
-        return None
-    import threading
+        return (*encode_all(), None)
+    from concurrent.futures import ThreadPoolExecutor
 
     import torch
 
@@ -230,18 +237,18 @@ def _start_prewarm(model, cfg: TrainConfig, device, precision: str, dist):
 
     widths = cuda_graphs.bucket_widths(cfg.max_length, getattr(model.config, "max_position_embeddings", None))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-
-    def work():
+    with ThreadPoolExecutor(1, thread_name_prefix="ftcli-tokenize") as pool:
+        encoded = pool.submit(encode_all)
+        seconds = None
         try:
-            seconds = cuda_graphs.prewarm(model, widths, cfg.batch_size, device, dtype)
-            log.debug("GPU warmed up for widths %s in %.2f s", widths, seconds)
+            # Until the tokens are ready: the widths a run's batches use are known only then (fit warms those).
+            seconds = cuda_graphs.prewarm(model, widths, cfg.batch_size, device, dtype, stop=encoded.done)
+            log.debug("GPU warmed up in %.2f s", seconds)
         except Exception as e:  # noqa: BLE001 - only a head start: the run pays the costs itself then
-            log.warning("GPU warm-up skipped (%s: %s)", type(e).__name__, str(e).splitlines()[0][:200] if str(e)
-                        else "")
-
-    thread = threading.Thread(target=work, name="ftcli-gpu-warmup", daemon=True)
-    thread.start()
-    return thread
+            log.warning("GPU warm-up skipped (%s: %s)", type(e).__name__,
+                        str(e).splitlines()[0][:200] if str(e) else "")
+        train_enc, evals_enc = encoded.result()
+    return train_enc, evals_enc, seconds
 
 
 def _final_lines(results: dict, paths, data, task: str) -> None:

@@ -377,30 +377,208 @@ def test_dropout_masks_change_on_every_replay_with_the_eager_keep_rate():
     assert abs((masks[0] != masks[1]).float().mean().item() - 0.18) < 0.005  # independent draws
 
 
-@cuda
-def test_prewarm_leaves_no_trace_on_a_gpu(tiny_model):
-    """No weight moves, no gradient is left, and the CUDA generator is where it was: the run after a warm-up
-    draws the same dropout masks as without one."""
-    import torch
+# -- ahead of the training clock (--gpu-warmup) ----------------------------------------------------------------
 
-    from ftcli_trainer.model import load_model
 
-    device = torch.device("cuda")
+def _params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_prewarm_leaves_no_trace(tiny_model, device):
+    """No weight moves, no gradient is left, and the generator is where it was: the run after a warm-up draws the
+    same dropout masks as without one. It stops after the first width once told to."""
+    device = torch.device(device)
     model = load_model(str(tiny_model), ["negative", "positive"], False, 0.5).to(device)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    rng = torch.cuda.get_rng_state(device).clone()
-    seconds = cg.prewarm(model, cg.bucket_widths(64, 128), 8, device, torch.bfloat16)
-    assert seconds > 0
+    model.eval()
+    before = _params(model)
+    get_rng = (lambda: torch.cuda.get_rng_state(device)) if device.type == "cuda" else torch.get_rng_state
+    rng = get_rng().clone()
+    widths_seen = []
+    hook = model.bert.embeddings.register_forward_hook(lambda m, args, out: widths_seen.append(out.shape[1]))
+    dtype = torch.bfloat16 if device.type == "cuda" else None
+    assert cg.prewarm(model, cg.bucket_widths(64, 128), 8, device, dtype) > 0
+    assert widths_seen == [16, 32, 64] and not model.training  # train mode for the passes, then as it was
     assert all(p.grad is None for p in model.parameters())
-    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
-    assert torch.equal(torch.cuda.get_rng_state(device), rng)
+    assert _same(_params(model), before)
+    assert torch.equal(get_rng(), rng)
+    widths_seen.clear()
+    cg.prewarm(model, cg.bucket_widths(64, 128), 8, device, dtype, stop=lambda: True)
+    assert widths_seen == [16]  # the first width always (CUDA's start-up), then it stops
+    hook.remove()
 
 
-def test_no_prewarm_off_the_gpu():
+def _static_pair(tmp_path, tiny_model, capture_impl=None, monkeypatch=None, dropout=True):
+    """Two static-step trainers from the same weights (dropout on unless told), for runs with and without prepare;
+    with `capture_impl`, captures are faked (CPU has no CUDA graphs)."""
+    enc = _enc(n=40)  # lengths 3-29: widths 16 and 32 both occur
+    enc.labels = enc.labels % 2
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    base = load_model(str(tiny_model), labels, False, 0.5)
+    if not dropout:
+        _no_dropout(base)
+    ts = []
+    for name in ("lazy", "prepared"):
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name)
+        t.model.train()
+        t._setup_static_steps(capture=False)
+        if capture_impl is not None:
+            t.static_steps.capture = True
+            monkeypatch.setattr(t.static_steps, "_on_side_stream", t.static_steps._eager)
+            monkeypatch.setattr(t.static_steps, "_capture", capture_impl)
+        ts.append(t)
+    return ts
+
+
+def _train_both(ts, groups):
+    for t in ts:
+        torch.manual_seed(123)  # each run from the same generator state: dropout masks must then match
+        for g in groups:
+            t.train_step(g)
+
+
+def test_prepare_leaves_no_trace_and_the_run_is_bit_identical(tmp_path, tiny_model):
+    """Filler rows (loss weight 0), a zero-learning-rate update whose step counters go back to 0, the generator and
+    the loss sum restored: the prepared run's weights, optimizer state, loss and dropout masks are exactly those
+    of the run without it (dropout on)."""
+    lazy, prepared = _static_pair(tmp_path, tiny_model)
+    steps = prepared.static_steps
+    before, rng = _params(prepared.model), torch.get_rng_state()
+    prepared._loss_acc.fill_(2.5)
+    widths = prepared.step_widths()
+    assert widths == {16, 32}
+    assert steps.prepare(widths) > 0
+    assert _same(_params(prepared.model), before) and torch.equal(torch.get_rng_state(), rng)
+    assert float(prepared._loss_acc) == 2.5
+    prepared._loss_acc.zero_()
+    assert steps.counts["warmup"] == 3 and steps.counts["eager"] == 0  # two widths and the update
+    assert steps.grads and all((g == 0).all() for g in steps.grads)
+    state = list(prepared.optimizer.state.values())
+    assert state and all(float(s["step"]) == 0 and not s["exp_avg"].any() and not s["exp_avg_sq"].any()
+                         for s in state)
+    assert float(prepared.optimizer.param_groups[0]["lr"]) == float(lazy.optimizer.param_groups[0]["lr"])
+    _train_both([lazy, prepared], GROUPS * 2)
+    assert _same(_params(prepared.model), _params(lazy.model))
+    assert torch.equal(prepared._loss_acc, lazy._loss_acc)
+    for (pa, sa), (pb, sb) in zip(lazy.optimizer.state.items(), prepared.optimizer.state.items(), strict=True):
+        assert pa.shape == pb.shape and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_prepared_widths_replay_from_the_first_step(tmp_path, tiny_model, monkeypatch):
+    """With captures (faked: a replay runs what was recorded, the capture runs nothing), every width the run uses
+    and the update are captured ahead: the training steps are all replays, with the lazy path's exact result."""
+    lazy, prepared = _static_pair(tmp_path, tiny_model, cg_fake := (lambda fn: FakeGraph(fn)), monkeypatch)
+    del cg_fake
+    prepared.static_steps.prepare(prepared.step_widths())
+    assert set(prepared.static_steps.graphs) == {16, 32, "update"}
+    _train_both([lazy, prepared], GROUPS * 2)
+    c = prepared.static_steps.counts
+    assert c["eager"] == 0 and c["captured"] == 3 and c["replays"] == sum(len(g) + 1 for g in GROUPS * 2)
+    assert lazy.static_steps.counts["eager"] > 0  # the lazy path's first occurrences ran eagerly
+    assert _same(_params(prepared.model), _params(lazy.model))
+
+
+def test_a_resumed_run_leaves_the_update_to_the_lazy_path(tmp_path, tiny_model, monkeypatch):
+    """An optimizer that already holds moments (a resumed run) is not stepped, even at learning rate 0: that would
+    decay them. The widths are still captured ahead; the update warms up and is captured in the run."""
+    lazy, prepared = _static_pair(tmp_path, tiny_model, lambda fn: FakeGraph(fn), monkeypatch, dropout=False)
+    prepared.train_step(GROUPS[0])
+    moments = {id(p): {k: v.clone() for k, v in s.items()} for p, s in prepared.optimizer.state.items()}
+    prepared.static_steps.prepare(prepared.step_widths())
+    assert "update" not in prepared.static_steps.graphs
+    assert all(torch.equal(v, moments[id(p)][k]) for p, s in prepared.optimizer.state.items() for k, v in s.items())
+    prepared.train_step(GROUPS[1])
+    prepared.train_step(GROUPS[2])
+    assert "update" in prepared.static_steps.graphs
+
+
+def test_the_warm_up_runs_on_the_training_thread_while_a_worker_tokenizes(tiny_model, monkeypatch):
+    """torch keeps cuDNN's attention plans and cuBLAS handles per thread: a warm-up in another thread would leave
+    the training thread to pay them again. So the GPU work stays on this thread and the tokenizer moves."""
+    import threading
+    import time
+
+    from ftcli_trainer import data as data_mod
+    from ftcli_trainer import task
     from ftcli_trainer.distributed import Dist
-    from ftcli_trainer.task import _start_prewarm
 
-    cfg = parse_args(["--gpu-warmup"])
-    assert _start_prewarm(object(), cfg, torch.device("cpu"), "fp32", Dist()) is None
-    # and off by default on a GPU too, until a GPU run shows it faster end to end (bench/README.md)
-    assert _start_prewarm(object(), parse_args([]), torch.device("cuda"), "bf16", Dist()) is None
+    threads = {}
+    tokenized = threading.Event()
+    real_encode = data_mod.encode
+
+    def encode(*a, **kw):
+        threads.setdefault("encode", threading.current_thread())
+        out = real_encode(*a, **kw)
+        tokenized.set()
+        return out
+
+    def prewarm(model, widths, rows, device, dtype, stop=None):
+        threads["prewarm"] = threading.current_thread()
+        assert widths == cg.bucket_widths(64, 128) and rows == 8 and dtype is torch.bfloat16
+        assert tokenized.wait(10)  # the tokenizer runs meanwhile, elsewhere...
+        deadline = time.monotonic() + 10
+        while not stop() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stop()  # ...and stop() says when it is done
+        return 0.25
+
+    monkeypatch.setattr(data_mod, "encode", encode)
+    monkeypatch.setattr(cg, "prewarm", prewarm)
+    tok = load_tokenizer(str(tiny_model))
+    model = load_model(str(tiny_model), ["negative", "positive"], False, 0.5)
+    rows = sentiment_rows(30, seed=3)
+    data = type("D", (), {"train": Examples([t for t, _ in rows], None, np.zeros(30, np.int64)),
+                          "evals": {"test": Examples(["a good film"], None, np.zeros(1, np.int64))}})
+    cfg = parse_args(["--gpu-warmup", "--max-length", "64", "--batch-size", "8"])
+    train, evals, seconds = task._encode_while_warming(model, tok, data, cfg, torch.device("cuda"), "bf16", Dist())
+    assert seconds == 0.25 and len(train) == 30 and len(evals["test"]) == 1
+    assert threads["prewarm"] is threading.main_thread() and threads["encode"] is not threading.main_thread()
+    # off by default, and never off the GPU
+    del threads["prewarm"]
+    for cfg_, device in ((parse_args(["--max-length", "64"]), "cuda"), (cfg, "cpu")):
+        train, _, seconds = task._encode_while_warming(model, tok, data, cfg_, torch.device(device), "bf16", Dist())
+        assert seconds is None and len(train) == 30 and "prewarm" not in threads
+
+
+def test_a_gpu_warmup_run_end_to_end_equals_one_without(tmp_path, tiny_model, sentiment_csv, monkeypatch, capsys):
+    """The whole trainer with the graph path forced on here (captures faked): --gpu-warmup says what it captured
+    ahead, reports its seconds, replays every training step, and ends with the same loss and metrics."""
+    from ftcli_trainer import task
+    from ftcli_trainer.cuda_graphs import StaticSteps
+
+    monkeypatch.setattr(cg, "decide", lambda *a: (True, ""))
+    monkeypatch.setattr(StaticSteps, "_on_side_stream", lambda self, fn, count="eager": self._eager(fn, count))
+    monkeypatch.setattr(StaticSteps, "_capture", lambda self, fn: FakeGraph(fn))
+    seen = {}
+    real_fit = Trainer.fit
+
+    def fit(self):
+        seen.setdefault("trainers", []).append(self)
+        return real_fit(self)
+
+    monkeypatch.setattr(Trainer, "fit", fit)
+    train, test = sentiment_csv
+    task._setup_logging()  # the trainer's own handler, on this test's captured stdout
+    results = []
+    for flags in ([], ["--gpu-warmup"]):
+        cfg = parse_args(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model",
+                          str(tiny_model), "--epochs", "2", "--batch-size", "32", "--seed", "7",
+                          "--output-dir", str(tmp_path / f"run{len(flags)}"), *flags])
+        results.append(task.run(cfg))
+    out = capsys.readouterr().out
+    lazy, warm = (t.static_steps for t in seen["trainers"])
+    assert "gpu_warmup" not in results[0]
+    info = results[1]["gpu_warmup"]
+    assert info["prepare_seconds"] > 0 and "prewarm_seconds" not in info  # no GPU here: no prewarm
+    assert set(info["widths"]) == {w for w in lazy.graphs if w != "update"}
+    line = next(x for x in out.splitlines() if "captured ahead" in x)
+    assert f"widths {','.join(map(str, info['widths']))} and the update warmed up and captured ahead in" in line
+    assert warm.counts["eager"] == 0 and lazy.counts["eager"] > 0
+    assert "filler warm-ups and the captures done ahead" in out
+    for k in ("train_loss", "eval_loss", "eval_accuracy"):
+        assert results[1][k] == results[0][k], k
