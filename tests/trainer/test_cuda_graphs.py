@@ -360,6 +360,36 @@ def test_captured_steps_equal_eager_steps_on_a_gpu(tmp_path, tiny_model, regress
 
 
 @cuda
+def test_captured_ahead_equals_captured_lazily_on_a_gpu(tmp_path, tiny_model):
+    """Real captures: prepare() moves no weight and no generator, the training steps are all replays, and the
+    weights after three epochs' worth of steps are those of the lazy path."""
+    enc = _tiny_enc(tiny_model, n=40)
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    base = _no_dropout(load_model(str(tiny_model), labels, False, 0.5)).cuda()
+    dev = torch.device("cuda")
+    ts = []
+    for name in ("lazy", "ahead"):
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name)
+        t.device = dev
+        t._loss_acc = torch.zeros((), device=dev)
+        t._setup_static_steps(capture=True)
+        ts.append(t)
+    before, rng = _params(ts[1].model), torch.cuda.get_rng_state(dev)
+    ts[1].static_steps.prepare(ts[1].step_widths())
+    assert _same(_params(ts[1].model), before) and torch.equal(torch.cuda.get_rng_state(dev), rng)
+    assert "update" in ts[1].static_steps.graphs and ts[1].static_steps.capture
+    for _ in range(3):
+        for g in GROUPS:
+            for t in ts:
+                t.train_step(g)
+    assert ts[1].static_steps.counts["eager"] == 0 and ts[0].static_steps.counts["eager"] > 0
+    for (name, pa), pb in zip(ts[0].model.named_parameters(), ts[1].model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(ts[1]._loss_acc, ts[0]._loss_acc)
+
+
+@cuda
 def test_dropout_masks_change_on_every_replay_with_the_eager_keep_rate():
     x = torch.ones(1 << 20, device="cuda")
     out = torch.empty_like(x)
