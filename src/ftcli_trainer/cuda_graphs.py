@@ -368,21 +368,28 @@ class StaticSteps:
         if seen < self.warmup + (0 if self.graphs else 1):
             self._on_side_stream(fn)
             return
-        started = time.perf_counter()
-        try:
-            graph = self._capture(fn)
-        except Exception as e:  # noqa: BLE001 - never crash a run because of the fast path
-            self.capture = False
-            log.warning("CUDA graphs: capturing %s failed (%s: %s); eager steps from here on",
-                        f"width {key}" if key != "update" else "the update", type(e).__name__,
-                        (str(e).strip().splitlines() or [""])[0][:200])
+        graph = self._try_capture(key)
+        if graph is None:
             self._eager(fn)
             return
+        graph.replay()
+        self.counts["replays"] += 1
+
+    def _try_capture(self, key, when: str = ""):
+        """Capture `key`'s callable; on any error, capture goes off for the rest of the run with one line."""
+        started = time.perf_counter()
+        try:
+            graph = self._capture(self.calls[key])
+        except Exception as e:  # noqa: BLE001 - never crash a run because of the fast path
+            self.capture = False
+            log.warning("CUDA graphs: capturing %s%s failed (%s: %s); eager steps from here on",
+                        f"width {key}" if key != "update" else "the update", when, type(e).__name__,
+                        (str(e).strip().splitlines() or [""])[0][:200])
+            return None
         self.capture_seconds += time.perf_counter() - started
         self.graphs[key] = graph
         self.counts["captured"] += 1
-        graph.replay()
-        self.counts["replays"] += 1
+        return graph
 
     def _eager(self, fn, count: str = "eager") -> None:
         with warnings.catch_warnings():
@@ -453,9 +460,9 @@ class StaticSteps:
                         step.zero_()
                     elif step is not None:
                         state["step"] = 0
-            if self.capture:
-                for key in (*widths, *(["update"] if update else [])):
-                    self._capture_ahead(key)
+            for key in (*widths, *(["update"] if update else [])):
+                if self.capture and key not in self.graphs:
+                    self._try_capture(key, " ahead")
         finally:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
@@ -473,21 +480,6 @@ class StaticSteps:
             self._eager(fn, "warmup")
         self.seen[key] = max(self.seen.get(key, 0), self.warmup)
 
-    def _capture_ahead(self, key) -> None:
-        if not self.capture or key in self.graphs:
-            return
-        started = time.perf_counter()
-        try:
-            graph = self._capture(self.calls[key])
-        except Exception as e:  # noqa: BLE001 - as in _call: the run goes on eagerly
-            self.capture = False
-            log.warning("CUDA graphs: capturing %s ahead failed (%s: %s); eager steps from here on",
-                        f"width {key}" if key != "update" else "the update", type(e).__name__,
-                        (str(e).strip().splitlines() or [""])[0][:200])
-            return
-        self.capture_seconds += time.perf_counter() - started
-        self.graphs[key] = graph
-        self.counts["captured"] += 1
 
     def summary(self) -> str:
         c = self.counts

@@ -513,6 +513,24 @@ def test_prepared_widths_replay_from_the_first_step(tmp_path, tiny_model, monkey
     assert _same(_params(prepared.model), _params(lazy.model))
 
 
+def test_a_capture_error_ahead_falls_back_to_eager_with_one_line(tmp_path, tiny_model, monkeypatch, caplog):
+    def capture(fn):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
+
+    lazy, prepared = _static_pair(tmp_path, tiny_model, lambda fn: FakeGraph(fn), monkeypatch, dropout=False)
+    monkeypatch.setattr(prepared.static_steps, "_capture", capture)
+    logger = logging.getLogger("ftcli_trainer")
+    monkeypatch.setattr(logger, "propagate", True)
+    monkeypatch.setattr(logger, "handlers", [])
+    with caplog.at_level(logging.WARNING, logger="ftcli_trainer"):
+        prepared.static_steps.prepare(prepared.step_widths())
+        _train_both([lazy, prepared], GROUPS)
+    lines = [r.getMessage() for r in {id(r): r for r in caplog.records}.values() if "CUDA graphs" in r.getMessage()]
+    assert len(lines) == 1 and "ahead failed (RuntimeError: CUDA error" in lines[0] and "more" not in lines[0]
+    assert not prepared.static_steps.capture and not prepared.static_steps.graphs
+    assert _same(_params(prepared.model), _params(lazy.model))
+
+
 def test_a_resumed_run_leaves_the_update_to_the_lazy_path(tmp_path, tiny_model, monkeypatch):
     """An optimizer that already holds moments (a resumed run) is not stepped, even at learning rate 0: that would
     decay them. The widths are still captured ahead; the update warms up and is captured in the run."""
