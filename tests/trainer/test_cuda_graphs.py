@@ -593,6 +593,7 @@ def test_the_warm_up_runs_on_the_training_thread_while_a_worker_tokenizes(tiny_m
         assert seconds is None and len(train) == 30 and "prewarm" not in threads
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only machine's behaviour (exact equality, no prewarm)")
 def test_a_gpu_warmup_run_end_to_end_equals_one_without(tmp_path, tiny_model, sentiment_csv, monkeypatch, capsys):
     """The whole trainer with the graph path forced on here (captures faked): --gpu-warmup says what it captured
     ahead, reports its seconds, replays every training step, and ends with the same loss and metrics."""
