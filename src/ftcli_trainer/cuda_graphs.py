@@ -480,14 +480,12 @@ class StaticSteps:
             self._eager(fn, "warmup")
         self.seen[key] = max(self.seen.get(key, 0), self.warmup)
 
-
     def summary(self) -> str:
         c = self.counts
         ahead = (f" ({c['warmup']} filler warm-ups and the captures done ahead in {self.prepare_seconds:.2f} s)"
                  if c["warmup"] else "")
         return (f"{c['captured']} graphs captured in {self.capture_seconds:.2f} s, {c['replays']} replays, "
                 f"{c['eager']} eager calls{ahead}")
-
 
 
 def _rng_state(torch, device):

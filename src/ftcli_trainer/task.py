@@ -220,7 +220,6 @@ def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, prec
     pays the GPU's first-use costs (cuda_graphs.prewarm). This thread, because it is the one that trains: torch
     keeps cuDNN's attention plans and cuBLAS handles per thread, so a warm-up in another thread leaves the
     training thread to pay them again. Returns (train, evals, seconds of warm-up or None)."""
-
     from ftcli_trainer.data import encode
 
     def encode_all():
