@@ -233,32 +233,44 @@ class Trainer:
         state = checkpoint.load_latest(self.paths.checkpoint_dir, self.model)
         if state is None:
             return
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        self.torch.set_rng_state(state["rng_cpu"])
-        if "rng_cuda" in state and self.torch.cuda.is_available():
-            self.torch.cuda.set_rng_state_all(state["rng_cuda"])
         self.global_step = int(state["global_step"])
         self.epoch = int(state["epoch"])
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.scaler.load_state_dict(state["scaler"])
+            self.torch.set_rng_state(state["rng_cpu"])
+            if "rng_cuda" in state and self.torch.cuda.is_available():
+                self.torch.cuda.set_rng_state_all(state["rng_cuda"])
+        elif self.epoch < self.cfg.epochs:
+            # Only the last epoch's checkpoint goes without them (save_checkpoint), and the run's fingerprint fixes
+            # the number of epochs: this one was altered.
+            raise TrainerError(f"the step {self.global_step} checkpoint in {self.paths.checkpoint_dir} has no "
+                               f"optimizer state but the run is at epoch {self.epoch} of {self.cfg.epochs}: remove "
+                               "that folder, or give another --output-dir")
         self.stats.samples = int(state["samples"])
         self.stats.real_tokens = int(state["real_tokens"])
         self.stats.train_seconds = float(state["train_seconds"])
         self._loss_total = float(state["loss_total"])
         self._loss_count = int(state["loss_count"])
 
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, final: bool = False) -> None:
+        """`final`: after the last epoch, where a restart only evaluates and exports: the weights and the run's
+        position, without the optimizer state (twice the weights' size) that no step will use again. For
+        BERT-base 0.44 GB written (or uploaded) instead of 1.3 GB, just before the export writes the model."""
         if not self.dist.is_main:
             return
         torch = self.torch
         from ftcli_trainer.cuda_graphs import plain_optimizer_state, plain_scheduler_state
 
-        state = {
+        state = {} if final else {
             # As the eager path writes them (float learning rates): a checkpoint resumes on either path.
             "optimizer": plain_optimizer_state(self.optimizer.state_dict()),
             "scheduler": plain_scheduler_state(self.scheduler.state_dict()),
             "scaler": self.scaler.state_dict(),
             "rng_cpu": torch.get_rng_state(),
+        }
+        state |= {
             "global_step": self.global_step,
             "epoch": self.epoch,
             "samples": self.stats.samples,
@@ -267,7 +279,7 @@ class Trainer:
             "loss_total": self._loss_total + float(self._loss_acc.item()),
             "loss_count": self._loss_count + self._loss_acc_n,
         }
-        if torch.cuda.is_available() and self.device.type == "cuda":
+        if torch.cuda.is_available() and self.device.type == "cuda" and not final:
             state["rng_cuda"] = torch.cuda.get_rng_state_all()
         checkpoint.save(self.paths.checkpoint_dir, self.global_step, self.model, state)
 
@@ -492,7 +504,7 @@ class Trainer:
                     nonlocal last_eval
                     last_eval = self.evaluate()
                     self._log_eval(last_eval)
-                    self.save_checkpoint()
+                    self.save_checkpoint(final=self.epoch >= cfg.epochs)
 
                 self._pause(epoch_end)
         finally:
@@ -554,6 +566,8 @@ class Trainer:
         if self.static_steps is None or not self.cfg.gpu_warmup:
             return
         widths = self.step_widths()
+        if not widths:  # resumed after the last epoch: nothing left to train
+            return
         seconds = self.static_steps.prepare(widths)
         self.warmup_seconds["prepare_seconds"] = seconds
         self.warmup_seconds["widths"] = sorted(set(widths))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,3 +87,40 @@ def test_another_runs_checkpoints_in_the_output_folder_are_refused_untouched(tmp
         assert "step " not in r.stdout and "resuming from" not in r.stdout  # refused before any work
         after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()}
         assert after == before
+
+
+def test_the_last_checkpoint_skips_the_optimizer_and_a_restart_only_evaluates_and_exports(tmp_path, tiny_model,
+                                                                                        sentiment_csv):
+    """After the last epoch no step will use the optimizer state (twice the weights' size), so that checkpoint goes
+    without it; a job restarted between it and the export evaluates and exports the same model without training."""
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = _argv(train, test, tiny_model, out)
+    first = subprocess.run(argv, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    ckpts = sorted((out / "checkpoints").glob("step-*"))
+    assert len(ckpts) == 2  # epoch 1 and epoch 2
+    states = [torch.load(c / "trainer_state.pt", weights_only=True) for c in ckpts]
+    assert "optimizer" in states[0] and "scheduler" in states[0] and states[0]["epoch"] == 1
+    assert "optimizer" not in states[1] and "scheduler" not in states[1] and states[1]["epoch"] == 2
+    assert (ckpts[1] / "trainer_state.pt").stat().st_size < (ckpts[0] / "trainer_state.pt").stat().st_size / 10
+    exported = load_file(out / "model" / "model.safetensors")
+    metrics = json.loads((out / "model" / "metrics.json").read_text())
+
+    shutil.rmtree(out / "model")  # the job died before its export
+    again = subprocess.run(argv, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert "resuming from" in again.stdout and "\nstep " not in again.stdout  # no training step
+    b = load_file(out / "model" / "model.safetensors")
+    assert b.keys() == exported.keys() and all(torch.equal(b[k], exported[k]) for k in b)
+    m = json.loads((out / "model" / "metrics.json").read_text())
+    assert m["eval_accuracy"] == metrics["eval_accuracy"] and m["train_loss"] == pytest.approx(metrics["train_loss"])
+
+    # a checkpoint without optimizer state before the last epoch can only be a damaged one: one line, no training
+    states[1]["epoch"] = 1
+    torch.save(states[1], ckpts[1] / "trainer_state.pt")
+    shutil.rmtree(out / "model")
+    bad = subprocess.run(argv, capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "has no optimizer state but the run is at epoch 1 of 2: remove that folder" in bad.stderr
+    assert not (out / "model").exists()
