@@ -181,12 +181,54 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
     return path
 
 
-def predict(path: Path, texts: list[str], threshold: float | None = None) -> list[dict]:
+def trained_on_pairs(path: Path) -> tuple[str, str] | None:
+    """(first column, second column) when the model in `path` was trained on sentence pairs (MNLI, MRPC, STS-B,
+    --text-pair-column ...), from the ftcli_run.json the trainer exports beside it; None for single texts or a
+    folder that has none."""
+    import json
+
+    try:
+        run = json.loads((path / "ftcli_run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    second = run.get("text_pair_column") if isinstance(run, dict) else None
+    return (str(run.get("text_column") or "text"), str(second)) if second else None
+
+
+def pair_up(path: Path, texts: list[str], pairs: list[str] | None) -> list[str | None]:
+    """The second text of each input for the model in `path`: `pairs` (one per text), or for a pair model without
+    them each text's part after its first TAB (which is cut off `texts` in place). A pair model without pairs, or
+    pairs for a single-text model, is a UsageError: a model fed the wrong shape of input answers anyway, wrongly."""
+    columns = trained_on_pairs(path)
+    if pairs is not None:
+        if columns is None and (path / "ftcli_run.json").exists():
+            raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --pair")
+        if len(pairs) != len(texts):
+            raise UsageError(f"{len(texts)} text(s) but {len(pairs)} --pair value(s): give one --pair per text, in "
+                             "order")
+        return list(pairs)
+    if columns is None:
+        return [None] * len(texts)
+    split = [t.split("\t", 1) for t in texts]
+    if any(len(parts) != 2 for parts in split):
+        first, second = columns
+        raise UsageError(f"{path} was trained on sentence pairs ({first} + {second}): each input needs its "
+                         f"{second}", hint='--pair "TEXT" once per text, in order, or TAB-separated pairs (one per '
+                                           'line in --file)')
+    texts[:] = [a for a, _ in split]
+    return [b for _, b in split]
+
+
+def predict(path: Path, texts: list[str], threshold: float | None = None,
+            pairs: list[str] | None = None) -> list[dict]:
     """Classify `texts` with the model in `path`: {"text", "label", "score"} each, or for a multi-label model
     {"text", "labels": [{"label", "score"}, ...]} with the labels at or above the threshold (the model's own
-    unless given), or for a regression model (STS-B) {"text", "score"}: the predicted value."""
+    unless given), or for a regression model (STS-B) {"text", "score"}: the predicted value. A model trained on
+    sentence pairs takes `pairs` (or TAB-separated texts, see pair_up); each result then has "text_pair" too."""
     from ftcli.local import require_train_extra
 
+    texts = list(texts)
+    seconds = pair_up(path, texts, pairs)
     require_train_extra("ftcli predict")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
     from transformers import pipeline
@@ -207,15 +249,17 @@ def predict(path: Path, texts: list[str], threshold: float | None = None) -> lis
     cut = threshold if threshold is not None else getattr(config, "ftcli_threshold", 0.5)
     # A regression head's one output is the prediction: a softmax over one output would always read 1.0.
     fn = "none" if regression else ("sigmoid" if multi else "softmax")
-    results = clf(texts, function_to_apply=fn, truncation=True)
+    inputs = [t if b is None else {"text": t, "text_pair": b} for t, b in zip(texts, seconds, strict=True)]
+    results = clf(inputs, function_to_apply=fn, truncation=True)
     out = []
-    for text, scores in zip(texts, results, strict=True):
+    for text, second, scores in zip(texts, seconds, results, strict=True):
         scores = sorted(scores, key=lambda s: -s["score"])
+        given = {"text": text} if second is None else {"text": text, "text_pair": second}
         if regression:
-            out.append({"text": text, "score": round(scores[0]["score"], 4)})
+            out.append({**given, "score": round(scores[0]["score"], 4)})
         elif multi:
             labels = [{"label": s["label"], "score": round(s["score"], 4)} for s in scores if s["score"] >= cut]
-            out.append({"text": text, "labels": labels})
+            out.append({**given, "labels": labels})
         else:
-            out.append({"text": text, "label": scores[0]["label"], "score": round(scores[0]["score"], 4)})
+            out.append({**given, "label": scores[0]["label"], "score": round(scores[0]["score"], 4)})
     return out

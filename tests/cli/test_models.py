@@ -61,6 +61,21 @@ def test_downloads_into_a_new_folder(capsys, job, tmp_path):
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no staging left behind
 
 
+def test_the_next_step_after_a_download_shows_the_pair_a_pair_model_takes(capsys, cloud_env, monkeypatch, tmp_path):
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    name = make_job(vertex, "mnli-run", f"gs://{BUCKET}/team/ftcli/runs/mnli-run/")
+    run = json.dumps({"task": "mnli", "text_column": "premise", "text_pair_column": "hypothesis"}).encode()
+    seed_model(gcs, "team/ftcli/runs/mnli-run/", {**MODEL, "ftcli_run.json": run})
+    r = run_cli(capsys, "download", name, "out")
+    assert r.code == 0, r.err
+    assert 'next: ftcli predict out "text" --pair "hypothesis"' in r.err
+    single = make_job(vertex, "sst2-run", f"gs://{BUCKET}/team/ftcli/runs/sst2-run/")
+    seed_model(gcs, "team/ftcli/runs/sst2-run/")  # no ftcli_run.json: not known to take pairs
+    r = run_cli(capsys, "download", single, "o2")
+    assert r.code == 0 and 'next: ftcli predict o2 "text"\n' in r.err
+
+
 def test_download_json_is_one_object(capsys, job, tmp_path):
     r = run_cli(capsys, "download", job, "out", "--json")
     assert r.code == 0, r.err
@@ -224,18 +239,55 @@ def test_a_downloaded_folder_gets_the_usual_permissions(capsys, job, tmp_path):
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755  # not mkdtemp's private 0700
 
 
-def test_predict_a_regression_model_shows_the_score_not_a_probability(capsys, tmp_path, tiny_model):
-    # softmax over a regression head's one output always read 1.0
+def test_predict_a_sentence_pair_regression_model(capsys, tmp_path, tiny_model):
+    """STS-B's shape: each input is a pair (--pair, or TAB-separated lines in --file: the same scores), and the
+    output is the predicted score, not a softmax over one output (which always read 1.0). Single texts to a pair
+    model are refused in one line: the model would answer anyway, wrongly."""
     from tests.trainer.test_tasks import train_stsb
 
     out, _ = train_stsb(tmp_path, tiny_model)
-    r = run_cli(capsys, "predict", str(out / "model"), "superb wonderful great film", "awful dull terrible film",
-                "--json")
+    model = str(out / "model")
+    r = run_cli(capsys, "predict", model, "superb wonderful great film", "awful dull terrible film",
+                "--pair", "the plot", "--pair", "the plot", "--json")
     assert r.code == 0, r.err
     high, low = (json.loads(line) for line in r.out.splitlines())
-    assert set(high) == {"text", "score"} and high["score"] != 1.0 and high["score"] > low["score"] + 1.0
-    r = run_cli(capsys, "predict", str(out / "model"), "superb wonderful great film")
-    assert r.code == 0 and r.out.split()[0] == f"{high['score']:.3f}"
+    assert set(high) == {"text", "text_pair", "score"} and high["text_pair"] == "the plot"
+    assert high["score"] != 1.0 and high["score"] > low["score"] + 1.0
+    lines = tmp_path / "pairs.tsv"
+    lines.write_text("superb wonderful great film\tthe plot\n\nawful dull terrible film\tthe plot\n")
+    r = run_cli(capsys, "predict", model, "--file", str(lines), "--json")
+    assert r.code == 0, r.err
+    assert [json.loads(line) for line in r.out.splitlines()] == [high, low]
+    r = run_cli(capsys, "predict", model, "superb wonderful great film", "--pair", "the plot")
+    assert r.code == 0 and r.out.split() == [f"{high['score']:.3f}", *"superb wonderful great film the plot".split()]
+
+    r = run_cli(capsys, "predict", model, "superb wonderful great film")
+    assert r.code == 2 and "Traceback" not in r.err and not r.out
+    error, hint = r.err.splitlines()
+    assert error == f"error: {model} was trained on sentence pairs (sentence1 + sentence2): each input needs its " \
+                    "sentence2"
+    assert "--pair" in hint and "TAB-separated" in hint
+    r = run_cli(capsys, "predict", model, "a", "b", "--pair", "the plot")
+    assert r.code == 2 and "2 text(s) but 1 --pair value(s)" in r.err
+    r = run_cli(capsys, "predict", model, "--file", str(lines), "--pair", "the plot")
+    assert r.code == 2 and "--pair pairs the TEXT arguments, not the lines of --file" in r.err
+
+
+def test_pairs_for_a_single_text_model_are_refused(capsys, tmp_path, tiny_model):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    (model / "ftcli_run.json").write_text(json.dumps({"task": "csv", "text_column": "text",
+                                                       "text_pair_column": None}))
+    r = run_cli(capsys, "predict", str(model), "a wonderful film", "--pair", "the plot")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert r.err.splitlines()[0] == f"error: {model} was trained on single texts, not pairs"
+    # a TAB in a single-text model's input is part of the text, as before
+    from ftcli.models import pair_up
+
+    texts = ["a\tb"]
+    assert pair_up(model, texts, None) == [None] and texts == ["a\tb"]
 
 
 @pytest.mark.parametrize(("state", "says", "hint"), [

@@ -43,7 +43,8 @@ def download(
     show_one(result, (("files", lambda r: f"{r['files']} ({r['bytes']:,} bytes) from job {shown}"),),
              json_out=json_out, title=f"model: {escape(str(got.path))}")
     if not json_out:
-        note(f'next: ftcli predict {got.path} "text"')
+        pairs = models.trained_on_pairs(got.path)
+        note(f'next: ftcli predict {got.path} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))
 
 
 def _load_texts(texts: list[str], file: Path | None) -> list[str]:
@@ -62,7 +63,11 @@ def predict(
     model: Annotated[str, typer.Argument(help="A model folder, or a job (short id, last, id or resource name).")],
     texts: Annotated[Optional[list[str]], typer.Argument(help="Texts to classify.")] = None,  # noqa: UP045
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--file", help="Also classify every non-empty line of this file.")] = None,
+        "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
+        "TEXT<TAB>PAIR lines).")] = None,
+    pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--pair", help="A model trained on sentence pairs (MNLI, MRPC, STS-B, ...): the second text of each TEXT, "
+        "once per TEXT, in order.")] = None,
     threshold: Annotated[Optional[float], typer.Option(  # noqa: UP045
         "--threshold", help="Multi-label: show labels at or above this probability [default: the model's].")] = None,
     trial: TrialOpt = None,
@@ -78,26 +83,32 @@ def predict(
       ftcli predict ftcli-runs/20261125-120000-ab12/model "a wonderful, moving film"
 
       ftcli predict last --file reviews.txt --json
+
+      ftcli predict mnli-model "A man plays a guitar." --pair "Someone makes music."
     """
     from ftcli import models
     from ftcli.output import note, out, show_list, transfer
 
+    if pair and file is not None:
+        raise UsageError("--pair pairs the TEXT arguments, not the lines of --file",
+                         hint="in --file, put each pair on one line: TEXT<TAB>PAIR")
     items = _load_texts(texts or [], file)
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
-    results = models.predict(path, items, threshold)
+    results = models.predict(path, items, threshold, pairs=pair or None)
     if json_out:
         show_list(results, (), json_out=True)
         return
     o = out()
     for r in results:
+        given = r["text"] if "text_pair" not in r else f"{r['text']}\t{r['text_pair']}"
         if "labels" in r:
             shown = ", ".join(f"{x['label']} {x['score']:.3f}" for x in r["labels"]) or "(none)"
-            o.print(f"{shown}\t{r['text']}", markup=False)
+            o.print(f"{shown}\t{given}", markup=False)
         elif "label" not in r:  # regression: the predicted value
-            o.print(f"{r['score']:.3f}\t{r['text']}", markup=False)
+            o.print(f"{r['score']:.3f}\t{given}", markup=False)
         else:
-            o.print(f"{r['label']}\t{r['score']:.3f}\t{r['text']}", markup=False)
+            o.print(f"{r['label']}\t{r['score']:.3f}\t{given}", markup=False)
 
 
 def register(app: typer.Typer) -> None:
