@@ -144,3 +144,38 @@ def test_spot_preemption_restarts_the_replica_which_resumes(capsys, e2e, tmp_pat
     assert replica.restarts == 1 and replica.exit_codes == [143, 0]
     assert _wait_for_line(logs, "resuming from gs://ftcli-test/team/ftcli/runs/")
     assert any(o.endswith("/model/_COMPLETE") for o in gcs.list("ftcli-test"))
+
+
+def test_a_glue_pair_task_from_local_files_through_vertex_then_predict_pairs(capsys, e2e, tmp_path, tiny_model):
+    """MRPC's layout (idx, sentence1, sentence2, label ids) from local files: uploaded, trained in the emulated
+    job with GLUE's metrics, downloaded, and predicted on sentence pairs (single texts refused)."""
+    from tests.conftest import write_csv
+    from tests.trainer.test_tasks import CARD, glue_rows
+
+    gcs, vertex, logs = e2e
+    header, rows = glue_rows("mrpc", 400, seed=1)
+    _, dev = glue_rows("mrpc", 60, seed=2)
+    train, test = write_csv(tmp_path / "train.csv", header, rows), write_csv(tmp_path / "dev.csv", header, dev)
+    r = run_cli(capsys, "train", "--task", "mrpc", "--train-file", str(train), "--eval-file", str(test), "--gpu",
+                "none", "--model", str(tiny_model), "--epochs", "6", "--batch-size", "16", "--learning-rate", "3e-3",
+                "--max-length", "64")
+    assert r.code == 0, r.err + r.out
+    (name,) = vertex.jobs
+    args = list(vertex.job(name).job_spec.worker_pool_specs[0].container_spec.args)
+    assert args[args.index("--task") + 1] == "mrpc"
+    assert args[args.index("--train-file") + 1].startswith("gs://ftcli-test/")
+    done = next(x for x in r.out.splitlines() if "done: " in x)
+    assert "F1" in done and "accuracy" in done  # GLUE's MRPC metrics, from the job's own log
+
+    assert run_cli(capsys, "download", "1", str(tmp_path / "model")).code == 0
+    m = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert m["label_names"] == list(CARD["mrpc"][2]) and m["eval_accuracy"] > 0.6, m
+    pairs = ["superb wonderful great film", "awful dull terrible film"]
+    r = run_cli(capsys, "predict", str(tmp_path / "model"), *pairs, "--pair", "the plot", "--pair", "the plot",
+                "--json")
+    assert r.code == 0, r.err
+    got = [json.loads(line) for line in r.out.splitlines()]
+    assert [g["text_pair"] for g in got] == ["the plot"] * 2
+    assert [g["label"] for g in got] == ["equivalent", "not_equivalent"]
+    r = run_cli(capsys, "predict", str(tmp_path / "model"), pairs[0])
+    assert r.code == 2 and "trained on sentence pairs (sentence1 + sentence2)" in r.err
