@@ -50,6 +50,10 @@ def test_success_says_what_to_run_next():
     view = FollowView("3", json_out=False, out=out, err=err)
     view.ended(Outcome("SUCCEEDED", Job(NAME, "run", "SUCCEEDED")))
     assert buf.getvalue() == 'next: ftcli download 3   ·   ftcli predict 3 "text"\n'
+    err, buf = console(False)  # a task of sentence pairs: predict takes a pair per text
+    view = FollowView("4", json_out=False, out=out, err=err)
+    view.ended(Outcome("SUCCEEDED", Job(NAME, "run", "SUCCEEDED", labels={"ftcli_task": "mnli"})))
+    assert buf.getvalue() == 'next: ftcli download 4   ·   ftcli predict 4 "text" --pair "hypothesis"\n'
 
 
 def test_the_end_says_what_the_job_cost_at_the_users_rates(tmp_path, monkeypatch):

@@ -84,7 +84,7 @@ class FollowView(Events):
         self._spent(outcome.job)
         if outcome.state == "SUCCEEDED":
             n = self.shown
-            e.print(f"next: [bold]ftcli download {n}[/]   ·   ftcli predict {n} \"text\"")
+            e.print(f"next: [bold]ftcli download {n}[/]   ·   ftcli predict {n} \"text\"{_pair_hint(outcome.job)}")
             return
         error = outcome.job.error
         e.print(f"[red]job {self.shown} {outcome.state}[/]" + (f": {escape(error)}" if error else ""))
@@ -128,3 +128,12 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
     if outcome.state is not None:
         view.ended(outcome)
     return outcome.exit_code
+
+
+def _pair_hint(job) -> str:
+    """` --pair "COLUMN"` when the job's task (its label) is one of sentence pairs: `predict` needs a pair per text."""
+    from ftcli.spec import TASK_LABEL
+    from ftcli_trainer.tasks import TASKS
+
+    task = TASKS.get(job.labels.get(TASK_LABEL) or "")
+    return f' --pair "{task.text_pair_column}"' if task is not None and task.text_pair_column else ""
