@@ -105,11 +105,13 @@ def test_a_jobs_cost_is_every_pools_machine_hours_at_the_files_rates(tmp_path, m
     assert spent.hours == pytest.approx(1.5) and spent.amount == pytest.approx(1.5 * spent.per_hour)
     running = Job(job.name, "run", "RUNNING", started=t0, pools=pools)
     assert job_cost(running, now=t0 + dt.timedelta(minutes=30))[0].hours == pytest.approx(0.5)  # so far
-    assert job_cost(Job(job.name, "run", "PENDING", pools=pools)) == (None, "it has not started")
+    assert job_cost(Job(job.name, "run", "PENDING", pools=pools)) == (None, None)  # nothing to say yet
     l4 = Job(job.name, "run", "SUCCEEDED", started=t0, ended=t0, pools=(Pool("g2-standard-8", "NVIDIA_L4", 1),))
     assert job_cost(l4) == (None, "no us-central1 rate for g2-standard-8, L4 in the price file")
     elsewhere = Job(JobName("p", "asia-east1", "1"), "run", "SUCCEEDED", started=t0, ended=t0, pools=pools)
     assert job_cost(elsewhere)[1].endswith("has no asia-east1 rates (it has: europe-west4, us-central1)")
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "none.toml"))
+    assert job_cost(job) == (None, None)  # no price file: nothing to say after the fact
 
 
 def test_a_tuning_jobs_cost_is_every_trials_run_time(tmp_path, monkeypatch):
@@ -130,4 +132,4 @@ def test_a_tuning_jobs_cost_is_every_trials_run_time(tmp_path, monkeypatch):
     assert why is None and spent.per_hour == pytest.approx(0.9)
     assert spent.hours == pytest.approx(1.0)  # 40 minutes + 20 so far; the third has not started
     assert tuning_cost(TuningJob(job.name, "t", "PENDING", "m", "MAXIMIZE", 1, 1, (trials[2],), pools=job.pools)) == (
-        None, "it has not started")
+        None, None)

@@ -137,12 +137,13 @@ class Spent:
 
 
 def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str | None]:
-    """USD an hour for `pools` (every replica's machine and GPUs) at the price file's `region` rates."""
+    """USD an hour for `pools` (every replica's machine and GPUs) at the price file's `region` rates; without a
+    price file, None and nothing to say (a job's cost is then simply not shown)."""
     from ftcli.catalog import gpu_short_name
 
     table, why = for_region(region)
     if table is None:
-        return None, why
+        return None, why if price_path().exists() else None
     parts = [(p.replicas, p.machine_type, gpu_short_name(p.accelerator) if p.accelerator else None,
               p.accelerator_count) for p in pools if p.machine_type and p.replicas > 0]
     rate, why = table.per_hour(parts)
@@ -150,11 +151,12 @@ def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str 
 
 
 def job_cost(job: Job, now: dt.datetime | None = None) -> tuple[Spent | None, str | None]:
-    """The job's cost so far at the rates in the price file, or None and why not (not started, no file, a machine
-    or GPU the file has no rate for). Rates are on-demand: a Spot or Flex-start job cost less."""
+    """The job's cost so far at the rates in the price file, or None and why the file gives none (a region, machine
+    or GPU it has no rate for); None and None when there is nothing to say (no price file, not started yet). Rates
+    are on-demand: a Spot or Flex-start job cost less."""
     seconds = job.duration_s(now)
     if seconds is None:
-        return None, "it has not started"
+        return None, None
     rate, why = _per_hour(job.pools, job.name.region)
     return (Spent(rate[0], seconds / 3600, rate[1]), None) if rate else (None, why)
 
@@ -163,6 +165,6 @@ def tuning_cost(job: TuningJob, now: dt.datetime | None = None) -> tuple[Spent |
     """A tuning job's cost so far: every trial's run time (each trial is one job of `job.pools`)."""
     runs = [d for t in job.trials if (d := t.duration_s(now)) is not None]
     if not runs:
-        return None, "it has not started"
+        return None, None
     rate, why = _per_hour(job.pools, job.name.region)
     return (Spent(rate[0], sum(runs) / 3600, rate[1]), None) if rate else (None, why)

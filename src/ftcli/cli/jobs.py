@@ -126,9 +126,10 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
 
 
 def _spent_line(spent, why: str | None, span, of: str = "") -> str | None:
-    """The cost row: the amount at the user's rates, why there is none, or nothing without a price file."""
+    """The cost row: the amount at the user's rates, why the price file gives none, or nothing (no price file, not
+    started)."""
     if spent is None:
-        return None if why is None or why.startswith(("no price file", "it has not")) else f"no amount: {why}"
+        return f"no amount: {why}" if why else None
     t = spent.table
     return (f"about ${spent.amount:,.2f} ({span(spent.hours * 3600)}{f' {of}' if of else ''} at "
             f"${spent.per_hour:,.2f} an hour, on-demand; {t.region} rates from {t.source}, read {t.read})")
