@@ -181,10 +181,10 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
     return path
 
 
-def trained_on_pairs(path: Path) -> tuple[str, str] | None:
+def trained_on_pairs(path: Path) -> tuple[str, str] | None | bool:
     """(first column, second column) when the model in `path` was trained on sentence pairs (MNLI, MRPC, STS-B,
-    --text-pair-column ...), from the ftcli_run.json the trainer exports beside it; None for single texts or a
-    folder that has none."""
+    --text-pair-column ...), False when on single texts, from the ftcli_run.json the trainer exports beside it;
+    None when the folder has none (not known)."""
     import json
 
     try:
@@ -192,31 +192,30 @@ def trained_on_pairs(path: Path) -> tuple[str, str] | None:
     except (OSError, ValueError):
         return None
     second = run.get("text_pair_column") if isinstance(run, dict) else None
-    return (str(run.get("text_column") or "text"), str(second)) if second else None
+    return (str(run.get("text_column") or "text"), str(second)) if second else False
 
 
-def pair_up(path: Path, texts: list[str], pairs: list[str] | None) -> list[str | None]:
-    """The second text of each input for the model in `path`: `pairs` (one per text), or for a pair model without
-    them each text's part after its first TAB (which is cut off `texts` in place). A pair model without pairs, or
-    pairs for a single-text model, is a UsageError: a model fed the wrong shape of input answers anyway, wrongly."""
+def pair_up(path: Path, texts: list[str], pairs: list[str] | None) -> tuple[list[str], list[str | None]]:
+    """(first texts, second texts) for the model in `path`: `pairs` (one per text), or for a pair model without
+    them each text split at its first TAB. A pair model without pairs, or pairs for a single-text model, is a
+    UsageError: a model fed the wrong shape of input answers anyway, wrongly."""
     columns = trained_on_pairs(path)
     if pairs is not None:
-        if columns is None and (path / "ftcli_run.json").exists():
+        if columns is False:
             raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --pair")
         if len(pairs) != len(texts):
             raise UsageError(f"{len(texts)} text(s) but {len(pairs)} --pair value(s): give one --pair per text, in "
                              "order")
-        return list(pairs)
-    if columns is None:
-        return [None] * len(texts)
+        return list(texts), list(pairs)
+    if not columns:
+        return list(texts), [None] * len(texts)
     split = [t.split("\t", 1) for t in texts]
     if any(len(parts) != 2 for parts in split):
         first, second = columns
         raise UsageError(f"{path} was trained on sentence pairs ({first} + {second}): each input needs its "
                          f"{second}", hint='--pair "TEXT" once per text, in order, or TAB-separated pairs (one per '
                                            'line in --file)')
-    texts[:] = [a for a, _ in split]
-    return [b for _, b in split]
+    return [a for a, _ in split], [b for _, b in split]
 
 
 def predict(path: Path, texts: list[str], threshold: float | None = None,
@@ -227,8 +226,7 @@ def predict(path: Path, texts: list[str], threshold: float | None = None,
     sentence pairs takes `pairs` (or TAB-separated texts, see pair_up); each result then has "text_pair" too."""
     from ftcli.local import require_train_extra
 
-    texts = list(texts)
-    seconds = pair_up(path, texts, pairs)
+    texts, seconds = pair_up(path, texts, pairs)
     require_train_extra("ftcli predict")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
     from transformers import pipeline

@@ -362,8 +362,6 @@ def lacks_resources(error: str | None) -> bool:
 
 @dataclass
 class Candidate:
-    gpu: str
-    region: str | None
     sub: Submission
 
     @property
@@ -402,7 +400,7 @@ def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels:
     for i, (g, r) in enumerate(kept, 1):
         tries = [f"ftcli_try={i}-of-{len(kept)}"] if len(kept) > 1 else []
         sub = plan(gpu=g, region=r, bucket=bucket, labels=[*labels, *tries], **rest)
-        out.append(Candidate(g, r, sub))
+        out.append(Candidate(sub))
     return out, notes
 
 

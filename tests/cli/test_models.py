@@ -286,8 +286,7 @@ def test_pairs_for_a_single_text_model_are_refused(capsys, tmp_path, tiny_model)
     # a TAB in a single-text model's input is part of the text, as before
     from ftcli.models import pair_up
 
-    texts = ["a\tb"]
-    assert pair_up(model, texts, None) == [None] and texts == ["a\tb"]
+    assert pair_up(model, ["a\tb"], None) == (["a\tb"], [None])
 
 
 @pytest.mark.parametrize(("state", "says", "hint"), [

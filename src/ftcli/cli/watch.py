@@ -93,7 +93,6 @@ class FollowView(Events):
             for line in outcome.last_lines:
                 e.print(f"  {escape(line.text)}")
 
-
     def _spent(self, job: Job | None) -> None:
         """At the end: what the job cost at the user's rates, when their price file has them (else nothing)."""
         from ftcli import prices
