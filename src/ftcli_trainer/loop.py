@@ -156,7 +156,7 @@ class Trainer:
         self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision,
                                                                  self.dist.world_size)
         self.static_steps = None  # built in fit(), after a resume, around the on-device loss sum
-        self.warmup_seconds: dict = {}  # --gpu-warmup's parts (task.run's prewarm, fit's prepare), when it ran
+        self.gpu_warmup: dict = {}  # what --gpu-warmup did (task.run's prewarm, fit's prepare), when it ran
         train_model = model
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
@@ -534,8 +534,8 @@ class Trainer:
             "train_tokens_per_second": self.stats.real_tokens / secs if secs else 0.0,
             "train_pad_fraction": 1 - self.stats.real_tokens / max(1, self.stats.padded_tokens),
         }
-        if self.warmup_seconds:
-            summary["gpu_warmup"] = dict(self.warmup_seconds)
+        if self.gpu_warmup:
+            summary["gpu_warmup"] = dict(self.gpu_warmup)
         summary.update(last_eval)
         return summary
 
@@ -565,16 +565,15 @@ class Trainer:
         before the training clock starts (cuda_graphs.StaticSteps.prepare), so the first steps replay."""
         if self.static_steps is None or not self.cfg.gpu_warmup:
             return
-        widths = self.step_widths()
+        widths = sorted(self.step_widths())
         if not widths:  # resumed after the last epoch: nothing left to train
             return
         seconds = self.static_steps.prepare(widths)
-        self.warmup_seconds["prepare_seconds"] = seconds
-        self.warmup_seconds["widths"] = sorted(set(widths))
+        self.gpu_warmup |= {"prepare_seconds": seconds, "widths": widths}
         if self.dist.is_main and self.static_steps.capture:
             log.info("CUDA graphs: widths %s%s warmed up and captured ahead in %.2f s, before the training clock",
-                     ",".join(map(str, sorted(set(widths)))),
-                     " and the update" if "update" in self.static_steps.graphs else "", seconds)
+                     ",".join(map(str, widths)), " and the update" if "update" in self.static_steps.graphs else "",
+                     seconds)
 
     def step_widths(self) -> set[int]:
         """The padded widths of the micro-batches left in this run (the graph path's buckets)."""

@@ -171,7 +171,7 @@ def run(cfg: TrainConfig) -> dict:
     trainer = Trainer(cfg, model, train_enc, evals_enc, data.label_names, data.multi_label, device, precision,
                       paths, pad_id, dist)
     if prewarm_seconds is not None:
-        trainer.warmup_seconds["prewarm_seconds"] = prewarm_seconds
+        trainer.gpu_warmup["prewarm_seconds"] = prewarm_seconds
     if cfg.hypertune_metric:
         from ftcli_trainer.hypertune import Reporter
 
