@@ -83,6 +83,19 @@ def sentiment_csv(tmp_path) -> tuple[Path, Path]:
     return train, test
 
 
+# A user's price file as most cost tests need it: on-demand rates for n1-standard-8 and T4 in us-central1.
+T4_RATES = ('source = "my contract"\nread = 2026-11-02\n[us-central1.machines]\nn1-standard-8 = 0.5\n'
+            '[us-central1.gpus]\nT4 = 0.25\n')
+
+
+def use_price_file(tmp_path: Path, monkeypatch, text: str = T4_RATES) -> Path:
+    """Write `text` as the user's price file (tmp_path/prices.toml) and point FTCLI_PRICES at it."""
+    path = tmp_path / "prices.toml"
+    path.write_text(text)
+    monkeypatch.setenv("FTCLI_PRICES", str(path))
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _no_user_price_file(tmp_path, monkeypatch):
     """The developer's own prices.toml never changes what a test sees: tests that want rates write one."""

@@ -9,6 +9,7 @@ import pytest
 from ftcli.catalog import estimate, resolve_gpu
 from ftcli.errors import UsageError
 from ftcli.prices import for_region, parse
+from tests.conftest import use_price_file
 
 GOOD = '''source = "https://cloud.google.com/vertex-ai/pricing"
 read = 2026-11-20
@@ -92,8 +93,7 @@ def test_a_jobs_cost_is_every_pools_machine_hours_at_the_files_rates(tmp_path, m
     from ftcli.prices import job_cost
     from ftcli.values import Job, JobName, Pool
 
-    (tmp_path / "prices.toml").write_text(GOOD)
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    use_price_file(tmp_path, monkeypatch, GOOD)
     t0 = dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)
     pools = (Pool("n1-standard-8", "NVIDIA_TESLA_T4", 2), Pool("n1-standard-8", "NVIDIA_TESLA_T4", 2, replicas=2),
              Pool("n1-highcpu-16", replicas=3))
@@ -120,8 +120,7 @@ def test_a_tuning_jobs_cost_is_every_trials_run_time(tmp_path, monkeypatch):
     from ftcli.prices import tuning_cost
     from ftcli.values import Pool, Trial, TuningJob, TuningName
 
-    (tmp_path / "prices.toml").write_text(GOOD)
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    use_price_file(tmp_path, monkeypatch, GOOD)
     t0 = dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)
     trials = (Trial("1", "SUCCEEDED", started=t0, ended=t0 + dt.timedelta(minutes=40)),
               Trial("2", "ACTIVE", started=t0 + dt.timedelta(minutes=40)),

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from tests.cli.helpers import run_cli
+from tests.conftest import use_price_file
 
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
 LONG_MODEL = "google/bert-large-uncased-whole-word-masking-finetuned-squad-and-more"
@@ -86,9 +87,7 @@ def test_describe_says_what_the_job_cost_at_the_users_rates(capsys, cloud_env, t
     three_jobs(capsys, gcs, vertex)
     r = run_cli(capsys, "jobs", "describe", "1")
     assert "cost" not in r.out  # no price file: no cost row, no noise
-    (tmp_path / "prices.toml").write_text('source = "my contract"\nread = 2026-11-02\n[us-central1.machines]\n'
-                                          'n1-standard-8 = 0.5\n[us-central1.gpus]\nT4 = 0.25\n')
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    use_price_file(tmp_path, monkeypatch)
     r = run_cli(capsys, "jobs", "describe", "1")
     assert r.code == 0, r.err
     assert "at $0.75 an hour, on-demand; us-central1 rates from my contract, read 2026-11-02)" in r.out

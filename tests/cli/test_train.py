@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from tests.cli.helpers import run_cli
-from tests.conftest import write_csv
+from tests.conftest import use_price_file, write_csv
 
 BASE = ["train", "--detach", "--json", "--epochs", "1"]
 
@@ -432,8 +432,7 @@ T4 = 0.25
 
 def test_the_users_price_file_gives_amounts_for_each_candidate(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
-    (tmp_path / "prices.toml").write_text(PRICES)
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    use_price_file(tmp_path, monkeypatch, PRICES)
     r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4x2,L4", "--spot", "--project", "my-project",
                 "--bucket", "gs://my-bucket", "--dry-run", "--timeout", "10h")
     assert r.code == 0, r.err
@@ -455,8 +454,7 @@ def test_the_users_price_file_gives_amounts_for_each_candidate(capsys, monkeypat
 
 def test_a_bad_price_file_stops_before_anything_is_uploaded(capsys, cloud_env, tmp_path, monkeypatch):
     gcs, vertex = cloud_env
-    (tmp_path / "prices.toml").write_text(PRICES.replace("T4 = 0.25", "T4 = -0.25"))
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    use_price_file(tmp_path, monkeypatch, PRICES.replace("T4 = 0.25", "T4 = -0.25"))
     r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--detach")
     assert r.code == 2
     assert r.err.splitlines()[0] == (f"error: price file {tmp_path / 'prices.toml'}: us-central1.gpus.T4 must be a "

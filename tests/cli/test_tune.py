@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.cli.helpers import run_cli
-from tests.conftest import sentiment_rows, write_csv
+from tests.conftest import T4_RATES, sentiment_rows, use_price_file, write_csv
 
 pytest.importorskip("torch")
 
@@ -39,13 +39,11 @@ def test_the_cost_counts_every_trial_and_the_ones_at_once(capsys, monkeypatch, t
     assert ("cost: each trial 1 x T4 on n1-standard-8, 4 at a time, 6 trials of at most 2h (--timeout): up to 12 "
             "GPU-hours") in r.err
     assert "no dollar amounts: no price file" in r.err and "$" not in r.err
-    (tmp_path / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n[us-central1.machines]\n'
-                                          'n1-standard-8 = 0.5\n[us-central1.gpus]\nT4 = 0.25\n')
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    use_price_file(tmp_path, monkeypatch)
     r = run_cli(capsys, *args)
     # 0.75 an hour a trial: 4 at once is 3.00 an hour; 6 trials of 2 h at most 9.00
     assert ("about $3.00 an hour with 4 running, at most $9.00 for 6 trials (on-demand rates: us-central1 rates from "
-            "s, read 2026-11-02)") in r.err
+            "my contract, read 2026-11-02)") in r.err
 
 
 def test_a_study_file_with_flags_over_it(capsys, monkeypatch, tmp_path):
@@ -117,9 +115,7 @@ def tuned(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys, tmp_pat
     monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
     monkeypatch.setattr(cloud_logging, "project", "test-project")
     data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(120, seed=5))
-    (tmp_path / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n[us-central1.machines]\n'
-                                          'n1-standard-8 = 3.6\n')  # a tenth of a cent a second
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    use_price_file(tmp_path, monkeypatch, T4_RATES.replace("n1-standard-8 = 0.5", "n1-standard-8 = 3.6"))  # 0.1 c/s
     r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(data), "--model", str(tiny_model),
                 "--gpu", "none", "--epochs", "1", "--trials", "2", "--parallel", "1",
                 "--search", "learning_rate=loguniform(1e-4,1e-3)", "--label-names", "negative,positive")
@@ -153,7 +149,7 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path):
     assert "trials ran " in tune_err and " in all: about $" in tune_err
     assert "(on-demand; $3.60 an hour a trial)" in tune_err
     ran = sum((t.end_time - t.start_time).total_seconds() for t in tj.trials)
-    assert "at $3.60 an hour, on-demand; us-central1 rates from s, read 2026-11-02)" in r.out
+    assert "at $3.60 an hour, on-demand; us-central1 rates from my contract, read 2026-11-02)" in r.out
     r = run_cli(capsys, "jobs", "describe", "1", "--json")
     assert [t["id"] for t in json.loads(r.out)["trials"]][0] == best.id
     assert json.loads(r.out)["cost_usd"] == pytest.approx(3.6 * ran / 3600, abs=1e-3)

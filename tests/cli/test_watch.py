@@ -11,6 +11,7 @@ from ftcli.cli.watch import FollowView
 from ftcli.follow import Line, Outcome
 from ftcli.output import Waiting
 from ftcli.values import Job, JobName
+from tests.conftest import use_price_file
 
 NAME = JobName("p", "us-central1", "123")
 
@@ -59,9 +60,7 @@ def test_success_says_what_to_run_next():
 def test_the_end_says_what_the_job_cost_at_the_users_rates(tmp_path, monkeypatch):
     from ftcli.values import Pool
 
-    (tmp_path / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n[us-central1.machines]\n'
-                                          'n1-standard-8 = 0.5\n[us-central1.gpus]\nT4 = 0.25\n')
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.toml"))
+    use_price_file(tmp_path, monkeypatch)
     t0 = dt.datetime(2026, 11, 27, 9, tzinfo=dt.UTC)
     job = Job(NAME, "run", "SUCCEEDED", started=t0, ended=t0 + dt.timedelta(minutes=100),
               pools=(Pool("n1-standard-8", "NVIDIA_TESLA_T4", 1),))
