@@ -319,12 +319,12 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         "sum_len": int(lengths.sum()), "sum_len2": int((lengths.astype("int64") ** 2).sum()), **timer.report(),
     }
     warm = r.get("gpu_warmup")  # only where the warm-up ran (a CUDA GPU with the graph path)
-    if isinstance(warm, dict):
+    if warm:
         res["gpu_warmup"] = warm
-    ss = getattr(t, "static_steps", None)
+    ss = t.static_steps
     if ss is not None:
-        res["graphs"] = dict(ss.counts, capture_seconds=getattr(ss, "capture_seconds", 0.0),
-                             still_capturing=getattr(ss, "capture", None), widths=list(getattr(ss, "widths", ())))
+        res["graphs"] = dict(ss.counts, capture_seconds=ss.capture_seconds, still_capturing=ss.capture,
+                             widths=list(ss.widths))
     shutil.rmtree(out, ignore_errors=True)  # BERT-base: 0.4 GB model + 1.3 GB checkpoint per run
     return res
 
@@ -457,8 +457,6 @@ def _check_trainers(args, enc, groups, precision: str, dropout: bool, prepared: 
         info: dict = {}
         if mode == "prepared":
             ss = t.static_steps
-            if not hasattr(ss, "prepare"):
-                return None, None, {"absent": "this trainer's StaticSteps has no prepare()"}
             widths = sorted({cuda_graphs.bucket_for(int(max(enc.lengths[idx].max() for idx in g)), ss.widths)
                              for g in groups})
             sync(args.device)
@@ -484,12 +482,10 @@ def _check_trainers(args, enc, groups, precision: str, dropout: bool, prepared: 
             out["graphs"] = info["graphs"]
     if prepared:  # its failure is reported on its own and never hides the graph-vs-eager result
         try:
-            model, losses, info = steps("prepared")
-            if model is not None:
-                models["prepared"] = model
-                before, after = info["counts_after_prepare"], info["graphs"]
-                info.update(losses=losses, steps_all_replays=after["captured"] == before["captured"]
-                            and after["eager"] == before["eager"])
+            models["prepared"], losses, info = steps("prepared")
+            before, after = info["counts_after_prepare"], info["graphs"]
+            info.update(losses=losses, steps_all_replays=after["captured"] == before["captured"]
+                        and after["eager"] == before["eager"])
             out["prepared"] = info
         except Exception as e:  # noqa: BLE001
             import traceback
@@ -606,9 +602,9 @@ def child_check(args) -> dict:
     if args.device == "cuda":
         ok = ok and graphs.get("captured", 0) >= 2 and graphs.get("replays", 0) > 0 and graphs.get("still_capturing")
     out["ok"] = bool(ok)
-    # --gpu-warmup's StaticSteps.prepare: the same steps as eager after it (None where the trainer has none)
+    # --gpu-warmup's StaticSteps.prepare: the same steps as eager after it (None where no check part ran it)
     prep = [(k, out[k].get("prepared")) for k in ("fp32", "bf16") if isinstance(out.get(k), dict)]
-    prep = [(k, v) for k, v in prep if v and "absent" not in v]
+    prep = [(k, v) for k, v in prep if v]
     if prep:
         limits = {"fp32": (1e-4, 1e-2), "bf16": (3e-2, float("inf"))}
         out["prepared_ok"] = all("error" not in v and v["max_rel_loss_diff"] < limits[k][0]
@@ -1086,8 +1082,8 @@ def check_lines(chk: dict, env: dict) -> list[str]:
         v = (chk.get(k) or {}).get("prepared")
         if not v:
             continue
-        if "absent" in v or "error" in v:
-            prep.append(f"{k}: {v.get('absent') or v.get('error')}")
+        if "error" in v:
+            prep.append(f"{k}: {v['error']}")
         else:
             c, a = v.get("graphs", {}), v.get("counts_after_prepare", {})
             prep.append(f"{k} widths {v['widths']} in {v['prepare_seconds']:.2f} s, then max rel loss diff "

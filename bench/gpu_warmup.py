@@ -98,8 +98,8 @@ def main() -> None:
     by_kind: dict[str, float] = {}
     for x in rows:
         by_kind[x["did"] or "none"] = by_kind.get(x["did"] or "none", 0.0) + x["ms"]
-    ss = getattr(seen.get("trainer"), "static_steps", None)
-    warm = r.get("gpu_warmup") if isinstance(r.get("gpu_warmup"), dict) else None
+    ss = seen["trainer"].static_steps
+    warm = r.get("gpu_warmup")
     summary = {
         "gpu_warmup_flag": args.gpu_warmup, "device": "cuda" if cuda else "cpu",
         # the trainer's own account of its warm-up (absent: it did not run, e.g. no CUDA or no graph path)
@@ -114,7 +114,7 @@ def main() -> None:
         "first_steps_mean_ms": round(total / len(rows), 2) if rows else None,
         "median_of_last_20_ms": last[len(last) // 2] if last else None,
         "ms_by_what_the_step_did": {k: round(v, 1) for k, v in by_kind.items()},
-        "graphs": dict(ss.counts, capture_seconds=round(getattr(ss, "capture_seconds", 0.0), 3))
+        "graphs": dict(ss.counts, capture_seconds=round(ss.capture_seconds, 3))
         if ss is not None else None,
         "train_runtime_s": round(r["train_runtime"], 2), "train_samples_per_second": round(
             r["train_samples_per_second"], 1), "eval_accuracy": r.get("eval_accuracy"),
