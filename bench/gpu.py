@@ -22,14 +22,16 @@ printed last whatever happened:
            with padded masks (no fallback), dropout masks that change at every replay with the eager keep rate
            (plain dropout and SDPA's attention dropout), and mean losses with dropout on (`--skip-check`: none)
   runs     per case, the contenders (`--contenders`, in that order), interleaved `--repeat` times:
-             ftcli_graphs  ftcli --cuda-graphs on
-             ftcli_warm    ftcli --cuda-graphs on --gpu-warmup (by default in the MiniLM case only)
+             ftcli_graphs  ftcli --cuda-graphs on --no-gpu-warmup
+             ftcli_warm    ftcli --cuda-graphs on --gpu-warmup (the default; by default in the MiniLM case only)
+             ftcli_copies  ftcli_warm with --weight-copies (only when named in --contenders)
              hf            the HF Trainer tuned (bf16 or fp16 below compute capability 8.0, tf32, fused AdamW,
                            DataCollatorWithPadding(pad_to_multiple_of=8), 2 loader workers, random order)
              ftcli_eager   ftcli --cuda-graphs off
            same rows, model, batch 32, lr schedule (6 % warmup, linear decay), weight decay 0.01, clipping 1.0,
            1 epoch, seed; each run its own child
-  profile  torch.profiler over BERT-base steps of 32 x 512 tokens (eager and graphs): top kernels, time by
+  profile  torch.profiler over BERT-base steps of 32 x 512 tokens (--profile-modes: eager, graphs, copies = graphs
+           with --weight-copies): top kernels, time by
            kind, GPU busy share, MFU of that fixed shape
 
 Reported per run: train samples/s (rows / train runtime, as each trainer reports it: ftcli from its loop's start
@@ -81,12 +83,15 @@ CASES = {  # name -> model, data, rows, max length, learning rate
     "bert_imdb_512": dict(model="bert-base", data="imdb", rows=7500, max_length=512, lr=5e-5),
 }
 # In the order they run within a repetition: the graph path first (the headline), the HF Trainer, eager last
-# (the slowest, known from the issue). ftcli_warm is the graph path with --gpu-warmup.
-CONTENDERS = ("ftcli_graphs", "ftcli_warm", "hf", "ftcli_eager")
+# (the slowest, known from the issue). ftcli_warm is the graph path with --gpu-warmup (the trainer's default since
+# the H100 run), ftcli_graphs the graph path without it, ftcli_copies ftcli_warm with --weight-copies.
+CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "hf", "ftcli_eager")
 # Without --contenders: ftcli_warm only where its question is open (the MiniLM case: short steps, where the
 # first-use costs weigh most), so that the default full run keeps to its budget.
-DEFAULT_CONTENDERS = {"minilm_sst2_128": CONTENDERS}
+DEFAULT_CONTENDERS = {"minilm_sst2_128": tuple(c for c in CONTENDERS if c != "ftcli_copies")}
 BATCH = 32
+# The profile's modes: name -> (--cuda-graphs, more trainer flags)
+PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", []), "copies": ("on", ["--weight-copies"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500
@@ -272,8 +277,9 @@ def _case_files(args, case: str) -> tuple[Path, Path]:
 
 
 def child_ftcli(args, case: str, contender: str) -> dict:
-    """ftcli_eager: --cuda-graphs off; ftcli_graphs: on; ftcli_warm: on with --gpu-warmup (the first-use costs
-    paid while the CPU tokenizes, every width warmed up and captured in `fit` before the training clock)."""
+    """ftcli_eager: --cuda-graphs off; ftcli_graphs: on, --no-gpu-warmup; ftcli_warm: on with --gpu-warmup (the
+    first-use costs paid while the CPU tokenizes, every width warmed up and captured in `fit` before the training
+    clock); ftcli_copies: ftcli_warm reading bf16 copies of the Linear weights (--weight-copies)."""
     import ftcli_trainer.loop as loop
     from ftcli_trainer import task
     from ftcli_trainer.config import parse_args
@@ -305,8 +311,8 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         "--seed", str(SEED), "--output-dir", str(out), "--label-names", "0,1", "--log-every", "1000000",
         "--cuda-graphs", "off" if contender == "ftcli_eager" else "on",
     ]
-    if contender == "ftcli_warm":
-        argv.append("--gpu-warmup")
+    argv += {"ftcli_graphs": ["--no-gpu-warmup"], "ftcli_warm": ["--gpu-warmup"],
+             "ftcli_copies": ["--gpu-warmup", "--weight-copies"]}.get(contender, [])
     cfg = parse_args(argv)
     task._setup_logging()
     r = task.run(cfg)
@@ -414,11 +420,13 @@ def child_hf(args, case: str) -> dict:
             "sum_len": int(lengths.sum()), "sum_len2": int((lengths ** 2).sum()), **timer.report(), **first_batch}
 
 
-def _check_trainers(args, enc, groups, precision: str, dropout: bool, prepared: bool = False) -> dict:
+def _check_trainers(args, enc, groups, precision: str, dropout: bool, prepared: bool = False,
+                    copies: bool = False) -> dict:
     """The same steps, eager and through the graph path, from the same weights; per-step mean losses. With
     `prepared`, a third copy runs the graph path after `StaticSteps.prepare(widths)` (what `--gpu-warmup` does
     in `fit`: every width warmed up on filler rows and captured, the optimizer update too) and must make the
-    same steps as eager: the filler rows must change nothing."""
+    same steps as eager: the filler rows must change nothing. With `copies`, another runs the graph path with
+    --weight-copies, whose weights must be those of the graph path's bit for bit (the same bf16 operands)."""
     import copy
 
     import torch
@@ -443,7 +451,8 @@ def _check_trainers(args, enc, groups, precision: str, dropout: bool, prepared: 
     def steps(mode: str):
         cfg = parse_args(["--task", "csv", "--train-file", "unused.csv", "--batch-size", str(BATCH),
                           "--learning-rate", "1e-4", "--warmup-ratio", "0.06",
-                          "--cuda-graphs", "off" if mode == "off" else "on", "--precision", precision])
+                          "--cuda-graphs", "off" if mode == "off" else "on", "--precision", precision,
+                          *(["--weight-copies"] if mode == "copies" else [])])
         model = copy.deepcopy(base)
         tmp = work_dir(args) / "check" / f"{precision}-{mode}"
         t = Trainer(cfg, model, enc, {}, ["0", "1"], False, dev, precision, Paths("m", "c", "l", tmp), 0)
@@ -492,6 +501,20 @@ def _check_trainers(args, enc, groups, precision: str, dropout: bool, prepared: 
 
             traceback.print_exc()
             out["prepared"] = {"error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+
+    if copies:
+        try:
+            models["copies"], losses, info = steps("copies")
+            info.update(losses=losses, identical_weights=all(
+                torch.equal(p, q) for p, q in zip(models["on"].parameters(), models["copies"].parameters(),
+                                                  strict=True)),
+                identical_losses=losses == out["on"])
+            out["copies"] = info
+        except Exception as e:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            out["copies"] = {"error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
 
     def l2(a, b) -> float:
         # L2 over all weights: Adam turns the rounding noise of gradients that are 0 in exact arithmetic
@@ -588,9 +611,10 @@ def child_check(args) -> dict:
     part("fp32", lambda: _check_trainers(args, enc, groups, "fp32", dropout=False, prepared=True))
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
-        if torch.cuda.get_device_capability(0) >= (8, 0):
-            part("bf16", lambda: _check_trainers(args, enc, groups, "bf16", dropout=False, prepared=True))
-            part("bf16_dropout", lambda: _check_trainers(args, enc, groups, "bf16", dropout=True))
+    if not cuda or torch.cuda.get_device_capability(0) >= (8, 0):  # (a CPU dry run: bf16 autocast on the CPU)
+        part("bf16", lambda: _check_trainers(args, enc, groups, "bf16", dropout=False, prepared=True, copies=True))
+        part("bf16_dropout", lambda: _check_trainers(args, enc, groups, "bf16", dropout=True, copies=True))
+    if cuda:
         part("dropout_replays", _dropout_replays)
     fp32 = out["fp32"]
     ok = "error" not in fp32 and fp32["max_rel_loss_diff"] < 1e-4 and fp32["param_gap_over_update"] < 1e-2
@@ -611,6 +635,10 @@ def child_check(args) -> dict:
                                  and v["param_gap_over_update"] < limits[k][1] for k, v in prep)
     else:
         out["prepared_ok"] = None
+    # --weight-copies: bit-identical to the graph path's casts (None where no bf16 part ran it)
+    cop = [out[k].get("copies") for k in ("bf16", "bf16_dropout") if isinstance(out.get(k), dict)]
+    cop = [v for v in cop if v]
+    out["copies_ok"] = all(v.get("identical_weights") and v.get("identical_losses") for v in cop) if cop else None
     return out
 
 
@@ -631,7 +659,7 @@ def _kind(name: str) -> str:
 
 
 def child_profile(args, setup: dict) -> dict:
-    """BERT-base steps over 32 full 512-token rows (the widest shape), eager and through graphs."""
+    """BERT-base steps over 32 full 512-token rows (the widest shape), in each of --profile-modes."""
     import numpy as np
     import torch
 
@@ -653,10 +681,9 @@ def child_profile(args, setup: dict) -> dict:
     ctx = dict(enc=enc, groups=groups, max_len=max_len, lines=[],
                step_flops=flops_of([max_len] * BATCH, m["nonembed"], m["layers"], m["hidden"]))
     out: dict = {"shape": f"{BATCH} x {max_len}", "rows": len(rows)}
-    for mode in ("off", "on"):
-        name = "graphs" if mode == "on" else "eager"
+    for name in args.profile_modes.split(","):
         try:
-            out[name] = _profile_one(args, mode, ctx)
+            out[name] = _profile_one(args, name, ctx)
         except Exception as e:  # noqa: BLE001 - the other mode may still work
             import traceback
 
@@ -668,7 +695,7 @@ def child_profile(args, setup: dict) -> dict:
     return out
 
 
-def _profile_one(args, mode: str, ctx: dict) -> dict:
+def _profile_one(args, name: str, ctx: dict) -> dict:
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -680,12 +707,13 @@ def _profile_one(args, mode: str, ctx: dict) -> dict:
     cuda = args.device == "cuda"
     dev = torch.device(args.device)
     precision = "bf16" if cuda and torch.cuda.get_device_capability(0) >= (8, 0) else "fp32"
+    mode, extra = PROFILE_MODES[name]
     cfg = parse_args(["--task", "csv", "--train-file", "unused.csv", "--batch-size", str(BATCH),
-                      "--learning-rate", "5e-5", "--cuda-graphs", mode, "--precision", precision])
+                      "--learning-rate", "5e-5", "--cuda-graphs", mode, "--precision", precision, *extra])
     torch.manual_seed(SEED)
     model = load_model(str(model_dir(args, "bert-base")), ["0", "1"], False, 0.5).to(dev)
     t = Trainer(cfg, model, ctx["enc"], {}, ["0", "1"], False, dev, precision,
-                Paths("m", "c", "l", work_dir(args) / "profile" / mode), 0)
+                Paths("m", "c", "l", work_dir(args) / "profile" / name), 0)
     t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
     t._loss_acc = torch.zeros((), device=dev)
     t._setup_static_steps()
@@ -720,7 +748,6 @@ def _profile_one(args, mode: str, ctx: dict) -> dict:
     except (KeyError, AttributeError, ValueError):
         table = averages.table(sort_by="self_cuda_time_total" if cuda else sort, row_limit=18)
     what = "a 2-layer BERT" if args.tiny_bert else "BERT-base"
-    name = "graphs" if mode == "on" else "eager"
     ctx["lines"].append(
         f"== {name}: {what}, {BATCH} x {ctx['max_len']}, {precision}, {len(active)} steps profiled: "
         f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %)"
@@ -830,6 +857,7 @@ class Parent:
             out += ["--cases", a.cases]
         if a.skip_profile:
             out.append("--skip-profile")
+        out += ["--profile-modes", a.profile_modes]
         if a.peak_tflops:
             out += ["--peak-tflops", str(a.peak_tflops)]
         return out
@@ -921,10 +949,12 @@ class Parent:
                         why = (r.get("error") or r.get("skipped") or "no result")[:150]
                         lines.append(f"| {case} | {contender}{'' if len(all_runs) == 1 else f' #{rep}'} | {why} |")
             notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_graphs"), runs_of(s, case, "ftcli_warm"))
+            notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_warm"), runs_of(s, case, "ftcli_copies"),
+                                    ("ftcli_warm", "ftcli_copies"), ("warm", "copies"))
         lines += notes
         prof = s.get("profile") or {}
-        if "eager" in prof or "graphs" in prof:
-            for name in ("eager", "graphs"):
+        if any(name in prof for name in PROFILE_MODES):
+            for name in (n for n in PROFILE_MODES if n in prof):
                 p = prof.get(name)
                 if not p or "error" in p:
                     lines.append(f"profile {name}: {(p or {}).get('error', 'missing')}")
@@ -1025,9 +1055,11 @@ def spread(values: list, spec: str) -> str:
     return f"{fmt(m, spec)} ({fmt(min(values), spec)}-{fmt(max(values), spec)})"
 
 
-def warm_vs_graphs(case: str, graphs: list, warm: list) -> list[str]:
-    """The open question, paired within a repetition: is --gpu-warmup faster end to end than the graph path
-    without it, and where does the time move (start to fit, fit to the first step, the first steps)?"""
+def warm_vs_graphs(case: str, graphs: list, warm: list, names: tuple[str, str] = ("ftcli_graphs", "ftcli_warm"),
+                   short: tuple[str, str] = ("graphs", "warm")) -> list[str]:
+    """Paired within a repetition: is the second contender (ftcli_warm: --gpu-warmup) faster end to end than the
+    first (ftcli_graphs: the graph path without it), and where does the time move (start to fit, fit to the first
+    step, the first steps, the steady step)? Also ftcli_copies against ftcli_warm."""
     g = {rep: r for rep, r in graphs if ok_run(r)}
     pairs = [(g[rep], r) for rep, r in warm if ok_run(r) and rep in g]
     if not pairs:
@@ -1047,11 +1079,11 @@ def warm_vs_graphs(case: str, graphs: list, warm: list) -> list[str]:
     tf = (median([to_first(a) for a, _ in pairs]), median([to_first(b) for _, b in pairs]))
     first = both("first_ms")
     steady = both("steady_ms")
-    return [f"{case}: ftcli_warm vs ftcli_graphs, {len(pairs)} paired run(s), medians: end to end "
-            f"{fmt(e2e, '.3f')}x (warm {fmt(diff, '+.2f')} s; >1x: warm is faster), train samples/s "
+    return [f"{case}: {names[1]} vs {names[0]}, {len(pairs)} paired run(s), medians: end to end "
+            f"{fmt(e2e, '.3f')}x ({short[1]} {fmt(diff, '+.2f')} s; >1x: {short[1]} is faster), train samples/s "
             f"{fmt(sps, '.3f')}x, start to the first step {fmt(tf[1], '.2f')} s vs {fmt(tf[0], '.2f')} s, "
             f"first-{FIRST} {fmt(first[1], '.1f')} vs {fmt(first[0], '.1f')} ms/step, steady "
-            f"{fmt(steady[1], '.2f')} vs {fmt(steady[0], '.2f')} ms/step (warm vs graphs)"]
+            f"{fmt(steady[1], '.2f')} vs {fmt(steady[0], '.2f')} ms/step ({short[1]} vs {short[0]})"]
 
 
 def check_lines(chk: dict, env: dict) -> list[str]:
@@ -1094,6 +1126,16 @@ def check_lines(chk: dict, env: dict) -> list[str]:
     if prep:
         verdict = {True: "PASS", False: "FAIL", None: "n/a"}[chk.get("prepared_ok")]
         lines.append(f"--gpu-warmup's StaticSteps.prepare vs eager: {verdict}; " + "; ".join(prep))
+    cop = []
+    for k in ("bf16", "bf16_dropout"):
+        v = (chk.get(k) or {}).get("copies")
+        if v:
+            cop.append(f"{k}: {v['error']}" if "error" in v else
+                       f"{k} weights {'identical' if v['identical_weights'] else 'DIFFER'}, losses "
+                       f"{'identical' if v['identical_losses'] else 'DIFFER'} (graphs {v['graphs']})")
+    if cop:
+        verdict = {True: "PASS", False: "FAIL", None: "n/a"}[chk.get("copies_ok")]
+        lines.append(f"--weight-copies vs the graph path's casts: {verdict}; " + "; ".join(cop))
     return lines
 
 
@@ -1110,6 +1152,8 @@ def main() -> None:
     p.add_argument("--check-steps", type=int, default=30)
     p.add_argument("--tiny-bert", action="store_true", help="a 2-layer BERT instead of BERT-base (dry runs)")
     p.add_argument("--skip-profile", action="store_true")
+    p.add_argument("--profile-modes", default="eager,graphs,copies",
+                   help="comma-separated, in this order: " + ", ".join(PROFILE_MODES))
     p.add_argument("--skip-check", action="store_true", help="no graph-vs-eager check (another call has it)")
     p.add_argument("--contenders", default="",
                    help="comma-separated, run in this order, for every case: " + ", ".join(CONTENDERS) + " (default: "
@@ -1125,8 +1169,9 @@ def main() -> None:
     args = p.parse_args()
     unknown = [c for c in args.contenders.split(",") if c.strip() and c.strip() not in CONTENDERS]
     bad_cases = [c for c in args.cases.split(",") if c.strip() and c.strip() not in CASES]
+    unknown += [m for m in args.profile_modes.split(",") if m not in PROFILE_MODES]
     if unknown or bad_cases or args.repeat < 1:
-        p.error(f"unknown contenders {unknown} or cases {bad_cases}, or --repeat < 1")
+        p.error(f"unknown contenders or profile modes {unknown} or cases {bad_cases}, or --repeat < 1")
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if args.one:

@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
-# The one call for the next lent GPU machine (H100 or H200; ~300 s expected, at most TOTAL=410 s): does the
-# rebuilt --gpu-warmup pay off end to end, and what crashed in the GPU tests last time? Most important first:
-#   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler, so a fatal error names its test
-#       and prints the Python stack (a hang gets SIGABRT at its limit: faulthandler dumps every thread)
-#   b   bench/gpu.py, MiniLM SST-2: check (graph path and prepare() vs eager), then ftcli_graphs, ftcli_warm,
-#       hf interleaved twice ($OUT/minilm/)
-#   c   bench/gpu_warmup.py without and with --gpu-warmup, 80 steps each ($OUT/first_steps*.json)
-#   b2  if the time is left: bench/gpu.py, BERT-base IMDB @512, ftcli_graphs, ftcli_warm, hf once ($OUT/imdb/)
-#   d   a summary: the tables and the first steps' key numbers ($OUT/summary.txt)
+# The one call for the next lent GPU machine (H100 or H200; ~330 s expected, at most TOTAL=390 s): does
+# --weight-copies (bf16 copies of the Linear weights, no per-step casts) make the same run faster, and what does
+# it do to BERT-base's MFU at 512 tokens? Most important first:
+#   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler (the weight copies' bitwise test
+#       on real captures is among them)
+#   b   bench/gpu.py, MiniLM SST-2: check (graph path vs eager, prepare(), and --weight-copies vs the graph
+#       path's casts, which must be bit-identical), then ftcli_warm, ftcli_copies, hf interleaved twice
+#       ($OUT/minilm_results.json)
+#   c   bench/gpu.py, BERT-base IMDB @512: ftcli_warm, ftcli_copies, hf once, then the profile of 32 full
+#       512-token rows, graphs and copies ($OUT/imdb_results.json, imdb_profile.txt)
+#   d   a summary ($OUT/summary.txt)
 # From the repository root, with the git-ignored .gpu and .whl carried (python bench/prepare_gpu_assets.py):
 #   bash bench/gpu_next.sh
 #   GPU_NEXT_CPU_DRY=1 bash bench/gpu_next.sh    # on a CPU: the same plumbing, 96 rows, a 2-layer BERT
-# Every part has a hard `timeout` within TOTAL; what a part leaves unused goes to b2.
+# (The previous question, --gpu-warmup, was answered by this script's earlier version on an H100: bench/README.md.)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ftcli-gpu-out}
 WORK=${WORK:-/tmp/ftcli-gpu-bench}
-TOTAL=${TOTAL:-410}
-mkdir -p "$OUT"
+DETAIL=${DETAIL:-/tmp/ftcli-gpu-detail}  # gpu.py's folders; only 8 chosen files go to $OUT (what comes back)
+TOTAL=${TOTAL:-390}
+mkdir -p "$OUT" "$DETAIL"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=true
 DRY=()
-# Each part's own limit (s); a part also never takes what the parts after it need at the least (see lim).
-T_A=90 B_BUDGET=210 T_C=40 B2_MIN=75
+T_A=60 B_BUDGET=190 C_MIN=100
 if [ "${GPU_NEXT_CPU_DRY:-0}" = 1 ]; then
-  # A 2-core CPU is ~5-20x slower than the GPU machine: the same parts with room to finish.
   DRY=(--device cpu --rows 96 --tiny-bert)
-  TOTAL=${DRY_TOTAL:-1600} T_A=400 B_BUDGET=700 T_C=150 B2_MIN=150
+  TOTAL=${DRY_TOTAL:-1600} T_A=400 B_BUDGET=700 C_MIN=300
 fi
 left() { echo $((TOTAL - SECONDS)); }
 lim() { # lim OWN RESERVE: OWN seconds, or less so that RESERVE seconds are left for what follows
@@ -53,70 +54,41 @@ part() { echo; echo "== [$SECONDS s] $*"; }
   git log -1 --format='commit %h %s' 2>/dev/null || true
 
   part "a: GPU tests (full log: $OUT/gpu_tests.log)"
-  t=$(lim "$T_A" $((150 + 2 * T_C)))  # b keeps at least 150 s: one repetition and the check
+  t=$(lim "$T_A" $((B_BUDGET + C_MIN)))
   PYTHONPATH="${PYTHONPATH:-}:src:." timeout -s ABRT -k 5 "$t" python3 -X faulthandler -m pytest -v \
-    -p no:cacheprovider -rs --durations=12 -o faulthandler_timeout=60 \
+    -p no:cacheprovider -rs --durations=8 -o faulthandler_timeout=45 \
     tests/trainer/test_cuda_graphs.py tests/trainer/test_tasks.py -k "gpu or cuda" > "$OUT/gpu_tests.log" 2>&1
-  echo "pytest exit status $? (124: its ${t} s limit, stacks dumped; 134/139: abort/segfault; the log names the" \
-    "last test begun)"
-  grep -E "FAILED|ERROR|SKIPPED|Fatal Python error|Segmentation|Aborted|Timeout|^E " "$OUT/gpu_tests.log" \
-    | grep -v "^SKIPPED \[" | head -30
-  tail -2 "$OUT/gpu_tests.log"
+  echo "pytest exit status $? (124: its ${t} s limit; 134/139: abort/segfault; the log names the last test begun)"
+  grep -E "FAILED|ERROR|Fatal Python error|Segmentation|Aborted|Timeout|^E " "$OUT/gpu_tests.log" | head -30
+  tail -1 "$OUT/gpu_tests.log"
 
-  part "b: MiniLM SST-2, ftcli_graphs / ftcli_warm / hf interleaved x2 ($OUT/minilm)"
-  t=$(lim "$B_BUDGET" $((2 * T_C + 35)))
-  timeout -k 5 $((t + 10)) python3 bench/gpu.py --assets .gpu --out "$OUT/minilm" --work "$WORK" \
-    --budget "$t" --cases minilm_sst2_128 --contenders ftcli_graphs,ftcli_warm,hf --repeat 2 \
+  part "b: MiniLM SST-2, ftcli_warm / ftcli_copies / hf interleaved x2 ($DETAIL/minilm)"
+  t=$(lim "$B_BUDGET" $((C_MIN + 15)))
+  timeout -k 5 $((t + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/minilm" --work "$WORK" \
+    --budget "$t" --cases minilm_sst2_128 --contenders ftcli_warm,ftcli_copies,hf --repeat 2 \
     --skip-profile ${DRY[@]+"${DRY[@]}"} > "$OUT/minilm_console.log" 2>&1
   echo "bench/gpu.py exit status $?"
   grep "^\[" "$OUT/minilm_console.log" | tail -12
 
-  for warm in "" --gpu-warmup; do
-    name=first_steps${warm:+_warm}
-    part "c: the first 80 steps ${warm:-without --gpu-warmup} ($OUT/$name.json)"
-    timeout -k 5 "$(lim "$T_C" 20)" python3 bench/gpu_warmup.py --assets .gpu --work "$WORK" --steps 80 $warm \
-      --out "$OUT/$name.json" > "$OUT/$name.log" 2>&1
-    echo "bench/gpu_warmup.py exit status $?"
-    grep -v '^step \|^eval @' "$OUT/$name.log" | grep -v '^ *[{}\[]\|"step"\|"ms"\|"width"\|"did"' | tail -25
-  done
-
-  budget=$(( $(left) - 20 ))
-  if [ "$budget" -ge "$B2_MIN" ]; then
-    part "b2: BERT-base IMDB @512, ftcli_graphs / ftcli_warm / hf once, ${budget} s ($OUT/imdb)"
-    timeout -k 5 $((budget + 10)) python3 bench/gpu.py --assets .gpu --out "$OUT/imdb" --work "$WORK" \
-      --budget "$budget" --cases bert_imdb_512 --contenders ftcli_graphs,ftcli_warm,hf --skip-check \
-      --skip-profile ${DRY[@]+"${DRY[@]}"} > "$OUT/imdb_console.log" 2>&1
-    echo "bench/gpu.py exit status $?"
-    grep "^\[" "$OUT/imdb_console.log" | tail -8
-  else
-    part "b2: skipped, $(left) s left (needs $((B2_MIN + 20)))"
-  fi
+  budget=$(( $(left) - 15 ))
+  part "c: BERT-base IMDB @512, ftcli_warm / ftcli_copies / hf once, profile graphs,copies; ${budget} s ($DETAIL/imdb)"
+  timeout -k 5 $((budget + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/imdb" --work "$WORK" \
+    --budget "$budget" --cases bert_imdb_512 --contenders ftcli_warm,ftcli_copies,hf --skip-check \
+    --profile-modes graphs,copies ${DRY[@]+"${DRY[@]}"} > "$OUT/imdb_console.log" 2>&1
+  echo "bench/gpu.py exit status $?"
+  grep "^\[" "$OUT/imdb_console.log" | tail -8
 
   part "d: summary"
   {
     echo "GPU tests: $(grep -E '^=+ .*(passed|failed|error).* =+$' "$OUT/gpu_tests.log" | tail -1)"
     grep -E "FAILED|ERROR|Fatal Python error" "$OUT/gpu_tests.log" | head -8
     for t in minilm imdb; do
-      [ -f "$OUT/$t/table.md" ] && { echo; cat "$OUT/$t/table.md"; }
+      [ -f "$DETAIL/$t/table.md" ] && { echo; cat "$DETAIL/$t/table.md"; }
     done
-    echo
-    python3 - "$OUT" <<'EOF'
-import json, sys
-from pathlib import Path
-
-keys = ("gpu_warmup_flag", "warmup_seconds", "imports_s", "process_to_fit_s", "fit_to_first_step_ms",
-        "run_to_first_step_s", "first_steps_total_ms", "first_steps_mean_ms", "median_of_last_20_ms",
-        "train_runtime_s", "end_to_end_s", "graphs", "ms_by_what_the_step_did")
-for name in ("first_steps", "first_steps_warm"):
-    f = Path(sys.argv[1]) / f"{name}.json"
-    if not f.exists():
-        print(f"{name}: no result (see {name}.log)")
-        continue
-    s = json.loads(f.read_text())["summary"]
-    print(f"{name}: " + ", ".join(f"{k} {s.get(k)}" for k in keys if k in s))
-    print(f"  gpu_warmup: {s.get('gpu_warmup')}; slowest: "
-          + ", ".join(f"#{r['step']} {r['ms']} ms w{r['width']} {r['did']}" for r in s.get("slowest", [])[:6]))
-EOF
+    [ -f "$DETAIL/imdb/profile.txt" ] && { echo; grep -E "^==|^time by kind" "$DETAIL/imdb/profile.txt"; }
   } 2>&1 | tee "$OUT/summary.txt"
+  # what comes back is at most 8 files: these 3 beside console, gpu_tests, minilm_console, imdb_console, summary
+  for t in minilm imdb; do [ -f "$DETAIL/$t/results.json" ] && cp "$DETAIL/$t/results.json" "$OUT/${t}_results.json"; done
+  [ -f "$DETAIL/imdb/profile.txt" ] && cp "$DETAIL/imdb/profile.txt" "$OUT/imdb_profile.txt"
   echo "== [$SECONDS s] done; everything under $OUT"
 } 2>&1 | tee "$OUT/console.log"

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ftcli_trainer.config import OPTIONS, ConfigError, TrainConfig, resolve, to_argv
+from ftcli_trainer.config import OPTIONS, OPTIONS_BY_NAME, ConfigError, TrainConfig, resolve, to_argv
 
 PANEL = "Trainer options"
 TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
@@ -22,6 +22,11 @@ TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
 
 def _parameter(opt) -> inspect.Parameter:
     if opt.type is bool:
+        if opt.default:  # on unless --no-NAME; None when neither is given, so the job's arguments leave it out
+            info = typer.Option(f"{opt.flag}/--no-{opt.flag[2:]}", help=opt.help, rich_help_panel=PANEL,
+                                show_default=False)
+            return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                     annotation=Annotated[Optional[bool], info])  # noqa: UP045 - typer needs it
         info = typer.Option(opt.flag, help=opt.help, rich_help_panel=PANEL)
         return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=False,
                                  annotation=Annotated[bool, info])
@@ -76,7 +81,8 @@ def validate(values: dict[str, Any]) -> tuple[TrainConfig, list[str]]:
     config and the argv that reproduces the given values."""
     from ftcli.errors import UsageError
 
-    given = {k: v for k, v in values.items() if v is not None and v is not False}
+    # Not given: None, or False for a switch that is off by default (--no-NAME of one on by default is given).
+    given = {k: v for k, v in values.items() if v is not None and (v is not False or OPTIONS_BY_NAME[k].default)}
     try:
         cfg = resolve(dict(given))
     except ConfigError as e:

@@ -21,6 +21,13 @@ extra ones), then the shape is captured on that stream and replayed from then on
 capture off for the rest of the run, with one log line; the step then runs eagerly. Without `capture`
 (a CPU, the tests) the same code runs every step eagerly, which is how the CPU tests check the math.
 
+With `weight_copies` (`--weight-copies`), the forward reads a bf16 copy of each nn.Linear weight and bias
+(`WeightCopies`) instead of autocast casting every one at every step (and casting its gradient back in the
+backward): ~150 small cast kernels each way for BERT-base become one fused copy of the gradients into the fp32
+`.grad`s before the update and one of the updated weights into the copies after it. The numbers are the same:
+autocast would cast those weights to the same bf16 values, the GEMMs and their bf16 gradients are unchanged, and
+with one micro-batch a step the fp32 gradient is that bf16 gradient exactly.
+
 `prepare` (`--gpu-warmup`) does that warm-up and capture ahead, before the training clock, on filler rows that
 change nothing (every row's loss weight is 0, so every gradient is exactly 0; the update runs once at learning
 rate 0 and its step counters go back to 0; the generator's state and the loss sum are restored): the first
@@ -216,6 +223,63 @@ def plain_scheduler_state(state: dict) -> dict:
             for k, v in state.items()}
 
 
+class WeightCopies:
+    """bf16 (or fp16) copies of the model's nn.Linear weights and biases for the forward pass, kept equal to the
+    fp32 weights (the optimizer's, the checkpoint's and the export's) by one fused copy after each update.
+
+    Only nn.Linear parameters: autocast casts them for every matmul anyway, so reading a copy changes no number.
+    Not the others (embeddings, whose fp32 sums feed a LayerNorm; norms, which autocast runs in fp32), nor a
+    parameter that two modules share (a tied weight would be swapped everywhere it is used)."""
+
+    def __init__(self, model, dtype):
+        import torch
+
+        self.torch = torch
+        self.model = model
+        shared = {}
+        for _, param in model.named_parameters(remove_duplicate=False):
+            shared[id(param)] = shared.get(id(param), 0) + 1
+        self.params: dict = {}
+        for module_name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear):
+                for name, param in module.named_parameters(recurse=False):
+                    if param.requires_grad and param.dtype == torch.float32 and shared[id(param)] == 1:
+                        self.params[f"{module_name}.{name}" if module_name else name] = param
+        self._ids = {id(p) for p in self.params.values()}
+        with torch.no_grad():
+            self.copies = {name: p.detach().to(dtype).requires_grad_(True) for name, p in self.params.items()}
+        self._targets = [c.detach() for c in self.copies.values()]  # written in place, outside autograd
+        self._sources = list(self.params.values())
+        self.grads: list | None = None  # the copies' gradients, from the first update on
+        self._param_grads: list = []
+
+    def __contains__(self, param) -> bool:
+        return id(param) in self._ids
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    def forward(self, inputs: dict):
+        return self.torch.func.functional_call(self.model, self.copies, args=(), kwargs=inputs, strict=False)
+
+    def grads_to_params(self) -> None:
+        """The copies' gradients into the fp32 weights' `.grad` (exact: bf16 values widen to fp32 unchanged). On
+        the first call, which is eager, the fp32 gradients are made, for the weights that got one (an unused
+        weight keeps None, so AdamW skips it as on the eager path)."""
+        if self.grads is None:
+            used = [(self.copies[n], p) for n, p in self.params.items() if self.copies[n].grad is not None]
+            for _, p in used:
+                p.grad = self.torch.zeros_like(p)
+            self.grads = [c.grad for c, _ in used]
+            self._param_grads = [p.grad for _, p in used]
+        if self.grads:
+            self.torch._foreach_copy_(self._param_grads, self.grads)
+
+    def refresh(self) -> None:
+        """The updated fp32 weights into the copies (round to nearest even, as autocast's cast)."""
+        self.torch._foreach_copy_(self._targets, self._sources)
+
+
 class StaticSteps:
     """One optimizer step = `run(group, scale)`: micro-batches through fixed-shape buffers, then the update.
 
@@ -224,7 +288,7 @@ class StaticSteps:
 
     def __init__(self, *, model, optimizer, clip_and_step, enc, pad_id: int, rows: int, max_length: int,
                  multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
-                 warmup: int = WARMUP_STEPS, regression: bool = False):
+                 warmup: int = WARMUP_STEPS, regression: bool = False, weight_copies: bool = False):
         import torch
 
         self.torch = torch
@@ -246,6 +310,8 @@ class StaticSteps:
         # later backwards add into them, and the update zeroes them in place. A parameter that gets none
         # (unused by the model) keeps None, so AdamW skips it as on the eager path.
         self.grads: list | None = None
+        # Only with one micro-batch a step: gradients accumulated over several in bf16 would not be fp32's sum.
+        self.copies = WeightCopies(model, autocast_dtype) if weight_copies and autocast_dtype is not None else None
         arm_optimizer(optimizer, device)
         self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
         pairs = enc.type_ids is not None
@@ -302,7 +368,7 @@ class StaticSteps:
             ctx = (nullcontext() if self.autocast_dtype is None
                    else torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=False))
             with ctx:
-                logits = self.model(**inputs).logits
+                logits = (self.model(**inputs) if self.copies is None else self.copies.forward(inputs)).logits
             y = labels.float() if lay.n_labels or lay.regression else labels
             loss = weighted_loss_sum(logits, y, weight.float(), self.multi_label, self.regression)
             # The scale in float32, as eager's `loss * python_float` multiplies.
@@ -312,10 +378,18 @@ class StaticSteps:
         return micro
 
     def _update(self) -> None:
+        copies = self.copies
+        if copies is not None:
+            copies.grads_to_params()
         self.clip_and_step()
         if self.grads is None:
-            self.grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            # (the copied weights' fp32 gradients are overwritten by the next step's copy: no need to zero them)
+            own = copies.grads if copies is not None else []  # (set by grads_to_params above)
+            self.grads = [p.grad for p in self.model.parameters()
+                          if p.grad is not None and (copies is None or p not in copies)] + own
         self.torch._foreach_zero_(self.grads)
+        if copies is not None:
+            copies.refresh()
 
     def keep_lr_on_device(self) -> None:
         """After scheduler.step(): torch's schedulers fill a tensor lr in place (torch >= 2.4); one that

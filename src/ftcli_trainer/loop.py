@@ -550,15 +550,24 @@ class Trainer:
             capture = True
         from ftcli_trainer.cuda_graphs import StaticSteps
 
+        copies = self.cfg.weight_copies
+        if copies and (self.autocast_dtype is None or self.cfg.gradient_accumulation_steps > 1):
+            copies = False
+            if self.dist.is_main:
+                log.info("--weight-copies off: %s", "fp32 training casts nothing" if self.autocast_dtype is None else
+                         "with several micro-batches a step, bf16 gradients would not add up as fp32 ones do")
+
         self.static_steps = StaticSteps(
             model=self.model, optimizer=self.optimizer, clip_and_step=self._clip_and_step, enc=self.train_enc,
             pad_id=self.pad_id, rows=self.cfg.batch_size, max_length=int(max(self._train_lengths.max(), 1)),
             multi_label=self.multi_label, n_labels=len(self.label_names), device=self.device,
             regression=self.regression,
-            autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture)
+            autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture, weight_copies=copies)
         if capture and self.dist.is_main:
-            log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph",
-                     ",".join(map(str, self.static_steps.widths)))
+            log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s",
+                     ",".join(map(str, self.static_steps.widths)),
+                     f"; the forward reads bf16 copies of {len(self.static_steps.copies)} weights"
+                     if self.static_steps.copies is not None else "")
 
     def _prepare_static_steps(self) -> None:
         """--gpu-warmup: every width this run's batches use, and the update, warmed up on filler rows and captured

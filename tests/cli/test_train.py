@@ -49,6 +49,23 @@ def test_dry_run_prints_the_job_and_touches_nothing(capsys, monkeypatch, tmp_pat
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize("flag,expected", [([], True), (["--no-gpu-warmup"], False), (["--gpu-warmup"], True)])
+def test_a_switch_on_by_default_reaches_the_job_only_when_turned_off(capsys, monkeypatch, tmp_path, flag, expected):
+    """--gpu-warmup is on by default: the job's arguments carry only --no-gpu-warmup, and the trainer reads them back
+    as the user chose."""
+    from ftcli_trainer.config import parse_args
+
+    monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4", "--project", "my-project", "--bucket",
+                "gs://my-bucket/x", "--region", "europe-west4", "--dry-run", *flag)
+    assert r.code == 0, r.err
+    args = json.loads(r.out)["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"]
+    assert args == ["--task", "imdb"] + ([] if expected else ["--no-gpu-warmup"])
+    assert parse_args(args).gpu_warmup is expected
+
+
 def test_submit_uploads_once_and_creates_exactly_the_built_job(capsys, cloud_env, tmp_path):
     gcs, vertex = cloud_env
     train = write_csv(tmp_path / "train.csv", ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)

@@ -53,6 +53,16 @@ def test_to_argv_round_trips():
         "csv", "t.csv", 2, 3e-5, True, ("a", "b"))
 
 
+def test_gpu_warmup_is_on_unless_turned_off():
+    # on by default since the H100 run of bench/gpu_next.sh (bench/README.md): first 60 steps 1.0x the steady step
+    assert parse_args([]).gpu_warmup is True
+    assert parse_args(["--no-gpu-warmup"]).gpu_warmup is False
+    assert parse_args(["--gpu-warmup"]).gpu_warmup is True
+    assert to_argv({"gpu_warmup": True}) == [] and to_argv({"gpu_warmup": False}) == ["--no-gpu-warmup"]
+    assert parse_args(to_argv({"gpu_warmup": False})).gpu_warmup is False
+    assert to_argv({"compile": True}) == ["--compile"] and to_argv({"compile": False}) == []
+
+
 def test_options_cover_the_config():
     from dataclasses import fields
 

@@ -128,17 +128,17 @@ def _no_dropout(model):
 
 
 def _make_trainer(tmp_path: Path, tiny_model, model, enc, labels, multi=False, max_norm=1.0, name="t",
-                  regression=False):
+                  regression=False, precision="fp32", extra=()):
     argv = ["--task", "csv", "--train-file", "unused.csv", "--model", str(tiny_model), "--batch-size", "8",
             "--learning-rate", "1e-3", "--warmup-ratio", "0.3", "--max-grad-norm", str(max_norm),
-            "--epochs", "2"]
+            "--epochs", "2", *extra]
     if multi:
         argv += ["--label-columns", ",".join(labels)]
     if regression:
         argv += ["--regression"]
     cfg = parse_args(argv)
     paths = Paths(str(tmp_path / name / "model"), str(tmp_path / name / "ckpt"), "l", tmp_path / name / "logs")
-    t = Trainer(cfg, model, enc, {}, labels, multi, torch.device("cpu"), "fp32", paths, 0)
+    t = Trainer(cfg, model, enc, {}, labels, multi, torch.device("cpu"), precision, paths, 0)
     t._loss_total, t._loss_count = 0.0, 0
     t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
     return t
@@ -586,9 +586,10 @@ def test_the_warm_up_runs_on_the_training_thread_while_a_worker_tokenizes(tiny_m
     train, evals, seconds = task._encode_while_warming(model, tok, data, cfg, torch.device("cuda"), "bf16", Dist())
     assert seconds == 0.25 and len(train) == 30 and len(evals["test"]) == 1
     assert threads["prewarm"] is threading.main_thread() and threads["encode"] is not threading.main_thread()
-    # off by default, and never off the GPU
+    # on by default; never when turned off, and never off the GPU
+    assert parse_args(["--max-length", "64", "--batch-size", "8"]) == cfg
     del threads["prewarm"]
-    for cfg_, device in ((parse_args(["--max-length", "64"]), "cuda"), (cfg, "cpu")):
+    for cfg_, device in ((parse_args(["--max-length", "64", "--no-gpu-warmup"]), "cuda"), (cfg, "cpu")):
         train, _, seconds = task._encode_while_warming(model, tok, data, cfg_, torch.device(device), "bf16", Dist())
         assert seconds is None and len(train) == 30 and "prewarm" not in threads
 
@@ -614,10 +615,10 @@ def test_a_gpu_warmup_run_end_to_end_equals_one_without(tmp_path, tiny_model, se
     train, test = sentiment_csv
     task._setup_logging()  # the trainer's own handler, on this test's captured stdout
     results = []
-    for flags in ([], ["--gpu-warmup"]):
+    for flags in (["--no-gpu-warmup"], []):  # the default: on
         cfg = parse_args(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model",
                           str(tiny_model), "--epochs", "2", "--batch-size", "32", "--seed", "7",
-                          "--output-dir", str(tmp_path / f"run{len(flags)}"), *flags])
+                          "--output-dir", str(tmp_path / f"run{len(results)}"), *flags])
         results.append(task.run(cfg))
     out = capsys.readouterr().out
     lazy, warm = (t.static_steps for t in seen["trainers"])
@@ -631,3 +632,125 @@ def test_a_gpu_warmup_run_end_to_end_equals_one_without(tmp_path, tiny_model, se
     assert "filler warm-ups and the captures done ahead" in out
     for k in ("train_loss", "eval_loss", "eval_accuracy"):
         assert results[1][k] == results[0][k], k
+
+
+# -- --weight-copies: bf16 copies of the Linear weights for the forward -------------------------------------------
+
+ONE_MICRO = [g for g in GROUPS if len(g) == 1]  # --weight-copies: one micro-batch a step
+
+
+def _copies_pair(tmp_path, tiny_model, device="cpu", dropout=True, capture=False, unused=False):
+    """Two bf16 static-step trainers from the same weights, the second with --weight-copies."""
+    enc = _enc(n=40)
+    enc.labels = enc.labels % 2
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    base = load_model(str(tiny_model), labels, False, 0.5)
+    if not dropout:
+        _no_dropout(base)
+    if unused:
+        base.unused_head = torch.nn.Linear(4, 2)  # no gradient: kept out, as AdamW keeps it out on the eager path
+    base = base.to(device)
+    ts = []
+    for name, extra in (("casts", ()), ("copies", ("--weight-copies",))):
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name, precision="bf16",
+                          extra=extra)
+        t.device = torch.device(device)
+        t._loss_acc = torch.zeros((), device=device)
+        t.model.train()
+        t._setup_static_steps(capture=capture)
+        ts.append(t)
+    return ts
+
+
+def _optimizer_states_equal(a, b) -> bool:
+    return all(pa.shape == pb.shape and all(torch.equal(sa[k], sb[k]) for k in sa)
+               for (pa, sa), (pb, sb) in zip(a.optimizer.state.items(), b.optimizer.state.items(), strict=True))
+
+
+def test_weight_copies_are_the_linear_weights_a_cast_would_make(tiny_model):
+    """Copies of every nn.Linear weight and bias, and of nothing else: not embeddings or norms (autocast does not
+    cast those to bf16), not a weight two modules share, not a frozen one."""
+    model = load_model(str(tiny_model), ["a", "b"], False, 0.5)
+    model.shared_a = torch.nn.Linear(4, 4)
+    model.shared_b = torch.nn.Linear(4, 4)
+    model.shared_b.weight = model.shared_a.weight
+    model.bert.pooler.dense.bias.requires_grad_(False)
+    copies = cg.WeightCopies(model, torch.bfloat16)
+    linear = {f"{m}.{n}" for m, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)
+              for n, _ in mod.named_parameters(recurse=False)}
+    assert set(copies.copies) == linear - {"shared_a.weight", "shared_b.weight", "bert.pooler.dense.bias"}
+    assert "classifier.weight" in copies.copies
+    assert not any("embeddings" in n or "LayerNorm" in n for n in copies.copies)
+    for name, c in copies.copies.items():
+        p = dict(model.named_parameters())[name]
+        assert c.dtype == torch.bfloat16 and c.requires_grad and c.is_leaf and torch.equal(c, p.to(torch.bfloat16))
+        assert p in copies and c.data_ptr() != p.data_ptr()
+
+
+def test_weight_copies_train_bit_identically_to_autocast_casts(tmp_path, tiny_model):
+    """bf16 autocast on CPU, dropout on: with --weight-copies the weights, AdamW's moments, the loss sum and the
+    gradients kept for zeroing are exactly those of the run where autocast casts every weight; the copies always
+    equal the fp32 weights cast to bf16; an unused Linear keeps no gradient and does not move."""
+    casts, copies = _copies_pair(tmp_path, tiny_model, unused=True)
+    wc = copies.static_steps.copies
+    assert casts.static_steps.copies is None and wc is not None and len(wc) > 0
+    before, start = copies.model.unused_head.weight.detach().clone(), _params(casts.model)
+    _train_both([casts, copies], ONE_MICRO * 3)
+    assert _same(_params(copies.model), _params(casts.model))
+    assert torch.equal(copies._loss_acc, casts._loss_acc) and _optimizer_states_equal(casts, copies)
+    end = _params(casts.model)
+    moved = [n for n in wc.copies if not torch.equal(end[n], start[n])]
+    assert "classifier.weight" in moved and len(moved) > len(wc) // 2
+    params = dict(copies.model.named_parameters())
+    assert all(torch.equal(c, params[n].detach().to(torch.bfloat16)) for n, c in wc.copies.items())
+    assert copies.model.unused_head.weight.grad is None and torch.equal(copies.model.unused_head.weight, before)
+    assert wc.copies["unused_head.weight"].grad is None
+    # the copies' bf16 gradients are zeroed in place with the rest; the fp32 ones they fill are not in that list
+    assert all((g == 0).all() for g in copies.static_steps.grads)
+    assert not any(g is params["classifier.weight"].grad for g in copies.static_steps.grads)
+    assert any(g is wc.copies["classifier.weight"].grad for g in copies.static_steps.grads)
+
+
+def test_weight_copies_with_captures_ahead_replay_the_same_run(tmp_path, tiny_model, monkeypatch):
+    """--gpu-warmup's prepare() and faked captures on top: still the same weights as autocast's casts, every step a
+    replay (the update's copies are in the captured update)."""
+    casts, copies = _copies_pair(tmp_path, tiny_model)
+    for t in (casts, copies):
+        t.static_steps.capture = True
+        monkeypatch.setattr(t.static_steps, "_on_side_stream", t.static_steps._eager)
+        monkeypatch.setattr(t.static_steps, "_capture", lambda fn: FakeGraph(fn))
+        t.static_steps.prepare(t.step_widths())
+    _train_both([casts, copies], ONE_MICRO * 2)
+    assert copies.static_steps.counts["eager"] == 0 and copies.static_steps.counts["replays"] > 0
+    assert _same(_params(copies.model), _params(casts.model)) and _optimizer_states_equal(casts, copies)
+
+
+@pytest.mark.parametrize("precision,extra,why", [
+    ("fp32", (), "fp32 training casts nothing"),
+    ("bf16", ("--gradient-accumulation-steps", "2"), "with several micro-batches a step"),
+])
+def test_weight_copies_stay_off_where_they_would_change_the_numbers(tmp_path, tiny_model, caplog, precision, extra,
+                                                                     why):
+    enc = _enc(n=16)
+    enc.labels = enc.labels % 2
+    t = _make_trainer(tmp_path, tiny_model, load_model(str(tiny_model), ["a", "b"], False, 0.5), enc, ["a", "b"],
+                      precision=precision, extra=("--weight-copies", *extra))
+    with caplog.at_level(logging.INFO, logger="ftcli_trainer"):
+        t._setup_static_steps(capture=False)
+    assert t.static_steps.copies is None
+    assert any(r.getMessage().startswith("--weight-copies off: ") and why in r.getMessage() for r in caplog.records)
+
+
+@cuda
+def test_weight_copies_equal_autocast_casts_on_a_gpu(tmp_path, tiny_model):
+    """Real captures on a GPU, bf16, dropout off: --weight-copies ends with the weights of the run where autocast
+    casts each weight (bitwise: the same bf16 operands reach the same kernels)."""
+    casts, copies = _copies_pair(tmp_path, tiny_model, device="cuda", dropout=False, capture=True)
+    for _ in range(3):
+        for g in ONE_MICRO:
+            for t in (casts, copies):
+                t.train_step(g)
+    assert copies.static_steps.counts["captured"] >= 2 and copies.static_steps.counts["replays"] > 0
+    for (name, pa), pb in zip(casts.model.named_parameters(), copies.model.parameters(), strict=True):
+        assert torch.equal(pb, pa), (name, (pb - pa).abs().max().item())
