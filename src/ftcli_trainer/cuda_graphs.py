@@ -21,7 +21,7 @@ extra ones), then the shape is captured on that stream and replayed from then on
 capture off for the rest of the run, with one log line; the step then runs eagerly. Without `capture`
 (a CPU, the tests) the same code runs every step eagerly, which is how the CPU tests check the math.
 
-With `weight_copies` (`--weight-copies`), the forward reads a bf16 copy of each nn.Linear weight and bias
+With `weight_copies` (`--weight-copies`, on by default), the forward reads a bf16 copy of each nn.Linear weight and bias
 (`WeightCopies`) instead of autocast casting every one at every step (and casting its gradient back in the
 backward): ~150 small cast kernels each way for BERT-base become one fused copy of the gradients into the fp32
 `.grad`s before the update and one of the updated weights into the copies after it. The numbers are the same:
@@ -252,6 +252,7 @@ class WeightCopies:
         self._sources = list(self.params.values())
         self.grads: list | None = None  # the copies' gradients, from the first update on
         self._param_grads: list = []
+        self.proven = False  # a forward on them has run (StaticSteps turns them off if the first one fails)
 
     def __contains__(self, param) -> bool:
         return id(param) in self._ids
@@ -368,7 +369,7 @@ class StaticSteps:
             ctx = (nullcontext() if self.autocast_dtype is None
                    else torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=False))
             with ctx:
-                logits = (self.model(**inputs) if self.copies is None else self.copies.forward(inputs)).logits
+                logits = self._forward(inputs).logits
             y = labels.float() if lay.n_labels or lay.regression else labels
             loss = weighted_loss_sum(logits, y, weight.float(), self.multi_label, self.regression)
             # The scale in float32, as eager's `loss * python_float` multiplies.
@@ -376,6 +377,24 @@ class StaticSteps:
             self.loss_acc.add_(loss.detach())
 
         return micro
+
+    def _forward(self, inputs: dict):
+        if self.copies is None:
+            return self.model(**inputs)
+        if self.copies.proven:
+            return self.copies.forward(inputs)
+        rng = _rng_state(self.torch, self.device)  # a failed forward may have drawn dropout masks: draw them again
+        try:  # the first call, always eager: a model that runs a Linear outside autocast fails here, on bf16
+            out = self.copies.forward(inputs)
+        except (RuntimeError, TypeError) as e:
+            _set_rng_state(self.torch, self.device, rng)
+            log.warning("--weight-copies off: this model's forward fails on bf16 copies of its Linear weights "
+                        "(%s: %s); autocast casts them at each step instead", type(e).__name__,
+                        (str(e).strip().splitlines() or [""])[0][:200])
+            self.copies = None
+            return self.model(**inputs)
+        self.copies.proven = True
+        return out
 
     def _update(self) -> None:
         copies = self.copies

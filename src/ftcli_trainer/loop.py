@@ -550,12 +550,12 @@ class Trainer:
             capture = True
         from ftcli_trainer.cuda_graphs import StaticSteps
 
-        copies = self.cfg.weight_copies
-        if copies and (self.autocast_dtype is None or self.cfg.gradient_accumulation_steps > 1):
+        copies = self.cfg.weight_copies and self.autocast_dtype is not None  # (fp32 training casts nothing)
+        if copies and self.cfg.gradient_accumulation_steps > 1:
             copies = False
             if self.dist.is_main:
-                log.info("--weight-copies off: %s", "fp32 training casts nothing" if self.autocast_dtype is None else
-                         "with several micro-batches a step, bf16 gradients would not add up as fp32 ones do")
+                log.info("--weight-copies off: with several micro-batches a step, bf16 gradients would not add up "
+                         "as fp32 ones do")
 
         self.static_steps = StaticSteps(
             model=self.model, optimizer=self.optimizer, clip_and_step=self._clip_and_step, enc=self.train_enc,

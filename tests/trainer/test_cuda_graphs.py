@@ -652,7 +652,7 @@ def _copies_pair(tmp_path, tiny_model, device="cpu", dropout=True, capture=False
         base.unused_head = torch.nn.Linear(4, 2)  # no gradient: kept out, as AdamW keeps it out on the eager path
     base = base.to(device)
     ts = []
-    for name, extra in (("casts", ()), ("copies", ("--weight-copies",))):
+    for name, extra in (("casts", ("--no-weight-copies",)), ("copies", ())):  # on by default
         t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name, precision="bf16",
                           extra=extra)
         t.device = torch.device(device)
@@ -727,19 +727,48 @@ def test_weight_copies_with_captures_ahead_replay_the_same_run(tmp_path, tiny_mo
 
 
 @pytest.mark.parametrize("precision,extra,why", [
-    ("fp32", (), "fp32 training casts nothing"),
+    ("fp32", (), None),  # nothing to say: fp32 training casts nothing
     ("bf16", ("--gradient-accumulation-steps", "2"), "with several micro-batches a step"),
+    ("bf16", ("--no-weight-copies",), None),
 ])
 def test_weight_copies_stay_off_where_they_would_change_the_numbers(tmp_path, tiny_model, caplog, precision, extra,
                                                                      why):
     enc = _enc(n=16)
     enc.labels = enc.labels % 2
     t = _make_trainer(tmp_path, tiny_model, load_model(str(tiny_model), ["a", "b"], False, 0.5), enc, ["a", "b"],
-                      precision=precision, extra=("--weight-copies", *extra))
+                      precision=precision, extra=extra)
+    assert parse_args([]).weight_copies is True
     with caplog.at_level(logging.INFO, logger="ftcli_trainer"):
         t._setup_static_steps(capture=False)
     assert t.static_steps.copies is None
-    assert any(r.getMessage().startswith("--weight-copies off: ") and why in r.getMessage() for r in caplog.records)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--weight-copies off: ")]
+    assert (said == []) if why is None else (len(said) == 1 and why in said[0])
+
+
+def test_a_model_that_fails_on_bf16_copies_trains_on_casts_with_one_line(tmp_path, tiny_model, caplog):
+    """A model that runs a Linear outside autocast (here: its classifier, on fp32 inputs) fails on a bf16 weight at
+    the first, eager forward: the copies go off with one line, and the run is the one autocast's casts make."""
+    class Fp32Head(torch.nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            self.linear = linear
+
+        def forward(self, x):
+            with torch.autocast("cpu", enabled=False):
+                return self.linear(x.float())
+
+    casts, copies = _copies_pair(tmp_path, tiny_model)
+    for t in (casts, copies):
+        t.model.classifier = Fp32Head(t.model.classifier)
+    copies.static_steps = None
+    with caplog.at_level(logging.WARNING, logger="ftcli_trainer"):
+        copies._setup_static_steps(capture=False)
+        assert copies.static_steps.copies is not None
+        _train_both([casts, copies], ONE_MICRO)
+    assert copies.static_steps.copies is None
+    (line,) = [r.getMessage() for r in caplog.records if "--weight-copies off" in r.getMessage()]
+    assert "fails on bf16 copies" in line and "\n" not in line
+    assert _same(_params(copies.model), _params(casts.model))
 
 
 @cuda

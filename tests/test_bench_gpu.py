@@ -1,0 +1,23 @@
+"""bench/gpu.py's own arithmetic (no GPU needed): how a profile's kernels are sorted into kinds."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location("bench_gpu", Path(__file__).resolve().parents[1] / "bench" / "gpu.py")
+gpu = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu)
+
+
+@pytest.mark.parametrize("kernel,kind", [
+    # the H100 profile's names (bench/results/gpu_h100_profile.txt): cuDNN's SDPA kernels carry "sm90_" too
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0", "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_kernel0_0", "attention"),
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT", "GEMM"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>", "layernorm"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "elementwise"),
+])
+def test_profile_kernels_are_sorted_into_their_kind(kernel, kind):
+    assert gpu._kind(kernel) == kind
