@@ -92,13 +92,14 @@ def run_seconds(started: dt.datetime | None, ended: dt.datetime | None, now: dt.
 @dataclass(frozen=True)
 class Pool:
     """One worker pool: `replicas` machines of `machine_type`, each with `accelerator_count` x `accelerator`
-    (the Vertex AcceleratorType name, None for a CPU machine)."""
+    (the Vertex AcceleratorType name, None for a CPU machine), running `image` with `args`."""
 
     machine_type: str
     accelerator: str | None = None
     accelerator_count: int = 0
     replicas: int = 1
     image: str = ""
+    args: tuple[str, ...] = ()  # the container's (or Python package's) arguments: the trainer's options
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,17 @@ class Job:
     @property
     def model_dir(self) -> str | None:
         return self.output_dir.rstrip("/") + "/model/" if self.output_dir else None
+
+    def trainer_option(self, name: str) -> str | None:
+        """The value the job's first pool passes for the trainer option `name` (field spelling, e.g.
+        text_pair_column): `--name-with-dashes VALUE`, `--name_with_underscores VALUE` or `--flag=VALUE`."""
+        args = list(self.pools[0].args) if self.pools else []
+        flags = {"--" + name.replace("_", "-"), "--" + name}
+        for i, arg in enumerate(args):
+            flag, eq, value = arg.partition("=")
+            if flag in flags:
+                return value if eq else (args[i + 1] if i + 1 < len(args) else None)
+        return None
 
     @property
     def replica_names(self) -> list[str]:

@@ -55,6 +55,19 @@ def test_success_says_what_to_run_next():
     view = FollowView("4", json_out=False, out=out, err=err)
     view.ended(Outcome("SUCCEEDED", Job(NAME, "run", "SUCCEEDED", labels={"ftcli_task": "mnli"})))
     assert buf.getvalue() == 'next: ftcli download 4   ·   ftcli predict 4 "text" --pair "hypothesis"\n'
+    # a CSV of pairs: the task says nothing, the trainer's --text-pair-column does (each spelling the trainer takes)
+    from ftcli.values import Pool
+
+    for args in (("--task", "csv", "--text-pair-column", "question2"), ("--text_pair_column", "question2"),
+                 ("--task=csv", "--text-pair-column=question2")):
+        err, buf = console(False)
+        job = Job(NAME, "run", "SUCCEEDED", labels={"ftcli_task": "csv"}, pools=(Pool("n1-standard-4", args=args),))
+        FollowView("5", json_out=False, out=out, err=err).ended(Outcome("SUCCEEDED", job))
+        assert buf.getvalue() == 'next: ftcli download 5   ·   ftcli predict 5 "text" --pair "question2"\n', args
+    err, buf = console(False)
+    job = Job(NAME, "run", "SUCCEEDED", pools=(Pool("n1-standard-4", args=("--task", "csv", "--text-column", "t")),))
+    FollowView("6", json_out=False, out=out, err=err).ended(Outcome("SUCCEEDED", job))
+    assert buf.getvalue() == 'next: ftcli download 6   ·   ftcli predict 6 "text"\n'
 
 
 def test_the_end_says_what_the_job_cost_at_the_users_rates(tmp_path, monkeypatch):

@@ -68,12 +68,16 @@ def test_a_job_comes_back_as_ftclis_own_value(vertex):
             "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-8g",
                                                              "acceleratorType": "NVIDIA_TESLA_A100",
                                                              "acceleratorCount": 8},
-                                             "replicaCount": "1", "containerSpec": {"imageUri": "python:3.11"}}],
+                                             "replicaCount": "1", "containerSpec": {
+                                                 "imageUri": "python:3.11",
+                                                 "args": ["--task", "csv", "--text-pair-column", "q2"]}}],
                         "scheduling": {"timeout": "3600s"},
                         "baseOutputDirectory": {"outputUriPrefix": "gs://b/runs/x"}}}
     job = gateway.create_custom_job(spec, "sub1")
     assert isinstance(job, Job) and isinstance(job.name, JobName) and job.state == "PENDING"
     assert (job.pools[0].accelerator, job.pools[0].accelerator_count) == ("NVIDIA_TESLA_A100", 8)
+    assert job.pools[0].args == ("--task", "csv", "--text-pair-column", "q2")
+    assert job.trainer_option("text_pair_column") == "q2" and job.trainer_option("epochs") is None
     assert job.model_dir == "gs://b/runs/x/model/" and job.timeout_s == 3600 and job.labels == {"ftcli_task": "imdb"}
     assert job.created is not None and job.started is None and job.created.tzinfo is not None
     vertex.fail_next("GetCustomJob", grpc.StatusCode.NOT_FOUND, message="gone")

@@ -130,9 +130,11 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
 
 
 def _pair_hint(job) -> str:
-    """` --pair "COLUMN"` when the job's task (its label) is one of sentence pairs: `predict` needs a pair per text."""
+    """` --pair "COLUMN"` when the job trained on sentence pairs: its task (its label) is one of pairs, or its
+    trainer options name a --text-pair-column (a CSV of pairs). `predict` then needs a pair per text."""
     from ftcli.spec import TASK_LABEL
     from ftcli_trainer.tasks import TASKS
 
     task = TASKS.get(job.labels.get(TASK_LABEL) or "")
-    return f' --pair "{task.text_pair_column}"' if task is not None and task.text_pair_column else ""
+    column = job.trainer_option("text_pair_column") or (task.text_pair_column if task is not None else None)
+    return f' --pair "{column}"' if column else ""

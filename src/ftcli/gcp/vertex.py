@@ -45,8 +45,9 @@ def _pools(spec) -> tuple[Pool, ...]:
         m = p.machine_spec
         accelerator = m.accelerator_type.name if m.accelerator_count else None
         image = p.container_spec.image_uri or p.python_package_spec.executor_image_uri
+        args = tuple(p.container_spec.args or p.python_package_spec.args)
         pools.append(Pool(m.machine_type, accelerator, int(m.accelerator_count or 0) if accelerator else 0,
-                          int(p.replica_count or 0), image))
+                          int(p.replica_count or 0), image, args))
     return tuple(pools)
 
 
