@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
-# The one call for the next lent GPU machine (H100 or H200; ~330 s expected, at most TOTAL=390 s): does
-# --weight-copies (bf16 copies of the Linear weights, no per-step casts) make the same run faster, and what does
-# it do to BERT-base's MFU at 512 tokens? Most important first:
-#   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler (the weight copies' bitwise test
-#       on real captures is among them)
-#   b   bench/gpu.py, MiniLM SST-2: check (graph path vs eager, prepare(), and --weight-copies vs the graph
-#       path's casts, which must be bit-identical), then ftcli_warm, ftcli_copies, hf interleaved twice
-#       ($OUT/minilm_results.json)
-#   c   bench/gpu.py, BERT-base IMDB @512: ftcli_warm, ftcli_copies, hf once, then the profile of 32 full
-#       512-token rows, graphs and copies ($OUT/imdb_results.json, imdb_profile.txt)
+# The one call for the next lent GPU machine (H100 or H200; ~330 s expected, at most TOTAL=390 s): what could
+# close issue #13's MFU gap at 512 tokens (bench/README.md, "Where the time goes at 512 tokens"), and the table
+# with the trainer's defaults (graphs, --gpu-warmup, --weight-copies) against HF. Most important first:
+#   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler
+#   b   bench/gpu_kernels.py: attention at 512 and 320 tokens under every masking torch offers (SDPA backends,
+#       varlen with seqused_k, packed), and a whole BERT-base step captured in a CUDA graph, eager model
+#       against torch.compile(model), with and without a padding mask ($OUT/kernels.json, kernels_console.log)
+#   c   bench/gpu.py, BERT-base SST-2 @128 and IMDB @512: ftcli_copies (the defaults) and hf once each, if the
+#       time is left ($OUT/cases_results.json, cases_console.log)
 #   d   a summary ($OUT/summary.txt)
 # From the repository root, with the git-ignored .gpu and .whl carried (python bench/prepare_gpu_assets.py):
 #   bash bench/gpu_next.sh
-#   GPU_NEXT_CPU_DRY=1 bash bench/gpu_next.sh    # on a CPU: the same plumbing, 96 rows, a 2-layer BERT
-# (The previous question, --gpu-warmup, was answered by this script's earlier version on an H100: bench/README.md.)
+#   GPU_NEXT_CPU_DRY=1 bash bench/gpu_next.sh    # on a CPU: the same plumbing, tiny shapes, 96 rows, a 2-layer BERT
+# (Earlier questions, answered on an H100 by this script's earlier versions: --gpu-warmup, --weight-copies.)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ftcli-gpu-out}
@@ -22,11 +21,11 @@ DETAIL=${DETAIL:-/tmp/ftcli-gpu-detail}  # gpu.py's folders; only 8 chosen files
 TOTAL=${TOTAL:-390}
 mkdir -p "$OUT" "$DETAIL"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=true
-DRY=()
-T_A=60 B_BUDGET=190 C_MIN=100
+DRY=() KDRY=()
+T_A=60 T_B=200 C_MIN=90
 if [ "${GPU_NEXT_CPU_DRY:-0}" = 1 ]; then
-  DRY=(--device cpu --rows 96 --tiny-bert)
-  TOTAL=${DRY_TOTAL:-1600} T_A=400 B_BUDGET=700 C_MIN=300
+  DRY=(--device cpu --rows 96 --tiny-bert) KDRY=(--device cpu --small --reps 3)
+  TOTAL=${DRY_TOTAL:-1600} T_A=400 T_B=400 C_MIN=300
 fi
 left() { echo $((TOTAL - SECONDS)); }
 lim() { # lim OWN RESERVE: OWN seconds, or less so that RESERVE seconds are left for what follows
@@ -54,7 +53,7 @@ part() { echo; echo "== [$SECONDS s] $*"; }
   git log -1 --format='commit %h %s' 2>/dev/null || true
 
   part "a: GPU tests (full log: $OUT/gpu_tests.log)"
-  t=$(lim "$T_A" $((B_BUDGET + C_MIN)))
+  t=$(lim "$T_A" $((T_B + C_MIN)))
   PYTHONPATH="${PYTHONPATH:-}:src:." timeout -s ABRT -k 5 "$t" python3 -X faulthandler -m pytest -v \
     -p no:cacheprovider -rs --durations=8 -o faulthandler_timeout=45 \
     tests/trainer/test_cuda_graphs.py tests/trainer/test_tasks.py -k "gpu or cuda" > "$OUT/gpu_tests.log" 2>&1
@@ -62,33 +61,33 @@ part() { echo; echo "== [$SECONDS s] $*"; }
   grep -E "FAILED|ERROR|Fatal Python error|Segmentation|Aborted|Timeout|^E " "$OUT/gpu_tests.log" | head -30
   tail -1 "$OUT/gpu_tests.log"
 
-  part "b: MiniLM SST-2, ftcli_warm / ftcli_copies / hf interleaved x2 ($DETAIL/minilm)"
-  t=$(lim "$B_BUDGET" $((C_MIN + 15)))
-  timeout -k 5 $((t + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/minilm" --work "$WORK" \
-    --budget "$t" --cases minilm_sst2_128 --contenders ftcli_warm,ftcli_copies,hf --repeat 2 \
-    --skip-profile ${DRY[@]+"${DRY[@]}"} > "$OUT/minilm_console.log" 2>&1
-  echo "bench/gpu.py exit status $?"
-  grep "^\[" "$OUT/minilm_console.log" | tail -12
+  part "b: attention and compiled steps at 512 tokens ($OUT/kernels.json)"
+  t=$(lim "$T_B" $((C_MIN + 15)))
+  PYTHONPATH="${PYTHONPATH:-}:src" timeout -k 5 "$t" python3 bench/gpu_kernels.py --assets .gpu --out "$OUT/kernels.json" \
+    ${KDRY[@]+"${KDRY[@]}"} > "$OUT/kernels_console.log" 2>&1
+  echo "bench/gpu_kernels.py exit status $?"
+  grep -E "^(attention|compile) \|" "$OUT/kernels_console.log" | tail -40
 
   budget=$(( $(left) - 15 ))
-  part "c: BERT-base IMDB @512, ftcli_warm / ftcli_copies / hf once, profile graphs,copies; ${budget} s ($DETAIL/imdb)"
-  timeout -k 5 $((budget + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/imdb" --work "$WORK" \
-    --budget "$budget" --cases bert_imdb_512 --contenders ftcli_warm,ftcli_copies,hf --skip-check \
-    --profile-modes graphs,copies ${DRY[@]+"${DRY[@]}"} > "$OUT/imdb_console.log" 2>&1
-  echo "bench/gpu.py exit status $?"
-  grep "^\[" "$OUT/imdb_console.log" | tail -8
+  if [ "$budget" -ge "$C_MIN" ]; then
+    part "c: BERT-base SST-2 @128 and IMDB @512, ftcli_copies / hf once, ${budget} s ($DETAIL/cases)"
+    timeout -k 5 $((budget + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/cases" --work "$WORK" \
+      --budget "$budget" --cases bert_sst2_128,bert_imdb_512 --contenders ftcli_copies,hf --skip-check \
+      --skip-profile ${DRY[@]+"${DRY[@]}"} > "$OUT/cases_console.log" 2>&1
+    echo "bench/gpu.py exit status $?"
+    grep "^\[" "$OUT/cases_console.log" | tail -8
+  else
+    part "c: skipped, $(left) s left (needs $((C_MIN + 15)))"
+  fi
 
   part "d: summary"
   {
     echo "GPU tests: $(grep -E '^=+ .*(passed|failed|error).* =+$' "$OUT/gpu_tests.log" | tail -1)"
     grep -E "FAILED|ERROR|Fatal Python error" "$OUT/gpu_tests.log" | head -8
-    for t in minilm imdb; do
-      [ -f "$DETAIL/$t/table.md" ] && { echo; cat "$DETAIL/$t/table.md"; }
-    done
-    [ -f "$DETAIL/imdb/profile.txt" ] && { echo; grep -E "^==|^time by kind" "$DETAIL/imdb/profile.txt"; }
+    echo; grep -E "^## |^(attention|compile) \|" "$OUT/kernels_console.log" 2>/dev/null
+    [ -f "$DETAIL/cases/table.md" ] && { echo; cat "$DETAIL/cases/table.md"; }
   } 2>&1 | tee "$OUT/summary.txt"
-  # what comes back is at most 8 files: these 3 beside console, gpu_tests, minilm_console, imdb_console, summary
-  for t in minilm imdb; do [ -f "$DETAIL/$t/results.json" ] && cp "$DETAIL/$t/results.json" "$OUT/${t}_results.json"; done
-  [ -f "$DETAIL/imdb/profile.txt" ] && cp "$DETAIL/imdb/profile.txt" "$OUT/imdb_profile.txt"
+  # what comes back is at most 8 files: this beside console, gpu_tests, kernels(.json, _console), cases_console, summary
+  [ -f "$DETAIL/cases/results.json" ] && cp "$DETAIL/cases/results.json" "$OUT/cases_results.json"
   echo "== [$SECONDS s] done; everything under $OUT"
 } 2>&1 | tee "$OUT/console.log"
