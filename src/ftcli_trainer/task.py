@@ -216,23 +216,25 @@ def run(cfg: TrainConfig) -> dict:
 
 
 def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, precision: str, dist):
-    """The train and eval sets tokenized; with --gpu-warmup on one CUDA GPU, in a worker thread while this thread
-    pays the GPU's first-use costs (cuda_graphs.prewarm). This thread, because it is the one that trains: torch
-    keeps cuDNN's attention plans and cuBLAS handles per thread, so a warm-up in another thread leaves the
-    training thread to pay them again. Returns (train, evals, seconds of warm-up or None)."""
+    """The train and eval sets tokenized; with --gpu-warmup ahead of the graph path (one CUDA GPU, bf16 or fp32), in
+    a worker thread while this thread pays the GPU's first-use costs (cuda_graphs.prewarm). This thread, because it
+    is the one that trains: torch keeps cuDNN's attention plans and cuBLAS handles per thread, so a warm-up in
+    another thread leaves the training thread to pay them again. Returns (train, evals, seconds of warm-up or
+    None)."""
+    from ftcli_trainer import cuda_graphs
     from ftcli_trainer.data import encode
 
     def encode_all():
         return (encode(tokenizer, data.train, cfg.max_length),
                 {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()})
 
-    if device.type != "cuda" or dist.enabled or not cfg.gpu_warmup:
+    # Only ahead of the graph path (what --gpu-warmup was measured with): eager runs stay as they were.
+    graphs, _ = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision, dist.world_size)
+    if device.type != "cuda" or not graphs or dist.enabled or not cfg.gpu_warmup:
         return (*encode_all(), None)
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
-
-    from ftcli_trainer import cuda_graphs
 
     widths = cuda_graphs.bucket_widths(cfg.max_length, getattr(model.config, "max_position_embeddings", None))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)

@@ -586,12 +586,14 @@ def test_the_warm_up_runs_on_the_training_thread_while_a_worker_tokenizes(tiny_m
     train, evals, seconds = task._encode_while_warming(model, tok, data, cfg, torch.device("cuda"), "bf16", Dist())
     assert seconds == 0.25 and len(train) == 30 and len(evals["test"]) == 1
     assert threads["prewarm"] is threading.main_thread() and threads["encode"] is not threading.main_thread()
-    # on by default; never when turned off, and never off the GPU
+    # on by default; never when turned off, off the GPU, or where the graph path does not run (eager stays as it was)
     assert parse_args(["--max-length", "64", "--batch-size", "8"]) == cfg
     del threads["prewarm"]
-    for cfg_, device in ((parse_args(["--max-length", "64", "--no-gpu-warmup"]), "cuda"), (cfg, "cpu")):
-        train, _, seconds = task._encode_while_warming(model, tok, data, cfg_, torch.device(device), "bf16", Dist())
-        assert seconds is None and len(train) == 30 and "prewarm" not in threads
+    for cfg_, device, precision in ((parse_args(["--max-length", "64", "--no-gpu-warmup"]), "cuda", "bf16"),
+                                    (cfg, "cpu", "bf16"), (cfg, "cuda", "fp16"),
+                                    (parse_args(["--max-length", "64", "--cuda-graphs", "off"]), "cuda", "bf16")):
+        train, _, seconds = task._encode_while_warming(model, tok, data, cfg_, torch.device(device), precision, Dist())
+        assert seconds is None and len(train) == 30 and "prewarm" not in threads, (cfg_, device, precision)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only machine's behaviour (exact equality, no prewarm)")
