@@ -26,6 +26,7 @@ printed last whatever happened:
              ftcli_warm    ftcli --cuda-graphs on --gpu-warmup --no-weight-copies (by default in the MiniLM case only)
              ftcli_copies  ftcli --cuda-graphs on --gpu-warmup --weight-copies: the trainer's defaults (only when
                            named in --contenders)
+             ftcli_unmasked  ftcli_copies with --unmask-full-batches (only when named)
              hf            the HF Trainer tuned (bf16 or fp16 below compute capability 8.0, tf32, fused AdamW,
                            DataCollatorWithPadding(pad_to_multiple_of=8), 2 loader workers, random order)
              ftcli_eager   ftcli --cuda-graphs off
@@ -85,14 +86,16 @@ CASES = {  # name -> model, data, rows, max length, learning rate
 }
 # In the order they run within a repetition: the graph path first (the headline), the HF Trainer, eager last
 # (the slowest, known from the issue). ftcli_graphs is the graph path alone, ftcli_warm adds --gpu-warmup,
-# ftcli_copies --weight-copies too (both the trainer's defaults since the H100 runs).
-CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "hf", "ftcli_eager")
+# ftcli_copies --weight-copies too (both the trainer's defaults since the H100 runs), ftcli_unmasked adds
+# --unmask-full-batches.
+CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "ftcli_unmasked", "hf", "ftcli_eager")
 # Without --contenders: ftcli_warm only where its question is open (the MiniLM case: short steps, where the
 # first-use costs weigh most), so that the default full run keeps to its budget.
-DEFAULT_CONTENDERS = {"minilm_sst2_128": tuple(c for c in CONTENDERS if c != "ftcli_copies")}
+DEFAULT_CONTENDERS = {"minilm_sst2_128": tuple(c for c in CONTENDERS if c not in ("ftcli_copies", "ftcli_unmasked"))}
 BATCH = 32
 # The profile's modes: name -> (--cuda-graphs, more trainer flags)
-PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]), "copies": ("on", ["--weight-copies"])}
+PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]), "copies": ("on", ["--weight-copies"]),
+                 "unmasked": ("on", ["--weight-copies", "--unmask-full-batches"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500
@@ -314,7 +317,8 @@ def child_ftcli(args, case: str, contender: str) -> dict:
     ]
     argv += {"ftcli_graphs": ["--no-gpu-warmup", "--no-weight-copies"],
              "ftcli_warm": ["--gpu-warmup", "--no-weight-copies"],
-             "ftcli_copies": ["--gpu-warmup", "--weight-copies"]}.get(contender, [])
+             "ftcli_copies": ["--gpu-warmup", "--weight-copies"],
+             "ftcli_unmasked": ["--gpu-warmup", "--weight-copies", "--unmask-full-batches"]}.get(contender, [])
     cfg = parse_args(argv)
     task._setup_logging()
     r = task.run(cfg)
@@ -955,6 +959,8 @@ class Parent:
             notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_graphs"), runs_of(s, case, "ftcli_warm"))
             notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_warm"), runs_of(s, case, "ftcli_copies"),
                                     ("ftcli_warm", "ftcli_copies"), ("warm", "copies"))
+            notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_copies"), runs_of(s, case, "ftcli_unmasked"),
+                                    ("ftcli_copies", "ftcli_unmasked"), ("copies", "unmasked"))
         lines += notes
         prof = s.get("profile") or {}
         if any(name in prof for name in PROFILE_MODES):

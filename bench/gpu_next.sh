@@ -6,8 +6,9 @@
 #   b   bench/gpu_kernels.py: attention at 512 and 320 tokens under every masking torch offers (SDPA backends,
 #       varlen with seqused_k, packed), and a whole BERT-base step captured in a CUDA graph, eager model
 #       against torch.compile(model), with and without a padding mask ($OUT/kernels.json, kernels_console.log)
-#   c   bench/gpu.py, BERT-base SST-2 @128 and IMDB @512: ftcli_copies (the defaults) and hf once each, if the
-#       time is left ($OUT/cases_results.json, cases_console.log)
+#   c   bench/gpu.py, BERT-base IMDB @512: ftcli_copies (the defaults), ftcli_unmasked (--unmask-full-batches)
+#       and hf once, then the profile of 32 full 512-token rows, copies and unmasked, if the time is left
+#       ($OUT/cases_results.json, cases_console.log, profile.txt)
 #   d   a summary ($OUT/summary.txt)
 # From the repository root, with the git-ignored .gpu and .whl carried (python bench/prepare_gpu_assets.py):
 #   bash bench/gpu_next.sh
@@ -22,7 +23,7 @@ TOTAL=${TOTAL:-390}
 mkdir -p "$OUT" "$DETAIL"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=true
 DRY=() KDRY=()
-T_A=60 T_B=200 C_MIN=90
+T_A=60 T_B=150 C_MIN=110
 if [ "${GPU_NEXT_CPU_DRY:-0}" = 1 ]; then
   DRY=(--device cpu --rows 96 --tiny-bert) KDRY=(--device cpu --small --reps 3)
   TOTAL=${DRY_TOTAL:-1600} T_A=400 T_B=400 C_MIN=300
@@ -70,10 +71,10 @@ part() { echo; echo "== [$SECONDS s] $*"; }
 
   budget=$(( $(left) - 15 ))
   if [ "$budget" -ge "$C_MIN" ]; then
-    part "c: BERT-base SST-2 @128 and IMDB @512, ftcli_copies / hf once, ${budget} s ($DETAIL/cases)"
+    part "c: BERT-base IMDB @512, ftcli_copies / ftcli_unmasked / hf once, profile copies,unmasked; ${budget} s"
     timeout -k 5 $((budget + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/cases" --work "$WORK" \
-      --budget "$budget" --cases bert_sst2_128,bert_imdb_512 --contenders ftcli_copies,hf --skip-check \
-      --skip-profile ${DRY[@]+"${DRY[@]}"} > "$OUT/cases_console.log" 2>&1
+      --budget "$budget" --cases bert_imdb_512 --contenders ftcli_copies,ftcli_unmasked,hf --skip-check \
+      --profile-modes copies,unmasked ${DRY[@]+"${DRY[@]}"} > "$OUT/cases_console.log" 2>&1
     echo "bench/gpu.py exit status $?"
     grep "^\[" "$OUT/cases_console.log" | tail -8
   else
@@ -86,8 +87,10 @@ part() { echo; echo "== [$SECONDS s] $*"; }
     grep -E "FAILED|ERROR|Fatal Python error" "$OUT/gpu_tests.log" | head -8
     echo; grep -E "^## |^(attention|compile) \|" "$OUT/kernels_console.log" 2>/dev/null
     [ -f "$DETAIL/cases/table.md" ] && { echo; cat "$DETAIL/cases/table.md"; }
+    [ -f "$DETAIL/cases/profile.txt" ] && { echo; grep -E "^==|^time by kind" "$DETAIL/cases/profile.txt"; }
   } 2>&1 | tee "$OUT/summary.txt"
-  # what comes back is at most 8 files: this beside console, gpu_tests, kernels(.json, _console), cases_console, summary
+  # at most 8 files come back: these 2 beside console, gpu_tests, kernels(.json, _console), cases_console, summary
   [ -f "$DETAIL/cases/results.json" ] && cp "$DETAIL/cases/results.json" "$OUT/cases_results.json"
+  [ -f "$DETAIL/cases/profile.txt" ] && cp "$DETAIL/cases/profile.txt" "$OUT/profile.txt"
   echo "== [$SECONDS s] done; everything under $OUT"
 } 2>&1 | tee "$OUT/console.log"

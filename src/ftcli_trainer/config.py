@@ -115,6 +115,10 @@ OPTIONS: tuple[Option, ...] = (
            "nn.Linear weight, refreshed by one fused copy after each update, instead of casting every weight (and "
            "its gradient back) at every step. Bit-identical results (checked on an H100, where steady steps got "
            "3-4.5 percent faster); one micro-batch a step only."),
+    Option("unmask_full_batches", bool, False, "With CUDA graphs on: a batch whose rows all fill its width (every "
+           "row cut at --max-length) runs without the attention mask, in a graph of its own, as HF's eager path "
+           "drops an all-ones mask: attention on the faster kernels without a mask. Off until a GPU run shows it "
+           "faster."),
     Option("compile", bool, False, "torch.compile the model; skipped where it cannot pay off (runs under "
            "~5,000 steps, or with CUDA graphs on)."),
     Option("cuda_graphs", str, "auto", "GPU steps padded to a few fixed widths and replayed as CUDA graphs "
@@ -162,6 +166,7 @@ class TrainConfig:
     gpu_warmup: bool = True
     hypertune_metric: str | None = None
     weight_copies: bool = True
+    unmask_full_batches: bool = False
     compile: bool = False
     cuda_graphs: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)

@@ -562,7 +562,8 @@ class Trainer:
             pad_id=self.pad_id, rows=self.cfg.batch_size, max_length=int(max(self._train_lengths.max(), 1)),
             multi_label=self.multi_label, n_labels=len(self.label_names), device=self.device,
             regression=self.regression,
-            autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture, weight_copies=copies)
+            autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture, weight_copies=copies,
+            unmask_full=self.cfg.unmask_full_batches)
         if capture and self.dist.is_main:
             log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s",
                      ",".join(map(str, self.static_steps.widths)),
@@ -574,27 +575,31 @@ class Trainer:
         before the training clock starts (cuda_graphs.StaticSteps.prepare), so the first steps replay."""
         if self.static_steps is None or not self.cfg.gpu_warmup:
             return
-        widths = sorted(self.step_widths())
-        if not widths:  # resumed after the last epoch: nothing left to train
+        from ftcli_trainer.cuda_graphs import key_name, key_order
+
+        keys = sorted(self.step_widths(), key=key_order)
+        if not keys:  # resumed after the last epoch: nothing left to train
             return
-        seconds = self.static_steps.prepare(widths)
+        seconds = self.static_steps.prepare(keys)
+        widths = [key_name(k) if isinstance(k, tuple) else k for k in keys]  # 512 unmasked: a string in the results
         self.gpu_warmup |= {"prepare_seconds": seconds, "widths": widths}
         if self.dist.is_main and self.static_steps.capture:
             log.info("CUDA graphs: widths %s%s warmed up and captured ahead in %.2f s, before the training clock",
                      ",".join(map(str, widths)), " and the update" if "update" in self.static_steps.graphs else "",
                      seconds)
 
-    def step_widths(self) -> set[int]:
-        """The padded widths of the micro-batches left in this run (the graph path's buckets)."""
-        from ftcli_trainer.cuda_graphs import bucket_for
+    def step_widths(self) -> set:
+        """The step keys of the micro-batches left in this run: the graph path's padded widths, and (width, FULL)
+        for batches run unmasked (cuda_graphs.step_key)."""
+        from ftcli_trainer.cuda_graphs import step_key
 
-        widths = self.static_steps.widths
+        ss = self.static_steps
         lengths = self.train_enc.lengths
-        out: set[int] = set()
+        out: set = set()
         for epoch in range(self.epoch, self.cfg.epochs):
             for idx in plan_batches(lengths, self.global_batch, self.cfg.seed, epoch):
                 if len(idx):
-                    out.add(bucket_for(int(lengths[idx].max()), widths))
+                    out.add(step_key(lengths[idx], ss.rows, ss.widths, ss.unmask_full))
         return out
 
     def _pause(self, fn) -> None:

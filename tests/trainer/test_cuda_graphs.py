@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from ftcli_trainer import cuda_graphs as cg  # noqa: E402
 from ftcli_trainer.config import parse_args  # noqa: E402
-from ftcli_trainer.data import Encoded, Examples, collate, encode  # noqa: E402
+from ftcli_trainer.data import Encoded, Examples, collate, encode, plan_batches  # noqa: E402
 from ftcli_trainer.loop import Paths, Trainer  # noqa: E402
 from ftcli_trainer.model import load_model, load_tokenizer  # noqa: E402
 from tests.conftest import sentiment_rows  # noqa: E402
@@ -785,3 +785,103 @@ def test_weight_copies_equal_autocast_casts_on_a_gpu(tmp_path, tiny_model):
     assert copies.static_steps.counts["captured"] >= 2 and copies.static_steps.counts["replays"] > 0
     for (name, pa), pb in zip(casts.model.named_parameters(), copies.model.parameters(), strict=True):
         assert torch.equal(pb, pa), (name, (pb - pa).abs().max().item())
+
+
+# -- --unmask-full-batches: batches whose rows all fill the width run without the mask ---------------------------
+
+
+def test_a_batch_runs_unmasked_only_with_all_its_rows_filling_the_width():
+    widths = (16, 32)
+    full = np.full(8, 32)
+    assert cg.step_key(full, 8, widths, True) == (32, cg.FULL)
+    assert cg.step_key(full, 8, widths, False) == 32  # off: as before
+    assert cg.step_key(full[:5], 8, widths, True) == 32  # filler rows: their mask matters
+    assert cg.step_key(np.array([32] * 7 + [31]), 8, widths, True) == 32  # one row of padding
+    assert cg.step_key(np.full(8, 16), 8, widths, True) == (16, cg.FULL)
+    assert sorted([(32, cg.FULL), 16, 32, (16, cg.FULL)], key=cg.key_order) == [16, (16, cg.FULL), 32, (32, cg.FULL)]
+    assert cg.key_name((32, cg.FULL)) == "32 unmasked" and cg.key_name(16) == "16"
+
+
+def _enc_truncated(n_full: int = 24, n_short: int = 16) -> Encoded:
+    """Rows cut at 32 tokens (a --max-length 32 run over long texts), then shorter ones."""
+    rng = np.random.default_rng(5)
+    lengths = np.concatenate([np.full(n_full, 32), rng.integers(3, 30, n_short)])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = rng.integers(5, 100, offsets[-1]).astype(np.int32)
+    return Encoded(ids=ids, offsets=offsets, type_ids=None, labels=rng.integers(0, 2, len(lengths)))
+
+
+def _unmask_pair(tmp_path, tiny_model, monkeypatch, fake_captures=False):
+    enc = _enc_truncated()
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    base = load_model(str(tiny_model), labels, False, 0.5)
+    ts = []
+    for name, extra in (("masked", ()), ("unmasked", ("--unmask-full-batches",))):
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name, extra=extra)
+        t.model.train()
+        t._setup_static_steps(capture=False)
+        if fake_captures:
+            t.static_steps.capture = True
+            monkeypatch.setattr(t.static_steps, "_on_side_stream", t.static_steps._eager)
+            monkeypatch.setattr(t.static_steps, "_capture", lambda fn: FakeGraph(fn))
+        ts.append(t)
+    called = []
+    real_call = cg.StaticSteps._call
+    monkeypatch.setattr(cg.StaticSteps, "_call", lambda self, key: (called.append((self, key)), real_call(self, key)))
+    return ts, called
+
+
+def _epoch_groups(t):
+    return [[idx] for idx in plan_batches(t.train_enc.lengths, 8, 0, 0)]
+
+
+def test_unmasked_full_batches_train_as_the_masked_ones(tmp_path, tiny_model, monkeypatch):
+    """An all-ones mask changes nothing: with dropout on, the weights, AdamW's state and the loss sum are exactly
+    those of the masked run, and the full batches (three of five) ran under their own unmasked key."""
+    (masked, unmasked), called = _unmask_pair(tmp_path, tiny_model, monkeypatch)
+    groups = _epoch_groups(masked)
+    _train_both([masked, unmasked], groups * 2)
+    assert _same(_params(unmasked.model), _params(masked.model))
+    assert torch.equal(unmasked._loss_acc, masked._loss_acc) and _optimizer_states_equal(masked, unmasked)
+    keys = [k for s, k in called if s is unmasked.static_steps and k != "update"]
+    full = [g for g in groups if (unmasked.train_enc.lengths[g[0]] == 32).all() and len(g[0]) == 8]
+    assert len(full) == 3 and keys.count((32, cg.FULL)) == 2 * len(full)
+    assert all(k != (32, cg.FULL) for s, k in called if s is masked.static_steps)
+    assert (32, cg.FULL) in unmasked.step_widths() and (32, cg.FULL) not in masked.step_widths()
+
+
+def test_unmasked_keys_are_warmed_up_and_captured_ahead(tmp_path, tiny_model, monkeypatch):
+    """--gpu-warmup's prepare() knows the unmasked keys a run uses: every training step is then a replay."""
+    (masked, unmasked), _ = _unmask_pair(tmp_path, tiny_model, monkeypatch, fake_captures=True)
+    for t in (masked, unmasked):
+        t.static_steps.prepare(sorted(t.step_widths(), key=cg.key_order))
+    assert set(unmasked.static_steps.graphs) == {16, 32, (32, cg.FULL), "update"}
+    _train_both([masked, unmasked], _epoch_groups(masked))
+    assert unmasked.static_steps.counts["eager"] == 0
+    assert _same(_params(unmasked.model), _params(masked.model))
+
+
+@cuda
+def test_unmasked_full_batches_on_a_gpu_train_as_the_masked_ones(tmp_path, tiny_model, monkeypatch):
+    """Real captures, fp32, dropout off: the unmasked graphs (other attention kernels) give the masked run's weights
+    up to float rounding, as the graph path gives eager's."""
+    enc = _enc_truncated()
+    torch.manual_seed(0)
+    base = _no_dropout(load_model(str(tiny_model), ["negative", "positive"], False, 0.5)).cuda()
+    ts = []
+    for name, extra in (("masked", ()), ("unmasked", ("--unmask-full-batches",))):
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, ["negative", "positive"], name=name,
+                          extra=extra)
+        t.device = torch.device("cuda")
+        t._loss_acc = torch.zeros((), device="cuda")
+        t._setup_static_steps(capture=True)
+        ts.append(t)
+    for _ in range(3):
+        for g in _epoch_groups(ts[0]):
+            for t in ts:
+                t.train_step(g)
+    assert (32, cg.FULL) in ts[1].static_steps.graphs
+    for (name, pa), pb in zip(ts[0].model.named_parameters(), ts[1].model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)
