@@ -257,7 +257,7 @@ def main() -> None:
                 traceback.print_exc()
                 out[part] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
             out[f"{part}_seconds"] = round(time.perf_counter() - t, 1)
-    Path(args.out).write_text(json.dumps(out, indent=1))
+            Path(args.out).write_text(json.dumps(out, indent=1))  # after each part: a timeout keeps what is done
     print(f"\n## {out['gpu']}, torch {out['torch']}")
     for part in ("attention", "compile"):
         for key, variants in (out.get(part) or {}).items():
