@@ -89,8 +89,9 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold")
     cells = [[c.cell(row) for c in columns] for row in rows]
     for i, c in enumerate(columns):
-        # A column that must not shrink (an id the user types) is given its full width; the others share the rest.
-        least = c.min_width if c.shrink else max(len(c.header), *(len(r[i]) for r in cells))
+        # A column that must not shrink (an id the user types) is given its full width; the others share the rest,
+        # each keeping at least its header.
+        least = max(c.min_width or 0, len(c.header)) if c.shrink else max(len(c.header), *(len(r[i]) for r in cells))
         table.add_column(c.header, justify=c.justify, no_wrap=True, overflow="ellipsis", min_width=least,
                          max_width=c.max_width)
     for row in cells:

@@ -68,6 +68,31 @@ def test_list_json_is_one_object_per_job(capsys, cloud_env):
     assert rows[1]["model"] == LONG_MODEL.rsplit("/", 1)[1]  # the label's value: the model's last path segment
 
 
+def test_list_has_a_cost_column_only_with_rates_and_still_fits_80_columns(capsys, cloud_env, tmp_path, monkeypatch):
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    rows = [json.loads(line) for line in run_cli(capsys, "jobs", "list", "--json").out.splitlines()]
+    assert all(r["cost_usd"] is None for r in rows)  # no price file: nothing to say
+    use_price_file(tmp_path, monkeypatch)  # T4 on n1-standard-8 only: job 1
+    rows = [json.loads(line) for line in run_cli(capsys, "jobs", "list", "--json").out.splitlines()]
+    one = rows[2]
+    started, ended = (dt.datetime.fromisoformat(one[k]) for k in ("started", "ended"))
+    assert one["cost_usd"] == pytest.approx(0.75 * (ended - started).total_seconds() / 3600, abs=1e-4)
+    assert rows[0]["cost_usd"] is None and rows[1]["cost_usd"] is None  # A100x8, L4x2: no rate in the file
+    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["JOB", "STATE", "TASK", "MODEL", "GPU", "AGE", "TIME", "COST", "METRIC"]
+    assert all(len(line) <= 80 for line in lines), [len(x) for x in lines]
+    assert "$0.00" in lines[3] and " - " in lines[1]  # job 1 ran a moment: $0.00; job 3 has no rate
+    assert "micro-F1 0.810" in lines[2] and "acc 0.912" in lines[3]  # the metrics stay whole
+    # a broken price file: one warning, the list without costs
+    use_price_file(tmp_path, monkeypatch, 'source = "x"\n')
+    r = run_cli(capsys, "jobs", "list")
+    assert r.code == 0 and "COST" not in r.out and r.out.count("\n") == 4
+    assert "warning:" in r.err and "read = YYYY-MM-DD" in r.err
+
+
 def test_describe_shows_gpu_machine_output_and_metrics(capsys, cloud_env):
     gcs, vertex = cloud_env
     imdb, _, _ = three_jobs(capsys, gcs, vertex)

@@ -22,19 +22,38 @@ def _metric(row: dict) -> str:
     return f"{m['name']} {m['value']:.3f}" if m else "-"
 
 
-def _columns(now: dt.datetime):
+def _columns(now: dt.datetime, cost: bool = False):
     from ftcli.output import Column, age, span
 
     return (
         Column("JOB", lambda r: str(r["short_id"]) if r["short_id"] else r["id"], shrink=False),
         Column("STATE", lambda r: r["state"], shrink=False),
         Column("TASK", lambda r: ("tune:" if r.get("kind") == "tune" else "") + (r["task"] or "-"), max_width=14),
-        Column("MODEL", lambda r: r["model"] or "-", max_width=22),
+        Column("MODEL", lambda r: r["model"] or "-", max_width=15 if cost else 22),  # COST's 7 from the model's 22
         Column("GPU", lambda r: r["gpu"] or "cpu", max_width=10),
         Column("AGE", lambda r: age(_since(r["created"], now)), justify="right"),
         Column("TIME", lambda r: span(r["duration_s"]), justify="right"),
+        *([Column("COST", lambda r: "-" if r["cost_usd"] is None else f"${r['cost_usd']:,.2f}", justify="right",
+                  shrink=False)] if cost else []),
         Column("METRIC", _metric, max_width=16),
     )
+
+
+def _with_costs(rows: list[dict], costs: list) -> bool:
+    """Each row's `cost_usd` (None: no rate for it, or not started) from `costs` (prices.job_cost/tuning_cost
+    calls, one per row); whether any row has an amount (else the table needs no COST column). A broken price file
+    is one warning: the list is shown without costs."""
+    from ftcli.errors import FtcliError
+    from ftcli.output import warn
+
+    try:
+        spent = [call()[0] for call in costs]
+    except FtcliError as e:
+        warn(e.message, e.hint)
+        spent = [None] * len(rows)
+    for row, s in zip(rows, spent, strict=True):
+        row["cost_usd"] = round(s.amount, 4) if s is not None else None
+    return any(s is not None for s in spent)
 
 
 @app.command("list")
@@ -45,8 +64,9 @@ def list_jobs(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many (newest first).")] = 20,
     json_out: JsonOpt = False,
 ) -> None:
-    """List recent training jobs (newest first): short id, state, task, model, GPU, age, run time, and the
-    headline metric of finished jobs (from their metrics.json).
+    """List recent training jobs (newest first): short id, state, task, model, GPU, age, run time, what each has
+    cost at your rates (a COST column where prices.toml has a rate), and the headline metric of finished jobs
+    (from their metrics.json).
 
     JOB is the short id to use with the other commands (the numeric id for jobs not submitted from here).
     --json prints one JSON object per job.
@@ -60,14 +80,18 @@ def list_jobs(
     s = resolve(project=project, region=region, need_bucket=False)
     listing = jobs.list_jobs(s.project, s.region, all_jobs=all_jobs, limit=limit, notify=note)
     now = dt.datetime.now(dt.UTC)
-    from ftcli import tuning
+    from ftcli import prices, tuning
 
     rows = [jobs.record(j, listing.short_ids.get(j.name), listing.metrics.get(j.name), now) for j in listing.jobs]
+    costs = [lambda j=j: prices.job_cost(j, now) for j in listing.jobs]
     rows += [tuning.record(t, listing.tuning_ids.get(t.name), now) for t in listing.tuning]
-    rows = sorted(rows, key=lambda r: r["created"] or "", reverse=True)[:limit]
+    costs += [lambda t=t: prices.tuning_cost(t, now) for t in listing.tuning]
+    rows, costs = zip(*sorted(zip(rows, costs, strict=True), key=lambda rc: rc[0]["created"] or "",
+                              reverse=True)[:limit], strict=True) if rows else ((), ())
     for problem in listing.problems:
         warn(problem)
-    show_list(rows, _columns(now), json_out=json_out,
+    any_cost = _with_costs(list(rows), list(costs))
+    show_list(list(rows), _columns(now, cost=any_cost), json_out=json_out,
               empty=f"no {'' if all_jobs else 'ftcli '}jobs in {s.project}/{s.region}")
 
 
