@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ftcli_trainer.config import OPTIONS, OPTIONS_BY_NAME, ConfigError, TrainConfig, resolve, to_argv
+from ftcli_trainer.config import OPTIONS, ConfigError, TrainConfig, resolve, to_argv
 
 PANEL = "Trainer options"
 TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
@@ -81,8 +81,7 @@ def validate(values: dict[str, Any]) -> tuple[TrainConfig, list[str]]:
     config and the argv that reproduces the given values."""
     from ftcli.errors import UsageError
 
-    # Not given: None, or False for a switch that is off by default (--no-NAME of one on by default is given).
-    given = {k: v for k, v in values.items() if v is not None and (v is not False or OPTIONS_BY_NAME[k].default)}
+    given = {k: v for k, v in values.items() if v is not None}  # (to_argv leaves out a switch at its default)
     try:
         cfg = resolve(dict(given))
     except ConfigError as e:
