@@ -105,13 +105,14 @@ def parse(text: str, path: Path) -> dict[str, PriceTable]:
     return tables
 
 
-def for_region(region: str) -> tuple[PriceTable | None, str | None]:
-    """The user's rates for `region`, or None and why there are none (no file; the file lacks the region)."""
+def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceTable | None, str | None]:
+    """The user's rates for `region`, or None and why there are none (no file; the file lacks the region). With
+    `quiet_without_file` (a job's cost after the fact), no file is None and None: nothing to say."""
     path = price_path()
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return None, f"no price file ({path}); ftcli ships no rates"
+        return None, None if quiet_without_file else f"no price file ({path}); ftcli ships no rates"
     except IsADirectoryError:
         raise _problem(path, "is a folder, not a file") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -141,9 +142,9 @@ def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str 
     price file, None and nothing to say (a job's cost is then simply not shown)."""
     from ftcli.catalog import gpu_short_name
 
-    table, why = for_region(region)
+    table, why = for_region(region, quiet_without_file=True)
     if table is None:
-        return None, why if price_path().exists() else None
+        return None, why
     parts = [(p.replicas, p.machine_type, gpu_short_name(p.accelerator) if p.accelerator else None,
               p.accelerator_count) for p in pools if p.machine_type and p.replicas > 0]
     rate, why = table.per_hour(parts)
