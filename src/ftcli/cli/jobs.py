@@ -39,21 +39,19 @@ def _columns(now: dt.datetime, cost: bool = False):
     )
 
 
-def _with_costs(rows: list[dict], costs: list) -> bool:
-    """Each row's `cost_usd` (None: no rate for it, or not started) from `costs` (prices.job_cost/tuning_cost
-    calls, one per row); whether any row has an amount (else the table needs no COST column). A broken price file
-    is one warning: the list is shown without costs."""
+def _add_costs(rows: list[dict], costs) -> None:
+    """Each row's `cost_usd` (None: no rate for it, or not started) from `costs`, an iterator of the rows'
+    prices.job_cost/tuning_cost results, in order. A broken price file is one warning: the list goes without costs."""
     from ftcli.errors import FtcliError
     from ftcli.output import warn
 
     try:
-        spent = [call()[0] for call in costs]
+        spent = [s for s, _ in costs]
     except FtcliError as e:
         warn(e.message, e.hint)
         spent = [None] * len(rows)
     for row, s in zip(rows, spent, strict=True):
         row["cost_usd"] = round(s.amount, 4) if s is not None else None
-    return any(s is not None for s in spent)
 
 
 @app.command("list")
@@ -80,18 +78,19 @@ def list_jobs(
     s = resolve(project=project, region=region, need_bucket=False)
     listing = jobs.list_jobs(s.project, s.region, all_jobs=all_jobs, limit=limit, notify=note)
     now = dt.datetime.now(dt.UTC)
+    from itertools import chain
+
     from ftcli import prices, tuning
 
     rows = [jobs.record(j, listing.short_ids.get(j.name), listing.metrics.get(j.name), now) for j in listing.jobs]
-    costs = [lambda j=j: prices.job_cost(j, now) for j in listing.jobs]
     rows += [tuning.record(t, listing.tuning_ids.get(t.name), now) for t in listing.tuning]
-    costs += [lambda t=t: prices.tuning_cost(t, now) for t in listing.tuning]
-    rows, costs = zip(*sorted(zip(rows, costs, strict=True), key=lambda rc: rc[0]["created"] or "",
-                              reverse=True)[:limit], strict=True) if rows else ((), ())
+    _add_costs(rows, chain((prices.job_cost(j, now) for j in listing.jobs),
+                           (prices.tuning_cost(t, now) for t in listing.tuning)))
+    rows = sorted(rows, key=lambda r: r["created"] or "", reverse=True)[:limit]
     for problem in listing.problems:
         warn(problem)
-    any_cost = _with_costs(list(rows), list(costs))
-    show_list(list(rows), _columns(now, cost=any_cost), json_out=json_out,
+    cost = any(r["cost_usd"] is not None for r in rows)  # else the table needs no COST column
+    show_list(rows, _columns(now, cost=cost), json_out=json_out,
               empty=f"no {'' if all_jobs else 'ftcli '}jobs in {s.project}/{s.region}")
 
 
