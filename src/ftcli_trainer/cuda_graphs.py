@@ -344,7 +344,7 @@ class StaticSteps:
         # later backwards add into them, and the update zeroes them in place. A parameter that gets none
         # (unused by the model) keeps None, so AdamW skips it as on the eager path.
         self.grads: list | None = None
-        # Only with one micro-batch a step: gradients accumulated over several in bf16 would not be fp32's sum.
+        # (The trainer asks for copies only with one micro-batch a step, where the bf16 gradient is fp32's exactly.)
         self.copies = WeightCopies(model, autocast_dtype) if weight_copies and autocast_dtype is not None else None
         arm_optimizer(optimizer, device)
         self.lr_tensors = [g["lr"] for g in optimizer.param_groups]

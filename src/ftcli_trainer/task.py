@@ -228,9 +228,8 @@ def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, prec
         return (encode(tokenizer, data.train, cfg.max_length),
                 {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()})
 
-    # Only ahead of the graph path (what --gpu-warmup was measured with): eager runs stay as they were.
-    graphs, _ = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision, dist.world_size)
-    if device.type != "cuda" or not graphs or dist.enabled or not cfg.gpu_warmup:
+    # Only ahead of the graph path (one CUDA GPU, what --gpu-warmup was measured with): eager runs stay as they were.
+    if not cfg.gpu_warmup or not cuda_graphs.decide(cfg.cuda_graphs, device.type, precision, dist.world_size)[0]:
         return (*encode_all(), None)
     from concurrent.futures import ThreadPoolExecutor
 
