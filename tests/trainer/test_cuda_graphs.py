@@ -442,27 +442,41 @@ def test_prewarm_leaves_no_trace(tiny_model, device):
     hook.remove()
 
 
-def _static_pair(tmp_path, tiny_model, capture_impl=None, monkeypatch=None, dropout=True):
-    """Two static-step trainers from the same weights (dropout on unless told), for runs with and without prepare;
-    with `capture_impl`, captures are faked (CPU has no CUDA graphs)."""
-    enc = _enc(n=40)  # lengths 3-29: widths 16 and 32 both occur
-    enc.labels = enc.labels % 2
+def _pair(tmp_path, tiny_model, runs, *, enc=None, precision="fp32", dropout=True, device="cpu", capture=False,
+          capture_impl=None, monkeypatch=None, base_hook=None):
+    """Static-step trainers from the same weights, one per (name, extra trainer flags) in `runs` (dropout on unless
+    told). With `capture_impl`, captures are faked (CPU has no CUDA graphs); `base_hook` changes the model first."""
+    if enc is None:
+        enc = _enc(n=40)  # lengths 3-29: widths 16 and 32 both occur
+        enc.labels = enc.labels % 2
     labels = ["negative", "positive"]
     torch.manual_seed(0)
     base = load_model(str(tiny_model), labels, False, 0.5)
     if not dropout:
         _no_dropout(base)
+    if base_hook is not None:
+        base_hook(base)
+    base = base.to(device)
     ts = []
-    for name in ("lazy", "prepared"):
-        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name)
+    for name, extra in runs:
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name, precision=precision,
+                          extra=extra)
+        t.device = torch.device(device)
+        t._loss_acc = torch.zeros((), device=device)
         t.model.train()
-        t._setup_static_steps(capture=False)
+        t._setup_static_steps(capture=capture)
         if capture_impl is not None:
             t.static_steps.capture = True
             monkeypatch.setattr(t.static_steps, "_on_side_stream", t.static_steps._eager)
             monkeypatch.setattr(t.static_steps, "_capture", capture_impl)
         ts.append(t)
     return ts
+
+
+def _static_pair(tmp_path, tiny_model, capture_impl=None, monkeypatch=None, dropout=True):
+    """Two static-step trainers, for runs with and without prepare."""
+    return _pair(tmp_path, tiny_model, (("lazy", ()), ("prepared", ())), dropout=dropout, capture_impl=capture_impl,
+                 monkeypatch=monkeypatch)
 
 
 def _train_both(ts, groups):
@@ -642,27 +656,12 @@ ONE_MICRO = [g for g in GROUPS if len(g) == 1]  # --weight-copies: one micro-bat
 
 
 def _copies_pair(tmp_path, tiny_model, device="cpu", dropout=True, capture=False, unused=False):
-    """Two bf16 static-step trainers from the same weights, the second with --weight-copies."""
-    enc = _enc(n=40)
-    enc.labels = enc.labels % 2
-    labels = ["negative", "positive"]
-    torch.manual_seed(0)
-    base = load_model(str(tiny_model), labels, False, 0.5)
-    if not dropout:
-        _no_dropout(base)
-    if unused:
-        base.unused_head = torch.nn.Linear(4, 2)  # no gradient: kept out, as AdamW keeps it out on the eager path
-    base = base.to(device)
-    ts = []
-    for name, extra in (("casts", ("--no-weight-copies",)), ("copies", ())):  # on by default
-        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name, precision="bf16",
-                          extra=extra)
-        t.device = torch.device(device)
-        t._loss_acc = torch.zeros((), device=device)
-        t.model.train()
-        t._setup_static_steps(capture=capture)
-        ts.append(t)
-    return ts
+    """Two bf16 static-step trainers from the same weights, the second with --weight-copies (on by default)."""
+    def add_unused(model):
+        model.unused_head = torch.nn.Linear(4, 2)  # no gradient: kept out, as AdamW keeps it out on the eager path
+
+    return _pair(tmp_path, tiny_model, (("casts", ("--no-weight-copies",)), ("copies", ())), precision="bf16",
+                 dropout=dropout, device=device, capture=capture, base_hook=add_unused if unused else None)
 
 
 def _optimizer_states_equal(a, b) -> bool:
@@ -813,20 +812,10 @@ def _enc_truncated(n_full: int = 24, n_short: int = 16) -> Encoded:
 
 
 def _unmask_pair(tmp_path, tiny_model, monkeypatch, fake_captures=False):
-    enc = _enc_truncated()
-    labels = ["negative", "positive"]
-    torch.manual_seed(0)
-    base = load_model(str(tiny_model), labels, False, 0.5)
-    ts = []
-    for name, extra in (("masked", ()), ("unmasked", ("--unmask-full-batches",))):
-        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name, extra=extra)
-        t.model.train()
-        t._setup_static_steps(capture=False)
-        if fake_captures:
-            t.static_steps.capture = True
-            monkeypatch.setattr(t.static_steps, "_on_side_stream", t.static_steps._eager)
-            monkeypatch.setattr(t.static_steps, "_capture", lambda fn: FakeGraph(fn))
-        ts.append(t)
+    """Two trainers over rows cut at 32 tokens, the second with --unmask-full-batches; and the keys each ran."""
+    ts = _pair(tmp_path, tiny_model, (("masked", ()), ("unmasked", ("--unmask-full-batches",))),
+               enc=_enc_truncated(), capture_impl=(lambda fn: FakeGraph(fn)) if fake_captures else None,
+               monkeypatch=monkeypatch)
     called = []
     real_call = cg.StaticSteps._call
     monkeypatch.setattr(cg.StaticSteps, "_call", lambda self, key: (called.append((self, key)), real_call(self, key)))
@@ -864,20 +853,11 @@ def test_unmasked_keys_are_warmed_up_and_captured_ahead(tmp_path, tiny_model, mo
 
 
 @cuda
-def test_unmasked_full_batches_on_a_gpu_train_as_the_masked_ones(tmp_path, tiny_model, monkeypatch):
+def test_unmasked_full_batches_on_a_gpu_train_as_the_masked_ones(tmp_path, tiny_model):
     """Real captures, fp32, dropout off: the unmasked graphs (other attention kernels) give the masked run's weights
     up to float rounding, as the graph path gives eager's."""
-    enc = _enc_truncated()
-    torch.manual_seed(0)
-    base = _no_dropout(load_model(str(tiny_model), ["negative", "positive"], False, 0.5)).cuda()
-    ts = []
-    for name, extra in (("masked", ()), ("unmasked", ("--unmask-full-batches",))):
-        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, ["negative", "positive"], name=name,
-                          extra=extra)
-        t.device = torch.device("cuda")
-        t._loss_acc = torch.zeros((), device="cuda")
-        t._setup_static_steps(capture=True)
-        ts.append(t)
+    ts = _pair(tmp_path, tiny_model, (("masked", ()), ("unmasked", ("--unmask-full-batches",))),
+               enc=_enc_truncated(), dropout=False, device="cuda", capture=True)
     for _ in range(3):
         for g in _epoch_groups(ts[0]):
             for t in ts:
