@@ -119,6 +119,14 @@ OPTIONS: tuple[Option, ...] = (
            "row cut at --max-length) runs without the attention mask, in a graph of its own, as HF's eager path "
            "drops an all-ones mask: attention on the faster kernels without a mask. Off until a GPU run shows it "
            "faster."),
+    Option("shared_casts", bool, False, "With CUDA graphs on and bf16: an fp32 activation that several Linear "
+           "layers read in turn (BERT's query, key and value read the same LayerNorm output) is cast to bf16 once, "
+           "not once per layer; each layer's gradient still goes back to fp32 on its own. Bit-identical results "
+           "(checked on CPU); off until a GPU run shows it faster."),
+    Option("varlen_attention", bool, False, "On a CUDA GPU (compute capability 8.0+) in bf16 or fp16: attention "
+           "runs torch's flash kernel over each row's own tokens (variable-length, dropout included) instead of "
+           "SDPA with a padding mask, which takes cuDNN's slower padded-mask kernels; no padding is moved. The "
+           "same math; off until a GPU run shows it faster."),
     Option("compile", bool, False, "torch.compile the model; skipped where it cannot pay off (runs under "
            "~5,000 steps, or with CUDA graphs on)."),
     Option("cuda_graphs", str, "auto", "GPU steps padded to a few fixed widths and replayed as CUDA graphs "
@@ -167,6 +175,8 @@ class TrainConfig:
     hypertune_metric: str | None = None
     weight_copies: bool = True
     unmask_full_batches: bool = False
+    shared_casts: bool = False
+    varlen_attention: bool = False
     compile: bool = False
     cuda_graphs: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)

@@ -174,23 +174,140 @@ def _cpu_training_attention(module, query, key, value, attention_mask, dropout: 
     return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
 
 
-def use_fast_attention_dropout(model) -> bool:
-    """Route a CPU training run's attention through `_cpu_training_attention` (models on SDPA only). Returns
-    whether it was switched; `restore_attention` switches back before the model is saved."""
+def _switch_attention(model, name: str, attention) -> bool:
+    """Register `attention` under `name` (with SDPA's boolean mask) and route the model's attention through
+    it; whether it was switched."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
-        return False
-    AttentionInterface.register(FAST_ATTENTION, _cpu_training_attention)
-    AttentionMaskInterface.register(FAST_ATTENTION, sdpa_mask)
+    AttentionInterface.register(name, attention)
+    AttentionMaskInterface.register(name, sdpa_mask)
     try:
-        model.set_attn_implementation(FAST_ATTENTION)
+        model.set_attn_implementation(name)
     except (ValueError, AttributeError, NotImplementedError):
         return False
-    return model.config._attn_implementation == FAST_ATTENTION
+    return model.config._attn_implementation == name
+
+
+def use_fast_attention_dropout(model) -> bool:
+    """Route a CPU training run's attention through `_cpu_training_attention` (models on SDPA only). Returns
+    whether it was switched; `restore_attention` switches back before the model is saved."""
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return False
+    return _switch_attention(model, FAST_ATTENTION, _cpu_training_attention)
+
+
+VARLEN_ATTENTION = "ftcli_varlen"
+
+
+def varlen_offsets(lengths, width: int):
+    """`cu_seqlens` for flash attention over a right-padded batch left where it is: row r is two sequences laid
+    end to end, its tokens [r*width, r*width + n_r) and its padding [r*width + n_r, (r+1)*width) (empty when the
+    row fills the width). A token then attends to the tokens of its own row only, as under the padding mask;
+    padding attends to padding, whose outputs nothing reads. int32, 2 * rows + 1 offsets, made on the device
+    (no host sync, so a CUDA graph can capture it)."""
+    import torch
+
+    rows = lengths.shape[0]
+    starts = torch.arange(0, rows * width, width, dtype=torch.int32, device=lengths.device)
+    offsets = torch.full((2 * rows + 1,), rows * width, dtype=torch.int32, device=lengths.device)
+    offsets[0:-1:2] = starts
+    offsets[1::2] = starts + lengths.to(torch.int32)
+    return offsets
+
+
+class _Offsets:
+    """The last padding mask seen and its offsets (per thread): the layers of one forward share one mask, so
+    the offsets are computed once a forward, not once a layer."""
+
+    def __init__(self):
+        import threading
+
+        self.local = threading.local()
+
+    def of(self, mask):
+        import torch
+
+        local = self.local
+        if getattr(local, "mask", None) is not mask:
+            local.mask = mask
+            local.offsets = varlen_offsets(mask[:, 0, 0, :].sum(-1, dtype=torch.int32), mask.shape[-1])
+        return local.offsets
+
+
+_OFFSETS = _Offsets()
+
+
+def _flash_runs(query) -> bool:
+    """Whether torch's flash kernel takes this tensor: on a CUDA device, in fp16 or bf16."""
+    import torch
+
+    return query.is_cuda and query.dtype in (torch.float16, torch.bfloat16)
+
+
+def _flash(query, key, value, offsets, width: int, dropout: float, scale: float | None):
+    """torch's flash-attention kernel: over (rows, width, heads, dim) tensors, or over (tokens, heads, dim) ones
+    split at `offsets`. Dropout is drawn by the kernel from the CUDA generator (graph-safe, as in SDPA's flash
+    backend); the op's autograd runs the flash backward."""
+    import torch
+
+    return torch.ops.aten._flash_attention_forward(query, key, value, offsets, offsets, width, width, dropout,
+                                                   False, False, scale=scale)[0]
+
+
+def _varlen_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
+                      scaling: float | None = None, **kwargs):
+    """SDPA's math (softmax(QK^T * scale + padding mask) V, dropout on the probabilities) on the flash kernel
+    for a padded batch: each row attends over its own tokens (`varlen_offsets`), with no mask tensor and none
+    of cuDNN's padded-mask kernels. Anything else (a CPU, fp32, a causal or cross attention, a mask that is
+    not a plain boolean padding mask) runs SDPA as before. Batches must be right-padded, as the trainer's are."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    rows, heads, width, dim = query.shape
+    mask = attention_mask
+    padding_mask = mask is None or (mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[0] == rows
+                                    and mask.shape[-1] == width and mask.shape[-2] in (1, width))
+    fits = (
+        padding_mask and _flash_runs(query) and key.dtype == query.dtype == value.dtype
+        and key.shape == query.shape == value.shape and dim % 8 == 0 and dim <= 256
+        and not getattr(module, "is_causal", False)
+        and all(kwargs.get(k) is None for k in ("position_bias", "sliding_window", "head_mask"))
+    )
+    if not fits:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    # (rows, width, heads, dim): the projections' own layout, so these are views, not copies
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    if mask is None:  # no padding: the plain flash kernel
+        return _flash(q, k, v, None, width, dropout, scaling), None
+    flat = (rows * width, heads, dim)
+    out = _flash(q.reshape(flat), k.reshape(flat), v.reshape(flat), _OFFSETS.of(mask), width, dropout, scaling)
+    return out.view(rows, width, heads, dim), None
+
+
+def use_varlen_attention(model, device, precision: str) -> str:
+    """Route the model's attention through `_varlen_attention` (--varlen-attention). Returns "" when switched,
+    else why not, in words for the log; `restore_attention` switches back before the model is saved."""
+    import torch
+
+    if device.type != "cuda":
+        return "it needs a CUDA GPU"
+    if precision not in ("bf16", "fp16"):
+        return f"the flash kernel computes in bf16 or fp16, and this run is {precision}"
+    capability = tuple(torch.cuda.get_device_capability(device))
+    if capability < (8, 0):
+        return ("torch's flash kernel needs compute capability 8.0 or later, and this GPU has "
+                f"{capability[0]}.{capability[1]}")
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return f"the model's attention is {model.config._attn_implementation!r}, not SDPA"
+    if getattr(model.config, "is_decoder", False):
+        return "the model is a decoder (causal attention)"
+    if not _switch_attention(model, VARLEN_ATTENTION, _varlen_attention):
+        return "the model takes no custom attention"
+    return ""
 
 
 def restore_attention(model) -> None:
-    if getattr(model.config, "_attn_implementation", None) == FAST_ATTENTION:
+    if getattr(model.config, "_attn_implementation", None) in (FAST_ATTENTION, VARLEN_ATTENTION):
         model.set_attn_implementation("sdpa")

@@ -100,6 +100,7 @@ def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, t
     import torch
 
     from ftcli_trainer.data import describe_source
+    from ftcli_trainer.model import VARLEN_ATTENTION
 
     n_params = sum(p.numel() for p in model.parameters())
     lengths = train_enc.lengths
@@ -121,7 +122,8 @@ def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, t
         f"process(es) = {cfg.batch_size * cfg.gradient_accumulation_steps * dist.world_size} examples per step",
         f"  steps       {trainer.total_steps} ({cfg.epochs} epoch(s) × {trainer.steps_per_epoch}), "
         f"warmup {trainer.warmup}, peak lr {cfg.learning_rate:g}",
-        f"  device      {where}, precision {precision}",
+        f"  device      {where}, precision {precision}"
+        + (", attention: flash, variable-length" if model.config._attn_implementation == VARLEN_ATTENTION else ""),
         f"  output      {storage.join(paths.model_dir)}",
     ]
     log.info("\n".join(lines))
@@ -145,6 +147,7 @@ def run(cfg: TrainConfig) -> dict:
         restore_attention,
         use_fast_attention_dropout,
         use_fast_dropout,
+        use_varlen_attention,
     )
 
     dist = distributed.setup(device.type)
@@ -161,6 +164,10 @@ def run(cfg: TrainConfig) -> dict:
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
+    if cfg.varlen_attention:  # before the warm-up, which then warms the flash kernels up
+        why_not = use_varlen_attention(model, device, precision)
+        if why_not:
+            log.info("--varlen-attention left off: %s", why_not)
     train_enc, evals_enc, prewarm_seconds = _encode_while_warming(model, tokenizer, data, cfg, device, precision,
                                                                   dist)
     if device.type == "cpu":  # the same math, cheaper on a CPU (CUDA's dropout and SDPA are fused already)

@@ -103,3 +103,114 @@ def test_a_half_precision_checkpoint_trains_in_float32(tiny_model, tmp_path):
     model = load_model(str(tmp_path), ["a", "b"], False, 0.5)
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert {b.dtype for b in model.buffers() if b.is_floating_point()} <= {torch.float32}
+
+
+# --varlen-attention: torch's flash kernel over each row's own tokens. The kernel runs on CUDA only; on a CPU the
+# layout is checked against a reference that keeps the kernel's contract (each sequence between two offsets
+# attends over itself; every sequence at most `width` long; together they cover every token once).
+
+
+def test_varlen_offsets_split_each_row_into_its_tokens_and_its_padding():
+    import ftcli_trainer.model as fm
+
+    offsets = fm.varlen_offsets(torch.tensor([3, 4, 1]), 4)
+    assert offsets.dtype == torch.int32
+    assert offsets.tolist() == [0, 3, 4, 8, 8, 9, 12]  # row 1 fills its width: its padding is empty
+
+
+def _reference_flash(query, key, value, offsets, width, dropout, scale):
+    import torch.nn.functional as F
+
+    assert dropout == 0.0
+    if offsets is None:  # (rows, width, heads, dim)
+        t = [x.transpose(1, 2) for x in (query, key, value)]
+        return F.scaled_dot_product_attention(*t, scale=scale).transpose(1, 2)
+    cuts = offsets.tolist()
+    assert cuts[0] == 0 and cuts[-1] == query.shape[0]
+    assert all(0 <= b - a <= width for a, b in zip(cuts, cuts[1:], strict=False))
+    out = torch.full_like(query, float("nan"))
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        if b > a:
+            t = [x[a:b].transpose(0, 1) for x in (query, key, value)]  # (heads, tokens, dim)
+            out[a:b] = F.scaled_dot_product_attention(*t, scale=scale).transpose(0, 1)
+    assert not out.isnan().any()  # every token computed
+    return out
+
+
+def _varlen_vs_sdpa(tiny_model, monkeypatch, batch, flash=_reference_flash):
+    import ftcli_trainer.model as fm
+
+    torch.manual_seed(0)
+    sdpa = load_model(str(tiny_model), ["a", "b"], False, 0.5)
+    varlen = load_model(str(tiny_model), ["a", "b"], False, 0.5)
+    varlen.load_state_dict(sdpa.state_dict())
+    assert fm._switch_attention(varlen, fm.VARLEN_ATTENTION, fm._varlen_attention)
+    monkeypatch.setattr(fm, "_flash_runs", lambda q: True)
+    monkeypatch.setattr(fm, "_flash", flash)
+    out = {}
+    for name, model in (("sdpa", sdpa), ("varlen", varlen)):
+        model.eval()  # dropout off: the two runs draw from different generators on a GPU
+        logits = model(**batch).logits
+        logits.float().pow(2).sum().backward()
+        out[name] = (logits.detach(), {n: p.grad for n, p in model.named_parameters()})
+    return out
+
+
+def test_varlen_attention_is_the_padded_attention_on_the_real_tokens(tiny_model, monkeypatch):
+    """A short row, a full row and a one-token row: the logits and every gradient are those of SDPA under the
+    padding mask."""
+    batch = dict(input_ids=torch.tensor([[2, 5, 6, 3, 0], [2, 7, 8, 9, 3], [2, 0, 0, 0, 0]]),
+                 attention_mask=torch.tensor([[1, 1, 1, 1, 0], [1] * 5, [1, 0, 0, 0, 0]]))
+    out = _varlen_vs_sdpa(tiny_model, monkeypatch, batch)
+    torch.testing.assert_close(out["varlen"][0], out["sdpa"][0], rtol=1e-5, atol=1e-6)
+    for name, grad in out["sdpa"][1].items():
+        torch.testing.assert_close(out["varlen"][1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_varlen_attention_without_padding_runs_the_dense_kernel(tiny_model, monkeypatch):
+    seen = []
+    batch = dict(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 8, 3]]),
+                 attention_mask=torch.ones(2, 4, dtype=torch.long))
+    out = _varlen_vs_sdpa(tiny_model, monkeypatch, batch, lambda *a: seen.append(a[3]) or _reference_flash(*a))
+    torch.testing.assert_close(out["varlen"][0], out["sdpa"][0], rtol=1e-5, atol=1e-6)
+    assert seen == [None, None]  # both layers, no offsets: HF passes no mask for a batch without padding
+
+
+def test_varlen_offsets_are_made_once_a_forward(tiny_model, monkeypatch):
+    import ftcli_trainer.model as fm
+
+    made = []
+    real = fm.varlen_offsets
+    monkeypatch.setattr(fm, "varlen_offsets", lambda lengths, width: made.append(width) or real(lengths, width))
+    batch = dict(input_ids=torch.tensor([[2, 5, 3, 0], [2, 7, 8, 3]]),
+                 attention_mask=torch.tensor([[1, 1, 1, 0], [1] * 4]))
+    _varlen_vs_sdpa(tiny_model, monkeypatch, batch)
+    assert made == [4]  # one forward of two layers
+
+
+def test_varlen_attention_off_a_gpu_is_sdpa_exactly(tiny_model):
+    """Where the flash kernel cannot run (here: a CPU, fp32), the attention is SDPA's, bit for bit."""
+    import ftcli_trainer.model as fm
+
+    model = load_model(str(tiny_model), ["a", "b"], False, 0.5).eval()
+    batch = dict(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]]),
+                 attention_mask=torch.tensor([[1] * 4, [1, 1, 1, 0]]))
+    with torch.no_grad():
+        before = model(**batch).logits
+        assert fm._switch_attention(model, fm.VARLEN_ATTENTION, fm._varlen_attention)
+        assert torch.equal(model(**batch).logits, before)
+    fm.restore_attention(model)
+    assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("device,precision,why", [
+    ("cpu", "bf16", "needs a CUDA GPU"),
+    pytest.param("cuda", "fp32", "this run is fp32", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                          reason="needs a CUDA GPU")),
+])
+def test_varlen_attention_says_why_it_stays_off(tiny_model, device, precision, why):
+    import ftcli_trainer.model as fm
+
+    model = load_model(str(tiny_model), ["a", "b"], False, 0.5)
+    assert why in fm.use_varlen_attention(model, torch.device(device), precision)
+    assert model.config._attn_implementation == "sdpa"
