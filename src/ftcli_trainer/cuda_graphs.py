@@ -313,6 +313,73 @@ class WeightCopies:
         self.torch._foreach_copy_(self._targets, self._sources)
 
 
+_SHARED_CAST = None
+
+
+def _shared_cast_fn():
+    """An autograd function whose forward hands on an already-made cast of `x` and whose backward casts the
+    incoming gradient back to fp32: what autocast's own cast of `x` would do, once per reader."""
+    global _SHARED_CAST
+    if _SHARED_CAST is None:
+        import torch
+
+        class SharedCast(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, cast):
+                ctx.dtype = x.dtype
+                return cast.view_as(cast)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad.to(ctx.dtype), None
+
+        _SHARED_CAST = SharedCast
+    return _SHARED_CAST
+
+
+class SharedCasts:
+    """One autocast cast of an fp32 activation that several nn.Linear layers read in turn, instead of one each.
+
+    Under autocast, a LayerNorm's output is fp32 and each Linear that reads it casts it to bf16 on its own:
+    BERT's query, key and value project the same tensor, so it is cast three times (a read of 4 and a write of
+    2 bytes per element each: at 32 x 512 x 768 ~75 MB, per layer per step). A forward pre-hook on every
+    nn.Linear casts an fp32 input once and hands the same bf16 values to the next Linear that reads the same
+    tensor. The numbers are autocast's: the same cast, the same GEMM operands, and each reader's gradient cast
+    back to fp32 on its own and summed in fp32, as autocast's per-reader casts are."""
+
+    def __init__(self, model, dtype):
+        import torch
+
+        self.torch = torch
+        self.dtype = dtype
+        self.last = None  # (the fp32 tensor, its cast): the previous Linear's input
+        self.made = self.reused = 0
+        self.handles = [m.register_forward_pre_hook(self._hook) for m in model.modules()
+                        if isinstance(m, torch.nn.Linear)]
+
+    def _hook(self, module, args):
+        torch = self.torch
+        x = args[0] if args else None
+        if not (isinstance(x, torch.Tensor) and x.dtype == torch.float32 and torch.is_autocast_enabled(x.device.type)):
+            return None
+        last = self.last
+        if last is None or last[0] is not x:
+            last = self.last = (x, x.detach().to(self.dtype))
+            self.made += 1
+        else:
+            self.reused += 1
+        return (_shared_cast_fn().apply(x, last[1]), *args[1:])
+
+    def forget(self) -> None:
+        """After a forward: no activation is held until the next one."""
+        self.last = None
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
 class StaticSteps:
     """One optimizer step = `run(group, scale)`: micro-batches through fixed-shape buffers, then the update.
 
@@ -322,7 +389,7 @@ class StaticSteps:
     def __init__(self, *, model, optimizer, clip_and_step, enc, pad_id: int, rows: int, max_length: int,
                  multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
                  warmup: int = WARMUP_STEPS, regression: bool = False, weight_copies: bool = False,
-                 unmask_full: bool = False):
+                 unmask_full: bool = False, shared_casts: bool = False):
         import torch
 
         self.torch = torch
@@ -346,6 +413,7 @@ class StaticSteps:
         self.grads: list | None = None
         # (The trainer asks for copies only with one micro-batch a step, where the bf16 gradient is fp32's exactly.)
         self.copies = WeightCopies(model, autocast_dtype) if weight_copies and autocast_dtype is not None else None
+        self.shared_casts = SharedCasts(model, autocast_dtype) if shared_casts and autocast_dtype is not None else None
         arm_optimizer(optimizer, device)
         self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
         pairs = enc.type_ids is not None
@@ -407,6 +475,8 @@ class StaticSteps:
                    else torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=False))
             with ctx:
                 logits = self._forward(inputs).logits
+            if self.shared_casts is not None:
+                self.shared_casts.forget()
             y = labels.float() if lay.n_labels or lay.regression else labels
             loss = weighted_loss_sum(logits, y, weight.float(), self.multi_label, self.regression)
             # The scale in float32, as eager's `loss * python_float` multiplies.

@@ -563,12 +563,13 @@ class Trainer:
             multi_label=self.multi_label, n_labels=len(self.label_names), device=self.device,
             regression=self.regression,
             autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture, weight_copies=copies,
-            unmask_full=self.cfg.unmask_full_batches)
+            unmask_full=self.cfg.unmask_full_batches, shared_casts=self.cfg.shared_casts)
         if capture and self.dist.is_main:
-            log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s",
-                     ",".join(map(str, self.static_steps.widths)),
-                     f"; the forward reads bf16 copies of {len(self.static_steps.copies)} weights"
-                     if self.static_steps.copies is not None else "")
+            ss = self.static_steps
+            log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s%s",
+                     ",".join(map(str, ss.widths)),
+                     f"; the forward reads bf16 copies of {len(ss.copies)} weights" if ss.copies is not None else "",
+                     "; a Linear input read by several layers is cast once" if ss.shared_casts is not None else "")
 
     def _prepare_static_steps(self) -> None:
         """--gpu-warmup: every width this run's batches use, and the update, warmed up on filler rows and captured

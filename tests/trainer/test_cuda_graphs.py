@@ -865,3 +865,172 @@ def test_unmasked_full_batches_on_a_gpu_train_as_the_masked_ones(tmp_path, tiny_
     assert (32, cg.FULL) in ts[1].static_steps.graphs
     for (name, pa), pb in zip(ts[0].model.named_parameters(), ts[1].model.parameters(), strict=True):
         torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)
+
+
+# -- --varlen-attention: the flash kernel over each row's own tokens ---------------------------------------------
+
+
+def _varlen_pair(tmp_path, tiny_model, device="cpu", precision="fp32", dropout=False, capture=False):
+    """Two static-step trainers from the same weights over rows of every length (widths 16 and 32, filler rows),
+    the second on `_varlen_attention` (as `task.run` switches it for --varlen-attention)."""
+    import ftcli_trainer.model as fm
+
+    sdpa, varlen = _pair(tmp_path, tiny_model, (("sdpa", ()), ("varlen", ())), enc=_enc_truncated(24, 13),
+                         precision=precision, dropout=dropout, device=device, capture=capture)
+    assert fm._switch_attention(varlen.model, fm.VARLEN_ATTENTION, fm._varlen_attention)
+    return sdpa, varlen
+
+
+def test_varlen_attention_trains_as_the_padded_attention_through_the_static_steps(tmp_path, tiny_model, monkeypatch):
+    """On CPU, with a reference of the kernel (tests/trainer/test_model.py): the buffers' filler rows (one
+    attended pad token, loss weight 0) and full rows split into the kernel's sequences give the padded run's
+    weights, up to float rounding."""
+    import ftcli_trainer.model as fm
+    from tests.trainer.test_model import _reference_flash
+
+    monkeypatch.setattr(fm, "_flash_runs", lambda q: True)
+    calls = []
+    monkeypatch.setattr(fm, "_flash", lambda *a: calls.append(a[3] is not None) or _reference_flash(*a))
+    sdpa, varlen = _varlen_pair(tmp_path, tiny_model)
+    groups = _epoch_groups(sdpa)
+    assert any(len(g[0]) < 8 for g in groups)  # a batch with filler rows
+    _train_both([sdpa, varlen], groups * 2)
+    assert any(calls) and len(calls) == 2 * len(groups) * 2  # two layers a step, offsets on padded batches
+    torch.testing.assert_close(varlen._loss_acc, sdpa._loss_acc, rtol=1e-5, atol=1e-6)
+    for (name, pa), pb in zip(sdpa.model.named_parameters(), varlen.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@cuda
+def test_flash_varlen_dropout_draws_fresh_masks_on_every_gpu_replay_at_the_keep_rate():
+    """Uniform scores and one-hot values make the kernel's dropout mask visible in its output: under a CUDA graph
+    each replay draws a new mask, kept at 1 - p, as SDPA's dropout does."""
+    from ftcli_trainer.model import _flash, varlen_offsets
+
+    n, rows = 64, 4
+    q = torch.zeros(rows * n, 1, n, device="cuda", dtype=torch.bfloat16)
+    v = torch.eye(n, device="cuda", dtype=torch.bfloat16).repeat(rows, 1).view(rows * n, 1, n)
+    offsets = varlen_offsets(torch.full((rows,), n, device="cuda"), n)  # full rows: empty padding sequences
+    out = torch.empty_like(q)
+    for _ in range(2):
+        out.copy_(_flash(q, q, v, offsets, n, 0.1, None))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out.copy_(_flash(q, q, v, offsets, n, 0.1, None))
+    masks = []
+    for _ in range(3):
+        g.replay()
+        masks.append(out != 0)
+    for m in masks:
+        assert abs(m.float().mean().item() - 0.9) < 0.01
+    assert abs((masks[0] != masks[1]).float().mean().item() - 0.18) < 0.015
+
+
+@cuda
+def test_varlen_attention_on_a_gpu_is_the_padded_attention(tiny_model):
+    """The real kernel, bf16 autocast: a short row, a full row and a one-token row give SDPA's logits and
+    gradients up to bf16 rounding."""
+    import ftcli_trainer.model as fm
+
+    torch.manual_seed(0)
+    sdpa = load_model(str(tiny_model), ["a", "b"], False, 0.5).cuda().eval()
+    varlen = copy.deepcopy(sdpa)
+    assert fm.use_varlen_attention(varlen, torch.device("cuda"), "bf16") == ""
+    ids = torch.tensor([[2, 5, 6, 7, 3, 0, 0, 0], [2, 5, 6, 7, 8, 9, 10, 3], [2, 0, 0, 0, 0, 0, 0, 0]], device="cuda")
+    mask = (ids != 0).long()
+    out = {}
+    for name, model in (("sdpa", sdpa), ("varlen", varlen)):
+        with torch.autocast("cuda", torch.bfloat16):
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        logits.pow(2).sum().backward()
+        out[name] = logits.detach(), [p.grad.float().flatten() for p in model.parameters() if p.grad is not None]
+    torch.testing.assert_close(out["varlen"][0], out["sdpa"][0], rtol=3e-2, atol=3e-2)
+    for ga, gb in zip(out["sdpa"][1], out["varlen"][1], strict=True):
+        if ga.norm() > 0:
+            assert torch.nn.functional.cosine_similarity(ga, gb, dim=0) > 0.99
+
+
+@cuda
+def test_varlen_attention_trains_as_the_padded_attention_in_gpu_graphs(tmp_path, tiny_model):
+    """Real captures, bf16: the offsets and the kernel are captured with the step. Dropout off, the weights follow
+    the padded run's up to bf16 rounding; dropout on, the captured run trains (finite, moving loss)."""
+    sdpa, varlen = _varlen_pair(tmp_path, tiny_model, device="cuda", precision="bf16", capture=True)
+    for _ in range(3):
+        for g in _epoch_groups(sdpa):
+            for t in (sdpa, varlen):
+                t.train_step(g)
+    assert varlen.static_steps.counts["captured"] >= 2 and varlen.static_steps.counts["replays"] > 0
+    for (name, pa), pb in zip(sdpa.model.named_parameters(), varlen.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-2, atol=2e-3, msg=name)
+    _, dropped = _varlen_pair(tmp_path / "dropout", tiny_model, device="cuda", precision="bf16", dropout=True,
+                              capture=True)
+    before = _params(dropped.model)
+    for _ in range(3):
+        for g in _epoch_groups(dropped):
+            dropped.train_step(g)
+    assert dropped.static_steps.counts["replays"] > 0 and torch.isfinite(dropped._loss_acc).all()
+    assert not _same(_params(dropped.model), before)
+
+
+# -- --shared-casts: one autocast cast of an activation that several Linear layers read ---------------------------
+
+
+def _forward_backward(model, batch, device="cpu"):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast(device, dtype=torch.bfloat16, cache_enabled=False):
+        logits = model(**batch).logits
+    logits.float().pow(2).sum().backward()
+    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_shared_casts_cast_once_what_query_key_and_value_read_and_change_no_number(tiny_model):
+    """bf16 autocast on CPU: the logits and every gradient are bit-identical to autocast's own casts; per layer,
+    the LayerNorm output that Q, K and V read is cast once (reused twice) and the FFN's input once."""
+    torch.manual_seed(0)
+    plain = _no_dropout(load_model(str(tiny_model), ["a", "b"], False, 0.5)).train()
+    shared = copy.deepcopy(plain)
+    casts = cg.SharedCasts(shared, torch.bfloat16)
+    batch = dict(input_ids=torch.tensor([[2, 5, 6, 7, 3, 0], [2, 5, 6, 7, 8, 3]]),
+                 attention_mask=torch.tensor([[1, 1, 1, 1, 1, 0], [1] * 6]))
+    la, ga = _forward_backward(plain, batch)
+    lb, gb = _forward_backward(shared, batch)
+    assert torch.equal(la, lb) and ga.keys() == gb.keys()
+    for name in ga:
+        assert torch.equal(ga[name], gb[name]), name
+    layers = plain.config.num_hidden_layers
+    assert (casts.made, casts.reused) == (2 * layers + 1, 2 * layers)  # + the pooler's input
+    casts.remove()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(shared(**batch).logits, la)
+    assert casts.made == 2 * layers + 1  # removed: the hooks are gone
+
+
+def test_shared_casts_train_bit_identically_through_the_static_steps(tmp_path, tiny_model):
+    """bf16 on CPU, dropout on, with and without the weight copies: the weights, AdamW's state and the loss sum
+    are exactly those of the run where autocast casts every Linear's input itself."""
+    runs = (("copies", ()), ("copies+shared", ("--shared-casts",)), ("casts", ("--no-weight-copies",)),
+            ("casts+shared", ("--no-weight-copies", "--shared-casts")))
+    plain, shared, plain_nc, shared_nc = _pair(tmp_path, tiny_model, runs, precision="bf16")
+    assert shared.static_steps.shared_casts is not None and plain.static_steps.shared_casts is None
+    _train_both([plain, shared, plain_nc, shared_nc], ONE_MICRO * 2)
+    for a, b in ((plain, shared), (plain_nc, shared_nc)):
+        assert _same(_params(a.model), _params(b.model))
+        assert torch.equal(a._loss_acc, b._loss_acc) and _optimizer_states_equal(a, b)
+    assert shared.static_steps.shared_casts.reused > 0 and shared.static_steps.shared_casts.last is None
+
+
+@cuda
+def test_shared_casts_equal_autocast_casts_on_a_gpu(tmp_path, tiny_model):
+    """Real captures on a GPU, bf16, dropout on: --shared-casts ends with the weights of the run where autocast
+    casts each Linear's input (bitwise: the same bf16 operands reach the same kernels, and the gradients add
+    up in fp32 in the same order)."""
+    plain, shared = _pair(tmp_path, tiny_model, (("casts", ()), ("shared", ("--shared-casts",))), precision="bf16",
+                          device="cuda", capture=True)
+    for t in (plain, shared):
+        torch.manual_seed(7)
+        for _ in range(3):
+            for g in ONE_MICRO:
+                t.train_step(g)
+    assert shared.static_steps.counts["captured"] >= 2 and shared.static_steps.counts["replays"] > 0
+    for (name, pa), pb in zip(plain.model.named_parameters(), shared.model.parameters(), strict=True):
+        assert torch.equal(pb, pa), (name, (pb - pa).abs().max().item())
