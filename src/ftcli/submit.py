@@ -102,6 +102,23 @@ class Submission:
     estimate: Estimate | None = None
 
 
+def _varlen_problem(cfg, hardware: Hardware) -> str | None:
+    """--varlen-attention on hardware where the job would leave it off (the trainer's own rules,
+    ftcli_trainer.model.use_varlen_attention): said now, not found in the job's log."""
+    if not cfg.varlen_attention:
+        return None
+    cc = hardware.compute_capability
+    if cc is None:
+        return "--varlen-attention runs torch's flash kernel on a GPU: add --gpu (compute capability 8.0 or later)"
+    if tuple(int(x) for x in cc.split(".")) < (8, 0):
+        return (f"--varlen-attention runs torch's flash kernel, which needs compute capability 8.0 or later: "
+                f"{hardware.gpu_name} is {cc}; leave it out, or pick --gpu L4, A100 or later")
+    if cfg.precision == "fp32":
+        return ("--varlen-attention runs torch's flash kernel, which computes in bf16 or fp16: leave --precision "
+                "fp32 out")
+    return None
+
+
 def _region_problem(hw: Hardware, region: str) -> str | None:
     from ftcli import regions
 
@@ -192,6 +209,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     if validated and validated[0].wandb_project and not validated[0].wandb_secret:
         problems.append("--wandb-project on Vertex reads the W&B key from Secret Manager: add --wandb-secret "
                         "projects/PROJECT/secrets/NAME (the key is never passed in the job)")
+    if validated and hardware is not None and (p := _varlen_problem(validated[0], hardware)):
+        problems.append(p)
     model_dir = None
     if validated and Path(validated[0].model).expanduser().is_dir():
         model_dir = Path(validated[0].model).expanduser()
