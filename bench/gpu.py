@@ -27,14 +27,16 @@ printed last whatever happened:
              ftcli_copies  ftcli --cuda-graphs on --gpu-warmup --weight-copies: the trainer's defaults (only when
                            named in --contenders)
              ftcli_unmasked  ftcli_copies with --unmask-full-batches (only when named)
+             ftcli_varlen  ftcli_copies with --varlen-attention (only when named)
+             ftcli_shared  ftcli_copies with --shared-casts (only when named)
              hf            the HF Trainer tuned (bf16 or fp16 below compute capability 8.0, tf32, fused AdamW,
                            DataCollatorWithPadding(pad_to_multiple_of=8), 2 loader workers, random order)
              ftcli_eager   ftcli --cuda-graphs off
            same rows, model, batch 32, lr schedule (6 % warmup, linear decay), weight decay 0.01, clipping 1.0,
            1 epoch, seed; each run its own child
   profile  torch.profiler over BERT-base steps of 32 x 512 tokens (--profile-modes: eager, graphs, copies = graphs
-           with --weight-copies): top kernels, time by
-           kind, GPU busy share, MFU of that fixed shape
+           with --weight-copies, and copies with --unmask-full-batches, --varlen-attention, --shared-casts or the
+           last two together): top kernels, time by kind, GPU busy share, MFU of that fixed shape
 
 Reported per run: train samples/s (rows / train runtime, as each trainer reports it: ftcli from its loop's start
 to its end less eval and checkpoints, HF from just before on_train_begin), start to fit (child start, imports
@@ -87,15 +89,20 @@ CASES = {  # name -> model, data, rows, max length, learning rate
 # In the order they run within a repetition: the graph path first (the headline), the HF Trainer, eager last
 # (the slowest, known from the issue). ftcli_graphs is the graph path alone, ftcli_warm adds --gpu-warmup,
 # ftcli_copies --weight-copies too (both the trainer's defaults since the H100 runs), ftcli_unmasked adds
-# --unmask-full-batches.
-CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "ftcli_unmasked", "hf", "ftcli_eager")
+# --unmask-full-batches, ftcli_varlen --varlen-attention, ftcli_shared --shared-casts.
+CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared", "hf",
+              "ftcli_eager")
+NAMED_ONLY = ("ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared")  # run only when named
 # Without --contenders: ftcli_warm only where its question is open (the MiniLM case: short steps, where the
 # first-use costs weigh most), so that the default full run keeps to its budget.
-DEFAULT_CONTENDERS = {"minilm_sst2_128": tuple(c for c in CONTENDERS if c not in ("ftcli_copies", "ftcli_unmasked"))}
+DEFAULT_CONTENDERS = {"minilm_sst2_128": tuple(c for c in CONTENDERS if c not in NAMED_ONLY)}
 BATCH = 32
 # The profile's modes: name -> (--cuda-graphs, more trainer flags)
 PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]), "copies": ("on", ["--weight-copies"]),
-                 "unmasked": ("on", ["--weight-copies", "--unmask-full-batches"])}
+                 "unmasked": ("on", ["--weight-copies", "--unmask-full-batches"]),
+                 "varlen": ("on", ["--weight-copies", "--varlen-attention"]),
+                 "shared": ("on", ["--weight-copies", "--shared-casts"]),
+                 "varlen+shared": ("on", ["--weight-copies", "--varlen-attention", "--shared-casts"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500
@@ -318,7 +325,9 @@ def child_ftcli(args, case: str, contender: str) -> dict:
     argv += {"ftcli_graphs": ["--no-gpu-warmup", "--no-weight-copies"],
              "ftcli_warm": ["--gpu-warmup", "--no-weight-copies"],
              "ftcli_copies": ["--gpu-warmup", "--weight-copies"],
-             "ftcli_unmasked": ["--gpu-warmup", "--weight-copies", "--unmask-full-batches"]}.get(contender, [])
+             "ftcli_unmasked": ["--gpu-warmup", "--weight-copies", "--unmask-full-batches"],
+             "ftcli_varlen": ["--gpu-warmup", "--weight-copies", "--varlen-attention"],
+             "ftcli_shared": ["--gpu-warmup", "--weight-copies", "--shared-casts"]}.get(contender, [])
     cfg = parse_args(argv)
     task._setup_logging()
     r = task.run(cfg)
@@ -327,6 +336,8 @@ def child_ftcli(args, case: str, contender: str) -> dict:
     res = {
         "train_samples_per_second": r["train_samples"] / r["train_runtime"],
         "train_runtime": r["train_runtime"], "rows": r["train_samples"], "eval_accuracy": r["eval_accuracy"],
+        "train_loss": r.get("train_loss"), "eval_loss": r.get("eval_loss"),
+        "attention": t.model.config._attn_implementation,
         "eval_seconds": r["eval_runtime"], "pad_fraction": r["train_pad_fraction"], "precision": r["precision"],
         "sum_len": int(lengths.sum()), "sum_len2": int((lengths.astype("int64") ** 2).sum()), **timer.report(),
     }
@@ -710,7 +721,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
 
     from ftcli_trainer.config import parse_args
     from ftcli_trainer.loop import Paths, Trainer
-    from ftcli_trainer.model import load_model
+    from ftcli_trainer.model import load_model, use_varlen_attention
 
     cuda = args.device == "cuda"
     dev = torch.device(args.device)
@@ -720,6 +731,10 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
                       "--learning-rate", "5e-5", "--cuda-graphs", mode, "--precision", precision, *extra])
     torch.manual_seed(SEED)
     model = load_model(str(model_dir(args, "bert-base")), ["0", "1"], False, 0.5).to(dev)
+    if cfg.varlen_attention:  # as task.run switches it
+        why_not = use_varlen_attention(model, dev, precision)
+        if why_not:
+            ctx["lines"].append(f"-- {name}: --varlen-attention left off: {why_not}")
     t = Trainer(cfg, model, ctx["enc"], {}, ["0", "1"], False, dev, precision,
                 Paths("m", "c", "l", work_dir(args) / "profile" / name), 0)
     t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
@@ -961,6 +976,9 @@ class Parent:
                                     ("ftcli_warm", "ftcli_copies"), ("warm", "copies"))
             notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_copies"), runs_of(s, case, "ftcli_unmasked"),
                                     ("ftcli_copies", "ftcli_unmasked"), ("copies", "unmasked"))
+            for other in ("varlen", "shared"):
+                notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_copies"), runs_of(s, case, f"ftcli_{other}"),
+                                        ("ftcli_copies", f"ftcli_{other}"), ("copies", other))
         lines += notes
         prof = s.get("profile") or {}
         if any(name in prof for name in PROFILE_MODES):
@@ -1093,7 +1111,11 @@ def warm_vs_graphs(case: str, graphs: list, warm: list, names: tuple[str, str] =
             f"{fmt(e2e, '.3f')}x ({short[1]} {fmt(diff, '+.2f')} s; >1x: {short[1]} is faster), train samples/s "
             f"{fmt(sps, '.3f')}x, start to the first step {fmt(tf[1], '.2f')} s vs {fmt(tf[0], '.2f')} s, "
             f"first-{FIRST} {fmt(first[1], '.1f')} vs {fmt(first[0], '.1f')} ms/step, steady "
-            f"{fmt(steady[1], '.2f')} vs {fmt(steady[0], '.2f')} ms/step ({short[1]} vs {short[0]})"]
+            f"{fmt(steady[1], '.2f')} vs {fmt(steady[0], '.2f')} ms/step, train loss "
+            f"{fmt(both('train_loss')[1], '.4f')} vs {fmt(both('train_loss')[0], '.4f')}, eval loss "
+            f"{fmt(both('eval_loss')[1], '.4f')} vs {fmt(both('eval_loss')[0], '.4f')}, accuracy "
+            f"{fmt(both('eval_accuracy')[1], '.4f')} vs {fmt(both('eval_accuracy')[0], '.4f')} "
+            f"({short[1]} vs {short[0]})"]
 
 
 def check_lines(chk: dict, env: dict) -> list[str]:

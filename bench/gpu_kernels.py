@@ -9,7 +9,9 @@ H100: GEMMs 29 % (at 68 % of the card's peak), attention 17 % (cuDNN's padded-ma
              way of masking the padding that torch offers: the HF-style [B, 1, W, W] boolean mask with SDPA's
              default choice and with each backend forced; no mask (right only for full rows); SDPA's FLASH
              backend without a mask; torch.nn.attention.varlen over the padded layout with `seqused_k` (the keys
-             past each row's length skipped, no packing) and over packed rows (the packing copies counted)
+             past each row's length skipped, no packing) and over packed rows (the packing copies counted);
+             --varlen-attention's flash call (each row split into its tokens and its padding); and the default
+             SDPA and --varlen-attention again with BERT's training dropout of 0.1
   compile    a whole BERT-base training step (forward, loss, backward, fused capturable AdamW) at 32 x W, bf16
              autocast, captured in one CUDA graph and replayed, eager model against `torch.compile(model)` (inductor,
              static shapes), with and without a padding mask; compile seconds reported
@@ -67,12 +69,12 @@ def attention_variants(device: str, batch: int, heads: int, width: int, dim: int
     full = all(n == width for n in lengths)
     out: dict = {}
 
-    def sdpa(mask, backend=None):
+    def sdpa(mask, backend=None, p=0.0):
         def run(q, k, v):
             if backend is None:
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
             with sdpa_kernel([backend]):
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         return run
 
     out["sdpa mask (default)"] = sdpa(mask4)
@@ -108,7 +110,28 @@ def attention_variants(device: str, batch: int, heads: int, width: int, dim: int
 
         out["varlen, padded + seqused_k"] = varlen_seqused
         out["varlen, packed rows"] = varlen_packed
+    # --varlen-attention: the flash kernel over the padded layout left in place, each row split into its tokens and
+    # its padding (ftcli_trainer.model.varlen_offsets); unlike varlen_attn it trains, with dropout
+    from ftcli_trainer.model import _flash, varlen_offsets
+
+    offsets = varlen_offsets(lens, width)
+
+    def ftcli_varlen(p):
+        def run(q, k, v):
+            flat = [t.transpose(1, 2).reshape(batch * width, heads, dim) for t in (q, k, v)]  # views: [B, W, H, D]
+            return _flash(*flat, offsets, width, p, None).view(batch, width, heads, dim).transpose(1, 2)
+        return run
+
+    out["ftcli varlen (flash, offsets)"] = ftcli_varlen(0.0)
+    # training as BERT does: dropout 0.1 on the probabilities (outputs then differ by design: no error column)
+    out[f"sdpa mask (default), {DROPOUT}"] = sdpa(mask4, p=0.1)
+    if full:
+        out[f"sdpa no mask (default), {DROPOUT}"] = sdpa(None, p=0.1)
+    out[f"ftcli varlen, {DROPOUT}"] = ftcli_varlen(0.1)
     return out
+
+
+DROPOUT = "dropout 0.1"
 
 
 def bench_attention(args) -> dict:
@@ -130,9 +153,11 @@ def bench_attention(args) -> dict:
             flops = 4 * 3.5 * heads * dim * sum(n * n for n in lengths)  # fwd 4·H·D·L², bwd 2.5x fwd, real tokens
             results[key] = {}
             g = torch.Generator(device=dev).manual_seed(0)
-            q, k, v = (torch.randn(batch, heads, width, dim, device=dev, dtype=dtype, generator=g).requires_grad_()
-                       for _ in range(3))
-            grad = torch.randn(batch, heads, width, dim, device=dev, dtype=dtype, generator=g)
+            # [B, W, H, D] seen as [B, H, W, D], as a model's projections hand them to attention
+            leaves = [torch.randn(batch, width, heads, dim, device=dev, dtype=dtype, generator=g).requires_grad_()
+                      for _ in range(3)]
+            q, k, v = (t.transpose(1, 2) for t in leaves)
+            grad = torch.randn(batch, width, heads, dim, device=dev, dtype=dtype, generator=g).transpose(1, 2)
             keep = (torch.arange(width, device=dev)[None, :] < torch.tensor(lengths, device=dev)[:, None])
             ref = None
             for name, fn in attention_variants(dev, batch, heads, width, dim, lengths).items():
@@ -141,10 +166,11 @@ def bench_attention(args) -> dict:
                     real = o.transpose(1, 2)[keep].float()  # [real tokens, H, D]: pads are garbage by design
                     if ref is None:
                         ref = real
-                    err = (real - ref).abs().max().item()
+                    err = None if DROPOUT in name else (real - ref).abs().max().item()
 
-                    def step(fn=fn, q=q, k=k, v=v, grad=grad):
-                        q.grad = k.grad = v.grad = None
+                    def step(fn=fn, q=q, k=k, v=v, grad=grad, leaves=leaves):
+                        for t in leaves:
+                            t.grad = None
                         fn(q, k, v).backward(grad)
 
                     ms = timed(step, dev, args.reps)
@@ -269,7 +295,11 @@ def main() -> None:
                 print(f"{part} | {what} | " + (r["error"] if "error" in r else
                                                  f"{r['ms']} ms, {r['tflops']} TFLOP/s"
                                                  + (f", first call {r['first_call_s']} s" if "first_call_s" in r
-                                                    else f", max diff {r['max_abs_diff_vs_first']:.1e}")))
+                                                    else _diff(r.get("max_abs_diff_vs_first")))))
+
+
+def _diff(d) -> str:
+    return "" if d is None else f", max diff {d:.1e}"
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The one call for the next lent GPU machine (H100 or H200; ~330 s expected, at most TOTAL=390 s): what could
-# close issue #13's MFU gap at 512 tokens (bench/README.md, "Where the time goes at 512 tokens"), and the table
-# with the trainer's defaults (graphs, --gpu-warmup, --weight-copies) against HF. Most important first:
-#   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler
+# The one call for the next lent GPU machine (H100 or H200; ~420 s expected, at most TOTAL=440 s): what could
+# close issue #13's MFU gap at 512 tokens (bench/README.md, "Where the time goes at 512 tokens"), against the
+# trainer's defaults (graphs, --gpu-warmup, --weight-copies) and HF. Most important first:
+#   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler: among them --varlen-attention's
+#       (the real flash kernel against SDPA, fresh dropout masks at every replay, captured training steps)
+#   c   bench/gpu.py, BERT-base IMDB @512: ftcli_copies (the defaults), ftcli_varlen (--varlen-attention) and hf
+#       once, then the profile of 32 full 512-token rows: copies, varlen, shared (--shared-casts), varlen+shared,
+#       unmasked (--unmask-full-batches) ($OUT/cases_results.json, cases_console.log, profile.txt)
 #   b   bench/gpu_kernels.py: attention at 512 and 320 tokens under every masking torch offers (SDPA backends,
-#       varlen with seqused_k, packed), and a whole BERT-base step captured in a CUDA graph, eager model
-#       against torch.compile(model), with and without a padding mask ($OUT/kernels.json, kernels_console.log)
-#   c   bench/gpu.py, BERT-base IMDB @512: ftcli_copies (the defaults), ftcli_unmasked (--unmask-full-batches)
-#       and hf once, then the profile of 32 full 512-token rows, copies and unmasked, if the time is left
-#       ($OUT/cases_results.json, cases_console.log, profile.txt)
+#       varlen_attn with seqused_k, packed, --varlen-attention's call; with and without dropout), and a whole
+#       BERT-base step captured in a CUDA graph, eager model against torch.compile(model), with and without a
+#       padding mask ($OUT/kernels.json, kernels_console.log)
+#   c2  bench/gpu.py, MiniLM SST-2 (real weights: the accuracy check): ftcli_copies, ftcli_varlen and ftcli_shared,
+#       if time is left
+#       (its table and notes go into the summary)
 #   d   a summary ($OUT/summary.txt)
 # From the repository root, with the git-ignored .gpu and .whl carried (python bench/prepare_gpu_assets.py):
 #   bash bench/gpu_next.sh
@@ -19,14 +24,15 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ftcli-gpu-out}
 WORK=${WORK:-/tmp/ftcli-gpu-bench}
 DETAIL=${DETAIL:-/tmp/ftcli-gpu-detail}  # gpu.py's folders; only 8 chosen files go to $OUT (what comes back)
-TOTAL=${TOTAL:-390}
+TOTAL=${TOTAL:-440}
 mkdir -p "$OUT" "$DETAIL"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=true
 DRY=() KDRY=()
-T_A=60 T_B=150 C_MIN=110
+T_A=60 T_B=120 C_MIN=120 C_MAX=175 C2_MIN=50
+PROFILES=copies,varlen,shared,varlen+shared,unmasked
 if [ "${GPU_NEXT_CPU_DRY:-0}" = 1 ]; then
   DRY=(--device cpu --rows 96 --tiny-bert) KDRY=(--device cpu --small --reps 3)
-  TOTAL=${DRY_TOTAL:-1600} T_A=400 T_B=400 C_MIN=300
+  TOTAL=${DRY_TOTAL:-1900} T_A=400 T_B=400 C_MIN=300 C_MAX=900 C2_MIN=200
 fi
 left() { echo $((TOTAL - SECONDS)); }
 lim() { # lim OWN RESERVE: OWN seconds, or less so that RESERVE seconds are left for what follows
@@ -57,28 +63,41 @@ part() { echo; echo "== [$SECONDS s] $*"; }
   t=$(lim "$T_A" $((T_B + C_MIN)))
   PYTHONPATH="${PYTHONPATH:-}:src:." timeout -s ABRT -k 5 "$t" python3 -X faulthandler -m pytest -v \
     -p no:cacheprovider -rs --durations=8 -o faulthandler_timeout=45 \
-    tests/trainer/test_cuda_graphs.py tests/trainer/test_tasks.py -k "gpu or cuda" > "$OUT/gpu_tests.log" 2>&1
+    tests/trainer/test_cuda_graphs.py tests/trainer/test_tasks.py tests/trainer/test_model.py -k "gpu or cuda" > "$OUT/gpu_tests.log" 2>&1
   echo "pytest exit status $? (124: its ${t} s limit; 134/139: abort/segfault; the log names the last test begun)"
   grep -E "FAILED|ERROR|Fatal Python error|Segmentation|Aborted|Timeout|^E " "$OUT/gpu_tests.log" | head -30
   tail -1 "$OUT/gpu_tests.log"
 
+  t=$(( $(left) - 15 - T_B ))
+  [ "$t" -gt "$C_MAX" ] && t=$C_MAX
+  if [ "$t" -ge "$C_MIN" ]; then
+    part "c: BERT-base IMDB @512, ftcli_copies / ftcli_varlen / hf once, profile $PROFILES; ${t} s"
+    timeout -k 5 $((t + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/cases" --work "$WORK" \
+      --budget "$t" --cases bert_imdb_512 --contenders ftcli_copies,ftcli_varlen,hf --skip-check \
+      --profile-modes "$PROFILES" ${DRY[@]+"${DRY[@]}"} > "$OUT/cases_console.log" 2>&1
+    echo "bench/gpu.py exit status $?"
+    grep "^\[" "$OUT/cases_console.log" | tail -8
+  else
+    part "c: skipped, $(left) s left (needs $((C_MIN + 15 + T_B)))"
+  fi
+
   part "b: attention and compiled steps at 512 tokens ($OUT/kernels.json)"
-  t=$(lim "$T_B" $((C_MIN + 15)))
+  t=$(lim "$T_B" 15)
   PYTHONPATH="${PYTHONPATH:-}:src" timeout -k 5 "$t" python3 bench/gpu_kernels.py --assets .gpu --out "$OUT/kernels.json" \
     ${KDRY[@]+"${KDRY[@]}"} > "$OUT/kernels_console.log" 2>&1
   echo "bench/gpu_kernels.py exit status $?"
   grep -E "^(attention|compile) \|" "$OUT/kernels_console.log" | tail -40
 
-  budget=$(( $(left) - 15 ))
-  if [ "$budget" -ge "$C_MIN" ]; then
-    part "c: BERT-base IMDB @512, ftcli_copies / ftcli_unmasked / hf once, profile copies,unmasked; ${budget} s"
-    timeout -k 5 $((budget + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/cases" --work "$WORK" \
-      --budget "$budget" --cases bert_imdb_512 --contenders ftcli_copies,ftcli_unmasked,hf --skip-check \
-      --profile-modes copies,unmasked ${DRY[@]+"${DRY[@]}"} > "$OUT/cases_console.log" 2>&1
+  budget=$(( $(left) - 12 ))
+  if [ "$budget" -ge "$C2_MIN" ]; then
+    part "c2: MiniLM SST-2, ftcli_copies / ftcli_varlen / ftcli_shared once; ${budget} s"
+    timeout -k 5 $((budget + 8)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/minilm" --work "$WORK" \
+      --budget "$budget" --cases minilm_sst2_128 --contenders ftcli_copies,ftcli_varlen,ftcli_shared --skip-check \
+      --skip-profile ${DRY[@]+"${DRY[@]}"} > "$DETAIL/minilm_console.log" 2>&1
     echo "bench/gpu.py exit status $?"
-    grep "^\[" "$OUT/cases_console.log" | tail -8
+    grep "^\[" "$DETAIL/minilm_console.log" | tail -4
   else
-    part "c: skipped, $(left) s left (needs $((C_MIN + 15)))"
+    part "c2: skipped, $(left) s left (needs $((C2_MIN + 12)))"
   fi
 
   part "d: summary"
@@ -87,7 +106,8 @@ part() { echo; echo "== [$SECONDS s] $*"; }
     grep -E "FAILED|ERROR|Fatal Python error" "$OUT/gpu_tests.log" | head -8
     echo; grep -E "^## |^(attention|compile) \|" "$OUT/kernels_console.log" 2>/dev/null
     [ -f "$DETAIL/cases/table.md" ] && { echo; cat "$DETAIL/cases/table.md"; }
-    [ -f "$DETAIL/cases/profile.txt" ] && { echo; grep -E "^==|^time by kind" "$DETAIL/cases/profile.txt"; }
+    [ -f "$DETAIL/cases/profile.txt" ] && { echo; grep -E "^==|^time by kind|^-- " "$DETAIL/cases/profile.txt"; }
+    [ -f "$DETAIL/minilm/table.md" ] && { echo; cat "$DETAIL/minilm/table.md"; }
   } 2>&1 | tee "$OUT/summary.txt"
   # at most 8 files come back: these 2 beside console, gpu_tests, kernels(.json, _console), cases_console, summary
   [ -f "$DETAIL/cases/results.json" ] && cp "$DETAIL/cases/results.json" "$OUT/cases_results.json"
