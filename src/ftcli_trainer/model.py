@@ -269,7 +269,7 @@ def _varlen_attention(module, query, key, value, attention_mask, dropout: float 
     padding_mask = mask is None or (mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[0] == rows
                                     and mask.shape[-1] == width and mask.shape[-2] in (1, width))
     fits = (
-        padding_mask and _flash_runs(query) and key.dtype == query.dtype == value.dtype
+        padding_mask and not _FLASH_REFUSED and _flash_runs(query) and key.dtype == query.dtype == value.dtype
         and key.shape == query.shape == value.shape and dim % 8 == 0 and dim <= 256
         and not getattr(module, "is_causal", False)
         and all(kwargs.get(k) is None for k in ("position_bias", "sliding_window", "head_mask"))
@@ -279,11 +279,22 @@ def _varlen_attention(module, query, key, value, attention_mask, dropout: float 
                                       **kwargs)
     # (rows, width, heads, dim): the projections' own layout, so these are views, not copies
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
-    if mask is None:  # no padding: the plain flash kernel
-        return _flash(q, k, v, None, width, dropout, scaling), None
-    flat = (rows * width, heads, dim)
-    out = _flash(q.reshape(flat), k.reshape(flat), v.reshape(flat), _OFFSETS.of(mask), width, dropout, scaling)
+    try:
+        if mask is None:  # no padding: the plain flash kernel
+            return _flash(q, k, v, None, width, dropout, scaling), None
+        flat = (rows * width, heads, dim)
+        out = _flash(q.reshape(flat), k.reshape(flat), v.reshape(flat), _OFFSETS.of(mask), width, dropout, scaling)
+    except RuntimeError as e:  # the kernel's own checks (this GPU, build or shape): SDPA from now on, said once
+        _FLASH_REFUSED.append(_one_line(e))
+        logging.getLogger("ftcli_trainer").warning(
+            "--varlen-attention off: torch's flash kernel refused this model's attention (%s); SDPA from now on",
+            _FLASH_REFUSED[0])
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
     return out.view(rows, width, heads, dim), None
+
+
+_FLASH_REFUSED: list[str] = []  # why torch's flash kernel refused, once it has
 
 
 def use_varlen_attention(model, device, precision: str) -> str:

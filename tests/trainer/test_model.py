@@ -214,3 +214,27 @@ def test_varlen_attention_says_why_it_stays_off(tiny_model, device, precision, w
     model = load_model(str(tiny_model), ["a", "b"], False, 0.5)
     assert why in fm.use_varlen_attention(model, torch.device(device), precision)
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_flash_kernel_that_refuses_leaves_sdpa_with_one_line(tiny_model, monkeypatch, caplog):
+    """The kernel's own checks (a GPU or build it does not support, a shape) raise on the host: the attention
+    is then SDPA's for the rest of the run, said once."""
+    import logging
+
+    import ftcli_trainer.model as fm
+
+    monkeypatch.setattr(fm, "_FLASH_REFUSED", [])
+    calls = []
+
+    def refuse(*a):
+        calls.append(1)
+        raise RuntimeError("FlashAttention only supports Ampere GPUs or newer.")
+
+    batch = dict(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]]),
+                 attention_mask=torch.tensor([[1] * 4, [1, 1, 1, 0]]))
+    with caplog.at_level(logging.WARNING, logger="ftcli_trainer"):
+        out = _varlen_vs_sdpa(tiny_model, monkeypatch, batch, refuse)
+    assert torch.equal(out["varlen"][0], out["sdpa"][0])  # SDPA's numbers exactly
+    assert calls == [1]  # tried once, then never again
+    lines = [r.getMessage() for r in caplog.records if "--varlen-attention off" in r.getMessage()]
+    assert len(lines) == 1 and "only supports Ampere" in lines[0]
