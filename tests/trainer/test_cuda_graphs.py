@@ -953,15 +953,20 @@ def test_varlen_attention_on_a_gpu_is_the_padded_attention(tiny_model):
 @cuda
 def test_varlen_attention_trains_as_the_padded_attention_in_gpu_graphs(tmp_path, tiny_model):
     """Real captures, bf16: the offsets and the kernel are captured with the step. Dropout off, the weights follow
-    the padded run's up to bf16 rounding; dropout on, the captured run trains (finite, moving loss)."""
+    the padded run's up to bf16 rounding; dropout on, the captured run trains (finite loss, weights that move)."""
     sdpa, varlen = _varlen_pair(tmp_path, tiny_model, device="cuda", precision="bf16", capture=True)
+    start = _params(sdpa.model)
     for _ in range(3):
         for g in _epoch_groups(sdpa):
             for t in (sdpa, varlen):
                 t.train_step(g)
     assert varlen.static_steps.counts["captured"] >= 2 and varlen.static_steps.counts["replays"] > 0
-    for (name, pa), pb in zip(sdpa.model.named_parameters(), varlen.model.parameters(), strict=True):
-        torch.testing.assert_close(pb, pa, rtol=1e-2, atol=2e-3, msg=name)
+    # How far apart the two runs' weights ended, against how far they moved (the graph check's measure in
+    # bench/gpu.py: bf16 kernels that round differently stay within a few percent of the update)
+    a, b = _params(sdpa.model), _params(varlen.model)
+    moved = sum((a[n] - start[n]).float().pow(2).sum() for n in a).sqrt()
+    gap = sum((b[n] - a[n]).float().pow(2).sum() for n in a).sqrt()
+    assert moved > 0 and gap / moved < 0.1, (gap / moved).item()
     _, dropped = _varlen_pair(tmp_path / "dropout", tiny_model, device="cuda", precision="bf16", dropout=True,
                               capture=True)
     before = _params(dropped.model)
