@@ -36,7 +36,8 @@ printed last whatever happened:
            1 epoch, seed; each run its own child
   profile  torch.profiler over BERT-base steps of 32 x 512 tokens (--profile-modes: eager, graphs, copies = graphs
            with --weight-copies, and copies with --unmask-full-batches, --varlen-attention, --shared-casts or the
-           last two together): top kernels, time by kind, GPU busy share, MFU of that fixed shape
+           last two together, or with the captured forward torch.compile'd: compiled): top kernels, time by
+           kind, GPU busy share, MFU of that fixed shape, and the warm-up steps' seconds (a compile included)
 
 Reported per run: train samples/s (rows / train runtime, as each trainer reports it: ftcli from its loop's start
 to its end less eval and checkpoints, HF from just before on_train_begin), start to fit (child start, imports
@@ -102,7 +103,9 @@ PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]),
                  "unmasked": ("on", ["--weight-copies", "--unmask-full-batches"]),
                  "varlen": ("on", ["--weight-copies", "--varlen-attention"]),
                  "shared": ("on", ["--weight-copies", "--shared-casts"]),
-                 "varlen+shared": ("on", ["--weight-copies", "--varlen-attention", "--shared-casts"])}
+                 "varlen+shared": ("on", ["--weight-copies", "--varlen-attention", "--shared-casts"]),
+                 # the captured forward torch.compile'd (Trainer.compile_in_graphs: one dynamic-shape compile)
+                 "compiled": ("on", ["--weight-copies"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500
@@ -710,7 +713,8 @@ def child_profile(args, setup: dict) -> dict:
             out[name] = {"error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
         if cuda:
             torch.cuda.empty_cache()
-    (Path(args.out) / "profile.txt").write_text("\n".join(ctx["lines"]) + "\n")
+        # after each mode: a child stopped at its time limit still leaves the modes it finished
+        (Path(args.out) / "profile.txt").write_text("\n".join(ctx["lines"]) + "\n")
     return out
 
 
@@ -739,12 +743,15 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
                 Paths("m", "c", "l", work_dir(args) / "profile" / name), 0)
     t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
     t._loss_acc = torch.zeros((), device=dev)
+    t.compile_in_graphs = name == "compiled"
     t._setup_static_steps()
     model.train()
     warm, active = ctx["groups"][:-5], ctx["groups"][-5:]
-    for g in warm:  # graphs: two eager steps, the capture, then replays
+    started = time.perf_counter()
+    for g in warm:  # graphs: two eager steps (three compiled), the capture, then replays
         t.train_step(g)
     sync(args.device)
+    warm_s = time.perf_counter() - started
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:
         t0 = time.perf_counter()
@@ -764,7 +771,8 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
            "kernel_ms_per_step": busy / len(active),
            "by_kind_share": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda x: -x[1])} if busy else {},
            "mfu": ctx["step_flops"] / (step_ms / 1000) / (peak * 1e12) if peak else None,
-           "graphs": dict(t.static_steps.counts) if t.static_steps is not None else None}
+           "graphs": dict(t.static_steps.counts) if t.static_steps is not None else None,
+           "warm_seconds": round(warm_s, 1)}
     sort = "self_device_time_total" if cuda else "self_cpu_time_total"
     try:
         table = averages.table(sort_by=sort, row_limit=18, max_name_column_width=60)
@@ -774,7 +782,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     ctx["lines"].append(
         f"== {name}: {what}, {BATCH} x {ctx['max_len']}, {precision}, {len(active)} steps profiled: "
         f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %)"
-        + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else ""))
+        + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else "") + f"; {len(warm)} warm-up steps {warm_s:.1f} s")
     ctx["lines"].append("time by kind: " + ", ".join(f"{k} {100 * v:.0f} %" for k, v in res["by_kind_share"].items()))
     ctx["lines"].append(table)
     return res
@@ -936,8 +944,9 @@ class Parent:
         elif not a.skip_profile:
             runs.append(("profile", None, 0))
         for case, contender, rep in runs:
-            if case == "profile":
-                self.run("profile", ["--one", "profile"], 120, 30)
+            if case == "profile":  # ~20 s a mode, a compile ~60 s more
+                modes = a.profile_modes.split(",")
+                self.run("profile", ["--one", "profile"], 30 + 25 * len(modes) + 90 * ("compiled" in modes), 30)
             else:
                 key = f"{case}/{contender}" + (f"#{rep}" if a.repeat > 1 else "")
                 self.run(key, ["--one", "run", "--case", case, "--contender", contender], a.run_limit, 25)
@@ -990,7 +999,7 @@ class Parent:
                 kinds = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(p["by_kind_share"].items())[:6])
                 mfu = f", MFU {100 * p['mfu']:.1f} %" if p.get("mfu") else ""
                 lines.append(f"profile {prof['shape']} {name}: {p['step_ms']:.1f} ms/step{mfu}, GPU busy "
-                             f"{100 * p['gpu_busy']:.0f} %: {kinds}")
+                             f"{100 * p['gpu_busy']:.0f} %, warm-up {p.get('warm_seconds', '-')} s: {kinds}")
         elif prof:
             lines.append(f"profile: {prof.get('error') or prof.get('skipped')}")
         lines.append("BERT-base: random init (speed only), MiniLM's uncased 30,522-token WordPiece tokenizer. "

@@ -389,7 +389,7 @@ class StaticSteps:
     def __init__(self, *, model, optimizer, clip_and_step, enc, pad_id: int, rows: int, max_length: int,
                  multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
                  warmup: int = WARMUP_STEPS, regression: bool = False, weight_copies: bool = False,
-                 unmask_full: bool = False, shared_casts: bool = False):
+                 unmask_full: bool = False, shared_casts: bool = False, compile_model: bool = False):
         import torch
 
         self.torch = torch
@@ -406,14 +406,21 @@ class StaticSteps:
         self.autocast_dtype = autocast_dtype
         self.loss_acc = loss_acc
         self.capture = capture
-        self.warmup = warmup
+        # With compile_model, the forward the graphs capture is torch.compile'd (dynamic shapes: one compile for
+        # every width). Its compile, and inductor's lazy first calls at a new width, must never fall inside a
+        # capture: each width runs eagerly twice first (the very first call is the weight copies' proving one).
+        self.compile_model = compile_model
+        self.compiled = None
+        self.warmup = max(warmup, 2) if compile_model else warmup
         # The gradients that the first (eager) backward creates stay allocated, outside any graph's pool:
         # later backwards add into them, and the update zeroes them in place. A parameter that gets none
         # (unused by the model) keeps None, so AdamW skips it as on the eager path.
         self.grads: list | None = None
         # (The trainer asks for copies only with one micro-batch a step, where the bf16 gradient is fp32's exactly.)
         self.copies = WeightCopies(model, autocast_dtype) if weight_copies and autocast_dtype is not None else None
-        self.shared_casts = SharedCasts(model, autocast_dtype) if shared_casts and autocast_dtype is not None else None
+        # (compiled, the casts are inductor's to fuse: its trace would not see the hooks' Python-side cache)
+        self.shared_casts = (SharedCasts(model, autocast_dtype)
+                             if shared_casts and autocast_dtype is not None and not compile_model else None)
         arm_optimizer(optimizer, device)
         self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
         pairs = enc.type_ids is not None
@@ -486,10 +493,8 @@ class StaticSteps:
         return micro
 
     def _forward(self, inputs: dict):
-        if self.copies is None:
-            return self.model(**inputs)
-        if self.copies.proven:
-            return self.copies.forward(inputs)
+        if self.copies is None or self.copies.proven:
+            return self._model_call(inputs)
         rng = _rng_state(self.torch, self.device)  # a failed forward may have drawn dropout masks: draw them again
         try:  # the first call, always eager: a model that runs a Linear outside autocast fails here, on bf16
             out = self.copies.forward(inputs)
@@ -502,6 +507,17 @@ class StaticSteps:
             return self.model(**inputs)
         self.copies.proven = True
         return out
+
+    def _model_call(self, inputs: dict):
+        """The model's forward: on the weight copies when they are on, compiled with compile_model."""
+        copies = self.copies
+        if not self.compile_model:
+            return copies.forward(inputs) if copies is not None else self.model(**inputs)
+        if self.compiled is None:
+            model = self.model
+            fn = copies.forward if copies is not None else (lambda inputs: model(**inputs))
+            self.compiled = self.torch.compile(fn, dynamic=True)
+        return self.compiled(inputs)
 
     def _update(self) -> None:
         copies = self.copies
@@ -671,12 +687,14 @@ class StaticSteps:
         return self.prepare_seconds
 
     def _warm(self, key) -> None:
-        """One eager call of `key`, where its capture will run, counted as the warm-up the lazy path would do."""
+        """The eager calls of `key` (`warmup` of them) where its capture will run, counted as the warm-up the lazy
+        path would do."""
         fn = self.calls[key]
-        if self.capture:
-            self._on_side_stream(fn, "warmup")
-        else:
-            self._eager(fn, "warmup")
+        for _ in range(self.warmup if key != "update" else 1):
+            if self.capture:
+                self._on_side_stream(fn, "warmup")
+            else:
+                self._eager(fn, "warmup")
         self.seen[key] = max(self.seen.get(key, 0), self.warmup)
 
     def summary(self) -> str:

@@ -156,6 +156,9 @@ class Trainer:
         self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision,
                                                                  self.dist.world_size)
         self.static_steps = None  # built in fit(), after a resume, around the on-device loss sum
+        # torch.compile the forward the graphs capture (one dynamic-shape compile for every width). Not an option:
+        # unmeasured on a GPU, and --compile stays skipped with the graphs on; bench/gpu.py's profile sets it.
+        self.compile_in_graphs = False
         self.gpu_warmup: dict = {}  # what --gpu-warmup did (task.run's prewarm, fit's prepare), when it ran
         train_model = model
         if self.dist.enabled:
@@ -563,7 +566,8 @@ class Trainer:
             multi_label=self.multi_label, n_labels=len(self.label_names), device=self.device,
             regression=self.regression,
             autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture, weight_copies=copies,
-            unmask_full=self.cfg.unmask_full_batches, shared_casts=self.cfg.shared_casts)
+            unmask_full=self.cfg.unmask_full_batches, shared_casts=self.cfg.shared_casts,
+            compile_model=self.compile_in_graphs)
         if capture and self.dist.is_main:
             ss = self.static_steps
             log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s%s",

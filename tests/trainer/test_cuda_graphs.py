@@ -443,9 +443,10 @@ def test_prewarm_leaves_no_trace(tiny_model, device):
 
 
 def _pair(tmp_path, tiny_model, runs, *, enc=None, precision="fp32", dropout=True, device="cpu", capture=False,
-          capture_impl=None, monkeypatch=None, base_hook=None):
+          capture_impl=None, monkeypatch=None, base_hook=None, before_setup=None):
     """Static-step trainers from the same weights, one per (name, extra trainer flags) in `runs` (dropout on unless
-    told). With `capture_impl`, captures are faked (CPU has no CUDA graphs); `base_hook` changes the model first."""
+    told). With `capture_impl`, captures are faked (CPU has no CUDA graphs); `base_hook` changes the model first;
+    `before_setup(name, trainer)` runs before each trainer's static steps are built."""
     if enc is None:
         enc = _enc(n=40)  # lengths 3-29: widths 16 and 32 both occur
         enc.labels = enc.labels % 2
@@ -464,6 +465,8 @@ def _pair(tmp_path, tiny_model, runs, *, enc=None, precision="fp32", dropout=Tru
         t.device = torch.device(device)
         t._loss_acc = torch.zeros((), device=device)
         t.model.train()
+        if before_setup is not None:
+            before_setup(name, t)
         t._setup_static_steps(capture=capture)
         if capture_impl is not None:
             t.static_steps.capture = True
@@ -1039,3 +1042,73 @@ def test_shared_casts_equal_autocast_casts_on_a_gpu(tmp_path, tiny_model):
     assert shared.static_steps.counts["captured"] >= 2 and shared.static_steps.counts["replays"] > 0
     for (name, pa), pb in zip(plain.model.named_parameters(), shared.model.parameters(), strict=True):
         assert torch.equal(pb, pa), (name, (pb - pa).abs().max().item())
+
+
+# -- the forward the graphs capture, torch.compile'd (Trainer.compile_in_graphs; bench/gpu.py's profile) -------
+
+
+def _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="fp32", fake_captures=False):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    inside = {"capture": False}
+    compiled_calls = []
+    real_compile = torch.compile
+
+    def counting_compile(fn, **kwargs):
+        assert kwargs == {"dynamic": True}
+        compiled = real_compile(fn, **kwargs)
+
+        def call(inputs):
+            compiled_calls.append(("capture" if inside["capture"] else "eager", inputs["input_ids"].shape[1]))
+            return compiled(inputs)
+        return call
+
+    def capture(fn):  # as a real capture does, the step runs once while it is recorded
+        inside["capture"] = True
+        try:
+            fn()
+            return FakeGraph(fn)
+        finally:
+            inside["capture"] = False
+
+    monkeypatch.setattr(torch, "compile", counting_compile)
+    ts = _pair(tmp_path, tiny_model, (("plain", ()), ("compiled", ())), precision=precision, dropout=False,
+               capture_impl=capture if fake_captures else None, monkeypatch=monkeypatch,
+               before_setup=lambda name, t: setattr(t, "compile_in_graphs", name == "compiled"))
+    return ts, compiled_calls
+
+
+def test_a_compiled_forward_trains_as_the_plain_one_through_the_static_steps(tmp_path, tiny_model, monkeypatch):
+    """fp32 on CPU, widths 16 and 32, accumulation: one dynamic-shape compile serves every width, and the run
+    follows the plain one up to the compiled kernels' float rounding."""
+    import torch._dynamo
+
+    (plain, compiled), calls = _compiled_pair(tmp_path, tiny_model, monkeypatch)
+    _train_both([plain, compiled], GROUPS)
+    assert compiled.static_steps.compiled is not None and plain.static_steps.compiled is None
+    assert len(calls) == sum(len(g) for g in GROUPS)  # every micro-batch's forward was the compiled one
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile for the second width
+    torch.testing.assert_close(compiled._loss_acc, plain._loss_acc, rtol=1e-5, atol=1e-6)
+    for (name, pa), pb in zip(plain.model.named_parameters(), compiled.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_compile_never_falls_inside_a_capture(tmp_path, tiny_model, monkeypatch):
+    """bf16 with the weight copies (whose first forward, the proving one, is not compiled): each width runs
+    eagerly twice before its capture, lazily and ahead (--gpu-warmup), so the compiled forward's first call, and
+    its first at each width, are eager."""
+    (plain, compiled), calls = _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="bf16",
+                                              fake_captures=True)
+    ss = compiled.static_steps
+    assert ss.warmup == 2 and plain.static_steps.warmup == 1 and ss.copies is not None
+    keys = sorted(compiled.step_widths(), key=cg.key_order)
+    ss.prepare(keys)
+    assert set(ss.graphs) == {*keys, "update"} and len(keys) == 2
+    first = {}
+    for where, width in calls:
+        first.setdefault(width, where)
+    assert first == {k: "eager" for k in keys}
+    assert [w for where, w in calls if where == "eager"] == [16, 32, 32]  # 16's first call: the proving one
+    _train_both([compiled], ONE_MICRO)
+    assert ss.counts["eager"] == 0
