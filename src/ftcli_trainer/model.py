@@ -226,13 +226,18 @@ class _Offsets:
         self.local = threading.local()
 
     def of(self, mask):
-        import torch
-
         local = self.local
         if getattr(local, "mask", None) is not mask:
             local.mask = mask
-            local.offsets = varlen_offsets(mask[:, 0, 0, :].sum(-1, dtype=torch.int32), mask.shape[-1])
+            local.offsets = mask_offsets(mask)
         return local.offsets
+
+
+def mask_offsets(mask):
+    """`varlen_offsets` of SDPA's boolean padding mask [rows, 1, 1 or width, width] (True: attend)."""
+    import torch
+
+    return varlen_offsets(mask[:, 0, 0, :].sum(-1, dtype=torch.int32), mask.shape[-1])
 
 
 _OFFSETS = _Offsets()
@@ -283,9 +288,7 @@ def _varlen_attention(module, query, key, value, attention_mask, dropout: float 
         if mask is None:  # no padding: the plain flash kernel
             return _flash(q, k, v, None, width, dropout, scaling), None
         flat = (rows * width, heads, dim)
-        offsets = (varlen_offsets(mask[:, 0, 0, :].sum(-1, dtype=torch.int32), width) if torch.compiler.is_compiling()
-                   else _OFFSETS.of(mask))  # (a compiled forward computes them once by itself: no Python cache)
-        out = _flash(q.reshape(flat), k.reshape(flat), v.reshape(flat), offsets, width, dropout, scaling)
+        out = _flash(q.reshape(flat), k.reshape(flat), v.reshape(flat), _OFFSETS.of(mask), width, dropout, scaling)
     except RuntimeError as e:  # the kernel's own checks (this GPU, build or shape): SDPA from now on, said once
         _FLASH_REFUSED.append(_one_line(e))
         logging.getLogger("ftcli_trainer").warning(
