@@ -139,7 +139,7 @@ def bench_attention(args) -> dict:
 
     dev = args.device
     batch, heads, dim = (4, 2, 16) if args.small else (32, 12, 64)
-    widths = (64,) if args.small else (512, 320)
+    widths = (64,) if args.small else (512, 320, 128, 32)  # (128, 32: where short texts run)
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     results: dict = {}
     for width in widths:

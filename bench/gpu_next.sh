@@ -8,8 +8,9 @@
 #       once, then the profile of 32 full 512-token rows: copies, varlen, shared (--shared-casts), varlen+shared,
 #       unmasked (--unmask-full-batches), compiled (the captured forward torch.compile'd, its compile in the
 #       warm-up seconds) ($OUT/cases_results.json, cases_console.log, profile.txt)
-#   b   bench/gpu_kernels.py --parts attention: attention at 512 and 320 tokens under every masking torch offers
-#       (SDPA backends, varlen_attn with seqused_k, packed, --varlen-attention's call; with and without dropout)
+#   b   bench/gpu_kernels.py --parts attention: attention at 512, 320, 128 and 32 tokens under every masking
+#       torch offers (SDPA backends, varlen_attn with seqused_k, packed, --varlen-attention's call; with and
+#       without dropout)
 #       ($OUT/kernels.json, kernels_console.log; its compile part is left out: the compiled profile mode is the
 #       trainer's own compiled step)
 #   c2  bench/gpu.py, MiniLM SST-2 (real weights: the accuracy check): ftcli_copies, ftcli_varlen and ftcli_shared,
@@ -64,7 +65,8 @@ part() { echo; echo "== [$SECONDS s] $*"; }
   t=$(lim "$T_A" $((T_B + C_MIN)))
   PYTHONPATH="${PYTHONPATH:-}:src:." timeout -s ABRT -k 5 "$t" python3 -X faulthandler -m pytest -v \
     -p no:cacheprovider -rs --durations=8 -o faulthandler_timeout=45 \
-    tests/trainer/test_cuda_graphs.py tests/trainer/test_tasks.py tests/trainer/test_model.py -k "gpu or cuda" > "$OUT/gpu_tests.log" 2>&1
+    tests/trainer/test_cuda_graphs.py tests/trainer/test_tasks.py tests/trainer/test_model.py -k "gpu or cuda" \
+    > "$OUT/gpu_tests.log" 2>&1
   echo "pytest exit status $? (124: its ${t} s limit; 134/139: abort/segfault; the log names the last test begun)"
   grep -E "FAILED|ERROR|Fatal Python error|Segmentation|Aborted|Timeout|^E " "$OUT/gpu_tests.log" | head -30
   tail -1 "$OUT/gpu_tests.log"
@@ -82,7 +84,7 @@ part() { echo; echo "== [$SECONDS s] $*"; }
     part "c: skipped, $(left) s left (needs $((C_MIN + 15 + T_B)))"
   fi
 
-  part "b: attention kernels at 512 and 320 tokens ($OUT/kernels.json)"
+  part "b: attention kernels at 512, 320, 128 and 32 tokens ($OUT/kernels.json)"
   t=$(lim "$T_B" 15)
   PYTHONPATH="${PYTHONPATH:-}:src" timeout -k 5 "$t" python3 bench/gpu_kernels.py --assets .gpu --out "$OUT/kernels.json" \
     --parts attention ${KDRY[@]+"${KDRY[@]}"} > "$OUT/kernels_console.log" 2>&1
