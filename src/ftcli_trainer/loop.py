@@ -58,6 +58,10 @@ def compile_skip_reason(total_steps: int, cuda_graphs: bool) -> str:
     return ""
 
 
+# Switches a user turns on that act on the CUDA-graph path only (--weight-copies, on by default, goes unsaid)
+GRAPH_PATH_ONLY = ("unmask_full_batches", "shared_casts")
+
+
 def param_groups(model, weight_decay: float) -> list[dict]:
     """No weight decay on biases and norm weights (every 1-D parameter), as the HF Trainer does."""
     decay, no_decay = [], []
@@ -548,7 +552,9 @@ class Trainer:
         if capture is None:
             if not self.use_graphs:
                 if self.graphs_reason and self.dist.is_main:
-                    log.info("CUDA graphs off: %s; eager steps", self.graphs_reason)
+                    only = [f"--{name.replace('_', '-')}" for name in GRAPH_PATH_ONLY if getattr(self.cfg, name)]
+                    log.info("CUDA graphs off: %s; eager steps%s", self.graphs_reason,
+                             f" ({' and '.join(only)} left off: the graph path's only)" if only else "")
                 return
             capture = True
         from ftcli_trainer.cuda_graphs import StaticSteps

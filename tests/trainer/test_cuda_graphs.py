@@ -325,11 +325,13 @@ def test_graphs_on_a_cpu_run_say_why_and_train_eagerly(tmp_path, tiny_model, sen
 
     train, test = sentiment_csv
     assert main(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
-                 "--epochs", "1", "--batch-size", "16", "--cuda-graphs", "on", "--compile",
-                 "--output-dir", str(tmp_path / "run")]) == 0
+                 "--epochs", "1", "--batch-size", "16", "--cuda-graphs", "on", "--compile", "--shared-casts",
+                 "--unmask-full-batches", "--varlen-attention", "--output-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert "CUDA graphs off: CUDA graphs need a CUDA GPU; eager steps" in out
+    assert ("CUDA graphs off: CUDA graphs need a CUDA GPU; eager steps (--unmask-full-batches and --shared-casts "
+            "left off: the graph path's only)") in out
     assert "--compile skipped: 15 steps are too few" in out
+    assert "--varlen-attention left off: it needs a CUDA GPU" in out
 
 
 # -- on a GPU -------------------------------------------------------------------------------------------------
