@@ -317,6 +317,16 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         timer.tick()
 
     loop.Trainer.fit, loop.Trainer.train_step = fit, train_step
+    import ftcli_trainer.model as fmodel
+
+    orig_varlen = fmodel.use_varlen_attention
+
+    def use_varlen_attention(model, device, precision):  # what --varlen-attention did (export restores SDPA)
+        why_not = orig_varlen(model, device, precision)
+        seen["varlen_attention"] = why_not or "on"
+        return why_not
+
+    fmodel.use_varlen_attention = use_varlen_attention
     argv = [
         "--task", "csv", "--train-file", str(train), "--eval-file", str(evalf),
         "--model", str(model_dir(args, spec["model"])),
@@ -340,7 +350,7 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         "train_samples_per_second": r["train_samples"] / r["train_runtime"],
         "train_runtime": r["train_runtime"], "rows": r["train_samples"], "eval_accuracy": r["eval_accuracy"],
         "train_loss": r.get("train_loss"), "eval_loss": r.get("eval_loss"),
-        "attention": t.model.config._attn_implementation,
+        "varlen_attention": seen.get("varlen_attention"),
         "eval_seconds": r["eval_runtime"], "pad_fraction": r["train_pad_fraction"], "precision": r["precision"],
         "sum_len": int(lengths.sum()), "sum_len2": int((lengths.astype("int64") ** 2).sum()), **timer.report(),
     }
@@ -351,6 +361,8 @@ def child_ftcli(args, case: str, contender: str) -> dict:
     if ss is not None:
         res["graphs"] = dict(ss.counts, capture_seconds=ss.capture_seconds, still_capturing=ss.capture,
                              widths=list(ss.widths))
+        if ss.shared_casts is not None:
+            res["shared_casts"] = {"made": ss.shared_casts.made, "reused": ss.shared_casts.reused}
     shutil.rmtree(out, ignore_errors=True)  # BERT-base: 0.4 GB model + 1.3 GB checkpoint per run
     return res
 
@@ -1047,6 +1059,11 @@ class Parent:
             fell = any(r.get("graphs") and r["graphs"].get("still_capturing") is False for r in rs)
             gtxt = (f"{g.get('captured')} cap {g.get('capture_seconds', 0):.1f}s, {g.get('eager')} eager"
                     + (", FELL BACK" if fell else ""))
+        varlen = rs[-1].get("varlen_attention")  # "on", or why it was left off
+        shared = rs[-1].get("shared_casts")
+        gtxt = "; ".join(t for t in (
+            gtxt, varlen and ("varlen on" if varlen == "on" else f"varlen off: {varlen}"),
+            shared and f"shared casts {shared['made']} made, {shared['reused']} reused") if t)
         acc = fmt(med_of("eval_accuracy"), ".3f") if CASES[case]["model"] == "minilm" else "(rand)"
         name = contender if len(rs) == 1 else f"{contender} (n={len(rs)})"
         return (f"| {case} | {name} | {rs[0]['rows']} | {spread([r['train_samples_per_second'] for r in rs], '.0f')} "
