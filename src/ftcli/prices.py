@@ -19,6 +19,7 @@ one line that names the file and the key.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import os
 import re
@@ -105,19 +106,26 @@ def parse(text: str, path: Path) -> dict[str, PriceTable]:
     return tables
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed(path: str, inode: int, mtime_ns: int, size: int) -> dict[str, PriceTable]:
+    """The price file's tables, read and checked once while the file stays the same (`jobs list` prices every job
+    it shows). A file that fails to read or parse raises, and nothing is kept."""
+    return parse(Path(path).read_text(encoding="utf-8"), Path(path))
+
+
 def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceTable | None, str | None]:
     """The user's rates for `region`, or None and why there are none (no file; the file lacks the region). With
     `quiet_without_file` (a job's cost after the fact), no file is None and None: nothing to say."""
     path = price_path()
     try:
-        text = path.read_text(encoding="utf-8")
+        st = path.stat()
+        tables = _parsed(str(path), st.st_ino, st.st_mtime_ns, st.st_size)
     except FileNotFoundError:
         return None, None if quiet_without_file else f"no price file ({path}); ftcli ships no rates"
     except IsADirectoryError:
         raise _problem(path, "is a folder, not a file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise _problem(path, f"cannot be read ({getattr(e, 'strerror', None) or e})") from None
-    tables = parse(text, path)
     if region not in tables:
         have = ", ".join(sorted(tables)) or "none"
         return None, f"{path} has no {region} rates (it has: {have})"

@@ -74,7 +74,13 @@ def test_list_has_a_cost_column_only_with_rates_and_still_fits_80_columns(capsys
     rows = [json.loads(line) for line in run_cli(capsys, "jobs", "list", "--json").out.splitlines()]
     assert all(r["cost_usd"] is None for r in rows)  # no price file: nothing to say
     use_price_file(tmp_path, monkeypatch)  # T4 on n1-standard-8 only: job 1
+    from ftcli import prices
+
+    parsed = []
+    real_parse = prices.parse
+    monkeypatch.setattr(prices, "parse", lambda text, path: parsed.append(path) or real_parse(text, path))
     rows = [json.loads(line) for line in run_cli(capsys, "jobs", "list", "--json").out.splitlines()]
+    assert len(parsed) == 1  # read and checked once for the three jobs
     one = rows[2]
     started, ended = (dt.datetime.fromisoformat(one[k]) for k in ("started", "ended"))
     assert one["cost_usd"] == pytest.approx(0.75 * (ended - started).total_seconds() / 3600, abs=1e-4)
