@@ -103,20 +103,13 @@ class Submission:
 
 
 def _varlen_problem(cfg, hardware: Hardware) -> str | None:
-    """--varlen-attention on hardware where the job would leave it off (the trainer's own rules,
-    ftcli_trainer.model.use_varlen_attention): said now, not found in the job's log."""
-    if not cfg.varlen_attention:
-        return None
+    """--varlen-attention where the job would leave it off (the trainer's own rule): said now, not found in the
+    job's log."""
+    from ftcli_trainer.model import flash_refusal
+
     cc = hardware.compute_capability
-    if cc is None:
-        return "--varlen-attention runs torch's flash kernel on a GPU: add --gpu (compute capability 8.0 or later)"
-    if tuple(int(x) for x in cc.split(".")) < (8, 0):
-        return (f"--varlen-attention runs torch's flash kernel, which needs compute capability 8.0 or later: "
-                f"{hardware.gpu_name} is {cc}; leave it out, or pick --gpu L4, A100 or later")
-    if cfg.precision == "fp32":
-        return ("--varlen-attention runs torch's flash kernel, which computes in bf16 or fp16: leave --precision "
-                "fp32 out")
-    return None
+    why = flash_refusal(tuple(map(int, cc.split("."))) if cc else None, cfg.precision) if cfg.varlen_attention else ""
+    return f"--varlen-attention would be left off in this job ({why}): leave it out" if why else None
 
 
 def _region_problem(hw: Hardware, region: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 from ftcli_trainer.errors import TrainerError
 from ftcli_trainer.tasks import MINILM
@@ -216,31 +217,18 @@ def varlen_offsets(lengths, width: int):
     return offsets
 
 
-class _Offsets:
-    """The last padding mask seen and its offsets (per thread): the layers of one forward share one mask, so
-    the offsets are computed once a forward, not once a layer."""
-
-    def __init__(self):
-        import threading
-
-        self.local = threading.local()
-
-    def of(self, mask):
-        local = self.local
-        if getattr(local, "mask", None) is not mask:
-            local.mask = mask
-            local.offsets = mask_offsets(mask)
-        return local.offsets
+_LAST_MASK = threading.local()  # per thread: the last padding mask seen and its offsets
 
 
 def mask_offsets(mask):
-    """`varlen_offsets` of SDPA's boolean padding mask [rows, 1, 1 or width, width] (True: attend)."""
+    """`varlen_offsets` of SDPA's boolean padding mask [rows, 1, 1 or width, width] (True: attend). The layers of
+    one forward share one mask: its offsets are made once a forward, not once a layer."""
     import torch
 
-    return varlen_offsets(mask[:, 0, 0, :].sum(-1, dtype=torch.int32), mask.shape[-1])
-
-
-_OFFSETS = _Offsets()
+    if getattr(_LAST_MASK, "mask", None) is not mask:
+        _LAST_MASK.mask = mask
+        _LAST_MASK.offsets = varlen_offsets(mask[:, 0, 0, :].sum(-1, dtype=torch.int32), mask.shape[-1])
+    return _LAST_MASK.offsets
 
 
 def _flash_runs(query) -> bool:
@@ -279,27 +267,40 @@ def _varlen_attention(module, query, key, value, attention_mask, dropout: float 
         and not getattr(module, "is_causal", False)
         and all(kwargs.get(k) is None for k in ("position_bias", "sliding_window", "head_mask"))
     )
-    if not fits:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    # (rows, width, heads, dim): the projections' own layout, so these are views, not copies
-    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
-    try:
-        if mask is None:  # no padding: the plain flash kernel
-            return _flash(q, k, v, None, width, dropout, scaling), None
-        flat = (rows * width, heads, dim)
-        out = _flash(q.reshape(flat), k.reshape(flat), v.reshape(flat), _OFFSETS.of(mask), width, dropout, scaling)
-    except RuntimeError as e:  # the kernel's own checks (this GPU, build or shape): SDPA from now on, said once
-        _FLASH_REFUSED.append(_one_line(e))
-        logging.getLogger("ftcli_trainer").warning(
-            "--varlen-attention off: torch's flash kernel refused this model's attention (%s); SDPA from now on",
-            _FLASH_REFUSED[0])
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    return out.view(rows, width, heads, dim), None
+    if fits:
+        # (rows, width, heads, dim): the projections' own layout, so these are views, not copies
+        q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+        try:
+            if mask is None:  # no padding: the plain flash kernel
+                return _flash(q, k, v, None, width, dropout, scaling), None
+            flat = (rows * width, heads, dim)
+            out = _flash(q.reshape(flat), k.reshape(flat), v.reshape(flat), mask_offsets(mask), width, dropout,
+                         scaling)
+            return out.view(rows, width, heads, dim), None
+        except RuntimeError as e:  # the kernel's own checks (this GPU, build or shape): SDPA from now on, said once
+            _FLASH_REFUSED.append(_one_line(e))
+            logging.getLogger("ftcli_trainer").warning(
+                "--varlen-attention off: torch's flash kernel refused this model's attention (%s); SDPA from now on",
+                _FLASH_REFUSED[0])
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                  **kwargs)
 
 
 _FLASH_REFUSED: list[str] = []  # why torch's flash kernel refused, once it has
+
+
+def flash_refusal(capability: tuple[int, int] | None, precision: str) -> str:
+    """Why --varlen-attention cannot run on this hardware ("" when it can): a GPU of `capability` (None: none),
+    training in `precision` (fp32 is the one the flash kernel does not take). The launcher asks it too, before a job
+    is created."""
+    if capability is None:
+        return "it needs a CUDA GPU"
+    if tuple(capability) < (8, 0):
+        return ("torch's flash kernel needs compute capability 8.0 or later, and this GPU has "
+                f"{capability[0]}.{capability[1]}")
+    if precision == "fp32":
+        return "the flash kernel computes in bf16 or fp16, and this run is fp32"
+    return ""
 
 
 def use_varlen_attention(model, device, precision: str) -> str:
@@ -307,14 +308,10 @@ def use_varlen_attention(model, device, precision: str) -> str:
     else why not, in words for the log; `restore_attention` switches back before the model is saved."""
     import torch
 
-    if device.type != "cuda":
-        return "it needs a CUDA GPU"
-    if precision not in ("bf16", "fp16"):
-        return f"the flash kernel computes in bf16 or fp16, and this run is {precision}"
-    capability = tuple(torch.cuda.get_device_capability(device))
-    if capability < (8, 0):
-        return ("torch's flash kernel needs compute capability 8.0 or later, and this GPU has "
-                f"{capability[0]}.{capability[1]}")
+    why_not = flash_refusal(tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None,
+                            precision)
+    if why_not:
+        return why_not
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return f"the model's attention is {model.config._attn_implementation!r}, not SDPA"
     if getattr(model.config, "is_decoder", False):

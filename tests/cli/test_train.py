@@ -171,9 +171,10 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--max-wait", "2h"], "--max-wait is how long a --flex-start job queues"),
     (["--gpu", "L4", "--region", "europe-west6"], "europe-west6 does not offer L4 GPUs for training: try --region"),
     (["--display-name", "../../etc"], "has a / or"),
-    (["--gpu", "T4", "--varlen-attention"], "needs compute capability 8.0 or later: T4 is 7.5; leave it out"),
-    (["--gpu", "L4", "--varlen-attention", "--precision", "fp32"], "computes in bf16 or fp16"),
-    (["--gpu", "none", "--varlen-attention"], "--varlen-attention runs torch's flash kernel on a GPU: add --gpu"),
+    (["--gpu", "T4", "--varlen-attention"], "--varlen-attention would be left off in this job (torch's flash "
+     "kernel needs compute capability 8.0 or later, and this GPU has 7.5): leave it out"),
+    (["--gpu", "L4", "--varlen-attention", "--precision", "fp32"], "computes in bf16 or fp16, and this run is fp32"),
+    (["--gpu", "none", "--varlen-attention"], "would be left off in this job (it needs a CUDA GPU)"),
 ])
 def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, needle):
     gcs, vertex = cloud_env
