@@ -354,8 +354,9 @@ class SharedCasts:
         self.dtype = dtype
         self.last = None  # (the fp32 tensor, its cast): the previous Linear's input
         self.made = self.reused = 0
-        self.handles = [m.register_forward_pre_hook(self._hook) for m in model.modules()
-                        if isinstance(m, torch.nn.Linear)]
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.register_forward_pre_hook(self._hook)
 
     def _hook(self, module, args):
         torch = self.torch
@@ -373,11 +374,6 @@ class SharedCasts:
     def forget(self) -> None:
         """After a forward: no activation is held until the next one."""
         self.last = None
-
-    def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles = []
 
 
 class StaticSteps:
