@@ -93,6 +93,9 @@ CASES = {  # name -> model, data, rows, max length, learning rate
 # --unmask-full-batches, ftcli_varlen --varlen-attention, ftcli_shared --shared-casts.
 CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared", "hf",
               "ftcli_eager")
+# Each contender against the one it adds a switch to: the paired notes under the table
+PAIRED = (("ftcli_graphs", "ftcli_warm"), ("ftcli_warm", "ftcli_copies"), ("ftcli_copies", "ftcli_unmasked"),
+          ("ftcli_copies", "ftcli_varlen"), ("ftcli_copies", "ftcli_shared"))
 NAMED_ONLY = ("ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared")  # run only when named
 # Without --contenders: ftcli_warm only where its question is open (the MiniLM case: short steps, where the
 # first-use costs weigh most), so that the default full run keeps to its budget.
@@ -335,12 +338,9 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         "--seed", str(SEED), "--output-dir", str(out), "--label-names", "0,1", "--log-every", "1000000",
         "--cuda-graphs", "off" if contender == "ftcli_eager" else "on",
     ]
-    argv += {"ftcli_graphs": ["--no-gpu-warmup", "--no-weight-copies"],
-             "ftcli_warm": ["--gpu-warmup", "--no-weight-copies"],
-             "ftcli_copies": ["--gpu-warmup", "--weight-copies"],
-             "ftcli_unmasked": ["--gpu-warmup", "--weight-copies", "--unmask-full-batches"],
-             "ftcli_varlen": ["--gpu-warmup", "--weight-copies", "--varlen-attention"],
-             "ftcli_shared": ["--gpu-warmup", "--weight-copies", "--shared-casts"]}.get(contender, [])
+    if contender != "ftcli_eager":  # the graph path with --gpu-warmup (ftcli_graphs: without) and its mode's flags
+        mode = "graphs" if contender in ("ftcli_graphs", "ftcli_warm") else contender.removeprefix("ftcli_")
+        argv += ["--no-gpu-warmup" if contender == "ftcli_graphs" else "--gpu-warmup", *PROFILE_MODES[mode][1]]
     cfg = parse_args(argv)
     task._setup_logging()
     r = task.run(cfg)
@@ -992,14 +992,9 @@ class Parent:
                     if not ok_run(r):
                         why = (r.get("error") or r.get("skipped") or "no result")[:150]
                         lines.append(f"| {case} | {contender}{'' if len(all_runs) == 1 else f' #{rep}'} | {why} |")
-            notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_graphs"), runs_of(s, case, "ftcli_warm"))
-            notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_warm"), runs_of(s, case, "ftcli_copies"),
-                                    ("ftcli_warm", "ftcli_copies"), ("warm", "copies"))
-            notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_copies"), runs_of(s, case, "ftcli_unmasked"),
-                                    ("ftcli_copies", "ftcli_unmasked"), ("copies", "unmasked"))
-            for other in ("varlen", "shared"):
-                notes += warm_vs_graphs(case, runs_of(s, case, "ftcli_copies"), runs_of(s, case, f"ftcli_{other}"),
-                                        ("ftcli_copies", f"ftcli_{other}"), ("copies", other))
+            for a, b in PAIRED:
+                notes += warm_vs_graphs(case, runs_of(s, case, a), runs_of(s, case, b), (a, b),
+                                        (a.removeprefix("ftcli_"), b.removeprefix("ftcli_")))
         lines += notes
         prof = s.get("profile") or {}
         if any(name in prof for name in PROFILE_MODES):
