@@ -36,8 +36,9 @@ printed last whatever happened:
            1 epoch, seed; each run its own child
   profile  torch.profiler over BERT-base steps of 32 x 512 tokens (--profile-modes: eager, graphs, copies = graphs
            with --weight-copies, and copies with --unmask-full-batches, --varlen-attention, --shared-casts or the
-           last two together, or with the captured forward torch.compile'd: compiled): top kernels, time by
-           kind, GPU busy share, MFU of that fixed shape, and the warm-up steps' seconds (a compile included)
+           last two together, or with the model's layers torch.compile'd inside the captured step: compiled): top
+           kernels, time by kind, GPU busy share, MFU of that fixed shape, and the warm-up steps' seconds (a
+           compile included)
 
 Reported per run: train samples/s (rows / train runtime, as each trainer reports it: ftcli from its loop's start
 to its end less eval and checkpoints, HF from just before on_train_begin), start to fit (child start, imports
@@ -107,7 +108,8 @@ PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]),
                  "varlen": ("on", ["--weight-copies", "--varlen-attention"]),
                  "shared": ("on", ["--weight-copies", "--shared-casts"]),
                  "varlen+shared": ("on", ["--weight-copies", "--varlen-attention", "--shared-casts"]),
-                 # the captured forward torch.compile'd (Trainer.compile_in_graphs: one dynamic-shape compile)
+                 # the layers torch.compile'd inside the captured step (Trainer.compile_in_graphs: one dynamic-shape
+                 # compile of one layer's code serves all twelve and every width)
                  "compiled": ("on", ["--weight-copies"])}
 FIRST = 60
 SEED = 42
@@ -320,16 +322,6 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         timer.tick()
 
     loop.Trainer.fit, loop.Trainer.train_step = fit, train_step
-    import ftcli_trainer.model as fmodel
-
-    orig_varlen = fmodel.use_varlen_attention
-
-    def use_varlen_attention(model, device, precision):  # what --varlen-attention did (export restores SDPA)
-        why_not = orig_varlen(model, device, precision)
-        seen["varlen_attention"] = why_not or "on"
-        return why_not
-
-    fmodel.use_varlen_attention = use_varlen_attention
     argv = [
         "--task", "csv", "--train-file", str(train), "--eval-file", str(evalf),
         "--model", str(model_dir(args, spec["model"])),
@@ -350,7 +342,7 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         "train_samples_per_second": r["train_samples"] / r["train_runtime"],
         "train_runtime": r["train_runtime"], "rows": r["train_samples"], "eval_accuracy": r["eval_accuracy"],
         "train_loss": r.get("train_loss"), "eval_loss": r.get("eval_loss"),
-        "varlen_attention": seen.get("varlen_attention"),
+        "attention": r.get("attention"), "cuda_graphs": r.get("cuda_graphs"),  # (the run's metrics.json: what ran)
         "eval_seconds": r["eval_runtime"], "pad_fraction": r["train_pad_fraction"], "precision": r["precision"],
         "sum_len": int(lengths.sum()), "sum_len2": int((lengths.astype("int64") ** 2).sum()), **timer.report(),
     }
@@ -756,7 +748,8 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
     t._loss_acc = torch.zeros((), device=dev)
     t.compile_in_graphs = name == "compiled"
-    t._setup_static_steps()
+    # (a CPU dry run: the graph path's static steps, run eagerly, so that its switches and the compile still act)
+    t._setup_static_steps(capture=False if mode == "on" and not cuda else None)
     model.train()
     warm, active = ctx["groups"][:-5], ctx["groups"][-5:]
     started = time.perf_counter()
@@ -783,7 +776,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
            "kernel_ms_per_step": busy / len(active),
            "by_kind_share": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda x: -x[1])} if busy else {},
            "mfu": ctx["step_flops"] / (step_ms / 1000) / (peak * 1e12) if peak else None,
-           "graphs": dict(t.static_steps.counts) if t.static_steps is not None else None,
+           "graphs": t.static_steps.report() if t.static_steps is not None else None,
            "warm_seconds": round(warm_s, 1)}
     sort = "self_device_time_total" if cuda else "self_cpu_time_total"
     try:
@@ -794,7 +787,9 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     ctx["lines"].append(
         f"== {name}: {what}, {BATCH} x {ctx['max_len']}, {precision}, {len(active)} steps profiled: "
         f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %)"
-        + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else "") + f"; {len(warm)} warm-up steps {warm_s:.1f} s")
+        + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else "") + f"; {len(warm)} warm-up steps {warm_s:.1f} s"
+        + (f" ({res['graphs']['compiled_blocks']} layers compiled, the compile included)"
+           if res["graphs"] and res["graphs"]["compiled_blocks"] else ""))
     ctx["lines"].append("time by kind: " + ", ".join(f"{k} {100 * v:.0f} %" for k, v in res["by_kind_share"].items()))
     ctx["lines"].append(table)
     return res
@@ -1054,10 +1049,10 @@ class Parent:
             fell = any(r.get("graphs") and r["graphs"].get("still_capturing") is False for r in rs)
             gtxt = (f"{g.get('captured')} cap {g.get('capture_seconds', 0):.1f}s, {g.get('eager')} eager"
                     + (", FELL BACK" if fell else ""))
-        varlen = rs[-1].get("varlen_attention")  # "on", or why it was left off
+        att = rs[-1].get("attention")  # "flash, variable-length" with --varlen-attention, or why not
         shared = rs[-1].get("shared_casts")
         gtxt = "; ".join(t for t in (
-            gtxt, varlen and ("varlen on" if varlen == "on" else f"varlen off: {varlen}"),
+            gtxt, att and att != "sdpa" and f"attention {att}",
             shared and f"shared casts {shared['made']} made, {shared['reused']} reused") if t)
         acc = fmt(med_of("eval_accuracy"), ".3f") if CASES[case]["model"] == "minilm" else "(rand)"
         name = contender if len(rs) == 1 else f"{contender} (n={len(rs)})"

@@ -5,8 +5,8 @@
 #   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler: among them --varlen-attention's
 #       (the real flash kernel against SDPA, fresh dropout masks at every replay, captured training steps)
 #   c   bench/gpu.py, BERT-base IMDB @512: ftcli_copies (the defaults), ftcli_varlen (--varlen-attention) and hf
-#       once, then the profile of 32 full 512-token rows: copies, compiled (the captured forward torch.compile'd,
-#       its compile in the warm-up seconds), varlen, varlen+shared, shared (--shared-casts), unmasked
+#       once, then the profile of 32 full 512-token rows: copies, compiled (the layers torch.compile'd inside the
+#       captured step: one compile of one layer's code; its time in the warm-up seconds), varlen, varlen+shared, shared (--shared-casts), unmasked
 #       (--unmask-full-batches) ($OUT/cases_results.json, cases_console.log, profile.txt)
 #   b   bench/gpu_kernels.py --parts attention: attention at 512, 320, 128 and 32 tokens under every masking
 #       torch offers (SDPA backends, varlen_attn with seqused_k, packed, --varlen-attention's call; with and

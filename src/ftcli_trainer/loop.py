@@ -160,8 +160,9 @@ class Trainer:
         self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision,
                                                                  self.dist.world_size)
         self.static_steps = None  # built in fit(), after a resume, around the on-device loss sum
-        # torch.compile the forward the graphs capture (one dynamic-shape compile for every width). Not an option:
-        # unmeasured on a GPU, and --compile stays skipped with the graphs on; bench/gpu.py's profile sets it.
+        # torch.compile the model's layers inside the forward the graphs capture (cuda_graphs.CompiledBlocks: one
+        # dynamic-shape compile for every layer and width). Not an option: unmeasured on a GPU, and --compile stays
+        # skipped with the graphs on; bench/gpu.py's profile sets it.
         self.compile_in_graphs = False
         self.gpu_warmup: dict = {}  # what --gpu-warmup did (task.run's prewarm, fit's prepare), when it ran
         train_model = model
@@ -543,6 +544,9 @@ class Trainer:
         }
         if self.gpu_warmup:
             summary["gpu_warmup"] = dict(self.gpu_warmup)
+        summary["cuda_graphs"] = (self.static_steps.report() if self.static_steps is not None
+                                  else {"off": self.graphs_reason or ("--cuda-graphs off" if cfg.cuda_graphs == "off"
+                                                                      else "no CUDA GPU")})
         summary.update(last_eval)
         return summary
 

@@ -321,6 +321,16 @@ def use_varlen_attention(model, device, precision: str) -> str:
     return ""
 
 
+def attention_in_use(model, varlen_left_off: str = "") -> str:
+    """The attention the run trained with, in words for its metrics.json: `varlen_left_off` is why
+    --varlen-attention was not switched on (use_varlen_attention's answer) when it was asked for."""
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl == VARLEN_ATTENTION:
+        return f"sdpa (the flash kernel refused: {_FLASH_REFUSED[0]})" if _FLASH_REFUSED else "flash, variable-length"
+    name = "sdpa" if impl == FAST_ATTENTION else str(impl)
+    return f"{name} (--varlen-attention left off: {varlen_left_off})" if varlen_left_off else name
+
+
 def restore_attention(model) -> None:
     if getattr(model.config, "_attn_implementation", None) in (FAST_ATTENTION, VARLEN_ATTENTION):
         model.set_attn_implementation("sdpa")

@@ -142,6 +142,7 @@ def run(cfg: TrainConfig) -> dict:
     from ftcli_trainer.export import export_model, prediction_arrays
     from ftcli_trainer.loop import Trainer
     from ftcli_trainer.model import (
+        attention_in_use,
         load_model,
         load_tokenizer,
         restore_attention,
@@ -164,8 +165,9 @@ def run(cfg: TrainConfig) -> dict:
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
+    varlen_left_off = ""
     if cfg.varlen_attention:  # before the warm-up, which then warms the flash kernels up
-        why_not = use_varlen_attention(model, device, precision)
+        why_not = varlen_left_off = use_varlen_attention(model, device, precision)
         if why_not:
             log.info("--varlen-attention left off: %s", why_not)
     train_enc, evals_enc, prewarm_seconds = _encode_while_warming(model, tokenizer, data, cfg, device, precision,
@@ -207,6 +209,7 @@ def run(cfg: TrainConfig) -> dict:
     results["device"] = str(device)
     run_config = {"ftcli_trainer_version": __version__, **asdict(cfg), "resolved_precision": precision}
     run_config.pop("extra", None)
+    results["attention"] = attention_in_use(model, varlen_left_off)
     restore_attention(model)
     predictions = prediction_arrays(trainer.predictions, data.label_names, data.multi_label, data.regression,
                                     cfg.threshold)

@@ -2,6 +2,7 @@
 fallback), and on a GPU when there is one (real capture equals eager; dropout masks change every replay)."""
 
 import copy
+import json
 import logging
 from pathlib import Path
 
@@ -737,6 +738,11 @@ def test_weight_copies_with_captures_ahead_replay_the_same_run(tmp_path, tiny_mo
     _train_both([casts, copies], ONE_MICRO * 2)
     assert copies.static_steps.counts["eager"] == 0 and copies.static_steps.counts["replays"] > 0
     assert _same(_params(copies.model), _params(casts.model)) and _optimizer_states_equal(casts, copies)
+    report = copies.static_steps.report()  # metrics.json's "cuda_graphs"
+    assert report == {"captured": True, "weight_copies": True, "shared_casts": False, "unmask_full_batches": False,
+                      "compiled_blocks": 0, "widths": list(copies.static_steps.widths), **copies.static_steps.counts}
+    assert casts.static_steps.report()["weight_copies"] is False
+    json.dumps(report)
 
 
 @pytest.mark.parametrize("precision,extra,why", [
@@ -1041,10 +1047,13 @@ def test_shared_casts_equal_autocast_casts_on_a_gpu(tmp_path, tiny_model):
 # -- the forward the graphs capture, torch.compile'd (Trainer.compile_in_graphs; bench/gpu.py's profile) -------
 
 
-def _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="fp32", fake_captures=False):
+def _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="fp32", fake_captures=False, blocks=True):
+    """A plain and a compile_in_graphs trainer, and the compiled calls as (where, width) once a forward: with
+    `blocks` False the model is taken to have no repeated blocks, so its whole forward is compiled."""
     import torch._dynamo
 
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # (reset keeps them)
     inside = {"capture": False}
     compiled_calls = []
     real_compile = torch.compile
@@ -1053,9 +1062,10 @@ def _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="fp32", fake_cap
         assert kwargs == {"dynamic": True}
         compiled = real_compile(fn, **kwargs)
 
-        def call(inputs):
-            compiled_calls.append(("capture" if inside["capture"] else "eager", inputs["input_ids"].shape[1]))
-            return compiled(inputs)
+        def call(*args, **kwargs):  # the whole forward: (inputs,); a block: (block, hidden_states, ...)
+            width = args[0]["input_ids"].shape[1] if isinstance(args[0], dict) else args[1].shape[1]
+            compiled_calls.append(("capture" if inside["capture"] else "eager", width))
+            return compiled(*args, **kwargs)
         return call
 
     def capture(fn):  # as a real capture does, the step runs once while it is recorded
@@ -1067,25 +1077,78 @@ def _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="fp32", fake_cap
             inside["capture"] = False
 
     monkeypatch.setattr(torch, "compile", counting_compile)
+    if not blocks:
+        monkeypatch.setattr(cg, "repeated_blocks", lambda model: [])
     ts = _pair(tmp_path, tiny_model, (("plain", ()), ("compiled", ())), precision=precision, dropout=False,
                capture_impl=capture if fake_captures else None, monkeypatch=monkeypatch,
                before_setup=lambda name, t: setattr(t, "compile_in_graphs", name == "compiled"))
-    return ts, compiled_calls
+    layers = len(cg.repeated_blocks(ts[1].model)) if blocks else 1
+
+    class PerForward(list):  # a block's calls come `layers` to a forward, in order
+        def __iter__(self):
+            return iter(compiled_calls[::layers])
+
+        def __len__(self):
+            assert len(compiled_calls) % layers == 0
+            return len(compiled_calls) // layers
+    return ts, PerForward()
 
 
-def test_a_compiled_forward_trains_as_the_plain_one_through_the_static_steps(tmp_path, tiny_model, monkeypatch):
-    """fp32 on CPU, widths 16 and 32, accumulation: one dynamic-shape compile serves every width, and the run
-    follows the plain one up to the compiled kernels' float rounding."""
+@pytest.mark.parametrize("blocks", [True, False], ids=["compiled-blocks", "compiled-whole"])
+def test_a_compiled_forward_trains_as_the_plain_one_through_the_static_steps(tmp_path, tiny_model, monkeypatch,
+                                                                            blocks):
+    """fp32 on CPU, widths 16 and 32, accumulation: one dynamic-shape compile serves every width (and every
+    layer), and the run follows the plain one up to the compiled kernels' float rounding."""
     import torch._dynamo
 
-    (plain, compiled), calls = _compiled_pair(tmp_path, tiny_model, monkeypatch)
+    (plain, compiled), calls = _compiled_pair(tmp_path, tiny_model, monkeypatch, blocks=blocks)
     _train_both([plain, compiled], GROUPS)
-    assert compiled.static_steps.compiled is not None and plain.static_steps.compiled is None
+    ss = compiled.static_steps
+    assert ss.compiled is not None and plain.static_steps.compiled is None
+    assert isinstance(ss.compiled, cg.CompiledBlocks) == blocks
+    if blocks:
+        assert len(ss.compiled) == 2  # the tiny BERT's two layers
     assert len(calls) == sum(len(g) for g in GROUPS)  # every micro-batch's forward was the compiled one
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile for the second width
     torch.testing.assert_close(compiled._loss_acc, plain._loss_acc, rtol=1e-5, atol=1e-6)
     for (name, pa), pb in zip(plain.model.named_parameters(), compiled.model.parameters(), strict=True):
         torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_compiled_blocks_run_only_inside_the_training_forward(tmp_path, tiny_model, monkeypatch):
+    """Evaluation (eval mode, inference mode) runs the plain blocks: no compiled call, no second compile; and no
+    block keeps a compiled forward, so the saved model is the plain one."""
+    import torch._dynamo
+
+    (plain, compiled), calls = _compiled_pair(tmp_path, tiny_model, monkeypatch)
+    _train_both([compiled], GROUPS)
+    n = len(calls)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert n and graphs == 1
+    blocks = compiled.static_steps.compiled.blocks
+    assert not any("forward" in vars(b) for b in blocks)
+    compiled.evals = {"eval": compiled.train_enc}
+    assert 0 <= compiled.evaluate()["eval_accuracy"] <= 1
+    assert len(calls) == n and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    compiled.model.train()
+    _train_both([compiled], ONE_MICRO)  # and training goes on through them
+    assert len(calls) > n and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def test_repeated_blocks_are_the_largest_list_of_one_class():
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(3)])
+            self.mixed = torch.nn.ModuleList([torch.nn.Linear(9, 9), torch.nn.ReLU(), torch.nn.Linear(9, 9)])
+            self.one = torch.nn.ModuleList([torch.nn.Linear(16, 16)])
+
+    net = Net()
+    assert cg.repeated_blocks(net) == list(net.layers)
+    assert cg.repeated_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))) == []
 
 
 def test_the_compile_never_falls_inside_a_capture(tmp_path, tiny_model, monkeypatch):

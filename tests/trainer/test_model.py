@@ -216,6 +216,24 @@ def test_varlen_attention_says_why_it_stays_off(tiny_model, device, precision, w
     assert model.config._attn_implementation == "sdpa"
 
 
+def test_the_attention_in_use_is_said_as_it_ran(tiny_model, monkeypatch):
+    """metrics.json's "attention": SDPA, the varlen flash kernel, or SDPA with why --varlen-attention was not on."""
+    import ftcli_trainer.model as fm
+
+    monkeypatch.setattr(fm, "_FLASH_REFUSED", [])
+    model = load_model(str(tiny_model), ["a", "b"], False, 0.5)
+    assert fm.attention_in_use(model) == "sdpa"
+    why = "it needs a CUDA GPU"
+    assert fm.attention_in_use(model, why) == f"sdpa (--varlen-attention left off: {why})"
+    assert fm._switch_attention(model, fm.VARLEN_ATTENTION, fm._varlen_attention)
+    assert fm.attention_in_use(model) == "flash, variable-length"
+    refusal = "FlashAttention only supports Ampere GPUs or newer."
+    fm._FLASH_REFUSED.append(refusal)
+    assert fm.attention_in_use(model) == f"sdpa (the flash kernel refused: {refusal})"
+    assert fm._switch_attention(model, fm.FAST_ATTENTION, fm._cpu_training_attention)
+    assert fm.attention_in_use(model) == "sdpa"  # (the CPU's dropout path is SDPA's math)
+
+
 def test_a_flash_kernel_that_refuses_leaves_sdpa_with_one_line(tiny_model, monkeypatch, caplog):
     """The kernel's own checks (a GPU or build it does not support, a shape) raise on the host: the attention
     is then SDPA's for the rest of the run, said once."""

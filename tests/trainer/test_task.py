@@ -27,6 +27,7 @@ def test_tiny_bert_learns_and_exports_a_pipeline_model(tmp_path, tiny_model, sen
         assert (model_dir / name).exists(), name
     m = json.loads((model_dir / "metrics.json").read_text())
     assert m["eval_accuracy"] >= 0.9, m
+    assert m["attention"] == "sdpa" and m["cuda_graphs"] == {"off": "no CUDA GPU"}  # what ran, said in the results
     for key in ("eval_macro_f1", "eval_loss", "train_loss", "train_runtime", "train_samples_per_second",
                 "train_tokens_per_second", "eval_per_label", "eval_confusion_matrix"):
         assert key in m
