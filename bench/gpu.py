@@ -36,9 +36,9 @@ printed last whatever happened:
            1 epoch, seed; each run its own child
   profile  torch.profiler over BERT-base steps of 32 x 512 tokens (--profile-modes: eager, graphs, copies = graphs
            with --weight-copies, and copies with --unmask-full-batches, --varlen-attention, --shared-casts or the
-           last two together, or with the model's layers torch.compile'd inside the captured step: compiled): top
-           kernels, time by kind, GPU busy share, MFU of that fixed shape, and the warm-up steps' seconds (a
-           compile included)
+           last two together, or with the model's layers torch.compile'd inside the captured step: compiled, and
+           compiled+varlen): top kernels, time by kind, GPU busy share, MFU of that fixed shape, and the warm-up
+           steps' seconds (a compile included)
 
 Reported per run: train samples/s (rows / train runtime, as each trainer reports it: ftcli from its loop's start
 to its end less eval and checkpoints, HF from just before on_train_begin), start to fit (child start, imports
@@ -109,8 +109,9 @@ PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]),
                  "shared": ("on", ["--weight-copies", "--shared-casts"]),
                  "varlen+shared": ("on", ["--weight-copies", "--varlen-attention", "--shared-casts"]),
                  # the layers torch.compile'd inside the captured step (Trainer.compile_in_graphs: one dynamic-shape
-                 # compile of one layer's code serves all twelve and every width)
-                 "compiled": ("on", ["--weight-copies"])}
+                 # compile of one layer's code serves all twelve and every width), alone and with varlen attention
+                 "compiled": ("on", ["--weight-copies"]),
+                 "compiled+varlen": ("on", ["--weight-copies", "--varlen-attention"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500
@@ -747,7 +748,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
                 Paths("m", "c", "l", work_dir(args) / "profile" / name), 0)
     t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
     t._loss_acc = torch.zeros((), device=dev)
-    t.compile_in_graphs = name == "compiled"
+    t.compile_in_graphs = name.startswith("compiled")
     # (a CPU dry run: the graph path's static steps, run eagerly, so that its switches and the compile still act)
     t._setup_static_steps(capture=False if mode == "on" and not cuda else None)
     model.train()
@@ -951,9 +952,10 @@ class Parent:
         elif not a.skip_profile:
             runs.append(("profile", None, 0))
         for case, contender, rep in runs:
-            if case == "profile":  # ~20 s a mode, a compile ~60 s more
+            if case == "profile":  # ~20 s a mode, the compiles ~60 s more
                 modes = a.profile_modes.split(",")
-                self.run("profile", ["--one", "profile"], 30 + 25 * len(modes) + 90 * ("compiled" in modes), 30)
+                compiles = any(m.startswith("compiled") for m in modes)
+                self.run("profile", ["--one", "profile"], 30 + 25 * len(modes) + 90 * compiles, 30)
             else:
                 key = f"{case}/{contender}" + (f"#{rep}" if a.repeat > 1 else "")
                 self.run(key, ["--one", "run", "--case", case, "--contender", contender], a.run_limit, 25)

@@ -6,7 +6,8 @@
 #       (the real flash kernel against SDPA, fresh dropout masks at every replay, captured training steps)
 #   c   bench/gpu.py, BERT-base IMDB @512: ftcli_copies (the defaults), ftcli_varlen (--varlen-attention) and hf
 #       once, then the profile of 32 full 512-token rows: copies, compiled (the layers torch.compile'd inside the
-#       captured step: one compile of one layer's code; its time in the warm-up seconds), varlen, varlen+shared, shared (--shared-casts), unmasked
+#       captured step: one compile of one layer's code; its time in the warm-up seconds), varlen,
+#       compiled+varlen (the flash call left out of the trace), shared (--shared-casts), unmasked
 #       (--unmask-full-batches) ($OUT/cases_results.json, cases_console.log, profile.txt)
 #   b   bench/gpu_kernels.py --parts attention: attention at 512, 320, 128 and 32 tokens under every masking
 #       torch offers (SDPA backends, varlen_attn with seqused_k, packed, --varlen-attention's call; with and
@@ -31,7 +32,7 @@ mkdir -p "$OUT" "$DETAIL"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=true
 DRY=() KDRY=()
 T_A=60 T_B=70 C_MIN=120 C_MAX=270 C2_MIN=50
-PROFILES=copies,compiled,varlen,varlen+shared,shared,unmasked  # most telling first: a cut keeps them
+PROFILES=copies,compiled,varlen,compiled+varlen,shared,unmasked  # most telling first: a cut keeps them
 if [ "${GPU_NEXT_CPU_DRY:-0}" = 1 ]; then
   DRY=(--device cpu --rows 96 --tiny-bert) KDRY=(--device cpu --small --reps 3)
   TOTAL=${DRY_TOTAL:-1900} T_A=400 T_B=400 C_MIN=300 C_MAX=900 C2_MIN=200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -316,9 +317,24 @@ def use_varlen_attention(model, device, precision: str) -> str:
         return f"the model's attention is {model.config._attn_implementation!r}, not SDPA"
     if getattr(model.config, "is_decoder", False):
         return "the model is a decoder (causal attention)"
-    if not _switch_attention(model, VARLEN_ATTENTION, _varlen_attention):
+    if not switch_to_varlen(model):
         return "the model takes no custom attention"
     return ""
+
+
+def switch_to_varlen(model) -> bool:
+    """Route the model's attention through `_varlen_attention`, kept out of torch.compile's trace: compiled
+    layers (cuda_graphs.CompiledBlocks) break at the attention and run it as it is, as a plain call to the flash
+    kernel (inductor could fuse nothing across it anyway; its offsets cache and its fallback stay Python's). Out
+    of a compile the wrapper costs under a microsecond a call."""
+    return _switch_attention(model, VARLEN_ATTENTION, _untraced_varlen_attention())
+
+
+@functools.cache
+def _untraced_varlen_attention():
+    import torch
+
+    return torch.compiler.disable(_varlen_attention)
 
 
 def attention_in_use(model, varlen_left_off: str = "") -> str:

@@ -888,14 +888,17 @@ def test_unmasked_full_batches_on_a_gpu_train_as_the_masked_ones(tmp_path, tiny_
 # -- --varlen-attention: the flash kernel over each row's own tokens ---------------------------------------------
 
 
-def _varlen_pair(tmp_path, tiny_model, device="cpu", precision="fp32", dropout=False, capture=False):
+def _varlen_pair(tmp_path, tiny_model, device="cpu", precision="fp32", dropout=False, capture=False,
+                 compiled=False):
     """Two static-step trainers from the same weights over rows of every length (widths 16 and 32, filler rows),
-    the second on `_varlen_attention` (as `task.run` switches it for --varlen-attention)."""
+    the second on `_varlen_attention` (as `task.run` switches it for --varlen-attention), its layers compiled
+    inside the static steps with `compiled`."""
     import ftcli_trainer.model as fm
 
     sdpa, varlen = _pair(tmp_path, tiny_model, (("sdpa", ()), ("varlen", ())), enc=_enc_truncated(24, 13),
-                         precision=precision, dropout=dropout, device=device, capture=capture)
-    assert fm._switch_attention(varlen.model, fm.VARLEN_ATTENTION, fm._varlen_attention)
+                         precision=precision, dropout=dropout, device=device, capture=capture,
+                         before_setup=lambda name, t: setattr(t, "compile_in_graphs", compiled and name == "varlen"))
+    assert fm.switch_to_varlen(varlen.model)
     return sdpa, varlen
 
 
@@ -914,6 +917,28 @@ def test_varlen_attention_trains_as_the_padded_attention_through_the_static_step
     assert any(len(g[0]) < 8 for g in groups)  # a batch with filler rows
     _train_both([sdpa, varlen], groups * 2)
     assert any(calls) and len(calls) == 2 * len(groups) * 2  # two layers a step, offsets on padded batches
+    torch.testing.assert_close(varlen._loss_acc, sdpa._loss_acc, rtol=1e-5, atol=1e-6)
+    for (name, pa), pb in zip(sdpa.model.named_parameters(), varlen.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_varlen_attention_inside_compiled_layers_runs_outside_the_trace(tmp_path, tiny_model, monkeypatch):
+    """Compiled layers (Trainer.compile_in_graphs) break at --varlen-attention's call, which runs as it is, never
+    traced: the run still follows the padded one."""
+    import torch._dynamo
+
+    import ftcli_trainer.model as fm
+    from tests.trainer.test_model import _reference_flash
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(fm, "_flash_runs", lambda q: True)
+    tracing = []
+    monkeypatch.setattr(fm, "_flash", lambda *a: tracing.append(torch.compiler.is_compiling()) or _reference_flash(*a))
+    sdpa, varlen = _varlen_pair(tmp_path, tiny_model, compiled=True)
+    groups = _epoch_groups(sdpa)
+    _train_both([sdpa, varlen], groups)
+    assert isinstance(varlen.static_steps.compiled, cg.CompiledBlocks)
+    assert len(tracing) == 2 * len(groups) and not any(tracing)  # two layers a step, each call run, none traced
     torch.testing.assert_close(varlen._loss_acc, sdpa._loss_acc, rtol=1e-5, atol=1e-6)
     for (name, pa), pb in zip(sdpa.model.named_parameters(), varlen.model.parameters(), strict=True):
         torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)

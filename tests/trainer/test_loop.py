@@ -10,6 +10,7 @@ from ftcli_trainer.config import parse_args  # noqa: E402
 from ftcli_trainer.data import encode, load_task_data  # noqa: E402
 from ftcli_trainer.loop import Paths, Trainer, lr_factor, warmup_steps  # noqa: E402
 from ftcli_trainer.model import load_model, load_tokenizer  # noqa: E402
+from tests.conftest import sentiment_rows, write_csv  # noqa: E402
 
 
 def test_lr_schedule_matches_transformers():
@@ -27,10 +28,10 @@ def test_lr_schedule_matches_transformers():
     assert warm == 5 and lr_factor(0, warm, total) == 0.0 and lr_factor(5, warm, total) == 1.0
 
 
-def _trainer(tmp_path: Path, tiny_model, csv_path, gas: int, model, max_norm: float = 1.0):
+def _trainer(tmp_path: Path, tiny_model, csv_path, gas: int, model, max_norm: float = 1.0, compile=False):
     cfg = parse_args(["--task", "csv", "--train-file", str(csv_path), "--model", str(tiny_model), "--batch-size", "4",
                       "--gradient-accumulation-steps", str(gas), "--learning-rate", "1e-3", "--warmup-ratio", "0",
-                      "--max-grad-norm", str(max_norm)])
+                      "--max-grad-norm", str(max_norm), *(["--compile"] if compile else [])])
     data = load_task_data(cfg)
     tok = load_tokenizer(cfg.model)
     enc = encode(tok, data.train, 64)
@@ -108,6 +109,46 @@ def test_compile_only_where_it_can_pay_off():
     assert "too few" in compile_skip_reason(250, cuda_graphs=False)
     assert compile_skip_reason(COMPILE_MIN_STEPS, cuda_graphs=False) == ""
     assert "CUDA-graph" in compile_skip_reason(10**6, cuda_graphs=True)
+
+
+def test_compile_compiles_the_layers_once_for_training_only(tmp_path, tiny_model, monkeypatch):
+    """--compile (where it may pay off) compiles the model's layers, one compile for both and every width; the
+    steps follow the plain ones, and evaluation runs the plain layers."""
+    import torch._dynamo
+
+    import ftcli_trainer.loop as loop_mod
+    from ftcli_trainer import cuda_graphs
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    monkeypatch.setattr(loop_mod, "COMPILE_MIN_STEPS", 1)
+    torch.manual_seed(0)
+    base = load_model(str(tiny_model), ["negative", "positive"], False, 0.5)
+    for m in base.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    rows = [(text + " the film" * (i % 9), label) for i, (text, label) in enumerate(sentiment_rows(24))]
+    csv_path = write_csv(tmp_path / "varied.csv", ["text", "label"], rows)  # 9 to 25 tokens
+    plain, _ = _trainer(tmp_path, tiny_model, csv_path, 1, copy.deepcopy(base))
+    compiled, enc = _trainer(tmp_path, tiny_model, csv_path, 1, copy.deepcopy(base), compile=True)
+    assert plain.compiled_blocks is None
+    assert isinstance(compiled.compiled_blocks, cuda_graphs.CompiledBlocks) and len(compiled.compiled_blocks) == 2
+    order = np.argsort(enc.lengths)
+    groups = [[order[:4]], [order[-4:]], [order[4:8]]]  # short and long rows: two padded widths
+    assert len({int(enc.lengths[g[0]].max()) for g in groups}) > 1
+    for t in (plain, compiled):
+        t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+        for g in groups:
+            t.train_step(g)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    torch.testing.assert_close(compiled._loss_acc, plain._loss_acc, rtol=1e-5, atol=1e-6)
+    for (name, pa), pb in zip(plain.model.named_parameters(), compiled.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)
+    calls = torch._dynamo.utils.counters["stats"]["calls_captured"]
+    compiled.evals = {"eval": enc}
+    assert 0 <= compiled.evaluate()["eval_accuracy"] <= 1
+    assert torch._dynamo.utils.counters["stats"]["calls_captured"] == calls  # nothing traced again for eval
+    assert not any("forward" in vars(b) for b in compiled.compiled_blocks.blocks)
 
 
 def test_regression_loss_is_transformers_mse_and_accumulates_exactly(tmp_path, tiny_model):

@@ -144,7 +144,7 @@ def _varlen_vs_sdpa(tiny_model, monkeypatch, batch, flash=_reference_flash):
     sdpa = load_model(str(tiny_model), ["a", "b"], False, 0.5)
     varlen = load_model(str(tiny_model), ["a", "b"], False, 0.5)
     varlen.load_state_dict(sdpa.state_dict())
-    assert fm._switch_attention(varlen, fm.VARLEN_ATTENTION, fm._varlen_attention)
+    assert fm.switch_to_varlen(varlen)
     monkeypatch.setattr(fm, "_flash_runs", lambda q: True)
     monkeypatch.setattr(fm, "_flash", flash)
     out = {}
@@ -197,7 +197,7 @@ def test_varlen_attention_off_a_gpu_is_sdpa_exactly(tiny_model):
                  attention_mask=torch.tensor([[1] * 4, [1, 1, 1, 0]]))
     with torch.no_grad():
         before = model(**batch).logits
-        assert fm._switch_attention(model, fm.VARLEN_ATTENTION, fm._varlen_attention)
+        assert fm.switch_to_varlen(model)
         assert torch.equal(model(**batch).logits, before)
     fm.restore_attention(model)
     assert model.config._attn_implementation == "sdpa"
@@ -225,7 +225,7 @@ def test_the_attention_in_use_is_said_as_it_ran(tiny_model, monkeypatch):
     assert fm.attention_in_use(model) == "sdpa"
     why = "it needs a CUDA GPU"
     assert fm.attention_in_use(model, why) == f"sdpa (--varlen-attention left off: {why})"
-    assert fm._switch_attention(model, fm.VARLEN_ATTENTION, fm._varlen_attention)
+    assert fm.switch_to_varlen(model)
     assert fm.attention_in_use(model) == "flash, variable-length"
     refusal = "FlashAttention only supports Ampere GPUs or newer."
     fm._FLASH_REFUSED.append(refusal)
