@@ -749,6 +749,10 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
     t._loss_acc = torch.zeros((), device=dev)
     t.compile_in_graphs = name.startswith("compiled")
+    if t.compile_in_graphs:  # each compiled mode pays its own compile (its warm-up seconds say how long)
+        import torch._dynamo
+
+        torch._dynamo.reset()
     # (a CPU dry run: the graph path's static steps, run eagerly, so that its switches and the compile still act)
     t._setup_static_steps(capture=False if mode == "on" and not cuda else None)
     model.train()

@@ -1160,6 +1160,59 @@ def test_compiled_blocks_run_only_inside_the_training_forward(tmp_path, tiny_mod
     assert len(calls) > n and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
+@cuda
+def test_compiled_dropout_draws_fresh_masks_on_every_gpu_replay_at_the_keep_rate():
+    """Inductor's own dropout (its seeds drawn from the CUDA generator) inside a captured graph: a new mask at
+    every replay, at eager's keep rate."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    drop = torch.compile(lambda x: torch.nn.functional.dropout(x * 1.0, 0.1, training=True), dynamic=True)
+    x = torch.ones(1 << 20, device="cuda")
+    out = torch.empty_like(x)
+    _assert_fresh_masks_on_every_replay(lambda: out.copy_(drop(x)), out, 0.9, 0.003)
+
+
+@cuda
+@pytest.mark.parametrize("varlen", [False, True], ids=["compiled", "compiled+varlen"])
+def test_compiled_layers_in_gpu_graphs_train_as_the_plain_ones(tmp_path, tiny_model, varlen):
+    """Real captures, bf16, weight copies: the layers compiled inside the captured step (bench/gpu.py's compiled
+    profile modes) follow the plain captured run up to bf16 rounding with dropout off, and train with it on."""
+    import torch._dynamo
+
+    import ftcli_trainer.model as fm
+
+    torch._dynamo.reset()
+
+    def pair(path, dropout):
+        ts = _pair(path, tiny_model, (("plain", ()), ("compiled", ())), enc=_enc_truncated(24, 13),
+                   precision="bf16", dropout=dropout, device="cuda", capture=True,
+                   before_setup=lambda name, t: setattr(t, "compile_in_graphs", name == "compiled"))
+        if varlen:
+            assert fm.switch_to_varlen(ts[1].model)
+        return ts
+
+    plain, compiled = pair(tmp_path, False)
+    start = _params(plain.model)
+    for _ in range(3):
+        for g in _epoch_groups(plain):
+            for t in (plain, compiled):
+                t.train_step(g)
+    ss = compiled.static_steps
+    assert isinstance(ss.compiled, cg.CompiledBlocks) and ss.counts["captured"] >= 2 and ss.counts["replays"] > 0
+    a, b = _params(plain.model), _params(compiled.model)
+    moved = sum((a[n] - start[n]).float().pow(2).sum() for n in a).sqrt()
+    gap = sum((b[n] - a[n]).float().pow(2).sum() for n in a).sqrt()
+    assert moved > 0 and gap / moved < 0.1, (gap / moved).item()
+    _, dropped = pair(tmp_path / "dropout", True)
+    before = _params(dropped.model)
+    for _ in range(3):
+        for g in _epoch_groups(dropped):
+            dropped.train_step(g)
+    assert dropped.static_steps.counts["replays"] > 0 and torch.isfinite(dropped._loss_acc).all()
+    assert not _same(_params(dropped.model), before)
+
+
 def test_repeated_blocks_are_the_largest_list_of_one_class():
     import torch
 
