@@ -128,7 +128,7 @@ OPTIONS: tuple[Option, ...] = (
            "SDPA with a padding mask, which takes cuDNN's slower padded-mask kernels; no padding is moved. The "
            "same math; off until a GPU run shows it faster."),
     Option("compile", bool, False, "torch.compile the model's layers (one compile serves them all); skipped where "
-           "it cannot pay off (runs under ~5,000 steps, or with CUDA graphs on)."),
+           "it cannot pay off (a CPU, runs under ~5,000 steps, or with CUDA graphs on)."),
     Option("cuda_graphs", str, "auto", "GPU steps padded to a few fixed widths and replayed as CUDA graphs "
            "(2.9-3.5x faster on short texts on an H200, same loss curve). auto/on: where possible (one CUDA GPU, "
            "bf16 or fp32), else eager with a line saying why; off: always eager.", CUDA_GRAPH_MODES),

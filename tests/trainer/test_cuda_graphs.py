@@ -331,7 +331,7 @@ def test_graphs_on_a_cpu_run_say_why_and_train_eagerly(tmp_path, tiny_model, sen
     out = capsys.readouterr().out
     assert ("CUDA graphs off: CUDA graphs need a CUDA GPU; eager steps (--unmask-full-batches and --shared-casts "
             "left off: the graph path's only)") in out
-    assert "--compile skipped: 15 steps are too few" in out
+    assert "--compile skipped: on a CPU the compiled steps measured no faster" in out
     assert "--varlen-attention left off: it needs a CUDA GPU" in out
 
 

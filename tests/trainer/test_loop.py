@@ -109,6 +109,18 @@ def test_compile_only_where_it_can_pay_off():
     assert "too few" in compile_skip_reason(250, cuda_graphs=False)
     assert compile_skip_reason(COMPILE_MIN_STEPS, cuda_graphs=False) == ""
     assert "CUDA-graph" in compile_skip_reason(10**6, cuda_graphs=True)
+    assert "on a CPU" in compile_skip_reason(10**6, cuda_graphs=False, device_type="cpu")
+
+
+def test_compile_on_a_cpu_is_skipped_with_a_line(tmp_path, tiny_model, sentiment_csv, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="ftcli_trainer"):
+        t, _ = _trainer(tmp_path, tiny_model, sentiment_csv[0], 1, load_model(str(tiny_model), ["a", "b"], False, 0.5),
+                        compile=True)
+    assert t.compiled_blocks is None and t.train_model is t.model
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--compile skipped: ")]
+    assert len(said) == 1 and "on a CPU" in said[0]
 
 
 def test_compile_compiles_the_layers_once_for_training_only(tmp_path, tiny_model, monkeypatch):
@@ -121,7 +133,7 @@ def test_compile_compiles_the_layers_once_for_training_only(tmp_path, tiny_model
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    monkeypatch.setattr(loop_mod, "COMPILE_MIN_STEPS", 1)
+    monkeypatch.setattr(loop_mod, "compile_skip_reason", lambda *a: "")  # (a CPU run skips it: no gain measured)
     torch.manual_seed(0)
     base = load_model(str(tiny_model), ["negative", "positive"], False, 0.5)
     for m in base.modules():
