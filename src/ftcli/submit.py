@@ -105,11 +105,15 @@ class Submission:
 def _varlen_problem(cfg, hardware: Hardware) -> str | None:
     """--varlen-attention where the job would leave it off (the trainer's own rule): said now, not found in the
     job's log."""
+    why = _varlen_refusal(cfg, hardware) if cfg.varlen_attention else ""
+    return f"--varlen-attention would be left off in this job ({why}): leave it out" if why else None
+
+
+def _varlen_refusal(cfg, hardware: Hardware) -> str:
     from ftcli_trainer.model import flash_refusal
 
     cc = hardware.compute_capability
-    why = flash_refusal(tuple(map(int, cc.split("."))) if cc else None, cfg.precision) if cfg.varlen_attention else ""
-    return f"--varlen-attention would be left off in this job ({why}): leave it out" if why else None
+    return flash_refusal(tuple(map(int, cc.split("."))) if cc else None, cfg.precision)
 
 
 def _region_problem(hw: Hardware, region: str) -> str | None:
@@ -381,12 +385,14 @@ class Candidate:
         return f"{self.sub.hardware.gpu_name or 'CPU'} in {self.sub.settings.region}"
 
 
-def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels: list[str],
+def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels: list[str], trainer: dict[str, Any],
                     **rest: Any) -> tuple[list[Candidate], list[str]]:
     """`--gpu A,B` and `--region R1,R2`: every (GPU, region) pair in that order (GPU first), planned and checked
-    like a single job. Of several pairs, one whose region does not train on its GPU is dropped with a note; every
-    other problem is the user's to fix and fails as usual. Returns (candidates, notes). With several regions the
-    bucket names its region (`gs://NAME-{region}`): Vertex needs a bucket in the job's own region."""
+    like a single job. Of several pairs, one whose region does not train on its GPU is dropped with a note, and
+    one whose GPU cannot run --varlen-attention (a speed switch; the math is the same) goes without it, with a
+    note, when another pair can run it; every other problem is the user's to fix and fails as usual. Returns
+    (candidates, notes). With several regions the bucket names its region (`gs://NAME-{region}`): Vertex needs a
+    bucket in the job's own region."""
     from ftcli import regions, settings
 
     gpus = [g.strip() for g in gpu.split(",") if g.strip()] or [gpu]
@@ -408,12 +414,34 @@ def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels:
         kept.append((g, r))
     if not kept:
         raise UsageError("no --gpu/--region candidate can run: " + "; ".join(notes))
+    without_varlen = _varlen_left_out(kept, trainer, notes) if len(kept) > 1 else set()
+    plain = {k: v for k, v in trainer.items() if k != "varlen_attention"}
     out = []
     for i, (g, r) in enumerate(kept, 1):
         tries = [f"ftcli_try={i}-of-{len(kept)}"] if len(kept) > 1 else []
-        sub = plan(gpu=g, region=r, bucket=bucket, labels=[*labels, *tries], **rest)
+        sub = plan(gpu=g, region=r, bucket=bucket, labels=[*labels, *tries],
+                   trainer=plain if g in without_varlen else trainer, **rest)
         out.append(Candidate(sub))
     return out, notes
+
+
+def _varlen_left_out(pairs: list[tuple[str, str | None]], trainer: dict[str, Any], notes: list[str]) -> set[str]:
+    """The --gpu values whose jobs go without --varlen-attention (their GPU cannot run it, another candidate's
+    can), each with a note; none when no candidate can run it (then each plan refuses it, as for one job)."""
+    try:
+        cfg, _ = validate_trainer(trainer)
+        hardware = {g: resolve_gpu(g) for g in dict.fromkeys(g for g, _ in pairs)}
+    except UsageError:
+        return set()  # plan() says what is wrong
+    if not cfg.varlen_attention:
+        return set()
+    why = {g: _varlen_refusal(cfg, hw) for g, hw in hardware.items()}
+    if all(why.values()):
+        return set()
+    for g, reason in why.items():
+        if reason:
+            notes.append(f"{hardware[g].gpu_name or 'a CPU machine'} goes without --varlen-attention ({reason})")
+    return {g for g, reason in why.items() if reason}
 
 
 def submit_first(candidates: list[Candidate], *, notify=None, uploading=None, start: int = 0):

@@ -104,3 +104,25 @@ def test_tune_says_candidates_are_for_train(capsys, cloud_env, flag, value):
     r = run_cli(capsys, "tune", "--task", "cola", "--dry-run", *(["--gpu", "T4"] if flag != "--gpu" else []),
                 flag, value)
     assert r.code == 2 and f"{flag} {value}: ftcli tune takes one" in r.err
+
+
+def test_a_gpu_that_cannot_run_varlen_attention_goes_without_it(capsys, monkeypatch, tmp_path):
+    """--varlen-attention is a speed switch: of several candidates, one whose GPU cannot run it (T4: compute
+    capability 7.5) keeps its place in the order and runs without it, with a note."""
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4,T4", "--varlen-attention", "--project", "my-project",
+                "--bucket", "gs://my-bucket", "--dry-run")
+    assert r.code == 0, r.err
+    assert ("note: T4 goes without --varlen-attention (torch's flash kernel needs compute capability 8.0 or later, "
+            "and this GPU has 7.5)") in r.err
+    jobs = json.loads(r.out)
+    args = [j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] for j in jobs]
+    assert "--varlen-attention" in args[0] and "--varlen-attention" not in args[1]
+    assert [a for a in args[0] if a != "--varlen-attention"] == args[1]  # nothing else differs
+
+
+def test_varlen_attention_that_no_candidate_can_run_is_refused(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, *BASE, "--gpu", "T4,V100", "--varlen-attention")
+    assert r.code == 2 and "--varlen-attention would be left off in this job" in r.err
+    assert vertex.requests == [] and gcs.list("ftcli-test") == []
