@@ -986,27 +986,36 @@ def test_varlen_attention_on_a_gpu_is_the_padded_attention(tiny_model):
 def test_varlen_attention_trains_as_the_padded_attention_in_gpu_graphs(tmp_path, tiny_model):
     """Real captures, bf16: the offsets and the kernel are captured with the step. Dropout off, the weights follow
     the padded run's up to bf16 rounding; dropout on, the captured run trains (finite loss, weights that move)."""
-    sdpa, varlen = _varlen_pair(tmp_path, tiny_model, device="cuda", precision="bf16", capture=True)
-    start = _params(sdpa.model)
+    varlen = _bf16_captures_follow(lambda path, dropout: _varlen_pair(
+        path, tiny_model, device="cuda", precision="bf16", dropout=dropout, capture=True), tmp_path)
+    assert varlen.static_steps.counts["captured"] >= 2
+
+
+def _bf16_captures_follow(make_pair, tmp_path):
+    """`make_pair(path, dropout)` -> (reference, candidate) trainers on real bf16 captures. Dropout off, the
+    candidate's weights follow the reference's up to bf16 rounding: how far apart the two runs' weights ended,
+    against how far they moved (the graph check's measure in bench/gpu.py: bf16 kernels that round differently
+    stay within a few percent of the update). Dropout on, the candidate trains (finite loss, weights that move).
+    Returns the first candidate."""
+    ref, cand = make_pair(tmp_path, False)
+    start = _params(ref.model)
     for _ in range(3):
-        for g in _epoch_groups(sdpa):
-            for t in (sdpa, varlen):
+        for g in _epoch_groups(ref):
+            for t in (ref, cand):
                 t.train_step(g)
-    assert varlen.static_steps.counts["captured"] >= 2 and varlen.static_steps.counts["replays"] > 0
-    # How far apart the two runs' weights ended, against how far they moved (the graph check's measure in
-    # bench/gpu.py: bf16 kernels that round differently stay within a few percent of the update)
-    a, b = _params(sdpa.model), _params(varlen.model)
+    assert cand.static_steps.counts["replays"] > 0
+    a, b = _params(ref.model), _params(cand.model)
     moved = sum((a[n] - start[n]).float().pow(2).sum() for n in a).sqrt()
     gap = sum((b[n] - a[n]).float().pow(2).sum() for n in a).sqrt()
     assert moved > 0 and gap / moved < 0.1, (gap / moved).item()
-    _, dropped = _varlen_pair(tmp_path / "dropout", tiny_model, device="cuda", precision="bf16", dropout=True,
-                              capture=True)
+    _, dropped = make_pair(tmp_path / "dropout", True)
     before = _params(dropped.model)
     for _ in range(3):
         for g in _epoch_groups(dropped):
             dropped.train_step(g)
     assert dropped.static_steps.counts["replays"] > 0 and torch.isfinite(dropped._loss_acc).all()
     assert not _same(_params(dropped.model), before)
+    return cand
 
 
 # -- --shared-casts: one autocast cast of an activation that several Linear layers read ---------------------------
@@ -1192,25 +1201,9 @@ def test_compiled_layers_in_gpu_graphs_train_as_the_plain_ones(tmp_path, tiny_mo
             assert fm.switch_to_varlen(ts[1].model)
         return ts
 
-    plain, compiled = pair(tmp_path, False)
-    start = _params(plain.model)
-    for _ in range(3):
-        for g in _epoch_groups(plain):
-            for t in (plain, compiled):
-                t.train_step(g)
+    compiled = _bf16_captures_follow(pair, tmp_path)
     ss = compiled.static_steps
-    assert isinstance(ss.compiled, cg.CompiledBlocks) and ss.counts["captured"] >= 2 and ss.counts["replays"] > 0
-    a, b = _params(plain.model), _params(compiled.model)
-    moved = sum((a[n] - start[n]).float().pow(2).sum() for n in a).sqrt()
-    gap = sum((b[n] - a[n]).float().pow(2).sum() for n in a).sqrt()
-    assert moved > 0 and gap / moved < 0.1, (gap / moved).item()
-    _, dropped = pair(tmp_path / "dropout", True)
-    before = _params(dropped.model)
-    for _ in range(3):
-        for g in _epoch_groups(dropped):
-            dropped.train_step(g)
-    assert dropped.static_steps.counts["replays"] > 0 and torch.isfinite(dropped._loss_acc).all()
-    assert not _same(_params(dropped.model), before)
+    assert isinstance(ss.compiled, cg.CompiledBlocks) and ss.counts["captured"] >= 2
 
 
 def test_repeated_blocks_are_the_largest_list_of_one_class():
