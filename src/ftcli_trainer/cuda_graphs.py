@@ -321,7 +321,6 @@ class WeightCopies:
         self.torch._foreach_copy_(self._targets, self._sources)
 
 
-@functools.cache
 def repeated_blocks(model) -> list:
     """The model's repeated blocks (a transformer's layers): of its nn.ModuleLists of two or more modules of one
     class, the one holding the most parameters; [] when it has none."""
@@ -366,6 +365,7 @@ class CompiledBlocks:
                 del block.forward
 
 
+@functools.cache
 def _shared_cast_fn():
     """An autograd function whose forward hands on an already-made cast of `x` and whose backward casts the
     incoming gradient back to fp32: what autocast's own cast of `x` would do, once per reader."""

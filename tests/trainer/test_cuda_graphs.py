@@ -1045,6 +1045,7 @@ def test_shared_casts_cast_once_what_query_key_and_value_read_and_change_no_numb
         assert torch.equal(ga[name], gb[name]), name
     layers = plain.config.num_hidden_layers
     assert (casts.made, casts.reused) == (2 * layers + 1, 2 * layers)  # + the pooler's input
+    assert cg._shared_cast_fn() is cg._shared_cast_fn()  # one autograd function, made once
 
 
 def test_shared_casts_train_bit_identically_through_the_static_steps(tmp_path, tiny_model):
@@ -1219,6 +1220,8 @@ def test_repeated_blocks_are_the_largest_list_of_one_class():
 
     net = Net()
     assert cg.repeated_blocks(net) == list(net.layers)
+    net.layers.append(torch.nn.Linear(8, 8))
+    assert cg.repeated_blocks(net) == list(net.layers) and len(net.layers) == 4  # looked up each time, not cached
     assert cg.repeated_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))) == []
 
 
