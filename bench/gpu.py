@@ -668,9 +668,11 @@ def child_check(args) -> dict:
 
 
 # First match wins: attention before GEMM, whose "sm90_" would also match cuDNN's SDPA kernels
-# (cudnn_generated_fort_native_sdpa_sm90_flash_...), which the H200 profile above counted as GEMMs.
-_KINDS = (("attention", ("fmha", "flash", "attention", "efficient", "cudnn_generated", "sdpa")),
-          ("GEMM", ("gemm", "cutlass", "xmma", "sm90_", "sm80_", "gemv", "cublas", "matmul", "nvjet")),
+# (cudnn_generated_fort_native_sdpa_sm90_flash_...), which the H200 profile above counted as GEMMs. Inductor's
+# kernels before both: a fused one is named after everything in it (triton_per_fused_add_..._layer_norm).
+_KINDS = (("fused (inductor)", ("triton_per_", "triton_poi_", "triton_red_")),
+          ("attention", ("fmha", "flash", "attention", "efficient", "cudnn_generated", "sdpa")),
+          ("GEMM", ("gemm", "cutlass", "xmma", "sm90_", "sm80_", "gemv", "cublas", "matmul", "nvjet", "triton_tem_")),
           ("optimizer", ("adam", "multi_tensor")),
           ("layernorm", ("layer_norm", "layernorm")),
           ("dropout", ("dropout", "philox", "bernoulli")),

@@ -18,6 +18,11 @@ spec.loader.exec_module(gpu)
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>", "layernorm"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "elementwise"),
+    # the compiled profile modes: inductor's Triton kernels, named after the ops they fuse
+    ("triton_per_fused__to_copy_add_native_dropout_native_layer_norm_3", "fused (inductor)"),
+    ("triton_poi_fused_gelu_gelu_backward_5", "fused (inductor)"),
+    ("triton_red_fused_sum_7", "fused (inductor)"),
+    ("triton_tem_fused_mm_0", "GEMM"),
 ])
 def test_profile_kernels_are_sorted_into_their_kind(kernel, kind):
     assert gpu._kind(kernel) == kind
