@@ -5,9 +5,9 @@
 #   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler: among them --varlen-attention's
 #       (the real flash kernel against SDPA, fresh dropout masks at every replay, captured training steps); the
 #       compiled layers' tests come later (a2: their compiles take longer)
-#   c   bench/gpu.py, BERT-base IMDB @512: ftcli_copies (the defaults) and ftcli_varlen (--varlen-attention) once
-#       (HF's IMDB numbers are in bench/README.md; the MFU target is not relative to HF), then the profile of 32
-#       full 512-token rows: copies, compiled (the layers torch.compile'd inside the
+#   c   bench/gpu.py, BERT-base IMDB @512: ftcli_copies (the defaults), ftcli_varlen (--varlen-attention) and hf
+#       once (~75 s on an H100), then the profile of 32 full 512-token rows (~6 s a mode, plus each compile):
+#       copies, compiled (the layers torch.compile'd inside the
 #       captured step: one compile of one layer's code; its time in the warm-up seconds), varlen,
 #       compiled+varlen (the flash call left out of the trace), shared (--shared-casts), unmasked
 #       (--unmask-full-batches) ($OUT/cases_results.json, cases_console.log, profile.txt)
@@ -79,9 +79,9 @@ part() { echo; echo "== [$SECONDS s] $*"; }
   t=$(( $(left) - 15 - T_B ))
   [ "$t" -gt "$C_MAX" ] && t=$C_MAX
   if [ "$t" -ge "$C_MIN" ]; then
-    part "c: BERT-base IMDB @512, ftcli_copies / ftcli_varlen once, profile $PROFILES; ${t} s"
+    part "c: BERT-base IMDB @512, ftcli_copies / ftcli_varlen / hf once, profile $PROFILES; ${t} s"
     timeout -k 5 $((t + 10)) python3 bench/gpu.py --assets .gpu --out "$DETAIL/cases" --work "$WORK" \
-      --budget "$t" --cases bert_imdb_512 --contenders ftcli_copies,ftcli_varlen --skip-check \
+      --budget "$t" --cases bert_imdb_512 --contenders ftcli_copies,ftcli_varlen,hf --skip-check \
       --profile-modes "$PROFILES" ${DRY[@]+"${DRY[@]}"} > "$OUT/cases_console.log" 2>&1
     echo "bench/gpu.py exit status $?"
     grep "^\[" "$OUT/cases_console.log" | tail -8
