@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one call for the next lent GPU machine (H100 or H200; ~510 s expected, at most TOTAL=520 s): what could
+# The one call for the next lent GPU machine (H100 or H200; ~430 s expected, at most TOTAL=520 s): what could
 # close issue #13's MFU gap at 512 tokens (bench/README.md, "Where the time goes at 512 tokens"), against the
 # trainer's defaults (graphs, --gpu-warmup, --weight-copies) and HF. Most important first:
 #   a   the GPU-only tests, full log ($OUT/gpu_tests.log) under -X faulthandler: among them --varlen-attention's
