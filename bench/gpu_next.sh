@@ -125,7 +125,7 @@ part() { echo; echo "== [$SECONDS s] $*"; }
   part "d: summary"
   {
     echo "GPU tests: $(grep -E '^=+ .*(passed|failed|error).* =+$' "$OUT/gpu_tests.log" | head -1)"
-    echo "compiled layers' GPU tests: $(grep -E '^=+ .*(passed|failed|error).* =+$' \
+    echo "compiled layers' GPU tests: $(grep -E '^=+ .*(passed|failed|error|skipped).* =+$' \
       "$DETAIL/gpu_tests_compiled.log" 2>/dev/null | tail -1)"
     grep -E "FAILED|ERROR|Fatal Python error" "$OUT/gpu_tests.log" | head -8
     echo; grep -E "^## |^(attention|compile) \|" "$OUT/kernels_console.log" 2>/dev/null
