@@ -343,7 +343,7 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         "train_samples_per_second": r["train_samples"] / r["train_runtime"],
         "train_runtime": r["train_runtime"], "rows": r["train_samples"], "eval_accuracy": r["eval_accuracy"],
         "train_loss": r.get("train_loss"), "eval_loss": r.get("eval_loss"),
-        "attention": r.get("attention"), "cuda_graphs": r.get("cuda_graphs"),  # (the run's metrics.json: what ran)
+        "attention": r.get("attention"),  # (from the run's metrics.json: what ran)
         "eval_seconds": r["eval_runtime"], "pad_fraction": r["train_pad_fraction"], "precision": r["precision"],
         "sum_len": int(lengths.sum()), "sum_len2": int((lengths.astype("int64") ** 2).sum()), **timer.report(),
     }
@@ -352,8 +352,7 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         res["gpu_warmup"] = warm
     ss = t.static_steps
     if ss is not None:
-        res["graphs"] = dict(ss.counts, capture_seconds=ss.capture_seconds, still_capturing=ss.capture,
-                             widths=list(ss.widths))
+        res["graphs"] = ss.report()
         if ss.shared_casts is not None:
             res["shared_casts"] = {"made": ss.shared_casts.made, "reused": ss.shared_casts.reused}
     shutil.rmtree(out, ignore_errors=True)  # BERT-base: 0.4 GB model + 1.3 GB checkpoint per run
@@ -507,7 +506,7 @@ def _check_trainers(args, enc, groups, precision: str, dropout: bool, prepared: 
             losses.append(t._loss_acc.item() / sum(len(b) for b in g))
             t._loss_acc.zero_()
         if t.static_steps is not None:
-            info["graphs"] = dict(t.static_steps.counts, still_capturing=t.static_steps.capture)
+            info["graphs"] = t.static_steps.report()
         return model, losses, info
 
     for mode in ("off", "on"):

@@ -114,8 +114,7 @@ def main() -> None:
         "first_steps_mean_ms": round(total / len(rows), 2) if rows else None,
         "median_of_last_20_ms": last[len(last) // 2] if last else None,
         "ms_by_what_the_step_did": {k: round(v, 1) for k, v in by_kind.items()},
-        "graphs": dict(ss.counts, capture_seconds=round(ss.capture_seconds, 3))
-        if ss is not None else None,
+        "graphs": ss.report() if ss is not None else None,
         "train_runtime_s": round(r["train_runtime"], 2), "train_samples_per_second": round(
             r["train_samples_per_second"], 1), "eval_accuracy": r.get("eval_accuracy"),
         "end_to_end_s": round(end - T_START, 2),

@@ -449,9 +449,10 @@ class StaticSteps:
         self.autocast_dtype = autocast_dtype
         self.loss_acc = loss_acc
         self.capture = capture
-        # With compile_model, the forward the graphs capture is torch.compile'd (dynamic shapes: one compile for
-        # every width). Its compile, and inductor's lazy first calls at a new width, must never fall inside a
-        # capture: each width runs eagerly twice first (the very first call is the weight copies' proving one).
+        # With compile_model, the model's layers are torch.compile'd inside the forward the graphs capture
+        # (CompiledBlocks, dynamic shapes: one compile for every layer and width). The compile, and inductor's lazy
+        # first calls at a new width, must never fall inside a capture: each width runs eagerly twice first (the
+        # very first call is the weight copies' proving one).
         self.compile_model = compile_model
         self.compiled = None
         self.warmup = max(warmup, 2) if compile_model else warmup
@@ -747,8 +748,10 @@ class StaticSteps:
 
     def report(self) -> dict:
         """What the graph path did, for the run's metrics.json: its switches as they ended (a switch the model
-        could not take is off) and its counts."""
-        return {"captured": self.capture, "weight_copies": self.copies is not None,
+        could not take is off; still_capturing False: a capture failed and the steps went on eagerly), its
+        counts and the seconds its captures took."""
+        return {"still_capturing": self.capture, "capture_seconds": round(self.capture_seconds, 3),
+                "weight_copies": self.copies is not None,
                 "shared_casts": self.shared_casts is not None, "unmask_full_batches": self.unmask_full,
                 "compiled_blocks": len(self.compiled) if isinstance(self.compiled, CompiledBlocks) else 0,
                 "widths": list(self.widths), **self.counts}

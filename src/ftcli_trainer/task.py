@@ -100,7 +100,7 @@ def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, t
     import torch
 
     from ftcli_trainer.data import describe_source
-    from ftcli_trainer.model import VARLEN_ATTENTION
+    from ftcli_trainer.model import attention_in_use
 
     n_params = sum(p.numel() for p in model.parameters())
     lengths = train_enc.lengths
@@ -122,8 +122,7 @@ def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, t
         f"process(es) = {cfg.batch_size * cfg.gradient_accumulation_steps * dist.world_size} examples per step",
         f"  steps       {trainer.total_steps} ({cfg.epochs} epoch(s) × {trainer.steps_per_epoch}), "
         f"warmup {trainer.warmup}, peak lr {cfg.learning_rate:g}",
-        f"  device      {where}, precision {precision}"
-        + (", attention: flash, variable-length" if model.config._attn_implementation == VARLEN_ATTENTION else ""),
+        f"  device      {where}, precision {precision}, attention {attention_in_use(model)}",
         f"  output      {storage.join(paths.model_dir)}",
     ]
     log.info("\n".join(lines))

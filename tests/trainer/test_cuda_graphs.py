@@ -333,6 +333,7 @@ def test_graphs_on_a_cpu_run_say_why_and_train_eagerly(tmp_path, tiny_model, sen
             "left off: the graph path's only)") in out
     assert "--compile skipped: on a CPU the compiled steps measured no faster" in out
     assert "--varlen-attention left off: it needs a CUDA GPU" in out
+    assert "precision fp32, attention sdpa\n" in out  # the summary says the attention it trains with
 
 
 # -- on a GPU -------------------------------------------------------------------------------------------------
@@ -739,8 +740,10 @@ def test_weight_copies_with_captures_ahead_replay_the_same_run(tmp_path, tiny_mo
     assert copies.static_steps.counts["eager"] == 0 and copies.static_steps.counts["replays"] > 0
     assert _same(_params(copies.model), _params(casts.model)) and _optimizer_states_equal(casts, copies)
     report = copies.static_steps.report()  # metrics.json's "cuda_graphs"
-    assert report == {"captured": True, "weight_copies": True, "shared_casts": False, "unmask_full_batches": False,
+    assert report == {"still_capturing": True, "capture_seconds": round(copies.static_steps.capture_seconds, 3),
+                      "weight_copies": True, "shared_casts": False, "unmask_full_batches": False,
                       "compiled_blocks": 0, "widths": list(copies.static_steps.widths), **copies.static_steps.counts}
+    assert report["captured"] >= 2 and report["replays"] > 0  # the counts, not overwritten by a switch
     assert casts.static_steps.report()["weight_copies"] is False
     json.dumps(report)
 
