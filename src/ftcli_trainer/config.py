@@ -127,8 +127,9 @@ OPTIONS: tuple[Option, ...] = (
            "runs torch's flash kernel over each row's own tokens (variable-length, dropout included) instead of "
            "SDPA with a padding mask, which takes cuDNN's slower padded-mask kernels; no padding is moved. The "
            "same math; off until a GPU run shows it faster."),
-    Option("compile", bool, False, "torch.compile the model's layers (one compile serves them all); skipped where "
-           "it cannot pay off (a CPU, runs under ~5,000 steps, or with CUDA graphs on)."),
+    Option("compile", bool, False, "torch.compile the model's layers (one compile serves them all); with CUDA "
+           "graphs on, inside the captured step, with --varlen-attention only. Skipped, with a line, where it "
+           "cannot pay off: a CPU, runs under ~5,000 steps, or with the graphs under ~126M tokens."),
     Option("cuda_graphs", str, "auto", "GPU steps padded to a few fixed widths and replayed as CUDA graphs "
            "(2.9-3.5x faster on short texts on an H200, same loss curve). auto/on: where possible (one CUDA GPU, "
            "bf16 or fp32), else eager with a line saying why; off: always eager.", CUDA_GRAPH_MODES),

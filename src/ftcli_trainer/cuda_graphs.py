@@ -53,7 +53,7 @@ import functools
 import logging
 import time
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -646,6 +646,9 @@ class StaticSteps:
             graph = self._capture(self.calls[key])
         except Exception as e:  # noqa: BLE001 - never crash a run because of the fast path
             self.capture = False
+            # Every step eager from here on, the graphs captured so far too: their replays would draw dropout from
+            # the generator state that the failed capture left behind (_capture), the eager steps from another.
+            self.graphs.clear()
             log.warning("CUDA graphs: capturing %s%s failed (%s: %s); eager steps from here on",
                         f"width {key_name(key)}" if key != "update" else "the update", when, type(e).__name__,
                         (str(e).strip().splitlines() or [""])[0][:200])
@@ -685,8 +688,17 @@ class StaticSteps:
             graph.capture_begin(pool=self.pool)
             try:
                 fn()
-            finally:
+            except BaseException:
+                # The capture is void already: ending it raises too, and must not hide why it failed.
+                with suppress(Exception):
+                    graph.capture_end()
+                release_generator(torch, self.device)
+                raise
+            try:
                 graph.capture_end()
+            except BaseException:
+                release_generator(torch, self.device)
+                raise
         main.wait_stream(self.side)
         return graph
 
@@ -762,6 +774,16 @@ class StaticSteps:
                  if c["warmup"] else "")
         return (f"{c['captured']} graphs captured in {self.capture_seconds:.2f} s, {c['replays']} replays, "
                 f"{c['eager']} eager calls{ahead}")
+
+
+def release_generator(torch, device) -> None:
+    """After a failed capture. Torch ends the stream's capture, but a capture_end that raises leaves the device's
+    generator marked as capturing, and its next draw outside a capture fails: the eager fallback's first dropout
+    raised "Offset increment outside graph capture encountered unexpectedly" (H100, torch 2.11, 2026-11-26). The
+    generator goes on from the same seed and offset, on a copy of its state that no capture holds."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    generator = torch.cuda.default_generators[index]
+    generator.graphsafe_set_state(generator.clone_state())
 
 
 def _rng_state(torch, device):

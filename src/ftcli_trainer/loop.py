@@ -54,13 +54,41 @@ COMPILE_MIN_STEPS = 5000
 # no faster (0.95x, 1.06x and 1.44x the plain step's time at 32, 64 and 128 tokens) after a 68 s cold compile.
 
 
-def compile_skip_reason(total_steps: int, cuda_graphs: bool, device_type: str = "cuda") -> str:
-    """Why --compile would make this run slower end to end ("" when it may pay off)."""
+# --compile on the CUDA-graph path compiles the model's layers inside the captured step (cuda_graphs.CompiledBlocks).
+# Measured on an H100 (bench/README.md, 2026-11-26: bench/gpu.py's profile, BERT-base, 32 full 512-token rows, bf16,
+# weight copies): with --varlen-attention 37.3 ms a step against 43.3 ms for the same path uncompiled (25.3 % MFU
+# against 21.8 %), after 23.4 s of warm-up against 0.8 s (a cold compile of one layer's code, its captures). With
+# SDPA attention inside the compiled layers the capture failed, so the compiled layers go only with
+# --varlen-attention. Below 512 tokens the saving is unmeasured: it is taken as proportional to the tokens trained
+# on, counted without their padding, and must repay the compile twice over, so the rule errs towards not compiling.
+COMPILED_GRAPHS_COST_S = 23.0
+COMPILED_GRAPHS_SAVED_S_PER_TOKEN = 6.0e-3 / (32 * 512)
+COMPILED_GRAPHS_MARGIN = 2.0
+
+
+def compiled_graphs_min_tokens() -> int:
+    """The tokens a run must train on for --compile to compile its layers inside the CUDA graphs."""
+    return math.ceil(COMPILED_GRAPHS_MARGIN * COMPILED_GRAPHS_COST_S / COMPILED_GRAPHS_SAVED_S_PER_TOKEN)
+
+
+def compile_skip_reason(total_steps: int, cuda_graphs: bool, device_type: str = "cuda", varlen: bool = False,
+                        tokens: int = 0) -> str:
+    """Why --compile would make this run slower end to end ("" when it may pay off). With `cuda_graphs`, the
+    compile is of the layers inside the captured step: `varlen` is whether --varlen-attention is in use, `tokens`
+    the tokens the run trains on (every epoch's, without padding)."""
     if device_type == "cpu":
         return ("on a CPU the compiled steps measured no faster than plain ones (0.95-1.44x their time, "
                 "bench/cpu_compile.py), after about a minute of compiling")
     if cuda_graphs:
-        return "the CUDA-graph path is on, and its replayed steps are faster than compiled ones"
+        if not varlen:
+            return ("with the CUDA-graph path on, the layers compile inside the graphs only with "
+                    "--varlen-attention (with SDPA attention inside them, their capture failed on an H100)")
+        need = compiled_graphs_min_tokens()
+        if tokens < need:
+            return (f"{tokens / 1e6:,.1f}M tokens to train on would save about "
+                    f"{tokens * COMPILED_GRAPHS_SAVED_S_PER_TOKEN:.0f} s against {COMPILED_GRAPHS_COST_S:.0f} s of "
+                    f"compiling (it pays off from about {need / 1e6:,.0f}M tokens)")
+        return ""
     if total_steps < COMPILE_MIN_STEPS:
         return (f"{total_steps} steps are too few to repay compiling (~40 s a shape; it pays off from about "
                 f"{COMPILE_MIN_STEPS:,} steps)")
@@ -169,9 +197,9 @@ class Trainer:
         self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision,
                                                                  self.dist.world_size)
         self.static_steps = None  # built in fit(), after a resume, around the on-device loss sum
-        # torch.compile the model's layers inside the forward the graphs capture (cuda_graphs.CompiledBlocks: one
-        # dynamic-shape compile for every layer and width). Not an option: unmeasured on a GPU, and --compile stays
-        # skipped with the graphs on; bench/gpu.py's profile sets it.
+        # --compile with the graphs on: the model's layers torch.compile'd inside the forward the graphs capture
+        # (cuda_graphs.CompiledBlocks: one dynamic-shape compile for every layer and width), where the run is long
+        # enough (compile_skip_reason); bench/gpu.py's profile sets it itself.
         self.compile_in_graphs = False
         self.gpu_warmup: dict = {}  # what --gpu-warmup did (task.run's prewarm, fit's prepare), when it ran
         train_model = model
@@ -179,13 +207,27 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel
 
             train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        skip_compile = compile_skip_reason(self.total_steps, self.use_graphs, device.type) if cfg.compile else ""
+        skip_compile = ""
+        if cfg.compile:
+            from ftcli_trainer.model import VARLEN_ATTENTION
+
+            varlen = getattr(model.config, "_attn_implementation", None) == VARLEN_ATTENTION
+            tokens = int(train.lengths.sum()) * cfg.epochs // self.dist.world_size
+            skip_compile = compile_skip_reason(self.total_steps, self.use_graphs, device.type, varlen, tokens)
+            if not skip_compile and self.use_graphs and not cuda_graphs.repeated_blocks(model):
+                skip_compile = ("the model has no list of repeated layers, and only those were measured compiled "
+                                "inside the CUDA graphs")
         if skip_compile:
             log.info("--compile skipped: %s", skip_compile)
         # --compile: the model's layers (cuda_graphs.CompiledBlocks: one compile serves them all, and evaluation
-        # runs them plain), or, for a model without repeated blocks, the whole model
+        # runs them plain), or, for a model without repeated blocks, the whole model; with the graphs on, the
+        # layers inside the captured step
         self.compiled_blocks = None
-        if cfg.compile and not skip_compile:
+        if cfg.compile and not skip_compile and self.use_graphs:
+            self.compile_in_graphs = True
+            log.info("--compile: the model's layers torch.compile'd inside the CUDA graphs (%.0fM tokens to train on; "
+                     "about %.0f s of compiling before the first step)", tokens / 1e6, COMPILED_GRAPHS_COST_S)
+        elif cfg.compile and not skip_compile:
             blocks = cuda_graphs.repeated_blocks(model)
             if blocks:
                 self.compiled_blocks = cuda_graphs.CompiledBlocks(torch, blocks)

@@ -320,6 +320,32 @@ def test_a_capture_error_falls_back_to_eager_with_one_line(tmp_path, tiny_model,
         torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_after_a_failed_capture_the_graphs_already_captured_replay_no_more(tmp_path, tiny_model, monkeypatch):
+    """A failed capture leaves the device generator's old state behind (cuda_graphs.release_generator): a graph
+    captured before it would draw its dropout from that state and the eager steps from the new one, so every step
+    goes eager, as the log line says."""
+    def capture(fn):
+        if steps.graphs:  # the first key captures, the next one fails
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return FakeGraph(fn)
+
+    eager, t, steps = _capturing(tmp_path, tiny_model, monkeypatch, capture)
+    enc = t.train_enc
+    buckets = np.array([cg.bucket_for(int(n), steps.widths) for n in enc.lengths])
+    short, long = (np.flatnonzero(buckets == w)[:4] for w in sorted(set(buckets.tolist()))[:2])
+    groups = [[short]] * 4 + [[long]] * 4 + [[short]] * 2
+    for g in groups:
+        eager.train_step(g)
+        t.train_step(g)
+    assert steps.counts["captured"] == 1 and not steps.capture and steps.graphs == {}
+    replays = steps.counts["replays"]
+    t.train_step([short])
+    eager.train_step([short])
+    assert steps.counts["replays"] == replays  # the short width's graph replays no more
+    for (name, pa), pb in zip(eager.model.named_parameters(), t.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only machine's behaviour")
 def test_graphs_on_a_cpu_run_say_why_and_train_eagerly(tmp_path, tiny_model, sentiment_csv, capsys):
     from ftcli_trainer.task import main
@@ -391,6 +417,50 @@ def test_captured_ahead_equals_captured_lazily_on_a_gpu(tmp_path, tiny_model):
     for (name, pa), pb in zip(ts[0].model.named_parameters(), ts[1].model.parameters(), strict=True):
         torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
     torch.testing.assert_close(ts[1]._loss_acc, ts[0]._loss_acc)
+
+
+@cuda
+def test_a_real_failed_capture_leaves_a_generator_the_eager_steps_can_draw_from(tmp_path, tiny_model, caplog,
+                                                                               monkeypatch):
+    """On an H100 a capture that failed inside a step left the device generator marked as capturing, and the eager
+    fallback's first dropout raised "Offset increment outside graph capture encountered unexpectedly". Here each
+    width's step synchronizes the device inside its capture (not permitted): the run goes on eagerly, with dropout
+    drawing fresh masks, and the warning names that error, not the void capture's."""
+    enc = _tiny_enc(tiny_model, n=40)
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    model = load_model(str(tiny_model), labels, False, 0.5).cuda()  # dropout on
+    dev = torch.device("cuda")
+    t = _make_trainer(tmp_path, tiny_model, model, enc, labels, name="failing")
+    t.device = dev
+    t._loss_acc = torch.zeros((), device=dev)
+    t._setup_static_steps(capture=True)
+    steps = t.static_steps
+
+    def synchronizing(plain):
+        def step():
+            if torch.cuda.is_current_stream_capturing():
+                torch.cuda.synchronize()
+            plain()
+        return step
+
+    for key in [k for k in steps.calls if k != "update"]:
+        steps.calls[key] = synchronizing(steps.calls[key])
+    logger = logging.getLogger("ftcli_trainer")
+    monkeypatch.setattr(logger, "propagate", True)
+    monkeypatch.setattr(logger, "handlers", [])
+    with caplog.at_level(logging.WARNING, logger="ftcli_trainer"):
+        for _ in range(3):
+            for g in GROUPS:
+                t.train_step(g)
+    lines = [r.getMessage() for r in {id(r): r for r in caplog.records}.values()
+             if "CUDA graphs: capturing" in r.getMessage()]
+    assert len(lines) == 1 and "previous error during capture" not in lines[0], lines
+    assert not steps.capture and steps.graphs == {} and steps.counts["eager"] > 0
+    x = torch.ones(1 << 16, device=dev)
+    a, b = (torch.nn.functional.dropout(x, 0.1) != 0 for _ in range(2))
+    assert 0.88 < a.float().mean().item() < 0.92 and not torch.equal(a, b)
+    assert all(torch.isfinite(p).all() for p in t.model.parameters())
 
 
 def _assert_fresh_masks_on_every_replay(step, out, keep: float, tol: float) -> None:
