@@ -34,10 +34,11 @@ printed last whatever happened:
              ftcli_eager   ftcli --cuda-graphs off
            same rows, model, batch 32, lr schedule (6 % warmup, linear decay), weight decay 0.01, clipping 1.0,
            1 epoch, seed; each run its own child
-  profile  torch.profiler over BERT-base steps of 32 x 512 tokens (--profile-modes: eager, graphs, copies = graphs
+  profile  torch.profiler over BERT-base steps of 32 x 512 tokens (--profile-length), each mode in a child of its
+           own (--profile-modes: eager, graphs, copies = graphs
            with --weight-copies, and copies with --unmask-full-batches, --varlen-attention, --shared-casts or the
-           last two together, or with the model's layers torch.compile'd inside the captured step: compiled, and
-           compiled+varlen): top kernels, time by kind, GPU busy share, MFU of that fixed shape, and the warm-up
+           last two together, or with the model's layers torch.compile'd inside the captured step: compiled,
+           compiled+varlen and compiled+unmasked): top kernels, time by kind, GPU busy share, MFU of that fixed shape, and the warm-up
            steps' seconds (a compile included)
 
 Reported per run: train samples/s (rows / train runtime, as each trainer reports it: ftcli from its loop's start
@@ -110,8 +111,10 @@ PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]),
                  "varlen+shared": ("on", ["--weight-copies", "--varlen-attention", "--shared-casts"]),
                  # the layers torch.compile'd inside the captured step (Trainer.compile_in_graphs: one dynamic-shape
                  # compile of one layer's code serves all twelve and every width), alone and with varlen attention
+                 # (the layers break at the attention: SDPA, or varlen's flash call, runs as it is, untraced)
                  "compiled": ("on", ["--weight-copies"]),
-                 "compiled+varlen": ("on", ["--weight-copies", "--varlen-attention"])}
+                 "compiled+varlen": ("on", ["--weight-copies", "--varlen-attention"]),
+                 "compiled+unmasked": ("on", ["--weight-copies", "--unmask-full-batches"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500
@@ -687,7 +690,8 @@ def _kind(name: str) -> str:
 
 
 def child_profile(args, setup: dict) -> dict:
-    """BERT-base steps over 32 full 512-token rows (the widest shape), in each of --profile-modes."""
+    """BERT-base steps over 32 full rows of --profile-length tokens (512: the widest shape), in each of
+    --profile-modes (the rows are IMDB reviews cut at that length)."""
     import numpy as np
     import torch
 
@@ -696,8 +700,8 @@ def child_profile(args, setup: dict) -> dict:
 
     texts, labels = read_csv(Path(args.assets) / "data" / "imdb_8k.csv.gz")
     tok = load_tokenizer(str(model_dir(args, "bert-base")))
-    max_len = 128 if args.tiny_bert else 512
-    enc = encode(tok, Examples(texts[:3000], None, np.array(labels[:3000])), max_len)  # ~14 % fill max_len
+    max_len = min(args.profile_length, 128) if args.tiny_bert else args.profile_length
+    enc = encode(tok, Examples(texts[:3000], None, np.array(labels[:3000])), max_len)  # ~14 % fill 512 tokens
     rows = np.flatnonzero(enc.lengths == max_len)[: BATCH * 12]
     if len(rows) < BATCH * 6:
         return {"skipped": f"only {len(rows)} rows of {max_len} tokens"}
@@ -904,7 +908,7 @@ class Parent:
             out += ["--cases", a.cases]
         if a.skip_profile:
             out.append("--skip-profile")
-        out += ["--profile-modes", a.profile_modes]
+        out += ["--profile-modes", a.profile_modes, "--profile-length", str(a.profile_length)]
         if a.peak_tflops:
             out += ["--peak-tflops", str(a.peak_tflops)]
         return out
@@ -1239,6 +1243,8 @@ def main() -> None:
     p.add_argument("--skip-cases", action="store_true", help="no timed runs: the profile (and check) alone")
     p.add_argument("--profile-modes", default="eager,graphs,copies",
                    help="comma-separated, in this order: " + ", ".join(PROFILE_MODES))
+    p.add_argument("--profile-length", type=int, default=512,
+                   help="the profile's rows: IMDB reviews cut at this many tokens, all of them full")
     p.add_argument("--skip-check", action="store_true", help="no graph-vs-eager check (another call has it)")
     p.add_argument("--contenders", default="",
                    help="comma-separated, run in this order, for every case: " + ", ".join(CONTENDERS) + " (default: "

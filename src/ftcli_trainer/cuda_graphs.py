@@ -350,6 +350,14 @@ class CompiledBlocks:
     def __init__(self, torch, blocks: list):
         self.blocks = blocks
         self.fn = torch.compile(type(blocks[0]).forward, dynamic=True)
+        # No "duck sizing" while tracing: dynamo would otherwise take two sizes that happen to be equal at the first
+        # width for one symbol (BERT-base's 64-wide heads at width 64) and compile the layer again at the next.
+        try:
+            import torch.fx.experimental._config as fx_config
+
+            self._sizes = functools.partial(fx_config.patch, use_duck_shape=False)
+        except (ImportError, AttributeError):
+            self._sizes = nullcontext
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -359,7 +367,8 @@ class CompiledBlocks:
         for block in self.blocks:  # an instance attribute: nn.Module's call runs it as the forward
             block.forward = functools.partial(self.fn, block)
         try:
-            yield
+            with self._sizes():
+                yield
         finally:
             for block in self.blocks:
                 del block.forward
@@ -562,6 +571,10 @@ class StaticSteps:
             return fn(inputs)
         if self.compiled is None:
             blocks = repeated_blocks(model)
+            if blocks:  # the layers break at SDPA, as at --varlen-attention's call: traced, its capture failed
+                from ftcli_trainer.model import keep_attention_out_of_compile
+
+                keep_attention_out_of_compile(model)
             self.compiled = CompiledBlocks(self.torch, blocks) if blocks else self.torch.compile(fn, dynamic=True)
         if isinstance(self.compiled, CompiledBlocks):
             with self.compiled.active():

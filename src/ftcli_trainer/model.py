@@ -262,12 +262,23 @@ def _varlen_attention(module, query, key, value, attention_mask, dropout: float 
     mask = attention_mask
     padding_mask = mask is None or (mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[0] == rows
                                     and mask.shape[-1] == width and mask.shape[-2] in (1, width))
-    fits = (
-        padding_mask and not _FLASH_REFUSED and _flash_runs(query) and key.dtype == query.dtype == value.dtype
-        and key.shape == query.shape == value.shape and dim % 8 == 0 and dim <= 256
-        and not getattr(module, "is_causal", False)
-        and all(kwargs.get(k) is None for k in ("position_bias", "sliding_window", "head_mask"))
-    )
+    misfit = (
+        "" if padding_mask else f"a {mask.dtype} mask of shape {tuple(mask.shape)}, not a boolean padding mask"
+    ) or (
+        "" if _flash_runs(query) else f"{query.dtype} inputs on {query.device.type}"
+    ) or (
+        "" if key.dtype == query.dtype == value.dtype and key.shape == query.shape == value.shape
+        else "keys or values unlike the queries"
+    ) or (
+        "" if dim % 8 == 0 and dim <= 256 else f"a head size of {dim}"
+    ) or (
+        "causal attention" if getattr(module, "is_causal", False) else ""
+    ) or next((k for k in ("position_bias", "sliding_window", "head_mask") if kwargs.get(k) is not None), "")
+    fits = not misfit and not _FLASH_REFUSED
+    # Calls made in Python (under CUDA graphs: the warm-up and capture ones, not the replays), for the run's record
+    VARLEN_CALLS["flash" if fits else "sdpa"] += 1
+    if misfit and not VARLEN_CALLS["why"]:
+        VARLEN_CALLS["why"] = misfit
     if fits:
         # (rows, width, heads, dim): the projections' own layout, so these are views, not copies
         q, k, v = (t.transpose(1, 2) for t in (query, key, value))
@@ -288,6 +299,9 @@ def _varlen_attention(module, query, key, value, attention_mask, dropout: float 
 
 
 _FLASH_REFUSED: list[str] = []  # why torch's flash kernel refused, once it has
+# --varlen-attention's calls that took the flash kernel or fell to SDPA, and why the first one fell (reset when the
+# attention is switched on): metrics.json says whether the flash path really ran
+VARLEN_CALLS: dict = {"flash": 0, "sdpa": 0, "why": ""}
 
 
 def flash_refusal(capability: tuple[int, int] | None, precision: str) -> str:
@@ -327,6 +341,7 @@ def switch_to_varlen(model) -> bool:
     layers (cuda_graphs.CompiledBlocks) break at the attention and run it as it is, as a plain call to the flash
     kernel (inductor could fuse nothing across it anyway; its offsets cache and its fallback stay Python's). Out
     of a compile the wrapper costs under a microsecond a call."""
+    VARLEN_CALLS.update(flash=0, sdpa=0, why="")
     return _switch_attention(model, VARLEN_ATTENTION, _untraced_varlen_attention())
 
 
@@ -337,16 +352,44 @@ def _untraced_varlen_attention():
     return torch.compiler.disable(_varlen_attention)
 
 
+UNTRACED_SDPA = "ftcli_sdpa_untraced"
+
+
+def keep_attention_out_of_compile(model) -> bool:
+    """SDPA as a call that torch.compile leaves out of its trace, for the layers compiled inside the CUDA graphs
+    (cuda_graphs.CompiledBlocks): they break at the attention and run it as it is, as they run --varlen-attention's
+    call. On an H100 the capture of BERT-base's compiled layers failed with SDPA traced inside them, while eager
+    SDPA captures (bench/README.md). Models on SDPA only; whether it was switched."""
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return False
+    return _switch_attention(model, UNTRACED_SDPA, _untraced_sdpa())
+
+
+@functools.cache
+def _untraced_sdpa():
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return torch.compiler.disable(sdpa_attention_forward)
+
+
 def attention_in_use(model, varlen_left_off: str = "") -> str:
     """The attention the run trained with, in words for its metrics.json: `varlen_left_off` is why
     --varlen-attention was not switched on (use_varlen_attention's answer) when it was asked for."""
     impl = getattr(model.config, "_attn_implementation", None)
     if impl == VARLEN_ATTENTION:
-        return f"sdpa (the flash kernel refused: {_FLASH_REFUSED[0]})" if _FLASH_REFUSED else "flash, variable-length"
-    name = "sdpa" if impl == FAST_ATTENTION else str(impl)
+        if _FLASH_REFUSED:
+            return f"sdpa (the flash kernel refused: {_FLASH_REFUSED[0]})"
+        flash, sdpa, why = VARLEN_CALLS["flash"], VARLEN_CALLS["sdpa"], VARLEN_CALLS["why"]
+        if sdpa and not flash:
+            return f"sdpa (--varlen-attention's flash kernel fit no call: {why})"
+        if sdpa:
+            return f"flash, variable-length ({sdpa} of {flash + sdpa} calls on SDPA: {why})"
+        return "flash, variable-length"
+    name = "sdpa" if impl in (FAST_ATTENTION, UNTRACED_SDPA) else str(impl)
     return f"{name} (--varlen-attention left off: {varlen_left_off})" if varlen_left_off else name
 
 
 def restore_attention(model) -> None:
-    if getattr(model.config, "_attn_implementation", None) in (FAST_ATTENTION, VARLEN_ATTENTION):
+    if getattr(model.config, "_attn_implementation", None) in (FAST_ATTENTION, VARLEN_ATTENTION, UNTRACED_SDPA):
         model.set_attn_implementation("sdpa")

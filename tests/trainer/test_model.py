@@ -205,8 +205,8 @@ def test_varlen_attention_off_a_gpu_is_sdpa_exactly(tiny_model):
 
 @pytest.mark.parametrize("device,precision,why", [
     ("cpu", "bf16", "needs a CUDA GPU"),
-    pytest.param("cuda", "fp32", "this run is fp32", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                          reason="needs a CUDA GPU")),
+    pytest.param("cuda", "fp32", "this run is fp32", marks=[
+        pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]),
 ])
 def test_varlen_attention_says_why_it_stays_off(tiny_model, device, precision, why):
     import ftcli_trainer.model as fm
@@ -227,11 +227,29 @@ def test_the_attention_in_use_is_said_as_it_ran(tiny_model, monkeypatch):
     assert fm.attention_in_use(model, why) == f"sdpa (--varlen-attention left off: {why})"
     assert fm.switch_to_varlen(model)
     assert fm.attention_in_use(model) == "flash, variable-length"
+    # a call the flash kernel does not fit runs SDPA, and the record says so: here every call (fp32 on a CPU)
+    model(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]]), attention_mask=torch.tensor([[1] * 4, [1, 1, 1, 0]]))
+    layers = model.config.num_hidden_layers
+    assert fm.VARLEN_CALLS == {"flash": 0, "sdpa": layers, "why": "torch.float32 inputs on cpu"}
+    assert fm.attention_in_use(model) == ("sdpa (--varlen-attention's flash kernel fit no call: torch.float32 inputs "
+                                          "on cpu)")
+    fm.VARLEN_CALLS["flash"] = 3 * layers
+    assert fm.attention_in_use(model) == (f"flash, variable-length ({layers} of {4 * layers} calls on SDPA: "
+                                          "torch.float32 inputs on cpu)")
+    assert fm.switch_to_varlen(model)  # switched on again: a new record
+    assert fm.attention_in_use(model) == "flash, variable-length"
     refusal = "FlashAttention only supports Ampere GPUs or newer."
     fm._FLASH_REFUSED.append(refusal)
     assert fm.attention_in_use(model) == f"sdpa (the flash kernel refused: {refusal})"
     assert fm._switch_attention(model, fm.FAST_ATTENTION, fm._cpu_training_attention)
     assert fm.attention_in_use(model) == "sdpa"  # (the CPU's dropout path is SDPA's math)
+    fm.restore_attention(model)
+    assert fm.keep_attention_out_of_compile(model)  # (for layers compiled inside CUDA graphs: SDPA all the same)
+    assert model.config._attn_implementation == fm.UNTRACED_SDPA and fm.attention_in_use(model) == "sdpa"
+    fm.restore_attention(model)  # the saved model names plain SDPA
+    assert model.config._attn_implementation == "sdpa"
+    model.set_attn_implementation("eager")  # a model not on SDPA keeps its attention
+    assert not fm.keep_attention_out_of_compile(model) and model.config._attn_implementation == "eager"
 
 
 def test_a_flash_kernel_that_refuses_leaves_sdpa_with_one_line(tiny_model, monkeypatch, caplog):

@@ -227,6 +227,7 @@ def test_csv_regression_with_the_option(tmp_path, tiny_model):
     assert config["problem_type"] == "regression" and config["id2label"] == {"0": "stars"}
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_stsb_regression_trains_through_cuda_graphs_on_a_gpu(tmp_path, tiny_model, capsys):
     """On a GPU the default step path is the captured one: regression targets go through its buffers and learn
