@@ -38,8 +38,8 @@ printed last whatever happened:
            own (--profile-modes: eager, graphs, copies = graphs
            with --weight-copies, and copies with --unmask-full-batches, --varlen-attention, --shared-casts or the
            last two together, or with the model's layers torch.compile'd inside the captured step: compiled,
-           compiled+varlen and compiled+unmasked): top kernels, time by kind, GPU busy share, MFU of that fixed shape, and the warm-up
-           steps' seconds (a compile included)
+           compiled+varlen and compiled+unmasked): top kernels, time by kind, GPU busy share, MFU of that fixed
+           shape, and the warm-up steps' seconds (a compile included)
 
 Reported per run: train samples/s (rows / train runtime, as each trainer reports it: ftcli from its loop's start
 to its end less eval and checkpoints, HF from just before on_train_begin), start to fit (child start, imports
