@@ -738,7 +738,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
 
     from ftcli_trainer.config import parse_args
     from ftcli_trainer.loop import Paths, Trainer
-    from ftcli_trainer.model import load_model, use_varlen_attention
+    from ftcli_trainer.model import attention_in_use, load_model, use_varlen_attention
 
     cuda = args.device == "cuda"
     dev = torch.device(args.device)
@@ -790,7 +790,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
            "by_kind_share": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda x: -x[1])} if busy else {},
            "mfu": ctx["step_flops"] / (step_ms / 1000) / (peak * 1e12) if peak else None,
            "graphs": t.static_steps.report() if t.static_steps is not None else None,
-           "warm_seconds": round(warm_s, 1)}
+           "warm_seconds": round(warm_s, 1), "attention": attention_in_use(model)}
     sort = "self_device_time_total" if cuda else "self_cpu_time_total"
     try:
         table = averages.table(sort_by=sort, row_limit=18, max_name_column_width=60)
@@ -802,7 +802,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
         f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %)"
         + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else "") + f"; {len(warm)} warm-up steps {warm_s:.1f} s"
         + (f" ({res['graphs']['compiled_blocks']} layers compiled, the compile included)"
-           if res["graphs"] and res["graphs"]["compiled_blocks"] else ""))
+           if res["graphs"] and res["graphs"]["compiled_blocks"] else "") + f"; attention {res['attention']}")
     ctx["lines"].append("time by kind: " + ", ".join(f"{k} {100 * v:.0f} %" for k, v in res["by_kind_share"].items()))
     ctx["lines"].append(table)
     return res
