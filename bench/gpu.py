@@ -114,7 +114,9 @@ PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]),
                  # (the layers break at the attention: SDPA, or varlen's flash call, runs as it is, untraced)
                  "compiled": ("on", ["--weight-copies"]),
                  "compiled+varlen": ("on", ["--weight-copies", "--varlen-attention"]),
-                 "compiled+unmasked": ("on", ["--weight-copies", "--unmask-full-batches"])}
+                 "compiled+unmasked": ("on", ["--weight-copies", "--unmask-full-batches"]),
+                 # and the whole self-attention module (projections, attention, heads merged) left out of the trace
+                 "compiled+varlen+eagerattn": ("on", ["--weight-copies", "--varlen-attention"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500
@@ -757,6 +759,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
     t._loss_acc = torch.zeros((), device=dev)
     t.compile_in_graphs = name.startswith("compiled")
+    t.compile_eager_attention = name.endswith("+eagerattn")
     if t.compile_in_graphs:  # each compiled mode pays its own compile (its warm-up seconds say how long)
         import torch._dynamo
 

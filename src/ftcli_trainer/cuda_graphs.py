@@ -336,6 +336,17 @@ def repeated_blocks(model) -> list:
     return best
 
 
+# The names of a self-attention module's query, key and value projections: BERT and its kin, most decoders, DistilBERT
+QKV_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q_lin", "k_lin", "v_lin"))
+
+
+def attention_modules(torch, block) -> list:
+    """The modules inside `block` that compute its self-attention from the hidden states: those with query, key
+    and value nn.Linear children."""
+    return [m for m in block.modules()
+            if any(all(isinstance(getattr(m, n, None), torch.nn.Linear) for n in trio) for trio in QKV_NAMES)]
+
+
 class CompiledBlocks:
     """torch.compile'd repeated blocks: one compile of their class's forward serves all of them (they run the same
     code; their weights are its inputs, not constants) and, with dynamic shapes, every width. This is regional
@@ -347,9 +358,16 @@ class CompiledBlocks:
     compile made stays in the autograd graph, and evaluation (eval mode, inference mode) and the exported model
     run the plain blocks, with no second compile for them."""
 
-    def __init__(self, torch, blocks: list):
+    def __init__(self, torch, blocks: list, eager_attention: bool = False):
         self.blocks = blocks
         self.fn = torch.compile(type(blocks[0]).forward, dynamic=True)
+        # eager_attention (bench-only until measured): each block's self-attention module (its query, key and value
+        # projections, the attention, the heads merged) runs as it is, outside the trace. The layers then break
+        # before the projections instead of at the attention call, where inductor writes the query, key and value
+        # out in the heads-first layout the call was traced with (a copy each, and a second one where the flash
+        # call wants them tokens-first); what there is to fuse lies after the attention.
+        self.eager = [(m, torch.compiler.disable(functools.partial(type(m).forward, m)))
+                      for block in blocks for m in attention_modules(torch, block)] if eager_attention else []
         # No "duck sizing" while tracing: dynamo would otherwise take two sizes that happen to be equal at the first
         # width for one symbol (BERT-base's 64-wide heads at width 64) and compile the layer again at the next.
         try:
@@ -366,12 +384,16 @@ class CompiledBlocks:
     def active(self):
         for block in self.blocks:  # an instance attribute: nn.Module's call runs it as the forward
             block.forward = functools.partial(self.fn, block)
+        for module, eager in self.eager:
+            module.forward = eager
         try:
             with self._sizes():
                 yield
         finally:
             for block in self.blocks:
                 del block.forward
+            for module, _ in self.eager:
+                del module.forward
 
 
 @functools.cache
@@ -441,7 +463,8 @@ class StaticSteps:
     def __init__(self, *, model, optimizer, clip_and_step, enc, pad_id: int, rows: int, max_length: int,
                  multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
                  warmup: int = WARMUP_STEPS, regression: bool = False, weight_copies: bool = False,
-                 unmask_full: bool = False, shared_casts: bool = False, compile_model: bool = False):
+                 unmask_full: bool = False, shared_casts: bool = False, compile_model: bool = False,
+                 eager_attention: bool = False):
         import torch
 
         self.torch = torch
@@ -463,6 +486,7 @@ class StaticSteps:
         # first calls at a new width, must never fall inside a capture: each width runs eagerly twice first (the
         # very first call is the weight copies' proving one).
         self.compile_model = compile_model
+        self.eager_attention = eager_attention  # CompiledBlocks' (bench-only)
         self.compiled = None
         self.warmup = max(warmup, 2) if compile_model else warmup
         # The gradients that the first (eager) backward creates stay allocated, outside any graph's pool:
@@ -575,7 +599,8 @@ class StaticSteps:
                 from ftcli_trainer.model import keep_attention_out_of_compile
 
                 keep_attention_out_of_compile(model)
-            self.compiled = CompiledBlocks(self.torch, blocks) if blocks else self.torch.compile(fn, dynamic=True)
+            self.compiled = (CompiledBlocks(self.torch, blocks, self.eager_attention) if blocks
+                             else self.torch.compile(fn, dynamic=True))
         if isinstance(self.compiled, CompiledBlocks):
             with self.compiled.active():
                 return fn(inputs)

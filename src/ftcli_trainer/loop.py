@@ -201,6 +201,7 @@ class Trainer:
         # (cuda_graphs.CompiledBlocks: one dynamic-shape compile for every layer and width), where the run is long
         # enough (compile_skip_reason); bench/gpu.py's profile sets it itself.
         self.compile_in_graphs = False
+        self.compile_eager_attention = False  # and with it, the self-attention modules left out (bench-only)
         self.gpu_warmup: dict = {}  # what --gpu-warmup did (task.run's prewarm, fit's prepare), when it ran
         train_model = model
         if self.dist.enabled:
@@ -640,7 +641,7 @@ class Trainer:
             regression=self.regression,
             autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture, weight_copies=copies,
             unmask_full=self.cfg.unmask_full_batches, shared_casts=self.cfg.shared_casts,
-            compile_model=self.compile_in_graphs)
+            compile_model=self.compile_in_graphs, eager_attention=self.compile_eager_attention)
         if capture and self.dist.is_main:
             ss = self.static_steps
             log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s%s",

@@ -1162,7 +1162,8 @@ def test_shared_casts_equal_autocast_casts_on_a_gpu(tmp_path, tiny_model):
 # -- the forward the graphs capture, torch.compile'd (Trainer.compile_in_graphs; bench/gpu.py's profile) -------
 
 
-def _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="fp32", fake_captures=False, blocks=True):
+def _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="fp32", fake_captures=False, blocks=True,
+                   eager_attention=False):
     """A plain and a compile_in_graphs trainer, and the compiled calls as (where, width) once a forward: with
     `blocks` False the model is taken to have no repeated blocks, so its whole forward is compiled."""
     import torch._dynamo
@@ -1196,7 +1197,8 @@ def _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="fp32", fake_cap
         monkeypatch.setattr(cg, "repeated_blocks", lambda model: [])
     ts = _pair(tmp_path, tiny_model, (("plain", ()), ("compiled", ())), precision=precision, dropout=False,
                capture_impl=capture if fake_captures else None, monkeypatch=monkeypatch,
-               before_setup=lambda name, t: setattr(t, "compile_in_graphs", name == "compiled"))
+               before_setup=lambda name, t: (setattr(t, "compile_in_graphs", name == "compiled"),
+                                             setattr(t, "compile_eager_attention", eager_attention)))
     layers = len(cg.repeated_blocks(ts[1].model)) if blocks else 1
 
     class PerForward(list):  # a block's calls come `layers` to a forward, in order
@@ -1238,6 +1240,40 @@ def test_a_compiled_forward_trains_as_the_plain_one_through_the_static_steps(tmp
     if blocks:
         assert len(ss.compiled) == 2  # the tiny BERT's two layers
     assert len(calls) == sum(len(g) for g in groups)  # every micro-batch's forward was the compiled one
+    torch.testing.assert_close(compiled._loss_acc, plain._loss_acc, rtol=1e-5, atol=1e-6)
+    for (name, pa), pb in zip(plain.model.named_parameters(), compiled.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_compiled_layers_can_leave_their_self_attention_module_out_of_the_trace(tmp_path, tiny_model, monkeypatch):
+    """eager_attention (bench-only): each layer's self-attention module (query, key and value, the attention, the
+    heads merged) runs as it is, never traced, inside the compiled layers; the run follows the plain one, and no
+    later width adds a graph."""
+    import torch._dynamo
+    from transformers.models.bert.modeling_bert import BertSelfAttention
+
+    traced = []
+    plain_forward = BertSelfAttention.forward
+
+    def recording(self, *args, **kwargs):
+        traced.append(torch.compiler.is_compiling())
+        return plain_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BertSelfAttention, "forward", recording)
+    (plain, compiled), calls = _compiled_pair(tmp_path, tiny_model, monkeypatch, eager_attention=True)
+    short = np.flatnonzero(compiled.train_enc.lengths <= 16)[:4]
+    groups = [[short], *GROUPS]
+    _train_both([plain], groups)
+    traced.clear()
+    _train_both([compiled], groups[:1])
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for g in groups[1:]:
+        compiled.train_step(g)
+    cb = compiled.static_steps.compiled
+    assert [type(m) for m, _ in cb.eager] == [BertSelfAttention] * len(cb)  # one a layer
+    assert traced and not any(traced)  # run, every time, never traced
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    assert not any("forward" in vars(m) for m, _ in cb.eager)  # only inside the training forward
     torch.testing.assert_close(compiled._loss_acc, plain._loss_acc, rtol=1e-5, atol=1e-6)
     for (name, pa), pb in zip(plain.model.named_parameters(), compiled.model.parameters(), strict=True):
         torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)
