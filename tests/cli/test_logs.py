@@ -30,8 +30,32 @@ def logs_env(cloud_env, cloud_logging, monkeypatch, capsys):
     return vertex, cloud_logging, job
 
 
-def in_background(fn):
-    t = threading.Thread(target=fn, daemon=True)
+class Background(threading.Thread):
+    """`fn` in a daemon thread. Should it fail, every job in `vertex` ends FAILED, so that a CLI following one
+    returns instead of waiting forever (a producer that died once left a full test run hanging), and join() raises
+    its error."""
+
+    def __init__(self, fn, vertex):
+        super().__init__(daemon=True)
+        self.fn, self.vertex, self.error = fn, vertex, None
+
+    def run(self):
+        try:
+            self.fn()
+        except BaseException as e:  # noqa: BLE001 - handed to join()
+            self.error = e
+            if self.vertex is not None:
+                for name in self.vertex.jobs:
+                    self.vertex.set_state(name, "FAILED", "the test's background producer failed")
+
+    def join(self, timeout=None):
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
+
+
+def in_background(fn, vertex=None):
+    t = Background(fn, vertex)
     t.start()
     return t
 
@@ -58,7 +82,7 @@ def test_thousands_of_lines_complete_in_order_then_exit_0(capsys, logs_env):
         time.sleep(0.5)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     r = run_cli(capsys, "logs", "1", "--json")
     writer.join()
     assert r.code == 0, r.err
@@ -84,7 +108,7 @@ def test_cut_streams_and_late_lines_lose_nothing_repeat_nothing(capsys, logs_env
         time.sleep(0.5)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     r = run_cli(capsys, "logs", "last", "--json")
     writer.join()
     assert r.code == 0, r.err
@@ -106,7 +130,7 @@ def test_failed_and_cancelled_jobs_exit_non_zero_with_a_summary(capsys, logs_env
         vertex.set_state(job["name"], state, "The replica workerpool0-0 exited with a non-zero status of 2."
                          if state == "FAILED" else None)
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     r = run_cli(capsys, "logs", "1")
     writer.join()
     assert r.code == code, r.err
@@ -130,7 +154,7 @@ def test_stderr_lines_are_not_errors_unless_they_say_so(capsys, logs_env):
         time.sleep(0.3)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     r = run_cli(capsys, "logs", "1", "--json")
     writer.join()
     got = [(x["text"], x["severity"]) for x in json_lines(r.out) if "text" in x]
@@ -148,7 +172,7 @@ def test_polling_fallback_when_tail_is_unavailable(capsys, logs_env):
         time.sleep(0.8)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     r = run_cli(capsys, "logs", "1", "--json")
     writer.join()
     assert r.code == 0
@@ -174,11 +198,16 @@ def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
     env = {**os.environ}
     proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    assert logs.wait_for_tails(1, timeout=20)
-    logs.write_line(job["id"], "workerpool0-0", "still training")
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
+    try:  # a child left running would keep its tail open, and the next test's wait for one tail would never end
+        assert logs.wait_for_tails(1, timeout=20)
+        logs.write_line(job["id"], "workerpool0-0", "still training")
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert "still training" in out
     assert "detached; the job keeps running" in err and "ftcli jobs cancel 1" in err
@@ -200,7 +229,7 @@ def test_train_follows_by_default_and_exits_with_the_job(capsys, cloud_env, clou
         time.sleep(0.3)
         vertex.set_state(name, "SUCCEEDED")
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4")
     writer.join()
     assert r.code == 0, r.err
@@ -251,7 +280,7 @@ def test_permission_denied_is_said_once_and_the_job_is_still_followed(capsys, lo
         time.sleep(1.0)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     r = run_cli(capsys, "logs", "1")
     writer.join()
     assert r.code == 0, r.err
@@ -286,7 +315,7 @@ def test_unreachable_logging_is_said_once_and_the_job_is_still_followed(capsys, 
         time.sleep(1.5)
         vertex.set_state(job["name"], "FAILED", "boom")
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     r = run_cli(capsys, "logs", "1")
     writer.join()
     assert r.code == 3, r.err
@@ -309,7 +338,7 @@ def test_quota_exhausted_falls_back_to_slow_polls_never_a_hot_loop(capsys, logs_
         time.sleep(3.0)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce)
+    writer = in_background(produce, vertex)
     started = time.monotonic()
     r = run_cli(capsys, "logs", "1", "--json")
     elapsed = time.monotonic() - started
@@ -332,3 +361,18 @@ def test_a_replica_that_does_not_exist_says_so(capsys, logs_env):
     assert r.code == 2
     assert "--replica workerpool0-1 matches no replica of job 1" in r.err
     assert "workerpool0-0, workerpool1-0, workerpool1-1" in r.err
+
+
+def test_a_failing_background_producer_ends_the_job_instead_of_hanging_the_run(capsys, logs_env):
+    """The helper above: a producer that dies (here at once) ends the followed job, so the CLI returns and join()
+    names the error; before it, one such failure left a whole test run waiting forever."""
+    vertex, logs, job = logs_env
+
+    def produce():
+        raise RuntimeError("the producer broke")
+
+    writer = in_background(produce, vertex)
+    r = run_cli(capsys, "logs", "1")
+    assert r.code != 0
+    with pytest.raises(RuntimeError, match="the producer broke"):
+        writer.join()
