@@ -340,11 +340,32 @@ def repeated_blocks(model) -> list:
 QKV_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q_lin", "k_lin", "v_lin"))
 
 
-def attention_modules(torch, block) -> list:
+def attention_modules(block) -> list:
     """The modules inside `block` that compute its self-attention from the hidden states: those with query, key
     and value nn.Linear children."""
+    import torch
+
     return [m for m in block.modules()
             if any(all(isinstance(getattr(m, n, None), torch.nn.Linear) for n in trio) for trio in QKV_NAMES)]
+
+
+def compile_dynamic(torch, fn):
+    """torch.compile(fn, dynamic=True), traced without "duck sizing": dynamo would otherwise take two sizes that
+    happen to be equal at the first width for one symbol (BERT-base's 64-wide heads at width 64) and compile again
+    at the next width."""
+    compiled = torch.compile(fn, dynamic=True)
+    try:
+        import torch.fx.experimental._config as fx_config
+
+        sizes = functools.partial(fx_config.patch, use_duck_shape=False)
+    except (ImportError, AttributeError):
+        sizes = nullcontext
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with sizes():
+            return compiled(*args, **kwargs)
+    return call
 
 
 class CompiledBlocks:
@@ -360,22 +381,14 @@ class CompiledBlocks:
 
     def __init__(self, torch, blocks: list, eager_attention: bool = False):
         self.blocks = blocks
-        self.fn = torch.compile(type(blocks[0]).forward, dynamic=True)
+        self.fn = compile_dynamic(torch, type(blocks[0]).forward)
         # eager_attention (bench-only until measured): each block's self-attention module (its query, key and value
         # projections, the attention, the heads merged) runs as it is, outside the trace. The layers then break
         # before the projections instead of at the attention call, where inductor writes the query, key and value
         # out in the heads-first layout the call was traced with (a copy each, and a second one where the flash
         # call wants them tokens-first); what there is to fuse lies after the attention.
         self.eager = [(m, torch.compiler.disable(functools.partial(type(m).forward, m)))
-                      for block in blocks for m in attention_modules(torch, block)] if eager_attention else []
-        # No "duck sizing" while tracing: dynamo would otherwise take two sizes that happen to be equal at the first
-        # width for one symbol (BERT-base's 64-wide heads at width 64) and compile the layer again at the next.
-        try:
-            import torch.fx.experimental._config as fx_config
-
-            self._sizes = functools.partial(fx_config.patch, use_duck_shape=False)
-        except (ImportError, AttributeError):
-            self._sizes = nullcontext
+                      for block in blocks for m in attention_modules(block)] if eager_attention else []
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -387,8 +400,7 @@ class CompiledBlocks:
         for module, eager in self.eager:
             module.forward = eager
         try:
-            with self._sizes():
-                yield
+            yield
         finally:
             for block in self.blocks:
                 del block.forward
@@ -600,7 +612,7 @@ class StaticSteps:
 
                 keep_attention_out_of_compile(model)
             self.compiled = (CompiledBlocks(self.torch, blocks, self.eager_attention) if blocks
-                             else self.torch.compile(fn, dynamic=True))
+                             else compile_dynamic(self.torch, fn))
         if isinstance(self.compiled, CompiledBlocks):
             with self.compiled.active():
                 return fn(inputs)
@@ -725,14 +737,13 @@ class StaticSteps:
         with torch.cuda.stream(self.side):
             graph.capture_begin(pool=self.pool)
             try:
-                fn()
-            except BaseException:
-                # The capture is void already: ending it raises too, and must not hide why it failed.
-                with suppress(Exception):
-                    graph.capture_end()
-                release_generator(torch, self.device)
-                raise
-            try:
+                try:
+                    fn()
+                except BaseException:
+                    # The capture is void already: ending it raises too, and must not hide why it failed.
+                    with suppress(Exception):
+                        graph.capture_end()
+                    raise
                 graph.capture_end()
             except BaseException:
                 release_generator(torch, self.device)

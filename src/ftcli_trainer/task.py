@@ -166,9 +166,9 @@ def run(cfg: TrainConfig) -> dict:
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
     varlen_left_off = ""
     if cfg.varlen_attention:  # before the warm-up, which then warms the flash kernels up
-        why_not = varlen_left_off = use_varlen_attention(model, device, precision)
-        if why_not:
-            log.info("--varlen-attention left off: %s", why_not)
+        varlen_left_off = use_varlen_attention(model, device, precision)
+        if varlen_left_off:
+            log.info("--varlen-attention left off: %s", varlen_left_off)
     train_enc, evals_enc, prewarm_seconds = _encode_while_warming(model, tokenizer, data, cfg, device, precision,
                                                                   dist)
     if device.type == "cpu":  # the same math, cheaper on a CPU (CUDA's dropout and SDPA are fused already)
