@@ -116,7 +116,8 @@ PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]),
                  "compiled+varlen": ("on", ["--weight-copies", "--varlen-attention"]),
                  "compiled+unmasked": ("on", ["--weight-copies", "--unmask-full-batches"]),
                  # and the whole self-attention module (projections, attention, heads merged) left out of the trace
-                 "compiled+varlen+eagerattn": ("on", ["--weight-copies", "--varlen-attention"])}
+                 "compiled+varlen+eagerattn": ("on", ["--weight-copies", "--varlen-attention"]),
+                 "compiled+unmasked+eagerattn": ("on", ["--weight-copies", "--unmask-full-batches"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500

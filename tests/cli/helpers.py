@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -30,3 +32,17 @@ def run_cli(capsys: pytest.CaptureFixture, *args: str) -> Result:
         sys.argv = old
     captured = capsys.readouterr()
     return Result(code, captured.out, captured.err)
+
+
+def wait_for_child(proc: subprocess.Popen, ready: Callable[[], object], what: str = "") -> None:
+    """Run `ready()` (it asserts, or fails the test) while `proc` runs; should it fail, stop the child and fail
+    with what the child printed and `what` (the emulators' state): a wait that timed out once said only
+    `assert False`, and the child's own error went with it."""
+    try:
+        ready()
+    except BaseException as e:
+        if proc.poll() is None:
+            proc.kill()
+        out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"{e}\n{what}\nthe child (exit status {proc.returncode}) printed:\n"
+                             f"--- stdout\n{out}\n--- stderr\n{err}") from e

@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from tests.cli.helpers import run_cli
+from tests.cli.helpers import run_cli, wait_for_child
 
 REPLICAS = ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
 
@@ -199,7 +199,8 @@ def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
     proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:  # a child left running would keep its tail open, and the next test's wait for one tail would never end
-        assert logs.wait_for_tails(1, timeout=20)
+        wait_for_child(proc, lambda: logs.wait_for_tails(1, timeout=20) or pytest.fail("no tail in 20 s"),
+                       f"tails open: {logs.active_tails}, opened: {logs.tails_opened}")
         logs.write_line(job["id"], "workerpool0-0", "still training")
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)

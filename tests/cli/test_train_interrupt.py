@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
+from tests.cli.helpers import wait_for_child
+
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
 
 
@@ -21,7 +23,7 @@ def ctrl_c_train(args: list[str], env: dict, cwd, ready) -> tuple[int, str, str]
     proc = subprocess.Popen([*FTCLI, "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=cwd)
     try:
-        ready()
+        wait_for_child(proc, ready)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
