@@ -251,9 +251,11 @@ class Trainer:
         self.record_callbacks: list = []  # called as f(kind, global_step, values) for each metrics.jsonl row
         self._tb = None
         self._jsonl = None
+        self._logs_synced = time.monotonic()
         if self.dist.is_main:  # one writer for logs, checkpoints and the export
             try:
                 self.paths.local_logs_dir.mkdir(parents=True, exist_ok=True)
+                self._continue_metrics()
                 self._jsonl = open(self._metrics_file, "a")  # noqa: SIM115
             except OSError as e:
                 raise self._log_write_error(e, "the metrics", self._metrics_file) from None
@@ -263,6 +265,34 @@ class Trainer:
     @property
     def _metrics_file(self) -> Path:
         return self.paths.local_logs_dir / "metrics.jsonl"
+
+    def _continue_metrics(self) -> None:
+        """With gs:// logs, a restarted worker (a Spot VM preempted, a Vertex restart) goes on with the metrics.jsonl
+        that the earlier attempt synced there, as a local run appends to its own: the upload would otherwise replace
+        the run's curve with the rows since the restart."""
+        if storage.is_gcs(self.paths.logs_dir) and not self._metrics_file.exists():
+            earlier = storage.read_text(storage.join(self.paths.logs_dir, "metrics.jsonl"))
+            if earlier:
+                self._metrics_file.write_text(earlier if earlier.endswith("\n") else earlier + "\n", encoding="utf-8")
+
+    def sync_logs(self, final: bool = False) -> None:
+        """metrics.jsonl and the TensorBoard files so far into the gs:// logs folder (Vertex's
+        AIP_TENSORBOARD_LOG_DIR), so that TensorBoard and `ftcli report` see a running job, and a failed or
+        preempted one keeps its curve. Each object is replaced whole, never half-written. A failed sync before the
+        end is a warning (the next one catches up); at the end (`final`) it raises."""
+        if not self.dist.is_main or not storage.is_gcs(self.paths.logs_dir):
+            return
+        if self._tb:
+            with suppress(Exception):
+                self._tb.flush()
+        try:
+            storage.upload_dir(self.paths.local_logs_dir, self.paths.logs_dir, marker=False)
+        except Exception as e:
+            if final:
+                raise
+            log.warning("could not copy the logs to %s (%s); trying again at the next evaluation or checkpoint",
+                        self.paths.logs_dir, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        self._logs_synced = time.monotonic()
 
     def _log_write_error(self, e: OSError, what: str, path: Path) -> TrainerError:
         """A full or read-only disk under the logs: one line naming the file (TrainerError). The log files are
@@ -561,6 +591,8 @@ class Trainer:
                     at_epoch_end = self.global_step % self.steps_per_epoch == 0
                     if self.global_step % self.log_every == 0 or (at_epoch_end and bar is None):
                         self._log_train(bar)
+                        if time.monotonic() - self._logs_synced > storage.LOGS_SYNC_S:  # live TensorBoard between evals
+                            self._pause(lambda: None)
                     if cfg.eval_every and self.global_step % cfg.eval_every == 0 and not at_epoch_end:
                         self._pause(lambda: self._log_eval(self.evaluate()))
                     if any_rank(self._stop_requested, self.dist, self.device):
@@ -682,9 +714,10 @@ class Trainer:
         return out
 
     def _pause(self, fn) -> None:
-        """Run `fn` (eval, checkpoint) outside the training clock."""
+        """Run `fn` (eval, checkpoint) outside the training clock, then copy the logs to gs:// (`sync_logs`)."""
         self.stats.train_seconds += time.perf_counter() - self._t0
         try:
             fn()
+            self.sync_logs()
         finally:
             self._t0 = time.perf_counter()

@@ -198,6 +198,7 @@ def run(cfg: TrainConfig) -> dict:
     except BaseException:
         if tracker is not None:
             tracker.finish()
+        trainer.sync_logs()  # a failed, interrupted or preempted run keeps its curve (a warning if it cannot)
         raise
     if not dist.is_main:
         distributed.barrier(dist)  # wait for rank 0's export, then leave together
@@ -214,7 +215,7 @@ def run(cfg: TrainConfig) -> dict:
                                     cfg.threshold)
     export_model(model, tokenizer, paths.model_dir, results, run_config, predictions)
     if storage.is_gcs(paths.logs_dir):
-        storage.upload_dir(paths.local_logs_dir, paths.logs_dir, marker=False)
+        trainer.sync_logs(final=True)
         shutil.rmtree(paths.local_logs_dir, ignore_errors=True)
     if tracker is not None:
         tracker.finish(results)

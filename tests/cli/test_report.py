@@ -284,6 +284,22 @@ def test_report_of_a_job(capsys, cloud_env, single_run, tmp_path, monkeypatch):
     assert not list(tmp_path.glob("ftcli-report-*"))  # the downloaded files were temporary
 
 
+def test_report_of_a_running_job_draws_the_curve_so_far(capsys, cloud_env, single_run, tmp_path, monkeypatch):
+    """A running job has no model yet, only the logs the trainer copies to the bucket as it goes."""
+    from tests.cli.test_models import make_job
+
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    name = make_job(vertex, "running", f"gs://{BUCKET}/team/ftcli/runs/running-2/")
+    rows = (single_run / "logs" / "metrics.jsonl").read_text().splitlines()
+    half = "".join(r + "\n" for r in rows[: len(rows) // 2])
+    gcs.client().bucket(BUCKET).blob("team/ftcli/runs/running-2/logs/metrics.jsonl").upload_from_string(half)
+    r = run_cli(capsys, "report", name, "--out", "rep")
+    assert r.code == 0, r.err
+    assert "rep/learning_curves.png" in r.out.splitlines()
+    png_size(Path("rep") / "learning_curves.png")
+
+
 def test_a_job_without_metrics_yet_says_so(capsys, cloud_env, tmp_path, monkeypatch):
     from tests.cli.test_models import make_job
 

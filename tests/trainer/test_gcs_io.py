@@ -1,6 +1,11 @@
 """The trainer reading and writing gs:// (as inside Vertex), against the GCS emulator."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -36,8 +41,98 @@ def test_gs_data_in_gs_outputs_out_then_resume_from_gs(gcs, tiny_model, sentimen
     assert metrics["global_step"] == 2 * 15 and 0.0 <= metrics["eval_accuracy"] <= 1.0  # I/O test: the run finished
     assert not (tmp_path / "ftcli-runs").exists()  # nothing written locally
 
+    curve = gcs.read("vertex-out", "runs/job-1/logs/metrics.jsonl")
+    assert [json.loads(r)["step"] for r in curve.splitlines() if json.loads(r)["type"] == "eval"] == [15, 30]
+
     # A restarted worker (same AIP_* dirs) resumes from the bucket's newest checkpoint and finishes at once.
     assert main(argv) == 0
     again = json.loads(gcs.read("vertex-out", "runs/job-1/model/metrics.json"))
     assert again["global_step"] == metrics["global_step"]
     assert again["eval_accuracy"] == metrics["eval_accuracy"]
+    # and its logs go on from the run's: its upload once replaced the whole curve with an empty metrics.jsonl
+    assert gcs.read("vertex-out", "runs/job-1/logs/metrics.jsonl").startswith(curve)
+
+
+def _stdout_until(proc, prefix: str, deadline: float) -> None:
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return
+        assert time.monotonic() < deadline, f"no line {prefix!r} in time"
+    raise AssertionError(f"the trainer ended before a line {prefix!r}: {proc.stderr.read()}")
+
+
+def _rows(gcs, kind: str) -> list[int]:
+    text = gcs.read("vertex-out", "runs/job-2/logs/metrics.jsonl").decode()
+    return [row["step"] for row in map(json.loads, text.splitlines()) if row["type"] == kind]
+
+
+def test_a_running_job_shows_its_logs_in_the_bucket_and_a_preempted_one_keeps_them(gcs, tiny_model, sentiment_csv,
+                                                                                   tmp_path):
+    """TensorBoard and `ftcli report` read a job's logs from the bucket: they are there after each evaluation and
+    checkpoint, not only once the run is over, and a preempted attempt's rows are kept by the attempt that resumes."""
+    train, test = sentiment_csv
+    gcs.create_bucket("vertex-out")
+    base = "gs://vertex-out/runs/job-2"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AIP_MODEL_DIR": f"{base}/model/",
+           "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/", "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/"}
+    argv = [sys.executable, "-m", "ftcli_trainer.task", "--task", "csv", "--train-file", str(train), "--eval-file",
+            str(test), "--model", str(tiny_model), "--epochs", "2", "--batch-size", "8", "--log-every", "1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 180
+        _stdout_until(proc, "step 33/", deadline)  # epoch 1 (30 steps) evaluated and checkpointed
+        proc.send_signal(signal.SIGSTOP)  # held mid-epoch 2 while the bucket is read
+        try:
+            assert _rows(gcs, "eval") == [30]
+            assert _rows(gcs, "train")[:30] == list(range(1, 31))
+            assert any(o.startswith("runs/job-2/logs/events.out.tfevents") for o in gcs.list("vertex-out"))
+            assert not [o for o in gcs.list("vertex-out", "runs/job-2/model/")]
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        _stdout_until(proc, "step 40/", deadline)
+        proc.send_signal(signal.SIGTERM)  # Vertex preempting a Spot VM
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err
+    preempted = gcs.read("vertex-out", "runs/job-2/logs/metrics.jsonl")
+    stopped_at = _rows(gcs, "train")[-1]
+    assert stopped_at >= 40 and _rows(gcs, "eval") == [30]  # the rows up to the SIGTERM, synced on the way out
+
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    final = gcs.read("vertex-out", "runs/job-2/logs/metrics.jsonl")
+    assert final.startswith(preempted)  # the first attempt's rows, then the second's
+    assert sorted(set(_rows(gcs, "train"))) == list(range(1, 61)) and _rows(gcs, "eval") == [30, 60]
+
+
+def test_between_evaluations_the_logs_reach_the_bucket_every_logs_sync_s(gcs, tiny_model, sentiment_csv, monkeypatch,
+                                                                       tmp_path):
+    """A long epoch still shows in TensorBoard while it runs: at a train line, once LOGS_SYNC_S have passed since
+    the last copy (0 here: at every line)."""
+    from ftcli_trainer import storage
+
+    train, test = sentiment_csv
+    gcs.create_bucket("vertex-out")
+    base = "gs://vertex-out/runs/job-3"
+    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(storage, "LOGS_SYNC_S", 0.0)
+    seen = []  # the bucket's train rows after each copy of the logs
+    upload = storage.upload_dir
+
+    def upload_and_look(local, uri, *, marker=True):
+        upload(local, uri, marker=marker)
+        if uri.endswith("/logs"):
+            text = gcs.read("vertex-out", "runs/job-3/logs/metrics.jsonl").decode()
+            seen.append(sum(json.loads(r)["type"] == "train" for r in text.splitlines()))
+
+    monkeypatch.setattr(storage, "upload_dir", upload_and_look)
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "16", "--log-every", "5"]
+    assert main(argv) == 0
+    assert seen[:3] == [1, 2, 3]  # steps 5, 10, 15: one copy a train line, before the epoch's evaluation

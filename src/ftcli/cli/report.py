@@ -22,7 +22,7 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
     from ftcli.gcp.storage import get_storage
     from ftcli.models import model_uri_of
     from ftcli.report import RUN_FILES
-    from ftcli_trainer.storage import split_gcs
+    from ftcli_trainer.storage import LOGS_SYNC_S, split_gcs
 
     name = jobs.resolve(ref, project, region)
     job = jobs.vertex_for(name).get(name)
@@ -34,7 +34,8 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
     if not any(rel.endswith("metrics.json") or rel.endswith("metrics.jsonl") for rel in
                (n.removeprefix(prefix + "/") for n, _ in wanted)):
         raise FtcliError(f"{base} holds no metrics yet; the job is {job.state}",
-                         hint=f"a job's logs and metrics are written when it ends: ftcli logs {ref}")
+                         hint="a job's learning curve reaches the bucket at its first evaluation or checkpoint, "
+                              f"and every {int(LOGS_SYNC_S // 60)} minutes of training: ftcli logs {ref}")
     storage.download_objects(bucket, wanted)
     return name.id
 
