@@ -15,6 +15,7 @@ and, when the job asked for restart on worker restart, starts it again (it shoul
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import math
@@ -462,3 +463,9 @@ class RunningVertexEmulator(VertexEmulator):
         for run in self.runs.values():
             run.signal_all(signal.SIGKILL)
         super().stop()
+        for run in self.runs.values():  # each job's venv and files (they once piled up in /tmp, 2.3 GB here)
+            for r in run.replicas:
+                if r.proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        r.proc.wait(timeout=10)
+            shutil.rmtree(run.workdir, ignore_errors=True)
