@@ -200,7 +200,7 @@ def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:  # a child left running would keep its tail open, and the next test's wait for one tail would never end
         wait_for_child(proc, lambda: logs.wait_for_tails(1, timeout=20) or pytest.fail("no tail in 20 s"),
-                       f"tails open: {logs.active_tails}, opened: {logs.tails_opened}")
+                       lambda: f"tails open: {logs.active_tails}, opened: {logs.tails_opened}")
         logs.write_line(job["id"], "workerpool0-0", "still training")
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
