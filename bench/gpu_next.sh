@@ -21,6 +21,8 @@
 #       ended with the same losses to four digits, as if the flash path never ran; metrics.json's "attention" now
 #       counts the calls that took it ($OUT/minilm_console.log)
 #   d   a summary ($OUT/summary.txt)
+# The card: the issue's 512-token figures are an H200's (the three calls of 2026-11-26 ran on an H100): call
+#   run(command="bash bench/gpu_next.sh", carry=[".gpu", ".whl"], timeout_s=600, kind="nvidia-h200")
 # From the repository root, with the git-ignored .gpu and .whl carried (python bench/prepare_gpu_assets.py):
 #   bash bench/gpu_next.sh
 #   GPU_NEXT_CPU_DRY=1 bash bench/gpu_next.sh    # on a CPU: the same plumbing, tiny shapes, a 2-layer BERT
