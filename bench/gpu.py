@@ -789,8 +789,11 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     for e in kernels:
         by_kind[_kind(e.key)] = by_kind.get(_kind(e.key), 0.0) + e.self_device_time_total / 1e3
     peak = args.peak_tflops_resolved
+    # kernels launched a step: inside a CUDA graph each still costs a gap of a microsecond or so, which is where the
+    # step's idle share (GPU busy < 100 %) goes when nothing else waits
+    launches = sum(e.count for e in kernels) / len(active)
     res = {"step_ms": step_ms, "gpu_busy": busy / (wall * 1000) if wall else 0.0,
-           "kernel_ms_per_step": busy / len(active),
+           "kernel_ms_per_step": busy / len(active), "kernels_per_step": launches,
            "by_kind_share": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda x: -x[1])} if busy else {},
            "mfu": ctx["step_flops"] / (step_ms / 1000) / (peak * 1e12) if peak else None,
            "graphs": t.static_steps.report() if t.static_steps is not None else None,
@@ -803,7 +806,8 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     what = "a 2-layer BERT" if args.tiny_bert else "BERT-base"
     ctx["lines"].append(
         f"== {name}: {what}, {BATCH} x {ctx['max_len']}, {precision}, {len(active)} steps profiled: "
-        f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %)"
+        f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %, "
+        f"{launches:.0f} kernels a step)"
         + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else "") + f"; {len(warm)} warm-up steps {warm_s:.1f} s"
         + (f" ({res['graphs']['compiled_blocks']} layers compiled, the compile included)"
            if res["graphs"] and res["graphs"]["compiled_blocks"] else "") + f"; attention {res['attention']}")
@@ -1044,8 +1048,9 @@ class Parent:
                     continue
                 kinds = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(p["by_kind_share"].items())[:6])
                 mfu = f", MFU {100 * p['mfu']:.1f} %" if p.get("mfu") else ""
+                launches = f" ({p['kernels_per_step']:.0f} kernels)" if p.get("kernels_per_step") else ""
                 lines.append(f"profile {prof['shape']} {name}: {p['step_ms']:.1f} ms/step{mfu}, GPU busy "
-                             f"{100 * p['gpu_busy']:.0f} %, warm-up {p.get('warm_seconds', '-')} s: {kinds}")
+                             f"{100 * p['gpu_busy']:.0f} %{launches}, warm-up {p.get('warm_seconds', '-')} s: {kinds}")
         elif prof:
             lines.append(f"profile: {prof.get('error') or prof.get('skipped')}")
         lines.append("BERT-base: random init (speed only), MiniLM's uncased 30,522-token WordPiece tokenizer. "
