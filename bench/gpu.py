@@ -38,7 +38,8 @@ printed last whatever happened:
            own (--profile-modes: eager, graphs, copies = graphs
            with --weight-copies, and copies with --unmask-full-batches, --varlen-attention, --shared-casts or the
            last two together, or with the model's layers torch.compile'd inside the captured step: compiled,
-           compiled+varlen and compiled+unmasked): top kernels, time by kind, GPU busy share, MFU of that fixed
+           compiled+varlen and compiled+unmasked; +eagerattn: their attention modules left out of the trace;
+           +fusedqkv: query, key and value as one GEMM): top kernels, time by kind, GPU busy share, MFU of that fixed
            shape, and the warm-up steps' seconds (a compile included)
 
 Reported per run: train samples/s (rows / train runtime, as each trainer reports it: ftcli from its loop's start
@@ -117,7 +118,10 @@ PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]),
                  "compiled+unmasked": ("on", ["--weight-copies", "--unmask-full-batches"]),
                  # and the whole self-attention module (projections, attention, heads merged) left out of the trace
                  "compiled+varlen+eagerattn": ("on", ["--weight-copies", "--varlen-attention"]),
-                 "compiled+unmasked+eagerattn": ("on", ["--weight-copies", "--unmask-full-batches"])}
+                 "compiled+unmasked+eagerattn": ("on", ["--weight-copies", "--unmask-full-batches"]),
+                 # query, key and value as one GEMM on the weight copies (WeightCopies.fuse_projections)
+                 "copies+fusedqkv": ("on", ["--weight-copies"]),
+                 "compiled+unmasked+eagerattn+fusedqkv": ("on", ["--weight-copies", "--unmask-full-batches"])}
 FIRST = 60
 SEED = 42
 IMDB_EVAL = 500
@@ -760,7 +764,8 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     t._loss_total, t._loss_count, t._loss_acc_n = 0.0, 0, 0
     t._loss_acc = torch.zeros((), device=dev)
     t.compile_in_graphs = name.startswith("compiled")
-    t.compile_eager_attention = name.endswith("+eagerattn")
+    t.compile_eager_attention = "+eagerattn" in name
+    t.fused_projections = name.endswith("+fusedqkv")
     if t.compile_in_graphs:  # each compiled mode pays its own compile (its warm-up seconds say how long)
         import torch._dynamo
 
@@ -810,7 +815,9 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
         f"{launches:.0f} kernels a step)"
         + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else "") + f"; {len(warm)} warm-up steps {warm_s:.1f} s"
         + (f" ({res['graphs']['compiled_blocks']} layers compiled, the compile included)"
-           if res["graphs"] and res["graphs"]["compiled_blocks"] else "") + f"; attention {res['attention']}")
+           if res["graphs"] and res["graphs"]["compiled_blocks"] else "") + f"; attention {res['attention']}"
+        + (f"; query, key and value fused in {res['graphs'].get('fused_projections', 0)} layers"
+           if t.fused_projections and res["graphs"] else ""))
     ctx["lines"].append("time by kind: " + ", ".join(f"{k} {100 * v:.0f} %" for k, v in res["by_kind_share"].items()))
     ctx["lines"].append(table)
     return res

@@ -53,7 +53,7 @@ import functools
 import logging
 import time
 import warnings
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -293,6 +293,8 @@ class WeightCopies:
         self.grads: list | None = None  # the copies' gradients, from the first update on
         self._param_grads: list = []
         self.proven = False  # a forward on them has run (StaticSteps turns them off if the first one fails)
+        self.fused: list[FusedProjections] = []  # fuse_projections'
+        self._fused_slices: dict = {}  # a fused copy's name -> (its group's leaf, first row, end row)
 
     def __contains__(self, param) -> bool:
         return id(param) in self._ids
@@ -301,17 +303,62 @@ class WeightCopies:
         return len(self.params)
 
     def forward(self, inputs: dict):
-        return self.torch.func.functional_call(self.model, self.copies, args=(), kwargs=inputs, strict=False)
+        with ExitStack() as stack:
+            for group in self.fused:
+                stack.enter_context(group.active())
+            return self.torch.func.functional_call(self.model, self.copies, args=(), kwargs=inputs, strict=False)
+
+    def fuse_projections(self) -> int:
+        """Bench-only until a GPU run measures it: each self-attention module's query, key and value projections
+        (`attention_modules`) become one GEMM over one bf16 copy of their three weights (and biases) laid end to
+        end, its output split three ways, so a step runs one GEMM instead of three forward, one instead of three
+        for the input's gradient (and the two sums of theirs) and one for the weights'. The same dot products; the
+        fp32 weights, the optimizer and the export see three Linears as before. Returns how many modules it fused."""
+        torch = self.torch
+        for module_name, module in self.model.named_modules():
+            trio = next((t for t in QKV_NAMES if all(isinstance(getattr(module, n, None), torch.nn.Linear)
+                                                     for n in t)), None)
+            if trio is None:
+                continue
+            linears = [getattr(module, n) for n in trio]
+            prefix = f"{module_name}." if module_name else ""
+            weights = [f"{prefix}{n}.weight" for n in trio]
+            biases = [f"{prefix}{n}.bias" for n in trio] if linears[0].bias is not None else []
+            if (len({lin.in_features for lin in linears}) != 1 or any((lin.bias is None) != (not biases)
+                                                                      for lin in linears)
+                    or not all(n in self.copies for n in weights + biases)):
+                continue  # a projection left out of the copies (frozen, shared) or of another shape: as it is
+            sizes = [lin.out_features for lin in linears]
+            with torch.no_grad():
+                leaves = [torch.cat([self.copies[n] for n in names]).requires_grad_(True)
+                          for names in (weights, biases) if names]
+            for names, leaf in zip((weights, biases), leaves, strict=False):
+                start = 0
+                for name, size in zip(names, sizes, strict=True):
+                    self.copies[name] = leaf.detach()[start:start + size]  # refresh() writes into the leaf
+                    self._fused_slices[name] = (leaf, start, start + size)
+                    start += size
+            self.fused.append(FusedProjections(torch, linears, leaves[0], leaves[1] if biases else None, sizes))
+        self._targets = [c.detach() for c in self.copies.values()]
+        return len(self.fused)
+
+    def _grad(self, name: str):
+        """The gradient of the copy `name` after a backward (None: it got none): a fused copy's is its rows of
+        its group's gradient."""
+        if name in self._fused_slices:
+            leaf, start, end = self._fused_slices[name]
+            return None if leaf.grad is None else leaf.grad[start:end]
+        return self.copies[name].grad
 
     def grads_to_params(self) -> None:
         """The copies' gradients into the fp32 weights' `.grad` (exact: bf16 values widen to fp32 unchanged). On
         the first call, which is eager, the fp32 gradients are made, for the weights that got one (an unused
         weight keeps None, so AdamW skips it as on the eager path)."""
         if self.grads is None:
-            used = [(self.copies[n], p) for n, p in self.params.items() if self.copies[n].grad is not None]
+            used = [(g, p) for n, p in self.params.items() if (g := self._grad(n)) is not None]
             for _, p in used:
                 p.grad = self.torch.zeros_like(p)
-            self.grads = [c.grad for c, _ in used]
+            self.grads = [g for g, _ in used]
             self._param_grads = [p.grad for _, p in used]
         if self.grads:
             self.torch._foreach_copy_(self._param_grads, self.grads)
@@ -319,6 +366,36 @@ class WeightCopies:
     def refresh(self) -> None:
         """The updated fp32 weights into the copies (round to nearest even, as autocast's cast)."""
         self.torch._foreach_copy_(self._targets, self._sources)
+
+
+class FusedProjections:
+    """One module's query, key and value projections as one GEMM (`WeightCopies.fuse_projections`): while
+    `active`, each of the three nn.Linear runs `project`, which computes the fused product once for the input
+    they share and hands each its part (a view: no copy)."""
+
+    def __init__(self, torch, linears: list, weight, bias, sizes: list[int]):
+        self.torch = torch
+        self.linears = linears
+        self.weight, self.bias, self.sizes = weight, bias, sizes
+        self._x = None
+        self._parts: tuple = ()
+
+    def project(self, i: int, x):
+        if self._x is not x:  # (a cross-attention's keys read another input: computed again for it)
+            self._x = x
+            self._parts = self.torch.nn.functional.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
+        return self._parts[i]
+
+    @contextmanager
+    def active(self):
+        for i, lin in enumerate(self.linears):
+            lin.forward = functools.partial(self.project, i)
+        try:
+            yield
+        finally:
+            for lin in self.linears:
+                del lin.forward
+            self._x, self._parts = None, ()  # no activation held between forwards
 
 
 def repeated_blocks(model) -> list:
@@ -476,7 +553,7 @@ class StaticSteps:
                  multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
                  warmup: int = WARMUP_STEPS, regression: bool = False, weight_copies: bool = False,
                  unmask_full: bool = False, shared_casts: bool = False, compile_model: bool = False,
-                 eager_attention: bool = False):
+                 eager_attention: bool = False, fused_projections: bool = False):
         import torch
 
         self.torch = torch
@@ -507,9 +584,15 @@ class StaticSteps:
         self.grads: list | None = None
         # (The trainer asks for copies only with one micro-batch a step, where the bf16 gradient is fp32's exactly.)
         self.copies = WeightCopies(model, autocast_dtype) if weight_copies and autocast_dtype is not None else None
-        # (compiled, the casts are inductor's to fuse: its trace would not see the hooks' Python-side cache)
-        self.shared_casts = (SharedCasts(model, autocast_dtype)
-                             if shared_casts and autocast_dtype is not None and not compile_model else None)
+        # fused_projections (bench-only until measured): on the weight copies, outside a trace (its per-input cache
+        # is Python's): eager layers, or compiled ones with their attention modules left out
+        self.fused = (self.copies.fuse_projections()
+                      if fused_projections and self.copies is not None and (not compile_model or eager_attention)
+                      else 0)
+        # (compiled, the casts are inductor's to fuse: its trace would not see the hooks' Python-side cache; fused,
+        # the fused projection casts its input once itself)
+        self.shared_casts = (SharedCasts(model, autocast_dtype) if shared_casts and autocast_dtype is not None
+                             and not compile_model and not self.fused else None)
         arm_optimizer(optimizer, device)
         self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
         pairs = enc.type_ids is not None
@@ -815,6 +898,8 @@ class StaticSteps:
                 "weight_copies": self.copies is not None,
                 "shared_casts": self.shared_casts is not None, "unmask_full_batches": self.unmask_full,
                 "compiled_blocks": len(self.compiled) if isinstance(self.compiled, CompiledBlocks) else 0,
+                **({"fused_projections": len(self.copies.fused)} if self.copies is not None and self.copies.fused
+                   else {}),
                 "widths": list(self.widths), **self.counts}
 
     def summary(self) -> str:

@@ -202,6 +202,7 @@ class Trainer:
         # enough (compile_skip_reason); bench/gpu.py's profile sets it itself.
         self.compile_in_graphs = False
         self.compile_eager_attention = False  # and with it, the self-attention modules left out (bench-only)
+        self.fused_projections = False  # query, key and value as one GEMM on the weight copies (bench-only)
         self.gpu_warmup: dict = {}  # what --gpu-warmup did (task.run's prewarm, fit's prepare), when it ran
         train_model = model
         if self.dist.enabled:
@@ -673,7 +674,8 @@ class Trainer:
             regression=self.regression,
             autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture, weight_copies=copies,
             unmask_full=self.cfg.unmask_full_batches, shared_casts=self.cfg.shared_casts,
-            compile_model=self.compile_in_graphs, eager_attention=self.compile_eager_attention)
+            compile_model=self.compile_in_graphs, eager_attention=self.compile_eager_attention,
+            fused_projections=self.fused_projections)
         if capture and self.dist.is_main:
             ss = self.static_steps
             log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s%s",

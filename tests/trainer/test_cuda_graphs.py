@@ -825,6 +825,102 @@ def test_weight_copies_with_captures_ahead_replay_the_same_run(tmp_path, tiny_mo
     json.dumps(report)
 
 
+def _fused_pair(tmp_path, tiny_model, device="cpu", dropout=True, capture=False, varlen=False):
+    """Two bf16 static-step trainers on weight copies from the same weights, the second with fused projections;
+    with `varlen`, both on `_varlen_attention` (the fused projections' strided views reach the flash kernel)."""
+    import ftcli_trainer.model as fm
+
+    pair = _pair(tmp_path, tiny_model, (("copies", ()), ("fused", ())), precision="bf16", device=device,
+                 dropout=dropout, capture=capture, enc=_enc_truncated(24, 13) if varlen else None,
+                 before_setup=lambda name, t: setattr(t, "fused_projections", name == "fused"))
+    if varlen:
+        assert all(fm.switch_to_varlen(t.model) for t in pair)
+    return pair
+
+
+def _linear_calls(monkeypatch) -> list:
+    """The weight shapes of every F.linear call from now on (nn.Linear's and the fused projections')."""
+    calls = []
+    linear = torch.nn.functional.linear
+
+    def counted(x, weight, bias=None):
+        calls.append(tuple(weight.shape))
+        return linear(x, weight, bias)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", counted)
+    return calls
+
+
+def test_fused_projections_run_one_gemm_for_query_key_and_value(tmp_path, tiny_model, monkeypatch):
+    """(bench-only) A layer's query, key and value come from one GEMM over their three bf16 copies end to end;
+    the attention's output projection and the rest stay as they are; nothing is left patched after the step."""
+    plain, fused = _fused_pair(tmp_path, tiny_model)
+    steps = fused.static_steps
+    layers = fused.model.config.num_hidden_layers
+    hidden = fused.model.config.hidden_size
+    assert steps.fused == layers and steps.report()["fused_projections"] == layers
+    assert plain.static_steps.fused == 0 and "fused_projections" not in plain.static_steps.report()
+    calls = {}
+    for t in (plain, fused):
+        calls[t] = _linear_calls(monkeypatch)
+        t.train_step(ONE_MICRO[0])
+        monkeypatch.undo()
+    assert calls[fused].count((3 * hidden, hidden)) == layers
+    assert calls[plain].count((hidden, hidden)) == calls[fused].count((hidden, hidden)) + 3 * layers
+    assert len(calls[plain]) == len(calls[fused]) + 2 * layers
+    for m in fused.model.modules():
+        if isinstance(m, torch.nn.Linear):
+            assert "forward" not in m.__dict__  # evaluation and the export run the plain Linears
+
+
+def test_fused_projections_train_as_the_three_linears_do(tmp_path, tiny_model):
+    """(bench-only) The same dot products in one GEMM: the run follows the unfused one (bf16 on a CPU, dropout
+    on); every query, key and value weight moves (none taken for unused), and the copies stay the fp32 weights
+    cast to bf16 (the update's refresh writes into the fused copies)."""
+    plain, fused = _fused_pair(tmp_path, tiny_model)
+    start = _params(fused.model)
+    _train_both([plain, fused], ONE_MICRO * 3)
+    a, b = _params(plain.model), _params(fused.model)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=2e-2, atol=2e-3, msg=name)
+    torch.testing.assert_close(fused._loss_acc, plain._loss_acc, rtol=1e-2, atol=1e-3)
+    qkv = [n for n in b if any(f".{k}." in n for k in ("query", "key", "value"))]
+    assert len(qkv) == 6 * fused.model.config.num_hidden_layers
+    assert all(not torch.equal(b[n], start[n]) for n in qkv)
+    params = dict(fused.model.named_parameters())
+    wc = fused.static_steps.copies
+    assert all(torch.equal(c, params[n].detach().to(torch.bfloat16)) for n, c in wc.copies.items())
+    assert all((g == 0).all() for g in fused.static_steps.grads)
+
+
+@cuda
+@pytest.mark.parametrize("varlen", [False, True], ids=["sdpa", "varlen"])
+def test_fused_projections_train_as_the_three_linears_in_gpu_graphs(tmp_path, tiny_model, varlen):
+    """Real captures, bf16: the fused GEMM and its split are captured with the step, and its strided views go
+    through SDPA or --varlen-attention's flash kernel (which must take them, not fall back: VARLEN_CALLS)."""
+    import ftcli_trainer.model as fm
+
+    fm.VARLEN_CALLS.update(flash=0, sdpa=0, why="")
+    fused = _bf16_captures_follow(lambda path, dropout: _fused_pair(path, tiny_model, device="cuda", dropout=dropout,
+                                                                    capture=True, varlen=varlen), tmp_path)
+    assert fused.static_steps.fused > 0 and fused.static_steps.counts["captured"] >= 2
+    if varlen:
+        assert fm.VARLEN_CALLS["flash"] > 0 and fm.VARLEN_CALLS["sdpa"] == 0, fm.VARLEN_CALLS
+
+
+def test_fused_projections_stay_off_inside_a_traced_attention(tmp_path, tiny_model):
+    """(bench-only) Their per-input cache is Python's: compiled layers take them only with the attention modules
+    left out of the trace."""
+    def setup(name, t):
+        t.fused_projections = True
+        t.compile_in_graphs = True
+        t.compile_eager_attention = name == "eager"
+
+    traced, eager = _pair(tmp_path, tiny_model, (("traced", ()), ("eager", ())), precision="bf16",
+                          before_setup=setup)
+    assert traced.static_steps.fused == 0 and eager.static_steps.fused > 0
+
+
 @pytest.mark.parametrize("precision,extra,why", [
     ("fp32", (), None),  # nothing to say: fp32 training casts nothing
     ("bf16", ("--gradient-accumulation-steps", "2"), "with several micro-batches a step"),
