@@ -20,7 +20,8 @@ TRANSFER_WORKERS = 8
 # Staging folders are named `<stem>.tmp-<pid>-<mkdtemp's 8 characters>`: the pid tells a dead writer's leftovers
 # (removed at the next start) from a live writer's (left alone); the exact shape keeps a user's own folders safe.
 STAGING_TAIL = r"\.tmp-(\d+)-[a-z0-9_]{8}"
-# With gs:// logs, the trainer copies them there at every evaluation and checkpoint, and at least this often
+# With gs:// logs, the trainer copies them there at every evaluation and checkpoint, and with a train line once
+# this long has passed since the last copy (the files change only at those lines)
 LOGS_SYNC_S = 120.0
 
 

@@ -34,8 +34,8 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
     if not any(rel.endswith("metrics.json") or rel.endswith("metrics.jsonl") for rel in
                (n.removeprefix(prefix + "/") for n, _ in wanted)):
         raise FtcliError(f"{base} holds no metrics yet; the job is {job.state}",
-                         hint="a job's learning curve reaches the bucket at its first evaluation or checkpoint, "
-                              f"and every {int(LOGS_SYNC_S // 60)} minutes of training: ftcli logs {ref}")
+                         hint="a job's learning curve reaches the bucket at its first evaluation, checkpoint or "
+                              f"train line after {int(LOGS_SYNC_S // 60)} minutes: ftcli logs {ref}")
     storage.download_objects(bucket, wanted)
     return name.id
 
