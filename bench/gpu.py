@@ -765,7 +765,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
     t._loss_acc = torch.zeros((), device=dev)
     t.compile_in_graphs = name.startswith("compiled")
     t.compile_eager_attention = "+eagerattn" in name
-    t.fused_projections = name.endswith("+fusedqkv")
+    t.fused_projections = "+fusedqkv" in name
     if t.compile_in_graphs:  # each compiled mode pays its own compile (its warm-up seconds say how long)
         import torch._dynamo
 

@@ -310,22 +310,21 @@ class WeightCopies:
 
     def fuse_projections(self) -> int:
         """Bench-only until a GPU run measures it: each self-attention module's query, key and value projections
-        (`attention_modules`) become one GEMM over one bf16 copy of their three weights (and biases) laid end to
+        (`qkv_names`) become one GEMM over one bf16 copy of their three weights (and biases) laid end to
         end, its output split three ways, so a step runs one GEMM instead of three forward, one instead of three
         for the input's gradient (and the two sums of theirs) and one for the weights'. The same dot products; the
         fp32 weights, the optimizer and the export see three Linears as before. Returns how many modules it fused."""
         torch = self.torch
         for module_name, module in self.model.named_modules():
-            trio = next((t for t in QKV_NAMES if all(isinstance(getattr(module, n, None), torch.nn.Linear)
-                                                     for n in t)), None)
+            trio = qkv_names(module)
             if trio is None:
                 continue
             linears = [getattr(module, n) for n in trio]
             prefix = f"{module_name}." if module_name else ""
             weights = [f"{prefix}{n}.weight" for n in trio]
-            biases = [f"{prefix}{n}.bias" for n in trio] if linears[0].bias is not None else []
-            if (len({lin.in_features for lin in linears}) != 1 or any((lin.bias is None) != (not biases)
-                                                                      for lin in linears)
+            with_bias = {lin.bias is not None for lin in linears}
+            biases = [f"{prefix}{n}.bias" for n in trio] if with_bias == {True} else []
+            if (len({lin.in_features for lin in linears}) != 1 or len(with_bias) != 1
                     or not all(n in self.copies for n in weights + biases)):
                 continue  # a projection left out of the copies (frozen, shared) or of another shape: as it is
             sizes = [lin.out_features for lin in linears]
@@ -417,13 +416,19 @@ def repeated_blocks(model) -> list:
 QKV_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q_lin", "k_lin", "v_lin"))
 
 
+def qkv_names(module) -> tuple[str, str, str] | None:
+    """The names of `module`'s query, key and value nn.Linear children (QKV_NAMES), or None: it is no
+    self-attention module."""
+    import torch
+
+    return next((trio for trio in QKV_NAMES
+                 if all(isinstance(getattr(module, n, None), torch.nn.Linear) for n in trio)), None)
+
+
 def attention_modules(block) -> list:
     """The modules inside `block` that compute its self-attention from the hidden states: those with query, key
     and value nn.Linear children."""
-    import torch
-
-    return [m for m in block.modules()
-            if any(all(isinstance(getattr(m, n, None), torch.nn.Linear) for n in trio) for trio in QKV_NAMES)]
+    return [m for m in block.modules() if qkv_names(m) is not None]
 
 
 def compile_dynamic(torch, fn):
@@ -586,13 +591,12 @@ class StaticSteps:
         self.copies = WeightCopies(model, autocast_dtype) if weight_copies and autocast_dtype is not None else None
         # fused_projections (bench-only until measured): on the weight copies, outside a trace (its per-input cache
         # is Python's): eager layers, or compiled ones with their attention modules left out
-        self.fused = (self.copies.fuse_projections()
-                      if fused_projections and self.copies is not None and (not compile_model or eager_attention)
-                      else 0)
+        fused = (self.copies.fuse_projections()
+                 if fused_projections and self.copies is not None and (not compile_model or eager_attention) else 0)
         # (compiled, the casts are inductor's to fuse: its trace would not see the hooks' Python-side cache; fused,
         # the fused projection casts its input once itself)
         self.shared_casts = (SharedCasts(model, autocast_dtype) if shared_casts and autocast_dtype is not None
-                             and not compile_model and not self.fused else None)
+                             and not compile_model and not fused else None)
         arm_optimizer(optimizer, device)
         self.lr_tensors = [g["lr"] for g in optimizer.param_groups]
         pairs = enc.type_ids is not None
@@ -615,6 +619,12 @@ class StaticSteps:
         self.prepare_seconds = 0.0
         self._pool = None
         self._side = None
+
+    @property
+    def fused(self) -> int:
+        """How many self-attention modules run their query, key and value as one GEMM (none once the weight
+        copies are off)."""
+        return len(self.copies.fused) if self.copies is not None else 0
 
     @property
     def side(self):
@@ -898,8 +908,7 @@ class StaticSteps:
                 "weight_copies": self.copies is not None,
                 "shared_casts": self.shared_casts is not None, "unmask_full_batches": self.unmask_full,
                 "compiled_blocks": len(self.compiled) if isinstance(self.compiled, CompiledBlocks) else 0,
-                **({"fused_projections": len(self.copies.fused)} if self.copies is not None and self.copies.fused
-                   else {}),
+                **({"fused_projections": self.fused} if self.fused else {}),
                 "widths": list(self.widths), **self.counts}
 
     def summary(self) -> str:

@@ -34,7 +34,8 @@ def run_cli(capsys: pytest.CaptureFixture, *args: str) -> Result:
     return Result(code, captured.out, captured.err)
 
 
-def wait_for_child(proc: subprocess.Popen, ready: Callable[[], object], state: Callable[[], str] = str) -> None:
+def wait_for_child(proc: subprocess.Popen, ready: Callable[[], object],
+                   state: Callable[[], str] = lambda: "") -> None:
     """Run `ready()` (it asserts, or fails the test) while `proc` runs; should it fail, stop the child and fail
     with what the child printed and `state()` (the emulators' state then): a wait that timed out once said only
     `assert False`, and the child's own error went with it."""
