@@ -312,7 +312,12 @@ class Trainer:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(self.paths.local_logs_dir))
+                # A restart after a crash or a kill trains the steps after its checkpoint again, and the earlier
+                # attempt's event files still hold them. purge_step writes a SessionLog.START at the first step
+                # this attempt logs: TensorBoard's Python loader hides the earlier values from there on, but only
+                # at a START that is not the run's first, so every attempt writes one (RustBoard keeps each
+                # step's last value by itself).
+                self._tb = SummaryWriter(str(self.paths.local_logs_dir), purge_step=self.global_step + 1)
             except OSError as e:
                 raise self._log_write_error(e, "the TensorBoard logs", self.paths.local_logs_dir) from None
             except ImportError:

@@ -124,3 +124,42 @@ def test_the_last_checkpoint_skips_the_optimizer_and_a_restart_only_evaluates_an
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "has no optimizer state but the run is at epoch 1 of 2: remove that folder" in bad.stderr
     assert not (out / "model").exists()
+
+
+def test_a_restart_after_a_crash_shows_each_step_once_in_tensorboard(tmp_path, tiny_model, sentiment_csv,
+                                                                       monkeypatch):
+    """A worker that dies after its step-4 checkpoint has logged steps 5 and 6, which the restart trains again. The
+    earlier attempt's event files stay (nothing is deleted), and TensorBoard's Python loader (`--load_fast=false`,
+    the one without the data server) shows each step once with the restart's value, as `ftcli report` does with
+    metrics.jsonl. Without purge_step it showed steps 5 and 6 twice."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    from ftcli_trainer.loop import Trainer
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = [*_argv(train, test, tiny_model, out)[3:], "--epochs", "1", "--save-every", "4"]
+    record = Trainer._record
+
+    def dies_at_step_7(self, kind, values):
+        if self.global_step == 7:
+            raise RuntimeError("the worker died")
+        record(self, kind, values)
+
+    monkeypatch.setattr(Trainer, "_record", dies_at_step_7)
+    assert main(argv) == 1
+    monkeypatch.setattr(Trainer, "_record", record)
+    assert main(argv) == 0
+
+    rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    train_steps = [r["step"] for r in rows if r["type"] == "train"]
+    assert train_steps[:6] == [1, 2, 3, 4, 5, 6] and train_steps[6:9] == [5, 6, 7]  # both attempts' rows are kept
+    last = {r["step"]: r["loss"] for r in rows if r["type"] == "train"}
+    assert len(list((out / "logs").glob("events.out.tfevents.*"))) == 2
+
+    acc = EventAccumulator(str(out / "logs"))
+    acc.Reload()
+    shown = [(e.step, float(e.tensor_proto.float_val[0])) for e in acc.Tensors("train/loss")]
+    assert [s for s, _ in shown] == sorted(last)  # each step once, in order
+    assert all(v == pytest.approx(last[s]) for s, v in shown)  # steps 5 and 6: the restart's values
