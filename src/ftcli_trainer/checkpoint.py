@@ -69,6 +69,11 @@ def _is_complete(path: str) -> bool:
     return storage.exists(storage.join(path, storage.COMPLETE_MARKER))
 
 
+def has_complete(root: str) -> bool:
+    """Whether `root` holds a checkpoint that a run would resume from."""
+    return any(_is_complete(storage.join(root, name)) for _, name in _list(root))
+
+
 def _remove(path: str) -> None:
     if storage.is_gcs(path):
         storage.delete_prefix(path)

@@ -186,9 +186,9 @@ def run(cfg: TrainConfig) -> dict:
         trainer.eval_callbacks.append(Reporter(cfg.hypertune_metric))
     tracker = None
     if cfg.wandb_project and dist.is_main:
-        from ftcli_trainer.tracking import WandbTracker
+        from ftcli_trainer.tracking import WandbTracker, run_id
 
-        tracker = WandbTracker(cfg)
+        tracker = WandbTracker(cfg, run_id(paths.checkpoint_dir))
         tracker.start({"label_names": data.label_names, "train_examples": len(train_enc), "precision": precision})
         trainer.record_callbacks.append(tracker.record)
     if dist.is_main:
@@ -197,7 +197,7 @@ def run(cfg: TrainConfig) -> dict:
         results = trainer.fit()
     except BaseException:
         if tracker is not None:
-            tracker.finish()
+            tracker.finish(failed=True)
         trainer.sync_logs()  # a failed, interrupted or preempted run keeps its curve (a warning if it cannot)
         raise
     if not dist.is_main:

@@ -49,11 +49,34 @@ def read_secret(name: str) -> str:
     return response.payload.data.decode("utf-8").strip()
 
 
-class WandbTracker:
-    """One W&B run for the training run (created on the main process only)."""
+RUN_ID_FILE = "wandb-run-id"  # beside the checkpoints and their run-fingerprint.json
 
-    def __init__(self, cfg):
+
+def run_id(checkpoint_dir: str) -> str:
+    """The W&B run id of this training run, kept beside its checkpoints. A worker restarted after a preemption or
+    a crash resumes from a checkpoint, and its W&B run goes on too (one curve, not one W&B run per attempt); a run
+    that starts from step 0 (a new output folder, or no checkpoint written yet) gets a new one."""
+    import secrets
+
+    from ftcli_trainer import checkpoint, storage
+
+    path = storage.join(checkpoint_dir, RUN_ID_FILE)
+    if checkpoint.has_complete(checkpoint_dir):
+        found = (storage.read_text(path) or "").strip()
+        if found:
+            return found
+    new = secrets.token_hex(8)  # W&B run ids: letters, digits, dashes and underscores
+    storage.write_text(path, new + "\n")
+    return new
+
+
+class WandbTracker:
+    """One W&B run for the training run (created on the main process only); `run_id` (see `run_id`) is resumed
+    when W&B already has a run of that id."""
+
+    def __init__(self, cfg, run_id: str | None = None):
         self.cfg = cfg
+        self.run_id = run_id
         self.run = None
 
     def start(self, extra_config: dict | None = None) -> None:
@@ -69,25 +92,31 @@ class WandbTracker:
         config.update(extra_config or {})
         try:
             self.run = wandb.init(project=cfg.wandb_project, config=config, job_type="fine-tune",
-                                  dir=os.environ.get("WANDB_DIR"))
+                                  dir=os.environ.get("WANDB_DIR"), id=self.run_id,
+                                  resume="allow" if self.run_id else None)
         except Exception as e:  # noqa: BLE001 - a bad key or project is the user's to fix: one line
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TrainerError(f"Weights & Biases refused the run ({cfg.wandb_project}): {first[:200]}") from None
-        log.info("W&B: logging to project %s (run %s)", cfg.wandb_project, self.run.name)
+        log.info("W&B: logging to project %s (run %s%s)", cfg.wandb_project, self.run.name,
+                 f", resumed at step {self.run.starting_step}" if self.run.resumed else "")
 
     def record(self, kind: str, step: int, values: dict) -> None:
-        """A train line or an evaluation, as the trainer records it in metrics.jsonl."""
-        if self.run is not None:
+        """A train line or an evaluation, as the trainer records it in metrics.jsonl. Steps that a resumed W&B run
+        has already passed (logged by an attempt that crashed after its last checkpoint) are left out: W&B drops
+        them anyway, with a warning each."""
+        if self.run is not None and step >= self.run.starting_step:
             self.run.log({f"{kind}/{k}": v for k, v in values.items()
                           if isinstance(v, (int, float)) and not isinstance(v, bool)}, step=step)
 
-    def finish(self, results: dict | None = None) -> None:
+    def finish(self, results: dict | None = None, failed: bool = False) -> None:
+        """`failed`: the run stopped before its end (an error, an interrupt, a preemption): W&B shows it as
+        failed, until a restart resumes it."""
         if self.run is None:
             return
         if results:
             self.run.summary.update({k: v for k, v in results.items()
                                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        self.run.finish()
+        self.run.finish(exit_code=1 if failed else 0)
         self.run = None
         # finish() can return while W&B's service process still writes and uploads; teardown waits for it
         # ("Waits for W&B to finish", wandb.teardown's docstring). Its atexit hook is not enough: in a container

@@ -82,3 +82,47 @@ def test_a_missing_secret_is_one_line(tmp_path, monkeypatch, secret_manager, sen
     assert code == 2
     assert "cannot read the W&B key from projects/p/secrets/missing/versions/latest" in err
     assert "roles/secretmanager.secretAccessor" in err and "Traceback" not in err
+
+
+def test_a_restarted_worker_goes_on_with_the_same_wandb_run(tmp_path, monkeypatch, sentiment_csv, tiny_model):
+    """One W&B run per training run, not per attempt: a worker that dies after a checkpoint comes back to the W&B run
+    of its id (kept beside the checkpoints, resumed with resume="allow"); one that died before any checkpoint starts
+    again from step 0, under a new id. A failed attempt's W&B run ends as failed."""
+    from ftcli_trainer.loop import Trainer
+    from ftcli_trainer.tracking import RUN_ID_FILE
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "8", "--log-every", "1", "--save-every", "4", "--output-dir", str(out),
+            "--wandb-project", "ftcli-test"]
+    record = Trainer._record
+
+    def attempt(dies_at: int | None) -> tuple[str, bool, int]:
+        """Run the trainer once (dying at step `dies_at`); its W&B run's id, resume flag and exit code."""
+        wb = tmp_path / f"wb{len(list(tmp_path.glob('wb*')))}"
+        wb.mkdir()
+        monkeypatch.setenv("WANDB_DIR", str(wb))
+
+        def dies(self, kind, values):
+            if self.global_step == dies_at:
+                raise RuntimeError("the worker died")
+            record(self, kind, values)
+
+        monkeypatch.setattr(Trainer, "_record", dies)
+        assert main(argv) == (1 if dies_at else 0)
+        (run_file,) = wb.rglob("run-*.wandb")
+        records = wandb_records(run_file)
+        (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        (end,) = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
+        assert run.run_id == (out / "checkpoints" / RUN_ID_FILE).read_text().strip()
+        return run.run_id, run.resume, end.exit_code
+
+    first, _, failed = attempt(dies_at=2)  # before the step-4 checkpoint
+    second, resume, _ = attempt(dies_at=7)  # after it
+    third, _, code = attempt(dies_at=None)
+    assert failed == 1 and code == 0
+    assert second != first  # started again from step 0: a new W&B run
+    assert third == second and resume  # resumed from step 4: the same W&B run
