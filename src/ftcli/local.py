@@ -123,7 +123,8 @@ def _claim(base: str, cfg) -> bool:
 
 
 def _unclaim(base: str) -> None:
-    """A run that failed before its first checkpoint leaves no folder behind just for its fingerprint."""
+    """A run that failed before its first checkpoint leaves no folder behind just for its fingerprint (and its W&B
+    run id), nor for logs that hold no line."""
     from ftcli_trainer import checkpoint, storage
 
     if storage.is_gcs(base):
@@ -131,10 +132,18 @@ def _unclaim(base: str) -> None:
     ckpt = Path(base) / "checkpoints"
     if any(ckpt.glob("step-*")):
         return
-    (ckpt / checkpoint.FINGERPRINT).unlink(missing_ok=True)
-    for folder in (ckpt, Path(base)):
+    for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID):
+        (ckpt / name).unlink(missing_ok=True)
+    logs = Path(base) / "logs"
+    metrics = logs / "metrics.jsonl"
+    if not metrics.exists() or metrics.stat().st_size == 0:  # nothing logged: its TensorBoard files hold nothing
+        for f in [metrics, *logs.glob("events.out.tfevents.*")]:
+            f.unlink(missing_ok=True)
+    for folder in (ckpt, logs, Path(base)):
         try:
             folder.rmdir()  # only when empty: anything else in there stays
+        except FileNotFoundError:
+            continue
         except OSError:
             return
 

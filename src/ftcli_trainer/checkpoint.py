@@ -124,6 +124,7 @@ def load_latest(root: str, model) -> dict | None:
 # -- which run the checkpoints belong to ---------------------------------------------------------------------
 
 FINGERPRINT = "run-fingerprint.json"
+WANDB_RUN_ID = "wandb-run-id"  # the W&B run a resumed run goes on with (tracking.run_id)
 # Options that change what is learnt: resuming with another value would silently mix two runs. (Not: eval,
 # logging and checkpoint cadence, torch.compile, the threshold, which change no weight.)
 MATH_OPTIONS = ("task", "model", "dataset_config", "text_column", "text_pair_column", "label_column",

@@ -49,9 +49,6 @@ def read_secret(name: str) -> str:
     return response.payload.data.decode("utf-8").strip()
 
 
-RUN_ID_FILE = "wandb-run-id"  # beside the checkpoints and their run-fingerprint.json
-
-
 def run_id(checkpoint_dir: str) -> str:
     """The W&B run id of this training run, kept beside its checkpoints. A worker restarted after a preemption or
     a crash resumes from a checkpoint, and its W&B run goes on too (one curve, not one W&B run per attempt); a run
@@ -60,7 +57,7 @@ def run_id(checkpoint_dir: str) -> str:
 
     from ftcli_trainer import checkpoint, storage
 
-    path = storage.join(checkpoint_dir, RUN_ID_FILE)
+    path = storage.join(checkpoint_dir, checkpoint.WANDB_RUN_ID)
     if checkpoint.has_complete(checkpoint_dir):
         found = (storage.read_text(path) or "").strip()
         if found:

@@ -209,3 +209,17 @@ def test_json_is_one_object_and_the_trainer_talks_on_stderr(tmp_path, tiny_model
     assert result["run_folder"] == str(tmp_path / "run") and result["model"] == str(tmp_path / "run" / "model")
     assert 0.0 <= result["metrics"]["eval_accuracy"] <= 1.0
     assert "ftcli trainer" in r.stderr
+
+
+def test_a_run_that_wandb_refuses_leaves_no_folder_behind(tmp_path, tiny_model, sentiment_csv):
+    """W&B refuses the run (here: no key) after the W&B run id was kept beside the fingerprint: one line, and the
+    folder goes as for any run that fails before its first checkpoint."""
+    pytest.importorskip("wandb")
+    train, _ = sentiment_csv
+    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "", "HOME": str(tmp_path), "WANDB_DIR": str(tmp_path),
+           "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "NETRC": str(tmp_path / "no-netrc")}
+    r = ftcli("local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--wandb-project", "p",
+              cwd=tmp_path, env=env)
+    assert r.returncode == 2, r.stderr
+    assert "Weights & Biases refused the run (p)" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "ftcli-runs").exists() or not any((tmp_path / "ftcli-runs").iterdir())

@@ -88,8 +88,8 @@ def test_a_restarted_worker_goes_on_with_the_same_wandb_run(tmp_path, monkeypatc
     """One W&B run per training run, not per attempt: a worker that dies after a checkpoint comes back to the W&B run
     of its id (kept beside the checkpoints, resumed with resume="allow"); one that died before any checkpoint starts
     again from step 0, under a new id. A failed attempt's W&B run ends as failed."""
+    from ftcli_trainer.checkpoint import WANDB_RUN_ID
     from ftcli_trainer.loop import Trainer
-    from ftcli_trainer.tracking import RUN_ID_FILE
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -117,7 +117,7 @@ def test_a_restarted_worker_goes_on_with_the_same_wandb_run(tmp_path, monkeypatc
         records = wandb_records(run_file)
         (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
         (end,) = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
-        assert run.run_id == (out / "checkpoints" / RUN_ID_FILE).read_text().strip()
+        assert run.run_id == (out / "checkpoints" / WANDB_RUN_ID).read_text().strip()
         return run.run_id, run.resume, end.exit_code
 
     first, _, failed = attempt(dies_at=2)  # before the step-4 checkpoint
