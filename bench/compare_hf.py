@@ -222,6 +222,14 @@ def main() -> None:
         return
 
     names = args.contenders.split(",")
+    unknown = sorted(set(names) - set(CONTENDERS))
+    if unknown:
+        p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(CONTENDERS)}")
+    if any(n.startswith("hf") for n in names):
+        import importlib.util
+
+        if importlib.util.find_spec("accelerate") is None:  # found out before minutes of ftcli's run, not after
+            p.error('the Hugging Face Trainer needs accelerate (transformers 5.x): pip install -e ".[bench]"')
     runs: dict[str, list[dict]] = {name: [] for name in names}
     passthrough = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
                    if k not in ("contenders", "one", "out", "repeat")]
