@@ -29,6 +29,9 @@ printed last whatever happened:
              ftcli_unmasked  ftcli_copies with --unmask-full-batches (only when named)
              ftcli_varlen  ftcli_copies with --varlen-attention (only when named)
              ftcli_shared  ftcli_copies with --shared-casts (only when named)
+             ftcli_fp16    ftcli_copies in fp16 (--precision fp16: the loss scaler inside the graphs, what T4 and V100
+                           would run; only when named)
+             ftcli_fp16_eager  ftcli_eager in fp16 (only when named)
              hf            the HF Trainer tuned (bf16 or fp16 below compute capability 8.0, tf32, fused AdamW,
                            DataCollatorWithPadding(pad_to_multiple_of=8), 2 loader workers, random order)
              ftcli_eager   ftcli --cuda-graphs off
@@ -95,11 +98,12 @@ CASES = {  # name -> model, data, rows, max length, learning rate
 # ftcli_copies --weight-copies too (both the trainer's defaults since the H100 runs), ftcli_unmasked adds
 # --unmask-full-batches, ftcli_varlen --varlen-attention, ftcli_shared --shared-casts.
 CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared", "hf",
-              "ftcli_eager")
+              "ftcli_eager", "ftcli_fp16", "ftcli_fp16_eager")
 # Each contender against the one it adds a switch to: the paired notes under the table
 PAIRED = (("ftcli_graphs", "ftcli_warm"), ("ftcli_warm", "ftcli_copies"), ("ftcli_copies", "ftcli_unmasked"),
-          ("ftcli_copies", "ftcli_varlen"), ("ftcli_copies", "ftcli_shared"))
-NAMED_ONLY = ("ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared")  # run only when named
+          ("ftcli_copies", "ftcli_varlen"), ("ftcli_copies", "ftcli_shared"), ("ftcli_fp16_eager", "ftcli_fp16"))
+NAMED_ONLY = ("ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared", "ftcli_fp16",
+              "ftcli_fp16_eager")  # run only when named
 # Without --contenders: ftcli_warm only where its question is open (the MiniLM case: short steps, where the
 # first-use costs weigh most), so that the default full run keeps to its budget.
 DEFAULT_CONTENDERS = {"minilm_sst2_128": tuple(c for c in CONTENDERS if c not in NAMED_ONLY)}
@@ -333,16 +337,18 @@ def child_ftcli(args, case: str, contender: str) -> dict:
         timer.tick()
 
     loop.Trainer.fit, loop.Trainer.train_step = fit, train_step
+    eager = contender in ("ftcli_eager", "ftcli_fp16_eager")
     argv = [
         "--task", "csv", "--train-file", str(train), "--eval-file", str(evalf),
         "--model", str(model_dir(args, spec["model"])),
         "--epochs", "1", "--batch-size", str(BATCH), "--learning-rate", str(spec["lr"]), "--warmup-ratio", "0.06",
         "--weight-decay", "0.01", "--max-grad-norm", "1.0", "--max-length", str(spec["max_length"]),
         "--seed", str(SEED), "--output-dir", str(out), "--label-names", "0,1", "--log-every", "1000000",
-        "--cuda-graphs", "off" if contender == "ftcli_eager" else "on",
+        "--cuda-graphs", "off" if eager else "on", *(["--precision", "fp16"] if "fp16" in contender else []),
     ]
-    if contender != "ftcli_eager":  # the graph path with --gpu-warmup (ftcli_graphs: without) and its mode's flags
-        mode = "graphs" if contender in ("ftcli_graphs", "ftcli_warm") else contender.removeprefix("ftcli_")
+    if not eager:  # the graph path with --gpu-warmup (ftcli_graphs: without) and its mode's flags
+        mode = ("graphs" if contender in ("ftcli_graphs", "ftcli_warm") else
+                "copies" if contender == "ftcli_fp16" else contender.removeprefix("ftcli_"))
         argv += ["--no-gpu-warmup" if contender == "ftcli_graphs" else "--gpu-warmup", *PROFILE_MODES[mode][1]]
     cfg = parse_args(argv)
     task._setup_logging()

@@ -132,7 +132,8 @@ OPTIONS: tuple[Option, ...] = (
            "cannot pay off: a CPU, runs under ~5,000 steps, or with the graphs under ~126M tokens."),
     Option("cuda_graphs", str, "auto", "GPU steps padded to a few fixed widths and replayed as CUDA graphs "
            "(2.9-3.5x faster on short texts on an H200, same loss curve). auto/on: where possible (one CUDA GPU, "
-           "bf16 or fp32), else eager with a line saying why; off: always eager.", CUDA_GRAPH_MODES),
+           "bf16 or fp32; fp16, on pre-Ampere cards, with on only until measured), else eager with a line saying "
+           "why; off: always eager.", CUDA_GRAPH_MODES),
 )
 
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}

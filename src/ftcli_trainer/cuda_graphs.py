@@ -125,8 +125,11 @@ def decide(mode: str, device_type: str, precision: str, world_size: int) -> tupl
         return False, "CUDA graphs need a CUDA GPU" if mode == "on" else ""
     if world_size > 1:
         return False, f"DDP over {world_size} processes is not captured (its gradient hooks run per bucket)"
-    if precision == "fp16":
-        return False, "fp16's loss scaler checks for inf/NaN on the host every step"
+    if precision == "fp16" and mode != "on":
+        # Capturable since fused AdamW takes GradScaler's found_inf and skips a step on the device (StaticSteps'
+        # `scaler`), but not yet run on a GPU: off unless asked for
+        return False, ("fp16 (GPUs before compute capability 8.0: T4, V100) on the graph path is not yet measured "
+                       "on a GPU; --cuda-graphs on uses it")
     return True, ""
 
 
@@ -551,20 +554,24 @@ class SharedCasts:
 class StaticSteps:
     """One optimizer step = `run(group, scale)`: micro-batches through fixed-shape buffers, then the update.
 
-    `clip_and_step` is the trainer's own (sync-free for fused AdamW without a loss scaler); `loss_acc`
-    is the trainer's on-device loss sum (a graph adds to it in place, so it must never be replaced)."""
+    `clip_and_step` is the trainer's own, free of host syncs for fused AdamW, also with fp16's loss scaler:
+    GradScaler hands fused AdamW its on-device found_inf, and the kernel skips an overflowed step itself (unscale_,
+    the gradient norm, step and update are all device work). `scaler` is that GradScaler (fp16), whose scale the
+    backward multiplies in as the eager path's `scaler.scale` does. `loss_acc` is the trainer's on-device loss sum
+    (a graph adds to it in place, so it must never be replaced)."""
 
     def __init__(self, *, model, optimizer, clip_and_step, enc, pad_id: int, rows: int, max_length: int,
                  multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
                  warmup: int = WARMUP_STEPS, regression: bool = False, weight_copies: bool = False,
                  unmask_full: bool = False, shared_casts: bool = False, compile_model: bool = False,
-                 eager_attention: bool = False, fused_projections: bool = False):
+                 eager_attention: bool = False, fused_projections: bool = False, scaler=None):
         import torch
 
         self.torch = torch
         self.model = model
         self.optimizer = optimizer
         self.clip_and_step = clip_and_step
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.enc = enc
         self.pad_id = pad_id
         self.rows = rows
@@ -668,8 +675,10 @@ class StaticSteps:
                 self.shared_casts.forget()
             y = labels.float() if lay.n_labels or lay.regression else labels
             loss = weighted_loss_sum(logits, y, weight.float(), self.multi_label, self.regression)
-            # The scale in float32, as eager's `loss * python_float` multiplies.
-            (loss * scale.float().squeeze(0)).backward()
+            # The scale in float32, as eager's `loss * python_float` multiplies; then fp16's loss scale, read from
+            # its device tensor at every replay.
+            scaled = loss * scale.float().squeeze(0)
+            (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             self.loss_acc.add_(loss.detach())
 
         return micro
@@ -865,6 +874,9 @@ class StaticSteps:
                 self._warm(key)
             if update:
                 saved = [lr.detach().clone() for lr in self.lr_tensors]
+                # (fp16: the warm update counts as a finite step towards the loss scale's growth; put it back.
+                # load_state_dict fills the scaler's tensors in place, where the graphs read them.)
+                scaler_state = self.scaler.state_dict() if self.scaler is not None else None
                 for lr in self.lr_tensors:
                     lr.zero_()
                 try:
@@ -872,6 +884,8 @@ class StaticSteps:
                 finally:
                     for lr, value in zip(self.lr_tensors, saved, strict=True):
                         lr.copy_(value)
+                    if scaler_state is not None:
+                        self.scaler.load_state_dict(scaler_state)
                 for state in self.optimizer.state.values():
                     step = state.get("step")
                     if isinstance(step, torch.Tensor):

@@ -680,7 +680,7 @@ class Trainer:
             autocast_dtype=self.autocast_dtype, loss_acc=self._loss_acc, capture=capture, weight_copies=copies,
             unmask_full=self.cfg.unmask_full_batches, shared_casts=self.cfg.shared_casts,
             compile_model=self.compile_in_graphs, eager_attention=self.compile_eager_attention,
-            fused_projections=self.fused_projections)
+            fused_projections=self.fused_projections, scaler=self.scaler)
         if capture and self.dist.is_main:
             ss = self.static_steps
             log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s%s",

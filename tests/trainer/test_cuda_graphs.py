@@ -44,7 +44,7 @@ def test_bucket_widths_are_few_and_cover_max_length():
 @pytest.mark.parametrize("mode,device,precision,world,use", [
     ("off", "cuda", "bf16", 1, False), ("on", "cuda", "bf16", 1, True), ("auto", "cuda", "fp32", 1, True),
     ("on", "cpu", "fp32", 1, False), ("on", "cuda", "bf16", 2, False), ("auto", "cuda", "fp16", 1, False),
-    ("auto", "cpu", "fp32", 1, False),
+    ("auto", "cpu", "fp32", 1, False), ("on", "cuda", "fp16", 1, True),  # fp16: asked for until measured on a GPU
 ])
 def test_decide_falls_back_with_a_reason(mode, device, precision, world, use):
     ok, why = cg.decide(mode, device, precision, world)
@@ -823,6 +823,109 @@ def test_weight_copies_with_captures_ahead_replay_the_same_run(tmp_path, tiny_mo
     assert report["captured"] >= 2 and report["replays"] > 0  # the counts, not overwritten by a switch
     assert casts.static_steps.report()["weight_copies"] is False
     json.dumps(report)
+
+
+# -- fp16 (T4, V100): the loss scaler on the graph path ------------------------------------------------------------
+
+FP16_SCALE = 2.0**24  # overflows the tiny model's fp16 backward for its first 5 steps, and once more later
+
+
+def _fp16_trainers(tmp_path, tiny_model, copies: bool, runs=("eager", "static"), device="cpu", capture=False):
+    """fp16 trainers from the same weights (dropout off: the eager and fixed-shape paths draw masks of other shapes),
+    each with a GradScaler starting at FP16_SCALE; every run but "eager" on static steps (captured with `capture`)."""
+    enc = _enc(n=40)
+    enc.labels = enc.labels % 2
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    base = _no_dropout(load_model(str(tiny_model), labels, False, 0.5)).to(device)
+    ts = []
+    for name in runs:
+        t = _make_trainer(tmp_path, tiny_model, copy.deepcopy(base), enc, labels, name=name, precision="fp16",
+                          extra=() if copies else ("--no-weight-copies",))
+        t.device = torch.device(device)
+        t._loss_acc = torch.zeros((), device=device)
+        t.scaler = torch.amp.GradScaler(device, init_scale=FP16_SCALE)
+        if name != "eager":
+            t._setup_static_steps(capture=capture)
+        ts.append(t)
+    return ts
+
+
+def _scaler_state(t) -> tuple[float, int]:
+    state = t.scaler.state_dict()
+    return state["scale"], state["_growth_tracker"]
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_fp16_static_steps_skip_and_rescale_as_the_eager_loss_scaler_does(tmp_path, tiny_model, copies):
+    """fp16 on the graph path (off by default until measured): the backward multiplies in the scaler's loss scale,
+    an overflowed step is skipped (fused AdamW's found_inf: no weight moves, its step counters stay) and the scale
+    backs off, exactly as GradScaler does on the eager path: same scales step by step, same skipped steps, the same
+    weights up to the fixed shapes' float rounding; with and without fp16 weight copies."""
+    eager, static = _fp16_trainers(tmp_path, tiny_model, copies)
+    steps = static.static_steps
+    assert steps.scaler is static.scaler and (steps.copies is not None) == copies
+    if copies:
+        assert next(iter(steps.copies.copies.values())).dtype == torch.float16
+    start = _params(static.model)
+    seen = []
+    for group in ONE_MICRO * 3:
+        eager.train_step(group)
+        static.train_step(group)
+        counts = [int(s["step"]) for s in static.optimizer.state.values()]
+        assert counts == [int(s["step"]) for s in eager.optimizer.state.values()]
+        seen.append((_scaler_state(static), counts[0]))
+        assert seen[-1][0] == _scaler_state(eager)
+    scales = [scale for (scale, _), _ in seen]
+    taken = [n for _, n in seen]
+    assert scales[:5] == [FP16_SCALE / 2 ** (i + 1) for i in range(5)] and taken[:5] == [0] * 5  # skipped
+    assert taken[-1] == len(seen) - 6  # one more overflow once training had started: skipped too
+    assert any(b < a for a, b in zip(scales[5:], scales[6:], strict=False))
+    assert max((p - start[n]).abs().max().item() for n, p in static.model.named_parameters()) > 1e-3
+    for (name, pa), pb in zip(eager.model.named_parameters(), static.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-3, atol=1e-4, msg=name)
+    torch.testing.assert_close(static._loss_acc, eager._loss_acc, rtol=1e-5, atol=1e-5)
+
+
+@cuda
+@pytest.mark.parametrize("copies", [False, True])
+def test_fp16_captured_steps_skip_and_rescale_as_the_eager_loss_scaler_does_on_a_gpu(tmp_path, tiny_model, copies):
+    """Real captures in fp16 (what T4 and V100 run): unscale_, the gradient norm, fused AdamW's skip on found_inf and
+    the scale's update all replay without a host sync, and follow the eager GradScaler step by step: same scales,
+    same skipped steps, weights within fp16 rounding."""
+    eager, graphs = _fp16_trainers(tmp_path, tiny_model, copies, device="cuda", capture=True)
+    seen = []
+    for group in ONE_MICRO * 4:
+        eager.train_step(group)
+        graphs.train_step(group)
+        seen.append((_scaler_state(graphs), _scaler_state(eager)))
+    counts = graphs.static_steps.counts
+    assert graphs.static_steps.capture and counts["captured"] >= 2 and counts["replays"] > 0
+    assert [g for g, _ in seen] == [e for _, e in seen]
+    taken = [int(s["step"]) for s in graphs.optimizer.state.values()]
+    assert taken == [int(s["step"]) for s in eager.optimizer.state.values()]
+    assert 0 < taken[0] < len(seen) and seen[-1][0][0] < FP16_SCALE  # some steps overflowed, the others trained
+    for (name, pa), pb in zip(eager.model.named_parameters(), graphs.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_fp16_captures_ahead_leave_the_loss_scale_as_it_was(tmp_path, tiny_model, monkeypatch):
+    """--gpu-warmup's prepare() in fp16 (captures faked): its warm update at learning rate 0 would count as a finite
+    step towards the scale's growth; the scaler is put back, and the prepared run is bit-identical to the lazy one,
+    every step a replay, overflows and all."""
+    lazy, prepared = _fp16_trainers(tmp_path, tiny_model, copies=True, runs=("lazy", "prepared"))
+    for t in (lazy, prepared):
+        t.static_steps.capture = True
+        monkeypatch.setattr(t.static_steps, "_on_side_stream", t.static_steps._eager)
+        monkeypatch.setattr(t.static_steps, "_capture", lambda fn: FakeGraph(fn))
+    before = _scaler_state(prepared)
+    prepared.static_steps.prepare(prepared.step_widths())
+    assert _scaler_state(prepared) == before
+    assert "update" in prepared.static_steps.graphs
+    _train_both([lazy, prepared], ONE_MICRO * 2)
+    assert prepared.static_steps.counts["eager"] == 0 and prepared.static_steps.counts["replays"] > 0
+    assert _same(_params(prepared.model), _params(lazy.model)) and _optimizer_states_equal(lazy, prepared)
+    assert _scaler_state(prepared) == _scaler_state(lazy) and _scaler_state(lazy)[0] < FP16_SCALE
 
 
 def _fused_pair(tmp_path, tiny_model, device="cpu", dropout=True, capture=False, varlen=False):
