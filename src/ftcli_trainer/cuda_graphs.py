@@ -801,6 +801,13 @@ class StaticSteps:
             # Every step eager from here on, the graphs captured so far too: their replays would draw dropout from
             # the generator state that the failed capture left behind (_capture), the eager steps from another.
             self.graphs.clear()
+            if self.scaler is not None:
+                # A capture that failed inside the update can leave GradScaler's Python side mid-step (unscale_
+                # recorded, no update()), and its next unscale_ would refuse: forget that step's records, as
+                # update() does. The scale and growth tracker are tensors the failed capture never ran on.
+                records = getattr(self.scaler, "_per_optimizer_states", None)  # (private; torch 2.7-2.13 have it)
+                if records is not None:
+                    records.clear()
             log.warning("CUDA graphs: capturing %s%s failed (%s: %s); eager steps from here on",
                         f"width {key_name(key)}" if key != "update" else "the update", when, type(e).__name__,
                         (str(e).strip().splitlines() or [""])[0][:200])

@@ -909,6 +909,35 @@ def test_fp16_captured_steps_skip_and_rescale_as_the_eager_loss_scaler_does_on_a
         torch.testing.assert_close(pb, pa, rtol=1e-3, atol=1e-4, msg=name)
 
 
+def test_fp16_a_capture_that_fails_inside_the_update_goes_on_eagerly(tmp_path, tiny_model, monkeypatch):
+    """A capture is Python run for real over kernels that never run: one that fails after GradScaler's unscale_
+    leaves the scaler recording that step as unscaled. The eager fallback's update must still unscale, step and
+    update (it raised "unscale_() has already been called"), and the run follows the eager one."""
+    eager, static = _fp16_trainers(tmp_path, tiny_model, copies=False)
+    steps = static.static_steps
+    params = [p for p in static.model.parameters() if p.requires_grad]
+
+    def capture(fn):
+        if fn is not steps.calls["update"]:
+            return FakeGraph(fn)
+        grads = [p.grad.clone() for p in params if p.grad is not None]
+        static.scaler.unscale_(static.optimizer)  # the Python side records it...
+        for p, g in zip([p for p in params if p.grad is not None], grads, strict=True):
+            p.grad.copy_(g)  # ...but a capture runs no kernel
+        raise RuntimeError("operation failed due to a previous error during capture")
+
+    steps.capture = True
+    monkeypatch.setattr(steps, "_on_side_stream", steps._eager)
+    monkeypatch.setattr(steps, "_capture", capture)
+    for group in ONE_MICRO * 3:
+        eager.train_step(group)
+        static.train_step(group)
+        assert _scaler_state(static) == _scaler_state(eager)
+    assert not steps.capture and steps.graphs == {}
+    for (name, pa), pb in zip(eager.model.named_parameters(), static.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-3, atol=1e-4, msg=name)
+
+
 def test_fp16_captures_ahead_leave_the_loss_scale_as_it_was(tmp_path, tiny_model, monkeypatch):
     """--gpu-warmup's prepare() in fp16 (captures faked): its warm update at learning rate 0 would count as a finite
     step towards the scale's growth; the scaler is put back, and the prepared run is bit-identical to the lazy one,
