@@ -210,13 +210,15 @@ class Trainer:
 
             train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         skip_compile = ""
+        blocks: list = []
         if cfg.compile:
             from ftcli_trainer.model import VARLEN_ATTENTION
 
             varlen = getattr(model.config, "_attn_implementation", None) == VARLEN_ATTENTION
             tokens = int(train.lengths.sum()) * cfg.epochs // self.dist.world_size
             skip_compile = compile_skip_reason(self.total_steps, self.use_graphs, device.type, varlen, tokens)
-            if not skip_compile and self.use_graphs and not cuda_graphs.repeated_blocks(model):
+            blocks = cuda_graphs.repeated_blocks(model)
+            if not skip_compile and self.use_graphs and not blocks:
                 skip_compile = ("the model has no list of repeated layers, and only those were measured compiled "
                                 "inside the CUDA graphs")
         if skip_compile:
@@ -230,7 +232,6 @@ class Trainer:
             log.info("--compile: the model's layers torch.compile'd inside the CUDA graphs (%.0fM tokens to train on; "
                      "about %.0f s of compiling before the first step)", tokens / 1e6, COMPILED_GRAPHS_COST_S)
         elif cfg.compile and not skip_compile:
-            blocks = cuda_graphs.repeated_blocks(model)
             if blocks:
                 self.compiled_blocks = cuda_graphs.CompiledBlocks(torch, blocks)
                 log.info("--compile: the model's %d %s layers torch.compile'd (one compile serves them all)",
