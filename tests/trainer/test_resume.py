@@ -149,6 +149,10 @@ def test_a_restart_after_a_crash_shows_each_step_once_in_tensorboard(tmp_path, t
 
     monkeypatch.setattr(Trainer, "_record", dies_at_step_7)
     assert main(argv) == 1
+    # TensorBoard reads a run's event files in name order: events.out.tfevents.<seconds>.<host>.<pid>.<writer
+    # number>. A restart is a new process seconds later; here it is the same process, where the writer number
+    # (10 after 9) would sort the restart's file first within one second.
+    time.sleep(1.05 - time.time() % 1)
     monkeypatch.setattr(Trainer, "_record", record)
     assert main(argv) == 0
 
