@@ -887,6 +887,20 @@ def test_fp16_static_steps_skip_and_rescale_as_the_eager_loss_scaler_does(tmp_pa
     torch.testing.assert_close(static._loss_acc, eager._loss_acc, rtol=1e-5, atol=1e-5)
 
 
+def test_fp16_static_steps_with_accumulation_and_filler_rows_follow_the_eager_loss_scaler(tmp_path, tiny_model):
+    """The scale multiplies each micro-batch's backward (two micro-batches a step, a partial batch's filler rows):
+    the gradients add up scaled, are unscaled once, and the steps follow eager GradScaler's."""
+    eager, static = _fp16_trainers(tmp_path, tiny_model, copies=False)
+    for group in GROUPS * 3:
+        eager.train_step(group)
+        static.train_step(group)
+        assert _scaler_state(static) == _scaler_state(eager)
+    taken = int(next(iter(static.optimizer.state.values()))["step"])
+    assert taken == int(next(iter(eager.optimizer.state.values()))["step"]) and 0 < taken < len(GROUPS) * 3
+    for (name, pa), pb in zip(eager.model.named_parameters(), static.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-3, atol=1e-4, msg=name)
+
+
 @cuda
 @pytest.mark.parametrize("copies", [False, True])
 def test_fp16_captured_steps_skip_and_rescale_as_the_eager_loss_scaler_does_on_a_gpu(tmp_path, tiny_model, copies):
