@@ -58,8 +58,7 @@ def save(root: str, step: int, model, state: dict) -> None:
         if staged is not None and staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
     # Keep the newest KEEP complete checkpoints; anything else (older, or torn by a crash) goes.
-    complete = [name for _, name in _list(root) if _is_complete(storage.join(root, name))]
-    keep = set(complete[-KEEP:])
+    keep = set(_complete(root)[-KEEP:])
     for _, name in _list(root):
         if name not in keep:
             _remove(storage.join(root, name))
@@ -69,9 +68,14 @@ def _is_complete(path: str) -> bool:
     return storage.exists(storage.join(path, storage.COMPLETE_MARKER))
 
 
+def _complete(root: str) -> list[str]:
+    """The names of `root`'s complete checkpoints, oldest first."""
+    return [name for _, name in _list(root) if _is_complete(storage.join(root, name))]
+
+
 def has_complete(root: str) -> bool:
     """Whether `root` holds a checkpoint that a run would resume from."""
-    return any(_is_complete(storage.join(root, name)) for _, name in _list(root))
+    return bool(_complete(root))
 
 
 def _remove(path: str) -> None:
