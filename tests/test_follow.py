@@ -231,6 +231,24 @@ def test_a_cut_stream_reconnects_and_catches_up():
     assert logs.tails >= 2
 
 
+def test_a_job_followed_after_it_started_shows_its_history_first_then_the_new_lines():
+    # A tail only sends what is written after it opens: `ftcli logs` on a running job showed none of the lines
+    # logged before it attached (they came at the end, out of order, or, older than 30 s, never).
+    logs = FakeLogs()
+    for i in range(5):
+        logs.write(f"old {i}", at=T0 + dt.timedelta(seconds=i))
+
+    def write():
+        for i in range(5):
+            logs.write(f"new {i}")
+            time.sleep(0.005)
+
+    later(0.1, write)
+    outcome, rec = follow(FakeVertex(*["RUNNING"] * 30, "SUCCEEDED"), logs)
+    assert rec.texts == [f"old {i}" for i in range(5)] + [f"new {i}" for i in range(5)]
+    assert logs.tails == 1 and outcome.exit_code == 0
+
+
 def test_a_failed_job_names_the_replica_that_logged_the_error():
     logs = FakeLogs()
     logs.write("worker fine", "workerpool1-0", at=T0)

@@ -116,7 +116,6 @@ class Source(threading.Thread):
         self.use_tail = tail
         self.stop_event = threading.Event()
         self.newest: dt.datetime | None = None  # the newest receiveTimestamp seen
-        self.reconnects = 0
         self.denied = False
         self._stream = None
         self._told: set[str] = set()
@@ -155,17 +154,21 @@ class Source(threading.Thread):
 
     def run(self) -> None:
         backoff = self.reconnect
+        if self.use_tail:
+            # A tail only sends what is written after it opens: a job followed after it started (`ftcli logs`
+            # on a running job) has its history listed first, in order.
+            self.poll_once()
         while not self.stop_event.is_set() and not self.denied:
             if self.use_tail:
                 try:
                     self._stream = self.gateway.tail(self._filter(), self.stop_event)
-                    caught_up = self.reconnects == 0
+                    caught_up = False
                     for entries in self._stream:
                         self._emit(entries)
                         backoff = self.reconnect
                         if not caught_up:
-                            # A tail only sends what is written after it opens: once this one is live, list
-                            # what was written while the last one was down (duplicates are dropped later).
+                            # Once this tail is live, list what was written before it opened: since the first
+                            # list, or while the last tail was down (duplicates are dropped later).
                             self.poll_once()
                             caught_up = True
                 except LogsUnavailable as e:
@@ -185,7 +188,6 @@ class Source(threading.Thread):
                     pass
                 if self.stop_event.is_set():
                     return
-                self.reconnects += 1
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, self.reconnect_max)
             else:

@@ -118,6 +118,31 @@ def test_cut_streams_and_late_lines_lose_nothing_repeat_nothing(capsys, logs_env
     assert logs.tails_opened >= 3  # the stream really was cut and re-opened, more than once
 
 
+def test_a_running_job_shows_what_it_logged_before_ftcli_logs_attached_first(capsys, logs_env):
+    # A tail sends only what is written after it opens: lines logged before `ftcli logs` attached came at the end,
+    # out of order, or (more than 30 s older than the newest) never.
+    vertex, logs, job = logs_env
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    for i in range(300):
+        logs.write_line(job["id"], REPLICAS[i % 3], f"old {i:03d}", timestamp=start + dt.timedelta(seconds=i / 2),
+                        insert_id=f"old-{i}")
+
+    def produce():
+        assert logs.wait_for_tails(1, timeout=10)
+        for i in range(50):
+            logs.write_line(job["id"], REPLICAS[i % 3], f"new {i:03d}", insert_id=f"new-{i}")
+            time.sleep(0.01)
+        time.sleep(0.5)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    writer = in_background(produce, vertex)
+    r = run_cli(capsys, "logs", "last", "--json")
+    writer.join()
+    assert r.code == 0, r.err
+    texts = [x["text"] for x in json_lines(r.out) if "text" in x]
+    assert texts == [f"old {i:03d}" for i in range(300)] + [f"new {i:03d}" for i in range(50)]
+
+
 @pytest.mark.parametrize("state,code", [("FAILED", 3), ("CANCELLED", 4)])
 def test_failed_and_cancelled_jobs_exit_non_zero_with_a_summary(capsys, logs_env, state, code):
     vertex, logs, job = logs_env
