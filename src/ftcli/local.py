@@ -177,11 +177,14 @@ def offline_model_installed() -> bool:
 
 
 def check_offline_model(cfg, offline: bool, say: Callable[[str], None]) -> None:
-    """The default model is MiniLM-L6 from its wheel, offline. Without the wheel: refuse an offline run with the
+    """A local --model folder must hold a model (a mistyped path is not sent to the Hub as an id). The default
+    model is MiniLM-L6 from its wheel, offline. Without the wheel: refuse an offline run with the
     command that installs it, or say that the Hub copy will be downloaded instead."""
-    from ftcli_trainer.model import MINILM_ALIASES
+    from ftcli_trainer.model import MINILM_ALIASES, model_problem
     from ftcli_trainer.tasks import MINILM
 
+    if problem := model_problem(cfg.model):
+        raise UsageError(problem)
     if cfg.model not in MINILM_ALIASES or offline_model_installed():
         return
     if offline or os.environ.get("HF_HUB_OFFLINE") == "1":

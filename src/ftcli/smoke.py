@@ -19,12 +19,19 @@ SMOKE_EVAL_ROWS = 32
 
 
 def smoke_options(trainer: dict[str, Any], output_dir: str) -> dict[str, Any]:
-    """The job's trainer options cut down to a smoke run (never more rows than the job asked for)."""
+    """The job's trainer options cut down to a smoke run (never more rows than the job asked for). Local paths
+    are made absolute: the smoke runs in a folder of its own, not the user's."""
     def at_most(key: str, n: int) -> int:
         given = trainer.get(key)
         return min(given, n) if given else n
 
-    return {**trainer, "max_train_samples": at_most("max_train_samples", SMOKE_TRAIN_ROWS),
+    def absolute(value: str) -> str:
+        path = Path(value).expanduser()
+        return str(path.absolute()) if path.exists() else value
+
+    paths = {k: absolute(v) for k, v in trainer.items()
+             if k in ("train_file", "eval_file", "model") and isinstance(v, str) and not v.startswith("gs://")}
+    return {**trainer, **paths, "max_train_samples": at_most("max_train_samples", SMOKE_TRAIN_ROWS),
             "max_eval_samples": at_most("max_eval_samples", SMOKE_EVAL_ROWS), "epochs": 1,
             "log_every": 1, "output_dir": output_dir}
 

@@ -32,6 +32,7 @@ from ftcli.spec import (
     topology_problems,
 )
 from ftcli.trainer_options import validate as validate_trainer
+from ftcli_trainer.model import model_problem
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, bundled_sample_file
 
 DURATION_RE = re.compile(r"^(\d+)([smhd])$")
@@ -209,7 +210,9 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     if validated and hardware is not None and (p := _varlen_problem(validated[0], hardware)):
         problems.append(p)
     model_dir = None
-    if validated and Path(validated[0].model).expanduser().is_dir():
+    if validated and (p := model_problem(validated[0].model)):
+        problems.append(p)  # a mistyped folder would reach the job as a Hub id, and fail there
+    elif validated and Path(validated[0].model).expanduser().is_dir():
         model_dir = Path(validated[0].model).expanduser()
     if validated and not problems:
         problems += _local_data_problems(validated[0], local_files)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 
 from ftcli_trainer.errors import TrainerError
@@ -23,6 +24,34 @@ def resolve_model_path(name: str) -> str:
         except ImportError:
             return MINILM
     return os.path.expanduser(name) if name.startswith(("~", ".", "/")) else name
+
+
+# A Hub model id as huggingface_hub's validate_repo_id takes it: NAME or NAMESPACE/NAME, each of letters, digits,
+# '-', '_' and '.', starting and ending with a letter or digit, at most 96 characters; no '--' or '..'.
+HUB_ID = re.compile(r"(?:\b[\w.-]{1,96}\b/)?\b[\w.-]{1,96}\b")
+
+
+def model_problem(name: str) -> str | None:
+    """What is wrong with `--model NAME` as far as this machine can tell, without the network: a local folder must
+    hold a model (its config.json), a path must exist, and anything else must be shaped like a Hub id. None if
+    nothing is."""
+    if name in MINILM_ALIASES:
+        return None
+    path = os.path.expanduser(name)
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            return (f"--model {name}: the folder has no config.json; give a folder that save_pretrained wrote "
+                    "(a model and its tokenizer), or a Hub model id")
+        return None
+    if os.path.exists(path):
+        return f"--model {name} is a file; give a model folder or a Hub model id"
+    if name.startswith(("~", ".", "/")) or name.count("/") > 1 or "\\" in name:
+        return (f"--model {name}: no such folder; give a folder that save_pretrained wrote, or a Hub model id "
+                "(NAME or ORG/NAME)")
+    if not HUB_ID.fullmatch(name) or "--" in name or ".." in name or name.endswith(".git"):
+        return (f"--model {name!r} is neither a local folder nor a Hub model id (NAME or ORG/NAME: letters, "
+                "digits, '-', '_' and '.', at most 96 each)")
+    return None
 
 
 def _one_line(e: BaseException) -> str:

@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import shutil
 import sys
 import zipfile
@@ -162,6 +163,8 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--epochs", "0", "--replicas", "0"], "--replicas"),
     (["--region", "us-centrall1"], "did you mean us-central1"),
     (["--train-file", "/no/such.csv", "--task", "csv"], "no such file"),
+    (["--model", "./no-such-model"], "--model ./no-such-model: no such folder"),
+    (["--model", "bad model id!!"], "is neither a local folder nor a Hub model id"),
     (["--timeout", "forever"], "--timeout"),
     (["--timeout", "90"], "--timeout needs a positive duration with a unit, like 30m, 6h or 2d (got '90')"),
     (["--gpu", "H100"], "a3-highgpu-1g (1 x NVIDIA_H100_80GB on a3-highgpu-1g) is not sold on demand"),
@@ -181,6 +184,15 @@ def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, 
     r = run_cli(capsys, "train", "--detach", *args)
     assert r.code == 2, r.err
     assert needle in r.err and "Traceback" not in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_a_model_folder_without_a_model_uploads_nothing_and_creates_nothing(capsys, cloud_env, tmp_path):
+    # It was uploaded (the hash of no content) and the job failed in the container.
+    gcs, vertex = cloud_env
+    (tmp_path / "empty").mkdir()
+    r = run_cli(capsys, "train", "--detach", "--task", "imdb", "--model", str(tmp_path / "empty"))
+    assert r.code == 2 and "the folder has no config.json" in r.err and "Traceback" not in r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
@@ -334,11 +346,13 @@ def test_an_unwritable_state_folder_is_found_before_any_upload(capsys, cloud_env
 
 # --- --smoke: the job's own start, here, before paying ------------------------------------------------------
 
-def test_smoke_runs_the_jobs_start_here_and_sends_nothing(capsys, cloud_env, tmp_path, tiny_model):
+def test_smoke_runs_the_jobs_start_here_and_sends_nothing(capsys, cloud_env, tmp_path, tiny_model, monkeypatch):
     gcs, vertex = cloud_env
-    train = write_csv(tmp_path / "train.csv", ["text", "label"], [("good film", "pos"), ("bad film", "neg")] * 60)
-    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
-                "--gpu", "L4", "--smoke")
+    write_csv(tmp_path / "train.csv", ["text", "label"], [("good film", "pos"), ("bad film", "neg")] * 60)
+    # Relative paths, as in the help's example: the smoke runs in a folder of its own, and once read them there.
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", "./train.csv",
+                "--model", os.path.relpath(tiny_model, tmp_path), "--gpu", "L4", "--smoke")
     assert r.code == 0, r.err
     assert "smoke run passed" in r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
