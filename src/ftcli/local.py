@@ -115,7 +115,8 @@ def _claim(base: str, cfg) -> bool:
         storage.clean_stale_staging(Path(base), r"\.model")  # a crashed export's staging
         checkpoint.clean_stale(root)
     try:
-        return checkpoint.claim(root, checkpoint.run_fingerprint(cfg))
+        return checkpoint.claim(root, checkpoint.run_fingerprint(cfg), storage.join(base, "model"),
+                                storage.join(base, "logs", "metrics.jsonl"))
     except checkpoint.RunMismatch as e:
         raise UsageError(e.detail,
                          hint="start fresh with a new --output-dir, or --restart to set the earlier run's model, "
@@ -123,8 +124,9 @@ def _claim(base: str, cfg) -> bool:
 
 
 def _unclaim(base: str) -> None:
-    """A run that failed before its first checkpoint leaves no folder behind just for its fingerprint (and its W&B
-    run id), nor for logs that hold no line."""
+    """A run that failed before its first checkpoint and logged nothing leaves no folder behind just for its
+    fingerprint (and its W&B run id), nor for empty logs. One that logged keeps its logs and its fingerprint: the
+    same command goes on in that folder, another run is refused there."""
     from ftcli_trainer import checkpoint, storage
 
     if storage.is_gcs(base):
@@ -132,13 +134,14 @@ def _unclaim(base: str) -> None:
     ckpt = Path(base) / "checkpoints"
     if any(ckpt.glob("step-*")):
         return
-    for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID):
-        (ckpt / name).unlink(missing_ok=True)
     logs = Path(base) / "logs"
     metrics = logs / "metrics.jsonl"
-    if not metrics.exists() or metrics.stat().st_size == 0:  # nothing logged: its TensorBoard files hold nothing
-        for f in [metrics, *logs.glob("events.out.tfevents.*")]:
-            f.unlink(missing_ok=True)
+    if metrics.exists() and metrics.stat().st_size > 0:
+        return  # what it logged stays, and so does the fingerprint that says whose it is
+    for f in [metrics, *logs.glob("events.out.tfevents.*")]:  # nothing logged: its TensorBoard files hold nothing
+        f.unlink(missing_ok=True)
+    for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID):
+        (ckpt / name).unlink(missing_ok=True)
     for folder in (ckpt, logs, Path(base)):
         try:
             folder.rmdir()  # only when empty: anything else in there stays

@@ -187,6 +187,29 @@ def run_fingerprint(cfg) -> dict:
     return fp
 
 
+def _holds_something(path: str) -> bool:
+    """A local file with content, or a folder with anything in it (gs:// outputs are a job's own: not looked at)."""
+    if storage.is_gcs(path):
+        return False
+    p = Path(path)
+    try:
+        return any(p.iterdir()) if p.is_dir() else p.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def foreign_model_dir(model_dir: str) -> str | None:
+    """A local model folder that is there but is not a complete ftcli export (it has no _COMPLETE): the run's
+    export must never replace it. Say why, or None."""
+    if storage.is_gcs(model_dir):
+        return None
+    p = Path(model_dir)
+    if not p.exists() or (p.is_dir() and (not any(p.iterdir()) or (p / storage.COMPLETE_MARKER).is_file())):
+        return None
+    return (f"{model_dir} is there and is not a model this trainer exported (it has no {storage.COMPLETE_MARKER}): "
+            "the export would replace it")
+
+
 def _read_fingerprint(root: str) -> dict | None:
     import json
 
@@ -210,23 +233,35 @@ def _differ(keys: list[str], most: int = 5) -> str:
     return f"{', '.join(names[:-1])} and {names[-1]} differ"
 
 
-def claim(root: str, fingerprint: dict) -> bool:
+def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: str | None = None) -> bool:
     """Make `root` this run's checkpoint folder, or refuse: checkpoints of another run (other data, labels,
     model or options that change the math) are never resumed. Call once, on the main process, before
-    training; a folder with no checkpoints is simply taken. Return whether the fingerprint was written now."""
+    training. A folder with no checkpoints is taken unless the run's local `model_dir` or `metrics` (its
+    metrics.jsonl) hold something that is not known to be this run's: its model would be replaced and its metrics
+    mixed with this run's. A model folder that ftcli did not export is refused whatever the checkpoints say.
+    Return whether the fingerprint was written now."""
     import json
+
+    if model_dir and (why := foreign_model_dir(model_dir)):
+        raise RunMismatch(why)
 
     has_checkpoints = bool(_list(root))
     found = _read_fingerprint(root)
+    differ = [k for k in sorted(set(found or {}) | set(fingerprint)) if (found or {}).get(k) != fingerprint.get(k)]
     if has_checkpoints:
         if found is None:
             raise RunMismatch(f"{root} holds checkpoints that do not say which run they belong to")
-        differ = [k for k in sorted(set(found) | set(fingerprint)) if found.get(k) != fingerprint.get(k)]
         if not differ:
             return False
         raise RunMismatch(f"{root} holds checkpoints of a different run ({_differ(differ)}): resuming them "
                           f"would mix two runs")
     if found == fingerprint:
         return False
+    held = [path for path in (model_dir, metrics) if path and _holds_something(path)]
+    if held:
+        whose = (f"a different run's ({_differ(differ)})" if found else
+                 "an earlier run's, and no checkpoints say which run it was,")
+        raise RunMismatch(f"{' and '.join(held)} hold{'s' if len(held) == 1 else ''} {whose} output: this run would "
+                          "replace or mix with it")
     storage.write_text(storage.join(root, FINGERPRINT), json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
     return True

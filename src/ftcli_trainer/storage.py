@@ -303,11 +303,22 @@ def publish_dir(staged: Path, target: str) -> None:
     dest = Path(target)
     (staged / COMPLETE_MARKER).touch()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    old = dest.with_name(dest.name + ".old")
-    if dest.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        dest.rename(old)
+    if not dest.exists():
+        staged.rename(dest)
+        return
+    # Only an earlier export of this trainer (it has the marker), or an empty folder, is replaced; it goes into
+    # a staging folder of its own first (a crash leaves it where the next start cleans it up), never a fixed
+    # name that could be someone's.
+    if not dest.is_dir() or (any(dest.iterdir()) and not (dest / COMPLETE_MARKER).is_file()):
+        import datetime as dt
+
+        from ftcli_trainer.errors import TrainerError
+
+        beside = dest.with_name(f"{dest.name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}")
+        staged.rename(beside)
+        raise TrainerError(f"{dest} is there and is not a model this trainer exported: it is left as it is, and "
+                           f"the new model is in {beside}")
+    aside = staging_dir(dest.parent, dest.name)
+    dest.rename(aside / dest.name)
     staged.rename(dest)
-    if old.exists():
-        shutil.rmtree(old)
+    shutil.rmtree(aside)

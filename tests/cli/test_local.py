@@ -110,6 +110,42 @@ def test_same_run_again_resumes(tmp_path, tiny_model, sentiment_csv):
     assert "resuming from" in r.stdout
 
 
+def test_a_model_folder_ftcli_did_not_write_is_never_replaced(tmp_path, tiny_model, sentiment_csv):
+    # The export renamed an existing model/ to model.old and deleted it (and any model.old before it).
+    train, _ = sentiment_csv
+    mine = tmp_path / "run" / "model"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("my notes")
+    (tmp_path / "run" / "model.old").mkdir()
+    (tmp_path / "run" / "model.old" / "keep.txt").write_text("keep")
+    before = tree(tmp_path / "run")
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 2 and "is not a model this trainer exported" in r.stderr and "Traceback" not in r.stderr
+    assert "running:" not in r.stderr and tree(tmp_path / "run") == before
+
+    r = _tiny_run(tmp_path, tiny_model, train, "--restart")  # sets it aside, deletes nothing
+    assert r.returncode == 0, r.stderr
+    (aside,) = (tmp_path / "run").glob("previous-*")
+    assert (aside / "model" / "notes.txt").read_text() == "my notes"
+    assert (tmp_path / "run" / "model.old" / "keep.txt").read_text() == "keep"
+    assert (tmp_path / "run" / "model" / "_COMPLETE").is_file()
+
+
+def test_without_its_checkpoints_an_earlier_run_is_not_replaced_by_another(tmp_path, tiny_model, sentiment_csv):
+    # Only the checkpoints' fingerprint said which run a folder held: with them deleted (to free the disk, say),
+    # a run with other options replaced the model and appended its lines to the other run's metrics.jsonl.
+    import shutil
+
+    train, _ = sentiment_csv
+    assert _tiny_run(tmp_path, tiny_model, train).returncode == 0
+    shutil.rmtree(tmp_path / "run" / "checkpoints")
+    before = tree(tmp_path / "run")
+    r = _tiny_run(tmp_path, tiny_model, train, "--seed", "3")
+    assert r.returncode == 2, r.stderr
+    assert "an earlier run's" in r.stderr and "--restart" in r.stderr and "Traceback" not in r.stderr
+    assert tree(tmp_path / "run") == before
+
+
 def test_output_dir_that_is_a_file_fails_before_the_trainer_starts(tmp_path):
     (tmp_path / "run").write_text("my file")
     r = ftcli("local", "--output-dir", str(tmp_path / "run"), cwd=tmp_path)

@@ -82,3 +82,33 @@ def test_a_folder_without_checkpoints_is_taken_whatever_its_old_fingerprint(root
     checkpoint.claim(root, {"train_data": "sha256:bb"})
     fake_checkpoint(root, 1)
     checkpoint.claim(root, {"train_data": "sha256:bb"})
+
+
+def test_without_checkpoints_a_folder_whose_outputs_are_not_this_runs_is_refused(tmp_path):
+    root, model, metrics = (str(tmp_path / d) for d in ("checkpoints", "model", "logs/metrics.jsonl"))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.jsonl").write_text("")  # empty: nothing of anyone's
+    (tmp_path / "model").mkdir()  # empty too
+    checkpoint.claim(root, {"seed": 1}, model, metrics)
+    (tmp_path / "logs" / "metrics.jsonl").write_text('{"step": 1}\n')  # run 1 logged, then failed
+    checkpoint.claim(root, {"seed": 1}, model, metrics)  # the same run goes on in its folder
+    with pytest.raises(checkpoint.RunMismatch, match=r"metrics.jsonl holds a different run's \(seed differs\) "
+                                                     r"output: this run would replace or mix with it"):
+        checkpoint.claim(root, {"seed": 2}, model, metrics)
+    (tmp_path / "checkpoints" / checkpoint.FINGERPRINT).unlink()  # the checkpoints folder deleted
+    with pytest.raises(checkpoint.RunMismatch, match="an earlier run's, and no checkpoints say which run it was"):
+        checkpoint.claim(root, {"seed": 1}, model, metrics)
+    assert (tmp_path / "logs" / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert checkpoint.claim(root, {"seed": 1})  # no outputs named: taken, as before
+
+
+def test_a_model_folder_the_trainer_did_not_export_is_refused_whatever_the_checkpoints(tmp_path):
+    root, model = str(tmp_path / "checkpoints"), str(tmp_path / "model")
+    checkpoint.claim(root, {"seed": 1}, model)
+    fake_checkpoint(root, 5)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "notes.txt").write_text("mine")
+    with pytest.raises(checkpoint.RunMismatch, match="is not a model this trainer exported"):
+        checkpoint.claim(root, {"seed": 1}, model)
+    (tmp_path / "model" / storage.COMPLETE_MARKER).touch()  # an earlier export of this run: replaced at the end
+    assert checkpoint.claim(root, {"seed": 1}, model) is False

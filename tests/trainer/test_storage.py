@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from ftcli_trainer import storage
+from ftcli_trainer.errors import TrainerError
 from ftcli_trainer.storage import COMPLETE_MARKER, UnsafeObjectName, relative_object_path
 
 
@@ -196,3 +197,28 @@ def test_disk_full_while_exporting_is_one_line_and_leaves_nothing(tmp_path, tiny
     assert r.returncode == 3, r.stdout + r.stderr
     assert r.stdout.startswith("no space left on the device while writing the model to")
     assert "Traceback" not in r.stderr
+
+
+def test_a_local_publish_replaces_only_an_earlier_export_and_never_a_fixed_sibling_name(tmp_path):
+    # The old export went to model.old, deleting whatever was there; a folder that was not an export was replaced.
+    def staged(text: str):
+        folder = storage.staging_dir(tmp_path, "model")
+        (folder / "config.json").write_text(text)
+        return folder
+
+    (tmp_path / "model.old").mkdir()
+    (tmp_path / "model.old" / "keep.txt").write_text("keep")
+    storage.publish_dir(staged("1"), str(tmp_path / "model"))
+    storage.publish_dir(staged("2"), str(tmp_path / "model"))  # a re-export of the same run
+    assert (tmp_path / "model" / "config.json").read_text() == "2"
+    assert (tmp_path / "model" / COMPLETE_MARKER).is_file()
+    assert (tmp_path / "model.old" / "keep.txt").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "model.old"]  # no staging left
+
+    (tmp_path / "model" / COMPLETE_MARKER).unlink()  # now it is not an export
+    with pytest.raises(TrainerError, match="is not a model this trainer exported: it is left as it is, and the "
+                                           "new model is in .*model-2"):
+        storage.publish_dir(staged("3"), str(tmp_path / "model"))
+    assert (tmp_path / "model" / "config.json").read_text() == "2"
+    (beside,) = tmp_path.glob("model-2*")
+    assert (beside / "config.json").read_text() == "3" and (beside / COMPLETE_MARKER).is_file()
