@@ -157,6 +157,7 @@ class RunStats:
     samples: int = 0
     real_tokens: int = 0
     padded_tokens: int = 0
+    pad_known: bool = True  # False: resumed from a checkpoint that did not keep padded_tokens
     train_seconds: float = 0.0
     history: list[dict] = field(default_factory=list)
 
@@ -358,6 +359,9 @@ class Trainer:
                                "that folder, or give another --output-dir")
         self.stats.samples = int(state["samples"])
         self.stats.real_tokens = int(state["real_tokens"])
+        # A checkpoint written before it was kept leaves the run's pad fraction unknown (left out, not made up).
+        self.stats.padded_tokens = int(state.get("padded_tokens", 0))
+        self.stats.pad_known = "padded_tokens" in state
         self.stats.train_seconds = float(state["train_seconds"])
         self._loss_total = float(state["loss_total"])
         self._loss_count = int(state["loss_count"])
@@ -383,6 +387,7 @@ class Trainer:
             "epoch": self.epoch,
             "samples": self.stats.samples,
             "real_tokens": self.stats.real_tokens,
+            "padded_tokens": self.stats.padded_tokens,
             "train_seconds": self.stats.train_seconds,
             "loss_total": self._loss_total + float(self._loss_acc.item()),
             "loss_count": self._loss_count + self._loss_acc_n,
@@ -643,8 +648,9 @@ class Trainer:
             "train_samples_per_second": self.stats.samples / secs if secs else 0.0,
             "train_steps_per_second": self.global_step / secs if secs else 0.0,
             "train_tokens_per_second": self.stats.real_tokens / secs if secs else 0.0,
-            "train_pad_fraction": 1 - self.stats.real_tokens / max(1, self.stats.padded_tokens),
         }
+        if self.stats.pad_known:
+            summary["train_pad_fraction"] = 1 - self.stats.real_tokens / max(1, self.stats.padded_tokens)
         if self.gpu_warmup:
             summary["gpu_warmup"] = dict(self.gpu_warmup)
         summary["cuda_graphs"] = (self.static_steps.report() if self.static_steps is not None

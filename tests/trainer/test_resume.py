@@ -61,6 +61,8 @@ def test_sigterm_then_restart_matches_an_uninterrupted_run(tmp_path, tiny_model,
     assert mb["eval_accuracy"] == ma["eval_accuracy"]
     assert mb["eval_loss"] == pytest.approx(ma["eval_loss"], rel=1e-5)
     assert mb["train_loss"] == pytest.approx(ma["train_loss"], rel=1e-5)
+    # padded_tokens was not in the checkpoint: a resumed run's pad fraction came out wrong, even negative
+    assert 0 < mb["train_pad_fraction"] == pytest.approx(ma["train_pad_fraction"])
 
 
 def test_another_runs_checkpoints_in_the_output_folder_are_refused_untouched(tmp_path, tiny_model, sentiment_csv):
