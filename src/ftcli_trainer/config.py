@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -293,6 +294,11 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         label_column=task.label_column,
     )
     cfg.update(given)
+    for name in ("output_dir", "train_file", "eval_file"):
+        # `--output-dir=~/x` reaches here unexpanded (a shell expands ~ only at a word's start): one meaning
+        # everywhere, not a check of $HOME/x and a write to ./~/x
+        if isinstance(cfg[name], str) and cfg[name].startswith("~"):
+            cfg[name] = os.path.expanduser(cfg[name])
     labels_raw = cfg.pop("label_names")
     cfg["label_names"] = tuple(x.strip() for x in labels_raw.split(",") if x.strip()) if labels_raw else ()
 

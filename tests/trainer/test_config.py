@@ -127,3 +127,11 @@ def test_regression_excludes_classes():
     assert got == ["--label-names names classes; a --regression target has none"]
     assert any("--regression is for csv/jsonl data" in p for p in problems(["--regression"]))
     assert parse_args(["--task", "jsonl", "--train-file", "a.jsonl", "--regression"]).regression
+
+
+def test_a_tilde_the_shell_left_is_expanded_everywhere(tmp_path, monkeypatch):
+    # `--output-dir=~/x` (no shell expands ~ after '='): checked as $HOME/x, then written to ./~/x
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "train.csv").write_text("text,label\na,b\n")
+    cfg = parse_args(["--task", "csv", "--train-file=~/train.csv", "--output-dir=~/out"])
+    assert cfg.output_dir == str(tmp_path / "out") and cfg.train_file == str(tmp_path / "train.csv")
