@@ -27,7 +27,7 @@ from ftcli_trainer.errors import DataError
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task, bundled_sample_file
 
 TRUE_VALUES = {"1", "1.0", "true", "yes"}
-FALSE_VALUES = {"0", "0.0", "false", "no", ""}
+FALSE_VALUES = {"0", "0.0", "false", "no"}
 NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 # The whole file is in memory already: a long text (a 5 MB review) in one CSV field is valid data.
 CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
@@ -241,6 +241,11 @@ def _label_value(value, where: str, col: str):
         raise DataError(f"{where}: no {col!r} (every example needs a label; --label-column picks the field)")
     if isinstance(value, str) and not value.strip():
         raise DataError(f"{where}: empty label in column {col!r}; fill it in or remove the row")
+    if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, str)
+                                                                   and value.strip().lower() == "nan"):
+        # JSON's NaN, a spreadsheet's export of an empty cell: a missing label, not a class named "nan"
+        raise DataError(f"{where}: label {value!r} in column {col!r} is a missing value; fill it in or remove "
+                        "the row")
     if not isinstance(value, (str, int, float, bool)):
         raise DataError(f"{where}: label {value!r} is not a name, a number or a list of names")
     return value
@@ -282,7 +287,9 @@ def _target(value, where: str, col: str) -> float:
                     f"number per row (drop --regression to learn classes)")
 
 
-def _single_label_ids(values: list, names: list[str], wheres: list[str]) -> np.ndarray:
+def _single_label_ids(values: list, names: list[str], wheres: list[str], ids_ok: bool = True) -> np.ndarray:
+    """Class ids of `values`. With `ids_ok` (the names were given: --label-names or the task's own), a whole number
+    that is no class name is an id; names read off the training data give no id order to map numbers onto."""
     index: dict[str, int] = {}
     for i, n in enumerate(names):
         index.setdefault(label_key(n)[1], i)
@@ -294,9 +301,14 @@ def _single_label_ids(values: list, names: list[str], wheres: list[str]) -> np.n
             ids[i] = index[key]
             continue
         # With named classes, a whole number is an id (Hub datasets store labels as ids).
-        if kind == "number" and not names_numeric and key.lstrip("-").isdigit() and 0 <= int(key) < len(names):
+        if (ids_ok and kind == "number" and not names_numeric and key.lstrip("-").isdigit()
+                and 0 <= int(key) < len(names)):
             ids[i] = int(key)
             continue
+        if kind == "number" and not names_numeric:
+            raise DataError(f"{wheres[i]}: label {key!r} is a number, but the training data's labels are names "
+                            f"({', '.join(names)}); write the names here too, or pass --label-names in id order "
+                            "(numbers are then ids)")
         raise DataError(f"{wheres[i]}: label {key!r} is not in the label set ({', '.join(names)}); fix the row "
                         f"or pass --label-names with every label")
     return ids
@@ -362,6 +374,9 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
                 key = str(v).strip().lower() if v is not None else ""
                 if key in TRUE_VALUES:
                     labels[i, j] = 1.0
+                elif not key or key == "nan":
+                    raise DataError(f"{wheres[i]}: no value in label column {c!r}; multi-label columns need a 0 or "
+                                    f"1 in every row (fill it in, or remove the row)")
                 elif key not in FALSE_VALUES:
                     raise DataError(f"{wheres[i]}: label column {c!r} holds {v!r}; multi-label columns "
                                     f"must be 0 or 1")
@@ -381,7 +396,8 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
                         f"one label per example")
     values = [_label_value(v, wheres[i], col) for i, v in enumerate(values)]
     names = label_names or infer_label_names(values, [_pos(rows, i) for i in range(len(rows))], shown)
-    return Examples(texts, pairs, _single_label_ids(values, names, wheres)), names
+    ids_ok = bool(cfg.label_names or TASKS[cfg.task].labels)
+    return Examples(texts, pairs, _single_label_ids(values, names, wheres, ids_ok)), names
 
 
 # ----------------------------------------------------------------------------------------------

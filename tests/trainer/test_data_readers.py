@@ -97,6 +97,43 @@ def test_empty_csv_label_is_an_error(tmp_path):
     assert "row 2: empty label in column 'label'" in error_of("--task", "csv", "--train-file", str(path))
 
 
+def test_a_nan_label_is_missing_not_a_class(tmp_path):
+    # JSON's NaN became a class named "nan" (and a CSV's "NaN" one named "NaN")
+    rows = [{"text": f"t{i}", "label": ["neg", "pos"][i % 2]} for i in range(10)]
+    rows[5]["label"] = float("nan")
+    path = jsonl(tmp_path / "t.jsonl", rows)
+    assert "line 6: label nan in column 'label' is a missing value" in error_of(
+        "--task", "jsonl", "--train-file", str(path))
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "pos"), ("b", "NaN"), ("c", "neg")] * 3)
+    assert "row 2: label 'NaN' in column 'label' is a missing value" in error_of(
+        "--task", "csv", "--train-file", str(path))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_blank_multi_label_value_is_an_error_not_a_0(tmp_path, fmt):
+    rows = [(f"t{i}", i % 2, int(i % 3 == 0)) for i in range(12)]
+    rows[3] = ("t3", "", 1)
+    if fmt == "csv":
+        path = write_csv(tmp_path / "t.csv", ["text", "toxic", "insult"], rows)
+    else:
+        path = jsonl(tmp_path / "t.jsonl", [{"text": t, "toxic": None if a == "" else a, "insult": b}
+                                             for t, a, b in rows])
+    msg = error_of("--task", fmt, "--train-file", str(path), "--label-columns", "toxic,insult")
+    assert f"{'row' if fmt == 'csv' else 'line'} 4: no value in label column 'toxic'" in msg and "0 or 1" in msg
+
+
+def test_numbers_in_the_eval_file_are_not_mapped_onto_the_training_files_names(tmp_path):
+    # They were taken as ids in the names' alphabetical order, which the user never chose ("1" = neg would be
+    # scored as pos without a word).
+    train = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "neg"), ("b", "pos")] * 5)
+    ev = write_csv(tmp_path / "e.csv", ["text", "label"], [("c", "0"), ("d", "1")])
+    msg = error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev))
+    assert "row 1: label '0' is a number, but the training data's labels are names (neg, pos)" in msg
+    assert "--label-names" in msg
+    data = load("--task", "csv", "--train-file", str(train), "--eval-file", str(ev), "--label-names", "neg,pos")
+    assert data.evals["eval"].labels.tolist() == [0, 1]  # with the names given in id order, numbers are ids
+
+
 def test_corrupt_gzip_is_one_line(tmp_path):
     path = tmp_path / "t.csv.gz"
     path.write_bytes(b"this is not gzip at all")
