@@ -54,6 +54,23 @@ def model_problem(name: str) -> str | None:
     return None
 
 
+def max_length_problem(model, tokenizer, max_length: int, name: str) -> str | None:
+    """A --max-length longer than the model's learned positions fails at the first long batch, mid-training, in a
+    tensor shape error: say it before. RoBERTa-like models keep two positions for padding, which their tokenizer's
+    model_max_length leaves out; models with relative positions only (DeBERTa-v2) have no such limit."""
+    config = model.config
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or not getattr(config, "position_biased_input", True):
+        return None
+    limit = positions
+    told = getattr(tokenizer, "model_max_length", None)
+    if isinstance(told, int) and positions - 2 <= told < positions:
+        limit = told
+    if max_length <= limit:
+        return None
+    return f"--max-length {max_length} is longer than {name} takes ({limit} tokens): give --max-length {limit} or less"
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else type(e).__name__

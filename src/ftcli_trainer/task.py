@@ -144,6 +144,7 @@ def run(cfg: TrainConfig) -> dict:
         attention_in_use,
         load_model,
         load_tokenizer,
+        max_length_problem,
         restore_attention,
         use_fast_attention_dropout,
         use_fast_dropout,
@@ -158,12 +159,15 @@ def run(cfg: TrainConfig) -> dict:
         # are refused in one line before any work, never silently resumed.
         from ftcli_trainer import checkpoint
 
-        checkpoint.claim(paths.checkpoint_dir, checkpoint.run_fingerprint(cfg))
+        checkpoint.claim(paths.checkpoint_dir, checkpoint.run_fingerprint(cfg), paths.model_dir,
+                         storage.join(paths.logs_dir, "metrics.jsonl"))
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
+    if problem := max_length_problem(model, tokenizer, cfg.max_length, cfg.model):
+        raise TrainerError(problem)
     varlen_left_off = ""
     if cfg.varlen_attention:  # before the warm-up, which then warms the flash kernels up
         varlen_left_off = use_varlen_attention(model, device, precision)

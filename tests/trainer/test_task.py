@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from ftcli_trainer.errors import TrainerError  # noqa: E402
 from ftcli_trainer.task import main  # noqa: E402
 from tests.conftest import shared_data, write_csv  # noqa: E402
 
@@ -156,3 +157,14 @@ def test_setup_device_on_a_faked_gpu(monkeypatch, name, capability, expected):
         assert _setup_device(parse_args(["--precision", "bf16"]))[1] == "bf16"  # emulated on a T4, but asked for
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def test_a_max_length_past_the_models_positions_stops_before_training(tmp_path, tiny_model, capsys):
+    # It failed at the first long batch, mid-training, with a tensor-shape traceback.
+    train = write_csv(tmp_path / "t.csv", ["text", "label"], [("good " * 300, "pos"), ("bad " * 300, "neg")] * 4)
+    argv = ["--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--batch-size", "2"]
+    assert main([*argv, "--max-length", "200", "--output-dir", str(tmp_path / "o")]) == TrainerError.exit_code
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"error: --max-length 200 is longer than {tiny_model} takes (128 tokens): give "
+                        "--max-length 128 or less") and "Traceback" not in err
+    assert main([*argv, "--max-length", "128", "--output-dir", str(tmp_path / "o2")]) == 0
