@@ -61,10 +61,22 @@ def _file_kind(path: Path) -> str:
     return "something else"
 
 
-def save_config_file(values: dict[str, str]) -> Path:
-    import tomli_w
+def save_config_file(values: dict[str, str | None]) -> Path:
+    """Set (or, with None, remove) these keys in the config file and keep everything else in it as it was: its
+    comments, its order, keys and tables of its own (tomlkit edits the document rather than rewriting it)."""
+    import tomlkit
 
     path = config_path()
+    load_config_file()  # a file that is not there, not a file or not TOML is said as the commands say it
+    try:
+        doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+    except OSError:
+        doc = tomlkit.document()
+    for key, value in values.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as e:
@@ -75,7 +87,7 @@ def save_config_file(values: dict[str, str]) -> Path:
     # the old one: a full disk or a crash leaves the old config as it was, and no temporary file behind.
     import tempfile
 
-    data = tomli_w.dumps(dict(sorted(values.items()))).encode("utf-8")
+    data = tomlkit.dumps(doc).encode("utf-8")
     tmp = None
     try:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -186,9 +198,8 @@ def problems_of(values: dict[str, Value], need_bucket: bool = True) -> list[str]
     if not project.value:
         problems.append("no Google Cloud project: pass --project ID, set FTCLI_PROJECT, or run "
                         "`ftcli config set project ID`")
-    elif not PROJECT_RE.match(project.value):
-        problems.append(f"{project.where}: {project.value!r} is not a valid project id (6-30 lowercase letters, "
-                        "digits, '-')")
+    elif (p := check_project(project.value, project.where)) is not None:
+        problems.append(p)
     if (p := check_region(region.value or "", region.where)) is not None:
         problems.append(p)
     if not bucket.value:
@@ -197,9 +208,8 @@ def problems_of(values: dict[str, Value], need_bucket: bool = True) -> list[str]
                             "`ftcli config set bucket gs://BUCKET`")
     elif (p := check_bucket(bucket.value, bucket.where)) is not None:
         problems.append(p)
-    if sa.value and not SA_RE.match(sa.value):
-        problems.append(f"{sa.where} must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), "
-                        f"got {sa.value!r}")
+    if sa.value and (p := check_service_account(sa.value, sa.where)) is not None:
+        problems.append(p)
     return problems
 
 
@@ -220,6 +230,18 @@ class Settings:
 
     def gcs_path(self, *parts: str) -> str:
         return "/".join([self.bucket, "ftcli", *parts])
+
+
+def check_project(value: str, where: str = "--project") -> str | None:
+    if not PROJECT_RE.match(value):
+        return f"{where}: {value!r} is not a valid project id (6-30 lowercase letters, digits, '-')"
+    return None
+
+
+def check_service_account(value: str, where: str = "--service-account") -> str | None:
+    if not SA_RE.match(value):
+        return f"{where} must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), got {value!r}"
+    return None
 
 
 def check_bucket(value: str, where: str = "--bucket") -> str | None:

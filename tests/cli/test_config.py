@@ -87,3 +87,35 @@ def test_a_bad_logs_interval_names_the_variable(capsys, monkeypatch):
     monkeypatch.setenv("FTCLI_PROJECT", "my-project")
     r = run_cli(capsys, "logs", "projects/my-project/locations/us-central1/customJobs/123456789")
     assert r.code == 2 and "FTCLI_LOGS_INTERVAL must be a positive number" in r.err and "'fast'" in r.err
+
+
+def test_set_keeps_the_files_comments_order_and_other_keys(capsys, isolated):
+    # The file was rewritten from the known keys alone: comments, a table of the user's, and types were lost.
+    (isolated / "config.toml").write_text('# my comment\nproject = "local-project"  # prod\nregion = "us-central1"\n\n'
+                        '[extra]\nfoo = 1\n')
+    assert run_cli(capsys, "config", "set", "region", "europe-west4").code == 0
+    assert (isolated / "config.toml").read_text() == ('# my comment\nproject = "local-project"  # prod\nregion = "europe-west4"\n\n'
+                                    '[extra]\nfoo = 1\n')
+    assert run_cli(capsys, "config", "unset", "project").code == 0
+    assert (isolated / "config.toml").read_text() == '# my comment\nregion = "europe-west4"\n\n[extra]\nfoo = 1\n'
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("project", "bad project!", "'bad project!' is not a valid project id"),
+    ("project", "", "'' is not a valid project id"),
+    ("service-account", "notanemail", "service-account must be a service account e-mail"),
+    ("region", "us-centrall1", "did you mean us-central1"),
+    ("bucket", "my-bucket", "must be a gs:// URI"),
+])
+def test_set_refuses_a_value_every_command_would_refuse(capsys, isolated, key, value, needle):
+    # A bad project or service account was saved, and then stopped every command, `jobs list` included.
+    (isolated / "config.toml").write_text('project = "good-project"\n')
+    r = run_cli(capsys, "config", "set", key, value)
+    assert r.code == 2 and needle in r.err and "Traceback" not in r.err
+    assert (isolated / "config.toml").read_text() == 'project = "good-project"\n'
+
+
+def test_set_says_when_a_variable_wins_over_the_file(capsys, isolated, monkeypatch):
+    monkeypatch.setenv("FTCLI_REGION", "asia-east1")
+    r = run_cli(capsys, "config", "set", "region", "europe-west4")
+    assert r.code == 0 and "FTCLI_REGION=asia-east1 is set, and wins over the config file" in r.err

@@ -3,6 +3,7 @@ value each one has now with where it comes from (flag, env, file, gcloud, defaul
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -38,16 +39,20 @@ def _row(v) -> dict:
 def set_(key: KeyArg, value: str) -> None:
     """Save a default. Example: ftcli config set bucket gs://my-bucket/ftcli"""
     from ftcli.output import out
-    from ftcli.settings import check_bucket, check_region, load_config_file, save_config_file
+    from ftcli import settings
+    from ftcli.output import note
 
     k = _key(key)
-    problem = check_bucket(value, key) if k == "bucket" else check_region(value, key) if k == "region" else None
-    if problem:
-        raise UsageError(problem)
-    values = load_config_file()
-    values[k] = value.rstrip("/") if k == "bucket" else value
-    path = save_config_file(values)
-    out().print(f"{key} = {values[k]}  ({path})", markup=False)
+    check = {"project": settings.check_project, "region": settings.check_region, "bucket": settings.check_bucket,
+             "service_account": settings.check_service_account}[k]
+    if problem := check(value, key):
+        raise UsageError(problem, hint=f"to forget the saved value: ftcli config unset {key}")
+    value = value.rstrip("/") if k == "bucket" else value
+    path = settings.save_config_file({k: value})
+    out().print(f"{key} = {value}  ({path})", markup=False)
+    env = f"FTCLI_{k.upper()}"
+    if os.environ.get(env):
+        note(f"{env}={os.environ[env]} is set, and wins over the config file while it is")
 
 
 @app.command("get")
@@ -108,8 +113,6 @@ def list_(
 @app.command("unset")
 def unset(key: KeyArg) -> None:
     """Forget a saved default."""
-    from ftcli.settings import load_config_file, save_config_file
+    from ftcli.settings import save_config_file
 
-    values = load_config_file()
-    values.pop(_key(key), None)
-    save_config_file(values)
+    save_config_file({_key(key): None})
