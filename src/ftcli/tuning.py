@@ -35,6 +35,20 @@ def default_metric(cfg) -> str:
     return f"eval_{keys[0]}" if keys else tune.default_metric(cfg.multi_label)
 
 
+def metric_names(cfg) -> list[str]:
+    """The eval metrics a trial reports, as metrics.json names them: the first eval set's `eval_KEY`, the others'
+    `eval_SET_KEY`. Files whose labels may turn out to be lists (JSON Lines) report either kind's."""
+    from ftcli_trainer.metrics import scalar_names
+    from ftcli_trainer.tasks import TASKS
+
+    task = TASKS[cfg.task]
+    regression = getattr(cfg, "regression", False)
+    keys = scalar_names(task.metrics, cfg.multi_label, regression)
+    if task.user_files and not cfg.multi_label and not regression:
+        keys = tuple(dict.fromkeys((*keys, *scalar_names((), True, False))))
+    return [f"eval_{k}" for k in keys] + [f"eval_{s}_{k}" for s in list(task.eval_splits)[1:] for k in keys]
+
+
 def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, trials: int, parallel: int,
          **train: Any) -> TuningSubmission:
     """Every problem at once, before anything is uploaded: the trial job's (as `ftcli train --dry-run` finds
@@ -60,9 +74,14 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
         problems.append(f"--metric {metric!r}: name one of metrics.json's eval_* keys, e.g. eval_accuracy")
     try:
         cfg, _ = validate(trainer)
-        chosen = metric or default_metric(cfg)
+        # (a --metric refused above is not handed to the trainer too, whose --hypertune-metric would say it again)
+        chosen = metric if metric and metric.startswith("eval_") else default_metric(cfg)
+        if metric is not None and metric.startswith("eval_") and metric not in (names := metric_names(cfg)):
+            # every trial would train to the end and report nothing the study can read
+            problems.append(f"--metric {metric!r} is not a metric this run reports; choose one of "
+                            f"{', '.join(names)}")
     except UsageError:
-        chosen = metric or "eval_accuracy"  # the trainer's own problems are reported by plan() below
+        chosen = metric if metric and metric.startswith("eval_") else "eval_accuracy"  # reported below
     try:
         sub = submit.plan(trainer={**trainer, "hypertune_metric": chosen}, **train)
     except UsageError as e:

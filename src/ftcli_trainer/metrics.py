@@ -127,6 +127,15 @@ SHOWN = {"accuracy": "accuracy", "macro_f1": "macro-F1", "micro_f1": "micro-F1",
          "loss": "loss"}
 
 
+def scalar_names(task_metrics: tuple[str, ...], multi_label: bool, regression: bool) -> tuple[str, ...]:
+    """Every single number an evaluation reports (metrics.json's keys without `eval_`), for a metric to tune."""
+    if regression:
+        return ("pearson", "spearmanr", "mse", "loss")
+    if multi_label:
+        return ("micro_f1", "macro_f1", "micro_precision", "micro_recall", "subset_accuracy", "loss")
+    return (*dict.fromkeys((*task_metrics, "accuracy", "macro_f1")), "loss")
+
+
 def headline(task_metrics: tuple[str, ...], multi_label: bool, regression: bool) -> tuple[str, ...]:
     """The metrics a log line shows and a report plots, most important first: the task's own (GLUE's), then
     what every run of its kind has."""

@@ -90,6 +90,12 @@ def test_the_task_decides_the_default_metric(capsys, monkeypatch, tmp_path):
     r = run_cli(capsys, "tune", "--task", "mnli", "--metric", "eval_loss", "--project", "my-project",
                 "--bucket", "gs://b-1/x", "--dry-run")
     assert json.loads(r.out)["studySpec"]["metrics"][0]["goal"] == "MINIMIZE"
+    r = run_cli(capsys, "tune", "--task", "mnli", "--metric", "eval_mismatched_accuracy", "--project",
+                "my-project", "--bucket", "gs://b-1/x", "--dry-run")  # the second eval set's
+    assert r.code == 0, r.err
+    r = run_cli(capsys, "tune", "--task", "stsb", "--metric", "eval_accuracy", "--project", "my-project",
+                "--bucket", "gs://b-1/x", "--dry-run")  # a regression has no accuracy
+    assert r.code == 2 and "choose one of eval_pearson, eval_spearmanr, eval_mse, eval_loss" in r.err
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -98,6 +104,10 @@ def test_the_task_decides_the_default_metric(capsys, monkeypatch, tmp_path):
     (["--search", "warmup_ratio=uniform(0,2)"], "--search warmup_ratio reaches 2.0"),
     (["--trials", "2", "--parallel", "3"], "--parallel must be between 1 and --trials (2), got 3"),
     (["--metric", "accuracy"], "--metric 'accuracy': name one of metrics.json's eval_* keys"),
+    # every trial trained to the end and the study failed: metrics the run never reports
+    (["--metric", "eval_nope"], "--metric 'eval_nope' is not a metric this run reports; choose one of "
+     "eval_accuracy, eval_macro_f1, eval_loss"),
+    (["--metric", "eval_pearson"], "--metric 'eval_pearson' is not a metric this run reports"),
     (["--gpu", "T4x3"], "T4 comes in counts"),
 ])
 def test_bad_tuning_input_sends_nothing(capsys, cloud_env, args, needle):
