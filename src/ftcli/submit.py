@@ -40,6 +40,19 @@ LABEL_BAD = re.compile(r"[^a-z0-9_-]")
 DATA_OPTIONS = ("train_file", "eval_file")
 
 
+def gcs_file_problem(flag: str, uri: str) -> str | None:
+    """A gs:// data file must name a bucket and an object in it (whether it is there is asked at staging)."""
+    from ftcli.settings import BUCKET_NAME_RE
+    from ftcli_trainer.storage import split_gcs
+
+    bucket, name = split_gcs(uri)
+    if not BUCKET_NAME_RE.match(bucket) or ".." in bucket:
+        return f"{flag} {uri}: {bucket!r} is not a bucket name; give gs://BUCKET/PATH/FILE"
+    if not name or uri.endswith("/"):
+        return f"{flag} {uri} names no file; give gs://BUCKET/PATH/FILE (a CSV or JSON Lines file)"
+    return None
+
+
 def parse_duration(value: str, flag: str = "--timeout") -> int:
     """Seconds in `90m`, `24h`, `2d` or `3600s`: a bare number is refused (minutes? hours?)."""
     m = DURATION_RE.match(value.strip().lower())
@@ -198,7 +211,10 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     local_files: dict[str, Path] = {}
     for name in DATA_OPTIONS:
         value = trainer.get(name)
-        if value and not str(value).startswith("gs://"):
+        if value and str(value).startswith("gs://"):
+            if (p := gcs_file_problem(f"--{name.replace('_', '-')}", str(value))) is not None:
+                problems.append(p)
+        elif value:
             path = Path(value).expanduser()
             if not path.is_file():
                 problems.append(f"--{name.replace('_', '-')} {value}: no such file (give a local file or a gs:// URI)")
@@ -314,6 +330,11 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
         from ftcli.gcp.secrets import get_secrets
 
         get_secrets(sub.settings.project).check_exists(sub.secret)
+    for name in DATA_OPTIONS:  # read by the job: a missing one would fail it after its machines were paid for
+        value = sub.trainer.get(name)
+        if value and str(value).startswith("gs://") and not storage.exists(str(value)):
+            raise UsageError(f"--{name.replace('_', '-')} {value}: no such file in the bucket",
+                             hint=f"gcloud storage ls {value.rsplit('/', 1)[0]}/ lists what is there")
     sent = 0
     if not storage.exists(sub.package_uri):
         with tempfile.TemporaryDirectory(prefix="ftcli-pkg-") as tmp:

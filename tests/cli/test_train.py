@@ -164,6 +164,9 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--region", "us-centrall1"], "did you mean us-central1"),
     (["--train-file", "/no/such.csv", "--task", "csv"], "no such file"),
     (["--model", "./no-such-model"], "--model ./no-such-model: no such folder"),
+    (["--task", "csv", "--train-file", "gs://"], "'' is not a bucket name"),
+    (["--task", "csv", "--train-file", "gs://ftcli-test/data/"], "names no file"),
+    (["--task", "csv", "--train-file", "gs://ftcli-test"], "names no file"),
     (["--model", "bad model id!!"], "is neither a local folder nor a Hub model id"),
     (["--timeout", "forever"], "--timeout"),
     (["--timeout", "90"], "--timeout needs a positive duration with a unit, like 30m, 6h or 2d (got '90')"),
@@ -194,6 +197,15 @@ def test_a_model_folder_without_a_model_uploads_nothing_and_creates_nothing(caps
     r = run_cli(capsys, "train", "--detach", "--task", "imdb", "--model", str(tmp_path / "empty"))
     assert r.code == 2 and "the folder has no config.json" in r.err and "Traceback" not in r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_a_gs_data_file_that_is_not_there_creates_no_job(capsys, cloud_env):
+    # The job was created, and failed in its container with a 404.
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "train", "--detach", "--task", "csv", "--train-file", "gs://ftcli-test/data/missing.csv")
+    assert r.code == 2 and "--train-file gs://ftcli-test/data/missing.csv: no such file in the bucket" in r.err
+    assert "gcloud storage ls gs://ftcli-test/data/" in r.err and "Traceback" not in r.err
+    assert vertex.requests == [] and gcs.list("ftcli-test") == []
 
 
 def test_missing_bucket_is_caught_before_any_upload(capsys, cloud_env, monkeypatch):
