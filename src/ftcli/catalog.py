@@ -347,6 +347,18 @@ RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 RESERVATION_NAME = re.compile(r"projects/[^/]+/zones/[a-z]+-[a-z]+\d+-[a-z]/reservations/[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
+def reservation_region_problem(reservation: str | None, region: str) -> str | None:
+    """A reservation is zonal, and a zone's name is its region's and a letter (us-central1-b): a job can only take
+    one in a zone of its own region."""
+    if not reservation or not RESERVATION_NAME.fullmatch(reservation):
+        return None
+    zone = reservation.split("/")[3]
+    if zone.rsplit("-", 1)[0] == region:
+        return None
+    return (f"--reservation is in {zone}, outside the job's region {region}: give --region {zone.rsplit('-', 1)[0]}, "
+            "or a reservation in a zone of that region")
+
+
 def provisioning_problems(hw: Hardware, *, spot: bool, flex_start: bool, reservation: str | None,
                           timeout_s: int, reduction_server: int) -> list[str]:
     """What is wrong with how the machines are to be obtained (one line each, with the fix)."""
@@ -366,7 +378,8 @@ def provisioning_problems(hw: Hardware, *, spot: bool, flex_start: bool, reserva
                             "replicas run on n1-highcpu-16: drop --reduction-server or --flex-start")
     if reservation and reservation != "any" and not RESERVATION_NAME.fullmatch(reservation):
         problems.append(f"--reservation {reservation!r}: give the full name "
-                        "projects/PROJECT/zones/ZONE/reservations/NAME, or 'any' for any matching reservation")
+                        "projects/PROJECT/zones/ZONE/reservations/NAME (a Compute Engine name: lowercase letters, "
+                        "digits and '-'), or 'any' for any matching reservation")
     ways = NOT_ON_DEMAND.get(hw.machine_type)
     picked = [w for w, on in (("spot", spot), ("flex-start", flex_start), ("reservation", reservation)) if on]
     if ways and not any(w in ways for w in picked):

@@ -206,6 +206,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
                                                   timeout_s=timeout_s or 0, reduction_server=reduction_server)
         if settings is not None and (p := _region_problem(hardware, settings.region)):
             problems.append(p)
+        if settings is not None and (p := catalog.reservation_region_problem(reservation, settings.region)):
+            problems.append(p)
         image_uri, image_problems = _image_problems(image, hardware, notes)
         problems += image_problems
     local_files: dict[str, Path] = {}

@@ -164,6 +164,8 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--region", "us-centrall1"], "did you mean us-central1"),
     (["--train-file", "/no/such.csv", "--task", "csv"], "no such file"),
     (["--model", "./no-such-model"], "--model ./no-such-model: no such folder"),
+    (["--gpu", "H200", "--reservation", "projects/p/zones/europe-west4-b/reservations/my-res"],
+     "--reservation is in europe-west4-b, outside the job's region us-central1: give --region europe-west4"),
     (["--task", "csv", "--train-file", "gs://"], "'' is not a bucket name"),
     (["--task", "csv", "--train-file", "gs://ftcli-test/data/"], "names no file"),
     (["--task", "csv", "--train-file", "gs://ftcli-test"], "names no file"),
