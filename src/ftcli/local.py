@@ -91,10 +91,12 @@ def _set_aside(base: str) -> str | None:
     """--restart: move an earlier run's model/, checkpoints/ and logs/ into previous-TIME/ (nothing deleted)."""
     import datetime as dt
 
-    from ftcli_trainer import storage
+    from ftcli_trainer import checkpoint, storage
 
     if storage.is_gcs(base):
         raise UsageError("--restart works on local run folders; for gs:// give a new --output-dir")
+    if busy := checkpoint.in_use(str(Path(base) / "checkpoints")):
+        raise UsageError(busy)
     found = [Path(base) / d for d in ("model", "checkpoints", "logs") if (Path(base) / d).exists()]
     if not found:
         return None
@@ -114,6 +116,8 @@ def _claim(base: str, cfg) -> bool:
     if not storage.is_gcs(root):
         storage.clean_stale_staging(Path(base), r"\.model")  # a crashed export's staging
         checkpoint.clean_stale(root)
+    if busy := checkpoint.in_use(root):
+        raise UsageError(busy)
     try:
         return checkpoint.claim(root, checkpoint.run_fingerprint(cfg), storage.join(base, "model"),
                                 storage.join(base, "logs", "metrics.jsonl"))
@@ -140,7 +144,7 @@ def _unclaim(base: str) -> None:
         return  # what it logged stays, and so does the fingerprint that says whose it is
     for f in [metrics, *logs.glob("events.out.tfevents.*")]:  # nothing logged: its TensorBoard files hold nothing
         f.unlink(missing_ok=True)
-    for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID):
+    for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID, checkpoint.LOCK):
         (ckpt / name).unlink(missing_ok=True)
     for folder in (ckpt, logs, Path(base)):
         try:

@@ -8,6 +8,7 @@ loading never unpickles arbitrary objects. It counts only once its completion ma
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -231,6 +232,71 @@ def _differ(keys: list[str], most: int = 5) -> str:
     if len(names) == 1:
         return f"{names[0]} differs"
     return f"{', '.join(names[:-1])} and {names[-1]} differ"
+
+
+LOCK = ".run.lock"  # held (flock) by the trainer that writes into this checkpoint folder, for its whole life
+_held = None  # this process's lock file, kept open
+
+
+def _lock_holder(root: str) -> str | None:
+    """The pid written in `root`'s lock file when another process holds it, else None (free, absent, no flock
+    on this system, or a gs:// folder: a job's folders are its own)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    if storage.is_gcs(root):
+        return None
+    try:
+        fd = os.open(Path(root) / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    with os.fdopen(fd) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f.read().strip() or "?"
+        except OSError:
+            return None
+    return None
+
+
+def in_use(root: str) -> str | None:
+    """Why `root` cannot be written now: another live run holds it. None if nobody does."""
+    pid = _lock_holder(root)
+    if pid is None:
+        return None
+    return f"{root} is in use by another run (process {pid}): wait for it to end, or give another --output-dir"
+
+
+def lock(root: str) -> None:
+    """Hold `root` for this process until it exits: a second run in the same folder (two terminals, one command)
+    resumed the first one's checkpoints while it was still writing them, and both exported."""
+    global _held
+    try:
+        import fcntl
+    except ImportError:
+        return
+    if storage.is_gcs(root) or _held is not None:
+        return
+    Path(root).mkdir(parents=True, exist_ok=True)
+    f = open(Path(root) / LOCK, "a+")  # noqa: SIM115 - held open for the life of the process
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise TrainerError(f"{root} is in use by another run (process {pid}): wait for it to end, or give another "
+                           "--output-dir") from None
+    except OSError:  # a filesystem without locks: go on without one
+        f.close()
+        return
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    _held = f
 
 
 def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: str | None = None) -> bool:

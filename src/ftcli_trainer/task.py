@@ -159,6 +159,7 @@ def run(cfg: TrainConfig) -> dict:
         # are refused in one line before any work, never silently resumed.
         from ftcli_trainer import checkpoint
 
+        checkpoint.lock(paths.checkpoint_dir)
         checkpoint.claim(paths.checkpoint_dir, checkpoint.run_fingerprint(cfg), paths.model_dir,
                          storage.join(paths.logs_dir, "metrics.jsonl"))
     set_seed(cfg.seed)

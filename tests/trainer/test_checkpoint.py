@@ -112,3 +112,26 @@ def test_a_model_folder_the_trainer_did_not_export_is_refused_whatever_the_check
         checkpoint.claim(root, {"seed": 1}, model)
     (tmp_path / "model" / storage.COMPLETE_MARKER).touch()  # an earlier export of this run: replaced at the end
     assert checkpoint.claim(root, {"seed": 1}, model) is False
+
+
+def test_a_folder_held_by_a_live_run_is_refused_to_a_second_one(tmp_path):
+    # Two runs in one folder: the second resumed the first one's checkpoints while it was still writing them.
+    import subprocess
+    import sys
+
+    root = tmp_path / "checkpoints"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ftcli_trainer import checkpoint; "
+                               f"checkpoint.lock({str(root)!r}); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert checkpoint.in_use(str(root)) == (f"{root} is in use by another run (process {holder.pid}): wait for "
+                                                "it to end, or give another --output-dir")
+        probe = subprocess.run([sys.executable, "-c", f"from ftcli_trainer import checkpoint; "
+                                f"checkpoint.lock({str(root)!r})"], capture_output=True, text=True)
+        assert probe.returncode != 0 and f"in use by another run (process {holder.pid})" in probe.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert checkpoint.in_use(str(root)) is None  # a dead run holds nothing
+    assert checkpoint.in_use(str(tmp_path / "none")) is None
