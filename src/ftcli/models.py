@@ -229,18 +229,25 @@ def predict(path: Path, texts: list[str], threshold: float | None = None,
     texts, seconds = pair_up(path, texts, pairs)
     require_train_extra("ftcli predict")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
-    from transformers import pipeline
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        clf = pipeline("text-classification", model=str(path), top_k=None)
+        model, info = AutoModelForSequenceClassification.from_pretrained(str(path), output_loading_info=True)
+        clf = pipeline("text-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(str(path)),
+                       top_k=None)
     except Exception as e:  # noqa: BLE001 - a damaged folder fails in many ways deep inside transformers
         detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise FtcliError(f"cannot load the model in {path}: {detail}",
                          hint="download it again into a new folder (ftcli download JOB DIR), or give another "
                               "model folder") from None
+    if missing := info.get("missing_keys"):
+        # A base model (no classification head): transformers makes one up at random, and says so only in a
+        # warning the verbosity above hides. Its labels would be noise.
+        raise FtcliError(f"{path} holds no trained classifier: {', '.join(sorted(missing)[:3])} would be random",
+                         hint="give a fine-tuned model folder: RUN/model from ftcli local, or ftcli download JOB")
     config = clf.model.config
     multi = config.problem_type == "multi_label_classification"
     regression = config.problem_type == "regression"

