@@ -41,6 +41,10 @@ class NoCapacity(FtcliError):
     several --gpu/--region candidates moves on to the next one."""
 
 
+class NotFound(FtcliError):
+    """The resource does not exist (NOT_FOUND)."""
+
+
 class Conflict(FtcliError):
     """The resource is not in a state that allows the call (FAILED_PRECONDITION), e.g. cancelling a finished job."""
 

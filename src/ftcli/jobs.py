@@ -49,7 +49,25 @@ def resolve_any(ref: str, project: str | None = None, region: str | None = None)
     if not (ref.isdigit() and len(ref) >= 9):
         full = history.resolve(ref)
         return TuningName.parse(full) if TuningName.is_full(full) else JobName.parse(full)
-    return resolve(ref, project, region)
+    name = resolve(ref, project, region)
+    # A numeric id names a training job or a tuning job (`jobs list` shows both): this machine's history knows
+    # the ones it submitted; otherwise Vertex is asked, training job first.
+    tuning = TuningName(name.project, name.region, name.id)
+    if any(e.get("name") == tuning.full for e in history.entries()):
+        return tuning
+    if any(e.get("name") == name.full for e in history.entries()):
+        return name
+    from ftcli.errors import NotFound
+
+    try:
+        vertex_for(name).get(name)
+    except NotFound as missing:
+        try:
+            vertex_for(tuning).get_tuning(tuning)
+        except NotFound:
+            raise missing from None
+        return tuning
+    return name
 
 
 def resolve_job(ref: str, project: str | None = None, region: str | None = None, *, trial: str | None = None,

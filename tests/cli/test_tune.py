@@ -132,7 +132,7 @@ def tuned(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys, tmp_pat
     return r, gcs, running_vertex
 
 
-def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path):
+def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypatch):
     r, gcs, vertex = tuned
     assert r.code == 0, r.err + r.out
     tune_err = r.err
@@ -160,6 +160,11 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path):
     assert "(on-demand; $3.60 an hour a trial)" in tune_err
     ran = sum((t.end_time - t.start_time).total_seconds() for t in tj.trials)
     assert "at $3.60 an hour, on-demand; us-central1 rates from my contract, read 2026-11-02)" in r.out
+    with monkeypatch.context() as m:  # another machine: no history; `jobs list` shows the numeric id
+        m.setenv("FTCLI_STATE_DIR", str(tmp_path / "another-machine"))
+        numeric = tj.name.rsplit("/", 1)[-1]
+        r = run_cli(capsys, "jobs", "describe", numeric)  # it was looked up as a CustomJob only: "not found"
+        assert r.code == 0 and "maximize eval_accuracy · 2/2 trials" in r.out, r.err
     r = run_cli(capsys, "jobs", "describe", "1", "--json")
     assert [t["id"] for t in json.loads(r.out)["trials"]][0] == best.id
     assert json.loads(r.out)["cost_usd"] == pytest.approx(3.6 * ran / 3600, abs=1e-3)

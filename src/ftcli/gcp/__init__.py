@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ftcli.errors import Conflict, FtcliError, NoCapacity, Rejected
+from ftcli.errors import Conflict, FtcliError, NoCapacity, NotFound, Rejected
 
 Notify = Callable[[str], None]
 NAMES = {"vertex": "Vertex AI", "storage": "Cloud Storage", "logging": "Cloud Logging",
@@ -132,7 +132,7 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         return NoCapacity(f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
                           hint=f"request more of {of} at {page}, or pick another --gpu or --region")
     if isinstance(e, gexc.NotFound):
-        return FtcliError(f"{target} not found: {message}")
+        return NotFound(f"{target} not found: {message}")
     if isinstance(e, gexc.FailedPrecondition):
         return Conflict(f"{name} refused: {message}")
     if isinstance(e, (gexc.InvalidArgument, gexc.BadRequest)):
