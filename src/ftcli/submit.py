@@ -114,6 +114,7 @@ class Submission:
     uploads: list[tuple[Path, str]] = field(default_factory=list)  # (local file, gs:// URI)
     notes: list[str] = field(default_factory=list)  # said before submitting (e.g. an image ftcli cannot check)
     estimate: Estimate | None = None
+    create_sent: bool = False  # the create call has started: after a Ctrl-C, Vertex may hold a job of ours
 
 
 def _varlen_problem(cfg, hardware: Hardware) -> str | None:
@@ -352,6 +353,7 @@ def submit(sub: Submission, *, notify=None, uploading=None) -> tuple[Any, int, i
 
     sent = stage(sub, notify=notify, uploading=uploading)
     vertex = get_vertex(sub.settings.project, sub.settings.region, notify)
+    sub.create_sent = True
     try:
         job = vertex.create_custom_job(sub.job, sub.submission_id)
     except Rejected as e:
@@ -371,6 +373,8 @@ def recover(sub: Submission) -> tuple[bool, Any, int | None]:
     short id. Returns (looked, job or None, short id or None); looked is False when Vertex could not be asked."""
     from ftcli.gcp.vertex import get_vertex
 
+    if not sub.create_sent:  # interrupted while checking or uploading: no create call was made
+        return True, None, None
     try:
         job = get_vertex(sub.settings.project, sub.settings.region).find_by_submission(sub.submission_id)
     except (KeyboardInterrupt, Exception):  # noqa: BLE001 - a second Ctrl-C, or no answer: say what we know

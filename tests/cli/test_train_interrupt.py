@@ -106,6 +106,27 @@ def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch):
     assert not vertex.jobs
 
 
+def test_ctrl_c_while_uploading_knows_no_job_exists_without_asking(cloud_env, tmp_path):
+    # Interrupted before the create call, it asked Vertex anyway, and when that lookup failed it said a job "may
+    # have been created" though none could have been.
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    with FaultyProxy(gcs.url, fail_when=lambda method, target, n: "/upload/" in target) as proxy:
+        env = {**os.environ, **proxy.env()}
+
+        def uploading():  # the wheel's upload has failed once and is being retried
+            deadline = time.monotonic() + 60
+            while proxy.failed < 1:
+                assert time.monotonic() < deadline, "no upload was tried"
+                time.sleep(0.05)
+
+        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach"], env, tmp_path, uploading)
+    assert code == 130, err
+    assert "interrupted before the job was created; nothing is running" in err and "Traceback" not in err
+    assert not vertex.jobs and not [m for m, _ in vertex.requests if m in ("CreateCustomJob", "ListCustomJobs")]
+
+
 def test_ctrl_c_while_following_prints_the_job_and_exit_130(cloud_env, cloud_logging, tmp_path):
     gcs, vertex = cloud_env
     env = {**os.environ, "FTCLI_LOGGING_ENDPOINT": cloud_logging.endpoint}
