@@ -219,7 +219,9 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
                 problems.append(p)
         elif value:
             path = Path(value).expanduser()
-            if not path.is_file():
+            if path.is_dir():
+                problems.append(f"--{name.replace('_', '-')} {value} is a folder; give a CSV or JSON Lines file in it")
+            elif not path.is_file():
                 problems.append(f"--{name.replace('_', '-')} {value}: no such file (give a local file or a gs:// URI)")
             else:
                 local_files[name] = path

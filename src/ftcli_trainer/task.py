@@ -10,6 +10,7 @@ import errno
 import logging
 import os
 import secrets
+import shlex
 import shutil
 import sys
 import traceback
@@ -276,7 +277,7 @@ def _final_lines(results: dict, paths, data, task: str) -> None:
              results["train_samples_per_second"], results["train_tokens_per_second"], results["train_runtime"])
     log.info("model:   %s", paths.model_dir)
     log.info("metrics: %s", storage.join(paths.model_dir, "metrics.json"))
-    log.info("logs:    %s (tensorboard --logdir %s)", paths.logs_dir, paths.logs_dir)
+    log.info("logs:    %s (tensorboard --logdir %s)", paths.logs_dir, shlex.quote(str(paths.logs_dir)))
 
 
 def main(argv: list[str] | None = None) -> int:

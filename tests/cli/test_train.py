@@ -163,6 +163,7 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--epochs", "0", "--replicas", "0"], "--replicas"),
     (["--region", "us-centrall1"], "did you mean us-central1"),
     (["--train-file", "/no/such.csv", "--task", "csv"], "no such file"),
+    (["--train-file", "/", "--task", "csv"], "--train-file / is a folder; give a CSV or JSON Lines file in it"),
     (["--model", "./no-such-model"], "--model ./no-such-model: no such folder"),
     (["--gpu", "H200", "--reservation", "projects/p/zones/europe-west4-b/reservations/my-res"],
      "--reservation is in europe-west4-b, outside the job's region us-central1: give --region europe-west4"),
@@ -242,8 +243,8 @@ def test_jobs_list_describe_cancel(capsys, cloud_env):
 @pytest.mark.parametrize(("location", "needle", "fix"), [
     ("EUROPE-WEST4", "gs://eu-bucket is in europe-west4; Vertex AI training needs a regional bucket in the job's "
                      "region, us-central1", "--region europe-west4"),
-    ("US", "gs://eu-bucket is in US, which spans several regions", "gcloud storage buckets create gs://NEW_BUCKET "
-                                                                   "--location us-central1"),
+    ("US", "gs://eu-bucket is in US, which spans several regions; Vertex AI",
+     "gcloud storage buckets create gs://NEW_BUCKET --location us-central1"),
 ])
 def test_bucket_outside_the_jobs_region_is_refused(capsys, cloud_env, monkeypatch, location, needle, fix):
     gcs, vertex = cloud_env

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -44,7 +45,7 @@ def download(
              json_out=json_out, title=f"model: {escape(str(got.path))}")
     if not json_out:
         pairs = models.trained_on_pairs(got.path)
-        note(f'next: ftcli predict {got.path} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))
+        note(f'next: ftcli predict {shlex.quote(str(got.path))} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))
 
 
 def _load_texts(texts: list[str], file: Path | None) -> list[str]:

@@ -81,7 +81,7 @@ def tune(
     for line in ts.sub.notes:
         err().print(f"note: {line}", markup=False, highlight=False)
     goal = ts.job["studySpec"]["metrics"][0]["goal"].lower()
-    err().print(f"study: {trials} trials, {parallel} at a time, {goal} {ts.metric} over "
+    err().print(f"study: {trials} trial{'' if trials == 1 else 's'}, {parallel} at a time, {goal} {ts.metric} over "
                 f"{', '.join(p.name for p in ts.params)}", markup=False, highlight=False)
     from ftcli.cli.cost import say_cost
 

@@ -98,7 +98,7 @@ class StorageGateway:
         if region and location != region.lower():
             # Regions are the only locations with a hyphen (US-CENTRAL1); US, EU, NAM4, ... span several.
             regional = "-" in location
-            shape = f"in {location}" if regional else f"in {found.location}, which spans several regions,"
+            shape = f"in {location}" if regional else f"in {found.location}, which spans several regions"
             fix = f"use a bucket in {region} ({create})"
             if regional:
                 fix += f", or run the job in the bucket's region with --region {location}"
