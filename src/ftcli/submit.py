@@ -427,8 +427,9 @@ def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels:
     bucket in the job's own region."""
     from ftcli import regions, settings
 
-    gpus = [g.strip() for g in gpu.split(",") if g.strip()] or [gpu]
-    where = [r.strip() for r in (region or "").split(",") if r.strip()] or [None]
+    # A value given twice (`--gpu L4,L4`) is one candidate: tried twice, it would only fail twice.
+    gpus = list(dict.fromkeys(g.strip() for g in gpu.split(",") if g.strip())) or [gpu]
+    where = list(dict.fromkeys(r.strip() for r in (region or "").split(",") if r.strip())) or [None]
     if len(where) > 1 and len({settings.effective(bucket=bucket, region=r)["bucket"].value for r in where}) == 1:
         raise UsageError(f"--region {region} runs in several regions, and Vertex needs the staging bucket in the "
                          "job's region: give --bucket gs://NAME-{region} (one bucket per region)")

@@ -126,3 +126,14 @@ def test_varlen_attention_that_no_candidate_can_run_is_refused(capsys, cloud_env
     r = run_cli(capsys, *BASE, "--gpu", "T4,V100", "--varlen-attention")
     assert r.code == 2 and "--varlen-attention would be left off in this job" in r.err
     assert vertex.requests == [] and gcs.list("ftcli-test") == []
+
+
+def test_a_candidate_given_twice_is_tried_once(capsys, monkeypatch, tmp_path):
+    # `--region us-central1,us-central1` was refused as "several regions", `--gpu L4,L4` planned two jobs.
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4,L4", "--region", "us-central1,us-central1",
+                "--project", "my-project", "--bucket", "gs://my-bucket", "--dry-run")
+    assert r.code == 0, r.err
+    job = json.loads(r.out)
+    assert job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == "NVIDIA_L4"
+    assert "candidates" not in r.err
