@@ -43,6 +43,9 @@ def test_unknown_references_say_what_to_use():
         history.resolve("7")
     with pytest.raises(UsageError, match="is not a job reference"):
         history.resolve("abc")
+    # predict and report take a folder too: a mistyped one was called "not a job reference"
+    with pytest.raises(UsageError, match=r"'./nope/run': no such folder, and not a job reference"):
+        history.resolve("./nope/run")
 
 
 RECORD_30 = """

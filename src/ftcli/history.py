@@ -228,5 +228,10 @@ def resolve(ref: str, project: str | None = None, region: str | None = None) -> 
         if not (project and region):
             raise UsageError(f"job {ref}: a numeric id needs --project and --region (or a full resource name)")
         return f"projects/{project}/locations/{region}/customJobs/{ref}"
+    if ref.startswith((".", "/", "~")) or "/" in ref or os.sep in ref:
+        # where a folder is taken too (predict, report), a mistyped path is said as one
+        raise UsageError(f"{ref!r}: no such folder, and not a job reference",
+                         hint="check the path, or give a job: a short id (3), `last`, a numeric job id, or "
+                              "projects/P/locations/R/customJobs/ID")
     raise UsageError(f"{ref!r} is not a job reference",
                      hint="use a short id (3), `last`, a numeric job id, or projects/P/locations/R/customJobs/ID")
