@@ -46,7 +46,7 @@ def save(root: str, step: int, model, state: dict) -> None:
         state_file = storage.RecordingFile(staged / "trainer_state.pt", "wb")
         with state_file:
             torch.save(state, state_file)
-        storage.publish_dir(staged, target)
+        storage.publish_dir(staged, target, ours_only=False)
     except Exception as e:
         # A full disk or a read-only folder is the environment, not a bug: one line; the last complete
         # checkpoint is still there to resume from.

@@ -295,8 +295,10 @@ def delete_prefix(uri: str) -> None:
         blob.delete()
 
 
-def publish_dir(staged: Path, target: str) -> None:
-    """Make `staged` appear at `target` whole: an atomic rename locally, marker-last on GCS."""
+def publish_dir(staged: Path, target: str, ours_only: bool = True) -> None:
+    """Make `staged` appear at `target` whole: an atomic rename locally, marker-last on GCS. With `ours_only` a
+    local `target` is replaced only when it is an earlier export (its marker) or empty; a checkpoint's step-N,
+    in a folder that is the trainer's own, is replaced torn or not (ours_only=False)."""
     if is_gcs(target):
         upload_dir(staged, target)
         return
@@ -309,7 +311,7 @@ def publish_dir(staged: Path, target: str) -> None:
     # Only an earlier export of this trainer (it has the marker), or an empty folder, is replaced; it goes into
     # a staging folder of its own first (a crash leaves it where the next start cleans it up), never a fixed
     # name that could be someone's.
-    if not dest.is_dir() or (any(dest.iterdir()) and not (dest / COMPLETE_MARKER).is_file()):
+    if ours_only and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / COMPLETE_MARKER).is_file())):
         import datetime as dt
 
         from ftcli_trainer.errors import TrainerError

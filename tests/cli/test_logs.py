@@ -64,6 +64,16 @@ def json_lines(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+def logs_while(capsys, vertex, produce, *args):
+    """`ftcli logs ARGS --json` while `produce` writes in the background: (the result, the lines' texts); the
+    command must end well."""
+    writer = in_background(produce, vertex)
+    r = run_cli(capsys, "logs", *args, "--json")
+    writer.join()
+    assert r.code == 0, r.err
+    return r, [x["text"] for x in json_lines(r.out) if "text" in x]
+
+
 def write_many(logs, job_id, n, start, pause_every=200, pause=0.05):
     for i in range(n):
         ts = start + dt.timedelta(milliseconds=10 * i)
@@ -108,11 +118,7 @@ def test_cut_streams_and_late_lines_lose_nothing_repeat_nothing(capsys, logs_env
         time.sleep(0.5)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "last", "--json")
-    writer.join()
-    assert r.code == 0, r.err
-    texts = [x["text"] for x in json_lines(r.out) if "text" in x]
+    _, texts = logs_while(capsys, vertex, produce, "last")
     assert sorted(t for t in texts if t != "late line") == [f"line {i:05d}" for i in range(1500)]
     assert texts.count("late line") == 1
     assert logs.tails_opened >= 3  # the stream really was cut and re-opened, more than once
@@ -135,11 +141,7 @@ def test_a_running_job_shows_what_it_logged_before_ftcli_logs_attached_first(cap
         time.sleep(0.5)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "last", "--json")
-    writer.join()
-    assert r.code == 0, r.err
-    texts = [x["text"] for x in json_lines(r.out) if "text" in x]
+    _, texts = logs_while(capsys, vertex, produce, "last")
     assert texts == [f"old {i:03d}" for i in range(300)] + [f"new {i:03d}" for i in range(50)]
 
 

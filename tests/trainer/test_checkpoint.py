@@ -135,3 +135,16 @@ def test_a_folder_held_by_a_live_run_is_refused_to_a_second_one(tmp_path):
         holder.wait()
     assert checkpoint.in_use(str(root)) is None  # a dead run holds nothing
     assert checkpoint.in_use(str(tmp_path / "none")) is None
+
+
+def test_a_torn_checkpoint_of_the_same_step_is_replaced(tmp_path, tiny_model):
+    # Only a model folder is protected from being replaced: in the checkpoint folder every step-N is the trainer's.
+    from transformers import AutoModelForSequenceClassification
+
+    root = tmp_path / "checkpoints"
+    torn = root / "step-00000003"
+    torn.mkdir(parents=True)
+    (torn / "trainer_state.pt").write_bytes(b"half")
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model)
+    checkpoint.save(str(root), 3, model, {"global_step": 3})
+    assert (torn / storage.COMPLETE_MARKER).is_file() and (torn / "model.safetensors").is_file()

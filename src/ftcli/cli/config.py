@@ -45,7 +45,7 @@ def set_(key: KeyArg, value: str) -> None:
     check = {"project": settings.check_project, "region": settings.check_region, "bucket": settings.check_bucket,
              "service_account": settings.check_service_account}[k]
     if problem := check(value, key):
-        raise UsageError(problem, hint=f"to forget the saved value: ftcli config unset {key}")
+        raise UsageError(problem)  # saved, it would stop every command that reads it
     value = value.rstrip("/") if k == "bucket" else value
     path = settings.save_config_file({k: value})
     out().print(f"{key} = {value}  ({path})", markup=False)
