@@ -7,7 +7,7 @@ def test_a_config_path_that_is_a_folder_is_one_line(capsys, tmp_path, monkeypatc
     folder = tmp_path / "config-folder"
     folder.mkdir()
     monkeypatch.setenv("FTCLI_CONFIG", str(folder))
-    for args in (["config", "list"], ["config", "set", "project", "p"], ["jobs", "list"]):
+    for args in (["config", "list"], ["config", "set", "project", "my-project"], ["jobs", "list"]):
         r = run_cli(capsys, *args)
         assert r.code == 2, (args, r.err)
         assert r.err.startswith(f"error: the config file {folder} is a folder, not a file"), (args, r.err)
@@ -25,7 +25,7 @@ def test_a_config_path_that_is_a_device_or_a_pipe_is_not_called_a_folder(capsys,
         cases.append(("/dev/full", "a character device"))
     for path, kind in cases:
         monkeypatch.setenv("FTCLI_CONFIG", str(path))
-        for args in (["config", "list"], ["config", "set", "project", "p"]):
+        for args in (["config", "list"], ["config", "set", "project", "my-project"]):
             r = run_cli(capsys, *args)  # never blocks on the pipe, never writes to the device
             assert r.code == 2, (args, r.err)
             assert r.err.startswith(f"error: the config file {path} is {kind}, not a regular file"), (args, r.err)
@@ -64,7 +64,7 @@ def test_a_config_path_under_a_file_says_which_file_is_in_the_way(capsys, tmp_pa
         cases.append(("/dev/full/config.toml", "/dev/full"))
     for path, file in cases:
         monkeypatch.setenv("FTCLI_CONFIG", str(path))
-        r = run_cli(capsys, "config", "set", "project", "p")
+        r = run_cli(capsys, "config", "set", "project", "my-project")
         assert r.code == 2, r.err
         assert r.err.startswith(f"error: cannot save the config file {path}: {file} is a file, not a folder"), r.err
         assert "Traceback" not in r.err
