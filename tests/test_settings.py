@@ -45,6 +45,16 @@ def test_every_problem_at_once_with_the_fix():
     assert "service account e-mail" in problems[3]
 
 
+def test_a_command_that_reads_jobs_only_is_not_stopped_by_a_bad_bucket_or_service_account(monkeypatch):
+    # `jobs list` refused to run over a service account (from a variable or a hand-edited file) it never uses.
+    monkeypatch.setenv("FTCLI_SERVICE_ACCOUNT", "notanemail")
+    monkeypatch.setenv("FTCLI_BUCKET", "my-bucket")
+    assert resolve(project="my-project", need_bucket=False).project == "my-project"
+    with pytest.raises(UsageError) as e:
+        resolve(project="my-project")  # a submission uses both: both refused
+    assert len(e.value.problems) == 2
+
+
 def test_missing_bucket_is_fine_when_not_needed():
     assert resolve(project="my-project", need_bucket=False).bucket == ""
     with pytest.raises(UsageError, match="no staging bucket"):

@@ -266,9 +266,12 @@ def check_region(value: str, where: str = "--region") -> str | None:
 def resolve(*, project: str | None = None, region: str | None = None, bucket: str | None = None,
             service_account: str | None = None, need_bucket: bool = True) -> Settings:
     """Resolve and check every setting; raise one UsageError that lists every problem, each naming the flag,
-    variable, file or gcloud property its value came from."""
+    variable, file or gcloud property its value came from. Without `need_bucket` the command reads jobs only
+    (project and region): a bad bucket or service account, which it never uses, does not stop it."""
     values = effective(project=project, region=region, bucket=bucket, service_account=service_account)
-    problems = problems_of(values, need_bucket)
+    checked = values if need_bucket else {**values, "bucket": Value("bucket", None),
+                                          "service_account": Value("service_account", None)}
+    problems = problems_of(checked, need_bucket)
     if problems:
         raise_problems(problems, "settings")
     return Settings(project=values["project"].value, region=values["region"].value,
