@@ -319,3 +319,10 @@ def test_predict_on_a_model_without_a_trained_head_is_refused(capsys):
     assert r.code == 1 and "Traceback" not in r.err
     assert r.err.startswith(f"error: {base} holds no trained classifier: classifier.bias, classifier.weight")
     assert "RUN/model from ftcli local" in r.err
+
+
+@pytest.mark.parametrize("value", ["5", "-1", "0", "nan"])
+def test_predict_threshold_is_a_probability(capsys, tmp_path, value):
+    # 5 and -1 were taken (every label shown, or none), before any model was read.
+    r = run_cli(capsys, "predict", str(tmp_path), "a film", "--threshold", value)
+    assert r.code == 2 and "--threshold is a probability in (0, 1]" in r.err and "Traceback" not in r.err

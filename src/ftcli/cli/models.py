@@ -93,6 +93,8 @@ def predict(
     if pair and file is not None:
         raise UsageError("--pair pairs the TEXT arguments, not the lines of --file",
                          hint="in --file, put each pair on one line: TEXT<TAB>PAIR")
+    if threshold is not None and not 0 < threshold <= 1:  # a probability, as the trainer's --threshold
+        raise UsageError(f"--threshold is a probability in (0, 1], got {threshold}")
     items = _load_texts(texts or [], file)
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
