@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -26,9 +27,12 @@ log = logging.getLogger("ftcli_trainer")
 
 
 class Preempted(Exception):
-    """SIGTERM arrived; a checkpoint was written. Exiting non-zero lets Vertex restart the worker."""
+    """SIGTERM (or a first Ctrl-C) arrived; a checkpoint was written. Exiting non-zero lets Vertex restart the
+    worker; the exit status is the signal's (143, 130)."""
 
-    exit_code = 143
+    def __init__(self, message: str, exit_code: int = 143):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def lr_factor(step: int, warmup: int, total: int) -> float:
@@ -327,16 +331,36 @@ class Trainer:
                 self._tb = False
         return self._tb or None
 
-    def install_sigterm_handler(self) -> None:
+    def install_stop_handlers(self) -> dict:
+        """SIGTERM and a first Ctrl-C finish the step, checkpoint and stop; a second Ctrl-C stops at once. Returns
+        the handlers they replace, for restore_stop_handlers."""
         def on_sigterm(signum, frame):
             # Vertex sends SIGTERM before preempting a spot VM or for maintenance: finish the step,
             # checkpoint, exit non-zero so the worker is restarted and resumes.
-            self._stop_requested = True
+            self._stop_requested = signal.SIGTERM
 
+        def on_sigint(signum, frame):
+            # Ctrl-C lost up to a whole epoch (no checkpoint until its end by default): keep the work done so far.
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            self._stop_requested = signal.SIGINT
+            os.write(2, b"\nCtrl-C: finishing this step and writing a checkpoint (Ctrl-C again stops at once)\n")
+
+        previous = {}
         try:
-            signal.signal(signal.SIGTERM, on_sigterm)
+            for signum, handler in ((signal.SIGTERM, on_sigterm), (signal.SIGINT, on_sigint)):
+                previous[signum] = signal.signal(signum, handler)
         except ValueError:  # not the main thread (e.g. called from a test's thread)
             pass
+        return previous
+
+    @staticmethod
+    def restore_stop_handlers(previous: dict) -> None:
+        for signum, handler in previous.items():
+            try:
+                signal.signal(signum, handler)
+            except (ValueError, TypeError):
+                pass
 
     def resume(self) -> None:
         state = checkpoint.load_latest(self.paths.checkpoint_dir, self.model)
@@ -574,7 +598,7 @@ class Trainer:
         self._loss_acc_n = 0
         self._setup_static_steps()
         self._prepare_static_steps()
-        self.install_sigterm_handler()
+        stop_handlers = self.install_stop_handlers()
         self.model.train()
         if self.dist.is_main:
             self.tensorboard()  # its import (~0.2-1 s) happens before the clock, not in the first steps
@@ -607,8 +631,11 @@ class Trainer:
                             self._pause(lambda: None)
                     if cfg.eval_every and self.global_step % cfg.eval_every == 0 and not at_epoch_end:
                         self._pause(lambda: self._log_eval(self.evaluate()))
-                    if any_rank(self._stop_requested, self.dist, self.device):
+                    if any_rank(bool(self._stop_requested), self.dist, self.device):
                         self._pause(self.save_checkpoint)
+                        if self._stop_requested == signal.SIGINT:
+                            raise Preempted(f"Ctrl-C: checkpoint written at step {self.global_step}; the same "
+                                            "command resumes from it", exit_code=130)
                         raise Preempted(f"SIGTERM: checkpoint written at step {self.global_step}; exiting so "
                                         f"the worker restarts and resumes")
                     if cfg.save_every and self.global_step % cfg.save_every == 0 and not at_epoch_end:
@@ -624,6 +651,7 @@ class Trainer:
 
                 self._pause(epoch_end)
         finally:
+            self.restore_stop_handlers(stop_handlers)
             if bar is not None:
                 bar.close()
             if self.static_steps is not None and self.dist.is_main:

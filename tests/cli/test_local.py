@@ -184,6 +184,37 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_ctrl_c_checkpoints_like_sigterm_and_the_same_command_resumes(tmp_path, tiny_model, sentiment_csv):
+    # Ctrl-C lost everything since the last checkpoint (by default the last epoch's end), and said nothing of
+    # resuming. (Here the SIGINT reaches ftcli alone, as from `kill -INT`, and is passed on.)
+    import signal
+    import threading
+
+    train, _ = sentiment_csv
+    argv = [*FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
+            "--epochs", "500", "--log-every", "1", "--output-dir", str(tmp_path / "run")]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    guard = threading.Timer(300, proc.kill)
+    guard.start()
+    try:
+        for line in proc.stdout:
+            if line.startswith("step 3/"):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        guard.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Ctrl-C: finishing this step and writing a checkpoint" in err and "Traceback" not in err
+    assert f"interrupted; checkpoints are in {tmp_path / 'run'}/checkpoints: the same command with --output-dir" in err
+    (ckpt,) = (tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE")
+    step = int(ckpt.parent.name.removeprefix("step-"))
+    assert step >= 3  # the steps done are kept (resuming from them: tests/trainer/test_resume.py)
+
+
 def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, tiny_model, sentiment_csv):
     import signal
     import time

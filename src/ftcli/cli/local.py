@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -54,7 +55,11 @@ def local(
                     f"--output-dir {run.base} resumes", markup=False)
         raise typer.Exit(128 + run.signal)
     if run.code in (130, -signal.SIGINT):
-        err().print(f"interrupted; partial output and checkpoints are in {run.base}", markup=False)
+        if any(Path(run.base, "checkpoints").glob("step-*/_COMPLETE")):
+            err().print(f"interrupted; checkpoints are in {run.base}/checkpoints: the same command with "
+                        f"--output-dir {run.base} resumes", markup=False)
+        else:
+            err().print("interrupted before the first checkpoint; nothing to resume", markup=False)
         raise typer.Exit(130)
     if run.code == 2:  # the trainer already printed its one-line error
         raise typer.Exit(2)
