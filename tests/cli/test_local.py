@@ -183,63 +183,52 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_ctrl_c_checkpoints_like_sigterm_and_the_same_command_resumes(tmp_path, tiny_model, sentiment_csv):
-    # Ctrl-C lost everything since the last checkpoint (by default the last epoch's end), and said nothing of
-    # resuming. (Here the SIGINT reaches ftcli alone, as from `kill -INT`, and is passed on.)
-    import signal
+def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str):
+    """`ftcli local` on 500 epochs, sent `signum` once a stdout line starts with `after`: (exit status, stderr,
+    the trainer's pid)."""
     import threading
 
-    train, _ = sentiment_csv
-    argv = [*FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
-            "--epochs", "500", "--log-every", "1", "--output-dir", str(tmp_path / "run")]
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
-    guard = threading.Timer(300, proc.kill)
-    guard.start()
-    try:
-        for line in proc.stdout:
-            if line.startswith("step 3/"):
-                break
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        guard.cancel()
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err
-    assert "Ctrl-C: finishing this step and writing a checkpoint" in err and "Traceback" not in err
-    assert f"interrupted; checkpoints are in {tmp_path / 'run'}/checkpoints: the same command with --output-dir" in err
-    (ckpt,) = (tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE")
-    step = int(ckpt.parent.name.removeprefix("step-"))
-    assert step >= 3  # the steps done are kept (resuming from them: tests/trainer/test_resume.py)
-
-
-def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, tiny_model, sentiment_csv):
-    import signal
-    import time
-
-    train, _ = sentiment_csv
     proc = subprocess.Popen([*FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
                              "--epochs", "500", "--log-every", "1", "--output-dir", str(tmp_path / "run")],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "200"})
-    import threading
-
     guard = threading.Timer(300, proc.kill)  # if the trainer never logs a step, fail instead of training 500 epochs
     guard.start()
     try:
         for line in proc.stdout:
-            if line.startswith("step "):
+            if line.startswith(after):
                 break
         (child,) = _children(proc.pid)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
     finally:
         guard.cancel()
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143, err
+    return proc.returncode, err, child
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_ctrl_c_checkpoints_like_sigterm_and_says_how_to_resume(tmp_path, tiny_model, sentiment_csv):
+    # Ctrl-C lost everything since the last checkpoint (by default the last epoch's end), and said nothing of
+    # resuming. (Here the SIGINT reaches ftcli alone, as from `kill -INT`, and is passed on.)
+    import signal
+
+    code, err, _ = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGINT, "step 3/")
+    assert code == 130, err
+    assert "Ctrl-C: finishing this step and writing a checkpoint" in err and "Traceback" not in err
+    assert f"interrupted; checkpoints are in {tmp_path / 'run'}/checkpoints: the same command with --output-dir" in err
+    (ckpt,) = (tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE")
+    assert int(ckpt.parent.name.removeprefix("step-")) >= 3  # the steps done are kept (resuming: test_resume.py)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, tiny_model, sentiment_csv):
+    import signal
+    import time
+
+    code, err, child = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGTERM, "step ")
+    assert code == 143, err
     assert "stopped by SIGTERM" in err and "resumes" in err
     deadline = time.monotonic() + 10
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
