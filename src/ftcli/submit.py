@@ -66,14 +66,24 @@ def label_value(value: str) -> str:
     return LABEL_BAD.sub("-", value.lower())[:63].strip("-") or "none"
 
 
+TRY_LABEL = "ftcli_try"  # which of several --gpu/--region candidates a job is
+
+
 def parse_labels(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
         for pair in filter(None, (p.strip() for p in item.split(","))):
             key, sep, value = pair.partition("=")
+            key = key.strip()
             if not sep or not key:
                 raise UsageError(f"--labels takes KEY=VALUE pairs, got {pair!r}")
-            out[key.strip()] = value.strip()
+            if key in out and out[key] != value.strip():  # the last one won, without a word
+                raise UsageError(f"--labels gives {key} twice ({out[key]!r} and {value.strip()!r}): keep one")
+            # ftcli's own won, without a word (ftcli_try comes from plan_candidates through this same list)
+            if key == CREATED_BY_LABEL or (key.startswith("ftcli_") and key != TRY_LABEL):
+                raise UsageError(f"--labels {key}: ftcli sets the {key} label itself (jobs list and the job "
+                                 "lookup read it); pick another key")
+            out[key] = value.strip()
     return out
 
 
@@ -451,7 +461,7 @@ def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels:
     plain = {k: v for k, v in trainer.items() if k != "varlen_attention"}
     out = []
     for i, (g, r) in enumerate(kept, 1):
-        tries = [f"ftcli_try={i}-of-{len(kept)}"] if len(kept) > 1 else []
+        tries = [f"{TRY_LABEL}={i}-of-{len(kept)}"] if len(kept) > 1 else []
         sub = plan(gpu=g, region=r, bucket=bucket, labels=[*labels, *tries],
                    trainer=plain if g in without_varlen else trainer, **rest)
         out.append(Candidate(sub))

@@ -165,6 +165,8 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--train-file", "/no/such.csv", "--task", "csv"], "no such file"),
     (["--train-file", "/", "--task", "csv"], "--train-file / is a folder; give a CSV or JSON Lines file in it"),
     (["--model", "./no-such-model"], "--model ./no-such-model: no such folder"),
+    (["--labels", "team=ml,team=x"], "--labels gives team twice ('ml' and 'x'): keep one"),
+    (["--labels", "ftcli_task=x"], "--labels ftcli_task: ftcli sets the ftcli_task label itself"),
     (["--gpu", "H200", "--reservation", "projects/p/zones/europe-west4-b/reservations/my-res"],
      "--reservation is in europe-west4-b, outside the job's region us-central1: give --region europe-west4"),
     (["--task", "csv", "--train-file", "gs://"], "'' is not a bucket name"),
