@@ -254,7 +254,8 @@ def test_predict_a_sentence_pair_regression_model(capsys, tmp_path, tiny_model):
     assert set(high) == {"text", "text_pair", "score"} and high["text_pair"] == "the plot"
     assert high["score"] != 1.0 and high["score"] > low["score"] + 1.0
     lines = tmp_path / "pairs.tsv"
-    lines.write_text("superb wonderful great film\tthe plot\n\nawful dull terrible film\tthe plot\n")
+    # with a BOM (a Windows editor's): it was kept as part of the first text
+    lines.write_text("\ufeffsuperb wonderful great film\tthe plot\n\nawful dull terrible film\tthe plot\n")
     r = run_cli(capsys, "predict", model, "--file", str(lines), "--json")
     assert r.code == 0, r.err
     assert [json.loads(line) for line in r.out.splitlines()] == [high, low]

@@ -52,7 +52,8 @@ def _load_texts(texts: list[str], file: Path | None) -> list[str]:
     out = list(texts)
     if file is not None:
         try:
-            out += [line.rstrip("\n") for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+            # utf-8-sig: a BOM (Windows editors write one) is not part of the first text, as in the trainer's readers
+            out += [line.rstrip("\n") for line in file.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"cannot read --file {file}: {e}") from None
     if not out:
