@@ -138,6 +138,11 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
         header = reader.fieldnames
         if not header:
             raise DataError(f"{shown} is empty: expected a header row, then one row per example")
+        if len(header) == 1 and (sep := next((s for s in (";", "\t", "|") if s in header[0]), None)):
+            # one column holding the separators: the hints below (no column 'text', quote commas) mislead
+            name = {"\t": "tab", ";": "semicolon", "|": "pipe"}[sep]
+            raise DataError(f"{shown} looks {name}-separated (its header is one column, {header[0]!r}); ftcli "
+                            "reads comma-separated CSV: save it with commas, or as JSON Lines")
         dupes = sorted({c for c in header if header.count(c) > 1})
         if dupes:
             raise DataError(f"{shown} has duplicate column names: {', '.join(dupes)}")
@@ -178,7 +183,9 @@ def _read_jsonl(f: io.TextIOBase, shown: str) -> list[dict]:
 def _require_columns(columns: list[str], wanted: list[str], shown: str, hint: dict[str, str]) -> None:
     for col in wanted:
         if col not in columns:
-            raise DataError(f"{shown} has no column {col!r} (columns: {', '.join(columns)}); "
+            # quoted when a name has spaces at its ends (`text, label`): otherwise they do not show
+            shown_cols = ", ".join(repr(c) if c != c.strip() else c for c in columns)
+            raise DataError(f"{shown} has no column {col!r} (columns: {shown_cols}); "
                             f"pass {hint.get(col, 'the right column name')}")
 
 

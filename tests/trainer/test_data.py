@@ -53,6 +53,11 @@ def test_multi_label_columns_by_glob(tmp_path):
     ("text,label\nfine,1\n,0\n", "row 2: empty text in column 'text'"),
     ("text,label\nfine,1\nok,1,extra\n", "more fields than the header"),
     ("sentence,label\nfine,1\n", "has no column 'text' (columns: sentence, label); pass --text-column NAME"),
+    # the hints pointed the wrong way: "no column 'text' (columns: text;label)", "quote text that contains commas"
+    ("text;label\nfine;1\n", "looks semicolon-separated (its header is one column, 'text;label'); ftcli reads "
+     "comma-separated CSV"),
+    ("text\tlabel\nfine\t1\n", "looks tab-separated"),
+    ("text, label\nfine,1\n", "has no column 'label' (columns: text, ' label'); pass --label-column"),
     ("", "is empty"),
     ("text,label\n", "has no data rows"),
 ])
