@@ -46,17 +46,17 @@ def resolve_any(ref: str, project: str | None = None, region: str | None = None)
     ref = ref.strip()
     if TuningName.is_full(ref):
         return TuningName.parse(ref)
-    if not (ref.isdigit() and len(ref) >= 9):
-        full = history.resolve(ref)
+    def named(full: str) -> JobName | TuningName:
         return TuningName.parse(full) if TuningName.is_full(full) else JobName.parse(full)
+
+    if not (ref.isdigit() and len(ref) >= 9):
+        return named(history.resolve(ref))
     name = resolve(ref, project, region)
-    # A numeric id names a training job or a tuning job (`jobs list` shows both): this machine's history knows
-    # the ones it submitted; otherwise Vertex is asked, training job first.
+    # A numeric id names a training job or a tuning job (one id space; `jobs list` shows both): this machine's
+    # history knows which for the ones it submitted; otherwise Vertex is asked, training job first.
+    if (n := history.short_id(name)) is not None:
+        return named(history.resolve(str(n)))
     tuning = TuningName(name.project, name.region, name.id)
-    if any(e.get("name") == tuning.full for e in history.entries()):
-        return tuning
-    if any(e.get("name") == name.full for e in history.entries()):
-        return name
     from ftcli.errors import NotFound
 
     try:

@@ -68,10 +68,7 @@ def save_config_file(values: dict[str, str | None]) -> Path:
 
     path = config_path()
     load_config_file()  # a file that is not there, not a file or not TOML is said as the commands say it
-    try:
-        doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
-    except OSError:
-        doc = tomlkit.document()
+    doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
     for key, value in values.items():
         if value is None:
             doc.pop(key, None)

@@ -42,13 +42,12 @@ DATA_OPTIONS = ("train_file", "eval_file")
 
 def gcs_file_problem(flag: str, uri: str) -> str | None:
     """A gs:// data file must name a bucket and an object in it (whether it is there is asked at staging)."""
-    from ftcli.settings import BUCKET_NAME_RE
+    from ftcli.settings import check_bucket
     from ftcli_trainer.storage import split_gcs
 
-    bucket, name = split_gcs(uri)
-    if not BUCKET_NAME_RE.match(bucket) or ".." in bucket:
-        return f"{flag} {uri}: {bucket!r} is not a bucket name; give gs://BUCKET/PATH/FILE"
-    if not name or uri.endswith("/"):
+    if (p := check_bucket(uri, flag)) is not None:
+        return p
+    if not split_gcs(uri)[1] or uri.endswith("/"):
         return f"{flag} {uri} names no file; give gs://BUCKET/PATH/FILE (a CSV or JSON Lines file)"
     return None
 

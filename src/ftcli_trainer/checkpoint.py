@@ -202,10 +202,7 @@ def _holds_something(path: str) -> bool:
 def foreign_model_dir(model_dir: str) -> str | None:
     """A local model folder that is there but is not a complete ftcli export (it has no _COMPLETE): the run's
     export must never replace it. Say why, or None."""
-    if storage.is_gcs(model_dir):
-        return None
-    p = Path(model_dir)
-    if not p.exists() or (p.is_dir() and (not any(p.iterdir()) or (p / storage.COMPLETE_MARKER).is_file())):
+    if storage.is_gcs(model_dir) or storage.replaceable(Path(model_dir)):
         return None
     return (f"{model_dir} is there and is not a model this trainer exported (it has no {storage.COMPLETE_MARKER}): "
             "the export would replace it")
@@ -261,12 +258,14 @@ def _lock_holder(root: str) -> str | None:
     return None
 
 
+def _busy(root: str, pid: str) -> str:
+    return f"{root} is in use by another run (process {pid}): wait for it to end, or give another --output-dir"
+
+
 def in_use(root: str) -> str | None:
     """Why `root` cannot be written now: another live run holds it. None if nobody does."""
     pid = _lock_holder(root)
-    if pid is None:
-        return None
-    return f"{root} is in use by another run (process {pid}): wait for it to end, or give another --output-dir"
+    return None if pid is None else _busy(root, pid)
 
 
 def lock(root: str) -> None:
@@ -287,8 +286,7 @@ def lock(root: str) -> None:
         f.seek(0)
         pid = f.read().strip() or "?"
         f.close()
-        raise TrainerError(f"{root} is in use by another run (process {pid}): wait for it to end, or give another "
-                           "--output-dir") from None
+        raise TrainerError(_busy(root, pid)) from None
     except OSError:  # a filesystem without locks: go on without one
         f.close()
         return

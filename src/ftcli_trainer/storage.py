@@ -295,6 +295,14 @@ def delete_prefix(uri: str) -> None:
         blob.delete()
 
 
+def replaceable(dest: Path) -> bool:
+    """Whether the trainer may replace the local folder `dest`: it is not there, empty, or an earlier export of
+    the trainer's own (it has the marker)."""
+    if not dest.exists():
+        return True
+    return dest.is_dir() and (not any(dest.iterdir()) or (dest / COMPLETE_MARKER).is_file())
+
+
 def publish_dir(staged: Path, target: str, ours_only: bool = True) -> None:
     """Make `staged` appear at `target` whole: an atomic rename locally, marker-last on GCS. With `ours_only` a
     local `target` is replaced only when it is an earlier export (its marker) or empty; a checkpoint's step-N,
@@ -311,7 +319,7 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True) -> None:
     # Only an earlier export of this trainer (it has the marker), or an empty folder, is replaced; it goes into
     # a staging folder of its own first (a crash leaves it where the next start cleans it up), never a fixed
     # name that could be someone's.
-    if ours_only and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / COMPLETE_MARKER).is_file())):
+    if ours_only and not replaceable(dest):
         import datetime as dt
 
         from ftcli_trainer.errors import TrainerError

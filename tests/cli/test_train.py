@@ -169,7 +169,7 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--labels", "ftcli_task=x"], "--labels ftcli_task: ftcli sets the ftcli_task label itself"),
     (["--gpu", "H200", "--reservation", "projects/p/zones/europe-west4-b/reservations/my-res"],
      "--reservation is in europe-west4-b, outside the job's region us-central1: give --region europe-west4"),
-    (["--task", "csv", "--train-file", "gs://"], "'' is not a bucket name"),
+    (["--task", "csv", "--train-file", "gs://"], "--train-file: '' is not a valid bucket name"),
     (["--task", "csv", "--train-file", "gs://ftcli-test/data/"], "names no file"),
     (["--task", "csv", "--train-file", "gs://ftcli-test"], "names no file"),
     (["--model", "bad model id!!"], "is neither a local folder nor a Hub model id"),

@@ -3,7 +3,6 @@ value each one has now with where it comes from (flag, env, file, gcloud, defaul
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
@@ -49,9 +48,8 @@ def set_(key: KeyArg, value: str) -> None:
     value = value.rstrip("/") if k == "bucket" else value
     path = settings.save_config_file({k: value})
     out().print(f"{key} = {value}  ({path})", markup=False)
-    env = f"FTCLI_{k.upper()}"
-    if os.environ.get(env):
-        note(f"{env}={os.environ[env]} is set, and wins over the config file while it is")
+    if (now := settings.effective()[k]).source == "env":
+        note(f"{now.origin}={now.value} is set, and wins over the config file while it is")
 
 
 @app.command("get")

@@ -55,7 +55,9 @@ def local(
                     f"--output-dir {run.base} resumes", markup=False)
         raise typer.Exit(128 + run.signal)
     if run.code in (130, -signal.SIGINT):
-        if any(Path(run.base, "checkpoints").glob("step-*/_COMPLETE")):
+        from ftcli_trainer import checkpoint
+
+        if checkpoint.has_complete(str(Path(run.base) / "checkpoints")):
             err().print(f"interrupted; checkpoints are in {run.base}/checkpoints: the same command with "
                         f"--output-dir {run.base} resumes", markup=False)
         else:
