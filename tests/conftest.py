@@ -98,8 +98,10 @@ def use_price_file(tmp_path: Path, monkeypatch, text: str = T4_RATES) -> Path:
 
 @pytest.fixture(autouse=True)
 def _no_user_price_file(tmp_path, monkeypatch):
-    """The developer's own prices.toml never changes what a test sees: tests that want rates write one."""
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "no-prices.toml"))
+    """The developer's own config and prices.toml never change what a test sees: tests that want rates write one
+    (or point FTCLI_CONFIG elsewhere)."""
+    monkeypatch.delenv("FTCLI_PRICES", raising=False)
+    monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "user-config" / "config.toml"))
 
 
 # The emulators (real wire protocols): gcs (gcp-storage-emulator over HTTP), vertex (JobService over gRPC),

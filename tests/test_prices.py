@@ -63,10 +63,10 @@ def test_every_problem_is_one_line_naming_the_file_and_key(text, says):
 
 
 def test_for_region_says_why_there_are_no_rates(tmp_path, monkeypatch):
-    path = tmp_path / "prices.toml"
-    monkeypatch.setenv("FTCLI_PRICES", str(path))
+    path = tmp_path / "user-config" / "prices.toml"  # beside the config file (conftest's FTCLI_CONFIG)
     table, why = for_region("us-central1")
     assert table is None and why == f"no price file ({path}); ftcli ships no rates"
+    path.parent.mkdir()
     path.write_text(GOOD)
     table, why = for_region("us-central1")
     assert why is None and table.machines["n1-standard-8"] == 0.5
@@ -79,7 +79,7 @@ def test_for_region_says_why_there_are_no_rates(tmp_path, monkeypatch):
 
 
 def test_the_file_beside_the_config_is_used_without_the_variable(tmp_path, monkeypatch):
-    monkeypatch.delenv("FTCLI_PRICES")
+    monkeypatch.delenv("FTCLI_PRICES", raising=False)
     monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "cfg" / "config.toml"))
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "prices.toml").write_text(GOOD)
@@ -110,8 +110,15 @@ def test_a_jobs_cost_is_every_pools_machine_hours_at_the_files_rates(tmp_path, m
     assert job_cost(l4) == (None, "no us-central1 rate for g2-standard-8, L4 in the price file")
     elsewhere = Job(JobName("p", "asia-east1", "1"), "run", "SUCCEEDED", started=t0, ended=t0, pools=pools)
     assert job_cost(elsewhere)[1].endswith("has no asia-east1 rates (it has: europe-west4, us-central1)")
-    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "none.toml"))
+    monkeypatch.delenv("FTCLI_PRICES", raising=False)
     assert job_cost(job) == (None, None)  # no price file: nothing to say after the fact
+
+
+def test_a_price_file_variable_naming_no_file_is_said_not_ignored(tmp_path, monkeypatch):
+    # FTCLI_PRICES=~/prices.tmol made every cost vanish without a word, as if there were no rates at all.
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.tmol"))
+    with pytest.raises(UsageError, match=r"FTCLI_PRICES names .*prices\.tmol, which does not exist"):
+        for_region("us-central1", quiet_without_file=True)
 
 
 def test_a_tuning_jobs_cost_is_every_trials_run_time(tmp_path, monkeypatch):

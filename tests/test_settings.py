@@ -73,3 +73,23 @@ def test_a_bucket_can_name_the_jobs_region(monkeypatch):
     assert resolve(region="europe-west4").bucket == "gs://ml-europe-west4/runs"
     monkeypatch.setenv("FTCLI_REGION", "asia-east1")
     assert resolve().bucket_name == "ml-asia-east1"
+
+
+@pytest.mark.parametrize("typo, meant", [("service-account", "service_account"), ("Region", "region"),
+                                         ("regoin", "region"), ("projet", "project"), ("buckets", "bucket")])
+def test_a_mistyped_key_in_the_config_file_is_refused_not_ignored(tmp_path, typo, meant):
+    # A hand-edited `service-account = ...` was dropped without a word: the job ran as the default service account
+    # (or, for `regoin`, in us-central1).
+    (tmp_path / "config.toml").write_text(f'project = "my-project"\n{typo} = "europe-west4"\n')
+    with pytest.raises(UsageError, match=f"unknown key '{typo}'; did you mean {meant}") as e:
+        resolve()
+    assert str(tmp_path / "config.toml") in str(e.value)
+
+
+def test_keys_and_tables_of_the_users_own_are_kept_quietly(tmp_path):
+    (tmp_path / "config.toml").write_text('project = "my-project"\nteam = "nlp"\n[notes]\nregion = "eu"\n')
+    assert resolve(need_bucket=False).project == "my-project"
+    save_config_file({"region": "europe-west4"})
+    text = (tmp_path / "config.toml").read_text()
+    assert 'team = "nlp"' in text and "[notes]" in text
+    assert resolve(need_bucket=False).region == "europe-west4"

@@ -121,6 +121,10 @@ def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceT
         st = path.stat()
         tables = _parsed(str(path), st.st_ino, st.st_mtime_ns, st.st_size)
     except FileNotFoundError:
+        if os.environ.get("FTCLI_PRICES"):  # named on purpose: a typo must not make every cost vanish quietly
+            raise UsageError(f"FTCLI_PRICES names {path}, which does not exist",
+                             hint="fix the path, or unset FTCLI_PRICES to use prices.toml beside the config "
+                             "file") from None
         return None, None if quiet_without_file else f"no price file ({path}); ftcli ships no rates"
     except IsADirectoryError:
         raise _problem(path, "is a folder, not a file") from None

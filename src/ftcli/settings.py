@@ -47,7 +47,23 @@ def load_config_file() -> dict[str, str]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path} is not valid TOML ({e})", hint=f"fix or delete {path}") from None
+    if typos := [(k, near) for k in data if k not in KEYS and (near := _near_key(k))]:
+        key, near = typos[0]
+        raise UsageError(f"{path}: unknown key {key!r}; did you mean {near}?",
+                         hint=f"rename it in {path} (ftcli reads {', '.join(KEYS)}; other keys and tables are kept "
+                         "as they are)")
     return {k: str(v) for k, v in data.items() if k in KEYS}
+
+
+def _near_key(key: str) -> str | None:
+    """The setting a key of the config file was most likely meant to be (`service-account`, `Region`, `regoin`), or
+    None for a key of the user's own. Such a key was ignored without a word, and the job went to the default region
+    or ran as the default service account."""
+    folded = key.strip().lower().replace("-", "_").replace(" ", "_")
+    if folded in KEYS:
+        return folded
+    close = difflib.get_close_matches(folded, KEYS, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def _file_kind(path: Path) -> str:

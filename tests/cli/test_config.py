@@ -46,7 +46,7 @@ def test_list_shows_each_value_and_its_source(capsys, monkeypatch, isolated):
 
 
 def test_list_names_the_price_file_and_whether_it_is_there(capsys, monkeypatch, isolated):
-    monkeypatch.delenv("FTCLI_PRICES")  # the default place: beside the config file
+    monkeypatch.delenv("FTCLI_PRICES", raising=False)  # the default place: beside the config file
     r = run_cli(capsys, "config", "list")
     assert f"price file:  {isolated / 'prices.toml'} (none: cost lines give no dollar amounts)" in r.err
     (isolated / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n')
@@ -119,3 +119,9 @@ def test_set_says_when_a_variable_wins_over_the_file(capsys, isolated, monkeypat
     monkeypatch.setenv("FTCLI_REGION", "asia-east1")
     r = run_cli(capsys, "config", "set", "region", "europe-west4")
     assert r.code == 0 and "FTCLI_REGION=asia-east1 is set, and wins over the config file" in r.err
+
+
+def test_list_says_when_the_price_variable_names_no_file(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.tmol"))
+    r = run_cli(capsys, "config", "list")
+    assert r.code == 0 and "prices.tmol  (FTCLI_PRICES names no file: fix the path or unset it)" in r.err

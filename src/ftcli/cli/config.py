@@ -3,6 +3,7 @@ value each one has now with where it comes from (flag, env, file, gcloud, defaul
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -104,7 +105,9 @@ def list_(
 
         prices = price_path()
         note(f"config file: {config_path()}")
-        note(f"price file:  {prices}" + ("" if prices.exists() else " (none: cost lines give no dollar amounts)"))
+        missing = ("  (FTCLI_PRICES names no file: fix the path or unset it)" if os.environ.get("FTCLI_PRICES")
+                   else " (none: cost lines give no dollar amounts)")
+        note(f"price file:  {prices}" + ("" if prices.exists() else missing))
 
 
 @app.command("unset")
