@@ -251,6 +251,11 @@ def predict(path: Path, texts: list[str], threshold: float | None = None,
     config = clf.model.config
     multi = config.problem_type == "multi_label_classification"
     regression = config.problem_type == "regression"
+    if threshold is not None and not multi:
+        kind = "a regression model (its output is the score)" if regression else \
+            "single-label (the top label is the answer)"
+        raise UsageError(f"--threshold applies to multi-label models; {path} is {kind}",
+                         hint="leave --threshold out")
     cut = threshold if threshold is not None else getattr(config, "ftcli_threshold", 0.5)
     # A regression head's one output is the prediction: a softmax over one output would always read 1.0.
     fn = "none" if regression else ("sigmoid" if multi else "softmax")

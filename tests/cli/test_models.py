@@ -252,6 +252,8 @@ def test_predict_a_sentence_pair_regression_model(capsys, tmp_path, tiny_model):
     assert r.code == 0, r.err
     high, low = (json.loads(line) for line in r.out.splitlines())
     assert set(high) == {"text", "text_pair", "score"} and high["text_pair"] == "the plot"
+    r = run_cli(capsys, "predict", model, "a film", "--pair", "the plot", "--threshold", "0.9")
+    assert r.code == 2 and "--threshold applies to multi-label models" in r.err and "regression" in r.err
     assert high["score"] != 1.0 and high["score"] > low["score"] + 1.0
     lines = tmp_path / "pairs.tsv"
     # with a BOM (a Windows editor's): it was kept as part of the first text
@@ -327,3 +329,12 @@ def test_predict_threshold_is_a_probability(capsys, tmp_path, value):
     # 5 and -1 were taken (every label shown, or none), before any model was read.
     r = run_cli(capsys, "predict", str(tmp_path), "a film", "--threshold", value)
     assert r.code == 2 and "--threshold is a probability in (0, 1]" in r.err and "Traceback" not in r.err
+
+
+def test_predict_threshold_on_a_single_label_model_is_refused_not_ignored(capsys, tiny_model):
+    # --threshold 0.9 on a single-label model printed the top label whatever its score, without a word.
+    pytest.importorskip("transformers")
+    r = run_cli(capsys, "predict", str(tiny_model), "a film", "--threshold", "0.9")
+    assert r.code == 2 and r.out == "" and "Traceback" not in r.err
+    assert "--threshold applies to multi-label models" in r.err and "single-label" in r.err
+    assert run_cli(capsys, "predict", str(tiny_model), "a film").code == 0

@@ -310,3 +310,12 @@ def test_a_job_without_metrics_yet_says_so(capsys, cloud_env, tmp_path, monkeypa
     assert r.code == 1
     assert re.search(r"error: gs://ftcli-test/team/ftcli/runs/running-1/ holds no metrics yet; the job is \w+", r.err)
     assert "ftcli logs" in r.err and not Path("rep").exists()
+
+
+def test_predict_on_a_multi_label_model_follows_the_threshold(capsys, multi_label_run):
+    model = str(multi_label_run / "model")
+    everything = run_cli(capsys, "predict", model, "you are toxic", "--threshold", "0.000001", "--json")
+    assert everything.code == 0, everything.err
+    assert len(json.loads(everything.out)["labels"]) == 6
+    nothing = run_cli(capsys, "predict", model, "you are toxic", "--threshold", "1", "--json")
+    assert nothing.code == 0 and json.loads(nothing.out)["labels"] == []
