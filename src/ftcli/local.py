@@ -88,7 +88,8 @@ def run_trainer(cmd: list[str], env: dict[str, str], stdout: int | None = None) 
 
 
 def _set_aside(base: str) -> str | None:
-    """--restart: move an earlier run's model/, checkpoints/ and logs/ into previous-TIME/ (nothing deleted)."""
+    """--restart: move an earlier run's model/, checkpoints/, logs/ and report/ into previous-TIME/ (nothing
+    deleted; the report describes the earlier run)."""
     import datetime as dt
 
     from ftcli_trainer import checkpoint, storage
@@ -97,7 +98,7 @@ def _set_aside(base: str) -> str | None:
         raise UsageError("--restart works on local run folders; for gs:// give a new --output-dir")
     if busy := checkpoint.in_use(str(Path(base) / "checkpoints")):
         raise UsageError(busy)
-    found = [Path(base) / d for d in ("model", "checkpoints", "logs") if (Path(base) / d).exists()]
+    found = [Path(base) / d for d in ("model", "checkpoints", "logs", "report") if (Path(base) / d).exists()]
     if not found:
         return None
     aside = Path(base) / f"previous-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"

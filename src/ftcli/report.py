@@ -200,7 +200,13 @@ def set_metrics(run: Run, i: int) -> dict[str, float]:
 
 
 def default_out(run_dir: Path) -> Path:
-    return run_dir / REPORT_DIR
+    """Where a report goes without --out: RUN/report for a run folder or its model/; beside a model folder of its
+    own (DIR-report). Never inside a model folder: an export replaces that folder whole, report and all."""
+    if (run_dir / "model").is_dir() or (run_dir / "logs").is_dir():
+        return run_dir / REPORT_DIR
+    if (run_dir.parent / "logs").is_dir() or (run_dir.parent / "checkpoints").is_dir():
+        return run_dir.parent / REPORT_DIR
+    return run_dir.parent / f"{run_dir.resolve().name}-{REPORT_DIR}"
 
 
 def earlier_report(out: Path) -> list[str]:

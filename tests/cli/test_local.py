@@ -79,6 +79,8 @@ def tree(root: Path) -> dict[str, bytes]:
 def test_same_output_dir_with_other_data_refuses_instead_of_resuming(tmp_path, tiny_model, sentiment_csv):
     first, _ = sentiment_csv
     assert _tiny_run(tmp_path, tiny_model, first).returncode == 0
+    (tmp_path / "run" / "report").mkdir()  # the earlier run's report goes aside with it: it describes that run
+    (tmp_path / "run" / "report" / "report.md").write_text("# the first run")
     before = tree(tmp_path / "run")
     other = tmp_path / "other.csv"
     other.write_text("text,label\n" + "".join(f"{w} item {i},{'xy'[i % 2]}\n" for i, w in

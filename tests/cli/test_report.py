@@ -319,3 +319,16 @@ def test_predict_on_a_multi_label_model_follows_the_threshold(capsys, multi_labe
     assert len(json.loads(everything.out)["labels"]) == 6
     nothing = run_cli(capsys, "predict", model, "you are toxic", "--threshold", "1", "--json")
     assert nothing.code == 0 and json.loads(nothing.out)["labels"] == []
+
+
+def test_a_model_folders_report_is_written_beside_it_never_inside(capsys, single_run, tmp_path):
+    # `ftcli report RUN/model` wrote into RUN/model/report, which the next export replaced whole.
+    run = copy_run(single_run, tmp_path)
+    r = run_cli(capsys, "report", str(run / "model"), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["report"] == str(run / "report") and not (run / "model" / "report").exists()
+    alone = Path(shutil.copytree(run / "model", tmp_path / "downloaded"))  # ftcli download's folder: no run
+    r = run_cli(capsys, "report", str(alone), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["report"] == str(tmp_path / "downloaded-report")
+    assert sorted(p.name for p in alone.iterdir()) == sorted(p.name for p in (run / "model").iterdir())

@@ -22,7 +22,7 @@ def local(
         "are both local, as for the bundled default.")] = False,
     restart: Annotated[bool, typer.Option(
         "--restart",
-        help="Start over in an --output-dir that holds an earlier run: its model/, checkpoints/ and logs/ are "
+        help="Start over in an --output-dir that holds an earlier run: its model/, checkpoints/, logs/ and report/ are "
         "moved into previous-TIME/ first (nothing is deleted).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
