@@ -203,6 +203,48 @@ def check_offline_model(cfg, offline: bool, say: Callable[[str], None]) -> None:
         "Face Hub instead")
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face Hub (HF_ENDPOINT, else huggingface.co) cannot be reached from here, or None. One TCP
+    connection, a few seconds at most: offline, huggingface_hub retries for about 50 s before its error. Behind a
+    proxy the direct connection proves nothing: None."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return None
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = url.hostname or "huggingface.co"
+    try:
+        port = url.port or (80 if url.scheme == "http" else 443)
+        socket.create_connection((host, port), timeout=timeout).close()
+    except (OSError, ValueError) as e:
+        return f"{host}: {getattr(e, 'strerror', None) or e}"
+    return None
+
+
+def check_hub(cfg, say: Callable[[str], None]) -> bool:
+    """Before a run that needs the Hub: whether to run offline (the Hub is unreachable and what it would download is
+    cached); a Hub model that is neither reachable nor cached is refused at once."""
+    from ftcli_trainer.model import resolve_model_path
+
+    if not needs_hub(cfg) or os.environ.get("HF_HUB_OFFLINE") == "1" or not (why := hub_unreachable()):
+        return False
+    model = resolve_model_path(cfg.model)
+    if not Path(model).is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+            raise FtcliError(f"cannot reach the Hugging Face Hub ({why}) to download --model {model}, and it is "
+                             "not in the Hub cache",
+                             hint="connect to the network, or give --model a local folder that holds a model and "
+                                  "its tokenizer")
+    say(f"the Hugging Face Hub is not reachable ({why}): running offline, on the cached copies")
+    return True
+
+
 def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
               say: Callable[[str], None] = lambda message: None, quiet_stdout: bool = False) -> LocalRun:
     """Run the trainer here with Vertex's environment; `say` hears what ftcli does on the way. With
@@ -213,6 +255,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     cfg, argv = validate(trainer)
     require_train_extra("ftcli local")
     check_offline_model(cfg, offline, say)
+    offline = offline or check_hub(cfg, say)
     base = cfg.output_dir or str(Path("ftcli-runs") / new_run_id())
     if not cfg.output_dir:
         argv += ["--output-dir", base]

@@ -281,3 +281,53 @@ def test_a_run_that_wandb_refuses_leaves_no_folder_behind(tmp_path, tiny_model, 
     assert r.returncode == 2, r.stderr
     assert "Weights & Biases refused the run (p)" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "ftcli-runs").exists() or not any((tmp_path / "ftcli-runs").iterdir())
+
+
+def _hub_cache(root: Path, repo: str, model: Path) -> Path:
+    """A Hugging Face Hub cache holding `model` as `repo` (the layout huggingface_hub downloads into)."""
+    import shutil
+
+    entry = root / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(model, entry / "snapshots" / ("0" * 40))
+    (entry / "refs").mkdir()
+    (entry / "refs" / "main").write_text("0" * 40)
+    return root
+
+
+OFFLINE_HUB = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens on port 9 (discard)
+
+
+def test_an_unreachable_hub_is_said_at_once_not_after_a_minute_of_retries(tmp_path, sentiment_csv):
+    # Offline, a Hub model id printed about 12 retry lines over 50 s before the error.
+    import time
+
+    train, _ = sentiment_csv
+    start = time.monotonic()
+    r = ftcli("local", "--task", "csv", "--train-file", str(train), "--model", "some-org/some-model",
+              "--output-dir", str(tmp_path / "run"), cwd=tmp_path,
+              env={**OFFLINE_HUB, "HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    assert r.returncode == 1 and time.monotonic() - start < 20
+    assert r.stderr.startswith("error: cannot reach the Hugging Face Hub (127.0.0.1: Connection refused) to "
+                               "download --model some-org/some-model, and it is not in the Hub cache")
+    assert "Retrying" not in r.stderr and "Traceback" not in r.stderr and not (tmp_path / "run").exists()
+
+
+def test_an_unreachable_hub_runs_offline_on_the_cached_model(tmp_path, tiny_model, sentiment_csv):
+    train, _ = sentiment_csv
+    cache = _hub_cache(tmp_path / "hub-cache", "some-org/tiny-bert", tiny_model)
+    r = ftcli("local", "--task", "csv", "--train-file", str(train), "--model", "some-org/tiny-bert", "--epochs", "1",
+              "--output-dir", str(tmp_path / "run"), cwd=tmp_path, env={**OFFLINE_HUB, "HF_HUB_CACHE": str(cache)})
+    assert r.returncode == 0, r.stderr
+    assert "the Hugging Face Hub is not reachable (127.0.0.1: Connection refused): running offline" in r.stderr
+    assert "Retrying" not in r.stderr and (tmp_path / "run" / "model" / "_COMPLETE").is_file()
+
+
+def test_the_hub_probe_trusts_a_proxy(monkeypatch):
+    from ftcli.local import hub_unreachable
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert hub_unreachable().startswith("127.0.0.1: ")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # the direct connection proves nothing
+    assert hub_unreachable() is None
