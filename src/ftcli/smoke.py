@@ -37,7 +37,8 @@ def smoke_options(trainer: dict[str, Any], output_dir: str) -> dict[str, Any]:
 
 
 def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float = 1800) -> int:
-    """Run the smoke; the trainer's output goes straight to this terminal. Returns the trainer's exit status."""
+    """Run the smoke; the trainer's output goes straight to this terminal, on stderr with ftcli's own lines (stdout
+    is the submitted job's, for --json). Returns the trainer's exit status."""
     from ftcli import container
     from ftcli.errors import FtcliError
     from ftcli.local import require_train_extra
@@ -57,7 +58,7 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
         env.pop("AIP_MODEL_DIR", None)
         try:
             done = subprocess.run(["bash", "-c", START_SCRIPT, "ftcli-trainer", *args], env=env, cwd=root,
-                                  timeout=timeout_s)
+                                  stdout=2, timeout=timeout_s)  # fd 2: the terminal's stderr
         except subprocess.TimeoutExpired:
             raise FtcliError(f"the smoke run did not finish in {timeout_s:.0f} s",
                              hint="a smoke run takes seconds to minutes; check the model id and the data") from None

@@ -169,7 +169,15 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--labels", "ftcli_task=x"], "--labels ftcli_task: ftcli sets the ftcli_task label itself"),
     (["--gpu", "H200", "--reservation", "projects/p/zones/europe-west4-b/reservations/my-res"],
      "--reservation is in europe-west4-b, outside the job's region us-central1: give --region europe-west4"),
-    (["--task", "csv", "--train-file", "gs://"], "--train-file: '' is not a valid bucket name"),
+    (["--task", "csv", "--train-file", "gs://"], "--train-file: bucket name '' is too short"),
+    # Cloud Storage's naming rules (https://cloud.google.com/storage/docs/naming-buckets, read 2026-11-27)
+    (["--bucket", "gs://goog-runs/x"], "--bucket: bucket name 'goog-runs' begins with 'goog'"),
+    (["--bucket", "gs://" + "b" * 100], "--bucket: bucket name '" + "b" * 100 + "' has 100 characters; at most 63"),
+    # configure-compute's machine types and GPU counts (read 2026-11-27)
+    (["--gpu", "none", "--machine-type", "e2-highcpu-8"], "--machine-type e2-highcpu-8 is not a machine type Vertex "
+     "AI custom training offers; did you mean e2-highcpu-16 or e2-highcpu-32?"),
+    (["--gpu", "T4", "--machine-type", "n1-standard-32"], "n1-standard-32 takes 2 or 4 T4 GPUs, not 1: use --gpu "
+     "T4x2"),
     (["--task", "csv", "--train-file", "gs://ftcli-test/data/"], "names no file"),
     (["--task", "csv", "--train-file", "gs://ftcli-test"], "names no file"),
     (["--model", "bad model id!!"], "is neither a local folder nor a Hub model id"),
@@ -415,7 +423,8 @@ def test_smoke_shows_in_seconds_what_would_fail_in_the_job(capfd, cloud_env, tmp
         sys.argv = old
     out, err = capfd.readouterr()
     assert info.value.code == 3
-    assert "has no column 'review'" in out + err and "smoke run failed" in err
+    assert "has no column 'review'" in err and "smoke run failed" in err
+    assert out == ""  # the trainer's lines went to stdout, where --json puts the job
     assert gcs.list("ftcli-test") == ["data/train.csv"] and vertex.requests == []
 
 
@@ -536,3 +545,18 @@ def test_a_rejected_machine_gpu_pair_suggests_the_machine_that_fits(capsys, clou
     assert r.code == 1, r.err
     assert "Vertex AI rejected the request: Machine type \"n1-highmem-2\" is not supported" in r.err
     assert "try --machine-type n1-standard-8" in r.err and "Traceback" not in r.err
+
+
+def test_p100_warns_of_its_end_of_support_and_still_builds_the_job(capsys, cloud_env):
+    # configure-compute (read 2026-11-27): "NVIDIA P100 GPUs reach end of support on September 15, 2026".
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "P100", "--dry-run")
+    assert r.code == 0, r.err
+    warning = [line for line in r.err.splitlines() if "end of support" in line]
+    assert warning == ["warning: NVIDIA P100 GPUs reached end of support on Vertex AI on September 15, 2026: jobs may "
+                       "be refused or lose capacity; use --gpu T4 or --gpu L4 instead"]
+    assert "NVIDIA_TESLA_P100" in r.out and "end of support" not in r.out
+
+
+def test_other_gpus_get_no_end_of_support_warning(capsys, cloud_env):
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--dry-run")
+    assert r.code == 0 and "end of support" not in r.err
