@@ -103,13 +103,21 @@ def label(name: JobName, n: int | None) -> str:
     return str(n) if n else name.id
 
 
+def metric_label(key: str) -> str:
+    """A metric's short name wherever a job's metric is shown (acc, MCC, macro-F1), the same for a training job's
+    headline, the metric it names itself and a tuning study's: one spelling in one column."""
+    short = dict(HEADLINES)
+    full = key if key.startswith("eval_") else f"eval_{key}"
+    return short.get(full) or full.removeprefix("eval_").replace("_", "-")
+
+
 def headline(metrics: Mapping | None) -> tuple[str, float] | None:
     """(short name, value) of the metric that says how a finished job did, or None."""
     if not metrics:
         return None
     named = metrics.get("primary_metric")
     if isinstance(named, str) and isinstance(metrics.get(named), int | float):
-        return named.removeprefix("eval_").replace("_", "-"), float(metrics[named])
+        return metric_label(named), float(metrics[named])
     for key, short in HEADLINES:
         value = metrics.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):

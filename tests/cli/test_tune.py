@@ -148,13 +148,16 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypa
     tuning_rows = [x for x in rows if x.get("kind") == "tune"]
     assert len(tuning_rows) == 1 and tuning_rows[0]["short_id"] == 1 and tuning_rows[0]["state"] == "SUCCEEDED"
     assert tuning_rows[0]["metric"]["value"] == pytest.approx(best.final_measurement.metrics[0].value)
+    assert tuning_rows[0]["metric"]["name"] == "acc"  # as a training job's row spells it (it said "accuracy")
     r = run_cli(capsys, "jobs", "list")
-    assert "tune:csv" in r.out
+    assert "tune:csv" in r.out and f"acc {tuning_rows[0]['metric']['value']:.3f}" in r.out
 
     r = run_cli(capsys, "jobs", "describe", "1")
     assert r.code == 0 and "maximize eval_accuracy · 2/2 trials, 1 at a time" in r.out
     lines = [ln for ln in r.out.splitlines() if ln.strip()[:1].isdigit()]
     assert lines[0].split()[0] == best.id  # best first
+    assert next(ln for ln in r.out.splitlines() if ln.lstrip().startswith("TRIAL")).split()[:3] == [
+        "TRIAL", "STATE", "ACC"]
     # what the trials cost at the user's rates: each trial's run time (from Vertex's trial times) at 3.60 an hour
     assert "trials ran " in tune_err and " in all: about $" in tune_err
     assert "(on-demand; $3.60 an hour a trial)" in tune_err
@@ -187,3 +190,15 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypa
     assert r.code == 2 and "has no trial 9 (trials: 1, 2)" in r.err
     r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
     assert r.code == 1 and "has already ended (SUCCEEDED)" in r.err
+
+
+def test_p100_warns_of_its_end_of_support(capsys, monkeypatch, tmp_path):
+    # configure-compute (read 2026-11-27): "NVIDIA P100 GPUs reach end of support on September 15, 2026".
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "config.toml"))
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "P100", "--search", "learning_rate=loguniform(1e-5,1e-4)",
+                "--project", "my-project", "--bucket", "gs://my-bucket/x", "--dry-run")
+    assert r.code == 0, r.err
+    assert [line for line in r.err.splitlines() if "end of support" in line] == [
+        "warning: NVIDIA P100 GPUs reached end of support on Vertex AI on September 15, 2026: jobs may be refused "
+        "or lose capacity; use --gpu T4 or --gpu L4 instead"]

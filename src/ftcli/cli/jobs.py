@@ -186,7 +186,7 @@ def _describe_tuning(name, json_out: bool) -> None:
     show_one(row, fields, json_out=False, title=f"[bold]{escape(tj.display_name)}[/]  {tj.state}")
     params = list(dict.fromkeys(k for t in row["trials"] for k in t["params"]))
     columns = [Column("TRIAL", lambda t: t["id"], shrink=False), Column("STATE", lambda t: t["state"], shrink=False),
-               Column(study["metric"].removeprefix("eval_").upper()[:14],
+               Column(jobs.metric_label(study["metric"]).upper(),
                       lambda t: "-" if t["value"] is None else f"{t['value']:.4f}", justify="right")]
     columns += [Column(p.upper()[:16], (lambda t, p=p: _param(t["params"].get(p))), justify="right") for p in params]
     if row["trials"]:
