@@ -123,6 +123,37 @@ class Downloaded:
     job: Job
     files: int
     bytes: int
+    already: bool = False  # the folder held this very model: nothing was downloaded
+
+
+def _crc32c(path: Path) -> str:
+    import base64
+
+    import google_crc32c
+
+    checksum = google_crc32c.Checksum()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            checksum.update(chunk)
+    return base64.b64encode(checksum.digest()).decode()
+
+
+def _holds(dest: Path, files: list[tuple[str, PurePosixPath, int]], storage, uri: str) -> bool:
+    """Whether `dest` already holds exactly this model: the same files, sizes and CRC32C checksums (the same command
+    run twice was refused as "not empty"). Anything more or less, or another model, is not it."""
+    if not dest.is_dir() or dest.is_symlink():
+        return False
+    try:
+        here = {p.relative_to(dest).as_posix(): p for p in dest.rglob("*") if p.is_file() or p.is_symlink()}
+        if set(here) != {rel.as_posix() for _, rel, _ in files}:
+            return False
+        if any(here[rel.as_posix()].is_symlink() or here[rel.as_posix()].stat().st_size != size
+               for _, rel, size in files):
+            return False
+        sums = storage.checksums(uri)
+        return all(sums.get(n) is not None and sums[n] == _crc32c(here[rel.as_posix()]) for n, rel, _ in files)
+    except OSError:
+        return False
 
 
 def download_model(name: JobName, dest: Path | None, *, force: bool = False, shown: str | None = None,
@@ -140,6 +171,8 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     if not any(rel == PurePosixPath(COMPLETE_MARKER) for _, rel, _ in files):
         raise _no_complete_model(job, uri, shown or name.id)
     dest = dest or default_destination(name)
+    if not force and _holds(dest, files, storage, uri):
+        return Downloaded(dest, job, len(files), 0, already=True)
     check_destination(dest, force)
     where = Path(os.path.abspath(dest))
     staging = staging_dir(where.parent, where.name or "download")

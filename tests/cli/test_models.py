@@ -84,6 +84,32 @@ def test_download_json_is_one_object(capsys, job, tmp_path):
     assert got["bytes"] == sum(len(v) for v in MODEL.values())
 
 
+def test_the_same_download_twice_says_the_model_is_already_there(capsys, job, cloud_env, tmp_path):
+    # `ftcli download 1` twice was refused as "not empty", though the folder held that very model.
+    gcs, vertex = cloud_env
+    assert run_cli(capsys, "download", job).code == 0
+    (folder,) = (tmp_path / "ftcli-models").iterdir()
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+    r = run_cli(capsys, "download", job, "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert got["already_there"] is True and got["bytes"] == 0 and got["files"] == len(MODEL)
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before  # nothing rewritten
+    r = run_cli(capsys, "download", job)
+    assert r.code == 0 and "already there: the same files as job" in r.out
+
+    # Another model with the same file names and sizes (a second run of the same setup) is not "the same".
+    weights = next(n for n in MODEL if n.endswith(".safetensors"))
+    other = {**MODEL, weights: bytes(b ^ 1 for b in MODEL[weights])}
+    seed_model(gcs, "team/ftcli/runs/my-run/", other)
+    r = run_cli(capsys, "download", job)
+    assert r.code == 2 and "is not empty" in r.err
+    assert tree(folder) == MODEL
+    (folder / "notes.txt").write_text("mine")  # a file more: not just the model
+    seed_model(gcs, "team/ftcli/runs/my-run/")
+    assert run_cli(capsys, "download", job).code == 2
+
+
 def test_an_existing_empty_folder_is_fine(capsys, job, tmp_path):
     (tmp_path / "out").mkdir()
     r = run_cli(capsys, "download", job, "out")

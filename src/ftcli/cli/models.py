@@ -28,7 +28,8 @@ def download(
     (or --trial's).
 
     Refuses a model whose completion marker is missing (still running, failed half-way, or exported by an
-    older trainer), and a folder that already holds files (unless --force). Nothing is ever deleted.
+    older trainer), and a folder that already holds other files (unless --force); a folder that holds this very
+    model is left as it is. Nothing is ever deleted.
 
     Example: ftcli download last ./my-model
     """
@@ -40,9 +41,11 @@ def download(
         got = models.download_model(name, dest, force=force, shown=f"{job} --trial {trial}" if trial else job,
                                     notify=note, progress=progress)
     shown = jobs.label(name, jobs.short_id(name))
-    result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes}
-    show_one(result, (("files", lambda r: f"{r['files']} ({r['bytes']:,} bytes) from job {shown}"),),
-             json_out=json_out, title=f"model: {escape(str(got.path))}")
+    result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes,
+              "already_there": got.already}
+    files = (lambda r: f"{r['files']}, already there: the same files as job {shown} (nothing downloaded)") \
+        if got.already else (lambda r: f"{r['files']} ({r['bytes']:,} bytes) from job {shown}")
+    show_one(result, (("files", files),), json_out=json_out, title=f"model: {escape(str(got.path))}")
     if not json_out:
         pairs = models.trained_on_pairs(got.path)
         note(f'next: ftcli predict {shlex.quote(str(got.path))} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))

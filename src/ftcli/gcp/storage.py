@@ -73,7 +73,8 @@ class StorageGateway:
         "For Vertex AI training jobs, buckets must be regional", in the region where the job runs ("Vertex AI
         locations", https://docs.cloud.google.com/vertex-ai/docs/general/locations, read 2026-11-26). Reading the
         location takes storage.buckets.get, which roles/storage.objectAdmin lacks (roles/storage.admin and
-        roles/storage.legacyBucketReader have it: "Cloud Storage roles and permissions").
+        roles/storage.legacyBucketReader have it: "IAM roles for Cloud Storage",
+        https://cloud.google.com/storage/docs/access-control/iam-roles, read 2026-11-27).
         """
         from google.api_core import exceptions as gexc
 
@@ -153,6 +154,14 @@ class StorageGateway:
         with guard(**self._context(prefix_uri)):
             return [(b.name, b.size or 0) for b in self.client.list_blobs(
                 bucket, prefix=prefix, timeout=60, retry=self._retry(f"listing {prefix_uri}"))]
+
+    def checksums(self, prefix_uri: str) -> dict[str, str | None]:
+        """Object name -> its CRC32C (base64, as Cloud Storage keeps it for every object) under gs://bucket/prefix/."""
+        bucket, prefix = split_uri(prefix_uri)
+        prefix = prefix + "/" if prefix else ""
+        with guard(**self._context(prefix_uri)):
+            return {b.name: b.crc32c for b in self.client.list_blobs(
+                bucket, prefix=prefix, timeout=60, retry=self._retry(f"listing {prefix_uri}"))}
 
     def download_objects(self, bucket_name: str, pairs: list[tuple[str, Path]], *, total: int | None = None,
                          progress: Progress | None = None) -> int:
