@@ -331,3 +331,23 @@ def test_the_hub_probe_trusts_a_proxy(monkeypatch):
     assert hub_unreachable().startswith("127.0.0.1: ")
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # the direct connection proves nothing
     assert hub_unreachable() is None
+
+
+@pytest.mark.parametrize("ended, says, code", [
+    (dict(code=1), "hint: its output is above; it stopped before logging anything, and left no run folder", 3),
+    (dict(code=1, keep=True), "hint: its output is above; run folder: {base}", 3),
+    (dict(code=-15, signal=15), "stopped by SIGTERM before the first checkpoint; nothing to resume", 143),
+    (dict(code=130), "interrupted before the first checkpoint; nothing to resume", 130),
+])
+def test_how_a_run_ended_names_only_what_is_there(capsys, monkeypatch, tmp_path, ended, says, code):
+    # A failed run named a run folder that had just been removed, and SIGTERM before the first checkpoint said
+    # "checkpoints are in ...: the same command resumes".
+    from ftcli import local
+    from tests.cli.helpers import run_cli
+
+    base = tmp_path / "run"
+    if ended.pop("keep", False):
+        base.mkdir()
+    monkeypatch.setattr(local, "run_local", lambda *a, **k: local.LocalRun(base=str(base), **ended))
+    r = run_cli(capsys, "local", "--epochs", "1")
+    assert r.code == code and says.format(base=base) in r.err and "resumes" not in r.err

@@ -49,23 +49,23 @@ def local(
         if not json_out:
             note(f"load it: transformers.pipeline('text-classification', model='{run.model}')")
         return
-    if run.signal is not None and run.signal != signal.SIGINT:
-        name = signal.Signals(run.signal).name
-        err().print(f"stopped by {name}; checkpoints are in {run.base}/checkpoints: the same command with "
-                    f"--output-dir {run.base} resumes", markup=False)
-        raise typer.Exit(128 + run.signal)
-    if run.code in (130, -signal.SIGINT):
+    if (run.signal is not None and run.signal != signal.SIGINT) or run.code in (130, -signal.SIGINT):
         from ftcli_trainer import checkpoint
 
+        how = "interrupted" if run.signal in (None, signal.SIGINT) else f"stopped by {signal.Signals(run.signal).name}"
         if checkpoint.has_complete(str(Path(run.base) / "checkpoints")):
-            err().print(f"interrupted; checkpoints are in {run.base}/checkpoints: the same command with "
+            err().print(f"{how}; checkpoints are in {run.base}/checkpoints: the same command with "
                         f"--output-dir {run.base} resumes", markup=False)
         else:
-            err().print("interrupted before the first checkpoint; nothing to resume", markup=False)
-        raise typer.Exit(130)
+            err().print(f"{how} before the first checkpoint; nothing to resume", markup=False)
+        raise typer.Exit(130 if how == "interrupted" else 128 + run.signal)
     if run.code == 2:  # the trainer already printed its one-line error
         raise typer.Exit(2)
-    raise JobFailed(f"the trainer exited with status {run.code}", hint=f"its output is above; run folder: {run.base}")
+    # A run that failed before logging anything leaves no folder (ftcli.local._unclaim): name one only if it is there.
+    kept = run.base.startswith("gs://") or Path(run.base).exists()
+    raise JobFailed(f"the trainer exited with status {run.code}",
+                    hint=f"its output is above; run folder: {run.base}" if kept else
+                    "its output is above; it stopped before logging anything, and left no run folder")
 
 
 def register(app: typer.Typer) -> None:
