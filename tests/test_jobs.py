@@ -14,7 +14,7 @@ from ftcli.values import Job, JobName, Pool
     ({"eval_accuracy": 0.8, "eval_matthews_correlation": 0.5}, ("MCC", 0.5)),  # CoLA is judged by Matthews
     ({"eval_pearson": 0.88, "eval_spearmanr": 0.87, "eval_mse": 0.5}, ("pearson", 0.88)),  # regression
     ({"eval_accuracy": 0.85, "eval_f1": 0.89}, ("F1", 0.89)),  # MRPC, QQP
-    ({"eval_accuracy": 0.8, "eval_macro_f1": 0.7, "primary_metric": "eval_macro_f1"}, ("macro-F1", 0.7)),  # one spelling
+    ({"eval_accuracy": 0.8, "eval_macro_f1": 0.7, "primary_metric": "eval_macro_f1"}, ("macro-F1", 0.7)),
     ({"eval_loss": 0.4}, ("loss", 0.4)),
     ({"eval_accuracy": True}, None), ({}, None), (None, None),
 ])
