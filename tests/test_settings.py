@@ -93,3 +93,37 @@ def test_keys_and_tables_of_the_users_own_are_kept_quietly(tmp_path):
     text = (tmp_path / "config.toml").read_text()
     assert 'team = "nlp"' in text and "[notes]" in text
     assert resolve(need_bucket=False).region == "europe-west4"
+
+
+# Cloud Storage "Bucket naming guidelines" (https://cloud.google.com/storage/docs/naming-buckets, read 2026-11-27):
+# each refused name gets one line that says what is wrong.
+@pytest.mark.parametrize(("name", "problem"), [
+    ("ab", "is too short: bucket names have 3 to 63 characters"),
+    ("a" * 64, "has 64 characters; at most 63 (up to 222 only for names with dots)"),
+    ("a" * 100, "has 100 characters; at most 63"),  # the old regex took 3-222 without dots
+    (".".join(["a" * 63] * 3) + "." + "a" * 32, "has 224 characters; at most 222 even with dots"),
+    ("a" * 64 + ".com", "has a dot-separated part of 64 characters; each part is at most 63"),
+    ("my..bucket", "has an empty part between dots"),
+    ("192.168.5.4", "looks like an IP address"),
+    ("goog-data", "begins with 'goog', which Cloud Storage reserves"),
+    ("googdata", "begins with 'goog'"),
+    ("my-google-bucket", "contains 'google' (or a look-alike)"),
+    ("my-g00gle-bucket", "contains 'google' (or a look-alike)"),
+    ("My-Bucket", "may contain only lowercase letters, digits, '-', '_' and '.'"),
+    ("-bucket", "must start and end with a letter or digit"),
+])
+def test_bucket_names_follow_cloud_storage_rules(name, problem):
+    from ftcli.settings import check_bucket
+
+    message = check_bucket(f"gs://{name}/x")
+    assert message == f"--bucket: bucket name {name!r} {problem}" or (
+        message is not None and message.startswith(f"--bucket: bucket name {name!r} ") and problem in message)
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["abc", "a" * 63, "my_bucket-1", "data.example.com", ".".join(["a" * 63] * 3),
+                                  "1.2.3.example", "gog-data", "mygoogbucket"])
+def test_valid_bucket_names_are_accepted(name):
+    from ftcli.settings import check_bucket
+
+    assert check_bucket(f"gs://{name}") is None

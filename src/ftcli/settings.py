@@ -21,8 +21,24 @@ from ftcli_trainer.storage import split_gcs
 REGION_FIELD = "{region}"  # in a bucket value, stands for the job's region
 KEYS = ("project", "region", "bucket", "service_account")
 DEFAULT_REGION = "us-central1"
+# A project ID "must be 6 to 30 lowercase ASCII letters, digits, or hyphens. It must start with a letter. Trailing
+# hyphens are prohibited" (Resource Manager REST, Project.projectId,
+# https://cloud.google.com/resource-manager/reference/rest/v3/projects, read 2026-11-27); a domain-scoped id keeps
+# its "example.com:" prefix; a project number is all digits.
 PROJECT_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$|^\d{6,20}$")  # id or number
-BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+# Bucket names (Cloud Storage "Bucket naming guidelines", https://cloud.google.com/storage/docs/naming-buckets, read
+# 2026-11-27): "only lowercase letters, numbers, dashes (-), underscores (_), and dots (.)"; "must start and end with
+# a number or letter"; "must contain 3-63 characters. Names containing dots can contain up to 222 characters, but
+# each dot-separated component can be no longer than 63 characters"; "cannot be represented as an IP address in
+# dotted-decimal notation"; "cannot begin with the "goog" prefix"; "cannot contain "google" or close misspellings,
+# such as "g00gle"" (check_bucket).
+BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$")
+_IP_ADDRESS = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+# "google" and its close misspellings: o/0 for each o, l/1 for the l (Google gives "g00gle" as the example).
+_GOOGLE_LIKE = re.compile(r"g[o0][o0]g[l1]e")
+# A user-managed service account is NAME@PROJECT.iam.gserviceaccount.com; Compute Engine's default one is
+# PROJECT_NUMBER-compute@developer.gserviceaccount.com ("Service account types",
+# https://cloud.google.com/iam/docs/service-account-types, read 2026-11-27).
 SA_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$|^[^@\s]+@developer\.gserviceaccount\.com$")
 
 
@@ -261,8 +277,36 @@ def check_bucket(value: str, where: str = "--bucket") -> str | None:
     if not value.startswith("gs://"):
         return f"{where} must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}"
     name, _ = split_gcs(value)
-    if not BUCKET_NAME_RE.match(name) or ".." in name:
-        return f"{where}: {name!r} is not a valid bucket name (3-222 lowercase letters, digits, '-', '_', '.')"
+    problem = bucket_name_problem(name)
+    return f"{where}: bucket name {name!r} {problem}" if problem else None
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """What Cloud Storage's naming rules (BUCKET_NAME_RE's comment) say is wrong with `name`, with the fix; None if
+    nothing."""
+    if len(name) < 3:
+        return "is too short: bucket names have 3 to 63 characters"
+    if not re.fullmatch(r"[a-z0-9._-]+", name):
+        return "may contain only lowercase letters, digits, '-', '_' and '.'"
+    if not BUCKET_NAME_RE.match(name):
+        return "must start and end with a letter or digit"
+    if "." not in name and len(name) > 63:
+        return f"has {len(name)} characters; at most 63 (up to 222 only for names with dots)"
+    if len(name) > 222:
+        return f"has {len(name)} characters; at most 222 even with dots"
+    if "." in name:
+        parts = name.split(".")
+        if "" in parts:
+            return "has an empty part between dots ('..')"
+        long = next((p for p in parts if len(p) > 63), None)
+        if long is not None:
+            return f"has a dot-separated part of {len(long)} characters; each part is at most 63"
+        if _IP_ADDRESS.match(name):
+            return "looks like an IP address, which Cloud Storage refuses"
+    if name.startswith("goog"):
+        return "begins with 'goog', which Cloud Storage reserves: pick another prefix"
+    if _GOOGLE_LIKE.search(name):
+        return "contains 'google' (or a look-alike), which Cloud Storage refuses: pick another name"
     return None
 
 
