@@ -80,8 +80,8 @@ def test_cpu_default(spec):
     assert not hw.gpu
 
 
-@pytest.mark.parametrize("machine", ["n1-standard-4", "n1-highmem-16", "n2-standard-32", "e2-highcpu-8",
-                                     "c2-standard-60", "N2-HIGHMEM-8"])
+@pytest.mark.parametrize("machine", ["n1-standard-4", "n1-highmem-16", "n2-standard-32", "e2-highcpu-16",
+                                     "c2-standard-60", "N2-HIGHMEM-8", "m1-ultramem-40", "e2-standard-4"])
 def test_cpu_machine_override(machine):
     assert resolve_gpu("none", machine) == Hardware(machine.lower())
 
@@ -164,22 +164,35 @@ REJECTED = [
     ("L4x1", "g2-standard-24", "g2-standard-24 carries 2 L4 GPUs, not 1"),
     ("A100x2", "a2-highgpu-3g", "A100x2 runs on a2-highgpu-2g, not a2-highgpu-3g"),
     # N1 limits: too many vCPUs (or too much memory) for the attached GPUs; shapes Vertex does not offer.
-    ("V100", "n1-standard-16", "V100x1 allows an n1 machine of at most 12 vCPUs and 78 GB, not n1-standard-16 "
-                               "(16 vCPUs, 60 GB): try --machine-type n1-standard-8 or leave it out"),
-    ("T4", "n1-standard-64", "T4x1 allows an n1 machine of at most 24 vCPUs"),
+    # A machine that takes the GPU in other counts names them (Vertex's table per machine row).
+    ("V100", "n1-standard-16", "n1-standard-16 takes 2, 4 or 8 V100 GPUs, not 1: use --gpu V100x2, or try "
+                               "--machine-type n1-standard-8 or leave it out"),
+    ("T4", "n1-standard-64", "n1-standard-64 takes 4 T4 GPUs, not 1: use --gpu T4x4"),
     # Vertex's table: T4 x1 not on n1-*-32 (Compute Engine alone would allow it).
-    ("T4", "n1-standard-32", "T4x1 allows an n1 machine of at most 24 vCPUs and 156 GB, not n1-standard-32 "
-                             "(32 vCPUs, 120 GB): try --machine-type n1-standard-8 or leave it out"),
-    ("T4", "n1-highcpu-32", "T4x1 allows an n1 machine of at most 24 vCPUs"),
+    ("T4", "n1-standard-32", "n1-standard-32 takes 2 or 4 T4 GPUs, not 1: use --gpu T4x2, or try "
+                             "--machine-type n1-standard-8 or leave it out"),
+    ("T4", "n1-highcpu-32", "n1-highcpu-32 takes 2 or 4 T4 GPUs, not 1"),
+    ("V100x2", "n1-standard-32", "n1-standard-32 takes 4 or 8 V100 GPUs, not 2: use --gpu V100x4"),
     ("P100x4", "n1-highmem-64", "P100x4 allows an n1 machine of at most 64 vCPUs and 208 GB, not n1-highmem-64 "
                                 "(64 vCPUs, 416 GB)"),
     ("T4", "n1-standard-2", "n1-standard-2 is not an n1 machine type Vertex training offers"),
     ("T4", "n1-standard-7", "n1-standard-7 is not an n1 machine type Vertex training offers"),
     # A CPU job on a GPU machine.
-    ("none", "a2-highgpu-1g", "--gpu none needs a CPU machine type (n1-, n2-, e2- or c2- standard/highmem/highcpu), "
-                              "not a2-highgpu-1g: try --machine-type n1-standard-8 or leave it out"),
-    ("cpu", "g2-standard-8", "--gpu none needs a CPU machine type"),
-    ("none", "n1-ultramem-40", "--gpu none needs a CPU machine type"),
+    ("none", "a2-highgpu-1g", "a2-highgpu-1g is a GPU machine (A100): give --gpu A100 with it, or leave "
+                              "--machine-type out for a CPU machine (n1-standard-8)"),
+    ("cpu", "g2-standard-8", "g2-standard-8 is a GPU machine (L4): give --gpu L4 with it"),
+    ("none", "n1-ultramem-40", "--machine-type n1-ultramem-40 is not a machine type Vertex AI custom training "
+                               "offers; did you mean m1-ultramem-40"),
+    # Only the shapes configure-compute lists (read 2026-11-27): the old regex let these through.
+    ("none", "e2-highcpu-8", "--machine-type e2-highcpu-8 is not a machine type Vertex AI custom training offers; "
+                             "did you mean e2-highcpu-16 or e2-highcpu-32"),
+    ("none", "n2-standard-2", "--machine-type n2-standard-2 is not a machine type Vertex AI custom training offers"),
+    ("none", "n1-standard-2", "not a machine type Vertex AI custom training offers"),
+    ("none", "c2-highmem-8", "not a machine type Vertex AI custom training offers"),
+    ("none", "e2-standard-9999", "not a machine type Vertex AI custom training offers"),
+    # On Vertex's list, not offered by ftcli: the boot disk an N4 worker takes is not settled.
+    ("none", "n4-standard-8", "--machine-type n4-standard-8: ftcli does not offer N4 machines yet (their boot disk "
+                              "type is not settled); the same shape on N2 is --machine-type n2-standard-8"),
 ]
 
 

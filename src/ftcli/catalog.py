@@ -9,6 +9,8 @@ and memory). Container images live in `ftcli.images`, regions in `ftcli.regions`
 
 from __future__ import annotations
 
+import datetime as dt
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -159,8 +161,49 @@ def _key(name: str) -> str:
 
 _BY_KEY: dict[str, _Gpu] = {_key(k): g for g in _GPUS for k in (g.name, g.enum)}
 _CPU_NAMES = frozenset({"NONE", "CPU"})
+
+# The machine types custom training takes without a GPU: "you must specify one of the following machine types in
+# the machineSpec.machineType field" (Vertex "Configure compute resources for custom training", "Machine types",
+# https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/configure-compute,
+# formerly https://cloud.google.com/vertex-ai/docs/training/configure-compute; read 2026-11-27): the entries the page
+# does not mark "must be used with certain GPUs or TPUs". Only these shapes: e.g. no e2-highcpu-2..8, no
+# n1-standard-1/2, no n2-highcpu-2..8. The list's GPU machines (a2/a3/a4/g2) take their GPUs through --gpu, and its
+# TPU machines are not for ftcli. The list also has n4-standard/highmem/highcpu-2..80, which ftcli does not offer
+# yet (N4_FAMILY): the page does not say which boot disk an N4 worker takes, and ftcli sets the boot disk itself.
+CPU_MACHINE_TYPES: tuple[str, ...] = (
+    *(f"e2-standard-{n}" for n in (4, 8, 16, 32)),
+    *(f"e2-highmem-{n}" for n in (2, 4, 8, 16)),
+    *(f"e2-highcpu-{n}" for n in (16, 32)),
+    *(f"n2-standard-{n}" for n in (4, 8, 16, 32, 48, 64, 80)),
+    *(f"n2-highmem-{n}" for n in (2, 4, 8, 16, 32, 48, 64, 80)),
+    *(f"n2-highcpu-{n}" for n in (16, 32, 48, 64, 80)),
+    *(f"n1-{kind}-{n}" for kind, sizes in _N1_SIZES.items() for n in sizes),
+    *(f"c2-standard-{n}" for n in (4, 8, 16, 30, 60)),
+    "m1-ultramem-40", "m1-ultramem-80", "m1-ultramem-160", "m1-megamem-96",
+)
+# ftcli's CPU machine: n1-standard-8 (8 vCPUs, 30 GB) is on the list above (same page, read 2026-11-27); enough
+# host cores for the tokenizer and data loader of a small model.
 _CPU_DEFAULT = "n1-standard-8"
-_CPU_MACHINE = re.compile(r"(n1|n2|e2|c2)-(standard|highmem|highcpu)-\d+")
+N4_FAMILY = "n4-"
+
+
+# "NVIDIA P100 GPUs reach end of support on September 15, 2026" (configure-compute page above, read 2026-11-27):
+# that date has passed, so `ftcli train/tune --gpu P100` warns (Vertex may still take the job; ftcli does not
+# refuse it) and points at the GPUs that replace it.
+END_OF_SUPPORT = {"P100": dt.date(2026, 9, 15)}
+END_OF_SUPPORT_PAGE = ("https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/"
+                       "configure-compute")
+
+
+def end_of_support_warning(hw: Hardware, today: dt.date | None = None) -> str | None:
+    """One line when `hw`'s GPU has reached (or is about to reach) Google's end of support, else None."""
+    day = END_OF_SUPPORT.get(hw.gpu_name or "")
+    if day is None:
+        return None
+    today = today or dt.date.today()
+    when = "reached" if today >= day else "reaches"
+    return (f"NVIDIA {hw.gpu_name} GPUs {when} end of support on Vertex AI on {day:%B} {day.day}, {day.year}: "
+            "jobs may be refused or lose capacity; use --gpu T4 or --gpu L4 instead")
 
 
 def gpu_short_name(enum: str) -> str:
@@ -274,8 +317,19 @@ def _count(gpu: _Gpu, text: str, count_text: str | None, machine: str | None) ->
         raise UsageError(f"--gpu {text} asks for 0 GPUs; {_comes_in(gpu)}, "
                          "or use --gpu none for a CPU machine")
     if count not in gpu.machines:
+        # Vertex's table, e.g. "you can use 2 or 4 NVIDIA_TESLA_T4 GPUs on a VM, but not 3" (configure-compute
+        # page above, read 2026-11-27): a count outside it is refused whatever the machine.
         raise UsageError(f"{_comes_in(gpu)} (got {count})")
     return count
+
+
+def _counts_text(counts) -> str:
+    counts = [str(n) for n in counts]
+    return counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} or {counts[-1]}"
+
+
+def _nearest(counts, count: int) -> int:
+    return min(counts, key=lambda n: (abs(n - count), n))
 
 
 def _machine_problem(gpu: _Gpu, count: int, machine: str) -> str:
@@ -291,6 +345,10 @@ def _machine_problem(gpu: _Gpu, count: int, machine: str) -> str:
         shape = _n1_shape(machine)
         if shape is None:
             return f"{machine} is not an n1 machine type Vertex training offers: {fix}"
+        takes = [n for n, ms in gpu.machines.items() if machine in ms]
+        if takes:
+            return (f"{machine} takes {_counts_text(takes)} {gpu.name} GPUs, not {count}: use --gpu "
+                    f"{gpu.name}x{_nearest(takes, count)}, or {fix}")
         max_vcpus, max_gb = gpu.n1_limits[count]
         return (f"{gpu.name}x{count} allows an n1 machine of at most {max_vcpus} vCPUs and {max_gb} GB, not {machine} "
                 f"({shape[0]} vCPUs, {shape[1]:g} GB): {fix}")
@@ -300,20 +358,40 @@ def _machine_problem(gpu: _Gpu, count: int, machine: str) -> str:
 def _cpu(machine: str | None) -> Hardware:
     if machine is None:
         return Hardware(_CPU_DEFAULT)
-    if not _CPU_MACHINE.fullmatch(machine):
-        raise UsageError(f"--gpu none needs a CPU machine type (n1-, n2-, e2- or c2- standard/highmem/highcpu), "
-                         f"not {machine}: try --machine-type {_CPU_DEFAULT} or leave it out")
+    if machine.startswith(N4_FAMILY):
+        raise UsageError(f"--machine-type {machine}: ftcli does not offer N4 machines yet (their boot disk type is not "
+                         f"settled); the same shape on N2 is --machine-type n2-{machine.removeprefix(N4_FAMILY)}, or "
+                         f"leave it out for {_CPU_DEFAULT}")
+    if machine not in CPU_MACHINE_TYPES:
+        gpu = next((g for g in _GPUS for ms in g.machines.values() if machine in ms), None)
+        if gpu is not None:
+            raise UsageError(f"{machine} is a GPU machine ({gpu.name}): give --gpu {gpu.name} with it, or leave "
+                             f"--machine-type out for a CPU machine ({_CPU_DEFAULT})")
+        # The same family's sizes first (e2-highcpu-8 -> e2-highcpu-16), else the nearest spellings.
+        family = [m for m in CPU_MACHINE_TYPES if _family(m) == _family(machine)]
+        size = machine.rsplit("-", 1)[-1]
+        if family and size.isdigit():
+            close = sorted(family, key=lambda m: abs(int(m.rsplit("-", 1)[1]) - int(size)))[:2]
+        else:
+            close = difflib.get_close_matches(machine, CPU_MACHINE_TYPES, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"e.g. {_CPU_DEFAULT}, n2-standard-8, e2-standard-8"
+        raise UsageError(f"--machine-type {machine} is not a machine type Vertex AI custom training offers; {hint} "
+                         f"(or leave it out for {_CPU_DEFAULT})")
     return Hardware(machine)
 
 
 # --- machine families: boot disk and provisioning ---------------------------------------------------------
 
-# DiskSpec.bootDiskType takes pd-ssd (the default), pd-standard or hyperdisk-balanced (DiskSpec reference,
-# https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/DiskSpec, read 2026-11-26). A3 Ultra (H200)
+# DiskSpec.bootDiskType takes pd-ssd, pd-standard or hyperdisk-balanced (DiskSpec reference,
+# https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/DiskSpec, read 2026-11-26). Its default depends on
+# the machine: "The default value is pd-ssd (hyperdisk-balanced is the default for a3-ultragpu-8g and
+# a4-highgpu-8g)" (configure-compute page above, read 2026-11-27; the DiskSpec reference says only "for A3U
+# machines"), so ftcli always sets it rather than lean on a default that moves. A3 Ultra (H200)
 # and A4 (B200) take Hyperdisk only: "Hyperdisk Balanced: this is the only disk type that is supported for the
 # boot disk" (Compute Engine "Accelerator-optimized machine family",
 # https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines, updated 2026-04-13).
-# G2 refuses pd-standard; a2/a3-high/a3-mega and n1 take pd-ssd. 100 GB holds the image, model and HF cache.
+# G2, A3 High and A3 Mega take no pd-standard (same page's disk tables); a2/a3-high/a3-mega and n1 take pd-ssd.
+# 100 GB holds the image, model and HF cache.
 HYPERDISK_ONLY = ("a3-ultragpu", "a4-highgpu")
 BOOT_DISK_GB = 100
 
@@ -324,6 +402,8 @@ def boot_disk(machine_type: str) -> dict[str, object]:
     return {"bootDiskType": kind, "bootDiskSizeGb": BOOT_DISK_GB}
 
 
+# Documented as ambiguous for Vertex: its configure-compute page (above, read 2026-11-27) lists a3-highgpu-1g/2g/4g
+# without this condition; Compute Engine's page is the one that states it, and ftcli keeps it.
 # Machines that Compute Engine does not sell on demand (same page as above): "When provisioning a3-highgpu-1g,
 # a3-highgpu-2g, or a3-highgpu-4g machine types, you must create instances by using Spot VMs or Flex-start
 # VMs"; A3 Ultra and A4: "you must reserve capacity ..., use Spot VMs, use Flex-start VMs" (or a MIG resize
@@ -337,14 +417,22 @@ NOT_ON_DEMAND: dict[str, tuple[str, ...]] = {
 # Flex-start (Dynamic Workload Scheduler) on Vertex: "requests L4, A100, H100, H200, or B200 GPUs", a timeout of
 # "7 days or less", and "the same machine configuration for all worker pools" ("Schedule training jobs based on
 # resource availability", https://docs.cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws, read
-# 2026-11-26). The page names H100, not H100 Mega: a3-megagpu-8g is left out until it says so.
+# 2026-11-26). Documented as ambiguous: the page names H100, not H100 Mega, while Compute Engine counts a3-megagpu-8g
+# as an H100 machine ("Accelerator-optimized machine family", above): a3-megagpu-8g is left out until Vertex says so.
 FLEX_START_GPUS = frozenset({"L4", "A100", "A100-80GB", "H100", "H200", "B200"})
 FLEX_START_MAX_TIMEOUT_S = 7 * 24 * 3600
 # ReservationAffinity: "To target a SPECIFIC_RESERVATION by name, use compute.googleapis.com/reservation-name as
-# the key", values "the full resource name of the reservation"; not with Flex-start ("Use reservations with
-# training", https://docs.cloud.google.com/vertex-ai/docs/training/use-reservations, read 2026-11-26).
+# the key"; not with Flex-start ("Use reservations with training",
+# https://docs.cloud.google.com/vertex-ai/docs/training/use-reservations, read 2026-11-26). Its values "must be the
+# full resource name of the reservation or reservation block" (MachineSpec.reservationAffinity.values in the
+# aiplatform API reference as Google's MCP tools reference renders it, https://docs.cloud.google.com/gemini-enterprise-
+# agent-platform/reference/mcp/tools_list/colab_enterprise_create_notebook_runtime_template, updated 2026-04-07, read
+# 2026-11-27; older generated client docs say only "of the reservation"): projects/P/zones/Z/reservations/R, or
+# .../reservations/R/reservationBlocks/B (a block of a reservation, same zone).
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
-RESERVATION_NAME = re.compile(r"projects/[^/]+/zones/[a-z]+-[a-z]+\d+-[a-z]/reservations/[a-z]([-a-z0-9]*[a-z0-9])?")
+_CE_NAME = r"[a-z]([-a-z0-9]*[a-z0-9])?"  # a Compute Engine resource name (RFC 1035)
+RESERVATION_NAME = re.compile(rf"projects/[^/]+/zones/[a-z]+-[a-z]+\d+-[a-z]/reservations/{_CE_NAME}"
+                              rf"(/reservationBlocks/{_CE_NAME})?")
 
 
 def reservation_region_problem(reservation: str | None, region: str) -> str | None:
@@ -378,8 +466,8 @@ def provisioning_problems(hw: Hardware, *, spot: bool, flex_start: bool, reserva
                             "replicas run on n1-highcpu-16: drop --reduction-server or --flex-start")
     if reservation and reservation != "any" and not RESERVATION_NAME.fullmatch(reservation):
         problems.append(f"--reservation {reservation!r}: give the full name "
-                        "projects/PROJECT/zones/ZONE/reservations/NAME (a Compute Engine name: lowercase letters, "
-                        "digits and '-'), or 'any' for any matching reservation")
+                        "projects/PROJECT/zones/ZONE/reservations/NAME[/reservationBlocks/BLOCK] (Compute Engine "
+                        "names: lowercase letters, digits and '-'), or 'any' for any matching reservation")
     ways = NOT_ON_DEMAND.get(hw.machine_type)
     picked = [w for w, on in (("spot", spot), ("flex-start", flex_start), ("reservation", reservation)) if on]
     if ways and not any(w in ways for w in picked):

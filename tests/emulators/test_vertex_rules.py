@@ -51,6 +51,12 @@ def _package_pool(image: str) -> dict:
     return p
 
 
+def _reserved(p: dict, name: str) -> dict:
+    p["machineSpec"]["reservationAffinity"] = {"reservationAffinityType": "SPECIFIC_RESERVATION",
+                                               "key": "compute.googleapis.com/reservation-name", "values": [name]}
+    return p
+
+
 REFUSED = [
     # the prebuilt image ftcli used: past its end of availability (2026-07-24)
     (job(_package_pool(PREBUILT["executorImageUri"])), "reached its end of availability on 2026-07-24"),
@@ -79,6 +85,42 @@ REFUSED = [
          {"machineSpec": {"machineType": "n1-highcpu-16"}, "replicaCount": "2",
           "containerSpec": {"imageUri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"}},
          scheduling={"strategy": "FLEX_START"}), "same machine configuration"),
+    # GPU counts per machine (configure-compute's table): cells it lacks
+    (job(pool("n1-standard-8", "NVIDIA_TESLA_T4", 3)),
+     "Accelerator count 3 is not valid for accelerator NVIDIA_TESLA_T4 on machine type n1-standard-8; "
+     "valid counts: 1, 2, 4."),
+    (job(pool("a2-highgpu-1g", "NVIDIA_TESLA_A100", 8)),
+     "Accelerator count 8 is not valid for accelerator NVIDIA_TESLA_A100 on machine type a2-highgpu-1g; "
+     "valid counts: 1."),
+    (job(pool("n1-standard-32", "NVIDIA_TESLA_T4", 1)), "valid counts: 2, 4."),
+    (job(pool("n1-standard-64", "NVIDIA_TESLA_P100", 4)),
+     'Accelerator "NVIDIA_TESLA_P100" is not supported for machine type "n1-standard-64".'),
+    (job(pool("g2-standard-8", "NVIDIA_TESLA_T4", 1)),
+     'Accelerator "NVIDIA_TESLA_T4" is not supported for machine type "g2-standard-8".'),
+    # machine types outside configure-compute's list
+    (job(pool("e2-highcpu-8", count=0)),
+     'Machine type "e2-highcpu-8" is not supported for custom training (workerPoolSpecs[0]).'),
+    (job(pool("n1-standard-2", count=0)), 'Machine type "n1-standard-2" is not supported'),
+    (job(pool("n2d-standard-8", count=0)), 'Machine type "n2d-standard-8" is not supported'),
+    # pd-standard: A3 High and A3 Mega list no Standard Persistent Disk
+    (job(pool("a3-highgpu-8g", "NVIDIA_H100_80GB", 8, diskSpec={"bootDiskType": "pd-standard"})),
+     "a3-highgpu-8g does not support pd-standard boot disks"),
+    (job(pool("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8, diskSpec={"bootDiskType": "pd-standard"})),
+     "a3-megagpu-8g does not support pd-standard boot disks"),
+    # reservations: a full reservation (or block) name, in a zone of the job's region
+    (job(_reserved(pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8), "h200-pool")),
+     "it must be the full resource name of the reservation or reservation block"),
+    (job(_reserved(pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
+                   "projects/p/zones/europe-west4-a/reservations/r/reservationBlocks/b")),
+     "Reservation zone europe-west4-a is not in the job's region us-central1"),
+    # display name and labels
+    ({**job(pool()), "displayName": "x" * 129},
+     "CustomJob.display_name is too long: 129 characters, at most 128 allowed."),
+    ({**job(pool()), "labels": {"Team": "a"}}, "Invalid label key 'Team'"),
+    ({**job(pool()), "labels": {"team": "A"}}, "Invalid label value 'A' for key 'team'"),
+    ({**job(pool()), "labels": {"team": "a" * 65}}, "Invalid label value"),
+    ({**job(pool()), "labels": {"1team": "a"}}, "Invalid label key '1team'"),
+    ({**job(pool()), "labels": {f"k{i}": "v" for i in range(65)}}, "has 65 labels; at most 64 are allowed."),
 ]
 
 
@@ -102,6 +144,57 @@ def test_accepted_variants(vertex):
     assert len(vertex.jobs) == 2
 
 
+# Cells of configure-compute's GPU table that the emulator once answered with gRPC UNKNOWN (it asked ftcli's
+# resolve_gpu, which ignored the count): Vertex takes them.
+@pytest.mark.parametrize(("machine", "accel", "count"), [
+    ("n1-standard-32", "NVIDIA_TESLA_T4", 4), ("n1-standard-8", "NVIDIA_TESLA_V100", 2),
+    ("n1-standard-8", "NVIDIA_TESLA_V100", 4), ("n1-standard-8", "NVIDIA_TESLA_V100", 8),
+    ("n1-standard-8", "NVIDIA_TESLA_P100", 4), ("n1-standard-8", "NVIDIA_TESLA_P4", 4),
+    ("n1-highcpu-64", "NVIDIA_TESLA_P100", 4), ("g2-standard-96", "NVIDIA_L4", 8),
+])
+def test_valid_gpu_cells_are_accepted(vertex, machine, accel, count):
+    created = create(vertex, job(pool(machine, accel, count)))
+    spec = created.job_spec.worker_pool_specs[0].machine_spec
+    assert (spec.machine_type, spec.accelerator_type.name, spec.accelerator_count) == (machine, accel, count)
+
+
+@pytest.mark.parametrize("machine", ["e2-highcpu-16", "n2-highmem-80", "c2-standard-30", "m1-ultramem-40",
+                                     "n1-highmem-2"])
+def test_documented_cpu_machines_are_accepted(vertex, machine):
+    assert create(vertex, job(pool(machine, count=0))).job_spec.worker_pool_specs[0].machine_spec.machine_type == \
+        machine
+
+
+def test_unset_boot_disk_takes_the_machines_default(vertex):
+    # "The default value is pd-ssd (hyperdisk-balanced is the default for a3-ultragpu-8g and a4-highgpu-8g)": an
+    # A4 or A3 Ultra job without a diskSpec is accepted (it boots from Hyperdisk), not refused as pd-ssd.
+    for machine, accel in (("a4-highgpu-8g", "NVIDIA_B200"), ("a3-ultragpu-8g", "NVIDIA_H200_141GB")):
+        create(vertex, job(pool(machine, accel, 8), scheduling={"strategy": "SPOT"}))
+    with pytest.raises(gexc.InvalidArgument, match="does not support hyperdisk-balanced"):
+        create(vertex, job(pool("g2-standard-8", "NVIDIA_L4", diskSpec={"bootDiskType": "hyperdisk-balanced"})))
+    assert len(vertex.jobs) == 2
+
+
+def test_reservation_blocks_and_long_names_are_accepted(vertex):
+    block = "projects/p/zones/us-central1-b/reservations/h200-pool/reservationBlocks/block-1"
+    created = create(vertex, {**job(_reserved(pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8), block)),
+                              "displayName": "é" * 128, "labels": {"team": "ü-1", "café": ""}})
+    assert list(created.job_spec.worker_pool_specs[0].machine_spec.reservation_affinity.values) == [block]
+    assert len(created.display_name) == 128
+
+
+def test_emulator_tables_match_ftclis_catalog():
+    """Two transcriptions of configure-compute (ftcli's catalog, the emulator's rows) must agree cell for cell."""
+    from ftcli import catalog
+    from tests.emulators import vertex_rules
+
+    ftcli_cells = {(m, g.enum, n) for g in catalog._GPUS for n, ms in g.machines.items() for m in ms}
+    emulator_cells = {(m, a, n) for m, row in vertex_rules.GPU_TABLE.items() for a, ns in row.items() for n in ns}
+    assert ftcli_cells == emulator_cells
+    # ftcli offers every documented CPU machine but N4 (its boot disk is not settled): it refuses them itself.
+    assert set(catalog.CPU_MACHINE_TYPES) == {m for m in vertex_rules.CPU_MACHINES if not m.startswith("n4-")}
+
+
 # --- every configuration of the issue, from `ftcli train --dry-run` to the strict emulator ----------------------
 
 CONFIGS = {
@@ -111,6 +204,13 @@ CONFIGS = {
     "H100x8": ["--gpu", "H100x8"],
     "H200-spot": ["--gpu", "H200", "--spot"],
     "H200-reservation": ["--gpu", "H200", "--reservation", "projects/p/zones/us-central1-b/reservations/r"],
+    "H200-reservation-block": ["--gpu", "H200", "--reservation",
+                               "projects/p/zones/us-central1-b/reservations/r/reservationBlocks/b1"],
+    "T4x4-n1-standard-32": ["--gpu", "T4x4", "--machine-type", "n1-standard-32"],
+    "V100x2": ["--gpu", "V100x2"],
+    "P100x4": ["--gpu", "P100x4"],
+    "P4x4": ["--gpu", "P4x4"],
+    "cpu-e2-highcpu-16": ["--gpu", "none", "--machine-type", "e2-highcpu-16"],
     "B200-flex-start": ["--gpu", "B200", "--flex-start", "--max-wait", "4h"],
     "H100-flex-start": ["--gpu", "H100", "--flex-start"],
     "cpu": ["--gpu", "none"],

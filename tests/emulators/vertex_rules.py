@@ -1,20 +1,27 @@
 """What the real Vertex AI refuses at CreateCustomJob, so the emulator refuses it too (INVALID_ARGUMENT).
 
-Each rule names the page it comes from (all read 2026-11-26). The region table is the one ftcli's pre-flight
+Each rule names the page it comes from, with the date it was read. The region table is the one ftcli's pre-flight
 uses (`ftcli.regions`, transcribed from the Locations page): the emulator's check is the net under every code
-path that builds a job, not a second opinion on the table.
+path that builds a job, not a second opinion on the table. The machine tables below are the emulator's own
+transcription of the configure-compute page (tests/emulators/test_vertex_rules.py holds ftcli's catalog to them).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+import unicodedata
 
 from google.cloud.aiplatform_v1.types import custom_job
 
 # "Prebuilt containers for custom training" (https://docs.cloud.google.com/vertex-ai/docs/training/pre-built-
-# containers): pythonPackageSpec.executorImageUri "You must use an image from this list", with the `latest` tag;
+# containers, read 2026-11-26): pythonPackageSpec.executorImageUri "You must use an image from this list", with the
+# `latest` tag;
 # "Framework support policy": after the end-of-availability date "services might block the creation of new
-# resources using these images". The newest PyTorch training images and their end of availability:
+# resources using these images" ("Framework support policy",
+# https://docs.cloud.google.com/vertex-ai/docs/framework-support-policy, read 2026-11-26). The newest PyTorch
+# training images and their end of availability ("Supported frameworks list",
+# https://docs.cloud.google.com/vertex-ai/docs/supported-frameworks-list, read 2026-11-26):
 PREBUILT_PYTORCH = {
     "pytorch-gpu.2-4.py310": dt.date(2026, 7, 24), "pytorch-xla.2-4.py310": dt.date(2026, 7, 24),
     "pytorch-gpu.2-3.py310": dt.date(2026, 4, 24), "pytorch-xla.2-3.py310": dt.date(2026, 4, 24),
@@ -23,18 +30,99 @@ PREBUILT_PYTORCH = {
 }
 PREBUILT_PREFIXES = tuple(f"{m}-docker.pkg.dev/vertex-ai/training/" for m in ("us", "europe", "asia"))
 
-# Boot disks: DiskSpec takes pd-ssd, pd-standard or hyperdisk-balanced, 100 to 64000 GB (DiskSpec reference; the
-# size range is the SDK's check). Compute Engine "Accelerator-optimized machine family": A3 Ultra and A4 boot only
-# from Hyperdisk Balanced; G2 has no pd-standard; A2 and G2 have no Hyperdisk Balanced; N1 takes no Hyperdisk.
+CONFIGURE_COMPUTE = ("https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/"
+                     "configure-compute")  # formerly https://cloud.google.com/vertex-ai/docs/training/configure-compute
+
+# Machine types without a GPU: "you must specify one of the following machine types in the machineSpec.machineType
+# field" (CONFIGURE_COMPUTE, "Machine types", read 2026-11-27 in the stored copy titled "Configure compute resources
+# for Gemini Enterprise Agent Platform serverless training"): the entries without the page's "*" ("must be used with
+# certain GPUs or TPUs"). Its a2/a3/a4/g2 machines are in GPU_MACHINES; its a4x, g4 and TPU machines are not here
+# (ftcli sends none of them).
+CPU_MACHINES = frozenset(
+    [f"n4-{kind}-{n}" for kind in ("standard", "highmem", "highcpu") for n in (2, 4, 8, 16, 32, 48, 64, 80)] +
+    [f"e2-standard-{n}" for n in (4, 8, 16, 32)] + [f"e2-highmem-{n}" for n in (2, 4, 8, 16)]
+    + [f"e2-highcpu-{n}" for n in (16, 32)]
+    + [f"n2-standard-{n}" for n in (4, 8, 16, 32, 48, 64, 80)]
+    + [f"n2-highmem-{n}" for n in (2, 4, 8, 16, 32, 48, 64, 80)]
+    + [f"n2-highcpu-{n}" for n in (16, 32, 48, 64, 80)]
+    + [f"n1-standard-{n}" for n in (4, 8, 16, 32, 64, 96)] + [f"n1-highmem-{n}" for n in (2, 4, 8, 16, 32, 64, 96)]
+    + [f"n1-highcpu-{n}" for n in (16, 32, 64, 96)]
+    + [f"c2-standard-{n}" for n in (4, 8, 16, 30, 60)]
+    + ["m1-ultramem-40", "m1-ultramem-80", "m1-ultramem-160", "m1-megamem-96"])
+
+# GPUs per machine: CONFIGURE_COMPUTE's table "Valid numbers of GPUs for each machine type" (read 2026-11-27), one
+# row per machine type as the page has it: accelerator → the counts that machine takes ("you can use 2 or 4
+# NVIDIA_TESLA_T4 GPUs on a VM, but not 3"). A cell not here is refused.
+_ALL_N1 = {"NVIDIA_TESLA_T4": (1, 2, 4), "NVIDIA_TESLA_P4": (1, 2, 4), "NVIDIA_TESLA_P100": (1, 2, 4),
+           "NVIDIA_TESLA_V100": (1, 2, 4, 8)}
+_N1_16 = {"NVIDIA_TESLA_T4": (1, 2, 4), "NVIDIA_TESLA_P4": (1, 2, 4), "NVIDIA_TESLA_P100": (1, 2, 4),
+          "NVIDIA_TESLA_V100": (2, 4, 8)}
+_N1_32 = {"NVIDIA_TESLA_T4": (2, 4), "NVIDIA_TESLA_P4": (2, 4), "NVIDIA_TESLA_P100": (2, 4),
+          "NVIDIA_TESLA_V100": (4, 8)}
+_N1_64 = {"NVIDIA_TESLA_T4": (4,), "NVIDIA_TESLA_P4": (4,), "NVIDIA_TESLA_V100": (8,)}
+GPU_TABLE: dict[str, dict[str, tuple[int, ...]]] = {
+    "n1-standard-4": _ALL_N1, "n1-standard-8": _ALL_N1, "n1-standard-16": _N1_16, "n1-standard-32": _N1_32,
+    "n1-standard-64": _N1_64, "n1-standard-96": _N1_64,
+    "n1-highmem-2": _ALL_N1, "n1-highmem-4": _ALL_N1, "n1-highmem-8": _ALL_N1, "n1-highmem-16": _N1_16,
+    "n1-highmem-32": _N1_32, "n1-highmem-64": _N1_64, "n1-highmem-96": _N1_64,
+    "n1-highcpu-16": _N1_16, "n1-highcpu-32": _N1_32, "n1-highcpu-64": {**_N1_64, "NVIDIA_TESLA_P100": (4,)},
+    "n1-highcpu-96": _N1_64,
+    **{f"a2-highgpu-{n}g": {"NVIDIA_TESLA_A100": (n,)} for n in (1, 2, 4, 8)},
+    "a2-megagpu-16g": {"NVIDIA_TESLA_A100": (16,)},
+    **{f"a2-ultragpu-{n}g": {"NVIDIA_A100_80GB": (n,)} for n in (1, 2, 4, 8)},
+    **{f"a3-highgpu-{n}g": {"NVIDIA_H100_80GB": (n,)} for n in (1, 2, 4, 8)},
+    "a3-megagpu-8g": {"NVIDIA_H100_MEGA_80GB": (8,)},
+    "a3-ultragpu-8g": {"NVIDIA_H200_141GB": (8,)},
+    "a4-highgpu-8g": {"NVIDIA_B200": (8,)},
+    **{f"g2-standard-{n}": {"NVIDIA_L4": (1,)} for n in (4, 8, 12, 16, 32)},
+    "g2-standard-24": {"NVIDIA_L4": (2,)}, "g2-standard-48": {"NVIDIA_L4": (4,)}, "g2-standard-96": {"NVIDIA_L4": (8,)},
+}
+GPU_MACHINES = frozenset(m for m in GPU_TABLE if not m.startswith("n1-"))
+MACHINES = CPU_MACHINES | GPU_MACHINES
+
+# Boot disks: DiskSpec takes pd-ssd, pd-standard or hyperdisk-balanced, 100 to 64000 GB (DiskSpec reference,
+# https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/DiskSpec, read 2026-11-26; the size range is the
+# SDK's check). Unset, it is "pd-ssd (hyperdisk-balanced is the default for a3-ultragpu-8g and a4-highgpu-8g)"
+# (CONFIGURE_COMPUTE, "Boot disk options", read 2026-11-27; DiskSpec says "for A3U machines" only). Compute Engine
+# "Accelerator-optimized machine family" (https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines,
+# read 2026-11-26): A3 Ultra and A4 boot only from Hyperdisk Balanced; G2, A3 High and A3 Mega list no Standard
+# Persistent Disk (pd-standard) among their disk types; A2 and G2 have no Hyperdisk Balanced; N1 takes no Hyperdisk.
 DISK_TYPES = {"pd-ssd", "pd-standard", "hyperdisk-balanced"}
 HYPERDISK_ONLY = ("a3-ultragpu", "a4-highgpu")
 NO_HYPERDISK = ("a2-", "g2-", "n1-")
-# Same page: a3-highgpu-1g/2g/4g only as Spot or Flex-start; A3 Ultra and A4 need a reservation, Spot or
-# Flex-start.
+NO_PD_STANDARD = ("g2-", "a3-highgpu-", "a3-megagpu-")
+# Same page: "When provisioning a3-highgpu-1g, a3-highgpu-2g, or a3-highgpu-4g machine types, you must create
+# instances by using Spot VMs or Flex-start VMs"; A3 Ultra and A4 need a reservation, Spot or Flex-start.
+# Documented as ambiguous for Vertex: CONFIGURE_COMPUTE (read 2026-11-27) lists a3-highgpu-1g/2g/4g among the
+# training machines without that condition; the emulator keeps Compute Engine's rule, as ftcli's catalog does.
 SPOT_OR_FLEX = {"a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g"}
 NEEDS_CAPACITY = {"a3-ultragpu-8g", "a4-highgpu-8g"}
-# "Schedule training jobs based on resource availability" (DWS): L4, A100, H100, H200 or B200; timeout of
-# 7 days or less; the same machine configuration for all worker pools; not with Compute Engine reservations.
+# Reservations: values "must be the full resource name of the reservation or reservation block" (the aiplatform API
+# reference's MachineSpec.reservationAffinity, as cited in ftcli.catalog, read 2026-11-27), under the key
+# compute.googleapis.com/reservation-name ("Use reservations with training",
+# https://docs.cloud.google.com/vertex-ai/docs/training/use-reservations, read 2026-11-26).
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+_CE = r"[a-z](?:[-a-z0-9]*[a-z0-9])?"
+RESERVATION = re.compile(rf"projects/[^/]+/zones/(?P<zone>(?P<region>[a-z]+-[a-z]+\d+)-[a-z])/reservations/{_CE}"
+                         rf"(?:/reservationBlocks/{_CE})?")
+# CustomJob.displayName: "The name can be up to 128 characters long and can consist of any UTF-8 characters"
+# (REST CustomJob, https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs,
+# read 2026-11-27).
+MAX_DISPLAY_NAME = 128
+# CustomJob.labels: "Label keys and values can be no longer than 64 characters (Unicode codepoints), can only
+# contain lowercase letters, numeric characters, underscores and dashes. International characters are allowed."
+# (same reference, read 2026-11-27). Its link, Resource Manager's "Requirements for labels"
+# (https://cloud.google.com/resource-manager/docs/creating-managing-labels#requirements, read 2026-11-27), adds
+# "Keys must start with a lowercase letter or international character" and "up to a maximum of 64" labels (and
+# says 63 characters: the emulator holds Vertex's own 64, so it refuses nothing Vertex documents as valid).
+MAX_LABEL_CHARS = 64
+MAX_LABELS = 64
+# "Schedule training jobs based on resource availability" (DWS,
+# https://docs.cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws, read 2026-11-26): L4, A100, H100, H200
+# or B200; timeout of 7 days or less; the same machine configuration for all worker pools; not with Compute Engine
+# reservations. Documented as ambiguous: the page says "H100" without naming H100 Mega (a3-megagpu-8g), which
+# Compute Engine counts as an H100 machine ("Accelerator-optimized machine family", above); the emulator, like
+# ftcli, refuses H100 Mega with Flex-start until Vertex names it.
 FLEX_START_ACCELERATORS = {"NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_H100_80GB",
                            "NVIDIA_H200_141GB", "NVIDIA_B200"}
 FLEX_START_MAX = dt.timedelta(days=7)
@@ -48,10 +136,16 @@ def _pools(job: custom_job.CustomJob):
 
 def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = None) -> str | None:
     """Why Vertex would refuse `job` in `location`, or None."""
-    from ftcli.catalog import resolve_gpu
+    from ftcli.catalog import gpu_short_name
     from ftcli.regions import TRAINING_GPUS
 
     today = today or dt.date.today()
+    if len(job.display_name) > MAX_DISPLAY_NAME:
+        return (f"CustomJob.display_name is too long: {len(job.display_name)} characters, at most "
+                f"{MAX_DISPLAY_NAME} allowed.")
+    problem = _labels_problem(dict(job.labels))
+    if problem:
+        return problem
     strategy = job.job_spec.scheduling.strategy
     if strategy == Strategy.FLEX_START:
         configs = {(p.machine_spec.machine_type, p.machine_spec.accelerator_type, p.machine_spec.accelerator_count)
@@ -74,12 +168,22 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
                 return f"{uri} is not a prebuilt training container: pythonPackageSpec needs one from the list"
             if PREBUILT_PYTORCH[image] < today:
                 return f"the prebuilt container {uri} reached its end of availability on {PREBUILT_PYTORCH[image]}"
+        if machine not in MACHINES:
+            return f'Machine type "{machine}" is not supported for custom training (workerPoolSpecs[{i}]).'
         accel = pool.machine_spec.accelerator_type.name
-        if pool.machine_spec.accelerator_count and accel != "ACCELERATOR_TYPE_UNSPECIFIED":
-            gpu = resolve_gpu(accel, machine).gpu_name
-            if gpu not in TRAINING_GPUS.get(location, frozenset()):
+        count = pool.machine_spec.accelerator_count
+        if count and accel != "ACCELERATOR_TYPE_UNSPECIFIED":
+            counts = GPU_TABLE.get(machine, {}).get(accel)
+            if counts is None:
+                return f'Accelerator "{accel}" is not supported for machine type "{machine}".'
+            if count not in counts:
+                valid = ", ".join(map(str, counts))
+                return (f"Accelerator count {count} is not valid for accelerator {accel} on machine type {machine}; "
+                        f"valid counts: {valid}.")
+            if gpu_short_name(accel) not in TRAINING_GPUS.get(location, frozenset()):
                 return f"Accelerator {accel} is not supported for custom training in {location}"
-        disk = pool.disk_spec.boot_disk_type or "pd-ssd"
+        default_disk = "hyperdisk-balanced" if machine.startswith(HYPERDISK_ONLY) else "pd-ssd"
+        disk = pool.disk_spec.boot_disk_type or default_disk
         size = pool.disk_spec.boot_disk_size_gb or 100
         if disk not in DISK_TYPES:
             return f"boot disk type {disk!r} is not one of {sorted(DISK_TYPES)}"
@@ -89,10 +193,20 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
             return f"{machine} boots only from hyperdisk-balanced, not {disk}"
         if machine.startswith(NO_HYPERDISK) and disk == "hyperdisk-balanced":
             return f"{machine} does not support hyperdisk-balanced boot disks"
-        if machine.startswith("g2-") and disk == "pd-standard":
+        if machine.startswith(NO_PD_STANDARD) and disk == "pd-standard":
             return f"{machine} does not support pd-standard boot disks"
-        reserved = pool.machine_spec.reservation_affinity.reservation_affinity_type.name in (
-            "ANY_RESERVATION", "SPECIFIC_RESERVATION")
+        affinity = pool.machine_spec.reservation_affinity
+        kind = affinity.reservation_affinity_type.name
+        reserved = kind in ("ANY_RESERVATION", "SPECIFIC_RESERVATION")
+        if kind == "SPECIFIC_RESERVATION":
+            if affinity.key != RESERVATION_KEY or len(affinity.values) != 1:
+                return f"SPECIFIC_RESERVATION needs key {RESERVATION_KEY} and one reservation name as its value"
+            m = RESERVATION.fullmatch(affinity.values[0])
+            if not m:
+                return (f"Invalid reservation name {affinity.values[0]!r}: it must be the full resource name of the "
+                        "reservation or reservation block")
+            if m["region"] != location:
+                return f"Reservation zone {m['zone']} is not in the job's region {location}"
         if machine in SPOT_OR_FLEX and strategy not in (Strategy.SPOT, Strategy.FLEX_START):
             return f"{machine} can only be provisioned as Spot or Flex-start"
         if machine in NEEDS_CAPACITY and not (reserved or strategy in (Strategy.SPOT, Strategy.FLEX_START)):
@@ -102,4 +216,24 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
                 return "Flex-start does not use Compute Engine reservations"
             if accel not in FLEX_START_ACCELERATORS:
                 return f"Flex-start does not offer {accel}"
+    return None
+
+
+def _label_chars_ok(text: str) -> bool:
+    # lowercase letters, numeric characters, underscores and dashes; international characters allowed (letters
+    # of any script that has no case, or a lowercase one)
+    return all(c in "_-" or c.isdigit() or (c.isalpha() and not c.isupper() and unicodedata.category(c) != "Lt")
+               for c in text)
+
+
+def _labels_problem(labels: dict[str, str]) -> str | None:
+    if len(labels) > MAX_LABELS:
+        return f"CustomJob.labels has {len(labels)} labels; at most {MAX_LABELS} are allowed."
+    for key, value in labels.items():
+        if not key or len(key) > MAX_LABEL_CHARS or not _label_chars_ok(key) or not key[0].isalpha():
+            return (f"Invalid label key {key!r}: keys are 1 to {MAX_LABEL_CHARS} lowercase letters, digits, '_' or "
+                    "'-', starting with a letter.")
+        if len(value) > MAX_LABEL_CHARS or not _label_chars_ok(value):
+            return (f"Invalid label value {value!r} for key {key!r}: values are at most {MAX_LABEL_CHARS} lowercase "
+                    "letters, digits, '_' or '-'.")
     return None

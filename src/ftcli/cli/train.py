@@ -50,6 +50,11 @@ def train(
     sub = cands[0].sub
     for line in [*skipped, *sub.notes]:
         err().print(f"note: {line}", markup=False, highlight=False)
+    from ftcli.catalog import end_of_support_warning
+    from ftcli.output import warn
+
+    for line in dict.fromkeys(filter(None, (end_of_support_warning(c.sub.hardware) for c in cands))):
+        warn(line)  # a GPU past Google's end of support: say so, but let Vertex decide
     if len(cands) > 1:
         err().print(f"candidates, in order: {', '.join(c.what for c in cands)} (the next is tried when the machines "
                     "cannot be had)", markup=False, highlight=False)
