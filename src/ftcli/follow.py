@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from ftcli.errors import LogsUnavailable, UsageError
 from ftcli.values import FINAL_STATES, WAITING_STATES, Job, JobName, LogEntry
 
+# LogSeverity (https://cloud.google.com/logging/docs/reference/v2/rest/v2/LogEntry#logseverity, read 2026-11-27):
+# DEFAULT < DEBUG < INFO < NOTICE < WARNING < ERROR < CRITICAL < ALERT < EMERGENCY. --severity takes the levels a
+# training job logs at (ALERT and EMERGENCY are left out).
 SEVERITIES = ("DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL")
 # `ftcli logs` exits with the job's status: 0 SUCCEEDED, 3 FAILED (and EXPIRED, PARTIALLY_SUCCEEDED), 4 CANCELLED.
 EXIT_FOR_STATE = {"SUCCEEDED": 0, "FAILED": 3, "CANCELLED": 4, "EXPIRED": 3, "PARTIALLY_SUCCEEDED": 3}
@@ -45,6 +48,8 @@ class Line:
 
 def job_filter(job_id: str, replica: str | None = None, severity: str | None = None,
                since: dt.datetime | None = None) -> str:
+    # The filter gcloud's `ai custom-jobs stream-logs` builds: resource type ml_job with label job_id (the team's
+    # notes/vertex-facts.md); task_name names the replica (workerpool0-0, ...).
     parts = ['resource.type="ml_job"', f'resource.labels.job_id="{job_id}"']
     if replica:
         parts.append(f'resource.labels.task_name="{replica}"')

@@ -16,6 +16,8 @@ TRAINING_GPUS: dict[str, frozenset[str]] = {r: frozenset(g.split()) for r, g in 
     "asia-northeast1": "H100 H100-MEGA B200 T4",
     "asia-northeast3": "A100 H100 L4 T4",
     "asia-south1": "H100 L4 T4 H200",
+    # Documented as ambiguous: the Locations page's (above) accelerator table lists H200 here, while its feature
+    # table has no asia-south2 row (read 2026-11-27); kept as the accelerator table says.
     "asia-south2": "H200",
     "asia-southeast1": "A100 A100-80GB B200 H100 H100-MEGA L4 P4 T4",
     "asia-southeast2": "T4",

@@ -92,6 +92,9 @@ WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 _MAX_LABELS = 64
+# CustomJob.displayName: "The name can be up to 128 characters long and can consist of any UTF-8 characters" (REST
+# CustomJob, https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs, read
+# 2026-11-27); ftcli is stricter on / \ and control characters for its own reasons (below), not Google's.
 _MAX_DISPLAY_NAME = 128
 # A display name becomes a folder name and a console title: no path separators or control characters.
 _DISPLAY_NAME = re.compile(r"[^/\\\x00-\x1f\x7f]+")
@@ -153,7 +156,11 @@ def build_custom_job(req: JobRequest) -> dict[str, Any]:
     scheduling: dict[str, Any] = {"timeout": f"{req.timeout_s}s"}
     if req.spot:
         # A preempted Spot worker comes back as a restart; restarting the whole job lets every rank resume
-        # together from AIP_CHECKPOINT_DIR instead of the others hanging in a collective.
+        # together from AIP_CHECKPOINT_DIR instead of the others hanging in a collective. Scheduling's
+        # restartJobOnWorkerRestart: "Restarts the entire CustomJob if a worker gets restarted. This feature can be
+        # used by distributed training jobs that are not resilient to workers leaving and joining a job" (REST
+        # CustomJobSpec, https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec#scheduling,
+        # read 2026-11-27).
         scheduling.update(strategy="SPOT", restartJobOnWorkerRestart=True)
     elif req.flex_start:
         scheduling["strategy"] = "FLEX_START"

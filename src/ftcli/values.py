@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 # Vertex's JobState names without the JOB_STATE_ prefix.
+# JobState (https://cloud.google.com/vertex-ai/docs/reference/rest/v1/JobState, read 2026-11-27): a job ends in
+# SUCCEEDED, FAILED, CANCELLED ("The job has been cancelled"), EXPIRED ("The job has expired") or
+# PARTIALLY_SUCCEEDED; it has no machine yet while QUEUED ("The job has been just created or resumed and processing
+# has not yet begun") or PENDING ("The service is preparing to run the job").
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED"})
 WAITING_STATES = frozenset({"QUEUED", "PENDING"})  # no machine yet: nothing runs, nothing logs
 

@@ -23,6 +23,13 @@ APIS = {"vertex": "aiplatform.googleapis.com", "storage": "storage.googleapis.co
         "logging": "logging.googleapis.com", "secretmanager": "secretmanager.googleapis.com"}
 # The role that lets a gateway's calls through, for the hint of a permission error: `translate` uses it, and so
 # do the gateways that write their own permission hint (Cloud Logging, Secret Manager), so it is said in one place.
+# Vertex AI User grants aiplatform.customJobs.* ("Vertex AI access control with IAM",
+# https://docs.cloud.google.com/vertex-ai/docs/general/access-control); Storage Admin grants storage.buckets.get
+# (which Storage Object Admin lacks) ("IAM roles for Cloud Storage",
+# https://cloud.google.com/storage/docs/access-control/iam-roles); Logs Viewer grants logging.logEntries.list
+# (https://cloud.google.com/logging/docs/access-control); Secret Manager Viewer grants secretmanager.secrets.get, not
+# the payload (https://cloud.google.com/secret-manager/docs/access-control). Pages named 2026-11-27; their role
+# tables were not found whole in the stored docs, so these rest on the pages' role names.
 ROLES = {"vertex": "roles/aiplatform.user", "storage": "roles/storage.admin on the bucket",
          "logging": "roles/logging.viewer", "secretmanager": "roles/secretmanager.viewer on the secret"}
 LOGIN = "run `gcloud auth application-default login`"
@@ -54,8 +61,10 @@ def endpoint_origin(var: str) -> str:
     return f" (from {var})" if os.environ.get(var) else ""
 
 
-# A quota metric in a message: SERVICE.googleapis.com/METRIC, or a word like custom_model_training_nvidia_t4_gpus
-# (never the plain word "quota" of "exceed quota limits").
+# A quota metric in a message (Vertex training quotas are named like custom_model_training_nvidia_t4_gpus, "Vertex AI
+# quotas and limits", https://docs.cloud.google.com/vertex-ai/docs/quotas, named 2026-11-27; a QuotaFailure
+# violation's quota_metric is SERVICE.googleapis.com/METRIC, google.rpc.error_details): SERVICE.googleapis.com/METRIC,
+# or a word like custom_model_training_nvidia_t4_gpus (never the plain word "quota" of "exceed quota limits").
 QUOTA_TOKEN = re.compile(r"[\w.-]+\.googleapis\.com/[\w./-]+|[\w.-]*_(?:gpus|cpus)\b|[\w.-]*_quota\w*|quota_[\w.-]+",
                          re.IGNORECASE)
 
@@ -116,6 +125,9 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         return FtcliError(f"the {api} API is not enabled in project {project or '?'}",
                           hint=f"enable it: gcloud services enable {api}{where}")
     if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
+        # Running a job as a service account takes iam.serviceAccounts.actAs on it, which Service Account User grants
+        # ("Use a custom service account", https://docs.cloud.google.com/vertex-ai/docs/general/custom-service-account,
+        # named 2026-11-27).
         if "iam.serviceAccounts.actAs" in message:
             return FtcliError(f"you may not run jobs as that service account: {message}",
                               hint="grant yourself roles/iam.serviceAccountUser on the service account "

@@ -3,7 +3,8 @@
 The high-level google.cloud.logging.Client has no tail API; the low-level client has both. Entries come back as
 ftcli's `LogEntry` values; Google's errors become `LogsUnavailable` here, with a `reason` the follower acts on
 (fall back, back off, or say why it stops). Cloud Logging's read limits: entries.list 60 requests per minute
-per project, 10 live-tailing sessions per project.
+per project, 10 live-tailing sessions per project ("Quotas and limits", https://cloud.google.com/logging/quotas,
+"Logging API" table; read 2026-11-26, re-read 2026-11-27).
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ class SecretsGateway:
             error = translate(e, service="secretmanager", project=self.project, what=secret)
             if error.hint and "services enable" in error.hint:
                 raise error from None
+            # Reading the payload inside the job takes secretmanager.versions.access: Secret Manager Secret Accessor
+            # (https://cloud.google.com/secret-manager/docs/access-control, named 2026-11-27, not re-read).
             raise FtcliError(f"cannot see secret {secret} (secretmanager.secrets.get denied)",
                              hint=f"grant yourself {ROLES['secretmanager']}; the job's service account needs "
                                   "roles/secretmanager.secretAccessor") from None
