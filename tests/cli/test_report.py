@@ -190,8 +190,8 @@ def test_a_model_folder_alone_gives_the_pictures_it_can(capsys, single_run, tmp_
     model = Path(shutil.copytree(single_run / "model", tmp_path / "downloaded"))
     r = run_cli(capsys, "report", str(model))
     assert r.code == 0, r.err
-    assert sorted(p.name for p in (model / "report").iterdir()) == ["confusion_matrix.png", "ftcli-report.json",
-                                                                     "report.md"]
+    assert sorted(p.name for p in (tmp_path / "downloaded-report").iterdir()) == [
+        "confusion_matrix.png", "ftcli-report.json", "report.md"]  # beside the model folder, never inside it
 
 
 @pytest.mark.parametrize("setup,needle", [
