@@ -214,44 +214,140 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
     return path
 
 
-def trained_on_pairs(path: Path) -> tuple[str, str] | None | bool:
-    """(first column, second column) when the model in `path` was trained on sentence pairs (MNLI, MRPC, STS-B,
-    --text-pair-column ...), False when on single texts, from the ftcli_run.json the trainer exports beside it;
-    None when the folder has none (not known)."""
+def run_config(path: Path) -> dict | None:
+    """The options the model in `path` was trained with (the ftcli_run.json the trainer exports beside it), or None
+    when the folder has none (a model from elsewhere, or an older trainer)."""
     import json
 
     try:
         run = json.loads((path / "ftcli_run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    second = run.get("text_pair_column") if isinstance(run, dict) else None
+    return run if isinstance(run, dict) else None
+
+
+def trained_on_pairs(path: Path) -> tuple[str, str] | None | bool:
+    """(first column, second column) when the model in `path` was trained on sentence pairs (MNLI, MRPC, STS-B,
+    --text-pair-column ...), False when on single texts, from the ftcli_run.json the trainer exports beside it;
+    None when the folder has none (not known)."""
+    run = run_config(path)
+    if run is None:
+        return None
+    second = run.get("text_pair_column")
     return (str(run.get("text_column") or "text"), str(second)) if second else False
 
 
-def pair_up(path: Path, texts: list[str], pairs: list[str] | None) -> tuple[list[str], list[str | None]]:
-    """(first texts, second texts) for the model in `path`: `pairs` (one per text), or for a pair model without
-    them each text split at its first TAB. A pair model without pairs, or pairs for a single-text model, is a
-    UsageError: a model fed the wrong shape of input answers anyway, wrongly."""
+def trained_max_length(path: Path) -> int | None:
+    """The --max-length the model was trained and evaluated at: its inputs are cut there, not at the tokenizer's
+    own limit (512 for BERT), or a prediction differs from the run's own evaluation of the same text."""
+    value = (run_config(path) or {}).get("max_length")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass
+class Text:
+    """One input to classify and where it came from (for an error that names it): an argument, a line of a text
+    file, or a row of a CSV / JSON Lines file (`record`: the model's own columns are taken from it)."""
+
+    text: str
+    where: str
+    record: dict | None = None
+
+
+TABLE_SUFFIXES = (".csv", ".jsonl", ".json")
+
+
+def read_inputs(file: Path) -> list[Text]:
+    """The texts of --file: a CSV or JSON Lines file's rows (by extension; the model's text columns are read from
+    them), else every non-empty line (a pair model's: TEXT<TAB>PAIR)."""
+    try:
+        # utf-8-sig: a BOM (Windows editors write one) is not part of the first text, as in the trainer's readers
+        content = file.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read --file {file}: {e}") from None
+    suffix = file.suffix.lower()
+    if suffix == ".csv":
+        import csv
+        import io
+
+        reader = csv.DictReader(io.StringIO(content, newline=""), strict=True)  # a stray quote is an error
+        try:
+            rows = [Text("", f"{file} row {i}", {k: v for k, v in row.items() if k is not None})
+                    for i, row in enumerate(reader, 1)]
+        except csv.Error as e:
+            # line_num counts the lines read so far: the record that failed starts on the next one
+            raise UsageError(f"--file {file} is not valid CSV (line {reader.line_num + 1}: {e})") from None
+        return rows
+    if suffix in (".jsonl", ".json"):
+        import json
+
+        rows = []
+        for n, line in enumerate(content.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise UsageError(f"--file {file} line {n} is not JSON ({e})",
+                                 hint="one JSON object per line (JSON Lines), as the trainer reads them") from None
+            if not isinstance(record, dict):
+                raise UsageError(f"--file {file} line {n} is not a JSON object",
+                                 hint='one object per line, e.g. {"text": "..."}')
+            rows.append(Text("", f"{file} line {n}", record))
+        return rows
+    return [Text(line, f"{file} line {n}") for n, line in enumerate(content.splitlines(), 1) if line.strip()]
+
+
+def _column(item: Text, column: str) -> str:
+    value = item.record.get(column) if item.record is not None else None
+    if value is None:
+        have = ", ".join(map(str, item.record)) if item.record else "none"
+        raise UsageError(f"{item.where} has no {column!r} (the column the model was trained on; it has: {have})",
+                         hint="name the text column as in the training data")
+    return str(value)
+
+
+def pair_up(path: Path, texts: list[Text] | list[str], pairs: list[str] | None
+            ) -> tuple[list[str], list[str | None]]:
+    """(first texts, second texts) for the model in `path`: `pairs` (one per text), a CSV / JSON Lines row's own
+    columns, or for a pair model each line split at its TAB. A pair model without pairs, pairs for a single-text
+    model, or an empty text is a UsageError naming the input: a model fed the wrong input answers anyway, wrongly."""
+    items = [t if isinstance(t, Text) else Text(t, f"text {i}") for i, t in enumerate(texts, 1)]
     columns = trained_on_pairs(path)
     if pairs is not None:
         if columns is False:
             raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --pair")
-        if len(pairs) != len(texts):
-            raise UsageError(f"{len(texts)} text(s) but {len(pairs)} --pair value(s): give one --pair per text, in "
+        if len(pairs) != len(items):
+            raise UsageError(f"{len(items)} text(s) but {len(pairs)} --pair value(s): give one --pair per text, in "
                              "order")
-        return list(texts), list(pairs)
-    if not columns:
-        return list(texts), [None] * len(texts)
-    split = [t.split("\t", 1) for t in texts]
-    if any(len(parts) != 2 for parts in split):
-        first, second = columns
-        raise UsageError(f"{path} was trained on sentence pairs ({first} + {second}): each input needs its "
-                         f"{second}", hint='--pair "TEXT" once per text, in order, or TAB-separated pairs (one per '
-                                           'line in --file)')
-    return [a for a, _ in split], [b for _, b in split]
+    text_column = columns[0] if columns else str((run_config(path) or {}).get("text_column") or "text")
+    firsts: list[str] = []
+    seconds: list[str | None] = []
+    for i, item in enumerate(items):
+        if item.record is not None:
+            first, second = _column(item, text_column), _column(item, columns[1]) if columns else None
+        elif pairs is not None:
+            first, second = item.text, pairs[i]
+        elif columns:
+            parts = item.text.split("\t")
+            if len(parts) != 2:
+                what = f"has no {columns[1]}" if len(parts) == 1 else f"has {len(parts)} TAB-separated fields, not 2"
+                raise UsageError(f"{path} was trained on sentence pairs ({columns[0]} + {columns[1]}): {item.where} "
+                                 f"{what}", hint='--pair "TEXT" once per text, in order, or TAB-separated pairs '
+                                                 '(TEXT<TAB>PAIR, one per line in --file)')
+            first, second = parts
+        else:
+            first, second = item.text, None
+        if not first.strip() or (second is not None and not second.strip()):
+            what = "its pair" if first.strip() else "the text"
+            raise UsageError(f"{item.where}: {what} is empty; there is nothing to classify",
+                             hint="give a non-empty text (the model was trained on none)")
+        firsts.append(first)
+        seconds.append(second)
+    return firsts, seconds
 
 
-def predict(path: Path, texts: list[str], threshold: float | None = None,
+def predict(path: Path, texts: list[Text] | list[str], threshold: float | None = None,
             pairs: list[str] | None = None) -> list[dict]:
     """Classify `texts` with the model in `path`: {"text", "label", "score"} each, or for a multi-label model
     {"text", "labels": [{"label", "score"}, ...]} with the labels at or above the threshold (the model's own
@@ -293,7 +389,11 @@ def predict(path: Path, texts: list[str], threshold: float | None = None,
     # A regression head's one output is the prediction: a softmax over one output would always read 1.0.
     fn = "none" if regression else ("sigmoid" if multi else "softmax")
     inputs = [t if b is None else {"text": t, "text_pair": b} for t, b in zip(texts, seconds, strict=True)]
-    results = clf(inputs, function_to_apply=fn, truncation=True)
+    # Cut where the run trained and evaluated; a model from elsewhere at what its tokenizer and positions allow (a
+    # tokenizer without a limit says 1e30: a long text then overran the position embeddings).
+    cut_at = trained_max_length(path) or min(clf.tokenizer.model_max_length,
+                                             getattr(config, "max_position_embeddings", None) or 10**9)
+    results = clf(inputs, function_to_apply=fn, truncation=True, max_length=cut_at)
     out = []
     for text, second, scores in zip(texts, seconds, results, strict=True):
         scores = sorted(scores, key=lambda s: -s["score"])

@@ -55,7 +55,15 @@ def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: di
 
         hf_logging.disable_progress_bar()
         model.save_pretrained(staged)
-        tokenizer.save_pretrained(staged)
+        # The length the run trained and evaluated at becomes the tokenizer's limit: pipeline(...) and ftcli predict
+        # then cut a long text where the run did, not at the model's 512 (the same text scored differently).
+        told = getattr(tokenizer, "model_max_length", None)
+        if isinstance(run_config.get("max_length"), int):
+            tokenizer.model_max_length = run_config["max_length"]
+        try:
+            tokenizer.save_pretrained(staged)
+        finally:
+            tokenizer.model_max_length = told
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         (staged / "ftcli_run.json").write_text(json.dumps(run_config, indent=2, sort_keys=True) + "\n")
         if predictions:  # part of the model folder, so it is published (and marked complete) with it

@@ -293,9 +293,16 @@ def test_predict_a_sentence_pair_regression_model(capsys, tmp_path, tiny_model):
     r = run_cli(capsys, "predict", model, "superb wonderful great film")
     assert r.code == 2 and "Traceback" not in r.err and not r.out
     error, hint = r.err.splitlines()
-    assert error == f"error: {model} was trained on sentence pairs (sentence1 + sentence2): each input needs its " \
-                    "sentence2"
+    assert error == f"error: {model} was trained on sentence pairs (sentence1 + sentence2): text 1 has no sentence2"
     assert "--pair" in hint and "TAB-separated" in hint
+    # A line of --file is named: with a third field (it was split into the text and "b<TAB>c"), or an empty pair.
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("superb film\tthe plot\nsuperb film\tthe plot\tmore\n")
+    r = run_cli(capsys, "predict", model, "--file", str(bad))
+    assert r.code == 2 and f"{bad} line 2 has 3 TAB-separated fields, not 2" in r.err and not r.out
+    bad.write_text("superb film\t\n")
+    r = run_cli(capsys, "predict", model, "--file", str(bad))
+    assert r.code == 2 and f"{bad} line 1: its pair is empty; there is nothing to classify" in r.err
     r = run_cli(capsys, "predict", model, "a", "b", "--pair", "the plot")
     assert r.code == 2 and "2 text(s) but 1 --pair value(s)" in r.err
     r = run_cli(capsys, "predict", model, "--file", str(lines), "--pair", "the plot")
@@ -364,3 +371,67 @@ def test_predict_threshold_on_a_single_label_model_is_refused_not_ignored(capsys
     assert r.code == 2 and r.out == "" and "Traceback" not in r.err
     assert "--threshold applies to multi-label models" in r.err and "single-label" in r.err
     assert run_cli(capsys, "predict", str(tiny_model), "a film").code == 0
+
+
+def test_predict_refuses_an_empty_text(capsys, tiny_model):
+    # "" and "   " were classified (positive 0.626) though training refuses an empty text.
+    for empty in ("", "   "):
+        r = run_cli(capsys, "predict", str(tiny_model), "a film", empty)
+        assert r.code == 2 and not r.out and "Traceback" not in r.err
+        assert r.err.startswith("error: text 2: the text is empty; there is nothing to classify")
+
+
+def test_predict_reads_a_csv_or_jsonl_file_by_its_columns(capsys, tmp_path, tiny_model):
+    # A CSV file was read line by line: the header row was classified, and each label became part of its text.
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    (model / "ftcli_run.json").write_text(json.dumps({"text_column": "review", "text_pair_column": None}))
+    texts = ["a wonderful film", "a dull, long film"]
+    expected = run_cli(capsys, "predict", str(model), *texts, "--json")
+    assert expected.code == 0, expected.err
+    table = tmp_path / "reviews.csv"
+    table.write_text('review,label\n"a wonderful film",pos\n"a dull, long film",neg\n')
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--json")
+    assert r.code == 0, r.err
+    assert r.out == expected.out  # the same two texts: no header row, no label in the text
+    lines = tmp_path / "reviews.jsonl"
+    lines.write_text("".join(json.dumps({"review": t, "label": "x"}) + "\n" for t in texts) + "\n")
+    r = run_cli(capsys, "predict", str(model), "--file", str(lines), "--json")
+    assert r.code == 0 and r.out == expected.out
+    table.write_text('review,label\nfine,pos\n"the best" film,pos\n')  # a stray quote on line 3
+    r = run_cli(capsys, "predict", str(model), "--file", str(table))
+    assert r.code == 2 and f"--file {table} is not valid CSV (line 3: " in r.err
+    table.write_text("text,label\nfine,pos\n")
+    r = run_cli(capsys, "predict", str(model), "--file", str(table))
+    assert r.code == 2 and f"{table} row 1 has no 'review' (the column the model was trained on; it has: text, " \
+        "label)" in r.err
+
+
+def test_predict_cuts_inputs_where_the_run_did(tmp_path, tiny_model):
+    # Predict cut at the tokenizer's limit while the run trained and evaluated at --max-length: the same eval row
+    # scored 0.1519 in predict and 0.1685 in the run's own evaluation.
+    import numpy as np
+
+    from ftcli.models import predict
+    from ftcli_trainer.task import main
+    from tests.conftest import write_csv
+    from tests.trainer.test_tasks import regression_rows
+
+    header = ["sentence1", "sentence2", "label"]
+    train = write_csv(tmp_path / "train.csv", header, regression_rows(400, 1))
+    rows = regression_rows(40, 2)
+    dev = write_csv(tmp_path / "dev.csv", header, rows)
+    out = tmp_path / "run"
+    assert main(["--task", "stsb", "--train-file", str(train), "--eval-file", str(dev), "--model", str(tiny_model),
+                 "--epochs", "6", "--batch-size", "16", "--learning-rate", "3e-3", "--max-length", "8",
+                 "--output-dir", str(out)]) == 0
+    with np.load(out / "model" / "eval_predictions.npz") as z:
+        key = next(k for k in z.files if k.endswith("/scores"))
+        evaluated = z[key].reshape(len(rows), -1)[:, 0]
+    assert evaluated.std() > 0.3  # it learned: the scores tell rows apart
+    from transformers import AutoTokenizer  # the README's pipeline(...) recipe cuts there too
+
+    assert AutoTokenizer.from_pretrained(out / "model").model_max_length == 8
+    got = predict(out / "model", [a for a, _, _ in rows], pairs=[b for _, b, _ in rows])
+    assert [r["score"] for r in got] == pytest.approx(evaluated.tolist(), abs=2e-4)

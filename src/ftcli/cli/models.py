@@ -51,14 +51,12 @@ def download(
         note(f'next: ftcli predict {shlex.quote(str(got.path))} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))
 
 
-def _load_texts(texts: list[str], file: Path | None) -> list[str]:
-    out = list(texts)
+def _load_texts(texts: list[str], file: Path | None) -> list:
+    from ftcli.models import Text, read_inputs
+
+    out = [Text(t, f"text {i}") for i, t in enumerate(texts, 1)]
     if file is not None:
-        try:
-            # utf-8-sig: a BOM (Windows editors write one) is not part of the first text, as in the trainer's readers
-            out += [line.rstrip("\n") for line in file.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
-        except (OSError, UnicodeDecodeError) as e:
-            raise UsageError(f"cannot read --file {file}: {e}") from None
+        out += read_inputs(file)
     if not out:
         raise UsageError("no text to classify", hint='pass texts as arguments or --file texts.txt (one per line)')
     return out
@@ -69,7 +67,8 @@ def predict(
     texts: Annotated[Optional[list[str]], typer.Argument(help="Texts to classify.")] = None,  # noqa: UP045
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
-        "TEXT<TAB>PAIR lines).")] = None,
+        "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file (its columns named as in the training "
+        "data).")] = None,
     pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--pair", help="A model trained on sentence pairs (MNLI, MRPC, STS-B, ...): the second text of each TEXT, "
         "once per TEXT, in order.")] = None,
