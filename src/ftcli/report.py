@@ -12,7 +12,11 @@ last evaluation's truth, predictions and scores per eval set), `model/config.jso
     report.md                   the metrics as Markdown tables, and the pictures
     ftcli-report.json           what was written: marks the folder as a report that a later one may replace
 
-The primary eval set's pictures have no suffix; others (MNLI's `mismatched`) are named after their set.
+The primary eval set's pictures have no suffix; others (MNLI's `mismatched`) are named after their set. A picture
+draws at most MAX_DRAWN labels in full (a picture a side per label grows with the square of the labels: 1000
+labels asked matplotlib for a 55,000-pixel square); above that, the most frequent ones, and report.md says which.
+The files are drawn in a staging folder beside the report's and moved in at the end, so a crash midway leaves
+no half-written folder that the next report would refuse.
 matplotlib is an optional extra, imported only when pictures are drawn, with the Agg backend (no display).
 """
 
@@ -33,8 +37,13 @@ from pathlib import Path
 import numpy as np
 
 from ftcli.errors import FtcliError, UsageError
+from ftcli_trainer.storage import staging_dir
 
 MANIFEST = "ftcli-report.json"
+# Labels a confusion matrix or F1 bar chart draws in full; above it, this many with the most support (and, in a
+# matrix, one row and column pooling the rest), so the picture stays readable and its memory bounded.
+MAX_DRAWN = 30
+TICK_CHARS = 28  # a label's name on an axis, at most (bbox_inches="tight" would widen the picture to fit it)
 REPORT_DIR = "report"
 # What a report reads of a run, relative to the run folder (also what is downloaded for a job).
 RUN_FILES = ("model/metrics.json", "model/eval_predictions.npz", "model/config.json", "model/ftcli_run.json",
@@ -235,40 +244,146 @@ def _check_names(out: Path, names: list[str], earlier: list[str]) -> None:
             hint="move it away, or give --out a new folder; nothing was written")
 
 
-def _replace(target: Path, write: Callable[[Path], None]) -> None:
-    """Write next to `target`, then rename over it: a link at `target` is replaced, never followed."""
-    staged = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        write(staged)
-        os.replace(staged, target)
-    finally:
-        staged.unlink(missing_ok=True)
+def _write_manifest(path: Path, source: str, files: list[str]) -> None:
+    path.write_text(json.dumps({"ftcli_report": 1, "source": source, "files": files}, indent=2) + "\n",
+                    encoding="utf-8")
+
+
+def _publish(staged: Path, out: Path, names: list[str], earlier: list[str], source: str) -> None:
+    """Move the finished files from `staged` into `out` (os.replace: a link there is replaced, never followed).
+    A new folder appears whole; into an existing one, a manifest naming both reports' files goes first, so a crash
+    while the files move leaves a folder the next report recognises as its own."""
+    if not out.exists():
+        try:
+            staged.rename(out)
+            return
+        except OSError:  # made meanwhile (another report?): move the files one by one
+            out.mkdir(exist_ok=True)
+    both = staged / f".{MANIFEST}.both"
+    _write_manifest(both, source, [*names, *(n for n in earlier if n not in names)])
+    os.replace(both, out / MANIFEST)
+    for name in names:
+        os.replace(staged / name, out / name)
+    for stale in set(earlier) - set(names):  # an earlier report's pictures this run does not have
+        target = out / stale
+        if target.is_file() or target.is_symlink():
+            target.unlink()
+    os.replace(staged / MANIFEST, out / MANIFEST)
 
 
 # -- pictures -------------------------------------------------------------------------------------------------
 
 
-def _plan(run: Run) -> list[tuple[str, Callable[[Path], None]]]:
-    """(file name, drawer of that file) for every picture this run can give."""
-    from ftcli_trainer.metrics import confusion_matrix
+@dataclass
+class Picture:
+    name: str
+    draw: Callable[[Path], None]
+    labels: int = 0  # how many labels the run has, where the picture draws only `drawn` of them
+    drawn: list[str] = field(default_factory=list)
+    table: str | None = None  # report.md's heading of the table that has every label, where there is one
 
-    plan: list[tuple[str, Callable[[Path], None]]] = []
+    @property
+    def note(self) -> str | None:
+        """What the picture leaves out, for report.md and stderr (None when it draws every label)."""
+        if not self.drawn:
+            return None
+        if self.name.startswith("confusion_matrix"):
+            return (f"{self.name} draws the {len(self.drawn)} most frequent true labels of {self.labels:,} (by "
+                    f"support); the other {self.labels - len(self.drawn):,} are pooled in its last row and column, "
+                    f"\"other\"")
+        return f"{self.name} draws the {len(self.drawn)} labels with the most support of {self.labels:,}"
+
+
+@dataclass
+class Matrix:
+    """A confusion matrix as drawn: counts (rows true, columns predicted) over `names`, the last of which pools
+    the labels not drawn when the run has more than MAX_DRAWN; and the whole matrix's totals."""
+
+    counts: np.ndarray
+    names: list[str]
+    labels: int
+    total: int
+    correct: int
+
+    @property
+    def pooled(self) -> bool:
+        return len(self.names) < self.labels
+
+
+def top_by_support(support: np.ndarray, limit: int = MAX_DRAWN) -> np.ndarray:
+    """The indices of the `limit` labels with the most support, most first (ties: the first label first)."""
+    return np.argsort(-np.asarray(support), kind="stable")[:limit]
+
+
+def _slots(support: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """The labels drawn (top by support) and each label's row in the drawn matrix; the rest share row `limit`."""
+    keep = top_by_support(support, limit)
+    slot = np.full(len(support), limit, dtype=np.int64)
+    slot[keep] = np.arange(len(keep))
+    return keep, slot
+
+
+def confusion(names: list[str], truth: np.ndarray | None = None, predicted: np.ndarray | None = None,
+              cm=None, limit: int = MAX_DRAWN) -> Matrix:
+    """The matrix a picture draws, from the predictions (counted straight into the drawn rows: never K x K for
+    many labels) or from metrics.json's full matrix (older runs)."""
+    k = len(names)
+    if truth is not None:
+        truth, predicted = truth.astype(np.int64), np.asarray(predicted).astype(np.int64)
+        total, correct = len(truth), int((truth == predicted).sum())
+        if k <= limit:
+            from ftcli_trainer.metrics import confusion_matrix
+
+            return Matrix(confusion_matrix(truth, predicted, k), list(names), k, total, correct)
+        keep, slot = _slots(np.bincount(truth, minlength=k), limit)
+        size = limit + 1
+        counts = np.bincount(slot[truth] * size + slot[predicted], minlength=size * size).reshape(size, size)
+    else:
+        full = np.asarray(cm, dtype=np.int64)
+        total, correct = int(full.sum()), int(np.trace(full))
+        if k <= limit:
+            return Matrix(full, list(names), k, total, correct)
+        keep, slot = _slots(full.sum(axis=1), limit)
+        counts = np.zeros((limit + 1, limit + 1), dtype=np.int64)
+        np.add.at(counts, (slot[:, None], slot[None, :]), full)
+    return Matrix(counts, [names[j] for j in keep] + [f"other ({k - limit:,} labels)"], k, total, correct)
+
+
+def _plan(run: Run) -> list[Picture]:
+    """Every picture this run can give, with its drawer."""
+    plan: list[Picture] = []
     if run.history:
-        plan.append(("learning_curves.png", partial(_learning_curves, run)))
+        plan.append(Picture("learning_curves.png", partial(_learning_curves, run)))
     p = run.predictions or {}
     for i, name in enumerate(run.eval_sets):
         truth, predicted = p.get(f"{name}/labels"), p.get(f"{name}/predicted")
         cm = (run.metrics or {}).get(run.prefix(i) + "confusion_matrix")
         per_label = (run.metrics or {}).get(run.prefix(i) + "per_label")
+        table = f"Per label ({name})" if isinstance(per_label, dict) and per_label else None
         if run.kind == "regression" and truth is not None:
-            plan.append((f"predicted_vs_true{run.suffix(i)}.png", partial(_scatter, run, i, truth, predicted)))
+            plan.append(Picture(f"predicted_vs_true{run.suffix(i)}.png", partial(_scatter, run, i, truth, predicted)))
         elif run.kind == "single_label" and run.label_names and (truth is not None or cm is not None):
             # from the predictions where the run exported them (older runs: metrics.json's matrix)
-            cm = confusion_matrix(truth, predicted, len(run.label_names)) if truth is not None else np.asarray(cm)
-            plan.append((f"confusion_matrix{run.suffix(i)}.png", partial(_confusion, run, i, cm)))
+            matrix = confusion(run.label_names, truth, predicted) if truth is not None else confusion(
+                run.label_names, cm=cm)
+            plan.append(Picture(f"confusion_matrix{run.suffix(i)}.png", partial(_confusion, run, i, matrix),
+                                matrix.labels, matrix.names[:-1] if matrix.pooled else [], table))
         elif run.kind == "multi_label" and isinstance(per_label, dict) and per_label:
-            plan.append((f"per_label_f1{run.suffix(i)}.png", partial(_f1_bars, run, i, per_label)))
+            names = list(per_label)
+            if len(names) > MAX_DRAWN:
+                names = [names[j] for j in top_by_support([_support(per_label[n]) for n in names])]
+            plan.append(Picture(f"per_label_f1{run.suffix(i)}.png", partial(_f1_bars, run, i, per_label, names),
+                                len(per_label), names if len(names) < len(per_label) else [], table))
     return plan
+
+
+def _support(scores) -> int:
+    value = scores.get("support", 0) if isinstance(scores, dict) else 0
+    return int(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= TICK_CHARS else name[:TICK_CHARS - 1] + "…"
 
 
 def _pyplot():
@@ -325,43 +440,49 @@ def _learning_curves(run: Run, path: Path) -> None:
     _save(fig, path)
 
 
-def _confusion(run: Run, i: int, cm: np.ndarray, path: Path) -> None:
+def _confusion(run: Run, i: int, matrix: Matrix, path: Path) -> None:
     plt = _pyplot()
-    k = len(run.label_names)
+    cm = matrix.counts
+    k = len(matrix.names)  # at most MAX_DRAWN + 1: the figure's size is bounded
     side = max(4.5, 0.55 * k + 2.5)
     fig, ax = plt.subplots(figsize=(side + 1, side))
     rows = cm.sum(axis=1, keepdims=True)
     share = np.divide(cm, rows, out=np.zeros(cm.shape, dtype=np.float64), where=rows > 0)  # recall per true class
     image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="share of the true class")
-    if k <= 30:
+    if k <= MAX_DRAWN + 1:
         for r in range(k):
             for c in range(k):
                 ax.text(c, r, f"{cm[r, c]:,}", ha="center", va="center", fontsize=8,
                         color="white" if share[r, c] > 0.5 else "black")
-    ax.set_xticks(range(k), run.label_names, rotation=45, ha="right")
-    ax.set_yticks(range(k), run.label_names)
-    ax.set(xlabel="predicted", ylabel="true",
-           title=f"{run.eval_sets[i]}: confusion matrix ({int(cm.sum()):,} examples, accuracy "
-                 f"{np.trace(cm) / max(1, cm.sum()):.4f})")
+    ticks = [_short(n) for n in matrix.names]
+    ax.set_xticks(range(k), ticks, rotation=45, ha="right")
+    ax.set_yticks(range(k), ticks)
+    title = (f"{run.eval_sets[i]}: confusion matrix ({matrix.total:,} examples, accuracy "
+             f"{matrix.correct / max(1, matrix.total):.4f})")
+    if matrix.pooled:
+        title += (f"\ntop {k - 1} of {matrix.labels:,} labels by support; the other {matrix.labels - k + 1:,} "
+                  f"pooled as \"other\"")
+    ax.set(xlabel="predicted", ylabel="true", title=title)
     _save(fig, path)
 
 
-def _f1_bars(run: Run, i: int, per_label: dict, path: Path) -> None:
+def _f1_bars(run: Run, i: int, per_label: dict, names: list[str], path: Path) -> None:
     plt = _pyplot()
-    names = list(per_label)
     f1 = [float(per_label[n].get("f1", 0.0)) for n in names]
-    support = [int(per_label[n].get("support", 0)) for n in names]
+    support = [_support(per_label[n]) for n in names]
     fig, ax = plt.subplots(figsize=(8, max(3.0, 0.32 * len(names) + 1.2)))
     y = np.arange(len(names))
     ax.barh(y, f1, color="tab:blue")
     for yi, v in zip(y, f1, strict=True):
         ax.text(min(v + 0.01, 0.93), yi, f"{v:.3f}", va="center", fontsize=8)
-    ax.set_yticks(y, [f"{n} (n={s:,})" for n, s in zip(names, support, strict=True)])
-    ax.invert_yaxis()  # first label on top, as in the data
+    ax.set_yticks(y, [f"{_short(n)} (n={s:,})" for n, s in zip(names, support, strict=True)])
+    ax.invert_yaxis()  # first label on top: as in the data, or the most support first when not all are drawn
     micro = (run.metrics or {}).get(run.prefix(i) + "micro_f1")
-    ax.set(xlim=(0, 1), xlabel="F1", title=f"{run.eval_sets[i]}: F1 per label" + (
-        f" (micro-F1 {micro:.4f})" if isinstance(micro, float) else ""))
+    title = f"{run.eval_sets[i]}: F1 per label" + (f" (micro-F1 {micro:.4f})" if isinstance(micro, float) else "")
+    if len(names) < len(per_label):
+        title += f"\ntop {len(names)} of {len(per_label):,} labels by support"
+    ax.set(xlim=(0, 1), xlabel="F1", title=title)
     ax.grid(axis="x", alpha=0.3)
     _save(fig, path)
 
@@ -400,7 +521,13 @@ def fmt(value) -> str:
     return f"{value:.3g}" if abs(value) < 1e-3 else f"{value:.4f}"
 
 
-def markdown(run: Run, pictures: list[str]) -> str:
+def _cell(text) -> str:
+    """A label's name in a Markdown table or list: a "|" would end the cell, a newline the row."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None) -> str:
+    """report.md; `notes`: for a picture that leaves labels out, what it draws (the tables have every label)."""
     m = run.metrics or {}
     rc = run.run_config or {}
     lines = [f"# ftcli report: {run.source}", ""]
@@ -425,14 +552,18 @@ def markdown(run: Run, pictures: list[str]) -> str:
         lines.append("")
     for i, name in enumerate(run.eval_sets):
         per_label = m.get(run.prefix(i) + "per_label")
-        if isinstance(per_label, dict) and 0 < len(per_label) <= 50:
+        if isinstance(per_label, dict) and per_label:  # every label, however many (one line each)
             lines += [f"## Per label ({name})", "", "| label | precision | recall | F1 | support |",
                       "|---|---:|---:|---:|---:|"]
-            lines += [f"| {label} | {fmt(v.get('precision'))} | {fmt(v.get('recall'))} | {fmt(v.get('f1'))} | "
-                      f"{fmt(v.get('support'))} |" for label, v in per_label.items()]
+            lines += [f"| {_cell(label)} | {fmt(v.get('precision'))} | {fmt(v.get('recall'))} | {fmt(v.get('f1'))} | "
+                      f"{fmt(v.get('support'))} |" for label, v in per_label.items() if isinstance(v, dict)]
             lines.append("")
     if pictures:
-        lines += ["## Pictures", ""] + [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in pictures]
+        lines += ["## Pictures", ""]
+        for p in pictures:
+            lines.append(f"![{p.removesuffix('.png').replace('_', ' ')}]({p})")
+            if (notes or {}).get(p):
+                lines += ["", notes[p], ""]
         lines.append("")
     return "\n".join(lines)
 
@@ -440,23 +571,36 @@ def markdown(run: Run, pictures: list[str]) -> str:
 # -- the whole report -------------------------------------------------------------------------------------------
 
 
-def write_report(run: Run, out: Path) -> list[Path]:
+def write_report(run: Run, out: Path, say: Callable[[str], None] | None = None) -> list[Path]:
     """Draw every picture the run allows and the Markdown into `out` (new, empty, or an earlier report's);
-    return the files written, the Markdown first."""
+    return the files written, the Markdown first. `say` hears what a picture leaves out (default: stderr).
+
+    Everything is drawn in a staging folder beside `out` first (a dead writer's is removed by the next report), so
+    a crash or a kill midway leaves `out` as it was: never a half-written folder the next report refuses."""
     plan = _plan(run)
-    names = ["report.md", *(name for name, _ in plan)]
+    names = ["report.md", *(p.name for p in plan)]
     earlier = earlier_report(out)
     _check_names(out, names, earlier)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, draw in plan:
-        _replace(out / name, draw)
-    _replace(out / "report.md", lambda p: p.write_text(markdown(run, [n for n, _ in plan]), encoding="utf-8"))
-    for stale in set(earlier) - set(names):  # an earlier report's pictures this run does not have
-        target = out / stale
-        if target.is_file() or target.is_symlink():
-            target.unlink()
-    manifest = {"ftcli_report": 1, "source": run.source, "files": names}
-    _replace(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8"))
+    notes = {}
+    for p in plan:
+        if p.note:
+            drawn = ", ".join("`" + n.replace("`", "'").replace("\n", " ") + "`" for n in p.drawn)
+            notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table else "")
+    staged = staging_dir(out.parent, out.name)
+    try:
+        for p in plan:
+            p.draw(staged / p.name)
+        (staged / "report.md").write_text(markdown(run, [p.name for p in plan], notes), encoding="utf-8")
+        _write_manifest(staged / MANIFEST, run.source, names)
+        _publish(staged, out, names, earlier, run.source)
+    finally:
+        if staged.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+    if say is None:
+        from ftcli.output import note as say
+    for p in plan:
+        if p.note:
+            say(f"{p.note}; report.md lists them")
     return [out / n for n in names]
 
 

@@ -332,3 +332,192 @@ def test_a_model_folders_report_is_written_beside_it_never_inside(capsys, single
     assert r.code == 0, r.err
     assert json.loads(r.out)["report"] == str(tmp_path / "downloaded-report")
     assert sorted(p.name for p in alone.iterdir()) == sorted(p.name for p in (run / "model").iterdir())
+
+
+# -- many labels: a bounded picture, every label in the tables -------------------------------------------------
+
+REPORT_WITH_PEAK_RSS = ("import resource, sys\nfrom ftcli.cli.app import main\ntry:\n    main()\nfinally:\n"
+                        "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+                        "    print('peak_rss_kib', peak, file=sys.stderr)")
+
+
+def many_labels_run(root: Path, k: int, multi_label: bool = False, n: int = 4000) -> tuple[Path, list[str]]:
+    """A finished run with `k` labels as the trainer leaves it (its own metrics and prediction arrays), written
+    directly (training a 1000-label model would take minutes); return it and the labels, most support first."""
+    from ftcli_trainer.export import prediction_arrays
+    from ftcli_trainer.metrics import multi_label as multi_label_metrics
+    from ftcli_trainer.metrics import single_label
+
+    rng = np.random.default_rng(7)
+    names = [f"label-{i:04d}" for i in range(k)]
+    weight = np.empty(k)
+    weight[rng.permutation(k)] = 1.0 / np.arange(1, k + 1)  # Zipf: a few frequent labels, a long tail
+    names[int(weight.argmax())] = "a label whose name is far too long for the axis of a picture"  # shortened there
+    if multi_label:
+        truth = (rng.random((n, k)) < np.clip(weight * 3, 0, 0.9)).astype(np.float32)
+        logits = np.where(rng.random((n, k)) < 0.8, truth * 4 - 2, 2 - truth * 4).astype(np.float32)
+        metrics = multi_label_metrics(logits, truth, names, 0.5)
+        support = truth.sum(axis=0)
+    else:
+        truth = rng.choice(k, size=n, p=weight / weight.sum())
+        predicted = np.where(rng.random(n) < 0.7, truth, rng.integers(0, k, n))
+        logits = np.zeros((n, k), dtype=np.float32)
+        logits[np.arange(n), predicted] = 1.0
+        metrics = single_label(logits, truth, names)
+        support = np.bincount(truth, minlength=k)
+    model, logs = root / "model", root / "logs"
+    model.mkdir(parents=True)
+    logs.mkdir()
+    final = {f"eval_{key}": v for key, v in metrics.items()} | {"eval_loss": 1.5, "global_step": 40, "epoch": 2.0,
+                                                                  "train_loss": 2.0, "device": "cpu"}
+    (model / "metrics.json").write_text(json.dumps(final))
+    problem = "multi_label_classification" if multi_label else "single_label_classification"
+    (model / "config.json").write_text(json.dumps({"problem_type": problem,
+                                                   "id2label": {str(i): x for i, x in enumerate(names)}}))
+    (model / "ftcli_run.json").write_text(json.dumps({"task": "csv", "model": "tiny"}))
+    np.savez_compressed(model / "eval_predictions.npz", **prediction_arrays(
+        {"eval": (truth, logits)}, names, multi_label, False, 0.5))
+    rows = [{"type": "train", "step": s, "epoch": s / 20, "loss": 3 - s / 20, "learning_rate": 1e-4} for s in
+            range(1, 41)] + [{"type": "eval", "step": s, "epoch": s / 20, "eval_loss": 2 - s / 40} for s in (20, 40)]
+    (logs / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    top = [names[i] for i in np.argsort(-support, kind="stable")]
+    return root, top
+
+
+@pytest.mark.parametrize("multi_label", [False, True], ids=["confusion_matrix", "per_label_f1"])
+def test_a_run_with_1000_labels_draws_the_most_frequent_in_bounded_memory(tmp_path, multi_label):
+    # 1000 labels asked for a 55,000-pixel square confusion matrix: 24 GB, killed by the OOM killer (200: 3.5 GB
+    # and an unreadable 8946x8165 picture); the F1 bars grew the same way.
+    from ftcli.report import MAX_DRAWN
+
+    run, top = many_labels_run(tmp_path / "run", 1000, multi_label)
+    picture = "per_label_f1.png" if multi_label else "confusion_matrix.png"
+    started = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", REPORT_WITH_PEAK_RSS, "report", str(run)], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})
+    took = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [str(run / "report" / n) for n in ("report.md", "learning_curves.png", picture)]
+    peak_mib = int(re.search(r"peak_rss_kib (\d+)", r.stderr).group(1)) / 1024
+    assert peak_mib < 1000 and took < 90, (peak_mib, took)
+    w, h = png_size(run / "report" / picture)
+    assert 500 <= w <= 2600 and 300 <= h <= 2600, (w, h)
+    # what the picture leaves out: said on stderr, and report.md names the labels drawn, most support first
+    drawn = top[:MAX_DRAWN]
+    if multi_label:
+        said = f"{picture} draws the {MAX_DRAWN} labels with the most support of 1,000"
+    else:
+        said = (f"{picture} draws the {MAX_DRAWN} most frequent true labels of 1,000 (by support); the other 970 "
+                f"are pooled in its last row and column")
+    assert said in " ".join(r.stderr.split()) and "report.md lists them" in " ".join(r.stderr.split())
+    md = (run / "report" / "report.md").read_text()
+    note = md.split(f"![{picture[:-4].replace('_', ' ')}]({picture})\n\n", 1)[1].split("\n", 1)[0]
+    assert note.startswith(said) and note.endswith('Every label is in "Per label (eval)" above.')
+    assert re.findall(r"`([^`]+)`", note) == drawn
+    # the tables keep every label, one line each
+    m = json.loads((run / "model" / "metrics.json").read_text())
+    per_label = table(md, "Per label (eval)")
+    assert list(per_label) == list(m["eval_per_label"]) and len(per_label) == 1000
+    assert len(md.splitlines()) < 1100
+
+
+def test_a_run_at_the_limit_draws_every_label(capsys, tmp_path):
+    from ftcli.report import MAX_DRAWN
+
+    run, _ = many_labels_run(tmp_path / "run", MAX_DRAWN, n=600)
+    r = run_cli(capsys, "report", str(run))
+    assert r.code == 0, r.err
+    assert "draws the" not in r.err and "draws the" not in (run / "report" / "report.md").read_text()
+    w, h = png_size(run / "report" / "confusion_matrix.png")
+    assert w <= 2600 and h <= 2600
+
+
+def test_the_drawn_matrix_pools_the_labels_left_out():
+    """Counted from the predictions (never K x K) or folded from metrics.json's matrix: the same numbers, each
+    drawn label's row whole, and the totals of the full matrix."""
+    from ftcli.report import confusion
+    from ftcli_trainer.metrics import confusion_matrix
+
+    rng = np.random.default_rng(3)
+    k, n = 50, 3000
+    names = [f"l{i}" for i in range(k)]
+    truth = rng.choice(k, size=n, p=np.arange(1, k + 1) / np.arange(1, k + 1).sum())
+    predicted = np.where(rng.random(n) < 0.6, truth, rng.integers(0, k, n))
+    full = confusion_matrix(truth, predicted, k)
+    drawn = confusion(names, truth, predicted, limit=10)
+    folded = confusion(names, cm=full.tolist(), limit=10)
+    assert drawn.counts.tolist() == folded.counts.tolist() and drawn.counts.shape == (11, 11)
+    assert drawn.names[:10] == folded.names[:10] == [names[i] for i in np.argsort(-full.sum(axis=1),
+                                                                                   kind="stable")[:10]]
+    assert drawn.names[10] == "other (40 labels)" and drawn.pooled
+    assert (drawn.total, drawn.correct) == (folded.total, folded.correct) == (n, int(np.trace(full)))
+    top = names.index(drawn.names[0])
+    assert drawn.counts[0].sum() == full[top].sum() and drawn.counts[0, 0] == full[top, top]
+    assert drawn.counts.sum() == n
+    small = confusion(names[:3], truth % 3, predicted % 3)
+    assert not small.pooled and small.counts.tolist() == confusion_matrix(truth % 3, predicted % 3, 3).tolist()
+
+
+# -- a report cut off midway ------------------------------------------------------------------------------------
+
+
+def test_a_report_cut_off_midway_never_blocks_the_next(capsys, single_run, tmp_path, monkeypatch):
+    # Killed while drawing the confusion matrix, a report left report/ holding learning_curves.png alone, and
+    # every later report refused that folder ("is not empty and holds no earlier ftcli report").
+    import ftcli.report
+
+    run = copy_run(single_run, tmp_path)
+    real = ftcli.report._confusion
+
+    def out_of_memory(*args):
+        raise MemoryError
+
+    monkeypatch.setattr(ftcli.report, "_confusion", out_of_memory)  # after the learning curves are drawn
+    with pytest.raises(MemoryError):
+        run_cli(capsys, "report", str(run))
+    assert not (run / "report").exists() and not [p for p in run.iterdir() if ".tmp-" in p.name]
+    # a writer killed outright (kill -9, the OOM killer) leaves its staging folder: the next report removes it
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = run / f".report.tmp-{int(dead.stdout)}-0123abcd"
+    left.mkdir()
+    (left / "learning_curves.png").write_bytes(b"half")
+    monkeypatch.setattr(ftcli.report, "_confusion", real)
+    r = run_cli(capsys, "report", str(run))
+    assert r.code == 0, r.err
+    assert sorted(p.name for p in (run / "report").iterdir()) == [
+        "confusion_matrix.png", "ftcli-report.json", "learning_curves.png", "report.md"]
+    assert not left.exists()
+
+    # over an earlier report with the user's own file in it: cut off while drawing, the folder is as it was
+    notes = run / "report" / "notes.txt"
+    notes.write_text("mine")
+    before = {p.name: p.read_bytes() for p in (run / "report").iterdir()}
+    monkeypatch.setattr(ftcli.report, "_confusion", out_of_memory)
+    with pytest.raises(MemoryError):
+        run_cli(capsys, "report", str(run))
+    assert {p.name: p.read_bytes() for p in (run / "report").iterdir()} == before
+    monkeypatch.setattr(ftcli.report, "_confusion", real)
+
+    # cut off while the new files move in (the disk full after the first): still a report the next run replaces
+    moved = []
+    real_replace = os.replace
+
+    def replace_then_fail(src, dst, *a, **kw):
+        if Path(dst).parent == run / "report" and Path(dst).name != "ftcli-report.json":
+            moved.append(Path(dst).name)
+            if len(moved) == 2:
+                raise OSError(28, "No space left on device")
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", replace_then_fail)
+    r = run_cli(capsys, "report", str(run))
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert r.code != 0 and "No space left on device" in r.err and moved == ["report.md", "learning_curves.png"]
+    r = run_cli(capsys, "report", str(run))
+    assert r.code == 0, r.err
+    assert notes.read_text() == "mine"
+    assert sorted(p.name for p in (run / "report").iterdir()) == [
+        "confusion_matrix.png", "ftcli-report.json", "learning_curves.png", "notes.txt", "report.md"]
+    assert json.loads((run / "report" / "ftcli-report.json").read_text())["files"] == [
+        "report.md", "learning_curves.png", "confusion_matrix.png"]
+    assert not [p for p in run.iterdir() if ".tmp-" in p.name]
