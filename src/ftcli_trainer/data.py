@@ -7,6 +7,7 @@ the fix; nothing from deep inside csv/json/datasets reaches the user as a traceb
 from __future__ import annotations
 
 import csv
+import difflib
 import fnmatch
 import gzip
 import io
@@ -123,19 +124,74 @@ def read_rows(path: str, *, fmt: str | None = None) -> tuple[list[str], list[dic
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)  # read into memory: the downloaded copy is not needed
-    rows = _read_jsonl(f, shown) if jsonl else _read_csv(f, shown)
+    if jsonl:
+        rows = _read_jsonl(f, shown, fmt)
+    else:
+        _refuse_json_lines_as_csv(f, shown, fmt)
+        rows = _read_csv(f, shown)
     if not rows:
         raise DataError(f"{shown} has no data rows")
     columns = list(rows[0].keys())
     return columns, rows
 
 
+def _use_format(fmt: str | None, wanted: str) -> str:
+    """How to read a file as `wanted` ("csv"/"jsonl"): with --task csv/jsonl the task picks the format of both
+    files; otherwise (a named task) the file's extension does."""
+    if fmt:
+        return f"use --task {wanted} (the train and eval files take the same format)"
+    return f"name it .{wanted} (without --task csv or --task jsonl, the file's extension picks its format)"
+
+
+def _first_line(f: io.TextIOBase) -> str:
+    """The first non-blank line of `f` (stripped; "" when there is none), leaving `f` where it was."""
+    pos = f.tell()
+    try:
+        return next((line.strip() for line in f if line.strip()), "")
+    finally:
+        f.seek(pos)
+
+
+def _refuse_json_lines_as_csv(f: io.TextIOBase, shown: str, fmt: str | None) -> None:
+    """A JSON Lines file read as CSV gives misleading lines ("fewer fields than the header's 3"): say so first.
+    It looks like JSON Lines when its first line is a JSON object, or starts with `{` in a .jsonl/.json file."""
+    line = _first_line(f)
+    if not line.startswith("{"):
+        return
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict) or _is_jsonl(shown):
+        raise DataError(f"{shown} looks like JSON Lines, not CSV: {_use_format(fmt, 'jsonl')}")
+
+
+QUOTE_FIX = 'put a field that holds quotes in quotes, and double each quote inside it: "say ""hi"" here"'
+
+
+def _csv_error(shown: str, e: csv.Error, start: int, line: int) -> DataError:
+    """The one line for a csv.Error. `start` is the line the bad record starts on, `line` the line the reader
+    stopped on: a stray quote opens a field that runs on (to the next quote, or the end of the file), so the
+    line to fix is where the record starts."""
+    why = str(e)
+    if why == "unexpected end of data":
+        return DataError(f"{shown} is not valid CSV (line {start}: a quoted field opens here and is never "
+                         f"closed); {QUOTE_FIX}")
+    fix = f"; {QUOTE_FIX}" if '"' in why else ""
+    if line > start:
+        return DataError(f"{shown} is not valid CSV (line {start}: a quoted field opens here and runs on to line "
+                         f"{line}, where {why}){fix}")
+    return DataError(f"{shown} is not valid CSV (line {line}: {why}){fix}")
+
+
 def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
     if csv.field_size_limit() < CSV_FIELD_LIMIT:
         csv.field_size_limit(CSV_FIELD_LIMIT)
+    reader = csv.reader(f, strict=True)
+    start = 1  # the line the record being read starts on (csv.DictReader's line_num lags a record behind)
     try:
-        reader = csv.DictReader(f, strict=True)
-        header = reader.fieldnames
+        header = next(reader, None)
+        start = reader.line_num + 1
         if not header:
             raise DataError(f"{shown} is empty: expected a header row, then one row per example")
         if len(header) == 1 and (sep := next((s for s in (";", "\t", "|") if s in header[0]), None)):
@@ -147,23 +203,42 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
         if dupes:
             raise DataError(f"{shown} has duplicate column names: {', '.join(dupes)}")
         rows = []
-        for row in reader:
-            if None in row:
-                raise DataError(f"{shown} line {reader.line_num}: more fields than the header's "
+        for record in reader:
+            line, start = start, reader.line_num + 1
+            if not record:  # a blank line
+                continue
+            if len(record) > len(header):
+                raise DataError(f"{shown} line {line}: more fields than the header's "
                                 f"{len(header)}; quote text that contains commas")
-            if any(v is None for v in row.values()):
-                raise DataError(f"{shown} line {reader.line_num}: fewer fields than the header's {len(header)}")
-            rows.append(row)
+            if len(record) < len(header):
+                raise DataError(f"{shown} line {line}: fewer fields than the header's {len(header)}")
+            rows.append(dict(zip(header, record, strict=True)))
         return rows
     except csv.Error as e:
-        raise DataError(f"{shown} is not valid CSV (line {reader.line_num}: {e})") from None
+        raise _csv_error(shown, e, start, reader.line_num) from None
 
 
-def _read_jsonl(f: io.TextIOBase, shown: str) -> list[dict]:
+def _looks_like_csv(line: str, shown: str) -> bool:
+    """Whether the first line of a file read as JSON Lines, which is no JSON object, is a CSV header."""
+    name = shown.lower().removesuffix(".gz")
+    return not line.lstrip().startswith(("{", "[")) and ("," in line or name.endswith(".csv"))
+
+
+def _read_jsonl(f: io.TextIOBase, shown: str, fmt: str | None = None) -> list[dict]:
     rows = []
     for n, line in enumerate(f, 1):
         if not line.strip():
             continue
+        if not rows and _looks_like_csv(line, shown):
+            try:
+                first = json.loads(line)
+            except json.JSONDecodeError:
+                first = None
+            if not isinstance(first, dict):
+                text = line.strip()
+                text = text if len(text) <= 60 else text[:57] + "..."
+                raise DataError(f"{shown} looks like CSV, not JSON Lines (line {n} is {text!r}): "
+                                f"{_use_format(fmt, 'csv')}")
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
@@ -180,16 +255,35 @@ def _read_jsonl(f: io.TextIOBase, shown: str) -> list[dict]:
 # Turning rows into examples
 
 
-def _require_columns(columns: list[str], wanted: list[str], shown: str, hint: dict[str, str]) -> None:
+def _shown_columns(columns: list[str]) -> str:
+    # quoted when a name has spaces at its ends (`text, label`): otherwise they do not show
+    return ", ".join(repr(c) if c != c.strip() else c for c in columns)
+
+
+def _column_fix(col: str, columns: list[str], csv_file: bool, fix: str | None) -> str:
+    """After "has no column 'x' (columns: ...)": spaces around the names (`text, label`), or the closest name."""
+    if any(c.strip() == col for c in columns):
+        where = "remove the spaces around the commas in the header" if csv_file else "remove them from the keys"
+        return f"column names must not start or end with spaces: {where}"
+    close = difflib.get_close_matches(col, columns, n=1)
+    if close and fix and "NAME" in fix:
+        flag = fix.split(" (")[0]  # "--label-column NAME (or --label-columns ...)": the alternative is noise here
+        return f"did you mean {close[0]!r}? pass {flag.replace('NAME', close[0])}"
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return f"pass {fix or 'the right column name'}"
+
+
+def _require_columns(columns: list[str], wanted: list[str], shown: str, hint: dict[str, str],
+                     csv_file: bool = True) -> None:
     for col in wanted:
         if col not in columns:
-            # quoted when a name has spaces at its ends (`text, label`): otherwise they do not show
-            shown_cols = ", ".join(repr(c) if c != c.strip() else c for c in columns)
-            raise DataError(f"{shown} has no column {col!r} (columns: {shown_cols}); "
-                            f"pass {hint.get(col, 'the right column name')}")
+            raise DataError(f"{shown} has no column {col!r} (columns: {_shown_columns(columns)}); "
+                            f"{_column_fix(col, columns, csv_file, hint.get(col))}")
 
 
-def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], shown: str) -> list[str]:
+def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], shown: str,
+                          csv_file: bool = True) -> list[str]:
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     out: list[str] = []
     for p in parts:
@@ -199,7 +293,8 @@ def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], show
                 raise DataError(f"--label-columns {p!r} matches no column of {shown} (columns: {', '.join(columns)})")
             out += [c for c in matched if c not in out]
         elif p not in columns:
-            raise DataError(f"{shown} has no label column {p!r} (columns: {', '.join(columns)})")
+            raise DataError(f"{shown} has no label column {p!r} (columns: {_shown_columns(columns)}); "
+                            f"{_column_fix(p, columns, csv_file, '--label-columns with the right names')}")
         elif p not in out:
             out.append(p)
     if not out:
@@ -316,9 +411,16 @@ def _single_label_ids(values: list, names: list[str], wheres: list[str], ids_ok:
             raise DataError(f"{wheres[i]}: label {key!r} is a number, but the training data's labels are names "
                             f"({', '.join(names)}); write the names here too, or pass --label-names in id order "
                             "(numbers are then ids)")
-        raise DataError(f"{wheres[i]}: label {key!r} is not in the label set ({', '.join(names)}); fix the row "
-                        f"or pass --label-names with every label")
+        raise _not_in_label_set(wheres[i], key, names, "row")
     return ids
+
+
+def _not_in_label_set(where: str, key: str, names: list[str], row: str) -> DataError:
+    fix = f"fix the {row} or pass --label-names with every label"
+    same = [n for n in names if label_key(n)[1].casefold() == key.casefold()]
+    if same:  # `Positive` in the eval file, `positive` in the training file
+        fix = f"labels are case-sensitive: write {same[0]!r}"
+    return DataError(f"{where}: label {key!r} is not in the label set ({', '.join(names)}); {fix}")
 
 
 def _list_labels(values: list, names: list[str] | None, wheres: list[str], col: str, shown: str,
@@ -345,8 +447,7 @@ def _list_labels(values: list, names: list[str] | None, wheres: list[str], col: 
     for i, row in enumerate(keys):
         for k in row:
             if k not in index:
-                raise DataError(f"{wheres[i]}: label {k!r} is not in the label set ({', '.join(names)}); fix the "
-                                f"line or pass --label-names with every label")
+                raise _not_in_label_set(wheres[i], k, names, "line")
             labels[i, index[k]] = 1.0
     return labels, list(names)
 
@@ -364,7 +465,8 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
     wanted = [cfg.text_column] + ([cfg.text_pair_column] if cfg.text_pair_column else [])
     if not cfg.multi_label:
         wanted.append(cfg.label_column)
-    _require_columns(columns, wanted, shown, hint)
+    csv_file = bool(rows) and not isinstance(rows[0], Row)
+    _require_columns(columns, wanted, shown, hint, csv_file)
     wheres = [f"{shown} {_pos(rows, i)}" for i in range(len(rows))]
     texts = [_text(r.get(cfg.text_column), wheres[i], cfg.text_column) for i, r in enumerate(rows)]
     pairs = None
@@ -372,8 +474,9 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
         pairs = [_text(r.get(cfg.text_pair_column), wheres[i], cfg.text_pair_column) for i, r in enumerate(rows)]
     if cfg.multi_label:
         exclude = {cfg.text_column, cfg.text_pair_column, "id", "idx"}
-        label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown)
-        _require_columns(columns, label_cols, shown, {})
+        label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown,
+                                                          csv_file)
+        _require_columns(columns, label_cols, shown, {}, csv_file)
         labels = np.zeros((len(rows), len(label_cols)), dtype=np.float32)
         for i, r in enumerate(rows):
             for j, c in enumerate(label_cols):

@@ -57,7 +57,8 @@ def test_multi_label_columns_by_glob(tmp_path):
     ("text;label\nfine;1\n", "looks semicolon-separated (its header is one column, 'text;label'); ftcli reads "
      "comma-separated CSV"),
     ("text\tlabel\nfine\t1\n", "looks tab-separated"),
-    ("text, label\nfine,1\n", "has no column 'label' (columns: text, ' label'); pass --label-column"),
+    ("text, label\nfine,1\n", "has no column 'label' (columns: text, ' label'); column names must not start or "
+     "end with spaces: remove the spaces around the commas in the header"),
     ("", "is empty"),
     ("text,label\n", "has no data rows"),
 ])

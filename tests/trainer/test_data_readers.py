@@ -218,3 +218,143 @@ def test_regression_targets_that_never_vary_are_refused(tmp_path):
     with pytest.raises(DataError) as e:  # the launcher's pre-upload check says the same
         check_files(parse_args(["--task", "csv", "--train-file", str(path), "--regression"]), {"train_file": str(path)})
     assert "every target is 2" in str(e.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# A file in the other format, stray quotes, column typos, labels that differ by case
+
+
+ROWS = [{"text": "good, really", "label": "pos"}, {"text": "bad", "label": "neg"}] * 3
+CSV_TEXT = "text,label\ngood,pos\nbad,neg\ngreat,pos\nawful,neg\n"
+
+
+@pytest.mark.parametrize("name", ["x.jsonl", "x.txt"])
+def test_json_lines_under_task_csv_says_so(tmp_path, name):
+    # it said "x.jsonl line 2: fewer fields than the header's 3" (or "more fields ...; quote text that contains commas")
+    train = jsonl(tmp_path / name, ROWS)
+    assert error_of("--task", "csv", "--train-file", str(train)) == (
+        f"{train} looks like JSON Lines, not CSV: use --task jsonl (the train and eval files take the same format)")
+    csv_train = tmp_path / "t.csv"
+    csv_train.write_text(CSV_TEXT)
+    assert error_of("--task", "csv", "--train-file", str(csv_train), "--eval-file", str(train)) == (
+        f"{train} looks like JSON Lines, not CSV: use --task jsonl (the train and eval files take the same format)")
+
+
+def test_json_lines_named_csv_under_a_named_task_says_to_rename_it(tmp_path):
+    path = jsonl(tmp_path / "t.csv", ROWS)
+    assert error_of("--task", "imdb", "--train-file", str(path)) == (
+        f"{path} looks like JSON Lines, not CSV: name it .jsonl (without --task csv or --task jsonl, the file's "
+        f"extension picks its format)")
+
+
+def test_broken_json_lines_file_under_task_csv_says_json_lines(tmp_path):
+    path = jsonl(tmp_path / "t.jsonl", ['{"text": "a", "label": ', *map(json.dumps, ROWS)])
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} looks like JSON Lines, not CSV: use --task jsonl (the train and eval files take the same format)")
+    # under --task jsonl the broken line itself is the error
+    assert error_of("--task", "jsonl", "--train-file", str(path)).startswith(f"{path} line 1 is not valid JSON")
+
+
+def test_csv_content_in_a_jsonl_named_file_is_read_as_csv_under_task_csv(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(CSV_TEXT)
+    assert load("--task", "csv", "--train-file", str(path), "--eval-file", str(path)).label_names == ["neg", "pos"]
+
+
+@pytest.mark.parametrize("header", ["text,label", '"text","label"'])
+def test_csv_under_task_jsonl_says_so(tmp_path, header):
+    # it said "t.csv line 1 is not valid JSON (Expecting value); expected one object per line"
+    path = tmp_path / "t.csv"
+    path.write_text("\n" + CSV_TEXT.replace("text,label", header))
+    assert error_of("--task", "jsonl", "--train-file", str(path)) == (
+        f"{path} looks like CSV, not JSON Lines (line 2 is {header!r}): use --task csv (the train and eval files "
+        f"take the same format)")
+    good = jsonl(tmp_path / "t.jsonl", ROWS)
+    assert error_of("--task", "jsonl", "--train-file", str(good), "--eval-file", str(path)) == (
+        f"{path} looks like CSV, not JSON Lines (line 2 is {header!r}): use --task csv (the train and eval files "
+        f"take the same format)")
+    named = tmp_path / "n.jsonl"
+    named.write_text(CSV_TEXT)
+    assert error_of("--task", "imdb", "--train-file", str(named)) == (
+        f"{named} looks like CSV, not JSON Lines (line 1 is 'text,label'): name it .csv (without --task csv or "
+        f"--task jsonl, the file's extension picks its format)")
+
+
+QUOTE_FIX = 'put a field that holds quotes in quotes, and double each quote inside it: "say ""hi"" here"'
+
+
+@pytest.mark.parametrize("line", [2, 10])
+def test_a_stray_quote_names_its_own_line_not_the_one_before(tmp_path, line):
+    # csv.DictReader's line_num lags a record behind: a stray quote on line 2 was reported on line 1 (the header)
+    good = [f"row {i},{i % 2}\n" for i in range(line - 2)]
+    path = tmp_path / "q.csv"
+    path.write_text("text,label\n" + "".join(good) + '"Great" film,1\nok,0\n')
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} is not valid CSV (line {line}: ',' expected after '\"'); {QUOTE_FIX}")
+    path.write_text("text,label\n" + "".join(good) + '"never closed,1\nok,0\nfine,1\n')
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} is not valid CSV (line {line}: a quoted field opens here and is never closed); {QUOTE_FIX}")
+    path.write_text("text,label\n" + "".join(good) + '"stray,1\nok,0\nsay "hi" there,1\nz,0\n')
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} is not valid CSV (line {line}: a quoted field opens here and runs on to line {line + 2}, where "
+        f"',' expected after '\"'); {QUOTE_FIX}")
+
+
+def test_row_errors_after_blank_lines_and_multi_line_fields_name_the_right_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('text,label\n"two\nlines",1\n\nok,0,extra\n')
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} line 5: more fields than the header's 2; quote text that contains commas")
+    path.write_text('text,label\n"two\nlines",1\n\n\nshort\n')
+    assert error_of("--task", "csv", "--train-file", str(path)) == f"{path} line 6: fewer fields than the header's 2"
+
+
+@pytest.mark.parametrize("header,args,needle", [
+    (["text", "label"], ["--label-column", "lable"],
+     "has no column 'lable' (columns: text, label); did you mean 'label'? pass --label-column label"),
+    (["text", "lable"], [], "has no column 'label' (columns: text, lable); did you mean 'lable'? pass --label-column "
+                            "lable"),
+    (["txt", "label"], [], "has no column 'text' (columns: txt, label); did you mean 'txt'? pass --text-column txt"),
+    (["sentence", "label"], [], "has no column 'text' (columns: sentence, label); pass --text-column NAME"),
+    (["text", "label "], [], "has no column 'label' (columns: text, 'label '); column names must not start or end "
+                             "with spaces: remove the spaces around the commas in the header"),
+    (["text", "toxic", "insult"], ["--label-columns", "toxic,insul"],
+     "has no label column 'insul' (columns: text, toxic, insult); did you mean 'insult'?"),
+])
+def test_column_typos_and_spaces_get_a_suggestion(tmp_path, header, args, needle):
+    path = write_csv(tmp_path / "t.csv", header, [("a", 0, 1)[:len(header)], ("b", 1, 0)[:len(header)]] * 3)
+    assert error_of("--task", "csv", "--train-file", str(path), *args) == f"{path} {needle}"
+
+
+def test_json_keys_with_spaces_say_so(tmp_path):
+    path = jsonl(tmp_path / "t.jsonl", [{"text": "a", " label": "x"}, {"text": "b", " label": "y"}])
+    assert error_of("--task", "jsonl", "--train-file", str(path)) == (
+        f"{path} has no column 'label' (columns: text, ' label'); column names must not start or end with spaces: "
+        f"remove them from the keys")
+
+
+def test_an_eval_label_that_differs_only_by_case_says_labels_are_case_sensitive(tmp_path):
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], [("a", "positive"), ("b", "negative")] * 3)
+    ev = write_csv(tmp_path / "eval.csv", ["text", "label"], [("c", "negative"), ("d", "Positive")])
+    msg = "row 2: label 'Positive' is not in the label set (negative, positive); labels are case-sensitive: write " \
+          "'positive'"
+    assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev)) == f"{ev} {msg}"
+    from ftcli_trainer.data import check_files
+
+    with pytest.raises(DataError) as e:  # the launcher's pre-upload check says the same
+        check_files(parse_args(["--task", "csv", "--train-file", str(train), "--eval-file", str(ev)]),
+                    {"train_file": str(train), "eval_file": str(ev)})
+    assert str(e.value) == f"{ev} {msg}"
+    # a label that is simply unknown keeps the old advice
+    ev = write_csv(tmp_path / "eval2.csv", ["text", "label"], [("c", "neutral")])
+    assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev)) == (
+        f"{ev} row 1: label 'neutral' is not in the label set (negative, positive); fix the row or pass "
+        f"--label-names with every label")
+
+
+def test_a_list_label_that_differs_only_by_case_says_labels_are_case_sensitive(tmp_path):
+    train = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": ["sports"]}, {"text": "b", "label": ["tech"]}] * 3)
+    ev = jsonl(tmp_path / "e.jsonl", [{"text": "c", "label": ["tech"]}, {"text": "d", "label": ["Sports", "tech"]}])
+    assert error_of("--task", "jsonl", "--train-file", str(train), "--eval-file", str(ev)) == (
+        f"{ev} line 2: label 'Sports' is not in the label set (sports, tech); labels are case-sensitive: write "
+        f"'sports'")
