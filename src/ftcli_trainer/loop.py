@@ -389,6 +389,39 @@ class Trainer:
         self.stats.train_seconds = float(state["train_seconds"])
         self._loss_total = float(state["loss_total"])
         self._loss_count = int(state["loss_count"])
+        self._forget_rows_after(self.global_step)
+
+    def _forget_rows_after(self, step: int) -> None:
+        """metrics.jsonl without the rows an earlier attempt logged after the checkpoint this run resumes from: they
+        are trained again (the same math) and logged again, so the file had them twice and out of order (t20 t22
+        t24 t22 t24 ...). A line cut off by the kill is dropped too. Written whole, then renamed over the file."""
+        if self._jsonl is None or not self._metrics_file.exists():
+            return
+        lines = self._metrics_file.read_text(encoding="utf-8").splitlines()
+        kept = []
+        for i, line in enumerate(lines):
+            try:
+                row_step = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                if i < len(lines) - 1:
+                    kept.append(line)  # not ours to judge; only a last line cut short is dropped
+                continue
+            if not isinstance(row_step, int) or row_step <= step:
+                kept.append(line)
+        if len(kept) == len(lines):
+            return
+        staged = self._metrics_file.with_name(f".{self._metrics_file.name}.tmp-{os.getpid()}")
+        try:
+            staged.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            self._jsonl.close()
+            os.replace(staged, self._metrics_file)
+            self._jsonl = open(self._metrics_file, "a")  # noqa: SIM115
+        except OSError as e:
+            raise self._log_write_error(e, "the metrics", self._metrics_file) from None
+        finally:
+            staged.unlink(missing_ok=True)
+        log.info("resuming at step %d: %d metrics.jsonl row(s) logged after it by the earlier attempt are "
+                 "logged again", step, len(lines) - len(kept))
 
     def save_checkpoint(self, final: bool = False) -> None:
         """`final`: after the last epoch, where a restart only evaluates and exports: the weights and the run's
@@ -625,7 +658,9 @@ class Trainer:
                     if bar is not None:
                         bar.update(1)
                     at_epoch_end = self.global_step % self.steps_per_epoch == 0
-                    if self.global_step % self.log_every == 0 or (at_epoch_end and bar is None):
+                    # every epoch's last step is logged, bar or not: the curve (and metrics.jsonl) ran short of
+                    # the epoch's end on a terminal
+                    if self.global_step % self.log_every == 0 or at_epoch_end:
                         self._log_train(bar)
                         if time.monotonic() - self._logs_synced > storage.LOGS_SYNC_S:  # live TensorBoard between evals
                             self._pause(lambda: None)

@@ -241,3 +241,24 @@ def test_regression_loss_is_transformers_mse_and_accumulates_exactly(tmp_path, t
     for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
     assert trainers[0]._loss_acc.item() == pytest.approx(trainers[1]._loss_acc.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_every_epochs_last_step_is_logged_with_or_without_a_progress_bar(tmp_path, tiny_model, sentiment_csv,
+                                                                          monkeypatch, terminal):
+    # On a terminal (a progress bar) the epoch's last train row was not written: metrics.jsonl and the report's
+    # curve ran short of the epoch's end, and the file differed with where stderr went.
+    import json
+    import sys
+
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal, raising=False)
+    out = tmp_path / "run"
+    assert main(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+                 "--epochs", "1", "--batch-size", "24", "--log-every", "4", "--output-dir", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    steps = json.loads((out / "model" / "metrics.json").read_text())["global_step"]
+    train_steps = [r["step"] for r in rows if r["type"] == "train"]
+    assert steps % 4 != 0 and train_steps[-1] == steps  # the last step is off the log cadence, and logged
