@@ -191,8 +191,6 @@ N4_FAMILY = "n4-"
 # that date has passed, so `ftcli train/tune --gpu P100` warns (Vertex may still take the job; ftcli does not
 # refuse it) and points at the GPUs that replace it.
 END_OF_SUPPORT = {"P100": dt.date(2026, 9, 15)}
-END_OF_SUPPORT_PAGE = ("https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/"
-                       "configure-compute")
 
 
 def end_of_support_warning(hw: Hardware, today: dt.date | None = None) -> str | None:

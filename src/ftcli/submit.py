@@ -296,6 +296,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     job = build_custom_job(request)
     if (implied := catalog.implied_count(gpu, hardware)) is not None:
         notes.insert(0, implied)
+    if (retired := catalog.end_of_support_warning(hardware)) is not None:
+        notes.append(retired)  # a GPU past Google's end of support: said, but Vertex decides
     from ftcli import prices
 
     table, why = prices.for_region(settings.region)

@@ -552,9 +552,16 @@ def test_p100_warns_of_its_end_of_support_and_still_builds_the_job(capsys, cloud
     r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "P100", "--dry-run")
     assert r.code == 0, r.err
     warning = [line for line in r.err.splitlines() if "end of support" in line]
-    assert warning == ["warning: NVIDIA P100 GPUs reached end of support on Vertex AI on September 15, 2026: jobs may "
+    assert warning == ["note: NVIDIA P100 GPUs reached end of support on Vertex AI on September 15, 2026: jobs may "
                        "be refused or lose capacity; use --gpu T4 or --gpu L4 instead"]
     assert "NVIDIA_TESLA_P100" in r.out and "end of support" not in r.out
+
+
+def test_a_p100_fallback_candidate_is_warned_of_too(capsys, cloud_env):
+    # The note comes from the plan of every candidate, not only of the first one tried.
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4,P100", "--dry-run")
+    assert r.code == 0, r.err
+    assert len([line for line in r.err.splitlines() if "end of support" in line]) == 1
 
 
 def test_other_gpus_get_no_end_of_support_warning(capsys, cloud_env):

@@ -200,5 +200,5 @@ def test_p100_warns_of_its_end_of_support(capsys, monkeypatch, tmp_path):
                 "--project", "my-project", "--bucket", "gs://my-bucket/x", "--dry-run")
     assert r.code == 0, r.err
     assert [line for line in r.err.splitlines() if "end of support" in line] == [
-        "warning: NVIDIA P100 GPUs reached end of support on Vertex AI on September 15, 2026: jobs may be refused "
+        "note: NVIDIA P100 GPUs reached end of support on Vertex AI on September 15, 2026: jobs may be refused "
         "or lose capacity; use --gpu T4 or --gpu L4 instead"]

@@ -48,13 +48,8 @@ def train(
 
     cands, skipped = submit.plan_candidates(trainer=trainer, **{**job, "labels": job["labels"] or []})
     sub = cands[0].sub
-    for line in [*skipped, *sub.notes]:
+    for line in dict.fromkeys([*skipped, *(n for c in cands for n in c.sub.notes)]):  # every candidate's, once
         err().print(f"note: {line}", markup=False, highlight=False)
-    from ftcli.catalog import end_of_support_warning
-    from ftcli.output import warn
-
-    for line in dict.fromkeys(filter(None, (end_of_support_warning(c.sub.hardware) for c in cands))):
-        warn(line)  # a GPU past Google's end of support: say so, but let Vertex decide
     if len(cands) > 1:
         err().print(f"candidates, in order: {', '.join(c.what for c in cands)} (the next is tried when the machines "
                     "cannot be had)", markup=False, highlight=False)

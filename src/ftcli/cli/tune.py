@@ -80,11 +80,6 @@ def tune(
                      **{**job, "labels": job["labels"] or []})
     for line in ts.sub.notes:
         err().print(f"note: {line}", markup=False, highlight=False)
-    from ftcli.catalog import end_of_support_warning
-    from ftcli.output import warn
-
-    if (eos := end_of_support_warning(ts.sub.hardware)) is not None:
-        warn(eos)  # a GPU past Google's end of support: say so, but let Vertex decide
     goal = ts.job["studySpec"]["metrics"][0]["goal"].lower()
     err().print(f"study: {trials} trial{'' if trials == 1 else 's'}, {parallel} at a time, {goal} {ts.metric} over "
                 f"{', '.join(p.name for p in ts.params)}", markup=False, highlight=False)
