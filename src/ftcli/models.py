@@ -49,13 +49,13 @@ def check_destination(dest: Path, force: bool) -> None:
                               "(other files are kept; files with the model's names are replaced)")
 
 
-def _model_files(uri: str, objects: list[tuple[str, int]]) -> list[tuple[str, PurePosixPath, int]]:
+def _model_files(uri: str, objects) -> list[tuple[str, PurePosixPath, int]]:
     """(object name, relative path, size) of the model's files; refuse the whole model if one name could
     land outside the destination."""
     _, prefix = split_gcs(uri)
     prefix = prefix + "/"
     files = []
-    for name, size in objects:
+    for name, size, _ in objects:
         try:
             rel = relative_object_path(name, prefix)
         except UnsafeObjectName as e:
@@ -138,7 +138,7 @@ def _crc32c(path: Path) -> str:
     return base64.b64encode(checksum.digest()).decode()
 
 
-def _holds(dest: Path, files: list[tuple[str, PurePosixPath, int]], storage, uri: str) -> bool:
+def _holds(dest: Path, files: list[tuple[str, PurePosixPath, int]], sums: dict[str, str | None]) -> bool:
     """Whether `dest` already holds exactly this model: the same files, sizes and CRC32C checksums (the same command
     run twice was refused as "not empty"). Anything more or less, or another model, is not it."""
     if not dest.is_dir() or dest.is_symlink():
@@ -150,7 +150,6 @@ def _holds(dest: Path, files: list[tuple[str, PurePosixPath, int]], storage, uri
         if any(here[rel.as_posix()].is_symlink() or here[rel.as_posix()].stat().st_size != size
                for _, rel, size in files):
             return False
-        sums = storage.checksums(uri)
         return all(sums.get(n) is not None and sums[n] == _crc32c(here[rel.as_posix()]) for n, rel, _ in files)
     except OSError:
         return False
@@ -167,11 +166,12 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     job = get_vertex(name.project, name.region, notify).get(name)
     uri = model_uri_of(job)
     storage = get_storage(name.project, notify)
-    files = _model_files(uri, storage.list_objects(uri))
+    objects = storage.list_objects(uri)
+    files = _model_files(uri, objects)
     if not any(rel == PurePosixPath(COMPLETE_MARKER) for _, rel, _ in files):
         raise _no_complete_model(job, uri, shown or name.id)
     dest = dest or default_destination(name)
-    if not force and _holds(dest, files, storage, uri):
+    if not force and _holds(dest, files, {o.name: o.crc32c for o in objects}):
         return Downloaded(dest, job, len(files), 0, already=True)
     check_destination(dest, force)
     where = Path(os.path.abspath(dest))

@@ -29,7 +29,7 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
     base = model_uri_of(job).removesuffix("/").removesuffix("model")
     bucket, prefix = split_gcs(base.rstrip("/"))
     storage = get_storage(name.project)
-    there = {n for folder in ("model", "logs") for n, _ in storage.list_objects(base + folder)}
+    there = {o.name for folder in ("model", "logs") for o in storage.list_objects(base + folder)}
     wanted = [(f"{prefix}/{rel}", into / rel) for rel in RUN_FILES if f"{prefix}/{rel}" in there]
     if not any(rel.endswith("metrics.json") or rel.endswith("metrics.jsonl") for rel in
                (n.removeprefix(prefix + "/") for n, _ in wanted)):

@@ -10,6 +10,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from ftcli.errors import FtcliError
 from ftcli.gcp import Notify, guard, retry_notice, translate
@@ -36,6 +37,12 @@ class _CountingReader:
 
     def __getattr__(self, name):  # seek, tell, name, ... of the real file
         return getattr(self._f, name)
+
+
+class StoredObject(NamedTuple):
+    name: str
+    size: int
+    crc32c: str | None  # base64, as Cloud Storage keeps it for every object
 
 
 class StorageGateway:
@@ -147,21 +154,13 @@ class StorageGateway:
                 return 0  # someone uploaded the same content-addressed object meanwhile
         return size
 
-    def list_objects(self, prefix_uri: str) -> list[tuple[str, int]]:
-        """(object name, size) of everything under gs://bucket/prefix/."""
+    def list_objects(self, prefix_uri: str) -> list[StoredObject]:
+        """Name, size and CRC32C of everything under gs://bucket/prefix/."""
         bucket, prefix = split_uri(prefix_uri)
         prefix = prefix + "/" if prefix else ""
         with guard(**self._context(prefix_uri)):
-            return [(b.name, b.size or 0) for b in self.client.list_blobs(
+            return [StoredObject(b.name, b.size or 0, b.crc32c) for b in self.client.list_blobs(
                 bucket, prefix=prefix, timeout=60, retry=self._retry(f"listing {prefix_uri}"))]
-
-    def checksums(self, prefix_uri: str) -> dict[str, str | None]:
-        """Object name -> its CRC32C (base64, as Cloud Storage keeps it for every object) under gs://bucket/prefix/."""
-        bucket, prefix = split_uri(prefix_uri)
-        prefix = prefix + "/" if prefix else ""
-        with guard(**self._context(prefix_uri)):
-            return {b.name: b.crc32c for b in self.client.list_blobs(
-                bucket, prefix=prefix, timeout=60, retry=self._retry(f"listing {prefix_uri}"))}
 
     def download_objects(self, bucket_name: str, pairs: list[tuple[str, Path]], *, total: int | None = None,
                          progress: Progress | None = None) -> int:
