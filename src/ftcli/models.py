@@ -254,9 +254,6 @@ class Text:
     record: dict | None = None
 
 
-TABLE_SUFFIXES = (".csv", ".jsonl", ".json")
-
-
 def read_inputs(file: Path) -> list[Text]:
     """The texts of --file: a CSV or JSON Lines file's rows (by extension; the model's text columns are read from
     them), else every non-empty line (a pair model's: TEXT<TAB>PAIR)."""
