@@ -571,9 +571,9 @@ def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None)
 # -- the whole report -------------------------------------------------------------------------------------------
 
 
-def write_report(run: Run, out: Path, say: Callable[[str], None] | None = None) -> list[Path]:
+def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda message: None) -> list[Path]:
     """Draw every picture the run allows and the Markdown into `out` (new, empty, or an earlier report's);
-    return the files written, the Markdown first. `say` hears what a picture leaves out (default: stderr).
+    return the files written, the Markdown first. `say` hears what a picture leaves out.
 
     Everything is drawn in a staging folder beside `out` first (a dead writer's is removed by the next report), so
     a crash or a kill midway leaves `out` as it was: never a half-written folder the next report refuses."""
@@ -596,8 +596,6 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] | None = None) 
     finally:
         if staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
-    if say is None:
-        from ftcli.output import note as say
     for p in plan:
         if p.note:
             say(f"{p.note}; report.md lists them")

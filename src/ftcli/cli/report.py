@@ -64,7 +64,7 @@ def report(
 
       ftcli report last --out ./reports/mnli --json
     """
-    from ftcli.output import err, out
+    from ftcli.output import err, note, out
     from ftcli.report import default_out, load_run, open_files, require_matplotlib, write_report
 
     require_matplotlib()
@@ -77,7 +77,7 @@ def report(
             job_id = _download_run(run, project, region, Path(tmp))
             target = out_dir or Path(REPORTS_DIR) / job_id
             loaded = load_run(Path(tmp), source=f"job {run} ({job_id})")
-        files = write_report(loaded, target)
+        files = write_report(loaded, target, say=note)
     if loaded.skipped_lines:
         err().print(f"[dim]skipped {loaded.skipped_lines} unreadable line(s) of metrics.jsonl[/]")
     if json_out:
