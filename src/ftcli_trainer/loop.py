@@ -394,7 +394,7 @@ class Trainer:
     def _forget_rows_after(self, step: int) -> None:
         """metrics.jsonl without the rows an earlier attempt logged after the checkpoint this run resumes from: they
         are trained again (the same math) and logged again, so the file had them twice and out of order (t20 t22
-        t24 t22 t24 ...). A line cut off by the kill is dropped too. Written whole, then renamed over the file."""
+        t24 t22 t24 ...). A line cut off by the kill is dropped too. Written whole (storage.write_text)."""
         if self._jsonl is None or not self._metrics_file.exists():
             return
         lines = self._metrics_file.read_text(encoding="utf-8").splitlines()
@@ -410,16 +410,12 @@ class Trainer:
                 kept.append(line)
         if len(kept) == len(lines):
             return
-        staged = self._metrics_file.with_name(f".{self._metrics_file.name}.tmp-{os.getpid()}")
         try:
-            staged.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
             self._jsonl.close()
-            os.replace(staged, self._metrics_file)
+            storage.write_text(str(self._metrics_file), "".join(line + "\n" for line in kept))
             self._jsonl = open(self._metrics_file, "a")  # noqa: SIM115
         except OSError as e:
             raise self._log_write_error(e, "the metrics", self._metrics_file) from None
-        finally:
-            staged.unlink(missing_ok=True)
         log.info("resuming at step %d: %d metrics.jsonl row(s) logged after it by the earlier attempt are "
                  "logged again", step, len(lines) - len(kept))
 
