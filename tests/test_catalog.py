@@ -56,6 +56,13 @@ DEFAULTS = {
     "H200x8": ("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
     "B200": ("a4-highgpu-8g", "NVIDIA_B200", 8),
     "b200x8": ("a4-highgpu-8g", "NVIDIA_B200", 8),
+    # G4: one machine per count, named by its vCPUs (48 per GPU)
+    "RTX-PRO-6000": ("g4-standard-48", "NVIDIA_RTX_PRO_6000", 1),
+    "RTX-PRO-6000x2": ("g4-standard-96", "NVIDIA_RTX_PRO_6000", 2),
+    "rtx-pro-6000x4": ("g4-standard-192", "NVIDIA_RTX_PRO_6000", 4),
+    "RTXPRO6000x8": ("g4-standard-384", "NVIDIA_RTX_PRO_6000", 8),
+    "rtx pro 6000": ("g4-standard-48", "NVIDIA_RTX_PRO_6000", 1),
+    "rtx_pro_6000x2": ("g4-standard-96", "NVIDIA_RTX_PRO_6000", 2),
     # The Vertex enum names themselves.
     "NVIDIA_TESLA_T4": ("n1-standard-8", "NVIDIA_TESLA_T4", 1),
     "NVIDIA_L4x2": ("g2-standard-24", "NVIDIA_L4", 2),
@@ -64,6 +71,7 @@ DEFAULTS = {
     "NVIDIA_H100_MEGA_80GB": ("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8),
     "NVIDIA_H200_141GB": ("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
     " NVIDIA_B200 ": ("a4-highgpu-8g", "NVIDIA_B200", 8),
+    "NVIDIA_RTX_PRO_6000x4": ("g4-standard-192", "NVIDIA_RTX_PRO_6000", 4),
 }
 
 
@@ -132,6 +140,10 @@ REJECTED = [
     ("H200x4", None, "H200 comes only in count 8 (got 4)"),
     ("H100-MEGAx4", None, "H100-MEGA comes only in count 8 (got 4)"),
     ("B200x1", None, "B200 comes only in count 8 (got 1)"),
+    ("RTX-PRO-6000x3", None, "RTX-PRO-6000 comes in counts 1, 2, 4, 8 (got 3)"),
+    ("RTX-PRO-6000x2", "g4-standard-48", "g4-standard-48 carries 1 RTX-PRO-6000 GPUs, not 2"),
+    ("RTX-PRO-6000", "g2-standard-48", "RTX-PRO-6000 runs on g4-standard-* machines, not g2-standard-48"),
+    ("RTX-PRO-6000", "g4-standard-24", "RTX-PRO-6000x1 runs on g4-standard-48, not g4-standard-24"),  # a 1/2 GPU
     ("T4x-1", None, "T4 comes in counts 1, 2, 4 (got -1)"),
     ("T4x0", None, "--gpu T4x0 asks for 0 GPUs; T4 comes in counts 1, 2, 4, or use --gpu none for a CPU machine"),
     ("NVIDIA_L4x0", None, "asks for 0 GPUs"),
@@ -139,8 +151,8 @@ REJECTED = [
     ("T4x", None, "must be a whole number"),
     ("T4x1.5", None, "must be a whole number"),
     ("T4x2x2", None, "unknown GPU 'T4x2'"),
-    ("K80", None, "unknown GPU 'K80'; choose one of T4, P4, L4, P100, V100, A100, A100-80GB, H100, H100-MEGA, "
-                  "H200, B200, or none (add xN for N GPUs, e.g. L4x2)"),
+    ("K80", None, "unknown GPU 'K80'; choose one of T4, P4, L4, P100, V100, A100, A100-80GB, RTX-PRO-6000, H100, "
+                  "H100-MEGA, H200, B200, or none (add xN for N GPUs, e.g. L4x2)"),
     ("K80x2", None, "unknown GPU 'K80'; choose one of"),
     ("NVIDIA_TESLA_K80", None, "unknown GPU 'NVIDIA_TESLA_K80'"),
     ("x2", None, "unknown GPU 'x2'"),
@@ -207,7 +219,8 @@ def test_rejected(spec, machine, message):
 
 def test_gpu_names():
     names = gpu_names()
-    assert names == ["T4", "P4", "L4", "P100", "V100", "A100", "A100-80GB", "H100", "H100-MEGA", "H200", "B200"]
+    assert names == ["T4", "P4", "L4", "P100", "V100", "A100", "A100-80GB", "RTX-PRO-6000", "H100", "H100-MEGA",
+                     "H200", "B200"]
     assert all(resolve_gpu(n).gpu for n in names)
 
 
@@ -274,7 +287,7 @@ def test_hardware_summary():
 
 # Written out from NVIDIA's compute-capability tables, not derived from the catalog.
 CC = {"T4": "7.5", "P4": "6.1", "L4": "8.9", "P100": "6.0", "V100": "7.0", "A100": "8.0", "A100-80GB": "8.0",
-      "H100": "9.0", "H100-MEGA": "9.0", "H200": "9.0", "B200": "10.0"}
+      "RTX-PRO-6000": "12.0", "H100": "9.0", "H100-MEGA": "9.0", "H200": "9.0", "B200": "10.0"}
 
 
 @pytest.mark.parametrize("name", CC)
@@ -289,6 +302,7 @@ def test_cpu_has_no_compute_capability():
 
 @pytest.mark.parametrize(("machine", "disk"), [
     ("a3-ultragpu-8g", "hyperdisk-balanced"), ("a4-highgpu-8g", "hyperdisk-balanced"),
+    ("g4-standard-48", "hyperdisk-balanced"), ("g4-standard-384", "hyperdisk-balanced"),
     ("a3-highgpu-8g", "pd-ssd"), ("a3-megagpu-8g", "pd-ssd"), ("a2-highgpu-1g", "pd-ssd"), ("g2-standard-8", "pd-ssd"),
     ("n1-standard-8", "pd-ssd"), ("n1-highcpu-16", "pd-ssd"),
 ])
@@ -301,7 +315,8 @@ def _provisioning(spec, **kw):
     return provisioning_problems(resolve_gpu(spec), **args)
 
 
-@pytest.mark.parametrize("spec", ["T4", "L4", "A100x8", "H100x8", "H100-MEGA", "none"])
+@pytest.mark.parametrize("spec", ["T4", "L4", "A100x8", "RTX-PRO-6000", "RTX-PRO-6000x8", "H100x8", "H100-MEGA",
+                                  "none"])
 def test_on_demand_is_fine_where_it_is_sold(spec):
     assert _provisioning(spec) == []
 
@@ -333,6 +348,7 @@ def test_reservation_takes_a_full_name_or_any():
     ("T4", dict(flex_start=True), "--flex-start takes A100, A100-80GB, B200, H100, H200, L4 GPUs, not T4"),
     ("none", dict(flex_start=True), "not a CPU machine"),
     ("H100-MEGA", dict(flex_start=True), "not H100-MEGA"),
+    ("RTX-PRO-6000", dict(flex_start=True), "not RTX-PRO-6000"),  # the DWS page names L4, A100, H100, H200, B200
     ("L4", dict(flex_start=True, timeout_s=8 * 86400), "--flex-start jobs run at most 7 days"),
     ("A100x8", dict(flex_start=True, reduction_server=2), "drop --reduction-server or --flex-start"),
     ("H200", dict(flex_start=True, spot=True), "--spot and --flex-start exclude each other"),

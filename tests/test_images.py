@@ -14,7 +14,8 @@ CU128 = "docker.io/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 
 @pytest.mark.parametrize(("gpu", "image"), [
     ("P4", CU126), ("P100", CU126), ("V100", CU126), ("T4", CU126), ("L4", CU126), ("A100", CU126),
-    ("H100x8", CU126), ("H200", CU126), ("B200", CU128), ("none", CU126),
+    ("H100x8", CU126), ("H200", CU126), ("B200", CU128), ("RTX-PRO-6000", CU128), ("RTX-PRO-6000x8", CU128),
+    ("none", CU126),
 ])
 def test_default_image_covers_the_gpu(gpu, image):
     hw = resolve_gpu(gpu)

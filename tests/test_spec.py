@@ -419,3 +419,21 @@ def test_pure_modules_import_no_google():
 
 def test_hardware_is_what_resolve_gpu_returns():
     assert T4_SINGLE.hardware == Hardware("n1-standard-8", "NVIDIA_TESLA_T4", 1)
+
+
+@pytest.mark.parametrize(("gpu", "level"), [("RTX-PRO-6000x2", "PHB"), ("RTX-PRO-6000x4", "PHB"),
+                                            ("RTX-PRO-6000x8", "SYS")])
+def test_multi_gpu_g4_workers_get_nccl_p2p_level(gpu, level):
+    # Compute Engine's G4 section: NCCL_P2P_LEVEL=PHB on 2 or 4 GPUs, SYS on 8, so NCCL uses PCIe peer-to-peer.
+    pool = build_custom_job(request(hardware=resolve_gpu(gpu)))["jobSpec"]["workerPoolSpecs"][0]
+    assert pool["containerSpec"]["env"] == env(WHEEL, {"name": "NCCL_P2P_LEVEL", "value": level})
+    assert pool["diskSpec"] == {"bootDiskType": "hyperdisk-balanced", "bootDiskSizeGb": 100}
+
+
+def test_one_gpu_g4_and_other_machines_get_no_nccl_setting_and_the_users_own_wins():
+    for gpu in ("RTX-PRO-6000", "L4x4", "A100x8"):
+        pool = build_custom_job(request(hardware=resolve_gpu(gpu)))["jobSpec"]["workerPoolSpecs"][0]
+        assert pool["containerSpec"]["env"] == env()
+    mine = request(hardware=resolve_gpu("RTX-PRO-6000x8"), env=(("NCCL_P2P_LEVEL", "NVL"),))
+    pool = build_custom_job(mine)["jobSpec"]["workerPoolSpecs"][0]
+    assert pool["containerSpec"]["env"] == env(WHEEL, {"name": "NCCL_P2P_LEVEL", "value": "NVL"})

@@ -67,6 +67,7 @@ class _Gpu:
     fixed: bool
     cc: str  # CUDA compute capability: which kernels an image must carry (see ftcli.images)
     n1_limits: Mapping[int, tuple[int, int]] | None = None  # count → (max vCPUs, max GB) for n1 GPUs
+    aliases: tuple[str, ...] = ()  # other spellings --gpu takes (RTXPRO6000)
 
     @property
     def counts(self) -> tuple[int, ...]:
@@ -119,12 +120,14 @@ def _n1(name: str, enum: str, cc: str, limits: dict[int, tuple[int, int]]) -> _G
     return _Gpu(name, enum, machines, fixed=False, cc=cc, n1_limits=limits)
 
 
-def _fixed(name: str, enum: str, cc: str, machines: dict[int, tuple[str, ...]]) -> _Gpu:
-    return _Gpu(name, enum, machines, fixed=True, cc=cc)
+def _fixed(name: str, enum: str, cc: str, machines: dict[int, tuple[str, ...]], aliases: tuple[str, ...] = ()) -> _Gpu:
+    return _Gpu(name, enum, machines, fixed=True, cc=cc, aliases=aliases)
 
 
-def _per_count(pattern: str, counts: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
-    return {n: (pattern.format(n=n),) for n in counts}
+def _per_count(pattern: str, sizes: tuple[int, ...], per_gpu: int = 1) -> dict[int, tuple[str, ...]]:
+    """GPU count → its one machine type, for families named by GPU count (a2-highgpu-4g) or by vCPUs, `per_gpu` to a
+    GPU (g4-standard-96: 2 GPUs)."""
+    return {n // per_gpu: (pattern.format(n=n),) for n in sizes}
 
 
 # Roughly cheapest first: the order of `gpu_names()` and of the error messages. Compute capabilities: NVIDIA's
@@ -147,6 +150,11 @@ _GPUS: tuple[_Gpu, ...] = (
     _fixed("A100", "NVIDIA_TESLA_A100", "8.0",
            {**_per_count("a2-highgpu-{n}g", (1, 2, 4, 8)), 16: ("a2-megagpu-16g",)}),
     _fixed("A100-80GB", "NVIDIA_A100_80GB", "8.0", _per_count("a2-ultragpu-{n}g", (1, 2, 4, 8))),
+    # G4: "g4-standard-48 1, g4-standard-96 2, g4-standard-192 4, g4-standard-384 8" in the configure-compute table
+    # (read 2026-11-27; its smaller g4-standard-6/12/24 shapes, fractions of a GPU, are not on Vertex's list).
+    # "12.0 | NVIDIA RTX PRO 6000 Blackwell Server Edition" (NVIDIA's CUDA GPUs page above, read 2026-11-27).
+    _fixed("RTX-PRO-6000", "NVIDIA_RTX_PRO_6000", "12.0", _per_count("g4-standard-{n}", (48, 96, 192, 384), per_gpu=48),
+           aliases=("RTXPRO6000",)),
     _fixed("H100", "NVIDIA_H100_80GB", "9.0", _per_count("a3-highgpu-{n}g", (1, 2, 4, 8))),
     _fixed("H100-MEGA", "NVIDIA_H100_MEGA_80GB", "9.0", {8: ("a3-megagpu-8g",)}),
     _fixed("H200", "NVIDIA_H200_141GB", "9.0", {8: ("a3-ultragpu-8g",)}),
@@ -155,11 +163,11 @@ _GPUS: tuple[_Gpu, ...] = (
 
 
 def _key(name: str) -> str:
-    # One spelling for lookups: 't4', 'nvidia_tesla_t4', 'A100_80GB' and 'a100-80gb' all match.
-    return name.strip().upper().replace("_", "-")
+    # One spelling for lookups: 't4', 'nvidia_tesla_t4', 'A100_80GB', 'a100-80gb' and 'rtx pro 6000' all match.
+    return re.sub(r"[\s_]+", "-", name.strip().upper())
 
 
-_BY_KEY: dict[str, _Gpu] = {_key(k): g for g in _GPUS for k in (g.name, g.enum)}
+_BY_KEY: dict[str, _Gpu] = {_key(k): g for g in _GPUS for k in (g.name, g.enum, *g.aliases)}
 _CPU_NAMES = frozenset({"NONE", "CPU"})
 
 # The machine types custom training takes without a GPU: "you must specify one of the following machine types in
@@ -388,9 +396,13 @@ def _cpu(machine: str | None) -> Hardware:
 # and A4 (B200) take Hyperdisk only: "Hyperdisk Balanced: this is the only disk type that is supported for the
 # boot disk" (Compute Engine "Accelerator-optimized machine family",
 # https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines, updated 2026-04-13).
+# G4 (RTX PRO 6000) too: "You can't use Persistent Disk (regional or zonal) on an instance that uses a G4 machine
+# type" and "Hyperdisk Balanced (hyperdisk-balanced): this is the only disk type that is supported for the boot disk"
+# (same page, "Supported disk types for G4 instances", updated 2026-04-13, read 2026-11-27), while Vertex's default
+# is pd-ssd for every machine but A3 Ultra and A4: a G4 job must name hyperdisk-balanced.
 # G2, A3 High and A3 Mega take no pd-standard (same page's disk tables); a2/a3-high/a3-mega and n1 take pd-ssd.
 # 100 GB holds the image, model and HF cache.
-HYPERDISK_ONLY = ("a3-ultragpu", "a4-highgpu")
+HYPERDISK_ONLY = ("a3-ultragpu", "a4-highgpu", "g4-standard")
 BOOT_DISK_GB = 100
 
 
@@ -398,6 +410,21 @@ def boot_disk(machine_type: str) -> dict[str, object]:
     """The diskSpec for a machine type (REST JSON)."""
     kind = "hyperdisk-balanced" if _family(machine_type) in HYPERDISK_ONLY else "pd-ssd"
     return {"bootDiskType": kind, "bootDiskSizeGb": BOOT_DISK_GB}
+
+
+# G4 machines with several GPUs let them exchange data over PCIe directly, once NCCL is told to: "For G4 instances
+# with 2 or 4 GPUs (g4-standard-96, g4-standard-192): set NCCL_P2P_LEVEL=PHB", "For G4 instances with 8 GPUs
+# (g4-standard-384): set NCCL_P2P_LEVEL=SYS" (Compute Engine "Accelerator-optimized machine family", "GPU
+# peer-to-peer (P2P) communication", read 2026-11-27). The trainer's workers all-reduce through NCCL.
+_MACHINE_ENV: dict[str, tuple[tuple[str, str], ...]] = {
+    "g4-standard-96": (("NCCL_P2P_LEVEL", "PHB"),), "g4-standard-192": (("NCCL_P2P_LEVEL", "PHB"),),
+    "g4-standard-384": (("NCCL_P2P_LEVEL", "SYS"),),
+}
+
+
+def machine_env(machine_type: str) -> tuple[tuple[str, str], ...]:
+    """Environment variables Google documents for running on `machine_type` (none for most machines)."""
+    return _MACHINE_ENV.get(machine_type, ())
 
 
 # Documented as ambiguous for Vertex: its configure-compute page (above, read 2026-11-27) lists a3-highgpu-1g/2g/4g

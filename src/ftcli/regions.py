@@ -3,8 +3,9 @@
 Source: "Vertex AI locations", https://docs.cloud.google.com/vertex-ai/docs/general/locations (page last
 updated 2026-04-10; read 2026-11-26), table "Available accelerators per region". Entries that the page marks
 "† not available for training" are left out here (e.g. europe-west6 lists only L4†, so no GPU trains there);
-entries marked only "*" (not for inference) are in. The page also lists regions for custom training that
-have no GPUs at all (the second set below): CPU jobs run there.
+entries marked only "*" (not for inference) or "‡" (not for Workbench notebooks) are in: e.g. every RTX PRO 6000,
+"us-east1 ... RTX PRO 6000 ‡" (its six rows re-read 2026-11-27). The page also lists regions for custom training
+that have no GPUs at all (the second set below): CPU jobs run there.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ TRAINING_GPUS: dict[str, frozenset[str]] = {r: frozenset(g.split()) for r, g in 
     "asia-south1": "H100 L4 T4 H200",
     # Documented as ambiguous: the Locations page's (above) accelerator table lists H200 here, while its feature
     # table has no asia-south2 row (read 2026-11-27); kept as the accelerator table says.
-    "asia-south2": "H200",
-    "asia-southeast1": "A100 A100-80GB B200 H100 H100-MEGA L4 P4 T4",
+    "asia-south2": "H200 RTX-PRO-6000",
+    "asia-southeast1": "A100 A100-80GB B200 H100 H100-MEGA L4 P4 T4 RTX-PRO-6000",
     "asia-southeast2": "T4",
     "australia-southeast1": "H100-MEGA P4 T4",
     "europe-central2": "T4",
@@ -27,15 +28,15 @@ TRAINING_GPUS: dict[str, frozenset[str]] = {r: frozenset(g.split()) for r, g in 
     "europe-west1": "H100 H100-MEGA H200 P100 T4",
     "europe-west2": "H100 L4 T4",
     "europe-west3": "H100 H100-MEGA T4",
-    "europe-west4": "A100 A100-80GB H100 H100-MEGA H200 B200 L4 P4 T4 V100 P100",
+    "europe-west4": "A100 A100-80GB H100 H100-MEGA H200 B200 L4 P4 T4 V100 P100 RTX-PRO-6000",
     "me-central2": "L4",
     "me-west1": "A100",
     "northamerica-northeast1": "P4 T4",
     "northamerica-northeast2": "H100 L4",
     "southamerica-east1": "T4",
-    "us-central1": "A100 A100-80GB B200 H100 H100-MEGA H200 L4 P4 P100 T4 V100",
-    "us-east1": "A100 B200 L4 P100 T4 V100",
-    "us-east4": "A100-80GB H100 H100-MEGA H200 B200 L4 P4 T4",
+    "us-central1": "A100 A100-80GB B200 H100 H100-MEGA H200 L4 P4 P100 T4 V100 RTX-PRO-6000",
+    "us-east1": "A100 B200 L4 P100 T4 V100 RTX-PRO-6000",
+    "us-east4": "A100-80GB H100 H100-MEGA H200 B200 L4 P4 T4 RTX-PRO-6000",
     "us-east5": "A100-80GB H100 H100-MEGA H200",
     "us-south1": "B200 H200",
     "us-west1": "H100 H100-MEGA H200 L4 P100 T4 V100",

@@ -11,7 +11,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ftcli.catalog import REDUCTION_SERVER_MACHINE, RESERVATION_KEY, Hardware, boot_disk, reduction_server_image
+from ftcli.catalog import (
+    REDUCTION_SERVER_MACHINE,
+    RESERVATION_KEY,
+    Hardware,
+    boot_disk,
+    machine_env,
+    reduction_server_image,
+)
 from ftcli.errors import UsageError
 
 DEFAULT_TIMEOUT_S = 24 * 3600
@@ -195,6 +202,8 @@ def _worker_pool(req: JobRequest, replicas: int) -> dict[str, Any]:
     script = REDUCTION_SERVER_START_SCRIPT if req.reduction_server else START_SCRIPT
     env = [{"name": WHEEL_ENV, "value": wheel}, {"name": "PYTHONUNBUFFERED", "value": "1"}]
     env += [{"name": k, "value": v} for k, v in req.env]
+    given = {k for k, _ in req.env}
+    env += [{"name": k, "value": v} for k, v in machine_env(hw.machine_type) if k not in given]
     container: dict[str, Any] = {"imageUri": req.image, "command": ["bash", "-c", script, "ftcli-trainer"]}
     if req.args:
         container["args"] = list(req.args)

@@ -67,10 +67,17 @@ REFUSED = [
     # GPUs the region does not train on
     (job(pool("g2-standard-8", "NVIDIA_L4")), None, "projects/p/locations/europe-west6"),
     (job(pool("a2-ultragpu-1g", "NVIDIA_A100_80GB")), None, "projects/p/locations/me-west1"),
+    (job(pool("g4-standard-48", "NVIDIA_RTX_PRO_6000", diskSpec={"bootDiskType": "hyperdisk-balanced"})), None,
+     "projects/p/locations/europe-west1"),
     # boot disks
     (job(pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8, diskSpec={"bootDiskType": "pd-ssd"}),
          scheduling={"strategy": "SPOT"}), "boots only from hyperdisk-balanced"),
     (job(pool("g2-standard-8", "NVIDIA_L4", diskSpec={"bootDiskType": "pd-standard"})), "pd-standard"),
+    # G4 takes no Persistent Disk, and Vertex's default boot disk there is pd-ssd: it must be named
+    (job(pool("g4-standard-96", "NVIDIA_RTX_PRO_6000", 2)),
+     "g4-standard-96 boots only from hyperdisk-balanced, not pd-ssd (the default)"),
+    (job(pool("g4-standard-48", "NVIDIA_RTX_PRO_6000", diskSpec={"bootDiskType": "pd-ssd"})),
+     "g4-standard-48 boots only from hyperdisk-balanced, not pd-ssd"),
     (job(pool(diskSpec={"bootDiskType": "hyperdisk-balanced"})), "does not support hyperdisk-balanced"),
     (job(pool(diskSpec={"bootDiskSizeGb": 50})), "outside [100, 64000]"),
     # provisioning
@@ -79,6 +86,8 @@ REFUSED = [
      "needs a reservation, Spot or Flex-start"),
     (job(pool("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8), scheduling={"strategy": "FLEX_START"}),
      "Flex-start does not offer NVIDIA_H100_MEGA_80GB"),
+    (job(pool("g4-standard-48", "NVIDIA_RTX_PRO_6000", diskSpec={"bootDiskType": "hyperdisk-balanced"}),
+         scheduling={"strategy": "FLEX_START"}), "Flex-start does not offer NVIDIA_RTX_PRO_6000"),
     (job(pool("g2-standard-8", "NVIDIA_L4"), scheduling={"strategy": "FLEX_START", "timeout": f"{8 * 86400}s"}),
      "7 days or less"),
     (job(pool("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8), pool("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8),
@@ -97,6 +106,10 @@ REFUSED = [
      'Accelerator "NVIDIA_TESLA_P100" is not supported for machine type "n1-standard-64".'),
     (job(pool("g2-standard-8", "NVIDIA_TESLA_T4", 1)),
      'Accelerator "NVIDIA_TESLA_T4" is not supported for machine type "g2-standard-8".'),
+    (job(pool("g4-standard-48", "NVIDIA_RTX_PRO_6000", 2, diskSpec={"bootDiskType": "hyperdisk-balanced"})),
+     "valid counts: 1."),
+    (job(pool("g4-standard-24", "NVIDIA_RTX_PRO_6000", 1, diskSpec={"bootDiskType": "hyperdisk-balanced"})),
+     'Machine type "g4-standard-24" is not supported'),  # a half GPU: on Compute Engine, not on Vertex's list
     # machine types outside configure-compute's list
     (job(pool("e2-highcpu-8", count=0)),
      'Machine type "e2-highcpu-8" is not supported for custom training (workerPoolSpecs[0]).'),
@@ -212,6 +225,8 @@ CONFIGS = {
     "P4x4": ["--gpu", "P4x4"],
     "cpu-e2-highcpu-16": ["--gpu", "none", "--machine-type", "e2-highcpu-16"],
     "B200-flex-start": ["--gpu", "B200", "--flex-start", "--max-wait", "4h"],
+    "RTX-PRO-6000": ["--gpu", "RTX-PRO-6000"],
+    "RTX-PRO-6000x8-spot": ["--gpu", "RTX-PRO-6000x8", "--spot"],
     "H100-flex-start": ["--gpu", "H100", "--flex-start"],
     "cpu": ["--gpu", "none"],
 }

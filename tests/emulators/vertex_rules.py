@@ -36,7 +36,7 @@ CONFIGURE_COMPUTE = ("https://docs.cloud.google.com/gemini-enterprise-agent-plat
 # Machine types without a GPU: "you must specify one of the following machine types in the machineSpec.machineType
 # field" (CONFIGURE_COMPUTE, "Machine types", read 2026-11-27 in the stored copy titled "Configure compute resources
 # for Gemini Enterprise Agent Platform serverless training"): the entries without the page's "*" ("must be used with
-# certain GPUs or TPUs"). Its a2/a3/a4/g2 machines are in GPU_MACHINES; its a4x, g4 and TPU machines are not here
+# certain GPUs or TPUs"). Its a2/a3/a4/g2/g4 machines are in GPU_MACHINES; its a4x and TPU machines are not here
 # (ftcli sends none of them).
 CPU_MACHINES = frozenset(
     [f"n4-{kind}-{n}" for kind in ("standard", "highmem", "highcpu") for n in (2, 4, 8, 16, 32, 48, 64, 80)] +
@@ -76,6 +76,8 @@ GPU_TABLE: dict[str, dict[str, tuple[int, ...]]] = {
     "a4-highgpu-8g": {"NVIDIA_B200": (8,)},
     **{f"g2-standard-{n}": {"NVIDIA_L4": (1,)} for n in (4, 8, 12, 16, 32)},
     "g2-standard-24": {"NVIDIA_L4": (2,)}, "g2-standard-48": {"NVIDIA_L4": (4,)}, "g2-standard-96": {"NVIDIA_L4": (8,)},
+    "g4-standard-48": {"NVIDIA_RTX_PRO_6000": (1,)}, "g4-standard-96": {"NVIDIA_RTX_PRO_6000": (2,)},
+    "g4-standard-192": {"NVIDIA_RTX_PRO_6000": (4,)}, "g4-standard-384": {"NVIDIA_RTX_PRO_6000": (8,)},
 }
 GPU_MACHINES = frozenset(m for m in GPU_TABLE if not m.startswith("n1-"))
 MACHINES = CPU_MACHINES | GPU_MACHINES
@@ -87,8 +89,12 @@ MACHINES = CPU_MACHINES | GPU_MACHINES
 # "Accelerator-optimized machine family" (https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines,
 # read 2026-11-26): A3 Ultra and A4 boot only from Hyperdisk Balanced; G2, A3 High and A3 Mega list no Standard
 # Persistent Disk (pd-standard) among their disk types; A2 and G2 have no Hyperdisk Balanced; N1 takes no Hyperdisk.
+# G4 takes no Persistent Disk and boots only from Hyperdisk Balanced (same page, "Supported disk types for G4
+# instances", read 2026-11-27), yet Vertex's documented default is pd-ssd there: a G4 job without a boot disk type is
+# refused here (HYPERDISK_BOOT without the HYPERDISK_DEFAULT).
 DISK_TYPES = {"pd-ssd", "pd-standard", "hyperdisk-balanced"}
-HYPERDISK_ONLY = ("a3-ultragpu", "a4-highgpu")
+HYPERDISK_DEFAULT = ("a3-ultragpu", "a4-highgpu")
+HYPERDISK_BOOT = (*HYPERDISK_DEFAULT, "g4-standard")
 NO_HYPERDISK = ("a2-", "g2-", "n1-")
 NO_PD_STANDARD = ("g2-", "a3-highgpu-", "a3-megagpu-")
 # Same page: "When provisioning a3-highgpu-1g, a3-highgpu-2g, or a3-highgpu-4g machine types, you must create
@@ -182,15 +188,16 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
                         f"valid counts: {valid}.")
             if gpu_short_name(accel) not in TRAINING_GPUS.get(location, frozenset()):
                 return f"Accelerator {accel} is not supported for custom training in {location}"
-        default_disk = "hyperdisk-balanced" if machine.startswith(HYPERDISK_ONLY) else "pd-ssd"
+        default_disk = "hyperdisk-balanced" if machine.startswith(HYPERDISK_DEFAULT) else "pd-ssd"
         disk = pool.disk_spec.boot_disk_type or default_disk
         size = pool.disk_spec.boot_disk_size_gb or 100
         if disk not in DISK_TYPES:
             return f"boot disk type {disk!r} is not one of {sorted(DISK_TYPES)}"
         if not 100 <= size <= 64000:
             return f"boot disk size {size} GB is outside [100, 64000]"
-        if machine.startswith(HYPERDISK_ONLY) and disk != "hyperdisk-balanced":
-            return f"{machine} boots only from hyperdisk-balanced, not {disk}"
+        if machine.startswith(HYPERDISK_BOOT) and disk != "hyperdisk-balanced":
+            unset = "" if pool.disk_spec.boot_disk_type else " (the default)"
+            return f"{machine} boots only from hyperdisk-balanced, not {disk}{unset}"
         if machine.startswith(NO_HYPERDISK) and disk == "hyperdisk-balanced":
             return f"{machine} does not support hyperdisk-balanced boot disks"
         if machine.startswith(NO_PD_STANDARD) and disk == "pd-standard":

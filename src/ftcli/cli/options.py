@@ -25,7 +25,8 @@ JobArg = Annotated[str, typer.Argument(
 # The machines and how they are obtained: `ftcli train` and `ftcli tune` (whose trials are train's job) alike.
 HW = "Hardware"
 GpuOpt = Annotated[str, typer.Option(
-    "--gpu", help="GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, H100, H100-MEGA, H200, B200 (e.g. L4x2), "
+    "--gpu", help="GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, RTX-PRO-6000, H100, H100-MEGA, H200, "
+    "B200 (e.g. L4x2), "
     "or none for a CPU machine. ftcli train takes several in order (L4,T4): the next when the machines cannot be "
     "had.", rich_help_panel=HW)]
 MachineTypeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
