@@ -151,10 +151,13 @@ REJECTED = [
     ("T4x", None, "must be a whole number"),
     ("T4x1.5", None, "must be a whole number"),
     ("T4x2x2", None, "unknown GPU 'T4x2'"),
-    ("K80", None, "unknown GPU 'K80'; choose one of T4, P4, L4, P100, V100, A100, A100-80GB, RTX-PRO-6000, H100, "
+    ("M60", None, "unknown GPU 'M60'; choose one of T4, P4, L4, P100, V100, A100, A100-80GB, RTX-PRO-6000, H100, "
                   "H100-MEGA, H200, B200, or none (add xN for N GPUs, e.g. L4x2)"),
-    ("K80x2", None, "unknown GPU 'K80'; choose one of"),
-    ("NVIDIA_TESLA_K80", None, "unknown GPU 'NVIDIA_TESLA_K80'"),
+    ("K80x2", None, "K80 is no longer offered for Vertex AI training (configure-compute's GPU list does not name "
+                    "it); use --gpu T4 or L4"),
+    ("NVIDIA_TESLA_K80", None, "K80 is no longer offered"),
+    ("GB200", None, "GB200 (a4x-highgpu-4g) is not offered by ftcli: its machines have Arm CPUs (NVIDIA Grace)"),
+    ("nvidia_gb200x4", None, "GB200 (a4x-highgpu-4g) is not offered by ftcli"),
     ("x2", None, "unknown GPU 'x2'"),
     ("2xT4", None, "unknown GPU '2xT4'"),
     ("RTX4090", None, "unknown GPU 'RTX4090'; choose one of"),  # named whole, not 'RT' (an x inside the name)

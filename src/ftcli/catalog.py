@@ -168,6 +168,19 @@ def _key(name: str) -> str:
 
 
 _BY_KEY: dict[str, _Gpu] = {_key(k): g for g in _GPUS for k in (g.name, g.enum, *g.aliases)}
+
+# GPUs with a Vertex AcceleratorType that ftcli does not offer, and why. GB200: configure-compute (above, read
+# 2026-11-27) lists NVIDIA_GB200 on a4x-highgpu-4g, "Requires obtaining capacity using shared reservations", and
+# Compute Engine's A4X machines have "NVIDIA Grace CPUs with Arm Neoverse V2 cores" ("Accelerator-optimized machine
+# family", read 2026-11-27): ftcli's trainer images are not checked on Arm. K80: the SDK still has the enum, but
+# configure-compute's list of GPUs for serverless training no longer names it.
+_NOT_OFFERED = {
+    "GB200": "GB200 (a4x-highgpu-4g) is not offered by ftcli: its machines have Arm CPUs (NVIDIA Grace), which "
+             "ftcli's trainer images are not checked on, and need a shared reservation; use --gpu B200 or H200",
+    "K80": "K80 is no longer offered for Vertex AI training (configure-compute's GPU list does not name it); use "
+           "--gpu T4 or L4",
+}
+_NOT_OFFERED |= {"NVIDIA-GB200": _NOT_OFFERED["GB200"], "NVIDIA-TESLA-K80": _NOT_OFFERED["K80"]}  # the enum names
 _CPU_NAMES = frozenset({"NONE", "CPU"})
 
 # The machine types custom training takes without a GPU: "you must specify one of the following machine types in
@@ -276,6 +289,9 @@ def _split(text: str) -> tuple[str, str | None]:
     head, sep, tail = key.rpartition("X")
     if sep and head and (head in _BY_KEY or head in _CPU_NAMES):
         return head, tail
+    for name in (key, head if sep else None):
+        if name in _NOT_OFFERED:
+            raise UsageError(_NOT_OFFERED[name])
     shown = text[:len(head)] if sep and head and _SHORT_COUNT.fullmatch(tail) else text
     raise UsageError(f"unknown GPU {shown!r}; {_choices()}")
 
@@ -432,7 +448,9 @@ def machine_env(machine_type: str) -> tuple[tuple[str, str], ...]:
 # Machines that Compute Engine does not sell on demand (same page as above): "When provisioning a3-highgpu-1g,
 # a3-highgpu-2g, or a3-highgpu-4g machine types, you must create instances by using Spot VMs or Flex-start
 # VMs"; A3 Ultra and A4: "you must reserve capacity ..., use Spot VMs, use Flex-start VMs" (or a MIG resize
-# request, which Vertex does not use).
+# request, which Vertex does not use). G4 (RTX PRO 6000) is taken on demand: configure-compute (read 2026-11-27)
+# marks B200, H100 Mega and H200 "*" (capacity through reservations or Spot recommended) and GB200 "+" (reservations
+# required), not NVIDIA_RTX_PRO_6000; Compute Engine's consumption table lost its marks in the stored copy.
 NOT_ON_DEMAND: dict[str, tuple[str, ...]] = {
     "a3-highgpu-1g": ("spot", "flex-start"), "a3-highgpu-2g": ("spot", "flex-start"),
     "a3-highgpu-4g": ("spot", "flex-start"),
