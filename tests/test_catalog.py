@@ -89,7 +89,8 @@ def test_cpu_default(spec):
 
 
 @pytest.mark.parametrize("machine", ["n1-standard-4", "n1-highmem-16", "n2-standard-32", "e2-highcpu-16",
-                                     "c2-standard-60", "N2-HIGHMEM-8", "m1-ultramem-40", "e2-standard-4"])
+                                     "c2-standard-60", "N2-HIGHMEM-8", "m1-ultramem-40", "e2-standard-4",
+                                     "n4-standard-2", "n4-highcpu-80"])
 def test_cpu_machine_override(machine):
     assert resolve_gpu("none", machine) == Hardware(machine.lower())
 
@@ -205,9 +206,7 @@ REJECTED = [
     ("none", "n1-standard-2", "not a machine type Vertex AI custom training offers"),
     ("none", "c2-highmem-8", "not a machine type Vertex AI custom training offers"),
     ("none", "e2-standard-9999", "not a machine type Vertex AI custom training offers"),
-    # On Vertex's list, not offered by ftcli: the boot disk an N4 worker takes is not settled.
-    ("none", "n4-standard-8", "--machine-type n4-standard-8: ftcli does not offer N4 machines yet (their boot disk "
-                              "type is not settled); the same shape on N2 is --machine-type n2-standard-8"),
+    ("none", "n4-standard-96", "not a machine type Vertex AI custom training offers; did you mean n4-standard-80"),
 ]
 
 
@@ -307,7 +306,8 @@ def test_cpu_has_no_compute_capability():
     ("a3-ultragpu-8g", "hyperdisk-balanced"), ("a4-highgpu-8g", "hyperdisk-balanced"),
     ("g4-standard-48", "hyperdisk-balanced"), ("g4-standard-384", "hyperdisk-balanced"),
     ("a3-highgpu-8g", "pd-ssd"), ("a3-megagpu-8g", "pd-ssd"), ("a2-highgpu-1g", "pd-ssd"), ("g2-standard-8", "pd-ssd"),
-    ("n1-standard-8", "pd-ssd"), ("n1-highcpu-16", "pd-ssd"),
+    ("n1-standard-8", "pd-ssd"), ("n1-highcpu-16", "pd-ssd"), ("n2-standard-8", "pd-ssd"),
+    ("n4-standard-8", "hyperdisk-balanced"), ("n4-highcpu-80", "hyperdisk-balanced"),
 ])
 def test_boot_disk(machine, disk):
     assert boot_disk(machine) == {"bootDiskType": disk, "bootDiskSizeGb": 100}

@@ -188,10 +188,10 @@ _CPU_NAMES = frozenset({"NONE", "CPU"})
 # https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/configure-compute,
 # formerly https://cloud.google.com/vertex-ai/docs/training/configure-compute; read 2026-11-27): the entries the page
 # does not mark "must be used with certain GPUs or TPUs". Only these shapes: e.g. no e2-highcpu-2..8, no
-# n1-standard-1/2, no n2-highcpu-2..8. The list's GPU machines (a2/a3/a4/g2) take their GPUs through --gpu, and its
-# TPU machines are not for ftcli. The list also has n4-standard/highmem/highcpu-2..80, which ftcli does not offer
-# yet (N4_FAMILY): the page does not say which boot disk an N4 worker takes, and ftcli sets the boot disk itself.
+# n1-standard-1/2, no n2-highcpu-2..8. The list's GPU machines (a2/a3/a4/g2/g4) take their GPUs through --gpu, and
+# its TPU machines are not for ftcli. N4 boots from Hyperdisk only (see HYPERDISK_ONLY below).
 CPU_MACHINE_TYPES: tuple[str, ...] = (
+    *(f"n4-{kind}-{n}" for kind in ("standard", "highmem", "highcpu") for n in (2, 4, 8, 16, 32, 48, 64, 80)),
     *(f"e2-standard-{n}" for n in (4, 8, 16, 32)),
     *(f"e2-highmem-{n}" for n in (2, 4, 8, 16)),
     *(f"e2-highcpu-{n}" for n in (16, 32)),
@@ -205,7 +205,6 @@ CPU_MACHINE_TYPES: tuple[str, ...] = (
 # ftcli's CPU machine: n1-standard-8 (8 vCPUs, 30 GB) is on the list above (same page, read 2026-11-27); enough
 # host cores for the tokenizer and data loader of a small model.
 _CPU_DEFAULT = "n1-standard-8"
-N4_FAMILY = "n4-"
 
 
 # "NVIDIA P100 GPUs reach end of support on September 15, 2026" (configure-compute page above, read 2026-11-27):
@@ -380,10 +379,6 @@ def _machine_problem(gpu: _Gpu, count: int, machine: str) -> str:
 def _cpu(machine: str | None) -> Hardware:
     if machine is None:
         return Hardware(_CPU_DEFAULT)
-    if machine.startswith(N4_FAMILY):
-        raise UsageError(f"--machine-type {machine}: ftcli does not offer N4 machines yet (their boot disk type is not "
-                         f"settled); the same shape on N2 is --machine-type n2-{machine.removeprefix(N4_FAMILY)}, or "
-                         f"leave it out for {_CPU_DEFAULT}")
     if machine not in CPU_MACHINE_TYPES:
         gpu = next((g for g in _GPUS for ms in g.machines.values() if machine in ms), None)
         if gpu is not None:
@@ -415,10 +410,14 @@ def _cpu(machine: str | None) -> Hardware:
 # G4 (RTX PRO 6000) too: "You can't use Persistent Disk (regional or zonal) on an instance that uses a G4 machine
 # type" and "Hyperdisk Balanced (hyperdisk-balanced): this is the only disk type that is supported for the boot disk"
 # (same page, "Supported disk types for G4 instances", updated 2026-04-13, read 2026-11-27), while Vertex's default
-# is pd-ssd for every machine but A3 Ultra and A4: a G4 job must name hyperdisk-balanced.
+# is pd-ssd for every machine but A3 Ultra and A4: a G4 job must name hyperdisk-balanced. N4 (CPU) alike: "N4 VMs
+# supports only the NVMe disk interface and can use the following Hyperdisk block storage: Hyperdisk Balanced ...",
+# "N4 doesn't support Persistent Disk or Local SSD" (Compute Engine "General-purpose machine family",
+# https://docs.cloud.google.com/compute/docs/general-purpose-machines, "Supported disk types for N4", read
+# 2026-11-27).
 # G2, A3 High and A3 Mega take no pd-standard (same page's disk tables); a2/a3-high/a3-mega and n1 take pd-ssd.
 # 100 GB holds the image, model and HF cache.
-HYPERDISK_ONLY = ("a3-ultragpu", "a4-highgpu", "g4-standard")
+HYPERDISK_ONLY = ("a3-ultragpu", "a4-highgpu", "g4-standard", "n4-standard", "n4-highmem", "n4-highcpu")
 BOOT_DISK_GB = 100
 
 

@@ -78,6 +78,7 @@ REFUSED = [
      "g4-standard-96 boots only from hyperdisk-balanced, not pd-ssd (the default)"),
     (job(pool("g4-standard-48", "NVIDIA_RTX_PRO_6000", diskSpec={"bootDiskType": "pd-ssd"})),
      "g4-standard-48 boots only from hyperdisk-balanced, not pd-ssd"),
+    (job(pool("n4-standard-8", count=0)), "n4-standard-8 boots only from hyperdisk-balanced, not pd-ssd (the default)"),
     (job(pool(diskSpec={"bootDiskType": "hyperdisk-balanced"})), "does not support hyperdisk-balanced"),
     (job(pool(diskSpec={"bootDiskSizeGb": 50})), "outside [100, 64000]"),
     # provisioning
@@ -204,8 +205,7 @@ def test_emulator_tables_match_ftclis_catalog():
     ftcli_cells = {(m, g.enum, n) for g in catalog._GPUS for n, ms in g.machines.items() for m in ms}
     emulator_cells = {(m, a, n) for m, row in vertex_rules.GPU_TABLE.items() for a, ns in row.items() for n in ns}
     assert ftcli_cells == emulator_cells
-    # ftcli offers every documented CPU machine but N4 (its boot disk is not settled): it refuses them itself.
-    assert set(catalog.CPU_MACHINE_TYPES) == {m for m in vertex_rules.CPU_MACHINES if not m.startswith("n4-")}
+    assert set(catalog.CPU_MACHINE_TYPES) == vertex_rules.CPU_MACHINES
 
 
 # --- every configuration of the issue, from `ftcli train --dry-run` to the strict emulator ----------------------
@@ -224,6 +224,7 @@ CONFIGS = {
     "P100x4": ["--gpu", "P100x4"],
     "P4x4": ["--gpu", "P4x4"],
     "cpu-e2-highcpu-16": ["--gpu", "none", "--machine-type", "e2-highcpu-16"],
+    "cpu-n4-highmem-32": ["--gpu", "none", "--machine-type", "n4-highmem-32"],
     "B200-flex-start": ["--gpu", "B200", "--flex-start", "--max-wait", "4h"],
     "RTX-PRO-6000": ["--gpu", "RTX-PRO-6000"],
     "RTX-PRO-6000x8-spot": ["--gpu", "RTX-PRO-6000x8", "--spot"],

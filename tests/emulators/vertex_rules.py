@@ -94,7 +94,9 @@ MACHINES = CPU_MACHINES | GPU_MACHINES
 # refused here (HYPERDISK_BOOT without the HYPERDISK_DEFAULT).
 DISK_TYPES = {"pd-ssd", "pd-standard", "hyperdisk-balanced"}
 HYPERDISK_DEFAULT = ("a3-ultragpu", "a4-highgpu")
-HYPERDISK_BOOT = (*HYPERDISK_DEFAULT, "g4-standard")
+# N4 likewise: "N4 doesn't support Persistent Disk or Local SSD" (Compute Engine "General-purpose machine family",
+# https://docs.cloud.google.com/compute/docs/general-purpose-machines, read 2026-11-27).
+HYPERDISK_BOOT = (*HYPERDISK_DEFAULT, "g4-standard", "n4-")
 NO_HYPERDISK = ("a2-", "g2-", "n1-")
 NO_PD_STANDARD = ("g2-", "a3-highgpu-", "a3-megagpu-")
 # Same page: "When provisioning a3-highgpu-1g, a3-highgpu-2g, or a3-highgpu-4g machine types, you must create
