@@ -190,11 +190,11 @@ def _key(name: str | JobName | TuningName) -> tuple[str, str] | None:
 
 def short_ids() -> dict[tuple[str, str], int]:
     """(region, job id) -> short id, for every recorded job (the newest record wins)."""
-    out = {}
+    out: dict[tuple[str, str], int] = {}
     for e in entries():
         key = _key(e.get("name", ""))
         if key is not None:
-            out[key] = e.get("n")
+            out[key] = e["n"]
     return out
 
 

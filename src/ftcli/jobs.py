@@ -91,14 +91,14 @@ def vertex_for(name: JobName | TuningName, notify: Notify | None = None):
     return get_vertex(name.project, name.region, notify)
 
 
-def short_id(name: JobName) -> int | None:
+def short_id(name: JobName | TuningName) -> int | None:
     """The job's short id in this machine's history, if it was submitted from here."""
     from ftcli import history
 
     return history.short_id(name)
 
 
-def label(name: JobName, n: int | None) -> str:
+def label(name: JobName | TuningName, n: int | None) -> str:
     """How to refer to a job in messages and next commands: its short id when it has one, else its numeric id."""
     return str(n) if n else name.id
 

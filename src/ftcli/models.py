@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from ftcli.errors import FtcliError, UsageError
 from ftcli.gcp import Notify
@@ -226,7 +227,7 @@ def run_config(path: Path) -> dict | None:
     return run if isinstance(run, dict) else None
 
 
-def trained_on_pairs(path: Path) -> tuple[str, str] | None | bool:
+def trained_on_pairs(path: Path) -> tuple[str, str] | Literal[False] | None:
     """(first column, second column) when the model in `path` was trained on sentence pairs (MNLI, MRPC, STS-B,
     --text-pair-column ...), False when on single texts, from the ftcli_run.json the trainer exports beside it;
     None when the folder has none (not known)."""

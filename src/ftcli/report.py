@@ -310,7 +310,7 @@ class Matrix:
         return len(self.names) < self.labels
 
 
-def top_by_support(support: np.ndarray, limit: int = MAX_DRAWN) -> np.ndarray:
+def top_by_support(support: np.ndarray | list[int], limit: int = MAX_DRAWN) -> np.ndarray:
     """The indices of the `limit` labels with the most support, most first (ties: the first label first)."""
     return np.argsort(-np.asarray(support), kind="stable")[:limit]
 

@@ -11,7 +11,7 @@ import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Self
 
 # Vertex's JobState names without the JOB_STATE_ prefix.
 # JobState (https://cloud.google.com/vertex-ai/docs/reference/rest/v1/JobState, read 2026-11-27): a job ends in
@@ -37,7 +37,7 @@ class _ResourceName:
         return re.compile(rf"^projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/{cls.COLLECTION}/(?P<id>\d+)$")
 
     @classmethod
-    def parse(cls, text: str):
+    def parse(cls, text: str) -> Self:
         m = cls._pattern().match(text.strip())
         if not m:
             raise ValueError(f"not a {cls.KIND} resource name: {text!r}")

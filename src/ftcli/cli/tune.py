@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Optional
 
 import typer
@@ -13,7 +14,7 @@ from ftcli.trainer_options import with_trainer_options
 TUNE = "Tuning"
 
 
-def _values(params: dict) -> str:
+def _values(params: Mapping[str, object]) -> str:
     def one(v):
         return f"{v:.3g}" if isinstance(v, float) and not float(v).is_integer() else (
             str(int(v)) if isinstance(v, float) else str(v))

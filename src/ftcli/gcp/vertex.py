@@ -5,6 +5,7 @@ It takes the CustomJob as REST JSON (what `ftcli.spec` builds) and `JobName`s, a
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import json
 import os
@@ -203,7 +204,7 @@ class VertexGateway:
                                     lambda: self.client.get_hyperparameter_tuning_job(name=name.full, retry=None,
                                                                                       timeout=60)))
 
-    def list_tuning(self, *, filter: str = "", limit: int = 20) -> list[TuningJob]:
+    def list_tuning(self, *, filter: str = "", limit: int = 20) -> builtins.list[TuningJob]:
         def fetch():
             request = {"parent": self.parent, "filter": filter, "page_size": min(limit, 100)}
             pager = self.client.list_hyperparameter_tuning_jobs(request=request, retry=None, timeout=60)
