@@ -121,6 +121,31 @@ def test_bucket_names_follow_cloud_storage_rules(name, problem):
     assert "\n" not in message
 
 
+# The job installs the trainer from /gcs/BUCKET/PREFIX/...: gcsfuse does not support '//' in object names ("Unsupported
+# object names", https://github.com/GoogleCloudPlatform/gcsfuse/blob/master/docs/semantics.md, read 2026-11-27) and
+# the kernel resolves '.' and '..' in that path, so such a prefix names other objects than the ones uploaded.
+@pytest.mark.parametrize(("value", "fix"), [
+    ("gs://runs-bucket//x", "gs://runs-bucket/x"),
+    ("gs://runs-bucket/x//y", "gs://runs-bucket/x/y"),
+    ("gs://runs-bucket/x/../y", "gs://runs-bucket/x/y"),
+    ("gs://runs-bucket/./y/", "gs://runs-bucket/y"),
+    ("gs://runs-bucket/..", "gs://runs-bucket"),
+])
+def test_staging_prefix_the_job_cannot_reach_through_gcsfuse_is_refused(value, fix):
+    from ftcli.settings import check_bucket
+
+    message = check_bucket(value)
+    assert message is not None and message.startswith("--bucket: the prefix ") and message.endswith(f"write {fix}")
+    assert check_bucket(value, staging=False) is None  # a gs:// data file is read through the API, not /gcs/
+
+
+@pytest.mark.parametrize("value", ["gs://runs-bucket", "gs://runs-bucket/", "gs://runs-bucket/a/b.c/d_e", "gs://runs-bucket/x/"])
+def test_staging_prefixes_are_accepted(value):
+    from ftcli.settings import check_bucket
+
+    assert check_bucket(value) is None
+
+
 @pytest.mark.parametrize("name", ["abc", "a" * 63, "my_bucket-1", "data.example.com", ".".join(["a" * 63] * 3),
                                   "1.2.3.example", "gog-data", "mygoogbucket"])
 def test_valid_bucket_names_are_accepted(name):

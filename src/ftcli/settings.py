@@ -273,12 +273,29 @@ def check_service_account(value: str, where: str = "--service-account") -> str |
     return None
 
 
-def check_bucket(value: str, where: str = "--bucket") -> str | None:
+def check_bucket(value: str, where: str = "--bucket", staging: bool = True) -> str | None:
+    """What is wrong with a gs://BUCKET[/PREFIX] value, or None; `staging`: it is the staging bucket, whose prefix
+    the job also reads through /gcs/."""
     if not value.startswith("gs://"):
         return f"{where} must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}"
-    name, _ = split_gcs(value)
+    name, _, prefix = value[len("gs://"):].partition("/")
     problem = bucket_name_problem(name)
-    return f"{where}: bucket name {name!r} {problem}" if problem else None
+    if problem:
+        return f"{where}: bucket name {name!r} {problem}"
+    if not staging:
+        return None
+    # The job installs the trainer from the bucket's Cloud Storage FUSE mount (/gcs/BUCKET/PREFIX/...): gcsfuse
+    # does not support object names with '//' ("Unsupported object names",
+    # https://github.com/GoogleCloudPlatform/gcsfuse/blob/master/docs/semantics.md, read 2026-11-27), and the
+    # kernel resolves a '.' or '..' segment of the /gcs/ path itself, so it would name other objects than the ones
+    # uploaded: the job would fail at its first step.
+    prefix = prefix.rstrip("/")  # a trailing slash is dropped (resolve)
+    parts = prefix.split("/") if prefix else []
+    if any(part in ("", ".", "..") for part in parts):
+        clean = "/".join(part for part in parts if part not in ("", ".", ".."))
+        return (f"{where}: the prefix {prefix!r} has an empty, '.' or '..' part, which the job cannot reach through "
+                f"its /gcs/ mount: write gs://{name}" + (f"/{clean}" if clean else ""))
+    return None
 
 
 def bucket_name_problem(name: str) -> str | None:

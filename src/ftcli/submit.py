@@ -45,7 +45,7 @@ def gcs_file_problem(flag: str, uri: str) -> str | None:
     from ftcli.settings import check_bucket
     from ftcli_trainer.storage import split_gcs
 
-    if (p := check_bucket(uri, flag)) is not None:
+    if (p := check_bucket(uri, flag, staging=False)) is not None:
         return p
     if not split_gcs(uri)[1] or uri.endswith("/"):
         return f"{flag} {uri} names no file; give gs://BUCKET/PATH/FILE (a CSV or JSON Lines file)"

@@ -173,6 +173,11 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     # Cloud Storage's naming rules (https://cloud.google.com/storage/docs/naming-buckets, read 2026-11-27)
     (["--bucket", "gs://goog-runs/x"], "--bucket: bucket name 'goog-runs' begins with 'goog'"),
     (["--bucket", "gs://" + "b" * 100], "--bucket: bucket name '" + "b" * 100 + "' has 100 characters; at most 63"),
+    # gcsfuse cannot reach '//' names and the kernel resolves '..' in the /gcs/ path the job installs the trainer from
+    # (https://github.com/GoogleCloudPlatform/gcsfuse/blob/master/docs/semantics.md, read 2026-11-27)
+    (["--bucket", "gs://ftcli-test//runs"], "--bucket: the prefix '/runs' has an empty, '.' or '..' part, which the "
+     "job cannot reach through its /gcs/ mount: write gs://ftcli-test/runs"),
+    (["--bucket", "gs://ftcli-test/a/../b"], "write gs://ftcli-test/a/b"),
     # configure-compute's machine types and GPU counts (read 2026-11-27)
     (["--gpu", "none", "--machine-type", "e2-highcpu-8"], "--machine-type e2-highcpu-8 is not a machine type Vertex "
      "AI custom training offers; did you mean e2-highcpu-16 or e2-highcpu-32?"),
