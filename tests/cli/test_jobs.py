@@ -215,3 +215,17 @@ def test_cancelling_a_tuning_job_and_a_race_with_its_end(capsys, cloud_env):
     r = run_cli(capsys, "jobs", "cancel", "2", "--yes")
     assert r.code == 1 and "Traceback" not in r.err
     assert r.err.startswith("error: tuning job 2 has already ended (CANCELLED)")
+
+
+@pytest.mark.parametrize("command", [["jobs", "describe"], ["jobs", "cancel", "--yes"], ["logs", "--no-follow"],
+                                     ["download"]])
+def test_an_unknown_job_id_says_where_it_was_looked_for_and_how_to_look_elsewhere(capsys, cloud_env, command):
+    # Found by hand: `ftcli logs 7100000000000000999` said only "job ... not found", with no way forward.
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, *command, "7100000000000000999", "--region", "europe-west4")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[0].startswith("error: job 7100000000000000999 not found: ")
+    assert r.err.splitlines()[1] == (
+        "hint: it was looked for in project test-project, region europe-west4: check the id, --project and --region "
+        "(`ftcli jobs list --all --project test-project --region europe-west4` lists the jobs there)")
+    assert not vertex.calls("CancelCustomJob")

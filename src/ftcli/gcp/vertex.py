@@ -131,6 +131,18 @@ class VertexGateway:
                    endpoint_var=ENDPOINT_VAR):
             return retry(fn)()
 
+    def _named_call(self, what: str, method: str, fn):
+        """`_call` for one job by name: NOT_FOUND says where the job was looked for and how to look elsewhere."""
+        from ftcli.errors import NotFound
+
+        try:
+            return self._call(what, method, fn)
+        except NotFound as e:
+            e.hint = e.hint or (f"it was looked for in project {self.project}, region {self.region}: check the id, "
+                                f"--project and --region (`ftcli jobs list --all --project {self.project} --region "
+                                f"{self.region}` lists the jobs there)")
+            raise
+
     def _create_once(self, what: str, method: str, create, find):
         """Create once, even when a response is lost: the create calls have no request id, so a retry first looks
         (`find`) for what carries this submission's label."""
@@ -169,7 +181,7 @@ class VertexGateway:
         return to_job(found) if found is not None else None
 
     def get(self, name: JobName) -> Job:
-        return to_job(self._call(f"job {name.id}", "GetCustomJob",
+        return to_job(self._named_call(f"job {name.id}", "GetCustomJob",
                                  lambda: self.client.get_custom_job(name=name.full, retry=None, timeout=60)))
 
     def list(self, *, filter: str = "", limit: int = 20) -> list[Job]:
@@ -185,7 +197,7 @@ class VertexGateway:
         return [to_job(j) for j in self._call(f"jobs in {self.parent}", "ListCustomJobs", fetch)]
 
     def cancel(self, name: JobName) -> None:
-        self._call(f"job {name.id}", "CancelCustomJob",
+        self._named_call(f"job {name.id}", "CancelCustomJob",
                    lambda: self.client.cancel_custom_job(name=name.full, retry=None, timeout=60))
 
     # -- hyperparameter tuning jobs -------------------------------------------------------------------------------
@@ -200,7 +212,7 @@ class VertexGateway:
                                                                           retry=None, timeout=60)), None)))
 
     def get_tuning(self, name: TuningName) -> TuningJob:
-        return to_tuning(self._call(f"tuning job {name.id}", "GetHyperparameterTuningJob",
+        return to_tuning(self._named_call(f"tuning job {name.id}", "GetHyperparameterTuningJob",
                                     lambda: self.client.get_hyperparameter_tuning_job(name=name.full, retry=None,
                                                                                       timeout=60)))
 
@@ -214,7 +226,7 @@ class VertexGateway:
                                                  fetch)]
 
     def cancel_tuning(self, name: TuningName) -> None:
-        self._call(f"tuning job {name.id}", "CancelHyperparameterTuningJob",
+        self._named_call(f"tuning job {name.id}", "CancelHyperparameterTuningJob",
                    lambda: self.client.cancel_hyperparameter_tuning_job(name=name.full, retry=None, timeout=60))
 
 
