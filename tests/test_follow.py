@@ -283,6 +283,21 @@ def test_no_follow_is_a_sorted_snapshot():
     assert rec.texts == ["first", "second"] and outcome.state is None and outcome.exit_code == 0
 
 
+@pytest.mark.parametrize(("state", "code"), [("FAILED", 3), ("CANCELLED", 4), ("SUCCEEDED", 0), ("EXPIRED", 3)])
+def test_no_follow_of_an_ended_job_ends_with_its_state_and_exit_status(state, code):
+    # Found by hand: `ftcli logs 2 --no-follow` on a FAILED job exited 0 and never said it had failed.
+    logs = FakeLogs()
+    logs.write("loading", at=T0)
+    logs.write("error: boom", severity="ERROR", at=T0 + dt.timedelta(seconds=1))
+    outcome, rec = follow(FakeVertex(job(state, error="replica exited 2")), logs, follow=False)
+    assert rec.texts == ["loading", "error: boom"]
+    assert outcome.state == state and outcome.exit_code == code
+    assert rec.of("state") == [("state", state, "replica exited 2")]
+    if state == "FAILED":
+        assert outcome.failing_replica == "workerpool0-0"
+        assert [x.text for x in outcome.last_lines] == ["loading", "error: boom"]
+
+
 def test_stderr_lines_show_their_own_level():
     logs = FakeLogs()
     logs.write("Downloading: 100%", severity="ERROR", at=T0)

@@ -406,11 +406,23 @@ def follow_job(name: JobName, *, vertex, logs, events: Events, follow: bool = Tr
                         severity=severity, since=since, timing=timing or Timing())
     if not follow:
         follower.snapshot()
-        return Outcome(None, job)
+        if not job.final:
+            return Outcome(None, job)
+        # A job that has already ended: the snapshot ends as following it would, with its state and exit status (a
+        # FAILED job's --no-follow exited 0 and never said it failed).
+        events.state(job.state, job.error)
+        return _ended(job.state, job, follower)
     state = follower.run()
     if state == "SUCCEEDED":
         return Outcome(state, follower.job or job)
-    job = vertex.get(name)
+    return _ended(state, vertex.get(name), follower)
+
+
+def _ended(state: str, job: Job, follower: Follower) -> Outcome:
+    """The outcome of a job that ended in `state`: for a failed one, the replica that logged an error (else the
+    first that logged) and its last lines."""
+    if state == "SUCCEEDED":
+        return Outcome(state, job)
     failing = [r for r in follower.last_lines if r] or list(follower.last_lines)
     if state != "FAILED" or not failing:
         return Outcome(state, job)

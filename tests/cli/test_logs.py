@@ -220,6 +220,21 @@ def test_no_follow_and_filters(capsys, logs_env):
     assert job["name"] in vertex.jobs and vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
 
 
+def test_no_follow_of_a_failed_job_says_so_and_exits_3(capsys, logs_env):
+    # Found by hand: `ftcli logs 2 --no-follow` on a FAILED job exited 0 and never said it had failed.
+    vertex, logs, job = logs_env
+    logs.write_line(job["id"], "workerpool0-0", "error: cannot load the tokenizer", severity="ERROR")
+    vertex.set_state(job["name"], "FAILED", "The replica workerpool0-0 exited with a non-zero status of 2.")
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 3, r.err
+    assert "error: cannot load the tokenizer" in r.out
+    assert "job 1 FAILED: The replica workerpool0-0 exited with a non-zero status of 2." in r.err
+    r = run_cli(capsys, "logs", "1", "--no-follow", "--json")
+    assert r.code == 3
+    assert json_lines(r.out)[-1] == {"event": "state", "state": "FAILED",
+                                     "error": "The replica workerpool0-0 exited with a non-zero status of 2."}
+
+
 def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
     vertex, logs, job = logs_env
     env = {**os.environ}
