@@ -28,6 +28,10 @@ def resolve_model_path(name: str) -> str:
 
 # A Hub model id as huggingface_hub's validate_repo_id takes it: NAME or NAMESPACE/NAME, each of letters, digits,
 # '-', '_' and '.', starting and ending with a letter or digit, at most 96 characters; no '--' or '..'.
+# The weight files transformers' from_pretrained reads from a folder in PyTorch (transformers.utils' SAFE_WEIGHTS_NAME,
+# SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME): a folder with none of them fails in the job.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 HUB_ID = re.compile(r"(?:\b[\w.-]{1,96}\b/)?\b[\w.-]{1,96}\b")
 
 
@@ -42,6 +46,9 @@ def model_problem(name: str) -> str | None:
         if not os.path.isfile(os.path.join(path, "config.json")):
             return (f"--model {name}: the folder has no config.json; give a folder that save_pretrained wrote "
                     "(a model and its tokenizer), or a Hub model id")
+        if not any(os.path.isfile(os.path.join(path, f)) for f in WEIGHT_FILES):
+            return (f"--model {name}: the folder has a config.json but no weights ({', '.join(WEIGHT_FILES)}); "
+                    "give the folder that model.save_pretrained wrote, or a Hub model id")
         return None
     if os.path.exists(path):
         return f"--model {name} is a file; give a model folder or a Hub model id"

@@ -217,6 +217,18 @@ def test_a_model_folder_without_a_model_uploads_nothing_and_creates_nothing(caps
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_model_folder_without_weights_uploads_nothing_and_creates_nothing(capsys, cloud_env, tmp_path):
+    # Found by hand: a folder with only config.json (model.save_pretrained never run) was uploaded and the job
+    # failed in the container.
+    gcs, vertex = cloud_env
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "bert"}')
+    r = run_cli(capsys, "train", "--detach", "--task", "imdb", "--model", str(tmp_path / "m"))
+    assert r.code == 2 and "Traceback" not in r.err
+    assert f"--model {tmp_path / 'm'}: the folder has a config.json but no weights (model.safetensors, " in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_gs_data_file_that_is_not_there_creates_no_job(capsys, cloud_env):
     # The job was created, and failed in its container with a 404.
     gcs, vertex = cloud_env
