@@ -115,6 +115,16 @@ def test_set_refuses_a_value_every_command_would_refuse(capsys, isolated, key, v
     assert (isolated / "config.toml").read_text() == 'project = "good-project"\n'
 
 
+def test_set_takes_a_bucket_with_the_region_field(capsys, isolated):
+    # Found by hand: the README's `{region}` bucket (one staging bucket per region) could not be saved with
+    # `config set`: "bucket name 'ml-{region}' may contain only lowercase letters, ...".
+    r = run_cli(capsys, "config", "set", "bucket", "gs://ml-{region}/runs/")
+    assert r.code == 0, r.err
+    assert (isolated / "config.toml").read_text() == 'bucket = "gs://ml-{region}/runs"\n'
+    r = run_cli(capsys, "config", "set", "bucket", "gs://ML-{region}")
+    assert r.code == 2 and "bucket name 'ML-us-central1' may contain only lowercase letters" in r.err
+
+
 def test_set_says_when_a_variable_wins_over_the_file(capsys, isolated, monkeypatch):
     monkeypatch.setenv("FTCLI_REGION", "asia-east1")
     r = run_cli(capsys, "config", "set", "region", "europe-west4")

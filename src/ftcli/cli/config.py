@@ -44,7 +44,9 @@ def set_(key: KeyArg, value: str) -> None:
     k = _key(key)
     check = {"project": settings.check_project, "region": settings.check_region, "bucket": settings.check_bucket,
              "service_account": settings.check_service_account}[k]
-    if problem := check(value, key):
+    # `{region}` in a bucket stands for the job's region (settings.effective): checked as one region would fill it
+    checked = value.replace(settings.REGION_FIELD, settings.DEFAULT_REGION) if k == "bucket" else value
+    if problem := check(checked, key):
         raise UsageError(problem)  # saved, it would stop every command that reads it
     value = value.rstrip("/") if k == "bucket" else value
     path = settings.save_config_file({k: value})
