@@ -182,7 +182,7 @@ class VertexGateway:
 
     def get(self, name: JobName) -> Job:
         return to_job(self._named_call(f"job {name.id}", "GetCustomJob",
-                                 lambda: self.client.get_custom_job(name=name.full, retry=None, timeout=60)))
+                                       lambda: self.client.get_custom_job(name=name.full, retry=None, timeout=60)))
 
     def list(self, *, filter: str = "", limit: int = 20) -> list[Job]:
         def fetch():
@@ -198,7 +198,7 @@ class VertexGateway:
 
     def cancel(self, name: JobName) -> None:
         self._named_call(f"job {name.id}", "CancelCustomJob",
-                   lambda: self.client.cancel_custom_job(name=name.full, retry=None, timeout=60))
+                         lambda: self.client.cancel_custom_job(name=name.full, retry=None, timeout=60))
 
     # -- hyperparameter tuning jobs -------------------------------------------------------------------------------
 
@@ -213,8 +213,8 @@ class VertexGateway:
 
     def get_tuning(self, name: TuningName) -> TuningJob:
         return to_tuning(self._named_call(f"tuning job {name.id}", "GetHyperparameterTuningJob",
-                                    lambda: self.client.get_hyperparameter_tuning_job(name=name.full, retry=None,
-                                                                                      timeout=60)))
+                                          lambda: self.client.get_hyperparameter_tuning_job(name=name.full, retry=None,
+                                                                                            timeout=60)))
 
     def list_tuning(self, *, filter: str = "", limit: int = 20) -> builtins.list[TuningJob]:
         def fetch():
@@ -227,7 +227,7 @@ class VertexGateway:
 
     def cancel_tuning(self, name: TuningName) -> None:
         self._named_call(f"tuning job {name.id}", "CancelHyperparameterTuningJob",
-                   lambda: self.client.cancel_hyperparameter_tuning_job(name=name.full, retry=None, timeout=60))
+                         lambda: self.client.cancel_hyperparameter_tuning_job(name=name.full, retry=None, timeout=60))
 
 
 def get_vertex(project: str, region: str, notify: Notify | None = None) -> VertexGateway:
