@@ -57,3 +57,22 @@ def test_old_python_and_torch_are_refused():
 def test_known_accepts_the_docker_hub_short_form():
     assert images.known("pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime").uri == CU126
     assert images.known("us-docker.pkg.dev/me/repo/trainer:1") is None
+
+
+@pytest.mark.parametrize(("uri", "python"), [
+    ("us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest", "3.10"),
+    ("europe-docker.pkg.dev/vertex-ai/training/pytorch-xla.2-3.py310:latest", "3.10"),
+    ("asia-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310", "3.10"),
+    ("us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13.py39@sha256:0123", "3.9"),
+])
+def test_vertex_prebuilt_images_are_refused_by_their_python(uri, python):
+    problem = images.prebuilt_problem(uri, REQUIRES_PYTHON)
+    assert problem is not None and f"has Python {python}; the trainer needs Python {REQUIRES_PYTHON}" in problem
+    assert "leave --image out" in problem
+
+
+@pytest.mark.parametrize("uri", [
+    CU126, "us-docker.pkg.dev/my-project/repo/trainer:1", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.3-0.py312",
+])
+def test_other_images_are_not_prebuilt_problems(uri):
+    assert images.prebuilt_problem(uri, REQUIRES_PYTHON) is None

@@ -22,6 +22,7 @@ the 12.8 build. A cubin for X.y runs on any X.z with z >= y (CUDA's binary compa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ftcli.catalog import Hardware
@@ -78,6 +79,28 @@ _BY_URI = {i.uri: i for i in IMAGES}
 def known(uri: str) -> Image | None:
     """The manifest entry for an image reference (with or without the docker.io/ prefix)."""
     return _BY_URI.get(uri) or _BY_URI.get(f"docker.io/{uri}")
+
+
+# Vertex's prebuilt training images name their Python in the image name ("pytorch-gpu.2-4.py310", "tf-gpu.2-17.py310",
+# "Prebuilt containers for custom training", above): ftcli reads it from there.
+_PREBUILT = re.compile(r"^(?:us|europe|asia)-docker\.pkg\.dev/vertex-ai/training/"
+                       r"(?P<name>[a-z0-9-]+\.[0-9-]+\.py(?P<py>3)(?P<minor>\d+))(?:[:@].*)?$")
+
+
+def prebuilt_problem(uri: str, requires_python: str) -> str | None:
+    """Why one of Vertex's own prebuilt training images cannot run the trainer (its Python, from its name), or None
+    for any other image."""
+    from packaging.specifiers import SpecifierSet
+
+    m = _PREBUILT.match(uri.strip())
+    if m is None:
+        return None
+    python = f"{m['py']}.{m['minor']}"
+    if python in SpecifierSet(requires_python):
+        return None
+    return (f"--image {uri}: Vertex's prebuilt image {m['name']} has Python {python}; the trainer needs Python "
+            f"{requires_python} (its transformers does), and Vertex's prebuilt PyTorch images are past their end of "
+            "availability (pytorch-gpu.2-4.py310: 2026-07-24): leave --image out for ftcli's own image")
 
 
 def default_image(hw: Hardware) -> Image:

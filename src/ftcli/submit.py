@@ -155,6 +155,8 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str]) -> tuple[
     from ftcli.packaging import REQUIRES_PYTHON, TRAINER_DEPENDENCIES
 
     chosen = images.known(image) if image else images.default_image(hw)
+    if chosen is None and image and (problem := images.prebuilt_problem(image, REQUIRES_PYTHON)):
+        return image, [problem]
     if chosen is None:
         notes.append(f"--image {image}: ftcli cannot check this image; it needs Python {REQUIRES_PYTHON} with pip, "
                      "and torch>=2.6 built for the GPU (the trainer is pip-installed into it at start)")

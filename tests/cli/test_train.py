@@ -192,6 +192,10 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--gpu", "B200", "--image", "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime", "--spot"],
      "has no kernels for B200 (compute capability 10.0"),
     (["--gpu", "T4", "--flex-start"], "--flex-start takes"),
+    # Vertex's own prebuilt training image (Python 3.10, past its end of availability): it was sent, and failed
+    (["--gpu", "T4", "--image", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"],
+     "--image us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest: Vertex's prebuilt image "
+     "pytorch-gpu.2-4.py310 has Python 3.10; the trainer needs Python >=3.11"),
     (["--max-wait", "2h"], "--max-wait is how long a --flex-start job queues"),
     (["--gpu", "L4", "--region", "europe-west6"], "europe-west6 does not offer L4 GPUs for training: try --region"),
     (["--display-name", "../../etc"], "has a / or"),
