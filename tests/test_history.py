@@ -29,6 +29,24 @@ def test_short_ids_last_numeric_and_full_names():
     assert history.job_id(NAME.format(42)) == "42"
 
 
+def test_the_console_urls_ftcli_prints_are_job_references():
+    from ftcli.values import JobName, TuningName
+
+    job = JobName.parse("projects/my-p/locations/us-east1/customJobs/123456789012")
+    tuning = TuningName.parse("projects/my-p/locations/europe-west4/hyperparameterTuningJobs/987654321")
+    assert history.resolve(job.console_url) == job.full
+    assert history.resolve(tuning.console_url) == tuning.full
+    assert history.resolve("https://console.cloud.google.com/vertex-ai/locations/us-east1/training/5?authuser=1&"
+                           "project=my-p") == "projects/my-p/locations/us-east1/customJobs/5"
+
+
+def test_a_malformed_resource_name_is_said_as_one():
+    # it was "no such folder, and not a job reference", from commands (logs) that take no folder
+    with pytest.raises(UsageError, match=r"is not a job's resource name") as info:
+        history.resolve("projects/P/locations/R/customJobs/abc")
+    assert "projects/PROJECT/locations/REGION/customJobs/ID (ID all digits)" in info.value.hint
+
+
 def test_extra_fields_are_kept():
     history.record(NAME.format(1), "a", project="p", region="us-central1", base_output_dir="gs://b/x/")
     (e,) = history.entries()

@@ -230,6 +230,7 @@ CONFIGS = {
     "RTX-PRO-6000x8-spot": ["--gpu", "RTX-PRO-6000x8", "--spot"],
     "H100-flex-start": ["--gpu", "H100", "--flex-start"],
     "cpu": ["--gpu", "none"],
+    "cpu-follow": ["--gpu", "none", "--follow"],  # --follow, the default, may be written out (--detach/--follow)
 }
 
 

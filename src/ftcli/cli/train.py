@@ -22,8 +22,9 @@ def train(
     smoke: Annotated[bool, typer.Option(
         "--smoke", help="Run the job's own start here first, on the CPU: the trainer wheel installed by the job's "
         "start script, a few rows, one evaluation. Uploads and creates nothing.")] = False,
-    detach: Annotated[bool, typer.Option("--detach", help="Return once the job is created (default: follow its "
-                                         "logs until it ends, and exit with its status).")] = False,
+    detach: Annotated[bool, typer.Option(
+        "--detach/--follow", help="--detach: return once the job is created; --follow: follow its logs until it "
+        "ends, and exit with its status.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
                         ] = False,
 ) -> None:

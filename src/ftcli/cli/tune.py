@@ -43,8 +43,9 @@ def tune(
         "eval_matthews_correlation for CoLA, eval_pearson for STS-B, ...].", rich_help_panel=TUNE)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the HyperparameterTuningJob JSON; upload and "
                                           "create nothing.")] = False,
-    detach: Annotated[bool, typer.Option("--detach", help="Return once the job is created (default: follow its "
-                                         "trials until it ends).")] = False,
+    detach: Annotated[bool, typer.Option(
+        "--detach/--follow", help="--detach: return once the job is created; --follow: follow its trials until it "
+        "ends.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
                         ] = False,
 ) -> None:
