@@ -259,11 +259,28 @@ def read_inputs(file: Path) -> list[Text]:
     """The texts of --file: a CSV or JSON Lines file's rows (by extension; the model's text columns are read from
     them), else every non-empty line (a pair model's: TEXT<TAB>PAIR)."""
     try:
+        data = file.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read --file {file}: {e.strerror or e}") from None
+    name = file.name.lower()
+    if name.endswith(".gz"):  # as the trainer reads a .csv.gz / .jsonl.gz training file
+        import gzip
+        import zlib
+
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as e:
+            raise UsageError(f"--file {file} is not a valid gzip file ({e or 'it ends early'})",
+                             hint="copy it again, or give the uncompressed file") from None
+        name = name.removesuffix(".gz")
+    try:
         # utf-8-sig: a BOM (Windows editors write one) is not part of the first text, as in the trainer's readers
-        content = file.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read --file {file}: {e}") from None
-    suffix = file.suffix.lower()
+        content = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UsageError(f"--file {file} is not UTF-8 (byte 0x{data[e.start]:02x} on line {line})",
+                         hint="re-save it as UTF-8") from None
+    suffix = Path(name).suffix
     if suffix == ".csv":
         import csv
         import io

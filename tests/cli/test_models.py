@@ -435,3 +435,33 @@ def test_predict_cuts_inputs_where_the_run_did(tmp_path, tiny_model):
     assert AutoTokenizer.from_pretrained(out / "model").model_max_length == 8
     got = predict(out / "model", [a for a, _, _ in rows], pairs=[b for _, b, _ in rows])
     assert [r["score"] for r in got] == pytest.approx(evaluated.tolist(), abs=2e-4)
+
+
+def test_predict_reads_a_gzipped_file_and_names_a_non_utf8_byte(capsys, tmp_path, tiny_model):
+    # --file texts.csv.gz (the trainer reads .gz training files) failed with "cannot read --file ...: 'utf-8' codec
+    # can't decode byte 0x8b in position 1", and a Latin-1 file with the codec's message and no fix.
+    import gzip
+
+    texts = ["a wonderful film", "a dull, long film"]
+    expected = run_cli(capsys, "predict", str(tiny_model), *texts, "--json")
+    assert expected.code == 0, expected.err
+    table = tmp_path / "reviews.csv.gz"
+    table.write_bytes(gzip.compress(b'text,label\n"a wonderful film",pos\n"a dull, long film",neg\n'))
+    r = run_cli(capsys, "predict", str(tiny_model), "--file", str(table), "--json")
+    assert r.code == 0, r.err
+    assert r.out == expected.out  # read as CSV (by the name under .gz): no header row classified
+    lines = tmp_path / "texts.txt.gz"
+    lines.write_bytes(gzip.compress("\n".join(texts).encode()))
+    r = run_cli(capsys, "predict", str(tiny_model), "--file", str(lines), "--json")
+    assert r.code == 0 and r.out == expected.out
+    broken = tmp_path / "broken.txt.gz"
+    broken.write_bytes(b"a wonderful film\n")
+    r = run_cli(capsys, "predict", str(tiny_model), "--file", str(broken))
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    assert f"--file {broken} is not a valid gzip file" in r.err and "give the uncompressed file" in r.err
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("a fine film\na caf\u00e9 film\n".encode("latin-1"))
+    r = run_cli(capsys, "predict", str(tiny_model), "--file", str(latin))
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    assert r.err.startswith(f"error: --file {latin} is not UTF-8 (byte 0xe9 on line 2)")
+    assert "re-save it as UTF-8" in r.err

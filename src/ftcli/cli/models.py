@@ -68,7 +68,7 @@ def predict(
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
         "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file (its columns named as in the training "
-        "data).")] = None,
+        "data); UTF-8, optionally .gz.")] = None,
     pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--pair", help="A model trained on sentence pairs (MNLI, MRPC, STS-B, ...): the second text of each TEXT, "
         "once per TEXT, in order.")] = None,
