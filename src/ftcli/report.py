@@ -288,9 +288,10 @@ class Picture:
         if not self.drawn:
             return None
         if self.name.startswith("confusion_matrix"):
-            return (f"{self.name} draws the {len(self.drawn)} most frequent true labels of {self.labels:,} (by "
-                    f"support); the other {self.labels - len(self.drawn):,} are pooled in its last row and column, "
-                    f"\"other\"")
+            # the drawn labels' list follows this (report.md): it must not read as the pooled ones' list
+            return (f"{self.name} pools the {self.labels - len(self.drawn):,} least frequent of {self.labels:,} true "
+                    f"labels in its last row and column, \"other\", and draws the {len(self.drawn)} most frequent (by "
+                    f"support)")
         return f"{self.name} draws the {len(self.drawn)} labels with the most support of {self.labels:,}"
 
 

@@ -407,8 +407,10 @@ def test_a_run_with_1000_labels_draws_the_most_frequent_in_bounded_memory(tmp_pa
     if multi_label:
         said = f"{picture} draws the {MAX_DRAWN} labels with the most support of 1,000"
     else:
-        said = (f"{picture} draws the {MAX_DRAWN} most frequent true labels of 1,000 (by support); the other 970 "
-                f"are pooled in its last row and column")
+        # the list of the labels drawn followed 'the other 970 are pooled in its last row and column, "other":',
+        # where it read as the pooled labels
+        said = (f'{picture} pools the 970 least frequent of 1,000 true labels in its last row and column, "other", '
+                f"and draws the {MAX_DRAWN} most frequent (by support)")
     assert said in " ".join(r.stderr.split()) and "report.md lists them" in " ".join(r.stderr.split())
     md = (run / "report" / "report.md").read_text()
     note = md.split(f"![{picture[:-4].replace('_', ' ')}]({picture})\n\n", 1)[1].split("\n", 1)[0]
