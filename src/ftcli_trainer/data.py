@@ -407,6 +407,11 @@ def _single_label_ids(values: list, names: list[str], wheres: list[str], ids_ok:
                 and 0 <= int(key) < len(names)):
             ids[i] = int(key)
             continue
+        if kind == "number" and not names_numeric and ids_ok:
+            # the names were given (--label-names, or the task's own): a number is an id, and this one is none
+            raise DataError(f"{wheres[i]}: label {key!r} is a number, so a class id, but the {len(names)} label "
+                            f"names ({', '.join(names)}) have ids 0 to {len(names) - 1}; ids start at 0: fix the "
+                            "row, give a name for every id, or write the labels as names")
         if kind == "number" and not names_numeric:
             raise DataError(f"{wheres[i]}: label {key!r} is a number, but the training data's labels are names "
                             f"({', '.join(names)}); write the names here too, or pass --label-names in id order "

@@ -134,6 +134,16 @@ def test_numbers_in_the_eval_file_are_not_mapped_onto_the_training_files_names(t
     assert data.evals["eval"].labels.tolist() == [0, 1]  # with the names given in id order, numbers are ids
 
 
+def test_a_number_past_the_given_label_names_says_ids_start_at_0(tmp_path):
+    # 1-5 star ratings with --label-names one,two,...: "3" was refused as "a number, but the training data's labels
+    # are names (bad, ok, good); ... or pass --label-names": the data's labels are numbers, and the names were given.
+    train = write_csv(tmp_path / "t.csv", ["text", "stars"], [("a", "1"), ("b", "2"), ("c", "3")] * 3)
+    msg = error_of("--task", "csv", "--train-file", str(train), "--label-column", "stars", "--label-names",
+                   "bad,ok,good")
+    assert "row 3: label '3' is a number, so a class id, but the 3 label names (bad, ok, good) have ids 0 to 2" in msg
+    assert "training data's labels are names" not in msg and "ids start at 0" in msg
+
+
 def test_corrupt_gzip_is_one_line(tmp_path):
     path = tmp_path / "t.csv.gz"
     path.write_bytes(b"this is not gzip at all")
