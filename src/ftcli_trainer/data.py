@@ -224,7 +224,25 @@ def _looks_like_csv(line: str, shown: str) -> bool:
     return not line.lstrip().startswith(("{", "[")) and ("," in line or name.endswith(".csv"))
 
 
+def _refuse_json_array(f: io.TextIOBase, shown: str) -> None:
+    """A .json file that is one JSON array (json.dump, pandas' to_json(orient="records")) read as JSON Lines failed
+    on its first line ("not valid JSON (Expecting value)", or "got list"), without saying what to do."""
+    if not _first_line(f).startswith("["):
+        return
+    pos = f.tell()
+    try:
+        whole = json.loads(f.read())
+    except ValueError:
+        return
+    finally:
+        f.seek(pos)
+    if isinstance(whole, list) and whole and all(isinstance(row, dict) for row in whole):
+        raise DataError(f"{shown} is one JSON array, not JSON Lines: write one object per line (pandas: "
+                        f"df.to_json(path, orient='records', lines=True))")
+
+
 def _read_jsonl(f: io.TextIOBase, shown: str, fmt: str | None = None) -> list[dict]:
+    _refuse_json_array(f, shown)
     rows = []
     for n, line in enumerate(f, 1):
         if not line.strip():

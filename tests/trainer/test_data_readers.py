@@ -144,6 +144,17 @@ def test_a_number_past_the_given_label_names_says_ids_start_at_0(tmp_path):
     assert "training data's labels are names" not in msg and "ids start at 0" in msg
 
 
+@pytest.mark.parametrize("indent", [None, 2], ids=["one-line", "pretty"])
+def test_a_json_array_file_says_to_write_json_lines(tmp_path, indent):
+    # json.dump's / pandas' records array failed on its first line: "line 1 is not valid JSON (Expecting value);
+    # expected one object per line" (pretty) or "line 1: expected a JSON object per line, got list".
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps([{"text": f"t{i}", "label": ["neg", "pos"][i % 2]} for i in range(6)], indent=indent))
+    msg = error_of("--task", "jsonl", "--train-file", str(path))
+    assert f"{path} is one JSON array, not JSON Lines: write one object per line" in msg
+    assert "orient='records', lines=True" in msg
+
+
 def test_corrupt_gzip_is_one_line(tmp_path):
     path = tmp_path / "t.csv.gz"
     path.write_bytes(b"this is not gzip at all")
