@@ -406,6 +406,12 @@ def output_dir_problems(output_dir: str) -> list[str]:
     path = Path(output_dir).expanduser()
     if path.exists() and not path.is_dir():
         return [f"--output-dir {output_dir} is a file, not a folder"]
+    # A file where the run writes a folder failed after the model had loaded (logs/), and --restart would have moved
+    # the user's file aside with the run's folders.
+    for sub in ("model", "checkpoints", "logs"):
+        if (path / sub).exists() and not (path / sub).is_dir():
+            return [f"--output-dir {output_dir}: {path / sub} is a file, where the run writes its {sub}/ folder; "
+                    "move the file away, or pick another --output-dir"]
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

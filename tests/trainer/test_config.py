@@ -109,6 +109,16 @@ def test_output_dir_that_is_a_file_or_under_a_file(tmp_path):
     assert f.read_text() == "mine"
 
 
+@pytest.mark.parametrize("sub", ["model", "checkpoints", "logs"])
+def test_a_file_where_the_run_writes_a_folder_is_refused_up_front(tmp_path, sub):
+    # a file named logs failed after the model had loaded, and --restart would have moved it aside
+    (tmp_path / sub).write_text("mine")
+    assert problems(["--output-dir", str(tmp_path)]) == [
+        f"--output-dir {tmp_path}: {tmp_path / sub} is a file, where the run writes its {sub}/ folder; move the file "
+        "away, or pick another --output-dir"]
+    assert (tmp_path / sub).read_text() == "mine"
+
+
 def test_output_dir_that_cannot_be_written(tmp_path):
     got = problems(["--output-dir", "/sys/ftcli-run"])  # refused even to root
     assert len(got) == 1 and got[0].startswith("--output-dir /sys/ftcli-run: cannot write in /sys")
