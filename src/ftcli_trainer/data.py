@@ -390,6 +390,17 @@ def infer_label_names(values: list, positions: list[str] | None = None, shown: s
     unique = sorted(set(keys))
     if "number" in first:
         unique.sort(key=float)
+    else:
+        # "Positive" and "positive" are two classes, as written; a typo would split one class silently
+        spellings: dict[str, list[str]] = {}
+        for name in unique:
+            spellings.setdefault(name.casefold(), []).append(name)
+        for same in (v for v in spellings.values() if len(v) > 1):
+            import logging
+
+            logging.getLogger("ftcli_trainer").warning(
+                "%s: the labels %s differ only in case, so they are %d classes; if they are one, write them alike "
+                "(or give --label-names)", shown, ", ".join(map(repr, same)), len(same))
     return unique
 
 

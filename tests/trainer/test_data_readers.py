@@ -33,6 +33,23 @@ def test_with_label_names_numbers_are_ids_and_names_are_names(tmp_path):
     assert sorted(set(data.train.labels.tolist())) == [0, 1]
 
 
+def test_labels_differing_only_in_case_are_two_classes_and_said_so(tmp_path, caplog):
+    path = write_csv(tmp_path / "t.csv", ["text", "label"],
+                     [("a", "Positive"), ("b", "positive"), ("c", "negative"), ("d", "positive")] * 5)
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        data = load("--task", "csv", "--train-file", str(path))
+    assert data.label_names == ["Positive", "negative", "positive"]  # as written: the user decides
+    (line,) = [r.getMessage() for r in caplog.records if "differ only in case" in r.getMessage()]
+    assert "the labels 'Positive', 'positive' differ only in case, so they are 2 classes" in line
+
+
+def test_labels_that_differ_otherwise_say_nothing(tmp_path, caplog):
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "pos"), ("b", "neg")] * 5)
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        load("--task", "csv", "--train-file", str(path))
+    assert not [r for r in caplog.records if "differ only in case" in r.getMessage()]
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_equal_numbers_are_one_class(tmp_path, fmt):
     values = [1, 1.0, 0, 0.0, "1", "1.0", " 0 "]
