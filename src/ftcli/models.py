@@ -231,17 +231,24 @@ def trained_on_pairs(path: Path) -> tuple[str, str] | Literal[False] | None:
     """(first column, second column) when the model in `path` was trained on sentence pairs (MNLI, MRPC, STS-B,
     --text-pair-column ...), False when on single texts, from the ftcli_run.json the trainer exports beside it;
     None when the folder has none (not known)."""
-    run = run_config(path)
+    return _pairs_of(run_config(path))
+
+
+def _pairs_of(run: dict | None) -> tuple[str, str] | Literal[False] | None:
     if run is None:
         return None
     second = run.get("text_pair_column")
-    return (str(run.get("text_column") or "text"), str(second)) if second else False
+    return (_text_column(run), str(second)) if second else False
 
 
-def trained_max_length(path: Path) -> int | None:
+def _text_column(run: dict | None) -> str:
+    return str((run or {}).get("text_column") or "text")
+
+
+def _max_length(run: dict | None) -> int | None:
     """The --max-length the model was trained and evaluated at: its inputs are cut there, not at the tokenizer's
     own limit (512 for BERT), or a prediction differs from the run's own evaluation of the same text."""
-    value = (run_config(path) or {}).get("max_length")
+    value = (run or {}).get("max_length")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -256,61 +263,21 @@ class Text:
 
 
 def read_inputs(file: Path) -> list[Text]:
-    """The texts of --file: a CSV or JSON Lines file's rows (by extension; the model's text columns are read from
-    them), else every non-empty line (a pair model's: TEXT<TAB>PAIR)."""
+    """The texts of --file: a CSV or JSON Lines file's rows (by extension, read by the trainer's own readers; the
+    model's text columns are taken from them), else every non-empty line (a pair model's: TEXT<TAB>PAIR). Either
+    may be .gz."""
+    from ftcli_trainer import data
+    from ftcli_trainer.errors import DataError
+
+    shown = f"--file {file}"
     try:
-        data = file.read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read --file {file}: {e.strerror or e}") from None
-    name = file.name.lower()
-    if name.endswith(".gz"):  # as the trainer reads a .csv.gz / .jsonl.gz training file
-        import gzip
-        import zlib
-
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as e:
-            raise UsageError(f"--file {file} is not a valid gzip file ({e or 'it ends early'})",
-                             hint="copy it again, or give the uncompressed file") from None
-        name = name.removesuffix(".gz")
-    try:
-        # utf-8-sig: a BOM (Windows editors write one) is not part of the first text, as in the trainer's readers
-        content = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise UsageError(f"--file {file} is not UTF-8 (byte 0x{data[e.start]:02x} on line {line})",
-                         hint="re-save it as UTF-8") from None
-    suffix = Path(name).suffix
-    if suffix == ".csv":
-        import csv
-        import io
-
-        reader = csv.DictReader(io.StringIO(content, newline=""), strict=True)  # a stray quote is an error
-        try:
-            rows = [Text("", f"{file} row {i}", {k: v for k, v in row.items() if k is not None})
-                    for i, row in enumerate(reader, 1)]
-        except csv.Error as e:
-            # line_num counts the lines read so far: the record that failed starts on the next one
-            raise UsageError(f"--file {file} is not valid CSV (line {reader.line_num + 1}: {e})") from None
-        return rows
-    if suffix in (".jsonl", ".json"):
-        import json
-
-        rows = []
-        for n, line in enumerate(content.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as e:
-                raise UsageError(f"--file {file} line {n} is not JSON ({e})",
-                                 hint="one JSON object per line (JSON Lines), as the trainer reads them") from None
-            if not isinstance(record, dict):
-                raise UsageError(f"--file {file} line {n} is not a JSON object",
-                                 hint='one object per line, e.g. {"text": "..."}')
-            rows.append(Text("", f"{file} line {n}", record))
-        return rows
-    return [Text(line, f"{file} line {n}") for n, line in enumerate(content.splitlines(), 1) if line.strip()]
+        if file.name.lower().removesuffix(".gz").endswith((".csv", ".jsonl", ".json", ".ndjson")):
+            _, rows = data.read_rows(str(file), shown=shown)
+            return [Text("", f"{file} {data.row_position(rows, i)}", dict(row)) for i, row in enumerate(rows)]
+        lines = data.open_text(file, shown).read().splitlines()
+    except DataError as e:
+        raise UsageError(str(e)) from None
+    return [Text(line, f"{file} line {n}") for n, line in enumerate(lines, 1) if line.strip()]
 
 
 def _column(item: Text, column: str) -> str:
@@ -327,15 +294,20 @@ def pair_up(path: Path, texts: list[Text] | list[str], pairs: list[str] | None
     """(first texts, second texts) for the model in `path`: `pairs` (one per text), a CSV / JSON Lines row's own
     columns, or for a pair model each line split at its TAB. A pair model without pairs, pairs for a single-text
     model, or an empty text is a UsageError naming the input: a model fed the wrong input answers anyway, wrongly."""
+    return _pair_up(path, run_config(path), texts, pairs)
+
+
+def _pair_up(path: Path, run: dict | None, texts: list[Text] | list[str], pairs: list[str] | None
+             ) -> tuple[list[str], list[str | None]]:
     items = [t if isinstance(t, Text) else Text(t, f"text {i}") for i, t in enumerate(texts, 1)]
-    columns = trained_on_pairs(path)
+    columns = _pairs_of(run)
     if pairs is not None:
         if columns is False:
             raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --pair")
         if len(pairs) != len(items):
             raise UsageError(f"{len(items)} text(s) but {len(pairs)} --pair value(s): give one --pair per text, in "
                              "order")
-    text_column = columns[0] if columns else str((run_config(path) or {}).get("text_column") or "text")
+    text_column = _text_column(run)
     firsts: list[str] = []
     seconds: list[str | None] = []
     for i, item in enumerate(items):
@@ -370,7 +342,8 @@ def predict(path: Path, texts: list[Text] | list[str], threshold: float | None =
     sentence pairs takes `pairs` (or TAB-separated texts, see pair_up); each result then has "text_pair" too."""
     from ftcli.local import require_train_extra
 
-    texts, seconds = pair_up(path, texts, pairs)
+    run = run_config(path)  # read once: the columns and the length the model was trained at
+    texts, seconds = _pair_up(path, run, texts, pairs)
     require_train_extra("ftcli predict")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
@@ -406,7 +379,7 @@ def predict(path: Path, texts: list[Text] | list[str], threshold: float | None =
     inputs = [t if b is None else {"text": t, "text_pair": b} for t, b in zip(texts, seconds, strict=True)]
     # Cut where the run trained and evaluated; a model from elsewhere at what its tokenizer and positions allow (a
     # tokenizer without a limit says 1e30: a long text then overran the position embeddings).
-    cut_at = trained_max_length(path) or min(clf.tokenizer.model_max_length,
+    cut_at = _max_length(run) or min(clf.tokenizer.model_max_length,
                                              getattr(config, "max_position_embeddings", None) or 10**9)
     results = clf(inputs, function_to_apply=fn, truncation=True, max_length=cut_at)
     out = []

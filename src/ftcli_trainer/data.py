@@ -87,7 +87,8 @@ def _read_bytes(path: Path, shown: str) -> bytes:
                         f"file") from None
 
 
-def _open_text(path: Path, shown: str) -> io.TextIOBase:
+def open_text(path: Path, shown: str) -> io.TextIOBase:
+    """A local file's text (.gz decompressed, UTF-8 with or without a BOM); a DataError naming `shown` otherwise."""
     data = _read_bytes(path, shown)
     try:
         text = data.decode("utf-8-sig")
@@ -104,9 +105,10 @@ def _is_jsonl(path: str) -> bool:
     return name.endswith((".jsonl", ".json", ".ndjson"))
 
 
-def read_rows(path: str, *, fmt: str | None = None) -> tuple[list[str], list[dict]]:
-    """(columns, rows) of a CSV or JSON Lines file; `fmt` forces "csv" or "jsonl"."""
-    shown = path
+def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) -> tuple[list[str], list[dict]]:
+    """(columns, rows) of a CSV or JSON Lines file; `fmt` forces "csv" or "jsonl"; `shown` names the file in
+    errors (default: its path)."""
+    shown = shown or path
     tmp = None
     try:
         if storage.is_gcs(path):
@@ -120,7 +122,7 @@ def read_rows(path: str, *, fmt: str | None = None) -> tuple[list[str], list[dic
             if not local.is_file():
                 raise DataError(f"data file {path} does not exist" + (" (it is a folder)" if local.is_dir() else ""))
         jsonl = fmt == "jsonl" if fmt else _is_jsonl(path)
-        f = _open_text(local, shown)
+        f = open_text(local, shown)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)  # read into memory: the downloaded copy is not needed
@@ -320,7 +322,7 @@ def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], show
     return out
 
 
-def _pos(rows: list[dict], i: int) -> str:
+def row_position(rows: list[dict], i: int) -> str:
     """Where row i is, as the user would look for it: the line of a JSON Lines file, the data row of a CSV."""
     r = rows[i]
     return f"line {r.line}" if isinstance(r, Row) else f"row {i + 1}"
@@ -501,7 +503,7 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
         wanted.append(cfg.label_column)
     csv_file = bool(rows) and not isinstance(rows[0], Row)
     _require_columns(columns, wanted, shown, hint, csv_file)
-    wheres = [f"{shown} {_pos(rows, i)}" for i in range(len(rows))]
+    wheres = [f"{shown} {row_position(rows, i)}" for i in range(len(rows))]
     texts = [_text(r.get(cfg.text_column), wheres[i], cfg.text_column) for i, r in enumerate(rows)]
     pairs = None
     if cfg.text_pair_column:
@@ -539,7 +541,7 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
         raise DataError(f"{wheres[first_list]}: label {values[first_list]!r} is a list, but the training data has "
                         f"one label per example")
     values = [_label_value(v, wheres[i], col) for i, v in enumerate(values)]
-    names = label_names or infer_label_names(values, [_pos(rows, i) for i in range(len(rows))], shown)
+    names = label_names or infer_label_names(values, [row_position(rows, i) for i in range(len(rows))], shown)
     ids_ok = bool(cfg.label_names or TASKS[cfg.task].labels)
     return Examples(texts, pairs, _single_label_ids(values, names, wheres, ids_ok)), names
 
