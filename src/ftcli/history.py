@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 from ftcli.errors import FtcliError, UsageError
-from ftcli.values import JobName, TuningName
+from ftcli.values import JobName, TuningName, from_console_url
 
 DB_NAME = "history.sqlite3"
 OLD_JSONL = "history.jsonl"
@@ -209,18 +208,13 @@ def job_id(name: str) -> str:
     return JobName.parse(name).id
 
 
-_CONSOLE_URL = re.compile(r"^https://console\.cloud\.google\.com/vertex-ai/locations/(?P<region>[a-z0-9-]+)/"
-                          r"training/(?P<id>\d+)(?:/(?P<page>[a-z-]+))?/?\?(?:[^#]*&)?project=(?P<project>[^&#]+)")
-
-
 def resolve(ref: str, project: str | None = None, region: str | None = None) -> str:
     """A short id (3), `last`, a numeric job id or a full resource name -> the full resource name."""
     ref = ref.strip()
     if JobName.is_full(ref) or TuningName.is_full(ref):
         return ref
-    if (m := _CONSOLE_URL.match(ref)) is not None:  # the console URL ftcli prints for a job (values.console_url)
-        collection = TuningName.COLLECTION if m["page"] == "hyperparameter-tuning-trials" else JobName.COLLECTION
-        return f"projects/{m['project']}/locations/{m['region']}/{collection}/{m['id']}"
+    if (shown := from_console_url(ref)) is not None:  # the console URL ftcli prints for a job
+        return shown.full
     if ref.startswith("projects/"):
         raise UsageError(f"{ref!r} is not a job's resource name",
                          hint="write projects/PROJECT/locations/REGION/customJobs/ID (ID all digits), or use a "

@@ -31,6 +31,7 @@ class _ResourceName:
 
     COLLECTION: ClassVar[str] = ""
     KIND: ClassVar[str] = ""
+    CONSOLE_PAGE: ClassVar[str] = ""  # the Cloud console's page for this kind of job
 
     @classmethod
     def _pattern(cls) -> re.Pattern:
@@ -55,8 +56,27 @@ class _ResourceName:
     def parent(self) -> str:
         return f"projects/{self.project}/locations/{self.region}"
 
+    @property
+    def console_url(self) -> str:
+        return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/{self.id}/"
+                f"{self.CONSOLE_PAGE}?project={self.project}")
+
     def __str__(self) -> str:
         return self.full
+
+
+_CONSOLE_URL = re.compile(r"^https://console\.cloud\.google\.com/vertex-ai/locations/(?P<region>[a-z0-9-]+)/"
+                          r"training/(?P<id>\d+)(?:/(?P<page>[a-z-]+))?/?\?(?:[^#]*&)?project=(?P<project>[^&#]+)")
+
+
+def from_console_url(url: str) -> JobName | TuningName | None:
+    """The job a console URL (`console_url`, as ftcli prints it) shows, or None for any other text: a training job,
+    or a tuning job by its page."""
+    m = _CONSOLE_URL.match(url.strip())
+    if m is None:
+        return None
+    kind = TuningName if m["page"] == TuningName.CONSOLE_PAGE else JobName
+    return kind(m["project"], m["region"], m["id"])
 
 
 @dataclass(frozen=True, order=True)
@@ -65,11 +85,7 @@ class JobName(_ResourceName):
 
     COLLECTION: ClassVar[str] = "customJobs"
     KIND: ClassVar[str] = "CustomJob"
-
-    @property
-    def console_url(self) -> str:
-        return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/{self.id}/cpu"
-                f"?project={self.project}")
+    CONSOLE_PAGE: ClassVar[str] = "cpu"
 
 
 @dataclass(frozen=True, order=True)
@@ -78,11 +94,7 @@ class TuningName(_ResourceName):
 
     COLLECTION: ClassVar[str] = "hyperparameterTuningJobs"
     KIND: ClassVar[str] = "HyperparameterTuningJob"
-
-    @property
-    def console_url(self) -> str:
-        return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/"
-                f"{self.id}/hyperparameter-tuning-trials?project={self.project}")
+    CONSOLE_PAGE: ClassVar[str] = "hyperparameter-tuning-trials"
 
 
 def run_seconds(started: dt.datetime | None, ended: dt.datetime | None, now: dt.datetime | None = None
