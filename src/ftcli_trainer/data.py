@@ -12,6 +12,7 @@ import fnmatch
 import gzip
 import io
 import json
+import logging
 import math
 import re
 import shutil
@@ -32,6 +33,9 @@ FALSE_VALUES = {"0", "0.0", "false", "no"}
 NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 # The whole file is in memory already: a long text (a 5 MB review) in one CSV field is valid data.
 CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
+
+
+log = logging.getLogger("ftcli_trainer")
 
 
 class Row(dict):
@@ -398,9 +402,7 @@ def infer_label_names(values: list, positions: list[str] | None = None, shown: s
         for name in unique:
             spellings.setdefault(name.casefold(), []).append(name)
         for same in (v for v in spellings.values() if len(v) > 1):
-            import logging
-
-            logging.getLogger("ftcli_trainer").warning(
+            log.warning(
                 "%s: the labels %s differ only in case, so they are %d classes; if they are one, write them alike "
                 "(or give --label-names)", shown, ", ".join(map(repr, same)), len(same))
     return unique
