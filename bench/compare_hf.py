@@ -72,7 +72,13 @@ def model_path() -> str:
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's own peak: VmHWM. ru_maxrss also counts the peak of the process that started it (Linux
+    carries it through vfork/posix_spawn + exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_ftcli(args) -> dict:
