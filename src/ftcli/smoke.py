@@ -36,9 +36,10 @@ def smoke_options(trainer: dict[str, Any], output_dir: str) -> dict[str, Any]:
             "log_every": 1, "output_dir": output_dir}
 
 
-def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float = 1800) -> int:
+def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float = 1800) -> tuple[int, Path]:
     """Run the smoke; the trainer's output goes straight to this terminal, on stderr with ftcli's own lines (stdout
-    is the submitted job's, for --json). Returns the trainer's exit status."""
+    is the submitted job's, for --json). Returns the trainer's exit status and the scratch folder it ran in, which
+    is removed by then: the model, metrics and logs paths the trainer printed are gone, and the caller says so."""
     from ftcli import container
     from ftcli.errors import FtcliError
     from ftcli.local import require_train_extra
@@ -62,4 +63,4 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
         except subprocess.TimeoutExpired:
             raise FtcliError(f"the smoke run did not finish in {timeout_s:.0f} s",
                              hint="a smoke run takes seconds to minutes; check the model id and the data") from None
-        return done.returncode
+        return done.returncode, root

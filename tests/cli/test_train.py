@@ -3,9 +3,12 @@
 import io
 import json
 import os
+import re
 import shutil
 import sys
+import tempfile
 import zipfile
+from pathlib import Path
 
 import grpc
 import pytest
@@ -402,6 +405,9 @@ def test_smoke_runs_the_jobs_start_here_and_sends_nothing(capsys, cloud_env, tmp
     assert r.code == 0, r.err
     assert "smoke run passed" in r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    # The trainer printed model/metrics/logs paths inside the smoke's scratch folder: said to be gone, and gone.
+    scratch = re.search(r"scratch folder (\S+), where the paths above point, is removed", r.err.replace("\n", " "))
+    assert scratch and scratch.group(1).startswith(tempfile.gettempdir()) and not Path(scratch.group(1)).exists()
 
 
 @pytest.mark.parametrize("command, name", [

@@ -59,13 +59,14 @@ def train(
 
         err().print(f"smoke run: the job's start on {smoke_run.SMOKE_TRAIN_ROWS} rows, here, on the CPU; nothing "
                     "uploaded, no job created", markup=False, highlight=False)
-        code = smoke_run.run(sub.trainer, sub.extras)
+        code, scratch = smoke_run.run(sub.trainer, sub.extras)
         if code:
             err().print(f"smoke run failed (exit status {code}): the job would fail the same way; fix the above "
                         "before submitting", markup=False, highlight=False)
             raise typer.Exit(3)
-        err().print("smoke run passed: the job starts, trains and evaluates; submit without --smoke",
-                    markup=False, highlight=False)
+        err().print(f"smoke run passed: the job starts, trains and evaluates; submit without --smoke (the smoke's "
+                    f"scratch folder {scratch}, where the paths above point, is removed)", markup=False,
+                    highlight=False)
         return
     from ftcli.cli.cost import say_cost
 
