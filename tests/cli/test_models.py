@@ -408,6 +408,24 @@ def test_predict_reads_a_csv_or_jsonl_file_by_its_columns(capsys, tmp_path, tiny
         "label)" in r.err
 
 
+def test_predict_prints_one_line_per_row_whatever_the_text_holds(capsys, tmp_path, tiny_model):
+    # A quoted CSV cell with a line break printed its prediction over two lines (and a tab made an extra field):
+    # `cut -f1` and `wc -l` on the output no longer matched the rows.
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    (model / "ftcli_run.json").write_text(json.dumps({"text_column": "review", "text_pair_column": None}))
+    table = tmp_path / "reviews.csv"
+    table.write_text('review\n"first line\nsecond\tline\r\nthird"\n"plain"\n', newline="")
+    r = run_cli(capsys, "predict", str(model), "--file", str(table))
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert len(lines) == 2 and [x.split("\t")[-1] for x in lines] == ["first line\\nsecond\\tline\\r\\nthird", "plain"]
+    assert all(len(x.split("\t")) == 3 for x in lines)  # label, score, text
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--json")
+    assert json.loads(r.out.splitlines()[0])["text"] == "first line\nsecond\tline\r\nthird"  # --json: the text as it is
+
+
 def test_predict_cuts_inputs_where_the_run_did(tmp_path, tiny_model):
     # Predict cut at the tokenizer's limit while the run trained and evaluated at --max-length: the same eval row
     # scored 0.1519 in predict and 0.1685 in the run's own evaluation.

@@ -91,7 +91,7 @@ def predict(
       ftcli predict mnli-model "A man plays a guitar." --pair "Someone makes music."
     """
     from ftcli import models
-    from ftcli.output import note, out, show_list, transfer
+    from ftcli.output import note, show_list, transfer
 
     if pair and file is not None:
         raise UsageError("--pair pairs the TEXT arguments, not the lines of --file",
@@ -105,16 +105,25 @@ def predict(
     if json_out:
         show_list(results, (), json_out=True)
         return
-    o = out()
+    # Plain print, not Rich: Rich turns tabs into spaces, and these lines are tab-separated for `cut -f`.
     for r in results:
-        given = r["text"] if "text_pair" not in r else f"{r['text']}\t{r['text_pair']}"
+        given = "\t".join(_one_line(r[k]) for k in ("text", "text_pair") if k in r)
         if "labels" in r:
             shown = ", ".join(f"{x['label']} {x['score']:.3f}" for x in r["labels"]) or "(none)"
-            o.print(f"{shown}\t{given}", markup=False)
+            print(f"{shown}\t{given}")
         elif "label" not in r:  # regression: the predicted value
-            o.print(f"{r['score']:.3f}\t{given}", markup=False)
+            print(f"{r['score']:.3f}\t{given}")
         else:
-            o.print(f"{r['label']}\t{r['score']:.3f}\t{given}", markup=False)
+            print(f"{r['label']}\t{r['score']:.3f}\t{given}")
+
+
+_SHOWN_ESCAPED = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def _one_line(text: str) -> str:
+    """A text as one field of one output line: a CSV cell's newlines and tabs shown escaped (\\n, \\t), so each
+    prediction stays one tab-separated line (--json carries the text as it is)."""
+    return text.translate(_SHOWN_ESCAPED)
 
 
 def register(app: typer.Typer) -> None:
