@@ -61,8 +61,15 @@ def test_unknown_references_say_what_to_use():
         history.resolve("7")
     with pytest.raises(UsageError, match="is not a job reference"):
         history.resolve("abc")
-    # predict and report take a folder too: a mistyped one was called "not a job reference"
+    # predict and report take a folder too: a mistyped one was called "not a job reference" (with no "/" in it
+    # still so: `ftcli report TYPO`), and a file given for a folder was "no such folder"
     with pytest.raises(UsageError, match=r"'./nope/run': no such folder, and not a job reference"):
+        history.resolve("./nope/run", folder_too=True)
+    with pytest.raises(UsageError, match=r"^'TYPO': no such folder, and not a job reference"):
+        history.resolve("TYPO", folder_too=True)
+    with pytest.raises(UsageError, match=r"^'.*test_history.py' is a file, not a folder, and not a job reference"):
+        history.resolve(__file__, folder_too=True)
+    with pytest.raises(UsageError, match=r"^'./nope/run' is not a job reference"):  # logs, download: no folder
         history.resolve("./nope/run")
 
 

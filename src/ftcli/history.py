@@ -208,8 +208,9 @@ def job_id(name: str) -> str:
     return JobName.parse(name).id
 
 
-def resolve(ref: str, project: str | None = None, region: str | None = None) -> str:
-    """A short id (3), `last`, a numeric job id or a full resource name -> the full resource name."""
+def resolve(ref: str, project: str | None = None, region: str | None = None, *, folder_too: bool = False) -> str:
+    """A short id (3), `last`, a numeric job id or a full resource name -> the full resource name. `folder_too`: the
+    command takes a folder as well (predict, report), so a reference that is neither is said to be neither."""
     ref = ref.strip()
     if JobName.is_full(ref) or TuningName.is_full(ref):
         return ref
@@ -234,9 +235,9 @@ def resolve(ref: str, project: str | None = None, region: str | None = None) -> 
         if not (project and region):
             raise UsageError(f"job {ref}: a numeric id needs --project and --region (or a full resource name)")
         return f"projects/{project}/locations/{region}/customJobs/{ref}"
-    if ref.startswith((".", "/", "~")) or "/" in ref or os.sep in ref:
-        # where a folder is taken too (predict, report), a mistyped path is said as one
-        raise UsageError(f"{ref!r}: no such folder, and not a job reference",
+    if folder_too:  # predict, report: a mistyped path or name is said as one
+        what = f"{ref!r} is a file, not a folder" if Path(ref).expanduser().exists() else f"{ref!r}: no such folder"
+        raise UsageError(f"{what}, and not a job reference",
                          hint="check the path, or give a job: a short id (3), `last`, a numeric job id, or "
                               "projects/P/locations/R/customJobs/ID")
     raise UsageError(f"{ref!r} is not a job reference",

@@ -26,20 +26,21 @@ HEADLINES = (("eval_matthews_correlation", "MCC"), ("eval_pearson", "pearson"), 
              ("eval_mse", "MSE"), ("eval_loss", "loss"))
 
 
-def resolve(ref: str, project: str | None = None, region: str | None = None) -> JobName:
+def resolve(ref: str, project: str | None = None, region: str | None = None, *, folder_too: bool = False) -> JobName:
     """A short id (3), `last`, a numeric job id or a full resource name -> the job's name. Settings are read only
-    for a numeric id (it needs a project and a region)."""
+    for a numeric id (it needs a project and a region). `folder_too`: as in `history.resolve`."""
     from ftcli import history
     from ftcli.settings import resolve as resolve_settings
 
     ref = ref.strip()
     if not (ref.isdigit() and len(ref) >= 9):
-        return JobName.parse(history.resolve(ref))
+        return JobName.parse(history.resolve(ref, folder_too=folder_too))
     s = resolve_settings(project=project, region=region, need_bucket=False)
     return JobName.parse(history.resolve(ref, s.project, s.region))
 
 
-def resolve_any(ref: str, project: str | None = None, region: str | None = None) -> JobName | TuningName:
+def resolve_any(ref: str, project: str | None = None, region: str | None = None, *,
+                folder_too: bool = False) -> JobName | TuningName:
     """As `resolve`, but a short id or name may also be a tuning job's (ftcli tune)."""
     from ftcli import history
 
@@ -50,7 +51,7 @@ def resolve_any(ref: str, project: str | None = None, region: str | None = None)
         return TuningName.parse(full) if TuningName.is_full(full) else JobName.parse(full)
 
     if not (ref.isdigit() and len(ref) >= 9):
-        return named(history.resolve(ref))
+        return named(history.resolve(ref, folder_too=folder_too))
     name = resolve(ref, project, region)
     # A numeric id names a training job or a tuning job (one id space; `jobs list` shows both): this machine's
     # history knows which for the ones it submitted; otherwise Vertex is asked, training job first.
@@ -71,12 +72,12 @@ def resolve_any(ref: str, project: str | None = None, region: str | None = None)
 
 
 def resolve_job(ref: str, project: str | None = None, region: str | None = None, *, trial: str | None = None,
-                notify: Notify | None = None) -> JobName:
+                notify: Notify | None = None, folder_too: bool = False) -> JobName:
     """The CustomJob a reference means: the job itself, or for a tuning job one of its trials' jobs (`trial`, else
     the best one so far, else the latest)."""
     from ftcli import tuning
 
-    name = resolve_any(ref, project, region)
+    name = resolve_any(ref, project, region, folder_too=folder_too)
     if isinstance(name, JobName):
         if trial is not None:
             raise UsageError(f"--trial is for tuning jobs; {ref} is a training job")

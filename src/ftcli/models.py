@@ -205,7 +205,7 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
 
     path = Path(model)
     if not path.is_dir():
-        name = jobs.resolve_job(model, project, region, trial=trial, notify=notify)
+        name = jobs.resolve_job(model, project, region, trial=trial, notify=notify, folder_too=True)
         path = cached_model(name)
         if not (path / COMPLETE_MARKER).exists():
             # ftcli's own cache folder: a copy left without its marker is completed in place

@@ -205,6 +205,17 @@ def test_not_a_run_is_one_line(capsys, tmp_path, setup, needle):
     assert not (tmp_path / "x" / "report").exists()
 
 
+@pytest.mark.parametrize("command", ["report", "predict"])
+def test_a_name_that_is_neither_a_folder_nor_a_job_is_said_so(capsys, tmp_path, monkeypatch, command):
+    # `ftcli report TYPO` said only "not a job reference", and a file given for the folder "no such folder"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    for given, said in (("TYPO", "'TYPO': no such folder"), ("notes.txt", "'notes.txt' is a file, not a folder")):
+        r = run_cli(capsys, command, given, *(["a text"] if command == "predict" else []))
+        assert r.code == 2 and r.err.startswith(f"error: {said}, and not a job reference\n"), r.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
 def test_without_matplotlib_one_line_names_the_install(capsys, single_run, tmp_path, monkeypatch):
     import importlib.util
 

@@ -24,7 +24,7 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
     from ftcli.report import RUN_FILES
     from ftcli_trainer.storage import LOGS_SYNC_S, split_gcs
 
-    name = jobs.resolve(ref, project, region)
+    name = jobs.resolve(ref, project, region, folder_too=True)
     job = jobs.vertex_for(name).get(name)
     base = model_uri_of(job).removesuffix("/").removesuffix("model")
     bucket, prefix = split_gcs(base.rstrip("/"))
