@@ -125,7 +125,7 @@ class JobRequest:
     reduction_server: int = 0  # Reduction Server replicas (0: plain NCCL all-reduce)
     spot: bool = False
     flex_start: bool = False
-    max_wait_s: int | None = None  # Flex-start: how long to queue for machines (Vertex's default: 1 day)
+    max_wait_s: int | None = None  # Flex-start: how long to queue (0: however long; Vertex's default: 1 day)
     reservation: str | None = None  # "any", or projects/P/zones/Z/reservations/NAME
     timeout_s: int = DEFAULT_TIMEOUT_S
     service_account: str | None = None

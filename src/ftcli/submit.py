@@ -60,6 +60,17 @@ def parse_duration(value: str, flag: str = "--timeout") -> int:
     return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
+def parse_max_wait(value: str) -> int:
+    """--max-wait: a duration, or 0 (with or without a unit) to queue for the machines however long it takes.
+    Scheduling.maxWaitDuration: "A value of 0 means that the job waits indefinitely until the requested resources
+    become available. The default is 24 hours" ("Schedule training jobs based on resource availability",
+    https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws, read 2026-11-27; the same in the
+    installed aiplatform_v1 Scheduling.max_wait_duration docstring, google-cloud-aiplatform 2.7.0)."""
+    if re.fullmatch(r"0+[smhd]?", value.strip().lower()):
+        return 0
+    return parse_duration(value, "--max-wait")
+
+
 def label_value(value: str) -> str:
     """Vertex label values: lowercase letters, digits, '_' and '-', at most 63 characters."""
     return LABEL_BAD.sub("-", value.lower())[:63].strip("-") or "none"
@@ -208,7 +219,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     validated = collect(validate_trainer, trainer)
     hardware = collect(resolve_gpu, gpu, machine_type)
     timeout_s = collect(parse_duration, timeout)
-    max_wait_s = collect(parse_duration, max_wait, "--max-wait") if max_wait else None
+    max_wait_s = collect(parse_max_wait, max_wait) if max_wait else None
     if max_wait and not flex_start:
         problems.append("--max-wait is how long a --flex-start job queues for machines: add --flex-start")
     user_labels = collect(parse_labels, labels) or {}

@@ -215,6 +215,27 @@ def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, 
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+@pytest.mark.parametrize("value", ["0", "0s", "0h"])
+def test_max_wait_0_queues_however_long_as_vertex_documents(capsys, cloud_env, value):
+    # Scheduling.maxWaitDuration: "A value of 0 means that the job waits indefinitely until the requested resources
+    # become available" (https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws, read 2026-11-27);
+    # ftcli refused it as not a positive duration.
+    gcs, vertex = cloud_env
+    submitted(capsys, "--task", "imdb", "--gpu", "L4", "--flex-start", "--max-wait", value)
+    (job,) = vertex.jobs.values()
+    scheduling = job.job_spec.scheduling
+    assert scheduling.strategy.name == "FLEX_START"
+    assert "max_wait_duration" in scheduling and scheduling.max_wait_duration.total_seconds() == 0
+
+
+@pytest.mark.parametrize("value", ["-1h", "0x", "00:30"])
+def test_a_max_wait_that_is_not_a_duration_is_still_refused(capsys, cloud_env, value):
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "train", "--detach", "--gpu", "L4", "--flex-start", "--max-wait", value)
+    assert r.code == 2 and "--max-wait needs a positive duration with a unit" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_model_folder_without_a_model_uploads_nothing_and_creates_nothing(capsys, cloud_env, tmp_path):
     # It was uploaded (the hash of no content) and the job failed in the container.
     gcs, vertex = cloud_env

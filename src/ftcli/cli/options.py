@@ -41,7 +41,8 @@ FlexStartOpt = Annotated[bool, typer.Option(
     "--flex-start", help="Queue for the machines with Dynamic Workload Scheduler (L4, A100, H100, H200, B200; at "
     "most 7 days).", rich_help_panel=HW)]
 MaxWaitOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    "--max-wait", help="With --flex-start: give up queueing after this long (e.g. 2h) [default: Vertex's, 1 day].",
+    "--max-wait", help="With --flex-start: give up queueing after this long (e.g. 2h; 0: wait however long it "
+    "takes) [default: Vertex's, 1 day].",
     rich_help_panel=HW)]
 ReservationOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--reservation", help="Run on a Compute Engine reservation: projects/P/zones/Z/reservations/NAME, or any.",
