@@ -36,6 +36,9 @@ from ftcli_trainer.model import model_problem
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, bundled_sample_file
 
 DURATION_RE = re.compile(r"^(\d+)([smhd])$")
+# google.protobuf.Duration's seconds "Must be from -315,576,000,000 to +315,576,000,000 inclusive" (duration.proto;
+# the installed protobuf 7.36's json_format refuses more, well_known_types._DURATION_SECONDS_MAX; read 2026-11-27).
+MAX_DURATION_S = 315_576_000_000
 LABEL_BAD = re.compile(r"[^a-z0-9_-]")
 DATA_OPTIONS = ("train_file", "eval_file")
 
@@ -57,7 +60,12 @@ def parse_duration(value: str, flag: str = "--timeout") -> int:
     m = DURATION_RE.match(value.strip().lower())
     if not m or int(m.group(1)) <= 0:
         raise UsageError(f"{flag} needs a positive duration with a unit, like 30m, 6h or 2d (got {value!r})")
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    seconds = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if seconds > MAX_DURATION_S:
+        # It reached the create call, after the upload, and broke there with a traceback.
+        raise UsageError(f"{flag} {value} is longer than a job's duration can be (google.protobuf.Duration: about "
+                         "10,000 years): give a shorter one")
+    return seconds
 
 
 def parse_max_wait(value: str) -> int:

@@ -191,6 +191,9 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--model", "bad model id!!"], "is neither a local folder nor a Hub model id"),
     (["--timeout", "forever"], "--timeout"),
     (["--timeout", "90"], "--timeout needs a positive duration with a unit, like 30m, 6h or 2d (got '90')"),
+    # past google.protobuf.Duration's range: it broke the create call, after the upload, with a traceback
+    (["--timeout", "99999999d"], "--timeout 99999999d is longer than a job's duration can be"),
+    (["--gpu", "L4", "--flex-start", "--max-wait", "400000000000s"], "--max-wait 400000000000s is longer than"),
     (["--gpu", "H100"], "a3-highgpu-1g (1 x NVIDIA_H100_80GB on a3-highgpu-1g) is not sold on demand"),
     (["--gpu", "B200", "--image", "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime", "--spot"],
      "has no kernels for B200 (compute capability 10.0"),
