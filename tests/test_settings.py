@@ -45,6 +45,21 @@ def test_every_problem_at_once_with_the_fix():
     assert "service account e-mail" in problems[3]
 
 
+@pytest.mark.parametrize("account", [
+    "trainer@my-project.iam.gserviceaccount.com", "123456789-compute@developer.gserviceaccount.com",
+    # App Engine's default service account: refused as 'not a service account e-mail', though a job runs as it
+    "my-project@appspot.gserviceaccount.com"])
+def test_every_kind_of_service_account_a_job_runs_as_is_taken(account):
+    assert resolve(project="my-project", bucket="gs://my-bucket", service_account=account).service_account == account
+
+
+@pytest.mark.parametrize("account", ["me@example.com", "my-project@appspot.gserviceaccount.com.evil", "@appspot."
+                                     "gserviceaccount.com"])
+def test_what_is_not_a_service_account_is_refused(account):
+    with pytest.raises(UsageError, match="must be a service account e-mail"):
+        resolve(project="my-project", bucket="gs://my-bucket", service_account=account)
+
+
 def test_a_command_that_reads_jobs_only_is_not_stopped_by_a_bad_bucket_or_service_account(monkeypatch):
     # `jobs list` refused to run over a service account (from a variable or a hand-edited file) it never uses.
     monkeypatch.setenv("FTCLI_SERVICE_ACCOUNT", "notanemail")

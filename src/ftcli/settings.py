@@ -38,8 +38,13 @@ _IP_ADDRESS = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
 _GOOGLE_LIKE = re.compile(r"g[o0][o0]g[l1]e")
 # A user-managed service account is NAME@PROJECT.iam.gserviceaccount.com; Compute Engine's default one is
 # PROJECT_NUMBER-compute@developer.gserviceaccount.com ("Service account types",
-# https://cloud.google.com/iam/docs/service-account-types, read 2026-11-27).
-SA_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$|^[^@\s]+@developer\.gserviceaccount\.com$")
+# https://cloud.google.com/iam/docs/service-account-types, read 2026-11-27); App Engine's default one is
+# PROJECT_ID@appspot.gserviceaccount.com ("Configure App Engine service accounts",
+# https://docs.cloud.google.com/appengine/docs/standard/configure-service-accounts, read 2026-11-27). A CustomJob
+# runs as any of them ("Users submitting jobs must have act-as permission on this run-as account",
+# CustomJobSpec.service_account in the installed aiplatform_v1, google-cloud-aiplatform 2.7.0).
+SA_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$"
+                   r"|^[^@\s]+@(?:developer|appspot)\.gserviceaccount\.com$")
 
 
 def config_path() -> Path:
