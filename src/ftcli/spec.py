@@ -98,7 +98,7 @@ WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
 # 2026-11-26): the stricter 63 holds under both.
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
-_MAX_LABELS = 64
+MAX_LABELS = 64
 # CustomJob.displayName: "The name can be up to 128 characters long and can consist of any UTF-8 characters" (REST
 # CustomJob, https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs, read
 # 2026-11-27); ftcli is stricter on / \ and control characters for its own reasons (below), not Google's.
@@ -268,8 +268,8 @@ def topology_problems(replicas: int, reduction_server: int, gpu: bool) -> list[s
 def _label_problems(labels: tuple[tuple[str, str], ...]) -> list[str]:
     problems = []
     rule = "lowercase letters, digits, _ and - only, at most 63 characters"
-    if len(labels) > _MAX_LABELS:
-        problems.append(f"{len(labels)} labels; Vertex allows at most {_MAX_LABELS}")
+    if len(labels) > MAX_LABELS:
+        problems.append(f"{len(labels)} labels; Vertex allows at most {MAX_LABELS}")
     keys = [k for k, _ in labels]
     for key in sorted({k for k in keys if keys.count(k) > 1}):
         problems.append(f"label {key!r} is given more than once: keep one")

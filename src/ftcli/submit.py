@@ -23,6 +23,7 @@ from ftcli.settings import resolve as resolve_settings
 from ftcli.spec import (
     CREATED_BY_LABEL,
     GPU_LABEL,
+    MAX_LABELS,
     MODEL_LABEL,
     SUBMISSION_LABEL,
     TASK_LABEL,
@@ -231,6 +232,13 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     if max_wait and not flex_start:
         problems.append("--max-wait is how long a --flex-start job queues for machines: add --flex-start")
     user_labels = collect(parse_labels, labels) or {}
+    # ftcli_try (several candidates) comes in through --labels' list: it is ftcli's, not the user's
+    own = [CREATED_BY_LABEL, TASK_LABEL, MODEL_LABEL, GPU_LABEL, SUBMISSION_LABEL] + [TRY_LABEL] * (
+        TRY_LABEL in user_labels)
+    given = len(user_labels) - (TRY_LABEL in user_labels)
+    if given + len(own) > MAX_LABELS:  # it was said as "65 labels; Vertex allows at most 64" to someone who gave 60
+        problems.append(f"--labels gives {given} labels and ftcli adds {len(own)} of its own ({', '.join(own)}): "
+                        f"Vertex allows at most {MAX_LABELS} in all, so give at most {MAX_LABELS - len(own)}")
     problems += topology_problems(replicas, reduction_server, gpu=hardware is None or hardware.gpu)
     if hardware is not None:
         problems += catalog.provisioning_problems(hardware, spot=spot, flex_start=flex_start, reservation=reservation,

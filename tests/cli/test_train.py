@@ -170,6 +170,10 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--model", "./no-such-model"], "--model ./no-such-model: no such folder"),
     (["--labels", "team=ml,team=x"], "--labels gives team twice ('ml' and 'x'): keep one"),
     (["--labels", "ftcli_task=x"], "--labels ftcli_task: ftcli sets the ftcli_task label itself"),
+    # Vertex allows 64 labels (REST CustomJob.labels, read 2026-11-27) and ftcli adds 5: "65 labels" for 60 given
+    (["--labels", ",".join(f"k{i}=v" for i in range(60))], "--labels gives 60 labels and ftcli adds 5 of its own "
+     "(created_by, ftcli_task, ftcli_model, ftcli_gpu, ftcli_submission): Vertex allows at most 64 in all, so give at "
+     "most 59"),
     (["--gpu", "H200", "--reservation", "projects/p/zones/europe-west4-b/reservations/my-res"],
      "--reservation is in europe-west4-b, outside the job's region us-central1: give --region europe-west4"),
     (["--task", "csv", "--train-file", "gs://"], "--train-file: bucket name '' is too short"),
