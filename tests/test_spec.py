@@ -303,6 +303,8 @@ def test_parent():
     (("k", ""),),
     (("ftcli_run-id", "2024-05-01_12"),),
     tuple((f"k{i}", "v") for i in range(64)),
+    # "International characters are allowed" (CustomJob.labels, see ftcli.spec; read 2026-11-27): they were refused
+    (("équipe", "recherche-nlp"), ("team", "équipe"), ("チーム", "開発"), ("ünit", "ß")),
 ])
 def test_valid_labels(labels):
     assert build_custom_job(request(labels=labels))["labels"] == dict(labels)
@@ -333,6 +335,10 @@ REJECTED = [
     (dict(labels=(("a" * 64, "x"),)), "label key 'aaaa"),
     (dict(labels=(("team", "NLP"),)), "label value 'NLP' (of 'team') is invalid"),
     (dict(labels=(("team", "a.b"),)), "label value 'a.b' (of 'team') is invalid"),
+    (dict(labels=(("team", "Équipe"),)), "label value 'Équipe' (of 'team') is invalid"),  # upper case, any script
+    (dict(labels=(("Équipe", "x"),)), "label key 'Équipe' is invalid"),
+    (dict(labels=(("_team", "x"),)), "label key '_team' is invalid"),
+    (dict(labels=(("team", "é" * 64),)), "label value 'éééé"),
     (dict(labels=(("team", "x" * 64),)), "label value 'xxxx"),
     (dict(labels=(("team", "a"), ("team", "b"))), "label 'team' is given more than once"),
     (dict(labels=tuple((f"k{i}", "v") for i in range(65))), "65 labels; Vertex allows at most 64"),

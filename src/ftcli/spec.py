@@ -8,6 +8,7 @@ int64 as strings, empty fields left out), so `--dry-run` prints exactly what is 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,16 +90,26 @@ REDUCTION_SERVER_PLUGIN = (
 REDUCTION_SERVER_START_SCRIPT = _STRICT + REDUCTION_SERVER_PLUGIN + _RUN_TRAINER
 WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
 
-# Label rules, the ASCII subset of Google Cloud's "Requirements for labels"
+# Label rules, Google Cloud's "Requirements for labels"
 # (https://cloud.google.com/resource-manager/docs/creating-managing-labels#requirements, the same list on
 # https://cloud.google.com/pubsub/docs/labels; read 2026-11-26): "up to a maximum of 64" labels; keys 1 to 63
 # characters, values empty or up to 63; "only lowercase letters, numeric characters, underscores, and dashes";
 # "Keys must start with a lowercase letter or international character". CustomJob.labels itself says "no longer
 # than 64 characters" (its docstring in google-cloud-aiplatform 2.7.0, aiplatform_v1/types/custom_job.py; read
-# 2026-11-26): the stricter 63 holds under both.
-_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+# 2026-11-26): the stricter 63 holds under both. "International characters are allowed" (the same docstring, and
+# the aiplatform v1 CustomJob reference, https://cloud.google.com/java/docs/reference/google-cloud-aiplatform/latest/
+# com.google.cloud.aiplatform.v1.CustomJobOrBuilder; read 2026-11-27): letters of any script count, unless upper- or
+# title-case (team=équipe was refused though Vertex takes it).
+MAX_LABEL_CHARS = 63
 MAX_LABELS = 64
+
+
+def _label_letter(c: str) -> bool:
+    return c.isalpha() and unicodedata.category(c) not in ("Lu", "Lt")
+
+
+def _label_text_ok(text: str) -> bool:
+    return len(text) <= MAX_LABEL_CHARS and all(c in "_-" or c.isdigit() or _label_letter(c) for c in text)
 # CustomJob.displayName: "The name can be up to 128 characters long and can consist of any UTF-8 characters" (REST
 # CustomJob, https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs, read
 # 2026-11-27); ftcli is stricter on / \ and control characters for its own reasons (below), not Google's.
@@ -267,16 +278,16 @@ def topology_problems(replicas: int, reduction_server: int, gpu: bool) -> list[s
 
 def _label_problems(labels: tuple[tuple[str, str], ...]) -> list[str]:
     problems = []
-    rule = "lowercase letters, digits, _ and - only, at most 63 characters"
+    rule = f"lowercase letters (of any script), digits, _ and - only, at most {MAX_LABEL_CHARS} characters"
     if len(labels) > MAX_LABELS:
         problems.append(f"{len(labels)} labels; Vertex allows at most {MAX_LABELS}")
     keys = [k for k, _ in labels]
     for key in sorted({k for k in keys if keys.count(k) > 1}):
         problems.append(f"label {key!r} is given more than once: keep one")
     for key, value in labels:
-        if not _LABEL_KEY.fullmatch(key):
+        if not (key and _label_letter(key[0]) and _label_text_ok(key)):
             problems.append(f"label key {key!r} is invalid: it must start with a lowercase letter; {rule}")
-        if not _LABEL_VALUE.fullmatch(value):
+        if not _label_text_ok(value):
             problems.append(f"label value {value!r} (of {key!r}) is invalid: {rule}")
     return problems
 
