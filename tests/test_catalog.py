@@ -353,6 +353,8 @@ def test_reservation_takes_a_full_name_or_any():
     ("H100-MEGA", dict(flex_start=True), "not H100-MEGA"),
     ("RTX-PRO-6000", dict(flex_start=True), "not RTX-PRO-6000"),  # the DWS page names L4, A100, H100, H200, B200
     ("L4", dict(flex_start=True, timeout_s=8 * 86400), "--flex-start jobs run at most 7 days"),
+    ("L4", dict(flex_start=True, timeout_s=7 * 86400 + 60),  # it said "--timeout is 168 h", the limit itself
+     "--flex-start jobs run at most 7 days (604800s); --timeout is 604860s: give --timeout 7d or less"),
     ("A100x8", dict(flex_start=True, reduction_server=2), "drop --reduction-server or --flex-start"),
     ("H200", dict(flex_start=True, spot=True), "--spot and --flex-start exclude each other"),
     ("H200", dict(flex_start=True, reservation="any"), "--flex-start and --reservation exclude each other"),

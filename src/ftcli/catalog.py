@@ -502,7 +502,9 @@ def provisioning_problems(hw: Hardware, *, spot: bool, flex_start: bool, reserva
             problems.append(f"--flex-start takes {', '.join(sorted(FLEX_START_GPUS))} GPUs, not "
                             f"{hw.gpu_name or 'a CPU machine'}: drop --flex-start or pick one of those")
         if timeout_s > FLEX_START_MAX_TIMEOUT_S:
-            problems.append(f"--flex-start jobs run at most 7 days; --timeout is {timeout_s // 3600} h")
+            # in seconds: 7 days and a minute said "--timeout is 168 h", the limit itself
+            problems.append(f"--flex-start jobs run at most 7 days ({FLEX_START_MAX_TIMEOUT_S}s); --timeout is "
+                            f"{timeout_s}s: give --timeout 7d or less")
         if reduction_server:
             problems.append("--flex-start needs the same machine in every worker pool, and Reduction Server "
                             "replicas run on n1-highcpu-16: drop --reduction-server or --flex-start")
