@@ -89,6 +89,9 @@ REDUCTION_SERVER_PLUGIN = (
 )
 REDUCTION_SERVER_START_SCRIPT = _STRICT + REDUCTION_SERVER_PLUGIN + _RUN_TRAINER
 WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
+# WorkerPoolSpec.replica_count is an int64 (aiplatform_v1 custom_job.py in google-cloud-aiplatform 2.7.0, read
+# 2026-11-27): more does not even convert to the message.
+MAX_REPLICA_COUNT = 2**63 - 1
 
 # Label rules, Google Cloud's "Requirements for labels"
 # (https://cloud.google.com/resource-manager/docs/creating-managing-labels#requirements, the same list on
@@ -264,8 +267,14 @@ def topology_problems(replicas: int, reduction_server: int, gpu: bool) -> list[s
     problems = []
     if replicas < 1:
         problems.append(f"--replicas must be 1 or more (got {replicas})")
+    elif replicas > MAX_REPLICA_COUNT:  # it broke the create call, after the upload, with a traceback
+        problems.append(f"--replicas {replicas} is more than a worker pool's replicaCount can hold "
+                        f"({MAX_REPLICA_COUNT})")
     if reduction_server < 0:
         problems.append(f"--reduction-server must be 0 or more (got {reduction_server})")
+    elif reduction_server > MAX_REPLICA_COUNT:
+        problems.append(f"--reduction-server {reduction_server} is more than a worker pool's replicaCount can hold "
+                        f"({MAX_REPLICA_COUNT})")
     elif reduction_server > 0:
         # Reduction Server only speeds up all-reduce between machines, and only NCCL's (GPU) all-reduce.
         if replicas < 2:

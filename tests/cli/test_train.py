@@ -164,6 +164,9 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--gpu", "T4x3"], "T4 comes in counts 1, 2, 4"),
     (["--gpu", "L4", "--machine-type", "n1-standard-8"], "g2-standard"),
     (["--epochs", "0", "--replicas", "0"], "--replicas"),
+    # past replicaCount's int64: it broke the create call, after the upload, with a traceback
+    (["--replicas", str(2**63 + 1)], f"--replicas {2**63 + 1} is more than a worker pool's replicaCount can hold"),
+    (["--gpu", "A100x8", "--replicas", "2", "--reduction-server", str(2**64)], "--reduction-server 1844"),
     (["--region", "us-centrall1"], "did you mean us-central1"),
     (["--train-file", "/no/such.csv", "--task", "csv"], "no such file"),
     (["--train-file", "/", "--task", "csv"], "--train-file / is a folder; give a CSV or JSON Lines file in it"),
