@@ -113,12 +113,17 @@ def _label_letter(c: str) -> bool:
 
 def _label_text_ok(text: str) -> bool:
     return len(text) <= MAX_LABEL_CHARS and all(c in "_-" or c.isdigit() or _label_letter(c) for c in text)
+
+
 # CustomJob.displayName: "The name can be up to 128 characters long and can consist of any UTF-8 characters" (REST
 # CustomJob, https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs, read
-# 2026-11-27); ftcli is stricter on / \ and control characters for its own reasons (below), not Google's.
+# 2026-11-27; the same in the installed aiplatform_v1 CustomJob.display_name docstring, read 2026-11-27); ftcli is
+# stricter on control characters for its own reason (below), not Google's.
 _MAX_DISPLAY_NAME = 128
-# A display name becomes a folder name and a console title: no path separators or control characters.
-_DISPLAY_NAME = re.compile(r"[^/\\\x00-\x1f\x7f]+")
+# A display name is shown on one line (jobs list, the console's title): no control characters. A / or \ is taken, as
+# Vertex takes it: nothing makes a folder of a display name (downloads are named by the numeric job id, and the run's
+# output folder by the name's label form).
+_DISPLAY_NAME = re.compile(r"[^\x00-\x1f\x7f]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -242,8 +247,8 @@ def _check(req: JobRequest) -> None:
     if not req.display_name.strip():
         problems.append("the job's display name is empty: give it a name")
     elif not _DISPLAY_NAME.fullmatch(req.display_name):
-        problems.append(f"the job's display name {req.display_name!r} has a / or \\ or a control character: use "
-                        "letters, digits, spaces and - _ . :")
+        problems.append(f"the job's display name {req.display_name!r} has a control character (a tab, a newline, "
+                        "...): ftcli shows it on one line; use printable characters")
     elif len(req.display_name) > _MAX_DISPLAY_NAME:
         problems.append(f"the job's display name has {len(req.display_name)} characters; Vertex allows at most "
                         f"{_MAX_DISPLAY_NAME}")

@@ -211,7 +211,7 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
      "pytorch-gpu.2-4.py310 has Python 3.10; the trainer needs Python >=3.11"),
     (["--max-wait", "2h"], "--max-wait is how long a --flex-start job queues"),
     (["--gpu", "L4", "--region", "europe-west6"], "europe-west6 does not offer L4 GPUs for training: try --region"),
-    (["--display-name", "../../etc"], "has a / or"),
+    (["--display-name", "exp\t1"], "has a control character"),
     (["--gpu", "T4", "--varlen-attention"], "--varlen-attention would be left off in this job (torch's flash "
      "kernel needs compute capability 8.0 or later, and this GPU has 7.5): leave it out"),
     (["--gpu", "L4", "--varlen-attention", "--precision", "fp32"], "computes in bf16 or fp16, and this run is fp32"),
@@ -223,6 +223,16 @@ def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, 
     assert r.code == 2, r.err
     assert needle in r.err and "Traceback" not in r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_a_display_name_with_a_slash_reaches_vertex_as_written(capsys, cloud_env):
+    # Vertex: "can consist of any UTF-8 characters"; ftcli refused / and \ as if the name became a folder (none does)
+    gcs, vertex = cloud_env
+    name = "bert-large/mnli lr=2e-5 \\ try 2"
+    out = submitted(capsys, "--task", "imdb", "--gpu", "L4", "--display-name", name)
+    (job,) = vertex.jobs.values()
+    assert job.display_name == name == out["display_name"]
+    assert out["base_output_dir"].startswith("gs://ftcli-test/team/ftcli/runs/bert-large-mnli-lr-2e-5---try-2-")
 
 
 @pytest.mark.parametrize("value", ["0", "0s", "0h"])
