@@ -229,6 +229,11 @@ CONFIGS = {
     "RTX-PRO-6000": ["--gpu", "RTX-PRO-6000"],
     "RTX-PRO-6000x8-spot": ["--gpu", "RTX-PRO-6000x8", "--spot"],
     "H100-flex-start": ["--gpu", "H100", "--flex-start"],
+    # maxWaitDuration 0: "waits indefinitely" (https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws,
+    # read 2026-11-27)
+    "L4-flex-start-wait-forever": ["--gpu", "L4", "--flex-start", "--max-wait", "0"],
+    "international-labels-and-a-slash": ["--gpu", "L4", "--labels", "équipe=recherche,チーム=開発", "--display-name",
+                                         "bert/mnli \\ 2"],
     "cpu": ["--gpu", "none"],
     "cpu-follow": ["--gpu", "none", "--follow"],  # --follow, the default, may be written out (--detach/--follow)
 }
