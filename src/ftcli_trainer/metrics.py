@@ -49,9 +49,13 @@ def single_label(logits: np.ndarray, labels: np.ndarray, names: list[str], extra
     fn = cm.sum(axis=1) - tp
     p, r, f = _prf(tp, fp, fn)
     support = cm.sum(axis=1)
+    # Macro-F1 over the labels that occur in the eval set or in its predictions, as scikit-learn's f1_score
+    # (average="macro") and so the HF Trainer's usual compute_metrics count it: a label with neither has no F1,
+    # and counting it as 0 held a 3-label run whose rare label missed the held-out rows to at most 0.667.
+    seen = (support + cm.sum(axis=0)) > 0
     out = {
         "accuracy": float((pred == labels).mean()),
-        "macro_f1": float(f.mean()),
+        "macro_f1": float(f[seen].mean()) if seen.any() else 0.0,
         "per_label": _per_label(names, p, r, f, support),
         "confusion_matrix": cm.tolist(),
     }

@@ -20,6 +20,16 @@ def test_single_label_matches_scikit_learn():
     assert [m["per_label"][n]["support"] for n in "abc"] == list(s)
 
 
+def test_macro_f1_leaves_out_a_label_absent_from_the_eval_set_and_its_predictions_as_scikit_learn():
+    # A rare label that missed the held-out rows counted as F1 0: three labels, two predicted perfectly, said 0.667.
+    labels = np.array([0, 1, 0, 1, 3, 0])
+    logits = np.eye(4)[[0, 1, 0, 1, 3, 2]] * 3.0  # label 2: absent from the truth but predicted once (counts, 0)
+    m = metrics.single_label(logits, labels, list("abcd"))
+    assert m["macro_f1"] == pytest.approx(sk.f1_score(labels, logits.argmax(1), average="macro"))
+    m = metrics.single_label(np.eye(3)[[0, 1, 0, 1]], np.array([0, 1, 0, 1]), ["a", "b", "rare"])
+    assert m["macro_f1"] == 1.0 and m["per_label"]["rare"]["support"] == 0
+
+
 def test_multi_label_matches_scikit_learn():
     rng = np.random.default_rng(1)
     labels = (rng.random((300, 4)) < 0.3).astype(np.float32)
