@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -631,6 +632,9 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         evals = {"eval": train.subset(np.sort(perm[:n_eval]))}
         train = train.subset(np.sort(perm[n_eval:]))
 
+    multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
+    if not cfg.regression:  # on the data as given, before --max-*-samples: a smoke run says what the job would
+        _warn_thin_labels(train, evals, names, multi_label)
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(train):
         train = train.subset(_subset_idx(len(train), cfg.max_train_samples, cfg.seed))
     elif cfg.fraction_of_train_data is not None:
@@ -640,12 +644,42 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         k = cfg.max_eval_samples
         evals = {name: ex.subset(_subset_idx(len(ex), k, cfg.seed)) if k < len(ex) else ex
                  for name, ex in evals.items()}
-    multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
     if cfg.regression:
         _check_targets_vary(train.labels, "the training data")
     elif not multi_label and len(names) < 2:
         raise DataError(f"the training data has only one label ({names[0]!r}); a classifier needs at least two")
     return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label, regression=cfg.regression)
+
+
+MIN_TRAIN_EXAMPLES = 3  # fewer examples of a label than this: said before training, not found out from the scores
+_NAMED = 5  # labels named in such a warning; the rest are counted
+
+
+def _warn_thin_labels(train_ex: Examples, evals: dict[str, Examples], names: list[str], multi_label: bool) -> None:
+    """Say which labels have (almost) nothing to learn from, or nothing to be scored on in the first eval set: a
+    label with one row trained silently, and the split could leave it out of the held-out rows altogether."""
+    k = len(names)
+
+    def counts(ex: Examples) -> np.ndarray:
+        return ex.labels.sum(axis=0) if multi_label else np.bincount(ex.labels, minlength=k)
+
+    def named(idx: np.ndarray, what: Callable[[int], str]) -> str:
+        shown = ", ".join(f"{names[i]!r} ({what(i)})" for i in idx[:_NAMED])
+        return shown + (f" and {len(idx) - _NAMED} more" if len(idx) > _NAMED else "")
+
+    train = counts(train_ex)
+    eval_name, first = next(iter(evals.items()))
+    scored = counts(first)
+    thin = np.flatnonzero(train < MIN_TRAIN_EXAMPLES)
+    if len(thin):
+        log.warning("%d of %d labels have fewer than %d training examples, too few to learn: %s; add examples, "
+                    "or merge or drop those labels", len(thin), k, MIN_TRAIN_EXAMPLES,
+                    named(thin, lambda i: f"{int(train[i])} train, {int(scored[i])} {eval_name}"))
+    unscored = np.flatnonzero((scored == 0) & (train >= MIN_TRAIN_EXAMPLES))
+    if len(unscored):
+        log.warning("%d of %d labels have no example in the %s set, so it cannot score them: %s; give --eval-file "
+                    "with examples of each, or a larger --eval-fraction", len(unscored), k, eval_name,
+                    named(unscored, lambda i: f"{int(train[i])} train"))
 
 
 def _check_targets_vary(targets: np.ndarray, shown: str) -> None:

@@ -50,6 +50,37 @@ def test_labels_that_differ_otherwise_say_nothing(tmp_path, caplog):
     assert not [r for r in caplog.records if "differ only in case" in r.getMessage()]
 
 
+def test_labels_with_too_few_examples_to_learn_or_score_are_said_before_training(tmp_path, caplog):
+    # A label with one row trained silently, and the held-out split left it out of the eval set.
+    rows = [(f"good {i}", "pos") for i in range(40)] + [(f"bad {i}", "neg") for i in range(40)] + [("odd", "rare")]
+    rows += [(f"mid {i}", f"m{i % 7}") for i in range(7 * 3)]  # 7 labels of 3 rows: learnable, likely unscored
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], rows)
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        data = load("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.1")
+    said = [r.getMessage() for r in caplog.records]
+    train = np.bincount(data.train.labels, minlength=10)
+    scored = np.bincount(data.evals["eval"].labels, minlength=10)
+    thin = [n for i, n in enumerate(data.label_names) if train[i] < 3]
+    assert "rare" in thin
+    (line,) = [x for x in said if "too few to learn" in x]
+    assert line.startswith(f"{len(thin)} of 10 labels have fewer than 3 training examples, too few to learn: ")
+    rare = data.label_names.index("rare")
+    assert f"'rare' ({train[rare]} train, {scored[rare]} eval)" in line
+    unscored = [i for i in range(10) if scored[i] == 0 and train[i] >= 3]
+    assert unscored  # 10 labels, 11 held-out rows, most of them pos/neg
+    (line,) = [x for x in said if "cannot score" in x]
+    assert line.startswith(f"{len(unscored)} of 10 labels have no example in the eval set, so it cannot score them: ")
+    assert ("more; give --eval-file" in line) == (len(unscored) > 5)
+
+
+def test_labels_enough_to_learn_and_score_say_nothing(tmp_path, caplog):
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"w {i}", "abc"[i % 3]) for i in range(90)])
+    eval_path = write_csv(tmp_path / "e.csv", ["text", "label"], [("x", "a"), ("y", "b"), ("z", "c")])
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        load("--task", "csv", "--train-file", str(path), "--eval-file", str(eval_path))
+    assert caplog.records == []
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_equal_numbers_are_one_class(tmp_path, fmt):
     values = [1, 1.0, 0, 0.0, "1", "1.0", " 0 "]
