@@ -52,6 +52,9 @@ def warmup_steps(total: int, ratio: float) -> int:
 # model; --compile now compiles one layer's code for all of them (23 s against 108 s for BERT-base on the 2-core
 # CPU machine), so this bound is conservative until a GPU run measures the regional compile.
 COMPILE_MIN_STEPS = 5000
+# A second SIGINT sooner than this after the first is the same Ctrl-C delivered twice (to the process group and
+# passed on by ftcli), not the user's "Ctrl-C again, stop at once".
+SAME_CTRL_C_S = 1.0
 
 
 # On a CPU (bench/cpu_compile.py, MiniLM-L6, 32 rows, fp32, 2 cores, 2026-11-26): the compiled layers' steps were
@@ -339,10 +342,18 @@ class Trainer:
             # checkpoint, exit non-zero so the worker is restarted and resumes.
             self._stop_requested = signal.SIGTERM
 
+        first_sigint: list[float] = []
+
         def on_sigint(signum, frame):
             # Ctrl-C lost up to a whole epoch (no checkpoint until its end by default): keep the work done so far.
+            now = time.monotonic()
+            if first_sigint and now - first_sigint[0] < SAME_CTRL_C_S:
+                # The same Ctrl-C again: a SIGINT to the whole process group reaches the trainer and ftcli, which
+                # passes its copy on; taken for "Ctrl-C again", it cut the checkpoint short.
+                return
             if self._stop_requested:
                 raise KeyboardInterrupt
+            first_sigint.append(now)
             self._stop_requested = signal.SIGINT
             os.write(2, b"\nCtrl-C: finishing this step and writing a checkpoint (Ctrl-C again stops at once)\n")
 

@@ -185,15 +185,16 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
-def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str):
+def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str, group: bool = False):
     """`ftcli local` on 500 epochs, sent `signum` once a stdout line starts with `after`: (exit status, stderr,
-    the trainer's pid)."""
+    the trainer's pid). `group`: ftcli leads a process group of its own, with no terminal, and the signal goes
+    to the whole group (`kill -INT -PGID`, a CI runner or a shell script stopping its job)."""
     import threading
 
     proc = subprocess.Popen([*FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
                              "--epochs", "500", "--log-every", "1", "--output-dir", str(tmp_path / "run")],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
+                            stdin=subprocess.DEVNULL, start_new_session=group, env={**os.environ, "COLUMNS": "200"})
     guard = threading.Timer(300, proc.kill)  # if the trainer never logs a step, fail instead of training 500 epochs
     guard.start()
     try:
@@ -201,7 +202,10 @@ def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str):
             if line.startswith(after):
                 break
         (child,) = _children(proc.pid)
-        proc.send_signal(signum)
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)
     finally:
         guard.cancel()
@@ -211,12 +215,15 @@ def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str):
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_ctrl_c_checkpoints_like_sigterm_and_says_how_to_resume(tmp_path, tiny_model, sentiment_csv):
+@pytest.mark.parametrize("group", [False, True], ids=["to_ftcli", "to_its_process_group"])
+def test_ctrl_c_checkpoints_like_sigterm_and_says_how_to_resume(tmp_path, tiny_model, sentiment_csv, group):
     # Ctrl-C lost everything since the last checkpoint (by default the last epoch's end), and said nothing of
-    # resuming. (Here the SIGINT reaches ftcli alone, as from `kill -INT`, and is passed on.)
+    # resuming. to_ftcli: the SIGINT reaches ftcli alone, as from `kill -INT`, and is passed on. to_its_process_group:
+    # with no terminal, the trainer got it twice (its own and ftcli's copy), took the second for "Ctrl-C again" and
+    # stopped without its checkpoint.
     import signal
 
-    code, err, _ = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGINT, "step 3/")
+    code, err, _ = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGINT, "step 3/", group)
     assert code == 130, err
     assert "Ctrl-C: finishing this step and writing a checkpoint" in err and "Traceback" not in err
     assert f"interrupted; checkpoints are in {tmp_path / 'run'}/checkpoints: the same command with --output-dir" in err

@@ -262,3 +262,29 @@ def test_every_epochs_last_step_is_logged_with_or_without_a_progress_bar(tmp_pat
     steps = json.loads((out / "model" / "metrics.json").read_text())["global_step"]
     train_steps = [r["step"] for r in rows if r["type"] == "train"]
     assert steps % 4 != 0 and train_steps[-1] == steps  # the last step is off the log cadence, and logged
+
+
+def test_the_same_ctrl_c_twice_is_one_and_a_later_one_stops_at_once(monkeypatch, capfd):
+    # A SIGINT to the whole process group arrives twice (the trainer's own, and ftcli's copy passed on): taken for
+    # "Ctrl-C again", it stopped the trainer before its checkpoint. A Ctrl-C pressed again later still stops at once.
+    import os
+    import signal
+    from types import SimpleNamespace
+
+    from ftcli_trainer import loop
+
+    clock = [100.0]
+    monkeypatch.setattr(loop.time, "monotonic", lambda: clock[0])
+    state = SimpleNamespace(_stop_requested=None)
+    previous = loop.Trainer.install_stop_handlers(state)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert state._stop_requested == signal.SIGINT
+        clock[0] += loop.SAME_CTRL_C_S / 2
+        os.kill(os.getpid(), signal.SIGINT)  # the copy: no KeyboardInterrupt
+        clock[0] += loop.SAME_CTRL_C_S
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        loop.Trainer.restore_stop_handlers(previous)
+    assert capfd.readouterr().err.count("Ctrl-C: finishing this step") == 1
