@@ -63,6 +63,21 @@ def test_a_study_file_with_flags_over_it(capsys, monkeypatch, tmp_path):
     assert list(params) == ["learning_rate", "batch_size", "epochs"]
 
 
+def test_one_trial_needs_no_parallel_flag(capsys, monkeypatch, tmp_path):
+    # the default of 2 trials at a time refused `--trials 1` ("--parallel must be between 1 and --trials (1), got 2")
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "tune", "--task", "mnli", "--trials", "1", "--project", "my-project", "--bucket",
+                "gs://b-1/x", "--dry-run")
+    assert r.code == 0, r.err
+    job = json.loads(r.out)
+    assert job["maxTrialCount"] == 1 and job["parallelTrialCount"] == 1
+    assert "study: 1 trial, 1 at a time" in r.err
+    r = run_cli(capsys, "tune", "--task", "mnli", "--trials", "0", "--project", "my-project", "--bucket",
+                "gs://b-1/x", "--dry-run")  # one problem, the one typed: not also the --parallel left out
+    assert r.code == 2 and r.err.splitlines()[0] == "error: --trials must be between 1 and 1000 (got 0)"
+    assert "--parallel" not in r.err
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     (None, "no such file"),
     ("trials = \n", "not valid TOML"),

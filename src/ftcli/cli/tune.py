@@ -30,7 +30,7 @@ def tune(
     trials: Annotated[Optional[int], typer.Option(  # noqa: UP045
         "--trials", help="Trials in all [default: 8].", rich_help_panel=TUNE)] = None,
     parallel: Annotated[Optional[int], typer.Option(  # noqa: UP045
-        "--parallel", help="Trials at a time [default: 2].", rich_help_panel=TUNE)] = None,
+        "--parallel", help="Trials at a time [default: 2, or 1 with --trials 1].", rich_help_panel=TUNE)] = None,
     search: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--search", help="NAME=loguniform(LOW,HIGH) | uniform(LOW,HIGH) | int(LOW,HIGH) | choice(A,B,...); repeat "
         "for each option [default: learning_rate=loguniform(1e-5,1e-4) and batch_size=choice(16,32)].",
@@ -77,7 +77,9 @@ def tune(
     search = merge_search(study.search, search or [])
     metric = metric or study.metric
     trials = trials if trials is not None else study.trials if study.trials is not None else 8
-    parallel = parallel if parallel is not None else study.parallel if study.parallel is not None else 2
+    # the default (2 at a time) never exceeds the trials asked for: `--trials 1` alone is one trial, not an error
+    parallel = parallel if parallel is not None else study.parallel if study.parallel is not None else \
+        max(1, min(2, trials))
     ts = tuning.plan(trainer=trainer, search=search, metric=metric, trials=trials, parallel=parallel,
                      **{**job, "labels": job["labels"] or []})
     for line in ts.sub.notes:
