@@ -56,6 +56,7 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     from ftcli import submit
     from ftcli.trainer_options import validate
     from ftcli_trainer.config import OPTIONS
+    from ftcli_trainer.model import model_problem
 
     problems = tune.count_problems(trials, parallel)
     params: list[tune.Param] = []
@@ -64,6 +65,10 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     except UsageError as e:
         problems += e.problems or [e.message]
     for p in params:
+        if p.name == "model":
+            # (--model itself is checked by the trial job's plan below; each searched model the same way)
+            problems += [f"--search {problem.removeprefix('--')}" for v in p.extremes
+                         if (problem := model_problem(str(v)))]
         for value in p.extremes:
             try:
                 validate({**trainer, p.name: value})
@@ -90,9 +95,36 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     if problems:
         raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the options:",
                          problems=problems if len(problems) > 1 else None)
+    params = [_upload_local_models(p, sub) if p.name == "model" else p for p in params]
     job = tune.build_tuning_job(sub.job, params, chosen, trials, parallel)
     job.setdefault("labels", {})[KIND_LABEL] = "tune"
     return TuningSubmission(sub, job, params, chosen)
+
+
+def _upload_local_models(p: tune.Param, sub: Submission) -> tune.Param:
+    """A local model folder among a model search's choices is not there inside the trials (`./my-model` reached
+    them as it was, and every trial that drew it failed): it is uploaded as `ftcli train` uploads --model DIR
+    (content-addressed, with the trial job's other uploads) and the trials get its /gcs/ path."""
+    from pathlib import Path
+
+    from ftcli.spec import gcs_mount_path
+    from ftcli.submit import folder_digest
+    from ftcli_trainer.model import MINILM_ALIASES
+
+    values = []
+    for value in p.spec["categoricalValueSpec"]["values"]:
+        folder = Path(value).expanduser()
+        if value not in MINILM_ALIASES and folder.is_dir():
+            digest, files = folder_digest(folder)
+            base = sub.settings.gcs_path("models", digest[:16])
+            sub.uploads += [u for f in files if (u := (f, f"{base}/{f.relative_to(folder).as_posix()}"))
+                            not in sub.uploads]
+            value = gcs_mount_path(base)
+        values.append(value)
+    if len(set(values)) < len(values):
+        raise UsageError(f"--search model: {', '.join(map(str, p.extremes))} holds the same model twice; "
+                         "give each model once")
+    return tune.Param(p.name, {**p.spec, "categoricalValueSpec": {"values": values}}, p.extremes)
 
 
 def submit(ts: TuningSubmission, *, notify=None, uploading=None) -> tuple[TuningJob, int, int]:

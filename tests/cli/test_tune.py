@@ -132,6 +132,38 @@ def test_bad_tuning_input_sends_nothing(capsys, cloud_env, args, needle):
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, cloud_env, tmp_path, tiny_model):
+    # `--search model=choice(./mine,...)` reached the trials as "./mine", which no trial container has; and a
+    # mistyped folder went out as a Hub id. A searched model is checked and uploaded as `--model DIR` is.
+    import shutil
+
+    gcs, vertex = cloud_env
+    data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(40, seed=1))
+    other = tmp_path / "other model"
+    shutil.copytree(tiny_model, other)
+    (other / "config.json").write_text((other / "config.json").read_text().replace("{", '{"note": "other",', 1))
+    common = ("tune", "--task", "csv", "--train-file", str(data), "--model", str(tiny_model), "--gpu", "none",
+              "--trials", "2", "--detach")
+    r = run_cli(capsys, *common, "--search", f"model=choice({tmp_path / 'nope'},bert-base-uncased)")
+    assert r.code == 2 and f"--search model {tmp_path / 'nope'}: no such folder" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+    r = run_cli(capsys, *common, "--search", f"model=choice({other},{tiny_model},bert-base-uncased)")
+    assert r.code == 0, r.err
+    (tj,) = vertex.tuning_jobs.values()
+    (spec,) = [p for p in tj.study_spec.parameters if p.parameter_id == "model"]
+    mine, theirs, hub = spec.categorical_value_spec.values
+    assert hub == "bert-base-uncased"
+    args = list(tj.trial_job_spec.worker_pool_specs[0].container_spec.args)
+    assert theirs == args[args.index("--model") + 1]  # --model DIR's own upload, the same folder
+    for value, folder in ((mine, other), (theirs, tiny_model)):
+        assert value.startswith("/gcs/ftcli-test/team/ftcli/models/")
+        prefix = value.removeprefix("/gcs/ftcli-test/") + "/"
+        for f in folder.iterdir():
+            assert gcs.read("ftcli-test", prefix + f.name) == f.read_bytes()
+    assert mine != theirs
+
+
 @pytest.fixture
 def tuned(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys, tmp_path, tiny_model):
     gcs, _ = cloud_env
