@@ -1,7 +1,8 @@
 """Models as core code: download a job's exported model, find the model `ftcli predict` means, classify texts.
 
-Downloading never deletes or escapes the destination. The model is read into a staging folder next to the
-destination first (nothing half-written is ever at the destination). A new or empty destination then receives it
+Downloading never deletes or escapes the destination. The model is read into a staging folder first (next to a
+new destination, inside an existing one: the same filesystem either way), so nothing half-written is ever at the
+destination. A new or empty destination then receives it
 whole; a non-empty one only with `force`, and then only the model's own files are put in place: every other file
 stays, and the completion marker goes last. Bytes are reported through a `progress(done, total)` callback.
 """
@@ -9,6 +10,7 @@ stays, and the completion marker goes last. Bytes are reported through a `progre
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,12 +23,14 @@ from ftcli.values import Job, JobName
 from ftcli_trainer.storage import (
     COMPLETE_MARKER,
     UnsafeObjectName,
+    clean_stale_staging,
     relative_object_path,
     split_gcs,
     staging_dir,
 )
 
 MODELS_DIR = "ftcli-models"
+INSIDE_STAGING = "ftcli-download"  # .ftcli-download.tmp-PID-XXXXXXXX, inside a destination that exists
 
 
 def model_uri_of(job: Job) -> str:
@@ -172,11 +176,17 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     if not any(rel == PurePosixPath(COMPLETE_MARKER) for _, rel, _ in files):
         raise _no_complete_model(job, uri, shown or name.id)
     dest = dest or default_destination(name)
+    where = Path(os.path.abspath(dest))
+    if where.is_dir():
+        # A folder that exists stages inside itself: its parent may be another filesystem (the folder is a mount
+        # point: a Docker volume, a mounted disk), where every move in failed with EXDEV after the whole download.
+        # What a dead download left there is removed first, so that it does not make the folder "not empty".
+        clean_stale_staging(where, re.escape(f".{INSIDE_STAGING}"))
     if not force and _holds(dest, files, {o.name: o.crc32c for o in objects}):
         return Downloaded(dest, job, len(files), 0, already=True)
     check_destination(dest, force)
-    where = Path(os.path.abspath(dest))
-    staging = staging_dir(where.parent, where.name or "download")
+    staging = staging_dir(where, INSIDE_STAGING) if where.is_dir() else staging_dir(where.parent,
+                                                                                       where.name or "download")
     try:
         bucket, _ = split_gcs(uri)
         sent = storage.download_objects(bucket, [(n, staging.joinpath(*rel.parts)) for n, rel, _ in files],

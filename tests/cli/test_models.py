@@ -228,6 +228,39 @@ def test_stale_staging_of_a_dead_download_is_cleaned(capsys, job, tmp_path):
     assert mine.exists()
 
 
+def test_an_existing_folder_is_staged_inside_itself_not_beside_it(job, tmp_path):
+    # Staged beside it, a folder that is a mount point (a Docker volume, a mounted disk) got the whole download on
+    # the parent's filesystem and then every move in failed: "Invalid cross-device link".
+    from ftcli.models import download_model
+    from ftcli.values import JobName
+
+    out = tmp_path / "out"
+    out.mkdir()
+    beside, inside = [], []
+
+    def progress(done, total):
+        beside.extend(p.name for p in tmp_path.iterdir() if ".tmp-" in p.name)
+        inside.extend(p.name for p in out.iterdir() if ".tmp-" in p.name)
+
+    got = download_model(JobName.parse(job), out, progress=progress)
+    assert got.files == len(MODEL) and tree(out) == MODEL
+    assert beside == [] and inside and all(n.startswith(".ftcli-download.tmp-") for n in inside)
+
+
+def test_what_a_dead_download_left_inside_a_folder_does_not_make_it_not_empty(capsys, job, tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    out = tmp_path / "out"
+    stale = out / f".ftcli-download.tmp-{int(dead.stdout)}-abcd1234"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"half")
+    r = run_cli(capsys, "download", job, "out")
+    assert r.code == 0, r.err
+    assert tree(out) == MODEL and not stale.exists()
+
+
 @pytest.mark.parametrize("damage", ["config", "weights"])
 def test_predict_on_a_corrupt_model_is_one_line(capsys, tmp_path, tiny_model, damage):
     import shutil
