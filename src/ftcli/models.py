@@ -48,6 +48,10 @@ def check_destination(dest: Path, force: bool) -> None:
     """Refuse, before anything is downloaded, a destination that is a file, or a non-empty folder without force."""
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest} is not a folder", hint="give a folder (new or empty) for the model")
+    if dest.is_symlink() and not dest.exists():
+        # (found here, not by the rename onto the link after the whole download: "Not a directory")
+        raise UsageError(f"{dest} is a link to {os.readlink(dest)}, which does not exist",
+                         hint="create the folder it points to, or give another folder for the model")
     if dest.is_dir() and not force and any(dest.iterdir()):
         raise UsageError(f"{dest} is not empty",
                          hint="give a new or empty folder, or --force to write the model's files into it "

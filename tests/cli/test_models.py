@@ -228,6 +228,16 @@ def test_stale_staging_of_a_dead_download_is_cleaned(capsys, job, tmp_path):
     assert mine.exists()
 
 
+def test_a_destination_that_is_a_dangling_link_is_refused_before_downloading(capsys, job, tmp_path):
+    # it failed after the whole download, renaming onto the link: "cannot use ...: Not a directory"
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    r = run_cli(capsys, "download", job, "out")
+    assert r.code == 2 and r.err.startswith(f"error: out is a link to {tmp_path / 'gone'}, which does not exist")
+    assert "Traceback" not in r.err
+    assert sorted(p.name for p in tmp_path.iterdir() if ".tmp-" in p.name or p.name == "gone") == []
+    assert os.readlink(tmp_path / "out") == str(tmp_path / "gone")
+
+
 def test_an_existing_folder_is_staged_inside_itself_not_beside_it(job, tmp_path):
     # Staged beside it, a folder that is a mount point (a Docker volume, a mounted disk) got the whole download on
     # the parent's filesystem and then every move in failed: "Invalid cross-device link".
