@@ -17,10 +17,10 @@ from tests.cli.helpers import wait_for_child
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
 
 
-def ctrl_c_train(args: list[str], env: dict, cwd, ready) -> tuple[int, str, str]:
-    """Start `ftcli train ARGS`, press Ctrl-C once `ready()` holds (it asserts), and return (exit status, stdout,
-    stderr); the process never outlives the test."""
-    proc = subprocess.Popen([*FTCLI, "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def ctrl_c_train(args: list[str], env: dict, cwd, ready, command: str = "train") -> tuple[int, str, str]:
+    """Start `ftcli train ARGS` (or `command`), press Ctrl-C once `ready()` holds (it asserts), and return (exit
+    status, stdout, stderr); the process never outlives the test."""
+    proc = subprocess.Popen([*FTCLI, command, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=cwd)
     try:
         wait_for_child(proc, ready)
@@ -33,8 +33,9 @@ def ctrl_c_train(args: list[str], env: dict, cwd, ready) -> tuple[int, str, str]
 
 
 class SlowCreateProxy:
-    """A gRPC proxy in front of the JobService emulator that holds CreateCustomJob's answer for `delay` seconds
-    after the job exists: the window in which a Ctrl-C used to leave a running job unnamed."""
+    """A gRPC proxy in front of the JobService emulator that holds CreateCustomJob's (and
+    CreateHyperparameterTuningJob's) answer for `delay` seconds after the job exists: the window in which a Ctrl-C
+    used to leave a running job unnamed."""
 
     def __init__(self, upstream: str, delay: float):
         self.upstream = grpc.insecure_channel(upstream)
@@ -53,7 +54,7 @@ class SlowCreateProxy:
                         response = call(request, timeout=30)
                     except grpc.RpcError as e:
                         context.abort(e.code(), e.details())
-                    if method.endswith("/CreateCustomJob"):
+                    if method.endswith(("/CreateCustomJob", "/CreateHyperparameterTuningJob")):
                         proxy.created.set()
                         time.sleep(proxy.delay)
                     return response

@@ -95,7 +95,10 @@ def tune(
         print(json.dumps(ts.job, indent=2))
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {ts.sub.package_uri}[/]")
         return
-    created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
+    try:
+        created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
+    except KeyboardInterrupt:
+        raise typer.Exit(_interrupted_submission(ts)) from None
     if json_out:
         emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
                    "display_name": created.display_name, "console_url": created.name.console_url,
@@ -112,6 +115,26 @@ def tune(
     code = _follow(created.name, n)
     if code:
         raise typer.Exit(code)
+
+
+def _interrupted_submission(ts) -> int:
+    """Ctrl-C while submitting: say whether a tuning job exists, and name it when it does (as `ftcli train` does);
+    exit 130."""
+    from ftcli import tuning
+    from ftcli.output import err
+
+    looked, job, n = tuning.recover(ts)
+    if not looked:
+        line = (f"interrupted; a tuning job may have been created: ftcli jobs list shows it (label "
+                f"ftcli_submission={ts.sub.submission_id})")
+    elif job is None:
+        line = "interrupted before the tuning job was created; nothing is running"
+    else:
+        ref = str(n) if n else job.name.full
+        line = (f"interrupted; tuning job {f'#{n} ' if n else ''}{job.name.id} keeps running ({job.name.full}). "
+                f"Follow it: ftcli jobs describe {ref}   cancel it: ftcli jobs cancel {ref}")
+    err().print("\n" + line, markup=False, highlight=False)
+    return 130
 
 
 def _follow(name, n: int) -> int:

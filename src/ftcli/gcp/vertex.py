@@ -211,6 +211,14 @@ class VertexGateway:
             lambda: next(iter(self.client.list_hyperparameter_tuning_jobs(request=self._mine(submission_id),
                                                                           retry=None, timeout=60)), None)))
 
+    def find_tuning_by_submission(self, submission_id: str) -> TuningJob | None:
+        """The tuning job a submission created, if any (one try: a Ctrl-C is waiting on it)."""
+        with guard(service="vertex", project=self.project, region=self.region, endpoint=self.endpoint,
+                   endpoint_var=ENDPOINT_VAR):
+            found = next(iter(self.client.list_hyperparameter_tuning_jobs(request=self._mine(submission_id),
+                                                                          retry=None, timeout=60)), None)
+        return to_tuning(found) if found is not None else None
+
     def get_tuning(self, name: TuningName) -> TuningJob:
         return to_tuning(self._named_call(f"tuning job {name.id}", "GetHyperparameterTuningJob",
                                           lambda: self.client.get_hyperparameter_tuning_job(name=name.full, retry=None,
