@@ -277,3 +277,21 @@ def test_p100_warns_of_its_end_of_support(capsys, monkeypatch, tmp_path):
     assert [line for line in r.err.splitlines() if "end of support" in line] == [
         "note: NVIDIA P100 GPUs reached end of support on Vertex AI on September 15, 2026: jobs may be refused "
         "or lose capacity; use --gpu T4 or --gpu L4 instead"]
+
+
+def test_a_failed_study_says_which_log_tells_why(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys,
+                                                  tmp_path, tiny_model):
+    # it ended with "tuning job #1 FAILED: All trials failed." and nothing on where the reason is
+    monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", running_vertex.endpoint)
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
+    monkeypatch.setattr(cloud_logging, "project", "test-project")
+    data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(40, seed=5))
+    r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(data), "--model", str(tiny_model),
+                "--gpu", "none", "--epochs", "1", "--trials", "1",
+                "--search", "max_length=int(200,300)")  # the tiny model has 128 positions: the trial fails at start
+    assert r.code == 3, r.err
+    assert "tuning job #1 FAILED" in r.err
+    assert "hint: ftcli logs 1 --trial 1 shows why trial 1 failed" in r.err
+    logs = run_cli(capsys, "logs", "1", "--trial", "1", "--no-follow")
+    assert "--max-length" in logs.out + logs.err

@@ -172,6 +172,11 @@ def _follow(name, n: int) -> int:
         return 0
     err().print(f"tuning job #{n} {job.state}" + (f": {job.error}" if job.error else ""), markup=False,
                 highlight=False)
+    failed = [t for t in job.trials if t.value is None and t.job is not None]
+    if job.state == "FAILED" and failed:
+        # the study's error says only that trials failed; the trial's own log says why
+        err().print(f"hint: ftcli logs {n} --trial {failed[-1].id} shows why trial {failed[-1].id} failed",
+                    markup=False, highlight=False)
     return 3
 
 
