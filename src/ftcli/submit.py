@@ -409,16 +409,18 @@ def submit(sub: Submission, *, notify=None, uploading=None) -> tuple[Any, int, i
     return job, n, sent
 
 
-def recover(sub: Submission) -> tuple[bool, Any, int | None]:
-    """After Ctrl-C during `submit`: the create call may have reached Vertex even though its answer did not reach
-    us. Look for this submission's job (by its label), so that a running job is never left unnamed, and give it a
-    short id. Returns (looked, job or None, short id or None); looked is False when Vertex could not be asked."""
+def recover(sub: Submission, *, tuning: bool = False) -> tuple[bool, Any, int | None]:
+    """After Ctrl-C during `submit` (`tuning`: during `tuning.submit`): the create call may have reached Vertex even
+    though its answer did not reach us. Look for this submission's job (by its label), so that a running job is
+    never left unnamed, and give it a short id. Returns (looked, job or None, short id or None); looked is False
+    when Vertex could not be asked."""
     from ftcli.gcp.vertex import get_vertex
 
     if not sub.create_sent:  # interrupted while checking or uploading: no create call was made
         return True, None, None
     try:
-        job = get_vertex(sub.settings.project, sub.settings.region).find_by_submission(sub.submission_id)
+        job = get_vertex(sub.settings.project, sub.settings.region).find_by_submission(sub.submission_id,
+                                                                                        tuning=tuning)
     except (KeyboardInterrupt, Exception):  # noqa: BLE001 - a second Ctrl-C, or no answer: say what we know
         return False, None, None
     if job is None:
@@ -427,7 +429,8 @@ def recover(sub: Submission) -> tuple[bool, Any, int | None]:
     if n is None:
         try:
             n = history.record(job.name.full, sub.display_name, project=sub.settings.project,
-                               region=sub.settings.region, base_output_dir=sub.base_output_dir)
+                               region=sub.settings.region, base_output_dir=sub.base_output_dir,
+                               **({"kind": "tune"} if tuning else {}))
         except Exception:  # noqa: BLE001 - the job still gets named
             n = None
     return True, job, n

@@ -143,31 +143,6 @@ def submit(ts: TuningSubmission, *, notify=None, uploading=None) -> tuple[Tuning
     return job, n, sent
 
 
-def recover(ts: TuningSubmission) -> tuple[bool, TuningJob | None, int | None]:
-    """After Ctrl-C during `submit`, as `ftcli.submit.recover` for a training job: the create call may have reached
-    Vertex though its answer did not reach us; find the tuning job by its submission label and give it a short id.
-    Returns (looked, job or None, short id or None); looked is False when Vertex could not be asked."""
-    from ftcli.gcp.vertex import get_vertex
-
-    sub = ts.sub
-    if not sub.create_sent:  # interrupted while checking or uploading: no create call was made
-        return True, None, None
-    try:
-        job = get_vertex(sub.settings.project, sub.settings.region).find_tuning_by_submission(sub.submission_id)
-    except (KeyboardInterrupt, Exception):  # noqa: BLE001 - a second Ctrl-C, or no answer: say what we know
-        return False, None, None
-    if job is None:
-        return True, None, None
-    n = history.short_id(job.name)
-    if n is None:
-        try:
-            n = history.record(job.name.full, sub.display_name, project=sub.settings.project,
-                               region=sub.settings.region, base_output_dir=sub.base_output_dir, kind="tune")
-        except Exception:  # noqa: BLE001 - the job still gets named
-            n = None
-    return True, job, n
-
-
 def get(name: TuningName, notify=None) -> TuningJob:
     from ftcli.gcp.vertex import get_vertex
 

@@ -9,7 +9,7 @@ import typer
 
 from ftcli.cli.options import with_job_options
 from ftcli.trainer_options import with_trainer_options
-from ftcli.values import JobName
+from ftcli.values import JobName, TuningName
 
 
 @with_trainer_options(exclude=frozenset({"output_dir"}))
@@ -86,7 +86,7 @@ def train(
         try:
             created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start)
         except KeyboardInterrupt:
-            raise typer.Exit(_interrupted_submission([c.sub for c in cands[start:]])) from None
+            raise typer.Exit(interrupted_submission([c.sub for c in cands[start:]])) from None
         sub = cands[start].sub
         code = _report_and_follow(created, n, sent, sub, detach=detach, json_out=json_out)
         if code == 3 and start + 1 < len(cands):
@@ -131,30 +131,32 @@ def _report_and_follow(created, n: int, sent: int, sub, *, detach: bool, json_ou
         raise typer.Exit(130) from None
 
 
-def _say_job_keeps_running(name: JobName, n: int | None) -> None:
+def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
     from ftcli.output import err
 
     ref = str(n) if n else name.full
-    err().print(f"\ninterrupted; job {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
-                f"Follow it: ftcli logs {ref}   cancel it: ftcli jobs cancel {ref}")
+    what, follow = ("tuning job", "jobs describe") if isinstance(name, TuningName) else ("job", "logs")
+    err().print(f"\ninterrupted; {what} {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
+                f"Follow it: ftcli {follow} {ref}   cancel it: ftcli jobs cancel {ref}", markup=False, highlight=False)
 
 
-def _interrupted_submission(subs) -> int:
-    """Ctrl-C while submitting (any of the candidates still to try): say whether a job exists, and name it when it
-    does; exit 130."""
+def interrupted_submission(subs, *, tuning: bool = False) -> int:
+    """Ctrl-C while submitting (any of the candidates still to try; `tuning`: a tuning job's submission): say
+    whether a job exists, and name it when it does; exit 130."""
     from ftcli import submit
     from ftcli.output import err
 
+    what = "tuning job" if tuning else "job"
     for sub in subs:
-        looked, job, n = submit.recover(sub)
+        looked, job, n = submit.recover(sub, tuning=tuning)
         if not looked:
-            err().print(f"\ninterrupted; a job may have been created: ftcli jobs list shows it (label "
-                        f"ftcli_submission={sub.submission_id})")
+            err().print(f"\ninterrupted; a {what} may have been created: ftcli jobs list shows it (label "
+                        f"ftcli_submission={sub.submission_id})", markup=False, highlight=False)
             return 130
         if job is not None:
             _say_job_keeps_running(job.name, n)
             return 130
-    err().print("\ninterrupted before the job was created; nothing is running")
+    err().print(f"\ninterrupted before the {what} was created; nothing is running", markup=False, highlight=False)
     return 130
 
 

@@ -98,7 +98,9 @@ def tune(
     try:
         created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
     except KeyboardInterrupt:
-        raise typer.Exit(_interrupted_submission(ts)) from None
+        from ftcli.cli.train import interrupted_submission
+
+        raise typer.Exit(interrupted_submission([ts.sub], tuning=True)) from None
     if json_out:
         emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
                    "display_name": created.display_name, "console_url": created.name.console_url,
@@ -115,26 +117,6 @@ def tune(
     code = _follow(created.name, n)
     if code:
         raise typer.Exit(code)
-
-
-def _interrupted_submission(ts) -> int:
-    """Ctrl-C while submitting: say whether a tuning job exists, and name it when it does (as `ftcli train` does);
-    exit 130."""
-    from ftcli import tuning
-    from ftcli.output import err
-
-    looked, job, n = tuning.recover(ts)
-    if not looked:
-        line = (f"interrupted; a tuning job may have been created: ftcli jobs list shows it (label "
-                f"ftcli_submission={ts.sub.submission_id})")
-    elif job is None:
-        line = "interrupted before the tuning job was created; nothing is running"
-    else:
-        ref = str(n) if n else job.name.full
-        line = (f"interrupted; tuning job {f'#{n} ' if n else ''}{job.name.id} keeps running ({job.name.full}). "
-                f"Follow it: ftcli jobs describe {ref}   cancel it: ftcli jobs cancel {ref}")
-    err().print("\n" + line, markup=False, highlight=False)
-    return 130
 
 
 def _follow(name, n: int) -> int:

@@ -169,16 +169,16 @@ class VertexGateway:
             lambda: self.client.create_custom_job(parent=self.parent, custom_job=proto, retry=None, timeout=60),
             lambda: self._find(submission_id)))
 
-    def _find(self, submission_id: str):
-        jobs = self.client.list_custom_jobs(request=self._mine(submission_id), retry=None, timeout=60)
-        return next(iter(jobs), None)
+    def _find(self, submission_id: str, tuning: bool = False):
+        lister = self.client.list_hyperparameter_tuning_jobs if tuning else self.client.list_custom_jobs
+        return next(iter(lister(request=self._mine(submission_id), retry=None, timeout=60)), None)
 
-    def find_by_submission(self, submission_id: str) -> Job | None:
-        """The job a submission created, if any (one try: a Ctrl-C is waiting on it)."""
+    def find_by_submission(self, submission_id: str, *, tuning: bool = False) -> Job | TuningJob | None:
+        """The job (`tuning`: the tuning job) a submission created, if any (one try: a Ctrl-C is waiting on it)."""
         with guard(service="vertex", project=self.project, region=self.region, endpoint=self.endpoint,
                    endpoint_var=ENDPOINT_VAR):
-            found = self._find(submission_id)
-        return to_job(found) if found is not None else None
+            found = self._find(submission_id, tuning)
+        return None if found is None else to_tuning(found) if tuning else to_job(found)
 
     def get(self, name: JobName) -> Job:
         return to_job(self._named_call(f"job {name.id}", "GetCustomJob",
@@ -208,16 +208,7 @@ class VertexGateway:
             "the HyperparameterTuningJob", "CreateHyperparameterTuningJob",
             lambda: self.client.create_hyperparameter_tuning_job(parent=self.parent, hyperparameter_tuning_job=proto,
                                                                  retry=None, timeout=60),
-            lambda: next(iter(self.client.list_hyperparameter_tuning_jobs(request=self._mine(submission_id),
-                                                                          retry=None, timeout=60)), None)))
-
-    def find_tuning_by_submission(self, submission_id: str) -> TuningJob | None:
-        """The tuning job a submission created, if any (one try: a Ctrl-C is waiting on it)."""
-        with guard(service="vertex", project=self.project, region=self.region, endpoint=self.endpoint,
-                   endpoint_var=ENDPOINT_VAR):
-            found = next(iter(self.client.list_hyperparameter_tuning_jobs(request=self._mine(submission_id),
-                                                                          retry=None, timeout=60)), None)
-        return to_tuning(found) if found is not None else None
+            lambda: self._find(submission_id, tuning=True)))
 
     def get_tuning(self, name: TuningName) -> TuningJob:
         return to_tuning(self._named_call(f"tuning job {name.id}", "GetHyperparameterTuningJob",
