@@ -114,6 +114,14 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def model_upload(settings: Settings, folder: Path) -> tuple[str, list[tuple[Path, str]]]:
+    """A local model folder's place in the bucket, content-addressed (the same model is uploaded once): the /gcs/
+    path a job's trainer reads it from, and the (file, gs:// URI) uploads that put it there."""
+    digest, files = folder_digest(folder)
+    base = settings.gcs_path("models", digest[:16])
+    return gcs_mount_path(base), [(f, f"{base}/{f.relative_to(folder).as_posix()}") for f in files]
+
+
 def folder_digest(root: Path) -> tuple[str, list[Path]]:
     """sha256 over a folder's relative file names and bytes (links refused: what they point at is not the
     folder's), and the files in a stable order."""
@@ -297,10 +305,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     if model_dir is not None:
         # A local model folder is not there inside the job: upload it content-addressed and point the trainer at
         # its /gcs/ mount, which from_pretrained reads like a local folder.
-        digest, files = folder_digest(model_dir)
-        base = settings.gcs_path("models", digest[:16])
-        uploads += [(p, f"{base}/{p.relative_to(model_dir).as_posix()}") for p in files]
-        forwarded["model"] = gcs_mount_path(base)
+        forwarded["model"], model_uploads = model_upload(settings, model_dir)
+        uploads += model_uploads
     _, args = validate_trainer(forwarded)
     task = TASKS[cfg.task]
     extras = (("hub",) if task.hf_dataset is not None and not cfg.train_file else ()) + \

@@ -107,19 +107,15 @@ def _upload_local_models(p: tune.Param, sub: Submission) -> tune.Param:
     (content-addressed, with the trial job's other uploads) and the trials get its /gcs/ path."""
     from pathlib import Path
 
-    from ftcli.spec import gcs_mount_path
-    from ftcli.submit import folder_digest
+    from ftcli.submit import model_upload
     from ftcli_trainer.model import MINILM_ALIASES
 
     values = []
     for value in p.spec["categoricalValueSpec"]["values"]:
         folder = Path(value).expanduser()
         if value not in MINILM_ALIASES and folder.is_dir():
-            digest, files = folder_digest(folder)
-            base = sub.settings.gcs_path("models", digest[:16])
-            sub.uploads += [u for f in files if (u := (f, f"{base}/{f.relative_to(folder).as_posix()}"))
-                            not in sub.uploads]
-            value = gcs_mount_path(base)
+            value, uploads = model_upload(sub.settings, folder)
+            sub.uploads += [u for u in uploads if u not in sub.uploads]
         values.append(value)
     if len(set(values)) < len(values):
         raise UsageError(f"--search model: {', '.join(map(str, p.extremes))} holds the same model twice; "
