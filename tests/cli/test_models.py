@@ -74,6 +74,8 @@ def test_the_next_step_after_a_download_shows_the_pair_a_pair_model_takes(capsys
     seed_model(gcs, "team/ftcli/runs/sst2-run/")  # no ftcli_run.json: not known to take pairs
     r = run_cli(capsys, "download", single, "o2")
     assert r.code == 0 and 'next: ftcli predict o2 "text"\n' in r.err
+    r = run_cli(capsys, "download", single, "--", "-o3")  # it said `ftcli predict -o3`: an option there
+    assert r.code == 0 and 'next: ftcli predict ./-o3 "text"\n' in r.err, r.err
 
 
 def test_download_json_is_one_object(capsys, job, tmp_path):

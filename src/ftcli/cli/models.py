@@ -48,7 +48,8 @@ def download(
     show_one(result, (("files", files),), json_out=json_out, title=f"model: {escape(str(got.path))}")
     if not json_out:
         pairs = models.trained_on_pairs(got.path)
-        note(f'next: ftcli predict {shlex.quote(str(got.path))} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))
+        where = str(got.path) if not str(got.path).startswith("-") else f"./{got.path}"  # not read as an option
+        note(f'next: ftcli predict {shlex.quote(where)} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))
 
 
 def _load_texts(texts: list[str], file: Path | None) -> list:
