@@ -370,6 +370,16 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
             problems.append("--regression takes one number per row (--label-column), not --label-columns")
         if cfg["label_names"]:
             problems.append("--label-names names classes; a --regression target has none")
+    # One column in two roles trains on the answer (the label read as text: accuracy 1.0 that predicts nothing) or
+    # pairs a text with itself; the data would be read without a complaint.
+    if cfg["text_pair_column"] and cfg["text_pair_column"] == cfg["text_column"]:
+        problems.append(f"--text-pair-column {cfg['text_pair_column']!r} is the --text-column too: a pair needs "
+                        "its second text from another column")
+    if cfg["label_columns"] is None:
+        for flag, col in (("--text-column", cfg["text_column"]), ("--text-pair-column", cfg["text_pair_column"])):
+            if col and col == cfg["label_column"]:
+                problems.append(f"{flag} {col!r} is the label column too: the model would read its label as "
+                                "text; pass the text's column (or --label-column for the label's)")
     if cfg["label_names"] and len(set(cfg["label_names"])) != len(cfg["label_names"]):
         problems.append("--label-names has duplicates")
     if cfg.get("wandb_secret") and not SECRET_NAME.fullmatch(cfg["wandb_secret"]):

@@ -145,3 +145,21 @@ def test_a_tilde_the_shell_left_is_expanded_everywhere(tmp_path, monkeypatch):
     (tmp_path / "train.csv").write_text("text,label\na,b\n")
     cfg = parse_args(["--task", "csv", "--train-file=~/train.csv", "--output-dir=~/out"])
     assert cfg.output_dir == str(tmp_path / "out") and cfg.train_file == str(tmp_path / "train.csv")
+
+
+def test_one_column_in_two_roles_is_refused():
+    # `--text-column label` trained on the labels themselves (eval accuracy 1.0, a model that predicts nothing)
+    base = ["--task", "csv", "--train-file", "a.csv"]
+    assert problems(base + ["--text-column", "label"]) == [
+        "--text-column 'label' is the label column too: the model would read its label as text; pass the text's "
+        "column (or --label-column for the label's)"]
+    assert problems(base + ["--text-pair-column", "y", "--label-column", "y"]) == [
+        "--text-pair-column 'y' is the label column too: the model would read its label as text; pass the text's "
+        "column (or --label-column for the label's)"]
+    assert problems(base + ["--text-pair-column", "text"]) == [
+        "--text-pair-column 'text' is the --text-column too: a pair needs its second text from another column"]
+    assert problems(["--task", "mnli", "--text-column", "hypothesis"]) == [
+        "--text-pair-column 'hypothesis' is the --text-column too: a pair needs its second text from another "
+        "column"]
+    # multi-label: --label-column is not used, so a text column named "label" is fine
+    assert parse_args(base + ["--text-column", "label", "--label-columns", "a,b"]).text_column == "label"
