@@ -206,10 +206,13 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
             name = {"\t": "tab", ";": "semicolon", "|": "pipe"}[sep]
             raise DataError(f"{shown} looks {name}-separated (its header is one column, {header[0]!r}); ftcli "
                             "reads comma-separated CSV: save it with commas, or as JSON Lines")
-        dupes = sorted({c for c in header if header.count(c) > 1})
+        if not any(c.strip() for c in header):
+            raise DataError(f"{shown}: its first line names no column; expected a header row (e.g. text,label), then "
+                            "one row per example")
+        dupes = sorted({c for c in header if c.strip() and header.count(c) > 1})
         if dupes:
             raise DataError(f"{shown} has duplicate column names: {', '.join(dupes)}")
-        rows = []
+        records = []
         for record in reader:
             line, start = start, reader.line_num + 1
             if not record:  # a blank line
@@ -219,10 +222,27 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
                                 f"{len(header)}; quote text that contains commas")
             if len(record) < len(header):
                 raise DataError(f"{shown} line {line}: fewer fields than the header's {len(header)}")
-            rows.append(dict(zip(header, record, strict=True)))
-        return rows
+            records.append(record)
     except csv.Error as e:
         raise _csv_error(shown, e, start, reader.line_num) from None
+    return [dict(zip(header, record, strict=True)) for record in _drop_unnamed(header, records, shown)]
+
+
+def _drop_unnamed(header: list[str], records: list[list[str]], shown: str) -> list[list[str]]:
+    """Columns with no name and no values (a spreadsheet's export ends every line with `,,`) are left out, as
+    nothing can name them; `header` is changed in place. Unnamed columns that hold values (pandas' index) stay,
+    one at most: two of them would be two columns named ''."""
+    unnamed = [j for j, c in enumerate(header) if not c.strip()]
+    empty = [j for j in unnamed if not any(r[j].strip() for r in records)]
+    if len(unnamed) - len(empty) > 1:
+        kept = [j + 1 for j in unnamed if j not in empty]
+        raise DataError(f"{shown}: columns {', '.join(map(str, kept))} have no name in the header line but hold "
+                        "values; give each a name (or delete the columns)")
+    if not empty:
+        return records
+    keep = [j for j in range(len(header)) if j not in empty]
+    header[:] = [header[j] for j in keep]
+    return [[r[j] for j in keep] for r in records]
 
 
 def _looks_like_csv(line: str, shown: str) -> bool:
@@ -512,7 +532,7 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
     if cfg.text_pair_column:
         pairs = [_text(r.get(cfg.text_pair_column), wheres[i], cfg.text_pair_column) for i, r in enumerate(rows)]
     if cfg.multi_label:
-        exclude = {cfg.text_column, cfg.text_pair_column, "id", "idx"}
+        exclude = {cfg.text_column, cfg.text_pair_column, "id", "idx", ""}  # "": pandas' unnamed index column
         label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown,
                                                           csv_file)
         _require_columns(columns, label_cols, shown, {}, csv_file)

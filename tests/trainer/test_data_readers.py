@@ -427,3 +427,25 @@ def test_a_list_label_that_differs_only_by_case_says_labels_are_case_sensitive(t
     assert error_of("--task", "jsonl", "--train-file", str(train), "--eval-file", str(ev)) == (
         f"{ev} line 2: label 'Sports' is not in the label set (sports, tech); labels are case-sensitive: write "
         f"'sports'")
+
+
+def test_a_spreadsheets_empty_unnamed_columns_are_left_out(tmp_path):
+    # Excel and LibreOffice end every line with `,,` when cells beyond the data were ever formatted: the header
+    # held two columns named '' and the file was refused as "has duplicate column names: " (no name shown)
+    rows = [("good film", "pos", "", ""), ("bad film", "neg", "", "")] * 5
+    path = write_csv(tmp_path / "t.csv", ["text", "label", "", ""], rows)
+    data = load("--task", "csv", "--train-file", str(path), "--eval-file", str(path))
+    assert data.train.texts[:2] == ["good film", "bad film"] and data.label_names == ["neg", "pos"]
+    ml = write_csv(tmp_path / "ml.csv", ["", "text", "a", "b", ""], [(i, "x", i % 2, 1, "") for i in range(6)])
+    data = load("--task", "csv", "--train-file", str(ml), "--label-columns", "*")  # pandas' index is no label
+    assert data.label_names == ["a", "b"]
+    held = write_csv(tmp_path / "held.csv", ["text", "label", "", ""], [("a", "pos", "1", ""), ("b", "neg", "", "2")])
+    assert error_of("--task", "csv", "--train-file", str(held)) == (
+        f"{held}: columns 3, 4 have no name in the header line but hold values; give each a name (or delete the "
+        "columns)")
+    blank = tmp_path / "blank.csv"
+    blank.write_text(",,\n,,\n")
+    assert error_of("--task", "csv", "--train-file", str(blank)) == (
+        f"{blank}: its first line names no column; expected a header row (e.g. text,label), then one row per example")
+    dupes = write_csv(tmp_path / "d.csv", ["text", "label", "text"], [("a", "pos", "b")])
+    assert error_of("--task", "csv", "--train-file", str(dupes)) == f"{dupes} has duplicate column names: text"
