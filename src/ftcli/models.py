@@ -300,6 +300,10 @@ def _column(item: Text, column: str) -> str:
         have = ", ".join(map(str, item.record)) if item.record else "none"
         raise UsageError(f"{item.where} has no {column!r} (the column the model was trained on; it has: {have})",
                          hint="name the text column as in the training data")
+    if isinstance(value, (list, dict)):  # the trainer refuses these too: str() is Python's repr, not the text
+        kind = "list" if isinstance(value, list) else "object"
+        raise UsageError(f"{item.where}: {column!r} is a JSON {kind}, not a string",
+                         hint="write each text as one string")
     return str(value)
 
 

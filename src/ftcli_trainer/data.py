@@ -356,6 +356,11 @@ def row_position(rows: list[dict], i: int) -> str:
 def _text(value, where: str, col: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise DataError(f"{where}: empty text in column {col!r}; remove the row or fill it in")
+    if isinstance(value, (list, dict)):
+        # str() gave Python's repr ("['a', 'film']"), trained on as if it were the text
+        kind = "list" if isinstance(value, list) else "object"
+        raise DataError(f"{where}: the text in column {col!r} is a JSON {kind}, not a string; write each text as one "
+                        "string (join a list of tokens with spaces)")
     return value if isinstance(value, str) else str(value)
 
 

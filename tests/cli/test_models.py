@@ -451,6 +451,10 @@ def test_predict_reads_a_csv_or_jsonl_file_by_its_columns(capsys, tmp_path, tiny
     r = run_cli(capsys, "predict", str(model), "--file", str(table))
     assert r.code == 2 and f"{table} row 1 has no 'review' (the column the model was trained on; it has: text, " \
         "label)" in r.err
+    lines.write_text(json.dumps({"review": ["a", "wonderful", "film"]}) + "\n")  # classified as "['a', ...]"
+    r = run_cli(capsys, "predict", str(model), "--file", str(lines))
+    assert r.code == 2 and not r.out
+    assert r.err.startswith(f"error: {lines} line 1: 'review' is a JSON list, not a string\n")
 
 
 def test_predict_prints_one_line_per_row_whatever_the_text_holds(capsys, tmp_path, tiny_model):

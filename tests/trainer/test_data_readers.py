@@ -449,3 +449,14 @@ def test_a_spreadsheets_empty_unnamed_columns_are_left_out(tmp_path):
         f"{blank}: its first line names no column; expected a header row (e.g. text,label), then one row per example")
     dupes = write_csv(tmp_path / "d.csv", ["text", "label", "text"], [("a", "pos", "b")])
     assert error_of("--task", "csv", "--train-file", str(dupes)) == f"{dupes} has duplicate column names: text"
+
+
+@pytest.mark.parametrize("value,kind", [(["a", "good", "film"], "list"), ({"en": "a good film"}, "object")])
+def test_a_jsonl_text_that_is_a_list_or_an_object_is_refused(tmp_path, value, kind):
+    # It was trained on Python's repr of it ("['a', 'good', 'film']") without a word.
+    path = jsonl(tmp_path / "t.jsonl", [{"text": "fine", "label": "pos"}, {"text": value, "label": "neg"}])
+    assert error_of("--task", "jsonl", "--train-file", str(path)) == (
+        f"{path} line 2: the text in column 'text' is a JSON {kind}, not a string; write each text as one string "
+        "(join a list of tokens with spaces)")
+    numbers = jsonl(tmp_path / "n.jsonl", [{"text": 12, "label": "pos"}, {"text": "fine", "label": "neg"}] * 3)
+    assert load("--task", "jsonl", "--train-file", str(numbers), "--eval-file", str(numbers)).train.texts[0] == "12"
