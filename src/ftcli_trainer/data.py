@@ -554,6 +554,9 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
                 elif key not in FALSE_VALUES:
                     raise DataError(f"{wheres[i]}: label column {c!r} holds {v!r}; multi-label columns "
                                     f"must be 0 or 1")
+        if label_names is None and not labels.any():  # the training file; as for JSON lists that are all []
+            raise DataError(f"{shown}: every label column ({', '.join(label_cols)}) is 0 in every row; there is "
+                            "nothing to learn (check --label-columns)")
         return Examples(texts, pairs, labels), label_cols
     col = cfg.label_column
     values = [r.get(col) for r in rows]

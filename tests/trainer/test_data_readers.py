@@ -460,3 +460,14 @@ def test_a_jsonl_text_that_is_a_list_or_an_object_is_refused(tmp_path, value, ki
         "(join a list of tokens with spaces)")
     numbers = jsonl(tmp_path / "n.jsonl", [{"text": 12, "label": "pos"}, {"text": "fine", "label": "neg"}] * 3)
     assert load("--task", "jsonl", "--train-file", str(numbers), "--eval-file", str(numbers)).train.texts[0] == "12"
+
+
+def test_multi_label_columns_that_are_all_zero_are_refused_like_empty_lists(tmp_path):
+    # JSON lists that are all [] were refused ("nothing to learn"); 0/1 columns that are all 0 trained a model that
+    # predicts no label, with F1 0, without a word.
+    zeros = write_csv(tmp_path / "z.csv", ["text", "a", "b"], [("x", 0, 0), ("y", "0", "0.0")] * 4)
+    assert error_of("--task", "csv", "--train-file", str(zeros), "--label-columns", "a,b") == (
+        f"{zeros}: every label column (a, b) is 0 in every row; there is nothing to learn (check --label-columns)")
+    some = write_csv(tmp_path / "s.csv", ["text", "a", "b"], [("x", 0, 0), ("y", 0, 1)] * 4)
+    data = load("--task", "csv", "--train-file", str(some), "--eval-file", str(zeros), "--label-columns", "a,b")
+    assert data.evals["eval"].labels.sum() == 0  # an eval set without positives is still an eval set
