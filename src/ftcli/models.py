@@ -225,7 +225,12 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
             # ftcli's own cache folder: a copy left without its marker is completed in place
             path = download_model(name, path, force=True, shown=model, notify=notify, progress=progress).path
     if not (path / "config.json").exists():
-        raise UsageError(f"{path} is not a model folder (no config.json)")
+        hint = None
+        if (path / "model" / "config.json").exists():  # `ftcli local` prints the run folder last
+            hint = f"it is a run folder; its model is {path / 'model'}"
+        elif (path / "checkpoints").is_dir() or (path / "logs").is_dir():
+            hint = f"it is a run folder with no exported model yet ({path / 'model'}): the run has not finished"
+        raise UsageError(f"{path} is not a model folder (no config.json)", hint=hint)
     return path
 
 

@@ -532,3 +532,19 @@ def test_predict_reads_a_gzipped_file_and_names_a_non_utf8_byte(capsys, tmp_path
     assert r.code == 2 and not r.out and "Traceback" not in r.err
     assert r.err.startswith(f"error: --file {latin} is not UTF-8 (byte 0xe9 on line 2)")
     assert "re-save it as UTF-8" in r.err
+
+
+def test_predict_on_a_run_folder_points_at_its_model(capsys, tmp_path, tiny_model):
+    # `ftcli local` ends with "run folder: DIR"; `ftcli predict DIR` said only "DIR is not a model folder"
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model, run / "model")
+    r = run_cli(capsys, "predict", str(run), "a film")
+    assert r.code == 2 and not r.out
+    assert r.err == (f"error: {run} is not a model folder (no config.json)\n"
+                     f"hint: it is a run folder; its model is {run / 'model'}\n")
+    stopped = tmp_path / "stopped"
+    (stopped / "checkpoints").mkdir(parents=True)
+    r = run_cli(capsys, "predict", str(stopped), "a film")
+    assert r.code == 2 and f"hint: it is a run folder with no exported model yet ({stopped / 'model'})" in r.err
