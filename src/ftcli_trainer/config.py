@@ -351,6 +351,11 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         problems.append(f"--task {task.name} needs --train-file PATH (CSV or JSON Lines, local or gs://)")
     if cfg["eval_file"] and not cfg["train_file"]:
         problems.append("--eval-file needs --train-file too")
+    if given.get("eval_fraction") is not None and (cfg["eval_file"] or (not cfg["train_file"] and task.eval_splits)):
+        # it was ignored: the share is held out only when there is no eval set
+        where = "--eval-file" if cfg["eval_file"] else f"--task {task.name}'s own evaluation split"
+        problems.append(f"--eval-fraction holds out training data when there is no eval set, but the eval set is "
+                        f"{where}; drop --eval-fraction")
     if cfg["label_columns"] is not None:
         if "label_column" in given:
             problems.append("--label-column (single-label) and --label-columns (multi-label) exclude each other")

@@ -163,3 +163,15 @@ def test_one_column_in_two_roles_is_refused():
         "column"]
     # multi-label: --label-column is not used, so a text column named "label" is fine
     assert parse_args(base + ["--text-column", "label", "--label-columns", "a,b"]).text_column == "label"
+
+
+def test_eval_fraction_with_an_eval_set_is_refused_not_ignored():
+    assert problems(["--task", "csv", "--train-file", "a.csv", "--eval-file", "b.csv", "--eval-fraction", "0.5"]) == [
+        "--eval-fraction holds out training data when there is no eval set, but the eval set is --eval-file; drop "
+        "--eval-fraction"]
+    assert problems(["--eval-fraction", "0.2"]) == [
+        "--eval-fraction holds out training data when there is no eval set, but the eval set is --task "
+        "sst2-sample's own evaluation split; drop --eval-fraction"]
+    assert parse_args(["--task", "csv", "--train-file", "a.csv", "--eval-fraction", "0.2"]).eval_fraction == 0.2
+    assert parse_args(["--task", "financial", "--eval-fraction", "0.2"]).eval_fraction == 0.2  # one split only
+    assert parse_args(["--task", "imdb", "--train-file", "a.csv", "--eval-fraction", "0.2"]).eval_fraction == 0.2
