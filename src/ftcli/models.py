@@ -293,7 +293,9 @@ def read_inputs(file: Path) -> list[Text]:
         if file.name.lower().removesuffix(".gz").endswith((".csv", ".jsonl", ".json", ".ndjson")):
             _, rows = data.read_rows(str(file), shown=shown)
             return [Text("", f"{file} {data.row_position(rows, i)}", dict(row)) for i, row in enumerate(rows)]
-        lines = data.open_text(file, shown).read().splitlines()
+        # Lines end at \n, \r\n or \r only: str.splitlines() also cut a text at U+2028, U+0085 or a form feed (in
+        # scraped or PDF-extracted text), giving more predictions than lines, misnumbered.
+        lines = re.split(r"\r\n|\r|\n", data.open_text(file, shown).read())
     except DataError as e:
         raise UsageError(str(e)) from None
     return [Text(line, f"{file} line {n}") for n, line in enumerate(lines, 1) if line.strip()]

@@ -548,3 +548,15 @@ def test_predict_on_a_run_folder_points_at_its_model(capsys, tmp_path, tiny_mode
     (stopped / "checkpoints").mkdir(parents=True)
     r = run_cli(capsys, "predict", str(stopped), "a film")
     assert r.code == 2 and f"hint: it is a run folder with no exported model yet ({stopped / 'model'})" in r.err
+
+
+def test_predict_file_lines_end_only_at_line_breaks(capsys, tmp_path, tiny_model):
+    # str.splitlines() also split at U+2028, U+0085 and form feeds: 3 lines gave 5 predictions, misnumbered
+    texts = ["a wonderful\u2028film", "a dull\x0clong\x85film", "fine"]
+    expected = run_cli(capsys, "predict", str(tiny_model), *texts, "--json")
+    assert expected.code == 0, expected.err
+    lines = tmp_path / "texts.txt"
+    lines.write_bytes(("\r\n".join(texts[:2]) + "\r" + texts[2] + "\n\n").encode())
+    r = run_cli(capsys, "predict", str(tiny_model), "--file", str(lines), "--json")
+    assert r.code == 0, r.err
+    assert r.out == expected.out and len(r.out.splitlines()) == 3
