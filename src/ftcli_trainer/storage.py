@@ -303,6 +303,18 @@ def replaceable(dest: Path) -> bool:
     return dest.is_dir() and (not any(dest.iterdir()) or (dest / COMPLETE_MARKER).is_file())
 
 
+def _usual_modes(folder: Path) -> None:
+    """Give each file the read/write bits the umask allows: safetensors' save_file writes the weights 0600, so an
+    exported model.safetensors was the one file of the model that a teammate or another container could not
+    read, while its config and tokenizer were 0644."""
+    mask = os.umask(0)
+    os.umask(mask)
+    usual = 0o666 & ~mask
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink() and (mode := path.stat().st_mode & 0o7777) | usual != mode:
+            path.chmod(mode | usual)
+
+
 def publish_dir(staged: Path, target: str, ours_only: bool = True) -> None:
     """Make `staged` appear at `target` whole: an atomic rename locally, marker-last on GCS. With `ours_only` a
     local `target` is replaced only when it is an earlier export (its marker) or empty; a checkpoint's step-N,
@@ -312,6 +324,7 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True) -> None:
         return
     dest = Path(target)
     (staged / COMPLETE_MARKER).touch()
+    _usual_modes(staged)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not dest.exists():
         staged.rename(dest)

@@ -222,3 +222,26 @@ def test_a_local_publish_replaces_only_an_earlier_export_and_never_a_fixed_sibli
     assert (tmp_path / "model" / "config.json").read_text() == "2"
     (beside,) = tmp_path.glob("model-2*")
     assert (beside / "config.json").read_text() == "3" and (beside / COMPLETE_MARKER).is_file()
+
+
+def test_a_published_folder_gets_the_modes_the_umask_allows(tmp_path):
+    # safetensors' save_file writes 0600: the exported weights were the one file of the model others could not read
+    import os
+
+    from ftcli_trainer.storage import publish_dir
+
+    staged = tmp_path / "staged"
+    (staged / "sub").mkdir(parents=True)
+    weights, config, script = staged / "model.safetensors", staged / "sub" / "config.json", staged / "run.sh"
+    for path, mode in ((weights, 0o600), (config, 0o644), (script, 0o700)):
+        path.write_text("x")
+        path.chmod(mode)
+    old = os.umask(0o027)
+    try:
+        publish_dir(staged, str(tmp_path / "model"))
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path / "model").as_posix(): p.stat().st_mode & 0o777
+             for p in (tmp_path / "model").rglob("*") if p.is_file()}
+    # read for the group as the umask allows, nothing taken away, nothing given to others
+    assert modes == {"model.safetensors": 0o640, "sub/config.json": 0o644, "run.sh": 0o740, "_COMPLETE": 0o640}
