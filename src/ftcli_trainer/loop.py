@@ -678,8 +678,9 @@ class Trainer:
                         if self._stop_requested == signal.SIGINT:
                             raise Preempted(f"Ctrl-C: checkpoint written at step {self.global_step}; the same "
                                             "command resumes from it", exit_code=130)
-                        raise Preempted(f"SIGTERM: checkpoint written at step {self.global_step}; exiting so "
-                                        f"the worker restarts and resumes")
+                        # (here a restarted Vertex worker resumes; run by hand, the same command does)
+                        raise Preempted(f"SIGTERM: checkpoint written at step {self.global_step}; a restarted "
+                                        "worker, or the same command, resumes from it")
                     if cfg.save_every and self.global_step % cfg.save_every == 0 and not at_epoch_end:
                         self._pause(self.save_checkpoint)
                 self.epoch += 1

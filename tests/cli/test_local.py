@@ -239,6 +239,8 @@ def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, ti
     code, err, child = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGTERM, "step ")
     assert code == 143, err
     assert "stopped by SIGTERM" in err and "resumes" in err
+    # the trainer's own line fits a run by hand as well as a Vertex worker (it said "exiting so the worker restarts")
+    assert "a restarted worker, or the same command, resumes from it" in err
     deadline = time.monotonic() + 10
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
