@@ -73,7 +73,9 @@ class SlowCreateProxy:
         self.upstream.close()
 
 
-def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_path):
+@pytest.mark.parametrize("command", ["train", "tune"])
+def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_path, command):
+    # tune: Ctrl-C in the create call said only "interrupted", and the tuning job ran on unnamed, without a short id
     gcs, vertex = cloud_env
     with SlowCreateProxy(vertex.address, delay=60) as proxy:
         env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
@@ -82,14 +84,18 @@ def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_
             assert proxy.created.wait(60), "the create call never arrived"
             time.sleep(0.5)
 
-        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach"], env, tmp_path, created)
-    (name,) = vertex.jobs
-    job_id = name.rsplit("/", 1)[-1]
+        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach",
+                                       *(["--trials", "2"] if command == "tune" else [])], env, tmp_path, created,
+                                      command=command)
+    made = vertex.tuning_jobs if command == "tune" else vertex.jobs
+    (name,) = made
+    what, follow = ("tuning job", "ftcli jobs describe 1") if command == "tune" else ("job", "ftcli logs 1")
     assert code == 130, err
     assert "Traceback" not in err
-    assert job_id in err and "keeps running" in err
-    assert "ftcli logs 1" in err and "ftcli jobs cancel 1" in err
-    assert vertex.job(name).state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back
+    assert f"interrupted; {what} #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err
+    assert follow in err and "ftcli jobs cancel 1" in err
+    state = made[name].state if command == "tune" else vertex.job(name).state
+    assert state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back
     r = subprocess.run([*FTCLI, "jobs", "describe", "1", "--json"], env=os.environ, capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["name"] == name  # short id 1 is that job
 

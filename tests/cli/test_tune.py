@@ -164,34 +164,6 @@ def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, c
     assert mine != theirs
 
 
-def test_ctrl_c_while_the_tuning_job_is_being_created_names_it(cloud_env, tmp_path):
-    # Ctrl-C in the create call said only "interrupted": the tuning job ran on, unnamed and without a short id.
-    import os
-    import subprocess
-    import time
-
-    from tests.cli.test_train_interrupt import FTCLI, SlowCreateProxy, ctrl_c_train
-
-    gcs, vertex = cloud_env
-    with SlowCreateProxy(vertex.address, delay=60) as proxy:
-        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
-
-        def created():
-            assert proxy.created.wait(60), "the create call never arrived"
-            time.sleep(0.5)
-
-        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--trials", "2", "--detach"], env, tmp_path,
-                                      created, command="tune")
-    (name,) = vertex.tuning_jobs
-    assert code == 130, err
-    assert "Traceback" not in err
-    assert f"interrupted; tuning job #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err
-    assert "ftcli jobs describe 1" in err and "ftcli jobs cancel 1" in err
-    assert vertex.tuning_jobs[name].state.name != "JOB_STATE_CANCELLED"  # nothing cancelled behind the user's back
-    r = subprocess.run([*FTCLI, "jobs", "describe", "1", "--json"], env=os.environ, capture_output=True, text=True)
-    assert r.returncode == 0 and json.loads(r.stdout)["name"] == name  # short id 1 is that tuning job
-
-
 @pytest.fixture
 def tuned(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys, tmp_path, tiny_model):
     gcs, _ = cloud_env
