@@ -222,9 +222,14 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypa
     other = next(t.id for t in tj.trials if t.id != best.id)
     r = run_cli(capsys, "logs", "1", "--trial", other, "--no-follow")
     assert r.code == 0 and "ftcli trainer" in r.out
+    other_job = next(t.custom_job for t in tj.trials if t.id == other).rsplit("/", 1)[-1]
+    assert f"tuning job 1: trial {other}, acc " in r.err and f", job {other_job}\n" in r.err, r.err
 
     r = run_cli(capsys, "download", "1", str(tmp_path / "best"))
     assert r.code == 0, r.err
+    # which trial's model this is (it said only "from job 71000...", the trial's own job id)
+    value = best.final_measurement.metrics[0].value
+    assert f"tuning job 1: trial {best.id} (the best so far), acc {value:.4g}, job " in r.err, r.err
     assert (tmp_path / "best" / "model.safetensors").exists()
     assert "runs/" in json.dumps(vertex.job(best.custom_job).job_spec.base_output_directory.output_uri_prefix)
     # a trial whose model lost its completion marker: the hint names that trial, not the tuning job's best

@@ -58,9 +58,10 @@ def logs(
     """
     from ftcli import jobs
     from ftcli.cli.watch import watch
+    from ftcli.output import note
 
     start = parse_since(since)
-    name = jobs.resolve_job(job, project, region, trial=trial)
+    name = jobs.resolve_job(job, project, region, trial=trial, notify=note)
     code = watch(name, shown=jobs.label(name, jobs.short_id(name)), follow=follow, replica=replica, since=start,
                  severity=severity, json_out=json_out)
     if code:
