@@ -263,6 +263,25 @@ def test_a_failed_job_names_the_replica_that_logged_the_error():
     assert "non-zero status of 1" in outcome.job.error
 
 
+def test_a_failed_job_shows_the_replica_vertex_names_even_past_a_long_traceback():
+    # Found by hand: workerpool1-1 failed with a 20-line traceback (its "Traceback" line no longer among the last
+    # lines kept, its stderr lines shown as plain output); the summary said "last lines of workerpool0-0" under
+    # Vertex's "The replica workerpool1-1 exited ...", with the chief's harmless step lines.
+    logs = FakeLogs()
+    for i in range(5):
+        logs.write(f"step {i}", "workerpool0-0", at=T0 + dt.timedelta(seconds=i))
+    logs.write("Traceback (most recent call last):", "workerpool1-1", at=T0 + dt.timedelta(seconds=10),
+               severity="ERROR")
+    for i in range(20):
+        logs.write(f'  File "x.py", line {i}', "workerpool1-1", at=T0 + dt.timedelta(seconds=11 + i), severity="ERROR")
+    logs.write("OSError: cannot download the model", "workerpool1-1", at=T0 + dt.timedelta(seconds=40),
+               severity="ERROR")
+    error = "The replica workerpool1-1 exited with a non-zero status of 1. Termination reason: Error."
+    outcome, rec = follow(FakeVertex(job("RUNNING", replicas=3), job("FAILED", error, replicas=3)), logs)
+    assert outcome.exit_code == 3 and outcome.failing_replica == "workerpool1-1"
+    assert outcome.last_lines[-1].text == "OSError: cannot download the model"
+
+
 def test_a_replica_the_job_does_not_have_is_refused_with_its_replicas():
     with pytest.raises(UsageError) as e:
         follow(FakeVertex(job("RUNNING", replicas=2)), FakeLogs(), replica="workerpool0-1", label="3")

@@ -34,6 +34,11 @@ SEVERITIES = ("DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL")
 EXIT_FOR_STATE = {"SUCCEEDED": 0, "FAILED": 3, "CANCELLED": 4, "EXPIRED": 3, "PARTIALLY_SUCCEEDED": 3}
 LEVEL_RE = re.compile(r"^\s*(?:\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?[:\s])|^(Traceback|error:)",
                       re.IGNORECASE)
+# Vertex's error for a failed CustomJob names the replica: "The replica workerpool1-1 exited with a non-zero status
+# of 1. Termination reason: Error. ..." (as quoted in GoogleCloudPlatform/vertex-ai-samples PR #1504, read
+# 2026-11-27). A long traceback pushes its "Traceback" line out of the last lines kept, and the other replicas of a
+# distributed job log on: that replica's lines are the ones to show.
+FAILED_REPLICA_RE = re.compile(r"\bThe replica (workerpool\d+-\d+) exited\b")
 OVERLAP = dt.timedelta(seconds=30)  # re-read this much before the newest line after a reconnect or poll
 
 
@@ -419,13 +424,14 @@ def follow_job(name: JobName, *, vertex, logs, events: Events, follow: bool = Tr
 
 
 def _ended(state: str, job: Job, follower: Follower) -> Outcome:
-    """The outcome of a job that ended in `state`: for a failed one, the replica that logged an error (else the
-    first that logged) and its last lines."""
+    """The outcome of a job that ended in `state`: for a failed one, the replica Vertex's error names (else the one
+    that logged an error, else the first that logged) and its last lines."""
     if state == "SUCCEEDED":
         return Outcome(state, job)
     failing = [r for r in follower.last_lines if r] or list(follower.last_lines)
     if state != "FAILED" or not failing:
         return Outcome(state, job)
+    named = [r for r in FAILED_REPLICA_RE.findall(job.error or "") if r in follower.last_lines]
     errors = [r for r in failing if any(x.severity == "ERROR" for x in follower.last_lines[r])]
-    rep = (errors or failing)[0]
+    rep = (named or errors or failing)[0]
     return Outcome(state, job, rep, list(follower.last_lines[rep])[-10:])
