@@ -126,6 +126,11 @@ class Source(threading.Thread):
         self.use_tail = tail
         self.stop_event = threading.Event()
         self.newest: dt.datetime | None = None  # the newest receiveTimestamp seen
+        # Entries the tail left out (suppression_info): the next catch-up list reaches back to `_gap_from`, the
+        # newest receiveTimestamp seen before them (None: from the start), until one list has covered them.
+        self._gaps = 0  # bumped at each response that reports left-out entries
+        self._gap_from: dt.datetime | None = None
+        self._next_gap_list = 0.0
         self.denied = False
         self._stream = None
         self._told: set[str] = set()
@@ -136,9 +141,25 @@ class Source(threading.Thread):
         drop it); a catch-up list asks for what Cloud Logging *received* since a little before the newest
         entry seen, which finds late lines too."""
         f = self.base_filter + (f' AND timestamp>="{rfc3339(self.since)}"' if self.since else "")
-        if catch_up and self.newest is not None:
-            f += f' AND receiveTimestamp>="{rfc3339(self.newest - OVERLAP)}"'
+        start = self.newest
+        if self._gaps and start is not None:
+            start = None if self._gap_from is None else min(start, self._gap_from)
+        if catch_up and start is not None:
+            f += f' AND receiveTimestamp>="{rfc3339(start - OVERLAP)}"'
         return f
+
+    def _left_out(self, before: dt.datetime | None) -> None:
+        """The tail says it left entries out, received after `before` (the newest seen until then): the catch-up
+        lists reach back to them until one has listed them all. Those lists come at most once every
+        `quota_interval`: a job that logs faster than a tail may send would otherwise cost an entries.list per
+        response, and the project has 60 a minute."""
+        if not self._gaps:
+            self._gap_from = before
+        elif before is None or self._gap_from is None:
+            self._gap_from = None
+        else:
+            self._gap_from = min(self._gap_from, before)
+        self._gaps += 1
 
     def _emit(self, entries: Iterable[LogEntry]) -> None:
         for entry in entries:
@@ -174,11 +195,15 @@ class Source(threading.Thread):
                     self._stream = self.gateway.tail(self._filter(), self.stop_event)
                     caught_up = False
                     for entries in self._stream:
+                        before = self.newest
                         self._emit(entries)
                         backoff = self.reconnect
-                        if not caught_up:
+                        if getattr(entries, "suppressed", 0):
+                            self._left_out(before)
+                        if not caught_up or (self._gaps and time.monotonic() >= self._next_gap_list):
                             # Once this tail is live, list what was written before it opened: since the first
-                            # list, or while the last tail was down (duplicates are dropped later).
+                            # list, or while the last tail was down (duplicates are dropped later). Entries the
+                            # tail left out are listed the same way, at most once every quota_interval.
                             self.poll_once()
                             caught_up = True
                 except LogsUnavailable as e:
@@ -208,8 +233,13 @@ class Source(threading.Thread):
         """One overlapping list; a failure is reported once and slows the polls down, never raised."""
         if self.denied:
             return
+        gaps = self._gaps
+        if gaps:
+            self._next_gap_list = time.monotonic() + max(self.poll_interval, self.quota_interval)
         try:
             self._emit(self.gateway.list(self._filter(catch_up=True)))
+            if gaps and self._gaps == gaps:  # the left-out entries are listed now (none left out meanwhile)
+                self._gaps, self._gap_from = 0, None
         except LogsUnavailable as e:
             if e.reason == "denied":
                 self.denied = True

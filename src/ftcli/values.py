@@ -179,6 +179,14 @@ class LogEntry:
     received: dt.datetime | None = field(default=None, compare=False)
 
 
+class TailBatch(list):
+    """The `LogEntry` values of one live-tail response. `suppressed`: how many matching entries Cloud Logging left
+    out of the stream since the previous response (more than the session's rate limit, or a slow reader); they can
+    still be listed."""
+
+    suppressed: int = 0
+
+
 @dataclass(frozen=True)
 class Trial:
     """One trial of a tuning job: its values, its state (REQUESTED, ACTIVE, SUCCEEDED, INFEASIBLE, ...), the

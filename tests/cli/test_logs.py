@@ -314,6 +314,49 @@ def test_a_steady_stream_reaches_the_screen_within_3_seconds(logs_env):
     assert not late, late
 
 
+def test_lines_the_tail_left_out_are_listed_while_the_job_runs(logs_env):
+    """Cloud Logging's tail leaves entries out past its rate limit and says how many in `suppression_info`; ftcli
+    ignored it, so those lines showed only if the job ended within 30 s of them (the last list's overlap), and
+    never in a longer job."""
+    vertex, logs, job = logs_env
+    proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    shown: list[str] = []
+
+    def read():
+        for raw in proc.stdout:
+            if raw.startswith("{") and "text" in (obj := json.loads(raw)):
+                shown.append(obj["text"])
+
+    def wait_shown(text: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in shown and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert text in shown, (text, shown)
+
+    reader = in_background(read)
+    try:
+        wait_for_child(proc, lambda: logs.wait_for_tails(1, timeout=20) or pytest.fail("no tail in 20 s"))
+        logs.write_line(job["id"], "workerpool0-0", "before", insert_id="before")
+        wait_shown("before")
+        logs.suppress_next(20)
+        for i in range(20):
+            logs.write_line(job["id"], REPLICAS[i % 3], f"left out {i:02d}", insert_id=f"out-{i}")
+        logs.write_line(job["id"], "workerpool0-0", "after", insert_id="after")
+        wait_shown("after")
+        time.sleep(1.0)  # the catch-up list (at most one every 0.5 s here) has come and gone
+        while_running = list(shown)
+        vertex.set_state(job["name"], "SUCCEEDED")
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=10)
+    left_out = [f"left out {i:02d}" for i in range(20)]
+    assert sorted(t for t in while_running if t.startswith("left out")) == left_out
+    assert sorted(shown) == sorted(["before", "after", *left_out])  # each once
+
+
 def test_permission_denied_is_said_once_and_the_job_is_still_followed(capsys, logs_env):
     vertex, logs, job = logs_env
     logs.fail_next("TailLogEntries", grpc.StatusCode.PERMISSION_DENIED, times=20, message="no logging.viewer")

@@ -79,12 +79,14 @@ class LoggingEmulator(GrpcEmulator):
         self._tails_opened = 0
         self._cut_after: int | None = None
         self._cut_streams: int | None = None
+        self._suppress = 0  # matching entries the open tails leave out (reported in suppression_info)
 
     def _on_reset(self) -> None:
         self.filters.clear()
         self._entries.clear()
         self.tail_unavailable = False
         self._cut_after = self._cut_streams = None
+        self._suppress = 0
         self._tails_opened = 0
         self._generation += 1
 
@@ -165,6 +167,15 @@ class LoggingEmulator(GrpcEmulator):
         """
         with self._lock:
             self._cut_after, self._cut_streams = n_entries, streams
+
+    def suppress_next(self, n_entries: int) -> None:
+        """Open tails leave out the next ``n_entries`` matching entries, as Cloud Logging does when a session's
+        entries come in faster than its rate limit: the next response carries no such entry, only
+        ``suppression_info`` (reason RATE_LIMIT, the count "since the last streamed response"; the entries.tail
+        reference, https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/tail, read 2026-11-27).
+        The entries stay listable: a client must list them to show them."""
+        with self._lock:
+            self._suppress = n_entries
 
     @property
     def active_tails(self) -> int:
@@ -294,11 +305,18 @@ class LoggingEmulator(GrpcEmulator):
                 new = self._entries[cursor:]
                 cursor = len(self._entries)
             batch = [LogEntry(e) for e in new if match(e)]
+            with self._lock:
+                left_out = min(self._suppress, len(batch))
+                self._suppress -= left_out
+            batch = batch[left_out:]
             if limit is not None:
                 batch = batch[:limit - sent]
-            if batch:
+            if batch or left_out:
                 sent += len(batch)
-                yield logging_types.TailLogEntriesResponse(entries=batch)
+                info = [logging_types.TailLogEntriesResponse.SuppressionInfo(
+                    reason=logging_types.TailLogEntriesResponse.SuppressionInfo.Reason.RATE_LIMIT,
+                    suppressed_count=left_out)] if left_out else []
+                yield logging_types.TailLogEntriesResponse(entries=batch, suppression_info=info)
 
 
 def _clause(field: str, op: str, value: str) -> Matcher:

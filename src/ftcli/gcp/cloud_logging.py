@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from ftcli.errors import LogsUnavailable
 from ftcli.gcp import LOGIN, ROLES, credentials, first_line, plaintext_endpoint
-from ftcli.values import LogEntry
+from ftcli.values import LogEntry, TailBatch
 
 ENDPOINT_VAR = "FTCLI_LOGGING_ENDPOINT"
 
@@ -43,20 +43,25 @@ def to_entry(entry) -> LogEntry:
 
 
 class _Stream:
-    """A tail stream: yields lists of `LogEntry` (one per response); errors arrive as LogsUnavailable;
-    `cancel()` ends it from another thread."""
+    """A tail stream: yields a `TailBatch` of `LogEntry` per response, with the count of entries the response says
+    were left out (`suppression_info`: "If entries that otherwise would have been included in the session were not
+    sent back to the client, counts of relevant entries omitted from the session", the entries.tail reference,
+    https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/tail, read 2026-11-27); errors arrive as
+    LogsUnavailable; `cancel()` ends it from another thread."""
 
     def __init__(self, call, gateway: LoggingGateway):
         self._call = call
         self._gateway = gateway
 
-    def __iter__(self) -> Iterator[list[LogEntry]]:
+    def __iter__(self) -> Iterator[TailBatch]:
         from google.api_core import exceptions as gexc
         from google.auth import exceptions as aexc
 
         try:
             for response in self._call:
-                yield [to_entry(e) for e in response.entries]
+                batch = TailBatch(to_entry(e) for e in response.entries)
+                batch.suppressed = sum(info.suppressed_count for info in response.suppression_info)
+                yield batch
         except (gexc.GoogleAPIError, aexc.GoogleAuthError) as e:
             raise self._gateway.translate(e, tail=True) from None
 
