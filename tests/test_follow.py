@@ -82,7 +82,7 @@ class FakeLogs:
             self.entries.append(LogEntry(at or now, replica, severity, text, insert_id or f"e{next(self.ids)}", now))
             self.cond.notify_all()
 
-    def list(self, filter: str):
+    def list(self, filter: str, *, patience: float = 0.0):
         self.lists += 1
         if self.list_errors:
             raise self.list_errors.pop(0)

@@ -322,9 +322,11 @@ class Follower:
         return True
 
     def snapshot(self) -> None:
-        """--no-follow: what is there now, in order."""
+        """--no-follow: what is there now, in order. Nothing retries it later, so the gateway retries a page that
+        failed on something passing (a 503, the per-minute read quota) for up to `max_interval`."""
         base = job_filter(self.job_id, self.replica, self.severity, self.since)
-        lines = sorted(line for line in map(to_line, self.logs.list(base)) if self._accept(line))
+        entries = self.logs.list(base, patience=self.timing.max_interval)
+        lines = sorted(line for line in map(to_line, entries) if self._accept(line))
         for line in lines:
             self.events.line(line)
 

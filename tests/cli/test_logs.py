@@ -235,6 +235,36 @@ def test_no_follow_of_a_failed_job_says_so_and_exits_3(capsys, logs_env):
                                      "error": "The replica workerpool0-0 exited with a non-zero status of 2."}
 
 
+def test_no_follow_retries_a_passing_503_and_a_used_up_read_quota(capsys, logs_env):
+    # Found by hand: one 503 from ListLogEntries made `ftcli logs 1 --no-follow` exit 1 ("cannot reach Cloud
+    # Logging"): ftcli turned off the retry Google's client does on UNAVAILABLE, and nothing retried it later.
+    vertex, logs, job = logs_env
+    for i in range(5):
+        logs.write_line(job["id"], "workerpool0-0", f"line {i}", insert_id=f"id-{i}")
+    logs.fail_next("ListLogEntries", grpc.StatusCode.UNAVAILABLE, times=2, message="The service is unavailable.")
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 0, r.err
+    assert [line.split(" ", 2)[2] for line in r.out.splitlines()] == [f"line {i}" for i in range(5)]
+    assert r.err.count("Cloud Logging did not answer ListLogEntries (503 ServiceUnavailable); retrying") == 2
+    # A page after the first fails on the per-minute read quota: that page is asked for again, not the first.
+    from ftcli.gcp.cloud_logging import LoggingGateway
+
+    said: list[str] = []
+    pages = LoggingGateway("test-project", notify=said.append).list(f'resource.labels.job_id="{job["id"]}"',
+                                                                    page_size=2, patience=5.0)
+    got = [next(pages).text, next(pages).text]  # the first page
+    before = len(logs.calls("ListLogEntries"))
+    logs.fail_next("ListLogEntries", grpc.StatusCode.RESOURCE_EXHAUSTED, times=1, message="Quota exceeded")
+    got += [e.text for e in pages]
+    assert got == [f"line {i}" for i in range(5)]
+    assert len(logs.calls("ListLogEntries")) - before == 3  # pages 2 (twice) and 3
+    assert said == ["Cloud Logging's read quota is used up (60 log reads a minute per project); retrying"]
+    logs.fail_next("ListLogEntries", grpc.StatusCode.UNAVAILABLE, times=1000)
+    started = time.monotonic()
+    r = run_cli(capsys, "logs", "1", "--no-follow")  # FTCLI_LOGS_INTERVAL=0.1: it gives up after 6 s
+    assert r.code == 1 and "error: cannot reach Cloud Logging" in r.err and time.monotonic() - started < 15
+
+
 def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
     vertex, logs, job = logs_env
     env = {**os.environ}

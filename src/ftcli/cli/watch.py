@@ -115,7 +115,8 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
     vertex = get_vertex(name.project, name.region, notify=note)
     view = FollowView(shown, json_out=json_out)
     try:
-        outcome = core.follow_job(name, vertex=vertex, logs=get_logging(name.project), events=view, follow=follow,
+        outcome = core.follow_job(name, vertex=vertex, logs=get_logging(name.project, notify=note),
+                                  events=view, follow=follow,
                                   replica=replica, severity=severity, since=since, timing=timing, label=shown)
     except KeyboardInterrupt:
         view.done_waiting()

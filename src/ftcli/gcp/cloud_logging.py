@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 
 from ftcli.errors import LogsUnavailable
-from ftcli.gcp import LOGIN, ROLES, credentials, first_line, plaintext_endpoint
+from ftcli.gcp import LOGIN, ROLES, Notify, credentials, first_line, plaintext_endpoint, retry_notice
 from ftcli.values import LogEntry, TailBatch
 
 ENDPOINT_VAR = "FTCLI_LOGGING_ENDPOINT"
@@ -70,10 +70,11 @@ class _Stream:
 
 
 class LoggingGateway:
-    def __init__(self, project: str):
+    def __init__(self, project: str, notify: Notify | None = None):
         from google.cloud.logging_v2.services.logging_service_v2 import LoggingServiceV2Client
 
         self.project = project
+        self.notify = notify
         self.resource = f"projects/{project}"
         addr = plaintext_endpoint(ENDPOINT_VAR)
         if addr:
@@ -112,18 +113,40 @@ class LoggingGateway:
             return LogsUnavailable("unsupported", f"live tailing is not available here ({detail})")
         return LogsUnavailable("error", f"Cloud Logging error: {type(e).__name__}: {detail}")
 
-    def list(self, filter: str, *, page_size: int = 1000) -> Iterator[LogEntry]:
-        """Entries matching `filter`, oldest first, across pages (each page is one entries.list request)."""
+    def list(self, filter: str, *, page_size: int = 1000, patience: float = 0.0) -> Iterator[LogEntry]:
+        """Entries matching `filter`, oldest first, across pages (each page is one entries.list request).
+
+        With `patience` (seconds), each page is retried, with growing pauses and said, on what Google's own client
+        retries ListLogEntries on (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL: the default retry of the generated
+        logging_v2 client) and on RESOURCE_EXHAUSTED (the per-minute read quota frees up within the minute);
+        without it (the follower, which retries by itself) a failure is raised at once."""
         from google.api_core import exceptions as gexc
+        from google.api_core.retry import Retry, if_exception_type
         from google.auth import exceptions as aexc
 
+        retry = None
+        if patience > 0:
+            unanswered = retry_notice("logging", "ListLogEntries", self.notify)
+
+            def on_error(e: Exception) -> None:
+                if self.notify is not None and isinstance(e, gexc.ResourceExhausted):
+                    self.notify("Cloud Logging's read quota is used up (60 log reads a minute per project); retrying")
+                elif unanswered is not None:
+                    unanswered(e)
+
+            retry = Retry(predicate=if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded,
+                                                      gexc.InternalServerError, gexc.ResourceExhausted),
+                          initial=min(1.0, patience / 8), maximum=16.0, multiplier=2.0, timeout=patience,
+                          on_error=on_error)
         try:
             pager = self.client.list_log_entries(
                 request={"resource_names": [self.resource], "filter": filter, "order_by": "timestamp asc",
                          "page_size": page_size},
-                retry=None, timeout=60)
+                retry=retry, timeout=60)
             for entry in pager:
                 yield to_entry(entry)
+        except gexc.RetryError as e:  # patience ran out: the last error says why
+            raise self.translate(e.cause or e) from None
         except (gexc.GoogleAPIError, aexc.GoogleAuthError) as e:
             raise self.translate(e) from None
 
@@ -144,5 +167,5 @@ class LoggingGateway:
             raise self.translate(e, tail=True) from None
 
 
-def get_logging(project: str) -> LoggingGateway:
-    return LoggingGateway(project)
+def get_logging(project: str, notify: Notify | None = None) -> LoggingGateway:
+    return LoggingGateway(project, notify)
