@@ -3,6 +3,8 @@ callback they are given, and what comes back is ftcli's own values."""
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import pytest
 from google.api_core import exceptions as gexc
@@ -130,3 +132,19 @@ def test_a_permission_hint_names_the_role_in_roles(monkeypatch, service):
         hints.append(info.value.hint)
     for hint in hints:
         assert "roles/test.sentinel" in hint, hint
+
+
+def test_a_json_payload_without_a_message_is_shown_as_its_json(cloud_logging, monkeypatch):
+    # Found by hand: a line logged as a JSON object without "message" came out as protobuf text per field,
+    # {"loss": "number_value: 0.25\n", "split": "string_value: \"eval\"\n"}.
+    from ftcli.gcp.cloud_logging import LoggingGateway
+
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
+    resource = {"type": "ml_job", "labels": {"job_id": "7", "task_name": "workerpool0-0"}}
+    cloud_logging.write([{"resource": resource, "json_payload": {"split": "eval", "loss": 0.25, "ok": True},
+                          "insert_id": "a"},
+                         {"resource": resource, "json_payload": {"message": "époque 1", "loss": 0.5},
+                          "insert_id": "b"}])
+    got = list(LoggingGateway("test").list('resource.labels.job_id="7"'))
+    assert json.loads(got[0].text) == {"split": "eval", "loss": 0.25, "ok": True}
+    assert got[1].text == "époque 1" and got[0].replica == "workerpool0-0"

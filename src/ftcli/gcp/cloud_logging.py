@@ -31,9 +31,11 @@ def to_entry(entry) -> LogEntry:
     if pb.HasField("text_payload") or pb.text_payload:
         text = pb.text_payload
     elif pb.HasField("json_payload"):
+        from google.protobuf.json_format import MessageToDict
+
         fields = pb.json_payload.fields
         text = fields["message"].string_value if "message" in fields else json.dumps(
-            {k: str(v) for k, v in fields.items()})
+            MessageToDict(pb.json_payload), ensure_ascii=False)
     else:
         text = ""
     severity = entry.severity.name if hasattr(entry.severity, "name") else str(entry.severity)
