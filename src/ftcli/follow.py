@@ -39,6 +39,7 @@ LEVEL_RE = re.compile(r"^\s*(?:\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
 # 2026-11-27). A long traceback pushes its "Traceback" line out of the last lines kept, and the other replicas of a
 # distributed job log on: that replica's lines are the ones to show.
 FAILED_REPLICA_RE = re.compile(r"\bThe replica (workerpool\d+-\d+) exited\b")
+CLOCK_MARGIN = dt.timedelta(minutes=10)  # how far before a job's creation its log lines are still looked for
 OVERLAP = dt.timedelta(seconds=30)  # re-read this much before the newest line after a reconnect or poll
 
 
@@ -439,6 +440,11 @@ def follow_job(name: JobName, *, vertex, logs, events: Events, follow: bool = Tr
         raise UsageError(f"--replica {replica} matches no replica of job {label}",
                          hint=f"its replicas: {', '.join(replicas) or 'none listed'}")
     events.start(job)
+    if since is None and job.created is not None:
+        # A job logs nothing before it was created: without a timestamp bound, entries.list scans the project's
+        # whole retention (Google's Go and Java clients add a 24 h default for that reason: google-cloud-go PR
+        # 3120, java-logging PR 304, read 2026-11-27). The margin covers a VM clock running behind.
+        since = job.created - CLOCK_MARGIN
     follower = Follower(logs=logs, get_job=lambda: vertex.get(name), job_id=name.id, events=events, replica=replica,
                         severity=severity, since=since, timing=timing or Timing())
     if not follow:

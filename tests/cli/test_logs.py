@@ -220,6 +220,20 @@ def test_no_follow_and_filters(capsys, logs_env):
     assert job["name"] in vertex.jobs and vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
 
 
+def test_the_log_reads_start_at_the_jobs_creation_not_the_projects_whole_retention(capsys, logs_env):
+    # Without --since the list had no timestamp bound: entries.list scanned every entry the project keeps.
+    import datetime as dt
+    import re
+
+    vertex, logs, job = logs_env
+    logs.write_line(job["id"], "workerpool0-0", "chief says hi")
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 0 and "chief says hi" in r.out, r.err
+    (bound,) = re.findall(r'timestamp>="([^"]+)"', logs.filters[-1])
+    created = vertex.job(job["name"]).create_time
+    assert dt.datetime.fromisoformat(bound) == created - dt.timedelta(minutes=10)
+
+
 def test_no_follow_of_a_failed_job_says_so_and_exits_3(capsys, logs_env):
     # Found by hand: `ftcli logs 2 --no-follow` on a FAILED job exited 0 and never said it had failed.
     vertex, logs, job = logs_env
