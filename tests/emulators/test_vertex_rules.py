@@ -4,6 +4,7 @@ builds for the issue's configurations is accepted by it."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 
 import grpc
@@ -51,6 +52,12 @@ def _package_pool(image: str) -> dict:
     return p
 
 
+def _container_pool(image: str) -> dict:
+    p = pool()
+    p["containerSpec"]["imageUri"] = image
+    return p
+
+
 def _reserved(p: dict, name: str) -> dict:
     p["machineSpec"]["reservationAffinity"] = {"reservationAffinityType": "SPECIFIC_RESERVATION",
                                                "key": "compute.googleapis.com/reservation-name", "values": [name]}
@@ -64,6 +71,10 @@ REFUSED = [
     (job(_package_pool("us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-4.py310:latest")),
      "is not a prebuilt training container"),
     (job(_package_pool("docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime")), "not a prebuilt"),
+    # the same images past their end of availability named as a custom container (`--image`): they were accepted
+    (job(_container_pool(PREBUILT["executorImageUri"])), "reached its end of availability on 2026-07-24"),
+    (job(_container_pool("europe-docker.pkg.dev/vertex-ai/training/pytorch-xla.2-1.py310")),
+     "reached its end of availability on 2025-10-04"),
     # GPUs the region does not train on
     (job(pool("g2-standard-8", "NVIDIA_L4")), None, "projects/p/locations/europe-west6"),
     (job(pool("a2-ultragpu-1g", "NVIDIA_A100_80GB")), None, "projects/p/locations/me-west1"),
@@ -156,6 +167,19 @@ def test_accepted_variants(vertex):
     reserved["machineSpec"]["reservationAffinity"] = {"reservationAffinityType": "ANY_RESERVATION"}
     create(vertex, job(reserved))
     assert len(vertex.jobs) == 2
+
+
+def test_a_prebuilt_image_as_a_custom_container_is_refused_only_after_its_end_of_availability():
+    from ftcli.gcp.vertex import to_proto
+    from tests.emulators.vertex_rules import refusal
+
+    body = to_proto(job(_container_pool(PREBUILT["executorImageUri"])))
+    assert refusal(body, "us-central1", today=dt.date(2026, 7, 24)) is None
+    assert refusal(body, "us-central1", today=dt.date(2026, 7, 25)) == (
+        f"the prebuilt container {PREBUILT['executorImageUri']} reached its end of availability on 2026-07-24")
+    # Vertex's Reduction Server image is not a framework image: never refused by date
+    assert refusal(to_proto(job(_container_pool("us-docker.pkg.dev/vertex-ai-restricted/training/"
+                                                 "reductionserver:latest"))), "us-central1") is None
 
 
 # Cells of configure-compute's GPU table that the emulator once answered with gRPC UNKNOWN (it asked ftcli's

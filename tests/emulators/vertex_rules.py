@@ -176,6 +176,16 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
                 return f"{uri} is not a prebuilt training container: pythonPackageSpec needs one from the list"
             if PREBUILT_PYTORCH[image] < today:
                 return f"the prebuilt container {uri} reached its end of availability on {PREBUILT_PYTORCH[image]}"
+        else:
+            # The same images named as a custom container (containerSpec.imageUri, e.g. `--image`): the policy above
+            # is about the images, however a job names them ("the images are no longer available for download"), so
+            # a containerSpec job on one of them past its date is refused too; it was accepted, and the scripted
+            # emulator walked it to SUCCEEDED.
+            uri = pool.container_spec.image_uri
+            image = next((uri[len(p):] for p in PREBUILT_PREFIXES if uri.startswith(p)), "")
+            image = re.split(r"[:@]", image, maxsplit=1)[0]
+            if image in PREBUILT_PYTORCH and PREBUILT_PYTORCH[image] < today:
+                return f"the prebuilt container {uri} reached its end of availability on {PREBUILT_PYTORCH[image]}"
         if machine not in MACHINES:
             return f'Machine type "{machine}" is not supported for custom training (workerPoolSpecs[{i}]).'
         accel = pool.machine_spec.accelerator_type.name
