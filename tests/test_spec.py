@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -169,6 +170,41 @@ def test_start_script_installs_the_wheel_from_the_mount_and_runs_the_trainer_wit
     assert '"$FTCLI_TRAINER_WHEEL"' in START_SCRIPT and "python -m pip install" in START_SCRIPT
     assert START_SCRIPT.startswith("set -eu\n")  # a failed install stops the job before training
     assert START_SCRIPT.rstrip().endswith('exec python -m ftcli_trainer.task "$@"')
+
+
+def test_the_job_installs_a_dependencys_newest_wheel_not_a_newer_source_archive(tmp_path):
+    # The image has no compilers: a dependency out as a source archive before its wheels (demo 2.0) would be built
+    # there and fail the job. The start script's own pip line, run here against a local package folder.
+    import os
+    import zipfile
+
+    def wheel(name: str, version: str, requires: str = "") -> Path:
+        path = tmp_path / "pkgs" / f"{name}-{version}-py3-none-any.whl"
+        path.parent.mkdir(exist_ok=True)
+        info = f"{name}-{version}.dist-info"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(f"{name}/__init__.py", f"VERSION = {version!r}\n")
+            z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                       + (f"Requires-Dist: {requires}\n" if requires else ""))
+            z.writestr(f"{info}/WHEEL",
+                       "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+            z.writestr(f"{info}/RECORD", "")
+        return path
+
+    wheel("demo", "1.0")
+    sdist = tmp_path / "pkgs" / "demo-2.0"
+    (sdist).mkdir()
+    (sdist / "setup.py").write_text("raise SystemExit('no compiler on the image')\n")
+    (sdist / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 2.0\n")
+    subprocess.run(["tar", "-czf", str(sdist) + ".tar.gz", "-C", str(tmp_path / "pkgs"), "demo-2.0"], check=True)
+    subprocess.run(["rm", "-r", str(sdist)], check=True)
+    trainer = wheel("app", "0.1", requires="demo")
+    script = START_SCRIPT.split("exec python")[0].replace("python -m pip", f"{sys.executable} -m pip")
+    env = {**os.environ, "FTCLI_TRAINER_WHEEL": str(trainer), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(tmp_path / "pkgs"), "PIP_TARGET": str(tmp_path / "site")}
+    r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "site" / "demo" / "__init__.py").read_text() == "VERSION = '1.0'\n"
 
 
 # --- the Reduction Server plugin install, run under bash with fake apt-get/dpkg/python on PATH -------------------

@@ -37,9 +37,12 @@ TASK_LABEL, MODEL_LABEL, GPU_LABEL = "ftcli_task", "ftcli_model", "ftcli_gpu"
 # trainer's floor, and fetches the rest from PyPI. `set -eu` comes first: anything before it that fails would go
 # unnoticed and the trainer would start anyway.
 _STRICT = "set -eu\n"
+# --prefer-binary: the job's image has no compilers (and no Rust for tokenizers): a dependency whose newest release
+# is out as a source archive before its wheels would be built there and fail the job; pip takes the newest release
+# with a wheel instead, which is what tests/test_requirements.py resolves (binary only) against PyPI.
 _RUN_TRAINER = (
     'echo "ftcli: installing $FTCLI_TRAINER_WHEEL"\n'
-    "python -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off --quiet "
+    "python -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off --quiet --prefer-binary "
     '"$FTCLI_TRAINER_WHEEL"\n'
     'exec python -m ftcli_trainer.task "$@"\n'
 )
