@@ -60,6 +60,13 @@ def in_background(fn, vertex=None):
     return t
 
 
+def _stopped(proc, reader) -> None:
+    """The `ftcli logs` child killed if it is still there, and its reader ended."""
+    if proc.poll() is None:
+        proc.kill()
+    reader.join(timeout=10)
+
+
 def json_lines(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
@@ -350,9 +357,7 @@ def test_a_steady_stream_reaches_the_screen_within_3_seconds(logs_env):
         vertex.set_state(job["name"], "SUCCEEDED")
         assert proc.wait(timeout=60) == 0, proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    reader.join(timeout=10)
+        _stopped(proc, reader)
     assert sorted(shown) == sorted(written)
     late = {t: round(shown[t] - written[t], 2) for t in written if shown[t] - written[t] > 3.0}
     assert not late, late
@@ -393,9 +398,7 @@ def test_lines_the_tail_left_out_are_listed_while_the_job_runs(logs_env):
         vertex.set_state(job["name"], "SUCCEEDED")
         assert proc.wait(timeout=30) == 0, proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    reader.join(timeout=10)
+        _stopped(proc, reader)
     left_out = [f"left out {i:02d}" for i in range(20)]
     assert sorted(t for t in while_running if t.startswith("left out")) == left_out
     assert sorted(shown) == sorted(["before", "after", *left_out])  # each once
