@@ -39,3 +39,6 @@ def test_nearest_regions_first():
     assert near[0] == "us-east4" and all(r.startswith("us-") for r in near)
     assert regions_with("L4", "asia-east1")[0].startswith("asia-")
     assert all(offers(r, "B200") for r in regions_with("B200", "me-west1", limit=10))
+    # none in Europe but europe-west4: the Americas come before Asia (it said asia-south2 second)
+    assert regions_with("RTX-PRO-6000", "europe-west1", limit=2) == ["europe-west4", "us-central1"]
+    assert regions_with("RTX-PRO-6000", "me-central2", limit=1) == ["europe-west4"]

@@ -52,13 +52,22 @@ _CPU_ONLY = frozenset({
 
 VERTEX_REGIONS: frozenset[str] = frozenset(TRAINING_GPUS) | _CPU_ONLY
 
-# Coarse geography for "the nearest regions that have it": same area first, then the rest.
+# Coarse geography for "the nearest regions that have it": the same area first, then the other areas from the
+# nearest (Europe's next neighbour is the Middle East, then the Americas, not Asia; an RTX PRO 6000 asked for in
+# europe-west1 suggested asia-south2 before us-central1).
 _AREAS = (("us", "northamerica", "southamerica"), ("europe",), ("asia", "australia"), ("me", "africa"))
+_NEXT_AREAS = {0: (0, 1, 2, 3), 1: (1, 3, 0, 2), 2: (2, 3, 0, 1), 3: (3, 1, 2, 0)}
 
 
 def _area(region: str) -> int:
     head = region.split("-", 1)[0]
     return next((i for i, heads in enumerate(_AREAS) if head in heads), len(_AREAS))
+
+
+def _distance(home: int, area: int) -> int:
+    """How far `area` is from `home` in that order (0: the same area); unknown areas last."""
+    order = _NEXT_AREAS.get(home, ())
+    return order.index(area) if area in order else len(_AREAS)
 
 
 def offers(region: str, gpu: str) -> bool:
@@ -70,5 +79,5 @@ def regions_with(gpu: str, near: str, limit: int = 3) -> list[str]:
     have = [r for r, gpus in TRAINING_GPUS.items() if gpu in gpus]
     home = _area(near)
     prefix = near.rstrip("0123456789")  # us-east4 -> us-east: neighbours sort first within the area
-    have.sort(key=lambda r: (_area(r) != home, not r.startswith(prefix), r))
+    have.sort(key=lambda r: (_distance(home, _area(r)), not r.startswith(prefix), r))
     return have[:limit]
