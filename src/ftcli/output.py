@@ -9,6 +9,7 @@ elsewhere a wait is a plain line a minute. Rich is imported inside the functions
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +49,21 @@ def error(message: str, hint: str | None = None, problems: list[str] | None = No
 def warn(message: str, hint: str | None = None) -> None:
     extra = f" [dim]hint: {escape(hint)}[/]" if hint else ""
     err().print(f"[yellow]warning:[/] {escape(message)}{extra}")
+
+
+class _TrainerWarnings(logging.Handler):
+    """The trainer's own warnings when its code runs inside ftcli (the pre-flight reads the data with it): shown as
+    ftcli's warnings. Without it they came out as bare lines, through logging's last-resort handler."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        warn(record.getMessage())
+
+
+def route_trainer_warnings() -> None:
+    """Once per process: warnings the trainer's logger gives inside ftcli read `warning: ...` on stderr."""
+    log = logging.getLogger("ftcli_trainer")
+    if not any(isinstance(h, _TrainerWarnings) for h in log.handlers):
+        log.addHandler(_TrainerWarnings(logging.WARNING))
 
 
 def note(message: str) -> None:

@@ -70,6 +70,16 @@ def test_a_switch_on_by_default_reaches_the_job_only_when_turned_off(capsys, mon
     assert parse_args(args).gpu_warmup is expected
 
 
+def test_the_trainers_warnings_in_the_pre_flight_read_as_ftclis(capsys, cloud_env, tmp_path):
+    # The pre-flight reads the data with the trainer's code: its warning came out as a bare line (logging's
+    # last-resort handler), unlike every other warning ftcli gives.
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], [("good", "pos"), ("bad", "neg"), ("ok", "Pos")] * 9)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(train), "--gpu", "T4", "--dry-run")
+    assert r.code == 0, r.err
+    (line,) = [x for x in r.err.splitlines() if "differ only in case" in x]
+    assert line.startswith(f"warning: {train}: the labels 'Pos', 'pos' differ only in case, so they are 2 classes")
+
+
 def test_submit_uploads_once_and_creates_exactly_the_built_job(capsys, cloud_env, tmp_path):
     gcs, vertex = cloud_env
     train = write_csv(tmp_path / "train.csv", ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)

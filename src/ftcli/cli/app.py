@@ -65,7 +65,9 @@ def os_error_line(e: OSError) -> str:
 
 def main() -> None:
     from ftcli.errors import FtcliError
+    from ftcli.output import route_trainer_warnings
 
+    route_trainer_warnings()
     try:
         app()
     except FtcliError as e:
