@@ -634,6 +634,16 @@ def _subset_idx(n: int, k: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).permutation(n)[:k])
 
 
+def _hold_out(train: Examples, cfg: TrainConfig) -> tuple[Examples, dict[str, Examples]]:
+    """No eval set: a seeded share of the training data is held out (never trained on)."""
+    n = len(train)
+    n_eval = max(1, round(n * cfg.eval_fraction))
+    if n - n_eval < 1:
+        raise DataError(f"only {n} training example(s): too few to hold out an eval set; pass --eval-file")
+    perm = np.random.default_rng(cfg.seed + 1).permutation(n)
+    return train.subset(np.sort(perm[n_eval:])), {"eval": train.subset(np.sort(perm[:n_eval]))}
+
+
 def load_task_data(cfg: TrainConfig) -> TaskData:
     task = TASKS[cfg.task]
     fmt = "jsonl" if task.name == "jsonl" else ("csv" if task.name == "csv" else None)
@@ -651,14 +661,7 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         train, evals, names = _load_hub(cfg, task)
 
     if not evals:
-        # No eval set: hold out a seeded share of the training data (never trained on).
-        n = len(train)
-        n_eval = max(1, round(n * cfg.eval_fraction))
-        if n - n_eval < 1:
-            raise DataError(f"only {n} training example(s): too few to hold out an eval set; pass --eval-file")
-        perm = np.random.default_rng(cfg.seed + 1).permutation(n)
-        evals = {"eval": train.subset(np.sort(perm[:n_eval]))}
-        train = train.subset(np.sort(perm[n_eval:]))
+        train, evals = _hold_out(train, cfg)
 
     multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
     if not cfg.regression:  # on the data as given, before --max-*-samples: a smoke run says what the job would
@@ -825,10 +828,12 @@ def check_files(cfg: TrainConfig, files: dict[str, str]) -> None:
     task = TASKS[cfg.task]
     fmt = "jsonl" if task.name == "jsonl" else ("csv" if task.name == "csv" else None)
     names: list[str] | None = None if cfg.multi_label else (list(cfg.label_names or task.labels) or None)
+    read: dict[str, Examples] = {}
     for key in ("train_file", "eval_file"):
         if key in files:
             columns, rows = read_rows(files[key], fmt=fmt)
             examples, found = rows_to_examples(rows, columns, cfg, files[key], names)
+            read[key] = examples
             if key == "train_file" and cfg.regression:
                 _check_targets_vary(examples.labels, files[key])
             elif key == "train_file":
@@ -836,3 +841,9 @@ def check_files(cfg: TrainConfig, files: dict[str, str]) -> None:
                 if not cfg.multi_label and len(names) < 2:
                     raise DataError(f"{files[key]} has only one label ({names[0]!r}); a classifier needs at "
                                     "least two")
+    # The job's warning about labels too thin to learn or score, said here before anything is uploaded (with the
+    # job's own split when there is no eval file; an eval file in gs:// is the job's to read).
+    if "train_file" in read and not cfg.regression and names and ("eval_file" in read or not cfg.eval_file):
+        train, evals = (read["train_file"], {"eval": read["eval_file"]}) if "eval_file" in read else \
+            _hold_out(read["train_file"], cfg)
+        _warn_thin_labels(train, evals, names, cfg.multi_label or train.labels.ndim == 2)

@@ -78,6 +78,17 @@ def test_the_trainers_warnings_in_the_pre_flight_read_as_ftclis(capsys, cloud_en
     assert r.code == 0, r.err
     (line,) = [x for x in r.err.splitlines() if "differ only in case" in x]
     assert line.startswith(f"warning: {train}: the labels 'Pos', 'pos' differ only in case, so they are 2 classes")
+    # the job's warning of labels too thin to learn, before anything is uploaded (with the job's own split)
+    rows = [(f"good {i}", "pos") for i in range(30)] + [(f"bad {i}", "neg") for i in range(30)] + [("odd", "rare")]
+    train = write_csv(tmp_path / "rare.csv", ["text", "label"], rows)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(train), "--gpu", "T4", "--dry-run")
+    assert r.code == 0, r.err
+    (line,) = [x for x in r.err.splitlines() if "too few to learn" in x]
+    assert line.startswith("warning: 1 of 3 labels have fewer than 3 training examples, too few to learn: 'rare' (")
+    evals = write_csv(tmp_path / "eval.csv", ["text", "label"], [("fine", "pos"), ("awful", "neg")])
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(train), "--eval-file", str(evals), "--gpu",
+                "T4", "--dry-run")
+    assert "'rare' (1 train, 0 eval)" in r.err, r.err
 
 
 def test_submit_uploads_once_and_creates_exactly_the_built_job(capsys, cloud_env, tmp_path):
