@@ -1,7 +1,7 @@
 import pytest
 
 from ftcli.errors import UsageError
-from ftcli.settings import load_config_file, resolve, save_config_file
+from ftcli.settings import effective, load_config_file, resolve, save_config_file
 
 
 @pytest.fixture(autouse=True)
@@ -9,7 +9,8 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "config.toml"))
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
     for var in ("FTCLI_PROJECT", "FTCLI_REGION", "FTCLI_BUCKET", "FTCLI_SERVICE_ACCOUNT", "GOOGLE_CLOUD_PROJECT",
-                "CLOUDSDK_CORE_PROJECT"):
+                "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_ACTIVE_CONFIG_NAME", "CLOUDSDK_AI_REGION",
+                "CLOUDSDK_COMPUTE_REGION"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -26,6 +27,36 @@ def test_precedence_flags_env_file_gcloud(tmp_path, monkeypatch):
     monkeypatch.setenv("FTCLI_PROJECT", "from-env")
     assert resolve().project == "from-env"
     assert resolve(project="from-flag").project == "from-flag"
+
+
+def test_gcloud_values_are_taken_as_gcloud_takes_them(tmp_path, monkeypatch):
+    """gcloud's configuration named by CLOUDSDK_ACTIVE_CONFIG_NAME, its CLOUDSDK_* property variables over the file,
+    and GOOGLE_CLOUD_PROJECT over gcloud as Google's libraries take it: the file of the configuration in
+    `active_config` was read whatever gcloud was using, and a job went to that project."""
+    configs = tmp_path / "gcloud" / "configurations"
+    configs.mkdir(parents=True)
+    (tmp_path / "gcloud" / "active_config").write_text("dev")
+    (configs / "config_dev").write_text("[core]\nproject = dev-project\n[ai]\nregion = asia-east1\n")
+    (configs / "config_prod").write_text("[core]\nproject = prod-project\n[compute]\nregion = europe-west4\n")
+
+    def where(key):
+        v = effective()[key]
+        return v.value, v.origin
+
+    assert where("project") == ("dev-project", "gcloud configuration dev (core/project)")
+    monkeypatch.setenv("CLOUDSDK_ACTIVE_CONFIG_NAME", "prod")
+    assert where("project") == ("prod-project", "gcloud configuration prod (core/project)")
+    assert where("region") == ("europe-west4", "gcloud configuration prod (compute/region)")
+    monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", "env-project")
+    monkeypatch.setenv("CLOUDSDK_COMPUTE_REGION", "us-east4")
+    assert (where("project"), where("region")) == (("env-project", "CLOUDSDK_CORE_PROJECT"),
+                                                   ("us-east4", "CLOUDSDK_COMPUTE_REGION"))
+    monkeypatch.setenv("CLOUDSDK_AI_REGION", "us-west1")  # ai/region comes before compute/region
+    assert where("region") == ("us-west1", "CLOUDSDK_AI_REGION")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "adc-project")
+    assert where("project") == ("adc-project", "GOOGLE_CLOUD_PROJECT")
+    save_config_file({"project": "file-project"})  # ftcli's own layers still come first
+    assert resolve(bucket="gs://b-1").project == "file-project"
 
 
 def test_default_region_and_gcs_paths():

@@ -147,29 +147,48 @@ def save_config_file(values: dict[str, str | None]) -> Path:
 
 
 def _gcloud_values() -> dict[str, tuple[str, str]]:
-    """Project and region from gcloud's active configuration, with where each was read (running `gcloud` costs
-    a second or more, and it may not be installed)."""
+    """Project and region as gcloud itself would take them, with where each was read (running `gcloud` costs a
+    second or more, and it may not be installed).
+
+    gcloud's active configuration is the one CLOUDSDK_ACTIVE_CONFIG_NAME names, else the one in `active_config`
+    ("You can activate a configuration for a single gcloud invocation using flag, `--configuration my-config`, or
+    environment variable `CLOUDSDK_ACTIVE_CONFIG_NAME=my-config`", the help text of `gcloud topic configurations`,
+    read 2026-11-27), and a property's
+    CLOUDSDK_SECTION_PROPERTY variable wins over the configuration's value ("The environment variable values take
+    precedence over property values set using gcloud config set", "Managing gcloud CLI properties",
+    https://cloud.google.com/sdk/docs/properties, read 2026-11-27). Google's client libraries take
+    GOOGLE_CLOUD_PROJECT (or the older GCLOUD_PROJECT) over gcloud's project (google-auth 2.63.0,
+    `google.auth.default`). Read otherwise, a job went to the project of a configuration gcloud was not using.
+    """
     root = Path(os.environ.get("CLOUDSDK_CONFIG") or Path.home() / ".config" / "gcloud")
-    try:
-        active = (root / "active_config").read_text().strip() or "default"
-    except OSError:
-        active = "default"
+    active = os.environ.get("CLOUDSDK_ACTIVE_CONFIG_NAME", "").strip()
+    if not active:
+        try:
+            active = (root / "active_config").read_text().strip() or "default"
+        except OSError:
+            active = "default"
     path = root / "configurations" / f"config_{active}"
     parser = configparser.ConfigParser()
     try:
         parser.read(path)
     except configparser.Error:
-        return {}
-    out = {}
-    if parser.has_option("core", "project"):
-        out["project"] = (parser.get("core", "project"), f"gcloud configuration {active} (core/project)")
-    for section in ("ai", "compute"):
-        if parser.has_option(section, "region"):
-            out["region"] = (parser.get(section, "region"), f"gcloud configuration {active} ({section}/region)")
-            break
-    for var in ("CLOUDSDK_CORE_PROJECT", "GOOGLE_CLOUD_PROJECT"):
+        parser = configparser.ConfigParser()  # a file gcloud could not read either; its variables still count
+
+    def prop(section: str, name: str) -> tuple[str, str] | None:
+        var = f"CLOUDSDK_{section.upper()}_{name.upper()}"
         if os.environ.get(var):
-            out.setdefault("project", (os.environ[var], var))
+            return os.environ[var], var
+        if parser.has_option(section, name) and parser.get(section, name).strip():
+            return parser.get(section, name).strip(), f"gcloud configuration {active} ({section}/{name})"
+        return None
+
+    out = {}
+    explicit = next(((os.environ[v], v) for v in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT") if os.environ.get(v)),
+                    None)
+    if project := explicit or prop("core", "project"):
+        out["project"] = project
+    if region := prop("ai", "region") or prop("compute", "region"):
+        out["region"] = region
     return out
 
 

@@ -13,7 +13,8 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
     for var in ("FTCLI_PROJECT", "FTCLI_REGION", "FTCLI_BUCKET", "FTCLI_SERVICE_ACCOUNT", "GOOGLE_CLOUD_PROJECT",
-                "CLOUDSDK_CORE_PROJECT"):
+                "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_ACTIVE_CONFIG_NAME", "CLOUDSDK_AI_REGION",
+                "CLOUDSDK_COMPUTE_REGION"):
         monkeypatch.delenv(var, raising=False)
     return tmp_path
 
