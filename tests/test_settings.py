@@ -198,3 +198,29 @@ def test_valid_bucket_names_are_accepted(name):
     from ftcli.settings import check_bucket
 
     assert check_bucket(f"gs://{name}") is None
+
+
+def _set_after(barrier, key: str, value: str) -> None:
+    barrier.wait()
+    save_config_file({key: value})
+
+
+def test_settings_saved_at_once_by_several_processes_are_all_kept(tmp_path):
+    # `ftcli config set project P & ftcli config set bucket B & ...`: each process read the file before the others
+    # wrote it, and the last rename kept only its own key (every one of 40 tries lost one).
+    import multiprocessing
+
+    values = {"project": "my-project", "region": "europe-west4", "bucket": "gs://my-bucket/x",
+              "service_account": "sa@my-project.iam.gserviceaccount.com"}
+    context = multiprocessing.get_context("fork")
+    for _ in range(5):
+        (tmp_path / "config.toml").unlink(missing_ok=True)
+        barrier = context.Barrier(len(values))
+        procs = [context.Process(target=_set_after, args=(barrier, k, v)) for k, v in values.items()]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(30)
+        assert [p.exitcode for p in procs] == [0] * len(values)
+        assert load_config_file() == values
+    assert [p.name for p in tmp_path.iterdir()] == ["config.toml"]  # no lock or temporary file left behind

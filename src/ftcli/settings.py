@@ -104,24 +104,51 @@ def save_config_file(values: dict[str, str | None]) -> Path:
     import tomlkit
 
     path = config_path()
-    load_config_file()  # a file that is not there, not a file or not TOML is said as the commands say it
-    doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
-    for key, value in values.items():
-        if value is None:
-            doc.pop(key, None)
-        else:
-            doc[key] = value
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as e:
         blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), e.filename)
         raise UsageError(f"cannot save the config file {path}: {blocker} is a file, not a folder",
                          hint="point FTCLI_CONFIG at a file in a folder (it need not exist yet)") from None
-    # Written whole to a new temporary file of its own (never another file, nor through a link), then renamed over
-    # the old one: a full disk or a crash leaves the old config as it was, and no temporary file behind.
+    # Read, edit and replace under a lock on the file's folder: two `ftcli config set` at once (a set-up script
+    # running them in parallel) each read the file before the other wrote it, and the later rename dropped the
+    # earlier one's key.
+    with _folder_lock(path.parent):
+        load_config_file()  # a file that is not there, not a file or not TOML is said as the commands say it
+        doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+        for key, value in values.items():
+            if value is None:
+                doc.pop(key, None)
+            else:
+                doc[key] = value
+        _replace_file(path, tomlkit.dumps(doc).encode("utf-8"))
+    return path
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path):
+    """An exclusive flock on `folder` itself (no lock file is left behind) while the block runs; where the platform
+    or the file system has no flock, nothing is locked."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """Written whole to a new temporary file of its own (never another file, nor through a link), then renamed over
+    the old one: a full disk or a crash leaves the old config as it was, and no temporary file behind."""
     import tempfile
 
-    data = tomlkit.dumps(doc).encode("utf-8")
     tmp = None
     try:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -143,7 +170,6 @@ def save_config_file(values: dict[str, str | None]) -> Path:
         if not e.filename:  # a failed write names no file: name the one the user knows
             e.filename = str(path)
         raise
-    return path
 
 
 def _gcloud_values() -> dict[str, tuple[str, str]]:
