@@ -351,6 +351,22 @@ def test_bucket_outside_the_jobs_region_is_refused(capsys, cloud_env, monkeypatc
     assert vertex.requests == [] and gcs.list("eu-bucket") == []
 
 
+@pytest.mark.parametrize(("locked", "fix"), [
+    (False, "gcloud storage buckets update gs://kept-bucket --clear-retention-period"),
+    (True, "use a bucket without a retention policy for --bucket"),
+])
+def test_bucket_with_a_retention_policy_is_refused(capsys, cloud_env, monkeypatch, locked, fix):
+    # Accepted, and the job (which replaces logs/metrics.jsonl and deletes old checkpoints) would have trained and
+    # then failed on PERMISSION_DENIED: objects under a retention policy cannot be replaced or deleted.
+    gcs, vertex = cloud_env
+    gcs.create_bucket("kept-bucket", retentionPolicy={"retentionPeriod": "604800", "isLocked": locked})
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://kept-bucket")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and "gs://kept-bucket has a retention policy (7 days)" in r.err and fix in r.err
+    assert ("--clear-retention-period" in r.err) is not locked and "Traceback" not in r.err
+    assert vertex.requests == [] and gcs.list("kept-bucket") == []
+
+
 def test_bucket_metadata_denied_names_a_role_that_grants_it(capsys, cloud_env, monkeypatch):
     from tests.emulators.gcs import FaultyProxy
 

@@ -155,17 +155,18 @@ class GcsEmulator:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def create_bucket(self, name: str, location: str = "US-CENTRAL1") -> None:
+    def create_bucket(self, name: str, location: str = "US-CENTRAL1", **metadata: Any) -> None:
         """Create ``name`` in ``location`` (GCS reports locations in upper case: a region such as US-CENTRAL1,
-        a multi-region such as US); an existing bucket is fine."""
+        a multi-region such as US), with more of the JSON API's bucket fields (``retentionPolicy={...}``) if given;
+        an existing bucket is fine."""
         body = json.dumps({"name": name}).encode()
         status, body = self._request("POST", f"/storage/v1/b?project={self.project}", body,
                                      {"Content-Type": "application/json"})
         if status not in (200, 409):
             raise RuntimeError(f"create bucket {name}: HTTP {status} {body[:200]!r}")
         # gcp-storage-emulator's insert ignores the location (every bucket reads "US"); its PATCH sets it.
-        status, body = self._request("PATCH", f"/storage/v1/b/{name}", json.dumps({"location": location}).encode(),
-                                     {"Content-Type": "application/json"})
+        fields = json.dumps({"location": location, **metadata}).encode()
+        status, body = self._request("PATCH", f"/storage/v1/b/{name}", fields, {"Content-Type": "application/json"})
         if status != 200:
             raise RuntimeError(f"set location of bucket {name}: HTTP {status} {body[:200]!r}")
 

@@ -75,7 +75,8 @@ class StorageGateway:
                      on_error=retry_notice("storage", what, self.notify))
 
     def check_bucket(self, bucket: str, region: str | None = None) -> None:
-        """Fail before anything is uploaded when the bucket is missing, unreadable, or not in the job's region.
+        """Fail before anything is uploaded when the bucket is missing, unreadable, not in the job's region, or keeps
+        its objects under a retention policy.
 
         "For Vertex AI training jobs, buckets must be regional", in the region where the job runs ("Vertex AI
         locations", https://docs.cloud.google.com/vertex-ai/docs/general/locations, read 2026-11-26). Reading the
@@ -112,6 +113,19 @@ class StorageGateway:
                 fix += f", or run the job in the bucket's region with --region {location}"
             raise FtcliError(f"bucket gs://{bucket} is {shape}; Vertex AI training needs a regional bucket in "
                              f"the job's region, {region}", hint=fix)
+        # "When a bucket retention policy is set, objects in the bucket can only be deleted or replaced once their age
+        # is greater than the retention period" ("Bucket Lock", https://cloud.google.com/storage/docs/bucket-lock,
+        # read 2026-11-27; an attempt is a PERMISSION_DENIED, JSON API Bucket.retentionPolicy). The job replaces its
+        # logs/metrics.jsonl at every evaluation and deletes all but its last two checkpoints: it would train for
+        # hours and fail at its end. `--clear-retention-period` removes an unlocked policy (`gcloud storage buckets
+        # update`, https://cloud.google.com/sdk/gcloud/reference/storage/buckets/update, read 2026-11-27).
+        if found.retention_period:
+            fix = "use a bucket without a retention policy for --bucket"
+            if not found.retention_policy_locked:
+                fix += f", or remove it: gcloud storage buckets update gs://{bucket} --clear-retention-period"
+            raise FtcliError(f"bucket gs://{bucket} has a retention policy ({_duration(found.retention_period)}): "
+                             "nothing there can be replaced or deleted before that age, and the job replaces its logs "
+                             "and deletes old checkpoints in its output folder", hint=fix)
 
     def exists(self, uri: str) -> bool:
         bucket, name = split_uri(uri)
@@ -199,6 +213,15 @@ class StorageGateway:
         if progress:
             progress(done, total)
         return done
+
+
+def _duration(seconds: int) -> str:
+    """A retention period as people set it: 7 days, 3 hours, 90 seconds."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
 def get_storage(project: str, notify: Notify | None = None) -> StorageGateway:
