@@ -59,6 +59,21 @@ def test_gcloud_values_are_taken_as_gcloud_takes_them(tmp_path, monkeypatch):
     assert resolve(bucket="gs://b-1").project == "file-project"
 
 
+def test_a_flag_given_empty_is_refused_not_passed_over(monkeypatch):
+    # `ftcli train --project "$PROJECT"` with PROJECT unset: the empty flag was skipped and the job went to the config
+    # file's project (or gcloud's) without a word. An empty variable still counts as unset.
+    save_config_file({"project": "file-project", "bucket": "gs://file-bucket", "region": "europe-west4"})
+    with pytest.raises(UsageError) as e:
+        resolve(project="", region="", bucket="", service_account="")
+    assert e.value.problems == [
+        "--project: '' is not a valid project id (6-30 lowercase letters, digits, '-')",
+        "--region: unknown Vertex AI region ''; e.g. us-central1, europe-west4, asia-southeast1",
+        "--bucket must be a gs:// URI (gs://BUCKET[/PREFIX]), got ''",
+        "--service-account must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), got ''"]
+    monkeypatch.setenv("FTCLI_PROJECT", "")
+    assert resolve().project == "file-project"
+
+
 def test_default_region_and_gcs_paths():
     s = resolve(project="my-project", bucket="gs://my-bucket/x/")
     assert s.region == "us-central1" and s.bucket == "gs://my-bucket/x"

@@ -261,7 +261,10 @@ def effective(*, project: str | None = None, region: str | None = None, bucket: 
             (from_gcloud, "gcloud", gcloud_origin),
             (DEFAULT_REGION if key == "region" else None, "default", "ftcli's default"),
         ]
-        value, source, origin = next(((v, s, o) for v, s, o in candidates if v), (None, None, None))
+        # A flag given empty (`--project "$PROJECT"` with the variable unset) is kept, and refused as a bad value:
+        # passed over, it let the job go to the next layer's project without a word. An empty variable is unset.
+        value, source, origin = next(((v, s, o) for v, s, o in candidates if v or (s == "flag" and v is not None)),
+                                     (None, None, None))
         out[key] = Value(key, value, source, origin)
     bucket, region = out["bucket"], out["region"]
     if bucket.value and REGION_FIELD in bucket.value and region.value:
@@ -274,20 +277,20 @@ def problems_of(values: dict[str, Value], need_bucket: bool = True) -> list[str]
     """What is wrong with the effective settings, each naming where the value came from."""
     problems = []
     project, region, bucket, sa = (values[k] for k in KEYS)
-    if not project.value:
+    if project.value is None:
         problems.append("no Google Cloud project: pass --project ID, set FTCLI_PROJECT, or run "
                         "`ftcli config set project ID`")
     elif (p := check_project(project.value, project.where)) is not None:
         problems.append(p)
     if (p := check_region(region.value or "", region.where)) is not None:
         problems.append(p)
-    if not bucket.value:
+    if bucket.value is None:
         if need_bucket:
             problems.append("no staging bucket: pass --bucket gs://BUCKET[/PREFIX], set FTCLI_BUCKET, or run "
                             "`ftcli config set bucket gs://BUCKET`")
     elif (p := check_bucket(bucket.value, bucket.where)) is not None:
         problems.append(p)
-    if sa.value and (p := check_service_account(sa.value, sa.where)) is not None:
+    if sa.value is not None and (p := check_service_account(sa.value, sa.where)) is not None:
         problems.append(p)
     return problems
 

@@ -478,7 +478,7 @@ def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels:
 
     # A value given twice (`--gpu L4,L4`) is one candidate: tried twice, it would only fail twice.
     gpus = list(dict.fromkeys(g.strip() for g in gpu.split(",") if g.strip())) or [gpu]
-    where: list[str | None] = [*dict.fromkeys(r.strip() for r in (region or "").split(",") if r.strip())] or [None]
+    where: list[str | None] = [*dict.fromkeys(r.strip() for r in (region or "").split(",") if r.strip())] or [region]
     if len(where) > 1 and len({settings.effective(bucket=bucket, region=r)["bucket"].value for r in where}) == 1:
         raise UsageError(f"--region {region} runs in several regions, and Vertex needs the staging bucket in the "
                          "job's region: give --bucket gs://NAME-{region} (one bucket per region)")

@@ -246,6 +246,15 @@ def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, 
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+@pytest.mark.parametrize("flag", ["--project", "--region"])
+def test_an_empty_project_or_region_flag_creates_nothing(capsys, cloud_env, flag):
+    # `--region "$REGION"` with REGION unset trained in the default region, `--project ""` in FTCLI_PROJECT's.
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, *BASE, "--task", "imdb", flag, "")
+    assert r.code == 2 and f"{flag}: " in r.err and "''" in r.err and "Traceback" not in r.err
+    assert vertex.requests == [] and gcs.list("ftcli-test") == []
+
+
 def test_a_display_name_with_a_slash_reaches_vertex_as_written(capsys, cloud_env):
     # Vertex: "can consist of any UTF-8 characters"; ftcli refused / and \ as if the name became a folder (none does)
     gcs, vertex = cloud_env
