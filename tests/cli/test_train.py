@@ -376,6 +376,18 @@ def test_bucket_with_a_retention_policy_is_refused(capsys, cloud_env, monkeypatc
     assert vertex.requests == [] and gcs.list("kept-bucket") == []
 
 
+def test_a_requester_pays_bucket_is_refused(capsys, cloud_env, monkeypatch):
+    # Accepted: neither the uploads nor the job's writes name a billing project, so the job would have trained and
+    # failed at its first write (400 UserProjectMissing) unless its service account could assign billing.
+    gcs, vertex = cloud_env
+    gcs.create_bucket("shared-data", billing={"requesterPays": True})
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://shared-data")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and "gs://shared-data has Requester Pays on" in r.err and "Traceback" not in r.err
+    assert "gcloud storage buckets update gs://shared-data --no-requester-pays" in r.err
+    assert vertex.requests == [] and gcs.list("shared-data") == []
+
+
 def test_bucket_metadata_denied_names_a_role_that_grants_it(capsys, cloud_env, monkeypatch):
     from tests.emulators.gcs import FaultyProxy
 

@@ -75,8 +75,8 @@ class StorageGateway:
                      on_error=retry_notice("storage", what, self.notify))
 
     def check_bucket(self, bucket: str, region: str | None = None) -> None:
-        """Fail before anything is uploaded when the bucket is missing, unreadable, not in the job's region, or keeps
-        its objects under a retention policy.
+        """Fail before anything is uploaded when the bucket is missing, unreadable, not in the job's region, keeps
+        its objects under a retention policy, or bills its requesters.
 
         "For Vertex AI training jobs, buckets must be regional", in the region where the job runs ("Vertex AI
         locations", https://docs.cloud.google.com/vertex-ai/docs/general/locations, read 2026-11-26). Reading the
@@ -126,6 +126,21 @@ class StorageGateway:
             raise FtcliError(f"bucket gs://{bucket} has a retention policy ({_duration(found.retention_period)}): "
                              "nothing there can be replaced or deleted before that age, and the job replaces its logs "
                              "and deletes old checkpoints in its output folder", hint=fix)
+
+        # Requester Pays: "only the following users can access the bucket or its contents: Requesters who include a
+        # billing project in their request ... Requesters who don't include a billing project but have
+        # resourcemanager.projects.createBillingAssignment permission for the project that contains the bucket ...
+        # All other requests to the bucket fail with a 400 UserProjectMissing error" ("Requester Pays",
+        # https://cloud.google.com/storage/docs/requester-pays, read 2026-11-27). Neither ftcli's uploads nor the
+        # job's writes name a billing project, and the job's service account has no billing role: it would train
+        # and fail writing its first log sync or checkpoint. `--no-requester-pays` turns it off (`gcloud storage
+        # buckets update`, https://cloud.google.com/sdk/gcloud/reference/storage/buckets/update, read 2026-11-27).
+        if found.requester_pays:
+            raise FtcliError(f"bucket gs://{bucket} has Requester Pays on: the job's writes name no billing project "
+                             "and would fail (400 UserProjectMissing) unless its service account may assign billing "
+                             "in the bucket's project",
+                             hint=f"turn it off: gcloud storage buckets update gs://{bucket} --no-requester-pays, "
+                                  "or use another bucket for --bucket")
 
     def exists(self, uri: str) -> bool:
         bucket, name = split_uri(uri)
