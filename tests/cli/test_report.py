@@ -323,6 +323,25 @@ def test_a_job_without_metrics_yet_says_so(capsys, cloud_env, tmp_path, monkeypa
     assert "ftcli logs" in r.err and not Path("rep").exists()
 
 
+@pytest.mark.parametrize("state", ["FAILED", "CANCELLED", "SUCCEEDED"])
+def test_an_ended_job_without_metrics_is_not_said_to_have_none_yet(capsys, cloud_env, tmp_path, monkeypatch, state):
+    # A job that failed before its first evaluation was reported as "holds no metrics yet", with a hint to wait for
+    # the learning curve to reach the bucket in 2 minutes: it never will.
+    from tests.cli.test_models import make_job
+
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    name = make_job(vertex, "failed", f"gs://{BUCKET}/team/ftcli/runs/failed-1/")
+    vertex.set_state(name, state)
+    r = run_cli(capsys, "report", name, "--out", "rep")
+    assert r.code == 1
+    assert r.err.splitlines() == [
+        f"error: gs://ftcli-test/team/ftcli/runs/failed-1/ holds no metrics, and the job has ended ({state}): nothing "
+        "more will come",
+        f"hint: its logs say why: ftcli logs {name}"]
+    assert not Path("rep").exists()
+
+
 def test_predict_on_a_multi_label_model_follows_the_threshold(capsys, multi_label_run):
     model = str(multi_label_run / "model")
     everything = run_cli(capsys, "predict", model, "you are toxic", "--threshold", "0.000001", "--json")

@@ -33,6 +33,9 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
     wanted = [(f"{prefix}/{rel}", into / rel) for rel in RUN_FILES if f"{prefix}/{rel}" in there]
     if not any(rel.endswith("metrics.json") or rel.endswith("metrics.jsonl") for rel in
                (n.removeprefix(prefix + "/") for n, _ in wanted)):
+        if job.final:  # no "yet": an ended job writes nothing more, and its logs say why it wrote nothing
+            raise FtcliError(f"{base} holds no metrics, and the job has ended ({job.state}): nothing more will come",
+                             hint=f"its logs say why: ftcli logs {ref}")
         raise FtcliError(f"{base} holds no metrics yet; the job is {job.state}",
                          hint="a job's learning curve reaches the bucket at its first evaluation, checkpoint or "
                               f"train line after {int(LOGS_SYNC_S // 60)} minutes: ftcli logs {ref}")
