@@ -289,10 +289,29 @@ def test_report_of_a_job(capsys, cloud_env, single_run, tmp_path, monkeypatch):
     assert r.out.splitlines() == [str(out / n) for n in ("report.md", "learning_curves.png", "confusion_matrix.png")]
     png_size(out / "confusion_matrix.png")
     md = (out / "report.md").read_text()
-    assert md.startswith(f"# ftcli report: job {name} ({job_id})")
+    assert md.startswith(f"# ftcli report: job {job_id}\n")
     m = json.loads((single_run / "model" / "metrics.json").read_text())
     assert table(md, "Metrics")["accuracy"] == [f"{m['eval_accuracy']:.4f}"]
     assert not list(tmp_path.glob("ftcli-report-*"))  # the downloaded files were temporary
+
+
+def test_a_job_report_names_the_job_by_its_short_id_not_by_the_reference_given(capsys, cloud_env, single_run, tmp_path,
+                                                                                monkeypatch):
+    # `ftcli report last` wrote "# ftcli report: job last (ID)" into report.md: a title that names another job as
+    # soon as the next one is submitted.
+    from ftcli import history
+    from tests.cli.test_models import make_job
+
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    name = make_job(vertex, "sst2", f"gs://{BUCKET}/team/ftcli/runs/sst2-2/")
+    seed_run(gcs, "team/ftcli/runs/sst2-2/", single_run)
+    n = history.record(name, "sst2", project="test-project", region="us-central1")
+    job_id = name.rsplit("/", 1)[-1]
+    r = run_cli(capsys, "report", "last")
+    assert r.code == 0, r.err
+    md = (Path("ftcli-reports") / job_id / "report.md").read_text()
+    assert md.splitlines()[0] == f"# ftcli report: job {n} ({job_id})"
 
 
 def test_report_of_a_running_job_draws_the_curve_so_far(capsys, cloud_env, single_run, tmp_path, monkeypatch):

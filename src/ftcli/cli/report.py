@@ -14,9 +14,10 @@ from ftcli.cli.options import JsonOpt, ProjectOpt, RegionOpt
 REPORTS_DIR = "ftcli-reports"
 
 
-def _download_run(ref: str, project: str | None, region: str | None, into: Path) -> str:
+def _download_run(ref: str, project: str | None, region: str | None, into: Path) -> tuple[str, str]:
     """Copy what a report reads of a job's run (metrics, eval predictions, configs, metrics.jsonl) into `into`, in
-    the run folder's layout; return the job's numeric id. Only ftcli's own file names are fetched."""
+    the run folder's layout; return the job's numeric id and how the report names it. Only ftcli's own file names
+    are fetched."""
     from ftcli import jobs
     from ftcli.errors import FtcliError
     from ftcli.gcp.storage import get_storage
@@ -40,7 +41,9 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
                          hint="a job's learning curve reaches the bucket at its first evaluation, checkpoint or "
                               f"train line after {int(LOGS_SYNC_S // 60)} minutes: ftcli logs {ref}")
     storage.download_objects(bucket, wanted)
-    return name.id
+    # By its short id, not by `ref`: the report outlives "last" (which then names another job).
+    short = jobs.short_id(name)
+    return name.id, f"job {short} ({name.id})" if short else f"job {name.id}"
 
 
 def report(
@@ -77,9 +80,9 @@ def report(
             target = out_dir or default_out(path)
             loaded = load_run(path)
         else:
-            job_id = _download_run(run, project, region, Path(tmp))
+            job_id, source = _download_run(run, project, region, Path(tmp))
             target = out_dir or Path(REPORTS_DIR) / job_id
-            loaded = load_run(Path(tmp), source=f"job {run} ({job_id})")
+            loaded = load_run(Path(tmp), source=source)
         files = write_report(loaded, target, say=note)
     if loaded.skipped_lines:
         err().print(f"[dim]skipped {loaded.skipped_lines} unreadable line(s) of metrics.jsonl[/]")
