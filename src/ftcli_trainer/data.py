@@ -18,7 +18,7 @@ import re
 import shutil
 import sys
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -305,26 +305,29 @@ def _shown_columns(columns: list[str]) -> str:
     return ", ".join(repr(c) if c != c.strip() else c for c in columns)
 
 
-def _column_fix(col: str, columns: list[str], csv_file: bool, fix: str | None) -> str:
-    """After "has no column 'x' (columns: ...)": spaces around the names (`text, label`), or the closest name."""
+def _column_fix(col: str, columns: list[str], csv_file: bool, fix: str | None, taken: Iterable[str] = ()) -> str:
+    """After "has no column 'x' (columns: ...)": spaces around the names (`text, label`), or the closest name that
+    no other role takes (the text column is no label column's fix). `fix`: a flag to pass, or a sentence."""
     if any(c.strip() == col for c in columns):
         where = "remove the spaces around the commas in the header" if csv_file else "remove them from the keys"
         return f"column names must not start or end with spaces: {where}"
-    close = difflib.get_close_matches(col, columns, n=1)
+    close = difflib.get_close_matches(col, [c for c in columns if c not in set(taken)], n=1)
     if close and fix and "NAME" in fix:
         flag = fix.split(" (")[0]  # "--label-column NAME (or --label-columns ...)": the alternative is noise here
         return f"did you mean {close[0]!r}? pass {flag.replace('NAME', close[0])}"
     if close:
         return f"did you mean {close[0]!r}?"
+    if fix and not fix.startswith("--"):
+        return fix
     return f"pass {fix or 'the right column name'}"
 
 
 def _require_columns(columns: list[str], wanted: list[str], shown: str, hint: dict[str, str],
-                     csv_file: bool = True) -> None:
+                     csv_file: bool = True, taken: Iterable[str] = ()) -> None:
     for col in wanted:
         if col not in columns:
             raise DataError(f"{shown} has no column {col!r} (columns: {_shown_columns(columns)}); "
-                            f"{_column_fix(col, columns, csv_file, hint.get(col))}")
+                            f"{_column_fix(col, columns, csv_file, hint.get(col), {*wanted, *taken})}")
 
 
 def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], shown: str,
@@ -540,7 +543,10 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
         exclude = {cfg.text_column, cfg.text_pair_column, "id", "idx", ""}  # "": pandas' unnamed index column
         label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown,
                                                           csv_file)
-        _require_columns(columns, label_cols, shown, {}, csv_file)
+        # The eval file's label columns are the training file's: add the missing one, no other column stands in.
+        need = f"every file needs the training data's label columns ({', '.join(label_cols)})"
+        _require_columns(columns, label_cols, shown, dict.fromkeys(label_cols, need), csv_file,
+                         taken=[c for c in exclude if c])
         labels = np.zeros((len(rows), len(label_cols)), dtype=np.float32)
         for i, r in enumerate(rows):
             for j, c in enumerate(label_cols):

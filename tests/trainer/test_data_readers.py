@@ -395,6 +395,26 @@ def test_column_typos_and_spaces_get_a_suggestion(tmp_path, header, args, needle
     assert error_of("--task", "csv", "--train-file", str(path), *args) == f"{path} {needle}"
 
 
+def test_a_column_that_another_role_takes_is_never_the_suggestion(tmp_path):
+    # `--text-column sentimen` was answered "did you mean 'sentiment'? pass --text-column sentiment": the label
+    # column; and an eval file without a training label column 'threat' got "did you mean 'text'?".
+    path = write_csv(tmp_path / "t.csv", ["text", "sentiment"], [("a", "pos"), ("b", "neg")] * 3)
+    assert error_of("--task", "csv", "--train-file", str(path), "--text-column", "sentimen", "--label-column",
+                    "sentiment") == (
+        f"{path} has no column 'sentimen' (columns: text, sentiment); pass --text-column NAME")
+    train = write_csv(tmp_path / "train.csv", ["text", "toxic", "insult", "threat"],
+                      [("a", 1, 0, 1), ("b", 0, 1, 0)] * 3)
+    ev = write_csv(tmp_path / "eval.csv", ["text", "toxic", "insult"], [("c", 1, 0), ("d", 0, 1)])
+    assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev), "--label-columns",
+                    "toxic,insult,threat") == (
+        f"{ev} has no column 'threat' (columns: text, toxic, insult); every file needs the training data's label "
+        "columns (toxic, insult, threat)")
+    ev = write_csv(tmp_path / "eval2.csv", ["text", "toxic", "insult", "Threat"], [("c", 1, 0, 0), ("d", 0, 1, 1)])
+    assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev), "--label-columns",
+                    "toxic,insult,threat") == (
+        f"{ev} has no column 'threat' (columns: text, toxic, insult, Threat); did you mean 'Threat'?")
+
+
 def test_json_keys_with_spaces_say_so(tmp_path):
     path = jsonl(tmp_path / "t.jsonl", [{"text": "a", " label": "x"}, {"text": "b", " label": "y"}])
     assert error_of("--task", "jsonl", "--train-file", str(path)) == (
