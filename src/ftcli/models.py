@@ -234,6 +234,22 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
     return path
 
 
+def pipeline_recipe(path: Path | str) -> str:
+    """How to load the model in `path` with transformers alone, the way `predict` reads it: cut where the run cut
+    (its tokenizer's model_max_length is the run's --max-length), a regression's raw score, a pair as a dict."""
+    import json
+
+    try:
+        problem = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("problem_type")
+    except (OSError, ValueError):
+        problem = None
+    raw = ", function_to_apply='none'" if problem == "regression" else ""
+    recipe = f"transformers.pipeline('text-classification', model='{path}', truncation=True{raw})"
+    if trained_on_pairs(Path(path)):
+        recipe += "; a pair: clf({'text': FIRST, 'text_pair': SECOND})"
+    return recipe
+
+
 def run_config(path: Path) -> dict | None:
     """The options the model in `path` was trained with (the ftcli_run.json the trainer exports beside it), or None
     when the folder has none (a model from elsewhere, or an older trainer)."""

@@ -560,3 +560,35 @@ def test_predict_file_lines_end_only_at_line_breaks(capsys, tmp_path, tiny_model
     r = run_cli(capsys, "predict", str(tiny_model), "--file", str(lines), "--json")
     assert r.code == 0, r.err
     assert r.out == expected.out and len(r.out.splitlines()) == 3
+
+
+@pytest.mark.parametrize("problem,pairs", [("single_label_classification", False), ("regression", False),
+                                           ("single_label_classification", True)])
+def test_the_load_it_recipe_runs_and_reads_the_model_as_predict_does(tmp_path, tiny_model, problem, pairs):
+    # `ftcli local` printed pipeline('text-classification', model=...) alone: a text longer than the model's 128
+    # positions failed (no truncation), a regression's score came out squashed, and a pair model had no hint.
+    import shutil
+
+    import transformers
+
+    from ftcli.models import pipeline_recipe, predict
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    if problem == "regression":  # one output, as the trainer exports a regression
+        import torch
+
+        config = transformers.AutoConfig.from_pretrained(model, num_labels=1, problem_type=problem)
+        torch.manual_seed(0)
+        transformers.BertForSequenceClassification(config).save_pretrained(model)
+    (model / "ftcli_run.json").write_text(json.dumps({"text_column": "a", "text_pair_column": "b" if pairs else None,
+                                                      "max_length": 32}))
+    tokenizer_config = json.loads((model / "tokenizer_config.json").read_text())  # as the trainer exports it
+    (model / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 32}))
+    recipe = pipeline_recipe(model)
+    assert ("text_pair" in recipe) is pairs and ("function_to_apply='none'" in recipe) is (problem == "regression")
+    clf = eval(recipe.split(";")[0], {"transformers": transformers})
+    long = "good film " * 300  # 600 tokens past the 128 positions: cut, as predict cuts
+    got = clf({"text": long, "text_pair": "bad"} if pairs else long)
+    got = got[0] if isinstance(got, list) else got
+    want = predict(model, [long], pairs=["bad"] if pairs else None)[0]
+    assert got["score"] == pytest.approx(want["score"], abs=1e-4)

@@ -47,7 +47,9 @@ def local(
         result = {"run_folder": run.base, "model": run.model, "metrics": run.metrics()}
         show_one(result, (), json_out=json_out, title=f"run folder: {escape(run.base)}")
         if not json_out:
-            note(f"load it: transformers.pipeline('text-classification', model='{run.model}')")
+            from ftcli.models import pipeline_recipe
+
+            note(f"load it: {pipeline_recipe(run.model)}")
         return
     if (run.signal is not None and run.signal != signal.SIGINT) or run.code in (130, -signal.SIGINT):
         from ftcli_trainer import checkpoint
