@@ -208,6 +208,16 @@ def job_id(name: str) -> str:
     return JobName.parse(name).id
 
 
+def folder_over_job(ref: str) -> str | None:
+    """Where a command takes a folder or a job (predict, report) and `ref` is both a folder here and a job reference
+    (`last`, a short id): the folder is taken, and this says so."""
+    ref = ref.strip()
+    if (ref == "last" or (ref.isdigit() and len(ref) < 9)) and Path(ref).is_dir():
+        return (f"'{ref}' is a folder here, so that folder is used; for the job, give its numeric id or "
+                f"projects/P/locations/R/customJobs/ID (ftcli jobs list)")
+    return None
+
+
 def resolve(ref: str, project: str | None = None, region: str | None = None, *, folder_too: bool = False) -> str:
     """A short id (3), `last`, a numeric job id or a full resource name -> the full resource name. `folder_too`: the
     command takes a folder as well (predict, report), so a reference that is neither is said to be neither."""

@@ -216,9 +216,13 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
     """A model folder, or a job reference (a tuning job: its best trial, or `trial`) whose model is downloaded to
     the user cache once."""
     from ftcli import jobs
+    from ftcli.history import folder_over_job
 
     path = Path(model)
-    if not path.is_dir():
+    if path.is_dir():
+        if notify is not None and (shadowed := folder_over_job(model)):
+            notify(shadowed)
+    else:
         name = jobs.resolve_job(model, project, region, trial=trial, notify=notify, folder_too=True)
         path = cached_model(name)
         if not (path / COMPLETE_MARKER).exists():

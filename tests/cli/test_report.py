@@ -216,6 +216,23 @@ def test_a_name_that_is_neither_a_folder_nor_a_job_is_said_so(capsys, tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def test_a_folder_named_like_a_job_reference_is_used_and_said_to_be(capsys, single_run, tmp_path, monkeypatch):
+    # `ftcli download 4 ./last`, then `ftcli predict last ...` answered from that folder, not the last job, silently
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(single_run, tmp_path / "last")
+    r = run_cli(capsys, "report", "last")
+    assert r.code == 0, r.err
+    said = "'last' is a folder here, so that folder is used; for the job, give its numeric id"
+    assert said in r.err.replace("\n", " ")
+    r = run_cli(capsys, "predict", "last/model", "a good film")
+    assert r.code == 0 and "is a folder here" not in r.err  # no job reference looks like that
+    shutil.copytree(single_run / "model", tmp_path / "3")
+    r = run_cli(capsys, "predict", "3", "a good film")
+    assert r.code == 0 and "'3' is a folder here, so that folder is used" in r.err.replace("\n", " ")
+
+
 def test_without_matplotlib_one_line_names_the_install(capsys, single_run, tmp_path, monkeypatch):
     import importlib.util
 

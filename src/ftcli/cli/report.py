@@ -77,6 +77,10 @@ def report(
     path = Path(run)
     with tempfile.TemporaryDirectory(prefix="ftcli-report-") as tmp:
         if path.is_dir():
+            from ftcli.history import folder_over_job
+
+            if shadowed := folder_over_job(run):
+                note(shadowed)
             target = out_dir or default_out(path)
             loaded = load_run(path)
         else:
