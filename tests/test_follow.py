@@ -249,6 +249,23 @@ def test_a_job_followed_after_it_started_shows_its_history_first_then_the_new_li
     assert logs.tails == 1 and outcome.exit_code == 0
 
 
+@pytest.mark.parametrize("live", [True, False], ids=["followed_live", "ended_before"])
+def test_the_end_is_said_after_the_last_line(live):
+    # An ended job's state came first and its lines after it (in --json too); a live one's lines still draining
+    # came after its end.
+    logs = FakeLogs()
+    for i in range(3):
+        logs.write(f"line {i}", at=T0 + dt.timedelta(seconds=i))
+    if live:
+        later(0.05, lambda: logs.write("drained"))
+    vertex = FakeVertex("RUNNING", "RUNNING", "SUCCEEDED") if live else FakeVertex("SUCCEEDED")
+    outcome, rec = follow(vertex, logs)
+    kinds = [e for e in rec.events if e[0] in ("line", "state")]
+    assert kinds[-1] == ("state", "SUCCEEDED", None) and outcome.exit_code == 0
+    assert [e[0] for e in kinds].count("state") == (2 if live else 1)
+    assert rec.texts == ["line 0", "line 1", "line 2"] + (["drained"] if live else [])
+
+
 def test_a_failed_job_names_the_replica_that_logged_the_error():
     logs = FakeLogs()
     logs.write("worker fine", "workerpool1-0", at=T0)

@@ -361,7 +361,8 @@ class Follower:
                     self.job = self.get_job()
                     if self.job.state != state:
                         state = self.job.state
-                        self.events.state(state, self.job.error)
+                        if state not in FINAL_STATES:
+                            self.events.state(state, self.job.error)
                     if state in FINAL_STATES and ended_at is None:
                         ended_at = now
                     next_state_check = now + t.state_interval
@@ -403,6 +404,9 @@ class Follower:
                         # ... and what it found gets a sixth of the quiet time (0.5 s by default) to come in.
                         last_arrival = time.monotonic() - t.drain_quiet + t.drain_quiet / 6
                         continue
+                    # The end is said after the lines still arriving when it came: last, whether the job was
+                    # followed live or had ended before `ftcli logs` started (it came first there, in --json too).
+                    self.events.state(state, self.job.error)
                     return state
         finally:
             source.stop()
