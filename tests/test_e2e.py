@@ -146,6 +146,34 @@ def test_spot_preemption_restarts_the_replica_which_resumes(capsys, e2e, tmp_pat
     assert any(o.endswith("/model/_COMPLETE") for o in gcs.list("ftcli-test"))
 
 
+def test_a_spot_preemption_of_one_replica_restarts_the_whole_job_which_resumes_together(capsys, e2e, tmp_path,
+                                                                                         tiny_model):
+    """--spot asks Vertex to restart the entire job when a worker restarts (restartJobOnWorkerRestart). The emulator
+    restarted only the preempted replica, which then waited for the other to join, forever."""
+    gcs, vertex, logs = e2e
+    r = run_cli(capsys, "train", "--detach", "--spot", "--replicas", "2", "--task", "csv", "--train-file",
+                str(sst2_rows(240, tmp_path)), "--gpu", "none", "--model", str(tiny_model), "--epochs", "3",
+                "--batch-size", "8", "--log-every", "1", "--label-names", "negative,positive")
+    assert r.code == 0, r.err
+    (name,) = vertex.jobs
+    assert _wait_for_line(logs, "step 20/")
+    vertex.preempt(name, "workerpool1-0")  # the worker, not the chief: the chief restarts too
+    job = vertex.wait(name, timeout=240)
+    assert job.state.name == "JOB_STATE_SUCCEEDED", job.error.message
+    assert [(x.task_name, x.restarts) for x in vertex.runs[name].replicas] == [("workerpool0-0", 1),
+                                                                               ("workerpool1-0", 1)]
+    stopped = [e.text_payload for e in logs.entries if "checkpoint written at step" in e.text_payload]
+    step = int(stopped[0].split("checkpoint written at step ")[1].split(";")[0])
+    assert 20 <= step < 42  # 216 rows (24 held out for evaluation) / 16 a step = 14 steps an epoch
+    assert _wait_for_line(logs, f"/checkpoints/step-{step:08d} (optimizer step {step})")  # the chief resumed there
+    (metrics,) = [o for o in gcs.list("ftcli-test") if o.endswith("/logs/metrics.jsonl")]
+    rows = [json.loads(x) for x in gcs.read("ftcli-test", metrics).decode().splitlines()]
+    # one writer (rank 0), each step once, in order, across the two attempts
+    assert [x["step"] for x in rows if x["type"] == "train"] == list(range(1, 43))
+    assert [x["step"] for x in rows if x["type"] == "eval"] == [14, 28, 42]
+    assert any(o.endswith("/model/_COMPLETE") for o in gcs.list("ftcli-test"))
+
+
 def test_a_glue_pair_task_from_local_files_through_vertex_then_predict_pairs(capsys, e2e, tmp_path, tiny_model):
     """MRPC's layout (idx, sentence1, sentence2, label ids) from local files: uploaded, trained in the emulated
     job with GLUE's metrics, downloaded, and predicted on sentence pairs (single texts refused)."""

@@ -10,7 +10,7 @@ RANK: Vertex documents those for its prebuilt containers only), pip kept off the
 the "image" lacks fails to install, as a missing wheel would on a real one). Each replica's stdout/stderr lines
 go to the Logging emulator as ml_job entries. The job moves PENDING -> RUNNING -> SUCCEEDED / FAILED (with the
 replica's exit status in the error); CancelCustomJob sends SIGTERM, then kills; `preempt()` SIGTERMs a replica
-and, when the job asked for restart on worker restart, starts it again (it should resume).
+and, when the job asked for restart on worker restart, restarts the whole job, every replica (they should resume).
 """
 
 from __future__ import annotations
@@ -211,10 +211,9 @@ class JobRun(threading.Thread):
                 r.recorded = r.proc
                 r.exit_codes.append(code)
                 if code != 0 and restart and r.preempted and not self.cancelled.is_set():
-                    r.preempted = False
-                    r.restarts += 1
-                    pumps[r.task_name] = self._start(r, envs[r.task_name])
+                    self._restart_all(pumps, envs)
                     running = True
+                    break
             if not running:
                 break
             time.sleep(0.1)
@@ -227,6 +226,29 @@ class JobRun(threading.Thread):
                                   f"The replica {r.task_name} exited with a non-zero status of {r.exit_codes[-1]}.")
         else:
             self.emulator._finish(self.job.name, JobState.JOB_STATE_SUCCEEDED)
+
+    def _restart_all(self, pumps: dict, envs: dict) -> None:
+        """restartJobOnWorkerRestart: "Restarts the entire CustomJob if a worker gets restarted" (Scheduling, see
+        ftcli.spec): every replica stops (SIGTERM, then a kill after the grace period) and starts again with its
+        command and environment. Restarting only the preempted one left it waiting for the others to join, forever."""
+        self.signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        while time.monotonic() < deadline and any(r.proc.poll() is None for r in self.replicas):
+            time.sleep(0.1)
+        self.signal_all(signal.SIGKILL)
+        for r in self.replicas:
+            code = r.proc.wait()
+            for p in pumps[r.task_name]:
+                p.join(timeout=10)
+            if r.recorded is not r.proc:
+                r.recorded = r.proc
+                r.exit_codes.append(code)
+        if self.cancelled.is_set():
+            return
+        for r in self.replicas:
+            r.preempted = False
+            r.restarts += 1
+            pumps[r.task_name] = self._start(r, envs[r.task_name])
 
     def signal_all(self, sig: int) -> None:
         for r in self.replicas:
