@@ -673,16 +673,15 @@ class Trainer:
                             self._pause(lambda: None)
                     if cfg.eval_every and self.global_step % cfg.eval_every == 0 and not at_epoch_end:
                         self._pause(lambda: self._log_eval(self.evaluate()))
+                    saved = bool(cfg.save_every and self.global_step % cfg.save_every == 0 and not at_epoch_end)
+                    if saved:
+                        self._pause(self.save_checkpoint)
+                    # After the save: a stop asked for while it ran stops with it, not one step and checkpoint later
+                    # (Vertex gives a preempted worker seconds, not two uploads)
                     if any_rank(bool(self._stop_requested), self.dist, self.device):
-                        self._pause(self.save_checkpoint)
-                        if self._stop_requested == signal.SIGINT:
-                            raise Preempted(f"Ctrl-C: checkpoint written at step {self.global_step}; the same "
-                                            "command resumes from it", exit_code=130)
-                        # (here a restarted Vertex worker resumes; run by hand, the same command does)
-                        raise Preempted(f"SIGTERM: checkpoint written at step {self.global_step}; a restarted "
-                                        "worker, or the same command, resumes from it")
-                    if cfg.save_every and self.global_step % cfg.save_every == 0 and not at_epoch_end:
-                        self._pause(self.save_checkpoint)
+                        if not saved:
+                            self._pause(self.save_checkpoint)
+                        self._stop()
                 self.epoch += 1
                 last_eval = {}
 
@@ -693,6 +692,8 @@ class Trainer:
                     self.save_checkpoint(final=self.epoch >= cfg.epochs)
 
                 self._pause(epoch_end)
+                if self.epoch < cfg.epochs and any_rank(bool(self._stop_requested), self.dist, self.device):
+                    self._stop()  # asked for during the evaluation or checkpoint: that checkpoint is the one
         finally:
             self.restore_stop_handlers(stop_handlers)
             if bar is not None:
@@ -729,6 +730,15 @@ class Trainer:
                                                                       else "no CUDA GPU")})
         summary.update(last_eval)
         return summary
+
+    def _stop(self):
+        """Raise Preempted for the stop asked for (a checkpoint of this step is written)."""
+        if self._stop_requested == signal.SIGINT:
+            raise Preempted(f"Ctrl-C: checkpoint written at step {self.global_step}; the same command resumes from "
+                            "it", exit_code=130)
+        # (here a restarted Vertex worker resumes; run by hand, the same command does)
+        raise Preempted(f"SIGTERM: checkpoint written at step {self.global_step}; a restarted worker, or the same "
+                        "command, resumes from it")
 
     def _setup_static_steps(self, capture: bool | None = None) -> None:
         """The CUDA-graph path (`--cuda-graphs`), or eager steps with one line saying why not. `capture`

@@ -176,3 +176,44 @@ def test_a_restart_after_a_crash_shows_each_step_once_in_tensorboard(tmp_path, t
     shown = [(e.step, float(e.tensor_proto.float_val[0])) for e in acc.Tensors("train/loss")]
     assert [s for s, _ in shown] == sorted(last)  # each step once, in order
     assert all(v == pytest.approx(last[s]) for s, v in shown)  # steps 5 and 6: the restart's values
+
+
+@pytest.mark.parametrize("during", ["the epoch's evaluation", "a --save-every checkpoint"])
+def test_a_sigterm_during_a_checkpoint_stops_with_that_checkpoint(tmp_path, tiny_model, sentiment_csv, monkeypatch,
+                                                                   capsys, during):
+    """Vertex gives a preempted worker ~30 s after its SIGTERM. One that arrived while the epoch's evaluation and
+    checkpoint (or a --save-every checkpoint) were running trained one more step and wrote a second checkpoint
+    before it stopped: twice the upload in those seconds, and a torn second one if the VM went first."""
+    from ftcli_trainer import checkpoint
+    from ftcli_trainer.loop import Trainer
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = [*_argv(train, test, tiny_model, out)[3:], "--epochs", "3"]  # 30 steps an epoch
+    if during == "the epoch's evaluation":
+        evaluate = Trainer.evaluate
+
+        def sigterm_while_evaluating(self):
+            if self.global_step == 30:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return evaluate(self)
+
+        monkeypatch.setattr(Trainer, "evaluate", sigterm_while_evaluating)
+        stop = 30
+    else:
+        argv += ["--save-every", "10"]
+        save = checkpoint.save
+
+        def sigterm_while_saving(root, step, model, state):
+            if step == 20:
+                os.kill(os.getpid(), signal.SIGTERM)
+            save(root, step, model, state)
+
+        monkeypatch.setattr(checkpoint, "save", sigterm_while_saving)
+        stop = 20
+    assert main(argv) == 143
+    assert f"SIGTERM: checkpoint written at step {stop};" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*"))[-1] == f"step-{stop:08d}"
+    rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == stop  # no step trained after the SIGTERM's checkpoint
