@@ -436,6 +436,13 @@ class Trainer:
         BERT-base 0.44 GB written (or uploaded) instead of 1.3 GB, just before the export writes the model."""
         if not self.dist.is_main:
             return
+        # The logs first: a preempted Spot VM has 30 s after its SIGTERM ("120 seconds between GCE ACPI G2 Soft Off and
+        # ACPI G3 Mechanical Off for Standard VMs and 30 seconds for Spot VMs", Compute Engine API
+        # Scheduling.skipGuestOsShutdown, https://pub.dev/documentation/googleapis/latest/compute_v1/Scheduling/
+        # skipGuestOsShutdown.html, read 2026-11-27), mostly taken by the checkpoint's upload; a VM switched off
+        # between the checkpoint and the logs lost the rows up to it for good (the restart resumes after them). Rows
+        # past a checkpoint that does not complete are dropped on resume (_forget_rows_after).
+        self.sync_logs()
         torch = self.torch
         from ftcli_trainer.cuda_graphs import plain_optimizer_state, plain_scheduler_state
 
@@ -675,12 +682,12 @@ class Trainer:
                         self._pause(lambda: self._log_eval(self.evaluate()))
                     saved = bool(cfg.save_every and self.global_step % cfg.save_every == 0 and not at_epoch_end)
                     if saved:
-                        self._pause(self.save_checkpoint)
+                        self._pause(self.save_checkpoint, sync=False)
                     # After the save: a stop asked for while it ran stops with it, not one step and checkpoint later
                     # (Vertex gives a preempted worker seconds, not two uploads)
                     if any_rank(bool(self._stop_requested), self.dist, self.device):
                         if not saved:
-                            self._pause(self.save_checkpoint)
+                            self._pause(self.save_checkpoint, sync=False)
                         self._stop()
                 self.epoch += 1
                 last_eval = {}
@@ -691,7 +698,7 @@ class Trainer:
                     self._log_eval(last_eval)
                     self.save_checkpoint(final=self.epoch >= cfg.epochs)
 
-                self._pause(epoch_end)
+                self._pause(epoch_end, sync=False)  # its checkpoint copies the logs, its evaluation's row too
                 if self.epoch < cfg.epochs and any_rank(bool(self._stop_requested), self.dist, self.device):
                     self._stop()  # asked for during the evaluation or checkpoint: that checkpoint is the one
         finally:
@@ -808,11 +815,13 @@ class Trainer:
                     out.add(step_key(lengths[idx], ss.rows, ss.widths, ss.unmask_full))
         return out
 
-    def _pause(self, fn) -> None:
-        """Run `fn` (eval, checkpoint) outside the training clock, then copy the logs to gs:// (`sync_logs`)."""
+    def _pause(self, fn, sync: bool = True) -> None:
+        """Run `fn` (eval, checkpoint) outside the training clock, then copy the logs to gs:// (`sync_logs`) unless
+        `fn` saves a checkpoint, which copies them itself, first."""
         self.stats.train_seconds += time.perf_counter() - self._t0
         try:
             fn()
-            self.sync_logs()
+            if sync:
+                self.sync_logs()
         finally:
             self._t0 = time.perf_counter()

@@ -136,3 +136,51 @@ def test_between_evaluations_the_logs_reach_the_bucket_every_logs_sync_s(gcs, ti
             "--epochs", "1", "--batch-size", "16", "--log-every", "5"]
     assert main(argv) == 0
     assert seen[:3] == [1, 2, 3]  # steps 5, 10, 15: one copy a train line, before the epoch's evaluation
+
+
+class VmGone(BaseException):
+    """The preempted VM is switched off: nothing is uploaded after this point."""
+
+
+def test_a_vm_switched_off_right_after_its_sigterm_checkpoint_keeps_the_rows_up_to_it(gcs, tiny_model, sentiment_csv,
+                                                                                      monkeypatch, tmp_path):
+    """Vertex gives a preempted worker 30 s; the checkpoint is the long upload. The logs were copied after it, so a
+    VM switched off between the two lost the rows up to the checkpoint for good: the restart resumed after them and
+    metrics.jsonl (`ftcli report`) started at the next step. They are copied before it now."""
+    from ftcli_trainer import storage
+    from ftcli_trainer.loop import Trainer
+
+    train, test = sentiment_csv
+    gcs.create_bucket("vertex-out")
+    base = "gs://vertex-out/runs/job-4"
+    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
+    monkeypatch.chdir(tmp_path)
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "8", "--log-every", "1"]
+    record, upload = Trainer._record, storage.upload_dir
+    gone = []
+
+    def sigterm_at_step_7(self, kind, values):
+        record(self, kind, values)
+        if self.global_step == 7:
+            os.kill(os.getpid(), signal.SIGTERM)  # the preemption notice
+
+    def upload_until_switched_off(local, uri, *, marker=True):
+        if gone:
+            raise VmGone
+        upload(local, uri, marker=marker)
+        gone.extend(["off"] if "/checkpoints/step-" in uri else [])  # the VM goes right after the checkpoint
+
+    monkeypatch.setattr(Trainer, "_record", sigterm_at_step_7)
+    monkeypatch.setattr(storage, "upload_dir", upload_until_switched_off)
+    with pytest.raises(VmGone):
+        main(argv)
+    assert "runs/job-4/checkpoints/step-00000007/_COMPLETE" in gcs.list("vertex-out")
+
+    monkeypatch.setattr(Trainer, "_record", record)
+    monkeypatch.setattr(storage, "upload_dir", upload)
+    assert main(argv) == 0  # the restarted worker resumes at step 7
+    rows = [json.loads(r) for r in gcs.read("vertex-out", "runs/job-4/logs/metrics.jsonl").decode().splitlines()]
+    assert [r["step"] for r in rows if r["type"] == "train"] == list(range(1, 31))
