@@ -376,6 +376,9 @@ class Trainer:
     def resume(self) -> None:
         state = checkpoint.load_latest(self.paths.checkpoint_dir, self.model)
         if state is None:
+            # No complete checkpoint (a crash, or a VM gone during the first one's upload): the run starts over, and
+            # the rows an earlier attempt logged are logged again
+            self._forget_rows_after(0)
             return
         self.global_step = int(state["global_step"])
         self.epoch = int(state["epoch"])
@@ -427,8 +430,13 @@ class Trainer:
             self._jsonl = open(self._metrics_file, "a")  # noqa: SIM115
         except OSError as e:
             raise self._log_write_error(e, "the metrics", self._metrics_file) from None
-        log.info("resuming at step %d: %d metrics.jsonl row(s) logged after it by the earlier attempt are "
-                 "logged again", step, len(lines) - len(kept))
+        dropped = len(lines) - len(kept)
+        if step:
+            log.info("resuming at step %d: %d metrics.jsonl row(s) logged after it by the earlier attempt are "
+                     "logged again", step, dropped)
+        else:
+            log.info("no complete checkpoint: starting over; the %d metrics.jsonl row(s) of the earlier attempt are "
+                     "logged again", dropped)
 
     def save_checkpoint(self, final: bool = False) -> None:
         """`final`: after the last epoch, where a restart only evaluates and exports: the weights and the run's

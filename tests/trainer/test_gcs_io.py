@@ -184,3 +184,45 @@ def test_a_vm_switched_off_right_after_its_sigterm_checkpoint_keeps_the_rows_up_
     assert main(argv) == 0  # the restarted worker resumes at step 7
     rows = [json.loads(r) for r in gcs.read("vertex-out", "runs/job-4/logs/metrics.jsonl").decode().splitlines()]
     assert [r["step"] for r in rows if r["type"] == "train"] == list(range(1, 31))
+
+
+def test_a_restart_with_no_complete_checkpoint_logs_each_step_once(gcs, tiny_model, sentiment_csv, monkeypatch,
+                                                                   tmp_path):
+    """A VM switched off during its first checkpoint's upload (or a worker that crashed before any): the restart
+    starts over from step 1, and the earlier attempt's rows, already in the bucket, were kept: metrics.jsonl had
+    steps 1-7 twice (1..7, 1..30)."""
+    from ftcli_trainer import storage
+    from ftcli_trainer.loop import Trainer
+
+    train, test = sentiment_csv
+    gcs.create_bucket("vertex-out")
+    base = "gs://vertex-out/runs/job-5"
+    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
+    monkeypatch.chdir(tmp_path)
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "8", "--log-every", "1"]
+    record, upload = Trainer._record, storage.upload_dir
+
+    def sigterm_at_step_7(self, kind, values):
+        record(self, kind, values)
+        if self.global_step == 7:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def switched_off_during_the_checkpoint(local, uri, *, marker=True):
+        if "/checkpoints/step-" in uri:
+            raise VmGone
+        upload(local, uri, marker=marker)
+
+    monkeypatch.setattr(Trainer, "_record", sigterm_at_step_7)
+    monkeypatch.setattr(storage, "upload_dir", switched_off_during_the_checkpoint)
+    with pytest.raises(VmGone):
+        main(argv)
+    assert not [o for o in gcs.list("vertex-out") if "/checkpoints/step-" in o]
+
+    monkeypatch.setattr(Trainer, "_record", record)
+    monkeypatch.setattr(storage, "upload_dir", upload)
+    assert main(argv) == 0
+    rows = [json.loads(r) for r in gcs.read("vertex-out", "runs/job-5/logs/metrics.jsonl").decode().splitlines()]
+    assert [r["step"] for r in rows if r["type"] == "train"] == list(range(1, 31))
