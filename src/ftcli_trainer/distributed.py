@@ -122,6 +122,18 @@ def any_rank(flag: bool, dist: Dist, device) -> bool:
     return bool(t.item())
 
 
+def spread(value: int, dist: Dist, device) -> tuple[int, int]:
+    """(smallest, largest) of an integer over the ranks (e.g. the step each resumed at)."""
+    if not dist.enabled:
+        return value, value
+    import torch
+    import torch.distributed as td
+
+    t = torch.tensor([value, -value], dtype=torch.int64, device=device)
+    td.all_reduce(t, op=td.ReduceOp.MAX)
+    return -int(t[1].item()), int(t[0].item())
+
+
 def gather_rows(local: np.ndarray, idx: np.ndarray, n: int, dist: Dist) -> np.ndarray:
     """Reassemble per-example rows (e.g. eval logits) computed on disjoint shards, each exactly once."""
     if not dist.enabled:

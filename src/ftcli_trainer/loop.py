@@ -20,7 +20,7 @@ import numpy as np
 from ftcli_trainer import checkpoint, metrics, storage
 from ftcli_trainer.config import TrainConfig
 from ftcli_trainer.data import Encoded, collate, plan_batches
-from ftcli_trainer.distributed import Dist, any_rank, gather_rows, shard_batches
+from ftcli_trainer.distributed import Dist, any_rank, gather_rows, shard_batches, spread
 from ftcli_trainer.errors import TrainerError
 
 log = logging.getLogger("ftcli_trainer")
@@ -375,6 +375,14 @@ class Trainer:
 
     def resume(self) -> None:
         state = checkpoint.load_latest(self.paths.checkpoint_dir, self.model)
+        lowest, highest = spread(int(state["global_step"]) if state else 0, self.dist, self.device)
+        if lowest != highest:
+            # Each rank takes the newest checkpoint it can read: one that a rank could not read (a passing read
+            # error) left the ranks at different steps with different weights, to hang in the next collective or
+            # train diverging copies.
+            raise TrainerError(f"the workers resumed from different checkpoints (steps {lowest} and {highest}): one "
+                               f"could not read the newest in {self.paths.checkpoint_dir} (its warning above says "
+                               "why); run the job again, or remove the unreadable checkpoint folder")
         if state is None:
             # No complete checkpoint (a crash, or a VM gone during the first one's upload): the run starts over, and
             # the rows an earlier attempt logged are logged again

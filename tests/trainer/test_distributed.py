@@ -78,3 +78,36 @@ def test_two_process_gloo_run_trains_and_evaluates_every_example_once(tmp_path, 
     assert sum(map(sum, m["eval_confusion_matrix"])) == 60  # every eval example counted exactly once
     assert m["eval_accuracy"] >= 0.85, m
     assert m["global_step"] == 4 * 15  # 240 examples / 16 per step, 4 epochs
+
+
+def test_workers_that_resume_from_different_checkpoints_stop_with_one_line(tmp_path, tiny_model, sentiment_csv):
+    # Each rank takes the newest checkpoint it can read: one that rank 1 alone could not read left the ranks at
+    # different steps, and the run hung in its next collective (or trained diverging copies).
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed unavailable")
+    train, test = sentiment_csv
+    out = tmp_path / "ddp"
+
+    def run(extra_env=None):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **(extra_env or {})}
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                               f"--master-port={_free_port()}", "-m", "ftcli_trainer.task", "--task", "csv",
+                               "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+                               "--epochs", "2", "--batch-size", "8", "--output-dir", str(out)],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    assert run().returncode == 0  # checkpoints at steps 15 and 30
+    # rank 1 cannot read the newest one (a passing read error, made here by a sitecustomize for that rank only)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    from ftcli_trainer import checkpoint\n"
+        "    real = checkpoint._is_complete\n"
+        "    checkpoint._is_complete = lambda path: not path.endswith('00000030') and real(path)\n")
+    r = run({"PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])})
+    said = r.stderr + r.stdout
+    assert r.returncode != 0 and "error: the workers resumed from different checkpoints (steps 15 and 30)" in said
+    assert "ignoring checkpoint" in said and "00000030: no completion marker" in said  # the warning it points at
