@@ -58,8 +58,10 @@ def save(root: str, step: int, model, state: dict) -> None:
     finally:
         if staged is not None and staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
-    # Keep the newest KEEP complete checkpoints; anything else (older, or torn by a crash) goes.
-    keep = set(_complete(root)[-KEEP:])
+    # Keep the newest KEEP complete checkpoints, and always this one; anything else (older, or torn by a crash)
+    # goes. (Newer ones than this step are there when the resume could not read them: two of them took both places,
+    # and the checkpoint just written was deleted.)
+    keep = set(_complete(root)[-KEEP:]) | {f"step-{step:08d}"}
     for _, name in _list(root):
         if name not in keep:
             _remove(storage.join(root, name))
@@ -116,7 +118,10 @@ def load_latest(root: str, model) -> dict | None:
             state = torch.load(local / "trainer_state.pt", map_location="cpu", weights_only=True)
             load_model(model, str(local / "model.safetensors"), strict=True)
         except Exception as e:  # noqa: BLE001 - any damage means: not this one
-            log.warning("ignoring checkpoint %s: %s", path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if downloaded is not None:  # the checkpoint's own gs:// name, not the temporary copy's
+                why = why.replace(str(downloaded), path)
+            log.warning("ignoring checkpoint %s: %s", path, why)
             continue
         finally:
             if downloaded is not None:

@@ -148,3 +148,21 @@ def test_a_torn_checkpoint_of_the_same_step_is_replaced(tmp_path, tiny_model):
     model = AutoModelForSequenceClassification.from_pretrained(tiny_model)
     checkpoint.save(str(root), 3, model, {"global_step": 3})
     assert (torn / storage.COMPLETE_MARKER).is_file() and (torn / "model.safetensors").is_file()
+
+
+def test_the_checkpoint_just_written_is_kept_whatever_newer_ones_are_there(root, tiny_model, caplog):
+    # The resume could not read steps 30 and 40 (marked complete, weights damaged) and went on from step 10; at
+    # step 20 the two newer ones held both places kept, and the checkpoint just written was deleted.
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model)
+    for step in (30, 40):
+        fake_checkpoint(root, step)
+    checkpoint.save(root, 20, model, {"global_step": 20})
+    assert [name for _, name in checkpoint._list(root)] == ["step-00000020", "step-00000030", "step-00000040"]
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        state = checkpoint.load_latest(root, model)
+    assert state is not None and state["global_step"] == 20
+    # the warning names the damaged checkpoint where it is, not a temporary copy of a gs:// one
+    damaged = [r.getMessage() for r in caplog.records if "ignoring checkpoint" in r.getMessage()]
+    assert len(damaged) == 2 and all("ftcli-resume" not in m for m in damaged), damaged
