@@ -55,6 +55,18 @@ def test_list_is_a_table_that_fits_80_columns_with_the_metrics(capsys, cloud_env
     assert imdb.split()[:2] == ["1", "SUCCEEDED"] and "T4x1" in imdb and "acc 0.912" in imdb
 
 
+def test_describe_of_a_failed_job_points_at_its_logs(capsys, cloud_env):
+    # It showed Vertex's error and nothing on where the reason is: the job's own last lines.
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    vertex.set_state(job["name"], "FAILED", "The replica workerpool0-0 exited with a non-zero status of 1.")
+    r = run_cli(capsys, "jobs", "describe", "last")
+    assert r.code == 0, r.err
+    text = " ".join(r.out.split())
+    assert "The replica workerpool0-0 exited with a non-zero status of 1. (its last lines: ftcli logs 1 --no-follow)" \
+        in text, r.out
+
+
 def test_list_json_is_one_object_per_job(capsys, cloud_env):
     gcs, vertex = cloud_env
     three_jobs(capsys, gcs, vertex)

@@ -119,6 +119,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         _describe_tuning(name, json_out)
         return
     j, metrics = jobs.describe(name, notify=note)
+    shown = jobs.label(name, jobs.short_id(name))
     spent, why = prices.job_cost(j)
     row = {**jobs.record(j, jobs.short_id(name), metrics),
            "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource),
@@ -142,7 +143,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         ("cost", lambda r: _spent_line(spent, why, span)),
         ("output", lambda r: r["output_dir"]),
         ("metrics", lambda r: _metrics_line(r["metrics"])),
-        ("error", lambda r: r["error"]),
+        ("error", lambda r: r["error"] and f"{r['error']} (its last lines: ftcli logs {shown} --no-follow)"),
         ("console", lambda r: r["console_url"]),
     )
     show_one(row, fields, json_out=json_out, title=f"[bold]{escape(j.display_name)}[/]  {j.state}")
