@@ -417,8 +417,8 @@ class Trainer:
         """metrics.jsonl without the rows an earlier attempt logged after the checkpoint this run resumes from: they
         are trained again (the same math) and logged again, so the file had them twice and out of order (t20 t22
         t24 t22 t24 ...). A line cut off by the kill is dropped too. Written whole (storage.write_text)."""
-        if self._jsonl is None or not self._metrics_file.exists():
-            return
+        if self._jsonl is None or not self._metrics_file.is_file():
+            return  # (a device or pipe is not an earlier attempt's rows: /dev/full read on without end)
         lines = self._metrics_file.read_text(encoding="utf-8").splitlines()
         kept = []
         for i, line in enumerate(lines):
