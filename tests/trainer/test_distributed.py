@@ -59,18 +59,23 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_process_gloo_run_trains_and_evaluates_every_example_once(tmp_path, tiny_model, sentiment_csv):
+def _two_processes(csvs, tiny_model, out, *args: str, env=None) -> subprocess.CompletedProcess:
+    """The trainer under torchrun, 2 gloo processes on this CPU, on the sentiment csvs."""
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed unavailable")
-    train, test = sentiment_csv
+    train, test = csvs
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                           f"--master-port={_free_port()}", "-m", "ftcli_trainer.task", "--task", "csv",
+                           "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+                           "--batch-size", "8", "--output-dir", str(out), *args],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                          timeout=300)
+
+
+def test_two_process_gloo_run_trains_and_evaluates_every_example_once(tmp_path, tiny_model, sentiment_csv):
     out = tmp_path / "ddp"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                        f"--master-port={_free_port()}", "-m", "ftcli_trainer.task", "--task", "csv",
-                        "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
-                        "--epochs", "4", "--batch-size", "8", "--learning-rate", "3e-3", "--output-dir", str(out)],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = _two_processes(sentiment_csv, tiny_model, out, "--epochs", "4", "--learning-rate", "3e-3")
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("ftcli trainer") == 1  # rank 0 speaks for the job
     assert "8 × 1 accumulation × 2 process(es) = 16 examples per step" in r.stdout
@@ -83,21 +88,8 @@ def test_two_process_gloo_run_trains_and_evaluates_every_example_once(tmp_path, 
 def test_workers_that_resume_from_different_checkpoints_stop_with_one_line(tmp_path, tiny_model, sentiment_csv):
     # Each rank takes the newest checkpoint it can read: one that rank 1 alone could not read left the ranks at
     # different steps, and the run hung in its next collective (or trained diverging copies).
-    torch = pytest.importorskip("torch")
-    if not torch.distributed.is_available():
-        pytest.skip("torch.distributed unavailable")
-    train, test = sentiment_csv
     out = tmp_path / "ddp"
-
-    def run(extra_env=None):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", **(extra_env or {})}
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                               f"--master-port={_free_port()}", "-m", "ftcli_trainer.task", "--task", "csv",
-                               "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
-                               "--epochs", "2", "--batch-size", "8", "--output-dir", str(out)],
-                              capture_output=True, text=True, env=env, timeout=300)
-
-    assert run().returncode == 0  # checkpoints at steps 15 and 30
+    assert _two_processes(sentiment_csv, tiny_model, out, "--epochs", "2").returncode == 0  # steps 15 and 30
     # rank 1 cannot read the newest one (a passing read error, made here by a sitecustomize for that rank only)
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -107,7 +99,8 @@ def test_workers_that_resume_from_different_checkpoints_stop_with_one_line(tmp_p
         "    from ftcli_trainer import checkpoint\n"
         "    real = checkpoint._is_complete\n"
         "    checkpoint._is_complete = lambda path: not path.endswith('00000030') and real(path)\n")
-    r = run({"PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])})
+    r = _two_processes(sentiment_csv, tiny_model, out, "--epochs", "2",
+                       env={"PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])})
     said = r.stderr + r.stdout
     assert r.returncode != 0 and "error: the workers resumed from different checkpoints (steps 15 and 30)" in said
     assert "ignoring checkpoint" in said and "00000030: no completion marker" in said  # the warning it points at

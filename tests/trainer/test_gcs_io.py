@@ -108,6 +108,16 @@ def test_a_running_job_shows_its_logs_in_the_bucket_and_a_preempted_one_keeps_th
     assert sorted(set(_rows(gcs, "train"))) == list(range(1, 61)) and _rows(gcs, "eval") == [30, 60]
 
 
+def _as_a_vertex_job(gcs, monkeypatch, tmp_path, job: str) -> None:
+    """The trainer run in-process as Vertex runs it: AIP_* folders under gs://vertex-out/runs/JOB."""
+    gcs.create_bucket("vertex-out")
+    base = f"gs://vertex-out/runs/{job}"
+    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
+    monkeypatch.chdir(tmp_path)
+
+
 def test_between_evaluations_the_logs_reach_the_bucket_every_logs_sync_s(gcs, tiny_model, sentiment_csv, monkeypatch,
                                                                        tmp_path):
     """A long epoch still shows in TensorBoard while it runs: at a train line, once LOGS_SYNC_S have passed since
@@ -115,12 +125,7 @@ def test_between_evaluations_the_logs_reach_the_bucket_every_logs_sync_s(gcs, ti
     from ftcli_trainer import storage
 
     train, test = sentiment_csv
-    gcs.create_bucket("vertex-out")
-    base = "gs://vertex-out/runs/job-3"
-    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
-    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
-    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
-    monkeypatch.chdir(tmp_path)
+    _as_a_vertex_job(gcs, monkeypatch, tmp_path, "job-3")
     monkeypatch.setattr(storage, "LOGS_SYNC_S", 0.0)
     seen = []  # the bucket's train rows after each copy of the logs
     upload = storage.upload_dir
@@ -142,21 +147,18 @@ class VmGone(BaseException):
     """The preempted VM is switched off: nothing is uploaded after this point."""
 
 
-def test_a_vm_switched_off_right_after_its_sigterm_checkpoint_keeps_the_rows_up_to_it(gcs, tiny_model, sentiment_csv,
-                                                                                      monkeypatch, tmp_path):
-    """Vertex gives a preempted worker 30 s; the checkpoint is the long upload. The logs were copied after it, so a
-    VM switched off between the two lost the rows up to the checkpoint for good: the restart resumed after them and
-    metrics.jsonl (`ftcli report`) started at the next step. They are copied before it now."""
+@pytest.mark.parametrize("switched_off", ["after_the_checkpoint", "during_the_checkpoint"])
+def test_a_preempted_vm_switched_off_around_its_checkpoint_leaves_each_step_logged_once(
+        gcs, tiny_model, sentiment_csv, monkeypatch, tmp_path, switched_off):
+    """Vertex gives a preempted worker 30 s; the checkpoint is the long upload. after_the_checkpoint: the logs were
+    copied after it, so a VM switched off between the two lost the rows up to it for good (the restart resumed after
+    them); they are copied before it now. during_the_checkpoint (or a worker that crashed before any): the restart
+    starts over from step 1, and the earlier attempt's rows, already in the bucket, were kept: steps 1-7 twice."""
     from ftcli_trainer import storage
     from ftcli_trainer.loop import Trainer
 
     train, test = sentiment_csv
-    gcs.create_bucket("vertex-out")
-    base = "gs://vertex-out/runs/job-4"
-    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
-    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
-    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
-    monkeypatch.chdir(tmp_path)
+    _as_a_vertex_job(gcs, monkeypatch, tmp_path, "job-4")
     argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
             "--epochs", "1", "--batch-size", "8", "--log-every", "1"]
     record, upload = Trainer._record, storage.upload_dir
@@ -168,61 +170,24 @@ def test_a_vm_switched_off_right_after_its_sigterm_checkpoint_keeps_the_rows_up_
             os.kill(os.getpid(), signal.SIGTERM)  # the preemption notice
 
     def upload_until_switched_off(local, uri, *, marker=True):
-        if gone:
+        checkpoint = "/checkpoints/step-" in uri
+        if gone or (checkpoint and switched_off == "during_the_checkpoint"):
             raise VmGone
         upload(local, uri, marker=marker)
-        gone.extend(["off"] if "/checkpoints/step-" in uri else [])  # the VM goes right after the checkpoint
+        gone.extend(["off"] if checkpoint else [])  # the VM goes right after the checkpoint
 
     monkeypatch.setattr(Trainer, "_record", sigterm_at_step_7)
     monkeypatch.setattr(storage, "upload_dir", upload_until_switched_off)
     with pytest.raises(VmGone):
         main(argv)
-    assert "runs/job-4/checkpoints/step-00000007/_COMPLETE" in gcs.list("vertex-out")
+    checkpoints = [o for o in gcs.list("vertex-out") if "/checkpoints/step-" in o]
+    if switched_off == "after_the_checkpoint":
+        assert "runs/job-4/checkpoints/step-00000007/_COMPLETE" in checkpoints
+    else:
+        assert checkpoints == []
 
     monkeypatch.setattr(Trainer, "_record", record)
     monkeypatch.setattr(storage, "upload_dir", upload)
-    assert main(argv) == 0  # the restarted worker resumes at step 7
+    assert main(argv) == 0  # the restarted worker resumes at step 7, or starts over
     rows = [json.loads(r) for r in gcs.read("vertex-out", "runs/job-4/logs/metrics.jsonl").decode().splitlines()]
-    assert [r["step"] for r in rows if r["type"] == "train"] == list(range(1, 31))
-
-
-def test_a_restart_with_no_complete_checkpoint_logs_each_step_once(gcs, tiny_model, sentiment_csv, monkeypatch,
-                                                                   tmp_path):
-    """A VM switched off during its first checkpoint's upload (or a worker that crashed before any): the restart
-    starts over from step 1, and the earlier attempt's rows, already in the bucket, were kept: metrics.jsonl had
-    steps 1-7 twice (1..7, 1..30)."""
-    from ftcli_trainer import storage
-    from ftcli_trainer.loop import Trainer
-
-    train, test = sentiment_csv
-    gcs.create_bucket("vertex-out")
-    base = "gs://vertex-out/runs/job-5"
-    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
-    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
-    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
-    monkeypatch.chdir(tmp_path)
-    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
-            "--epochs", "1", "--batch-size", "8", "--log-every", "1"]
-    record, upload = Trainer._record, storage.upload_dir
-
-    def sigterm_at_step_7(self, kind, values):
-        record(self, kind, values)
-        if self.global_step == 7:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def switched_off_during_the_checkpoint(local, uri, *, marker=True):
-        if "/checkpoints/step-" in uri:
-            raise VmGone
-        upload(local, uri, marker=marker)
-
-    monkeypatch.setattr(Trainer, "_record", sigterm_at_step_7)
-    monkeypatch.setattr(storage, "upload_dir", switched_off_during_the_checkpoint)
-    with pytest.raises(VmGone):
-        main(argv)
-    assert not [o for o in gcs.list("vertex-out") if "/checkpoints/step-" in o]
-
-    monkeypatch.setattr(Trainer, "_record", record)
-    monkeypatch.setattr(storage, "upload_dir", upload)
-    assert main(argv) == 0
-    rows = [json.loads(r) for r in gcs.read("vertex-out", "runs/job-5/logs/metrics.jsonl").decode().splitlines()]
     assert [r["step"] for r in rows if r["type"] == "train"] == list(range(1, 31))
