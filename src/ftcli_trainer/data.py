@@ -669,9 +669,8 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
     if not evals:
         train, evals = _hold_out(train, cfg)
 
-    multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
     if not cfg.regression:  # on the data as given, before --max-*-samples: a smoke run says what the job would
-        _warn_thin_labels(train, evals, names, multi_label)
+        _warn_thin_labels(train, evals, names)
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(train):
         train = train.subset(_subset_idx(len(train), cfg.max_train_samples, cfg.seed))
     elif cfg.fraction_of_train_data is not None:
@@ -681,6 +680,7 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         k = cfg.max_eval_samples
         evals = {name: ex.subset(_subset_idx(len(ex), k, cfg.seed)) if k < len(ex) else ex
                  for name, ex in evals.items()}
+    multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
     if cfg.regression:
         _check_targets_vary(train.labels, "the training data")
     elif not multi_label and len(names) < 2:
@@ -692,13 +692,13 @@ MIN_TRAIN_EXAMPLES = 3  # fewer examples of a label than this: said before train
 _NAMED = 5  # labels named in such a warning; the rest are counted
 
 
-def _warn_thin_labels(train_ex: Examples, evals: dict[str, Examples], names: list[str], multi_label: bool) -> None:
+def _warn_thin_labels(train_ex: Examples, evals: dict[str, Examples], names: list[str]) -> None:
     """Say which labels have (almost) nothing to learn from, or nothing to be scored on in the first eval set: a
     label with one row trained silently, and the split could leave it out of the held-out rows altogether."""
     k = len(names)
 
-    def counts(ex: Examples) -> np.ndarray:
-        return ex.labels.sum(axis=0) if multi_label else np.bincount(ex.labels, minlength=k)
+    def counts(ex: Examples) -> np.ndarray:  # multi-label: a 0/1 column per label; else one label id per row
+        return ex.labels.sum(axis=0) if ex.labels.ndim == 2 else np.bincount(ex.labels, minlength=k)
 
     def named(idx: np.ndarray, what: Callable[[int], str]) -> str:
         shown = ", ".join(f"{names[i]!r} ({what(i)})" for i in idx[:_NAMED])
@@ -852,4 +852,4 @@ def check_files(cfg: TrainConfig, files: dict[str, str]) -> None:
     if "train_file" in read and not cfg.regression and names and ("eval_file" in read or not cfg.eval_file):
         train, evals = (read["train_file"], {"eval": read["eval_file"]}) if "eval_file" in read else \
             _hold_out(read["train_file"], cfg)
-        _warn_thin_labels(train, evals, names, cfg.multi_label or train.labels.ndim == 2)
+        _warn_thin_labels(train, evals, names)

@@ -26,12 +26,12 @@ def resolve_model_path(name: str) -> str:
     return os.path.expanduser(name) if name.startswith(("~", ".", "/")) else name
 
 
-# A Hub model id as huggingface_hub's validate_repo_id takes it: NAME or NAMESPACE/NAME, each of letters, digits,
-# '-', '_' and '.', starting and ending with a letter or digit, at most 96 characters; no '--' or '..'.
 # The weight files transformers' from_pretrained reads from a folder in PyTorch (transformers.utils' SAFE_WEIGHTS_NAME,
 # SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME): a folder with none of them fails in the job.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
+# A Hub model id as huggingface_hub's validate_repo_id takes it: NAME or NAMESPACE/NAME, each of letters, digits,
+# '-', '_' and '.', starting and ending with a letter or digit, at most 96 characters; no '--' or '..'.
 HUB_ID = re.compile(r"(?:\b[\w.-]{1,96}\b/)?\b[\w.-]{1,96}\b")
 
 
