@@ -119,9 +119,10 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         _describe_tuning(name, json_out)
         return
     j, metrics = jobs.describe(name, notify=note)
-    shown = jobs.label(name, jobs.short_id(name))
+    n = jobs.short_id(name)
+    shown = jobs.label(name, n)
     spent, why = prices.job_cost(j)
-    row = {**jobs.record(j, jobs.short_id(name), metrics),
+    row = {**jobs.record(j, n, metrics),
            "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource),
            "cost_usd": round(spent.amount, 4) if spent else None}
 

@@ -26,6 +26,9 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
     from ftcli_trainer.storage import LOGS_SYNC_S, split_gcs
 
     name = jobs.resolve(ref, project, region, folder_too=True)
+    short = jobs.short_id(name)
+    # By its short id (else its full name), not by `ref`: "last" names another job once one is submitted
+    shown = str(short) if short else name.full
     job = jobs.vertex_for(name).get(name)
     base = model_uri_of(job).removesuffix("/").removesuffix("model")
     bucket, prefix = split_gcs(base.rstrip("/"))
@@ -36,13 +39,11 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path)
                (n.removeprefix(prefix + "/") for n, _ in wanted)):
         if job.final:  # no "yet": an ended job writes nothing more, and its logs say why it wrote nothing
             raise FtcliError(f"{base} holds no metrics, and the job has ended ({job.state}): nothing more will come",
-                             hint=f"its logs say why: ftcli logs {ref}")
+                             hint=f"its logs say why: ftcli logs {shown}")
         raise FtcliError(f"{base} holds no metrics yet; the job is {job.state}",
                          hint="a job's learning curve reaches the bucket at its first evaluation, checkpoint or "
-                              f"train line after {int(LOGS_SYNC_S // 60)} minutes: ftcli logs {ref}")
+                              f"train line after {int(LOGS_SYNC_S // 60)} minutes: ftcli logs {shown}")
     storage.download_objects(bucket, wanted)
-    # By its short id, not by `ref`: the report outlives "last" (which then names another job).
-    short = jobs.short_id(name)
     return name.id, f"job {short} ({name.id})" if short else f"job {name.id}"
 
 
