@@ -83,9 +83,9 @@ def resolve_job(ref: str, project: str | None = None, region: str | None = None,
             raise UsageError(f"--trial is for tuning jobs; {ref} is a training job")
         return name
     study = tuning.get(name, notify)
-    chosen = tuning.trial_job(study, trial)
+    t = tuning.trial(study, trial)
+    chosen = tuning.trial_job(study, t)
     if notify is not None:  # which trial's job this is (it is named by its own job id from here on)
-        t = tuning.trial(study, trial)
         why = "" if trial is not None else " (the best so far)" if t is study.best else " (the latest: none has a " \
             "value yet)"
         value = f", {metric_label(study.metric)} {t.value:.4g}" if t.value is not None else ""

@@ -161,9 +161,8 @@ def trial(job: TuningJob, which: str | None) -> Trial:
     return max(job.trials, key=lambda t: int(t.id))
 
 
-def trial_job(job: TuningJob, which: str | None) -> JobName:
-    """The CustomJob a trial ran as (for its logs, its model)."""
-    t = trial(job, which)
+def trial_job(job: TuningJob, t: Trial) -> JobName:
+    """The CustomJob trial `t` of `job` ran as (for its logs, its model)."""
     if t.job is None:
         raise UsageError(f"trial {t.id} of tuning job {job.name.id} has not started a job yet ({t.state})")
     return t.job
