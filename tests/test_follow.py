@@ -14,7 +14,7 @@ import pytest
 
 from ftcli.errors import LogsUnavailable, UsageError
 from ftcli.follow import Events, Timing, follow_job
-from ftcli.values import Job, JobName, LogEntry, Pool
+from ftcli.values import Job, JobName, LogEntry, Pool, TailBatch
 
 NAME = JobName("p", "us-central1", "123")
 FAST = Timing(state_interval=0.01, reorder_delay=0.02, drain_quiet=0.05, poll_interval=0.01, quota_interval=0.02,
@@ -57,7 +57,7 @@ class FakeStream:
                     self.logs.cond.wait(0.01)
                     continue
                 self.pos = len(self.logs.entries)
-            yield new
+            yield TailBatch(new)  # as the gateway's stream: nothing left out
 
     def cancel(self) -> None:
         self.cancelled = True

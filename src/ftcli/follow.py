@@ -199,7 +199,7 @@ class Source(threading.Thread):
                         before = self.newest
                         self._emit(entries)
                         backoff = self.reconnect
-                        if getattr(entries, "suppressed", 0):
+                        if entries.suppressed:
                             self._left_out(before)
                         if not caught_up or (self._gaps and time.monotonic() >= self._next_gap_list):
                             # Once this tail is live, list what was written before it opened: since the first
