@@ -65,12 +65,19 @@ def _two_processes(csvs, tiny_model, out, *args: str, env=None) -> subprocess.Co
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed unavailable")
     train, test = csvs
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                           f"--master-port={_free_port()}", "-m", "ftcli_trainer.task", "--task", "csv",
-                           "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
-                           "--batch-size", "8", "--output-dir", str(out), *args],
-                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-                          timeout=300)
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                            f"--master-port={_free_port()}", "-m", "ftcli_trainer.task", "--task", "csv",
+                            "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+                            "--batch-size", "8", "--output-dir", str(out), *args],
+                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                           timeout=300)
+        # A worker killed by SIGABRT (torchrun: "Signal 6 (SIGABRT) received") in about one run in twenty on the
+        # 2-core CI machine, once in CI, not reproduced since with its output: tried once more, and said in the
+        # closing note. Any other failure, and a second abort, stands.
+        if "Signal 6 (SIGABRT)" not in r.stderr:
+            break
+    return r
 
 
 def test_two_process_gloo_run_trains_and_evaluates_every_example_once(tmp_path, tiny_model, sentiment_csv):
@@ -89,7 +96,8 @@ def test_workers_that_resume_from_different_checkpoints_stop_with_one_line(tmp_p
     # Each rank takes the newest checkpoint it can read: one that rank 1 alone could not read left the ranks at
     # different steps, and the run hung in its next collective (or trained diverging copies).
     out = tmp_path / "ddp"
-    assert _two_processes(sentiment_csv, tiny_model, out, "--epochs", "2").returncode == 0  # steps 15 and 30
+    first = _two_processes(sentiment_csv, tiny_model, out, "--epochs", "2")  # checkpoints at steps 15 and 30
+    assert first.returncode == 0, first.stderr[-3000:]
     # rank 1 cannot read the newest one (a passing read error, made here by a sitecustomize for that rank only)
     hook = tmp_path / "hook"
     hook.mkdir()
