@@ -128,7 +128,7 @@ A100_REDUCTION_JOB = {
                 "diskSpec": DISK,
             },
         ],
-        "scheduling": {"timeout": "86400s"},
+        "scheduling": {"timeout": "86400s", "restartJobOnWorkerRestart": True},
         "baseOutputDirectory": {"outputUriPrefix": "gs://asia-bucket/runs/mnli"},
     },
 }
@@ -328,6 +328,19 @@ def test_replicas_without_reduction_server():
     assert pools[1] == {**pools[0], "replicaCount": "2"}
     pools[1]["machineSpec"]["machineType"] = "changed"  # the pools share no nested dict
     assert pools[0]["machineSpec"]["machineType"] == "n1-standard-8"
+
+
+def test_several_machines_restart_together_spot_or_not():
+    # A worker Vertex restarts alone (VM maintenance, a non-zero exit) finds the others stuck in a collective:
+    # restartJobOnWorkerRestart was set only with --spot, so an on-demand multi-machine job hung instead.
+    assert build_custom_job(request(replicas=2))["jobSpec"]["scheduling"] == {
+        "timeout": "86400s", "restartJobOnWorkerRestart": True}
+    assert build_custom_job(A100_REDUCTION)["jobSpec"]["scheduling"]["restartJobOnWorkerRestart"] is True
+    flex = build_custom_job(request(replicas=2, hardware=resolve_gpu("A100"), flex_start=True, max_wait_s=3600))
+    assert flex["jobSpec"]["scheduling"] == {"timeout": "86400s", "restartJobOnWorkerRestart": True,
+                                             "strategy": "FLEX_START", "maxWaitDuration": "3600s"}
+    # One machine: a worker restart is the whole job's already; nothing is added.
+    assert "restartJobOnWorkerRestart" not in build_custom_job(request())["jobSpec"]["scheduling"]
 
 
 def test_parent():

@@ -183,14 +183,20 @@ def build_custom_job(req: JobRequest) -> dict[str, Any]:
         })
 
     scheduling: dict[str, Any] = {"timeout": f"{req.timeout_s}s"}
+    if req.spot or req.replicas > 1:
+        # A worker that Vertex restarts alone (a preempted Spot VM; VM maintenance, which restarts the worker "on
+        # another VM"; a non-zero exit, restarted "on the same VM"; "Understand the Vertex AI serverless training
+        # service", https://docs.cloud.google.com/vertex-ai/docs/training/understanding-training-service, read
+        # 2026-11-27) comes back to a torchrun rendezvous that the other machines left long ago, while they wait
+        # for it in a collective until NCCL's timeout fails them, and restart in turn. Restarting the whole job
+        # lets every rank resume together from AIP_CHECKPOINT_DIR. Scheduling's restartJobOnWorkerRestart:
+        # "Restarts the entire CustomJob if a worker gets restarted. This feature can be used by distributed
+        # training jobs that are not resilient to workers leaving and joining a job" (REST CustomJobSpec,
+        # https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec#scheduling, read
+        # 2026-11-27). With one machine a worker restart is already the whole job's; with --spot it is set anyway.
+        scheduling["restartJobOnWorkerRestart"] = True
     if req.spot:
-        # A preempted Spot worker comes back as a restart; restarting the whole job lets every rank resume
-        # together from AIP_CHECKPOINT_DIR instead of the others hanging in a collective. Scheduling's
-        # restartJobOnWorkerRestart: "Restarts the entire CustomJob if a worker gets restarted. This feature can be
-        # used by distributed training jobs that are not resilient to workers leaving and joining a job" (REST
-        # CustomJobSpec, https://docs.cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec#scheduling,
-        # read 2026-11-27).
-        scheduling.update(strategy="SPOT", restartJobOnWorkerRestart=True)
+        scheduling["strategy"] = "SPOT"
     elif req.flex_start:
         scheduling["strategy"] = "FLEX_START"
         if req.max_wait_s is not None:
