@@ -9,13 +9,13 @@ from ftcli.values import Job, JobName, Pool
 
 
 @pytest.mark.parametrize(("metrics", "expected"), [
-    ({"eval_accuracy": 0.9, "eval_macro_f1": 0.8, "eval_loss": 0.3}, ("acc", 0.9)),
-    ({"eval_micro_f1": 0.7, "eval_macro_f1": 0.6, "eval_subset_accuracy": 0.4}, ("micro-F1", 0.7)),  # multi-label
-    ({"eval_accuracy": 0.8, "eval_matthews_correlation": 0.5}, ("MCC", 0.5)),  # CoLA is judged by Matthews
-    ({"eval_pearson": 0.88, "eval_spearmanr": 0.87, "eval_mse": 0.5}, ("pearson", 0.88)),  # regression
-    ({"eval_accuracy": 0.85, "eval_f1": 0.89}, ("F1", 0.89)),  # MRPC, QQP
-    ({"eval_accuracy": 0.8, "eval_macro_f1": 0.7, "primary_metric": "eval_macro_f1"}, ("macro-F1", 0.7)),
-    ({"eval_loss": 0.4}, ("loss", 0.4)),
+    ({"eval_accuracy": 0.9, "eval_macro_f1": 0.8, "eval_loss": 0.3}, ("eval_accuracy", 0.9)),
+    ({"eval_micro_f1": 0.7, "eval_macro_f1": 0.6, "eval_subset_accuracy": 0.4}, ("eval_micro_f1", 0.7)),  # multi-label
+    ({"eval_accuracy": 0.8, "eval_matthews_correlation": 0.5}, ("eval_matthews_correlation", 0.5)),  # CoLA: Matthews
+    ({"eval_pearson": 0.88, "eval_spearmanr": 0.87, "eval_mse": 0.5}, ("eval_pearson", 0.88)),  # regression
+    ({"eval_accuracy": 0.85, "eval_f1": 0.89}, ("eval_f1", 0.89)),  # MRPC, QQP
+    ({"eval_accuracy": 0.8, "eval_macro_f1": 0.7, "primary_metric": "eval_macro_f1"}, ("eval_macro_f1", 0.7)),
+    ({"eval_loss": 0.4}, ("eval_loss", 0.4)),
     ({"eval_accuracy": True}, None), ({}, None), (None, None),
 ])
 def test_headline(metrics, expected):
@@ -36,5 +36,5 @@ def test_record_of_a_finished_multi_machine_job():
     r = record(job, 7, {"eval_accuracy": 0.84})
     assert (r["short_id"], r["id"], r["task"], r["model"], r["gpu"]) == (7, "42", "mnli", "bert-base-uncased", "A100x8")
     assert r["hardware"] == "8 x A100 on a2-highgpu-8g" and r["machines"] == 2  # the reduction servers do not count
-    assert r["duration_s"] == 63 * 60 and r["metric"] == {"name": "acc", "value": 0.84}
+    assert r["duration_s"] == 63 * 60 and r["metric"] == {"name": "eval_accuracy", "value": 0.84}
     assert r["console_url"].endswith("/locations/europe-west4/training/42/cpu?project=p")

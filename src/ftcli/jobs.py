@@ -121,16 +121,17 @@ def metric_label(key: str) -> str:
 
 
 def headline(metrics: Mapping | None) -> tuple[str, float] | None:
-    """(short name, value) of the metric that says how a finished job did, or None."""
+    """(metrics.json key, value) of the metric that says how a finished job did, or None. The key as the trainer
+    wrote it (eval_accuracy): `--json` readers match it against metrics.json; tables show `metric_label(key)`."""
     if not metrics:
         return None
     named = metrics.get("primary_metric")
     if isinstance(named, str) and isinstance(metrics.get(named), int | float):
-        return metric_label(named), float(metrics[named])
-    for key, short in HEADLINES:
+        return named, float(metrics[named])
+    for key, _ in HEADLINES:
         value = metrics.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return short, float(value)
+            return key, float(value)
     return None
 
 

@@ -172,7 +172,6 @@ def record(job: TuningJob, short_id: int | None = None, now: dt.datetime | None 
     """The JSON shape of a tuning job (jobs list/describe --json); the table columns read the same keys as a
     CustomJob's record."""
     from ftcli.catalog import gpu_short_name, machine_label
-    from ftcli.jobs import metric_label
     from ftcli.spec import MODEL_LABEL, TASK_LABEL
 
     chief = job.pools[0] if job.pools else None
@@ -191,7 +190,7 @@ def record(job: TuningJob, short_id: int | None = None, now: dt.datetime | None 
         "machines": sum(p.replicas for p in job.pools[:2]),
         "created": iso(job.created), "started": iso(job.started), "ended": iso(job.ended),
         "duration_s": None if (d := job.duration_s(now)) is None else round(d),
-        "metric": {"name": metric_label(job.metric), "value": best.value} if best else None,
+        "metric": {"name": job.metric, "value": best.value} if best else None,
         "study": {"metric": job.metric, "goal": job.goal, "max_trials": job.max_trials, "parallel": job.parallel},
         "trials": [{"id": t.id, "state": t.state, "params": dict(t.params), "value": t.value,
                     "job": t.job.full if t.job else None} for t in job.ranked()],

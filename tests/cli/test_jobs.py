@@ -75,7 +75,11 @@ def test_list_json_is_one_object_per_job(capsys, cloud_env):
     rows = [json.loads(line) for line in r.out.splitlines()]
     assert [(x["short_id"], x["state"], x["gpu"], x["task"]) for x in rows] == [
         (3, "RUNNING", "A100x8", "mnli"), (2, "SUCCEEDED", "L4x2", "imdb"), (1, "SUCCEEDED", "T4x1", "imdb")]
-    assert rows[2]["metric"] == {"name": "acc", "value": 0.91234} and rows[0]["metric"] is None
+    # the metric as the trainer wrote it in metrics.json (the table says "acc"), as describe --json's "metrics" has it
+    assert rows[2]["metric"] == {"name": "eval_accuracy", "value": 0.91234} and rows[0]["metric"] is None
+    assert rows[1]["metric"] == {"name": "eval_micro_f1", "value": 0.8101}
+    described = json.loads(run_cli(capsys, "jobs", "describe", "1", "--json").out)
+    assert described["metric"] == rows[2]["metric"] and rows[2]["metric"]["name"] in described["metrics"]
     assert rows[2]["hardware"] == "1 x T4 on n1-standard-8" and rows[2]["machines"] == 1
     assert rows[1]["model"] == LONG_MODEL.rsplit("/", 1)[1]  # the label's value: the model's last path segment
 

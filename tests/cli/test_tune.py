@@ -195,7 +195,8 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypa
     tuning_rows = [x for x in rows if x.get("kind") == "tune"]
     assert len(tuning_rows) == 1 and tuning_rows[0]["short_id"] == 1 and tuning_rows[0]["state"] == "SUCCEEDED"
     assert tuning_rows[0]["metric"]["value"] == pytest.approx(best.final_measurement.metrics[0].value)
-    assert tuning_rows[0]["metric"]["name"] == "acc"  # as a training job's row spells it (it said "accuracy")
+    # the study's metric id, as the trainer writes it and a training job's row names it (it said "acc")
+    assert tuning_rows[0]["metric"]["name"] == "eval_accuracy"
     r = run_cli(capsys, "jobs", "list")
     assert "tune:csv" in r.out and f"acc {tuning_rows[0]['metric']['value']:.3f}" in r.out
 

@@ -18,8 +18,10 @@ def _since(iso: str | None, now: dt.datetime) -> float | None:
 
 
 def _metric(row: dict) -> str:
-    m = row.get("metric")
-    return f"{m['name']} {m['value']:.3f}" if m else "-"
+    from ftcli.jobs import metric_label
+
+    m = row.get("metric")  # its name as metrics.json spells it; the table's short spelling (acc, MCC) is drawn here
+    return f"{metric_label(m['name'])} {m['value']:.3f}" if m else "-"
 
 
 def _columns(now: dt.datetime, cost: bool = False):
