@@ -180,6 +180,31 @@ def test_cancel_json_and_a_race_with_the_end(capsys, cloud_env):
     assert r.code == 1 and "Cannot cancel" in r.err and "Traceback" not in r.err
 
 
+def test_cancel_json_says_what_the_job_cost_as_list_and_describe_do(capsys, cloud_env, tmp_path, monkeypatch):
+    # It had no cost_usd, while jobs list/describe --json had one.
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    vertex.set_state(job["name"], "RUNNING")
+    use_price_file(tmp_path, monkeypatch)  # T4 on n1-standard-8: $0.75 an hour
+    r = run_cli(capsys, "jobs", "cancel", "1", "--yes", "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert got["cost_usd"] == pytest.approx(0.75 * got["duration_s"] / 3600, abs=1e-3) and got["cost_usd"] >= 0
+    # a broken price file: the cancel is still made and reported, with one warning and no cost
+    other = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    vertex.set_state(other["name"], "RUNNING")
+    use_price_file(tmp_path, monkeypatch, 'source = "x"\n')
+    r = run_cli(capsys, "jobs", "cancel", "2", "--yes", "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert got["cost_usd"] is None and got["state"] in ("CANCELLING", "CANCELLED")
+    assert len(vertex.calls("CancelCustomJob")) == 2
+    assert r.err.startswith("warning: price file ") and "read = YYYY-MM-DD" in r.err and "Traceback" not in r.err
+    # describe goes on too: the job is shown, the price file's problem is a warning
+    r = run_cli(capsys, "jobs", "describe", "2")
+    assert r.code == 0 and "imdb" in r.out and "warning: price file " in r.err
+
+
 def test_retries_say_what_is_retried(capsys, cloud_env):
     gcs, vertex = cloud_env
     submit(capsys, "--task", "imdb", "--gpu", "T4")
@@ -217,6 +242,7 @@ def test_cancelling_a_tuning_job_and_a_race_with_its_end(capsys, cloud_env):
     r = run_cli(capsys, "jobs", "cancel", "1", "--yes", "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["state"] == "CANCELLED" and vertex.tuning_jobs[name].state.name == "JOB_STATE_CANCELLED"
+    assert json.loads(r.out)["cost_usd"] is None  # the key jobs list --json has; no price file: no amount
     r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
     assert r.code == 1 and len(r.err.splitlines()) == 1
     assert r.err.startswith("error: tuning job 1 has already ended (CANCELLED): there is nothing to cancel")

@@ -53,7 +53,24 @@ def _add_costs(rows: list[dict], costs) -> None:
         warn(e.message, e.hint)
         spent = [None] * len(rows)
     for row, s in zip(rows, spent, strict=True):
-        row["cost_usd"] = round(s.amount, 4) if s is not None else None
+        row["cost_usd"] = _cost_usd(s)
+
+
+def _cost(job_cost, job) -> tuple:
+    """`job_cost(job)` (prices.job_cost or tuning_cost); a broken price file is a warning and no cost: it never stops
+    a job being shown or its cancel being reported."""
+    from ftcli.errors import FtcliError
+    from ftcli.output import warn
+
+    try:
+        return job_cost(job)
+    except FtcliError as e:
+        warn(e.message, e.hint)
+        return None, None
+
+
+def _cost_usd(spent) -> float | None:
+    return round(spent.amount, 4) if spent is not None else None
 
 
 @app.command("list")
@@ -123,10 +140,9 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     j, metrics = jobs.describe(name, notify=note)
     n = jobs.short_id(name)
     shown = jobs.label(name, n)
-    spent, why = prices.job_cost(j)
+    spent, why = _cost(prices.job_cost, j)
     row = {**jobs.record(j, n, metrics),
-           "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource),
-           "cost_usd": round(spent.amount, 4) if spent else None}
+           "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource), "cost_usd": _cost_usd(spent)}
 
     def hardware(r: dict) -> str:
         more = f", {r['machines']} machines" if r["machines"] > 1 else ""
@@ -168,9 +184,8 @@ def _describe_tuning(name, json_out: bool) -> None:
     from ftcli.output import Column, escape, note, out, show_list, show_one, span
 
     tj = tuning.get(name, note)
-    spent, why = prices.tuning_cost(tj)
-    row = {**tuning.record(tj, jobs.short_id(name)), "resource": dict(tj.resource),
-           "cost_usd": round(spent.amount, 4) if spent else None}
+    spent, why = _cost(prices.tuning_cost, tj)
+    row = {**tuning.record(tj, jobs.short_id(name)), "resource": dict(tj.resource), "cost_usd": _cost_usd(spent)}
     if json_out:
         show_one(row, (), json_out=True)
         return
@@ -236,8 +251,10 @@ def cancel(
             err().print("not cancelled")
             raise typer.Exit(1)
     j = jobs.cancel(gateway, j, shown)
-    if json_out:
-        show_one(jobs.record(j, n), (), json_out=True)
+    if json_out:  # the fields of jobs list --json, what it has cost so far included
+        from ftcli import prices
+
+        show_one({**jobs.record(j, n), "cost_usd": _cost_usd(_cost(prices.job_cost, j)[0])}, (), json_out=True)
         return
     out().print(f"cancel requested for job {shown} ({name.id}); it is {j.state}")
 
@@ -254,6 +271,9 @@ def _cancel_tuning(name, shown: str, *, yes: bool, json_out: bool) -> None:
             raise typer.Exit(1)
     tj = jobs.cancel_tuning(tj, shown, notify=note)
     if json_out:
-        show_one(tuning.record(tj, jobs.short_id(name)), (), json_out=True)
+        from ftcli import prices
+
+        show_one({**tuning.record(tj, jobs.short_id(name)), "cost_usd": _cost_usd(_cost(prices.tuning_cost, tj)[0])},
+                 (), json_out=True)
         return
     out().print(f"cancel requested for tuning job {shown} ({name.id}); it is {tj.state}")
