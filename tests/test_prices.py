@@ -139,3 +139,36 @@ def test_a_tuning_jobs_cost_is_every_trials_run_time(tmp_path, monkeypatch):
     assert spent.hours == pytest.approx(1.0)  # 40 minutes + 20 so far; the third has not started
     assert tuning_cost(TuningJob(job.name, "t", "PENDING", "m", "MAXIMIZE", 1, 1, (trials[2],), pools=job.pools)) == (
         None, None)
+
+
+def test_a_spot_or_flex_start_jobs_amount_is_an_on_demand_ceiling_never_an_about(tmp_path, monkeypatch):
+    # A --spot or --flex-start job was costed "about" its on-demand amount: Vertex bills it at lower prices that the
+    # (on-demand) price file does not hold, so the amount is a ceiling and is said as one.
+    import datetime as dt
+
+    from ftcli.catalog import estimate, resolve_gpu
+    from ftcli.cli.cost import cost_lines
+    from ftcli.prices import job_cost
+    from ftcli.values import Job, JobName, Pool
+
+    use_price_file(tmp_path, monkeypatch, GOOD)
+    t0 = dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)
+    pools = (Pool("n1-standard-8", "NVIDIA_TESLA_T4", 1),)
+    on_demand = Job(JobName("p", "us-central1", "1"), "run", "SUCCEEDED", started=t0, ended=t0 + dt.timedelta(hours=2),
+                    pools=pools)
+    spent, _ = job_cost(on_demand)
+    assert (spent.provisioning, spent.billed_usd, spent.shown) == (None, pytest.approx(1.8), "about $1.80")
+    for kind in ("Spot", "Flex-start"):
+        spent, why = job_cost(Job(on_demand.name, "run", "SUCCEEDED", started=t0, ended=t0 + dt.timedelta(hours=2),
+                                  pools=pools, provisioning=kind))
+        assert why is None and spent.amount == pytest.approx(1.8)  # the on-demand amount, kept as the ceiling
+        assert (spent.provisioning, spent.billed_usd, spent.shown) == (kind, None, "at most $1.80")
+    table, _ = for_region("us-central1")
+    e = estimate(resolve_gpu("T4", "n1-standard-8"), replicas=1, reduction_server=0, timeout_s=10 * 3600,
+                 region="us-central1", prices=table)
+    assert cost_lines(e, "10h", discounted=None)[1].strip().startswith("about $0.90 an hour, at most $9.00 (on-demand "
+                                                                        "rates: us-central1 rates from ")
+    lines = cost_lines(e, "10h", discounted="Flex-start", trials=8, parallel=2)
+    assert lines[1].strip().startswith("at most $1.80 an hour with 2 running, $72.00 for 8 trials (on-demand rates, a "
+                                       "ceiling: Flex-start is billed at lower Flex-start prices, not in your price "
+                                       "file; us-central1 rates from ")

@@ -136,17 +136,49 @@ def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceT
     return tables[region], None
 
 
+# How Vertex AI bills a Spot or a Flex-start job, and why ftcli gives no amount for one, only an on-demand ceiling.
+# Spot: "When you use Spot VMs, you're billed by job duration and machine type. You don't pay for the time that the
+# job is in a queue or preempted" ("Use Spot VMs with training", https://cloud.google.com/vertex-ai/docs/training/
+# use-spot-vms, read 2026-11-27 in its ?hl=ja copy; "Use Spot VMs with prediction" says the same in English), and
+# "Spot VMs are available at a discount of up to 91% off of the on-demand price of standard VMs" (Compute Engine,
+# "Create and use Spot VMs", https://docs.cloud.google.com/compute/docs/instances/create-use-spot, read 2026-11-27).
+# Flex-start: "Flex-start VMs offer significant discounts ... You are only charged for the amount of time your
+# workload is running" ("Use Flex-start VMs with inference", https://docs.cloud.google.com/vertex-ai/docs/predictions/
+# use-flex-start-vms, read 2026-11-27); "Schedule training jobs based on resource availability"
+# (https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws, read 2026-11-27) gives no rate. No page read
+# gives a Spot or Flex-start rate for Vertex AI training, and the price file holds on-demand rates: so a Spot or
+# Flex-start job gets "at most" the on-demand amount (its start-to-end hours include any preempted time, which is
+# not billed either), never an "about".
+
+
+def billed_note(provisioning: str) -> str:
+    """Why a Spot or Flex-start job's amount is only a ceiling, in a few words."""
+    return f"{provisioning} is billed at lower {provisioning} prices, not in your price file"
+
+
 @dataclass(frozen=True)
 class Spent:
-    """What a job has cost at the user's rates: its machine-hours from start to end (to now while it runs)."""
+    """What a job has cost at the user's rates: its machine-hours from start to end (to now while it runs). For a
+    Spot or Flex-start job (`provisioning`), `amount` is at on-demand rates: a ceiling, not what is billed."""
 
     per_hour: float  # USD, every pool's machines and GPUs
     hours: float
     table: PriceTable
+    provisioning: str | None = None  # "Spot" or "Flex-start"; None: on-demand, what the rates are for
 
     @property
     def amount(self) -> float:
         return self.per_hour * self.hours
+
+    @property
+    def billed_usd(self) -> float | None:
+        """The amount when it is what the rates bill (an on-demand job); None for a Spot or Flex-start job."""
+        return None if self.provisioning else self.amount
+
+    @property
+    def shown(self) -> str:
+        """'about $1.25' (on-demand), or 'at most $1.25' (Spot, Flex-start: the on-demand amount is a ceiling)."""
+        return f"{'at most' if self.provisioning else 'about'} ${self.amount:,.2f}"
 
 
 def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str | None]:
@@ -166,12 +198,12 @@ def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str 
 def job_cost(job: Job, now: dt.datetime | None = None) -> tuple[Spent | None, str | None]:
     """The job's cost so far at the rates in the price file, or None and why the file gives none (a region, machine
     or GPU it has no rate for); None and None when there is nothing to say (no price file, not started yet). Rates
-    are on-demand: a Spot or Flex-start job cost less."""
+    are on-demand: for a Spot or Flex-start job, a ceiling (Spent.provisioning)."""
     seconds = job.duration_s(now)
     if seconds is None:
         return None, None
     rate, why = _per_hour(job.pools, job.name.region)
-    return (Spent(rate[0], seconds / 3600, rate[1]), None) if rate else (None, why)
+    return (Spent(rate[0], seconds / 3600, rate[1], job.provisioning), None) if rate else (None, why)
 
 
 def tuning_cost(job: TuningJob, now: dt.datetime | None = None) -> tuple[Spent | None, str | None]:
@@ -180,4 +212,4 @@ def tuning_cost(job: TuningJob, now: dt.datetime | None = None) -> tuple[Spent |
     if not runs:
         return None, None
     rate, why = _per_hour(job.pools, job.name.region)
-    return (Spent(rate[0], sum(runs) / 3600, rate[1]), None) if rate else (None, why)
+    return (Spent(rate[0], sum(runs) / 3600, rate[1], job.provisioning), None) if rate else (None, why)

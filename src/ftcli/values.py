@@ -135,6 +135,7 @@ class Job:
     output_dir: str | None = None  # baseOutputDirectory: the model is in OUTPUT_DIR/model/
     timeout_s: int | None = None
     resource: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
+    provisioning: str | None = None  # "Spot" or "Flex-start" (scheduling.strategy); None: on-demand
 
     @property
     def final(self) -> bool:
@@ -226,6 +227,7 @@ class TuningJob:
     pools: tuple[Pool, ...] = ()
     output_dir: str | None = None
     resource: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
+    provisioning: str | None = None  # each trial's, as a Job's
 
     @property
     def final(self) -> bool:

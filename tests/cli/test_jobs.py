@@ -115,6 +115,36 @@ def test_list_has_a_cost_column_only_with_rates_and_still_fits_80_columns(capsys
     assert "warning:" in r.err and "read = YYYY-MM-DD" in r.err
 
 
+def test_a_spot_jobs_cost_is_an_on_demand_ceiling_in_list_describe_and_json(capsys, cloud_env, tmp_path,
+                                                                            monkeypatch):
+    # A --spot job was shown as costing "about" its on-demand amount, and its cost_usd was that amount: Spot is
+    # billed at lower prices the price file does not hold.
+    gcs, vertex = cloud_env
+    spot = submit(capsys, "--task", "imdb", "--gpu", "T4", "--spot")
+    finish(gcs, vertex, spot, None)
+    plain = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    finish(gcs, vertex, plain, None)
+    use_price_file(tmp_path, monkeypatch)  # T4 on n1-standard-8: $0.75 an hour, on-demand
+    rows = [json.loads(line) for line in run_cli(capsys, "jobs", "list", "--json").out.splitlines()]
+    on_demand, spot_row = rows
+    assert on_demand["cost_usd"] is not None and on_demand["cost_usd"] == on_demand["cost_usd_on_demand"]
+    started, ended = (dt.datetime.fromisoformat(spot_row[k]) for k in ("started", "ended"))
+    assert spot_row["cost_usd"] is None
+    assert spot_row["cost_usd_on_demand"] == pytest.approx(0.75 * (ended - started).total_seconds() / 3600, abs=1e-4)
+    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "COST" in lines[0] and "≤$0.00" in lines[2] and "≤" not in lines[1]
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert r.code == 0, r.err
+    text = " ".join(r.out.split())
+    assert "at most $0.00 (" in text and "at $0.75 an hour, on-demand; Spot is billed at lower Spot prices, not in " \
+        "your price file; us-central1 rates from my contract, read 2026-11-02)" in text
+    assert "about $" not in text
+    obj = json.loads(run_cli(capsys, "jobs", "describe", "1", "--json").out)
+    assert obj["cost_usd"] is None and obj["cost_usd_on_demand"] == pytest.approx(spot_row["cost_usd_on_demand"])
+
+
 def test_describe_shows_gpu_machine_output_and_metrics(capsys, cloud_env):
     gcs, vertex = cloud_env
     imdb, _, _ = three_jobs(capsys, gcs, vertex)

@@ -627,8 +627,10 @@ def test_the_users_price_file_gives_amounts_for_each_candidate(capsys, monkeypat
     at = lines.index("cost (T4 in us-central1): 2 x T4 on n1-standard-16 for at most 10h (--timeout): up to 20 "
                      "GPU-hours")
     # (1.0 + 2 x 0.25) an hour, 10 hours at most
-    assert lines[at + 1].strip() == ("about $1.50 an hour, at most $15.00 (on-demand rates; Spot and Flex-start cost "
-                                     "less: us-central1 rates from our 2026 contract, appendix B, read 2026-11-02)")
+    # --spot: the on-demand rates are a ceiling, not "about" what Spot is billed (it said "about $1.50 an hour")
+    assert lines[at + 1].strip() == ("at most $1.50 an hour, $15.00 in all (on-demand rates, a ceiling: Spot is "
+                                     "billed at lower Spot prices, not in your price file; us-central1 rates from "
+                                     "our 2026 contract, appendix B, read 2026-11-02)")
     at = lines.index("cost (L4 in us-central1): 1 x L4 on g2-standard-8 for at most 10h (--timeout): up to 10 "
                      "GPU-hours")
     assert lines[at + 1].strip().startswith("no dollar amounts: no us-central1 rate for g2-standard-8, L4 in the "

@@ -4,10 +4,16 @@ amounts when the user's price file has the rates (ftcli.prices)."""
 from __future__ import annotations
 
 
-def cost_lines(cost, timeout: str, *, discounted: bool, label: str = "", trials: int | None = None,
+def provisioning(job: dict) -> str | None:
+    """"Spot" or "Flex-start" from the job options (--spot, --flex-start); None: on-demand."""
+    return "Spot" if job.get("spot") else "Flex-start" if job.get("flex_start") else None
+
+
+def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", trials: int | None = None,
                parallel: int | None = None) -> list[str]:
     """`cost` is a catalog.Estimate for one job (one trial of a tuning job: then `trials` of them, `parallel` at
-    a time). `discounted`: Spot or Flex-start, which the on-demand rates overstate."""
+    a time). `discounted`: "Spot" or "Flex-start", billed below the on-demand rates, which are then only a ceiling
+    (prices.billed_note)."""
     from ftcli.catalog import PRICE_PAGE
 
     head = f"cost{f' ({label})' if label else ''}: "
@@ -24,14 +30,17 @@ def cost_lines(cost, timeout: str, *, discounted: bool, label: str = "", trials:
         lines.append(f"{pad}no dollar amounts: {cost.missing}. Rates: {PRICE_PAGE} (put yours in a price file: "
                      "README 'What a job costs')")
         return lines
+    from ftcli.prices import billed_note
+
     t = cost.table
-    rates = "on-demand rates; Spot and Flex-start cost less" if discounted else "on-demand rates"
+    rates = f"on-demand rates, a ceiling: {billed_note(discounted)}; " if discounted else "on-demand rates: "
+    per_hour, most, in_all = ("at most", "", " in all") if discounted else ("about", "at most ", "")
     if trials:
-        amount = (f"about ${cost.per_hour * at_once:,.2f} an hour with {at_once} running, at most "
+        amount = (f"{per_hour} ${cost.per_hour * at_once:,.2f} an hour with {at_once} running, {most}"
                   f"${cost.at_most * trials:,.2f} for {trials} trials")
     else:
-        amount = f"about ${cost.per_hour:,.2f} an hour, at most ${cost.at_most:,.2f}"
-    lines.append(f"{pad}{amount} ({rates}: {t.region} rates from {t.source}, read {t.read})")
+        amount = f"{per_hour} ${cost.per_hour:,.2f} an hour, {most}${cost.at_most:,.2f}{in_all}"
+    lines.append(f"{pad}{amount} ({rates}{t.region} rates from {t.source}, read {t.read})")
     return lines
 
 
@@ -44,11 +53,13 @@ def say_cost(*args, **kwargs) -> None:
 
 def say_spent(spent_and_why, template: str, err=None) -> None:
     """At the end of a followed job: what it cost at the user's rates (`spent_and_why`: a prices.job_cost or
-    tuning_cost call), printed from `template` ({ran}, {amount}, {region}, {per_hour}); nothing without rates. A
-    broken price file is a warning: it never changes how following a job ends."""
+    tuning_cost call), printed from `template` ({ran}, {amount}: 'about $X' or, for Spot and Flex-start, 'at most
+    $X', {region}, {per_hour}, {billed}: '' or '; ' and why it is a ceiling); nothing without rates. A broken price
+    file is a warning: it never changes how following a job ends."""
     from ftcli.errors import FtcliError
     from ftcli.output import err as stderr
     from ftcli.output import span, warn
+    from ftcli.prices import billed_note
 
     try:
         spent, _ = spent_and_why()
@@ -56,6 +67,8 @@ def say_spent(spent_and_why, template: str, err=None) -> None:
         warn(e.message, e.hint)
         return
     if spent is not None:
-        (err or stderr()).print(template.format(ran=span(spent.hours * 3600), amount=f"${spent.amount:,.2f}",
-                                                region=spent.table.region, per_hour=f"${spent.per_hour:,.2f}"),
+        billed = f"; {billed_note(spent.provisioning)}" if spent.provisioning else ""
+        (err or stderr()).print(template.format(ran=span(spent.hours * 3600), amount=spent.shown,
+                                                region=spent.table.region, per_hour=f"${spent.per_hour:,.2f}",
+                                                billed=billed),
                                 markup=False, highlight=False)

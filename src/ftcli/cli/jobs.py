@@ -35,14 +35,20 @@ def _columns(now: dt.datetime, cost: bool = False):
         Column("GPU", lambda r: r["gpu"] or "cpu", max_width=10),
         Column("AGE", lambda r: age(_since(r["created"], now)), justify="right"),
         Column("TIME", lambda r: span(r["duration_s"]), justify="right"),
-        *([Column("COST", lambda r: "-" if r["cost_usd"] is None else f"${r['cost_usd']:,.2f}", justify="right",
-                  shrink=False)] if cost else []),
+        *([Column("COST", _cost_cell, justify="right", shrink=False)] if cost else []),
         Column("METRIC", _metric, max_width=16),
     )
 
 
+def _cost_cell(row: dict) -> str:
+    """$1.25 (on-demand), ≤$1.25 (Spot, Flex-start: the on-demand amount is a ceiling), - (no rate)."""
+    if row["cost_usd"] is not None:
+        return f"${row['cost_usd']:,.2f}"
+    return "-" if row["cost_usd_on_demand"] is None else f"≤${row['cost_usd_on_demand']:,.2f}"
+
+
 def _add_costs(rows: list[dict], costs) -> None:
-    """Each row's `cost_usd` (None: no rate for it, or not started) from `costs`, an iterator of the rows'
+    """Each row's `cost_usd` and `cost_usd_on_demand` (None: no rate for it, or not started) from `costs`, the rows'
     prices.job_cost/tuning_cost results, in order. A broken price file is one warning: the list goes without costs."""
     from ftcli.errors import FtcliError
     from ftcli.output import warn
@@ -53,7 +59,7 @@ def _add_costs(rows: list[dict], costs) -> None:
         warn(e.message, e.hint)
         spent = [None] * len(rows)
     for row, s in zip(rows, spent, strict=True):
-        row["cost_usd"] = _cost_usd(s)
+        row.update(_cost_usd(s))
 
 
 def _cost(job_cost, job) -> tuple:
@@ -69,8 +75,14 @@ def _cost(job_cost, job) -> tuple:
         return None, None
 
 
-def _cost_usd(spent) -> float | None:
-    return round(spent.amount, 4) if spent is not None else None
+def _cost_usd(spent) -> dict:
+    """The --json cost keys: `cost_usd`, what the job has cost at the price file's rates, only for an on-demand job
+    (the rates are on-demand ones); `cost_usd_on_demand`, the same hours at on-demand rates, for every job (for a
+    Spot or Flex-start job, a ceiling: prices.billed_note). None where the file has no rate, or no price file."""
+    if spent is None:
+        return {"cost_usd": None, "cost_usd_on_demand": None}
+    billed = spent.billed_usd
+    return {"cost_usd": None if billed is None else round(billed, 4), "cost_usd_on_demand": round(spent.amount, 4)}
 
 
 @app.command("list")
@@ -108,7 +120,7 @@ def list_jobs(
     rows = sorted(rows, key=lambda r: r["created"] or "", reverse=True)[:limit]
     for problem in listing.problems:
         warn(problem)
-    cost = any(r["cost_usd"] is not None for r in rows)  # else the table needs no COST column
+    cost = any(r["cost_usd_on_demand"] is not None for r in rows)  # else the table needs no COST column
     show_list(rows, _columns(now, cost=cost), json_out=json_out,
               empty=f"no {'' if all_jobs else 'ftcli '}jobs in {s.project}/{s.region}")
 
@@ -142,7 +154,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     shown = jobs.label(name, n)
     spent, why = _cost(prices.job_cost, j)
     row = {**jobs.record(j, n, metrics),
-           "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource), "cost_usd": _cost_usd(spent)}
+           "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource), **_cost_usd(spent)}
 
     def hardware(r: dict) -> str:
         more = f", {r['machines']} machines" if r["machines"] > 1 else ""
@@ -173,9 +185,12 @@ def _spent_line(spent, why: str | None, span, of: str = "") -> str | None:
     started)."""
     if spent is None:
         return f"no amount: {why}" if why else None
+    from ftcli.prices import billed_note
+
     t = spent.table
-    return (f"about ${spent.amount:,.2f} ({span(spent.hours * 3600)}{f' {of}' if of else ''} at "
-            f"${spent.per_hour:,.2f} an hour, on-demand; {t.region} rates from {t.source}, read {t.read})")
+    billed = f"; {billed_note(spent.provisioning)}" if spent.provisioning else ""
+    return (f"{spent.shown} ({span(spent.hours * 3600)}{f' {of}' if of else ''} at "
+            f"${spent.per_hour:,.2f} an hour, on-demand{billed}; {t.region} rates from {t.source}, read {t.read})")
 
 
 def _describe_tuning(name, json_out: bool) -> None:
@@ -185,7 +200,7 @@ def _describe_tuning(name, json_out: bool) -> None:
 
     tj = tuning.get(name, note)
     spent, why = _cost(prices.tuning_cost, tj)
-    row = {**tuning.record(tj, jobs.short_id(name)), "resource": dict(tj.resource), "cost_usd": _cost_usd(spent)}
+    row = {**tuning.record(tj, jobs.short_id(name)), "resource": dict(tj.resource), **_cost_usd(spent)}
     if json_out:
         show_one(row, (), json_out=True)
         return
@@ -254,7 +269,7 @@ def cancel(
     if json_out:  # the fields of jobs list --json, what it has cost so far included
         from ftcli import prices
 
-        show_one({**jobs.record(j, n), "cost_usd": _cost_usd(_cost(prices.job_cost, j)[0])}, (), json_out=True)
+        show_one({**jobs.record(j, n), **_cost_usd(_cost(prices.job_cost, j)[0])}, (), json_out=True)
         return
     out().print(f"cancel requested for job {shown} ({name.id}); it is {j.state}")
 
@@ -273,7 +288,7 @@ def _cancel_tuning(name, shown: str, *, yes: bool, json_out: bool) -> None:
     if json_out:
         from ftcli import prices
 
-        show_one({**tuning.record(tj, jobs.short_id(name)), "cost_usd": _cost_usd(_cost(prices.tuning_cost, tj)[0])},
-                 (), json_out=True)
+        show_one({**tuning.record(tj, jobs.short_id(name)), **_cost_usd(_cost(prices.tuning_cost, tj)[0])}, (),
+                 json_out=True)
         return
     out().print(f"cancel requested for tuning job {shown} ({name.id}); it is {tj.state}")

@@ -68,10 +68,10 @@ def train(
                     f"scratch folder {scratch}, where the paths above point, is removed)", markup=False,
                     highlight=False)
         return
-    from ftcli.cli.cost import say_cost
+    from ftcli.cli.cost import provisioning, say_cost
 
     for c in cands:
-        say_cost(c.sub.estimate, job["timeout"], discounted=job["spot"] or job["flex_start"],
+        say_cost(c.sub.estimate, job["timeout"], discounted=provisioning(job),
                  label=c.what if len(cands) > 1 else "")
     if dry_run:
         jobs = [c.sub.job for c in cands]

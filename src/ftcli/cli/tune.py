@@ -87,9 +87,9 @@ def tune(
     goal = ts.job["studySpec"]["metrics"][0]["goal"].lower()
     err().print(f"study: {trials} trial{'' if trials == 1 else 's'}, {parallel} at a time, {goal} {ts.metric} over "
                 f"{', '.join(p.name for p in ts.params)}", markup=False, highlight=False)
-    from ftcli.cli.cost import say_cost
+    from ftcli.cli.cost import provisioning, say_cost
 
-    say_cost(ts.sub.estimate, job["timeout"], discounted=job["spot"] or job["flex_start"], trials=trials,
+    say_cost(ts.sub.estimate, job["timeout"], discounted=provisioning(job), trials=trials,
              parallel=parallel)
     if dry_run:
         print(json.dumps(ts.job, indent=2))
@@ -143,8 +143,8 @@ def _follow(name, n: int) -> int:
     from ftcli import prices
     from ftcli.cli.cost import say_spent
 
-    say_spent(lambda: prices.tuning_cost(job), "trials ran {ran} in all: about {amount} at your {region} rates "
-              "(on-demand; {per_hour} an hour a trial)")
+    say_spent(lambda: prices.tuning_cost(job), "trials ran {ran} in all: {amount} at your {region} rates "
+              "(on-demand; {per_hour} an hour a trial{billed})")
     best = job.best
     if job.state == "SUCCEEDED" and best is not None:
         o.print(f"tuning job #{n} SUCCEEDED · best trial {best.id}: {job.metric} {best.value:.4f} · "

@@ -99,8 +99,8 @@ class FollowView(Events):
         from ftcli.cli.cost import say_spent
 
         if job is not None:
-            say_spent(lambda: prices.job_cost(job), "ran {ran}: about {amount} at your {region} rates (on-demand; "
-                      "{per_hour} an hour)", err=self.err)
+            say_spent(lambda: prices.job_cost(job), "ran {ran}: {amount} at your {region} rates (on-demand; "
+                      "{per_hour} an hour{billed})", err=self.err)
 
 
 def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None = None,

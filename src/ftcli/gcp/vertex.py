@@ -52,6 +52,14 @@ def _pools(spec) -> tuple[Pool, ...]:
     return tuple(pools)
 
 
+# scheduling.strategy -> how ftcli names it (prices.py: these are billed at their own prices, not on-demand ones)
+PROVISIONING = {"SPOT": "Spot", "FLEX_START": "Flex-start"}
+
+
+def _provisioning(spec) -> str | None:
+    return PROVISIONING.get(spec.scheduling.strategy.name)
+
+
 def to_tuning(proto) -> TuningJob:
     """ftcli's `TuningJob` from an aiplatform_v1.HyperparameterTuningJob."""
     from google.cloud import aiplatform_v1
@@ -75,6 +83,7 @@ def to_tuning(proto) -> TuningJob:
         created=_time(proto.create_time), started=_time(proto.start_time), ended=_time(proto.end_time),
         labels=dict(proto.labels), pools=_pools(spec), output_dir=spec.base_output_directory.output_uri_prefix or None,
         resource=json.loads(aiplatform_v1.HyperparameterTuningJob.to_json(proto, use_integers_for_enums=False)),
+        provisioning=_provisioning(spec),
     )
 
 
@@ -97,6 +106,7 @@ def to_job(proto) -> Job:
         timeout_s=int(timeout.total_seconds()) if timeout else None,
         # enum names, not numbers: the same JSON the REST API and --dry-run show
         resource=json.loads(aiplatform_v1.CustomJob.to_json(proto, use_integers_for_enums=False)),
+        provisioning=_provisioning(spec),
     )
 
 
