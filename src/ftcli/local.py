@@ -128,10 +128,15 @@ def _claim(base: str, cfg) -> bool:
                               "checkpoints and logs aside in this folder (nothing is deleted)") from None
 
 
-def _unclaim(base: str) -> None:
+def _event_files(base: str) -> set[Path]:
+    return set((Path(base) / "logs").glob("events.out.tfevents.*"))
+
+
+def _unclaim(base: str, before: set[Path] = frozenset()) -> None:
     """A run that failed before its first checkpoint and logged nothing leaves no folder behind just for its
     fingerprint (and its W&B run id), nor for empty logs. One that logged keeps its logs and its fingerprint: the
-    same command goes on in that folder, another run is refused there."""
+    same command goes on in that folder, another run is refused there. `before`: the TensorBoard files that were
+    in logs/ before the run (someone else's: they stay)."""
     from ftcli_trainer import checkpoint, storage
 
     if storage.is_gcs(base):
@@ -143,7 +148,7 @@ def _unclaim(base: str) -> None:
     metrics = logs / "metrics.jsonl"
     if metrics.exists() and metrics.stat().st_size > 0:
         return  # what it logged stays, and so does the fingerprint that says whose it is
-    for f in [metrics, *logs.glob("events.out.tfevents.*")]:  # nothing logged: its TensorBoard files hold nothing
+    for f in [metrics, *(_event_files(base) - set(before))]:  # nothing logged: its TensorBoard files hold nothing
         f.unlink(missing_ok=True)
     for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID, checkpoint.LOCK):
         (ckpt / name).unlink(missing_ok=True)
@@ -264,6 +269,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         if aside:
             say(f"--restart: the earlier run is in {aside}")
     claimed = _claim(base, cfg)
+    events_before = _event_files(base) if claimed and not storage.is_gcs(base) else set()
     env = dict(os.environ)
     # The same variables Vertex sets with base_output_dir, pointing at the local folders (or gs:// ones).
     env.update(
@@ -279,5 +285,5 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     say(f"running: python -m ftcli_trainer.task {' '.join(argv)}")
     code, signum = run_trainer(cmd, env, stdout=2 if quiet_stdout else None)
     if code != 0 and claimed:
-        _unclaim(base)
+        _unclaim(base, events_before)
     return LocalRun(code, base, signum)

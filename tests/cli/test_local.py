@@ -256,6 +256,21 @@ def test_a_run_that_fails_on_its_data_leaves_no_folder_behind(tmp_path, tiny_mod
     assert not (tmp_path / "ftcli-runs").exists() or not any((tmp_path / "ftcli-runs").iterdir())
 
 
+def test_a_failed_run_keeps_the_tensorboard_files_that_were_in_logs_before(tmp_path, tiny_model):
+    """--output-dir . in a project whose logs/ holds someone else's TensorBoard files (no metrics.jsonl): a run that
+    fails before logging removes only what it wrote (it deleted every events.out.tfevents.* there)."""
+    theirs = tmp_path / "logs" / "events.out.tfevents.1700000000.host.1.0"
+    theirs.parent.mkdir()
+    theirs.write_bytes(b"an earlier experiment")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\nx,pos\ny,\n")
+    r = ftcli("local", "--task", "csv", "--train-file", str(bad), "--model", str(tiny_model), "--output-dir", ".",
+              cwd=tmp_path)
+    assert r.returncode == 2 and "empty label" in r.stderr
+    assert theirs.read_bytes() == b"an earlier experiment"
+    assert {p.name for p in tmp_path.rglob("*")} == {"bad.csv", "logs", theirs.name}  # nothing of the run left
+
+
 def test_missing_offline_model_names_the_pip_command(capsys, tmp_path, monkeypatch):
     from tests.cli.helpers import run_cli
 
