@@ -112,6 +112,15 @@ def place(staging: Path, dest: Path, rels: list[PurePosixPath]) -> None:
         os.replace(staging.joinpath(*rel.parts), target)
 
 
+def _filled_meanwhile(dest: Path, staging: Path) -> bool:
+    """Whether `dest` now holds something other than our own `staging` folder (it was checked new or empty)."""
+    try:
+        return dest.is_symlink() and not dest.exists() or dest.exists() and (
+            not dest.is_dir() or any(p != staging for p in dest.iterdir()))
+    except OSError:
+        return True
+
+
 def _no_complete_model(job: Job, uri: str, ref: str) -> FtcliError:
     """Why there is no model to take, by the job's state: still running, ended without one, or finished without
     one (its export failed, or it ran a trainer from before the completion marker)."""
@@ -195,6 +204,11 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
         bucket, _ = split_gcs(uri)
         sent = storage.download_objects(bucket, [(n, staging.joinpath(*rel.parts)) for n, rel, _ in files],
                                         total=sum(size for _, _, size in files), progress=progress)
+        if not force and _filled_meanwhile(where, staging):
+            # checked empty before the download, filled since (another download into the same folder, or the user)
+            raise FtcliError(f"{dest} was filled while the model downloaded (another download into it?)",
+                             hint="nothing was changed there; download into a new folder, or --force to write the "
+                                  "model's files into it")
         place(staging, where, [rel for _, rel, _ in files])
     finally:
         if staging.exists():

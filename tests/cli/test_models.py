@@ -259,6 +259,29 @@ def test_an_existing_folder_is_staged_inside_itself_not_beside_it(job, tmp_path)
     assert beside == [] and inside and all(n.startswith(".ftcli-download.tmp-") for n in inside)
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_folder_filled_while_the_model_downloads_is_left_alone(job, tmp_path, existing):
+    """Two downloads into one new (or empty) folder: both checked it before downloading; the one that ended second
+    wrote its model's files over the first one's without --force (`for j in 3 4; do ftcli download $j m & done`)."""
+    from ftcli.errors import FtcliError
+    from ftcli.models import download_model
+    from ftcli.values import JobName
+
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+    theirs = {}
+
+    def progress(done, total):
+        if not theirs:  # meanwhile, another download (or the user) fills the folder
+            theirs.update({k: v for k, v in user_folder(out).items() if ".tmp-" not in k})
+
+    with pytest.raises(FtcliError, match="out was filled while the model downloaded"):
+        download_model(JobName.parse(job), out, progress=progress)
+    assert tree(out) == theirs
+    assert not [p for p in [*tmp_path.iterdir(), *out.iterdir()] if ".tmp-" in p.name]  # no staging left either
+
+
 def test_what_a_dead_download_left_inside_a_folder_does_not_make_it_not_empty(capsys, job, tmp_path):
     import subprocess
     import sys
