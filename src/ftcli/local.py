@@ -123,6 +123,8 @@ def _claim(base: str, cfg) -> bool:
         return checkpoint.claim(root, checkpoint.run_fingerprint(cfg), storage.join(base, "model"),
                                 storage.join(base, "logs", "metrics.jsonl"))
     except checkpoint.RunMismatch as e:
+        if storage.is_gcs(base):  # (--restart sets local folders aside only)
+            raise UsageError(e.detail, hint="start fresh with a new --output-dir") from None
         raise UsageError(e.detail,
                          hint="start fresh with a new --output-dir, or --restart to set the earlier run's model, "
                               "checkpoints and logs aside in this folder (nothing is deleted)") from None

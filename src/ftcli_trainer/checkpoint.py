@@ -194,9 +194,11 @@ def run_fingerprint(cfg) -> dict:
 
 
 def _holds_something(path: str) -> bool:
-    """A local file with content, or a folder with anything in it (gs:// outputs are a job's own: not looked at)."""
+    """A file with content, or a folder with anything in it, local or gs:// (`ftcli local --output-dir gs://...` is
+    any folder of the user's; a Vertex job's own folder is empty at its first claim, and its fingerprint is there
+    when a restarted worker claims it again)."""
     if storage.is_gcs(path):
-        return False
+        return storage.gcs_holds_something(path)
     p = Path(path)
     try:
         return any(p.iterdir()) if p.is_dir() else p.stat().st_size > 0

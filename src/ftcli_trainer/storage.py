@@ -261,6 +261,17 @@ def write_text(uri: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def gcs_holds_something(uri: str) -> bool:
+    """Whether a gs:// "file" is there with content, or a gs:// "folder" has any object under it."""
+    bucket_name, name = split_gcs(uri)
+    client = _client()
+    blob = client.bucket(bucket_name).get_blob(name) if name else None
+    if blob is not None and (blob.size or 0) > 0:
+        return True
+    prefix = f"{name.rstrip('/')}/" if name else ""
+    return any(True for _ in client.list_blobs(bucket_name, prefix=prefix, max_results=1))
+
+
 def exists(uri: str) -> bool:
     if is_gcs(uri):
         bucket, name = split_gcs(uri)

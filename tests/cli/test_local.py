@@ -180,6 +180,25 @@ def test_gs_output_dir_is_printed_as_given(tmp_path, tiny_model, sentiment_csv, 
     assert not (tmp_path / "gs:").exists()
 
 
+def test_a_gs_output_dir_holding_an_earlier_runs_model_and_metrics_is_refused_as_a_local_one(
+        tmp_path, tiny_model, sentiment_csv, gcs):
+    """No checkpoints (deleted to save space), but an earlier run's model/ and logs/metrics.jsonl: a local folder is
+    refused, and a gs:// one was taken, its model's other objects deleted and its metrics rows dropped."""
+    train, _ = sentiment_csv
+    gcs.create_bucket("b")
+    earlier = {"x/model/config.json": b"{}", "x/model/their-notes.txt": b"keep me", "x/model/_COMPLETE": b"",
+               "x/logs/metrics.jsonl": b'{"step": 1, "loss": 0.5}\n'}
+    for name, data in earlier.items():
+        gcs.client().bucket("b").blob(name).upload_from_string(data)  # (gcs.write cannot send an empty body)
+    r = ftcli("local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--epochs", "1",
+              "--output-dir", "gs://b/x", cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "gs://b/x/model and gs://b/x/logs/metrics.jsonl hold an earlier run's" in r.stderr
+    assert "hint: start fresh with a new --output-dir\n" in r.stderr  # (--restart is for local folders)
+    assert "Traceback" not in r.stderr
+    assert {name: gcs.read("b", name) for name in gcs.list("b", "x/")} == earlier  # nothing written, nothing gone
+
+
 def _children(pid: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(x) for x in path.read_text().split()] if path.exists() else []
