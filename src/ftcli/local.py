@@ -87,12 +87,14 @@ def run_trainer(cmd: list[str], env: dict[str, str], stdout: int | None = None) 
     return code, (forwarded[-1] if forwarded else None)
 
 
-def _set_aside(base: str) -> str | None:
+def _set_aside(base: str, cfg) -> str | None:
     """--restart: move an earlier run's model/, checkpoints/, logs/ and report/ into previous-TIME/ (nothing
-    deleted; the report describes the earlier run)."""
+    deleted; the report describes the earlier run). Refused when the run's own --model or data is in one of them
+    (going on from the earlier run's model): the trainer would then find it gone."""
     import datetime as dt
 
     from ftcli_trainer import checkpoint, storage
+    from ftcli_trainer.model import resolve_model_path
 
     if storage.is_gcs(base):
         raise UsageError("--restart works on local run folders; for gs:// give a new --output-dir")
@@ -101,6 +103,15 @@ def _set_aside(base: str) -> str | None:
     found = [Path(base) / d for d in ("model", "checkpoints", "logs", "report") if (Path(base) / d).exists()]
     if not found:
         return None
+    inputs = {"--model": resolve_model_path(cfg.model), "--train-file": cfg.train_file, "--eval-file": cfg.eval_file}
+    for flag, value in inputs.items():
+        if not value or storage.is_gcs(value) or not Path(value).exists():
+            continue
+        where = Path(value).resolve()
+        for d in found:
+            if where.is_relative_to(d.resolve()):
+                raise UsageError(f"--restart would move {d} into previous-TIME/, and {flag} {value} is in it",
+                                 hint=f"copy it out of {base} first, or give a new --output-dir")
     aside = Path(base) / f"previous-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     aside.mkdir(parents=True)
     for d in found:
@@ -267,7 +278,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     if not cfg.output_dir:
         argv += ["--output-dir", base]
     elif restart:
-        aside = _set_aside(base)
+        aside = _set_aside(base, cfg)
         if aside:
             say(f"--restart: the earlier run is in {aside}")
     claimed = _claim(base, cfg)

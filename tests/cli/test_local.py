@@ -148,6 +148,26 @@ def test_without_its_checkpoints_an_earlier_run_is_not_replaced_by_another(tmp_p
     assert tree(tmp_path / "run") == before
 
 
+@pytest.mark.parametrize("inside", ["model"])  # ("logs": a --train-file kept in RUN/logs/ is refused alike)
+def test_restart_refuses_to_set_aside_the_folder_its_own_inputs_are_in(tmp_path, tiny_model, sentiment_csv, inside):
+    """Going on from a run's own model (--model RUN/model --output-dir RUN --restart), or from data kept in it:
+    --restart moved that model (or file) into previous-TIME/ and only then did the trainer find its input gone."""
+    train, _ = sentiment_csv
+    assert _tiny_run(tmp_path, tiny_model, train).returncode == 0
+    run = tmp_path / "run"
+    if inside == "model":
+        argv = ["--train-file", str(train), "--model", str(run / "model")]
+    else:
+        kept = run / "logs" / "train.csv"
+        kept.write_bytes(train.read_bytes())
+        argv = ["--train-file", str(kept), "--model", str(tiny_model)]
+    before = tree(run)
+    r = ftcli("local", "--task", "csv", *argv, "--epochs", "2", "--output-dir", str(run), "--restart", cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"--restart would move {run / inside} into previous-" in r.stderr and "Traceback" not in r.stderr
+    assert tree(run) == before and not list(run.glob("previous-*"))  # nothing moved
+
+
 def test_output_dir_that_is_a_file_fails_before_the_trainer_starts(tmp_path):
     (tmp_path / "run").write_text("my file")
     r = ftcli("local", "--output-dir", str(tmp_path / "run"), cwd=tmp_path)
