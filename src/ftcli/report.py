@@ -210,7 +210,10 @@ def set_metrics(run: Run, i: int) -> dict[str, float]:
 
 def default_out(run_dir: Path) -> Path:
     """Where a report goes without --out: RUN/report for a run folder or its model/; beside a model folder of its
-    own (DIR-report). Never inside a model folder: an export replaces that folder whole, report and all."""
+    own (DIR-report). Never inside a model folder: an export replaces that folder whole, report and all. (`.` and
+    `..` are made absolute first: Path(".").parent is ".", and `ftcli report .` in a model folder wrote into it.)"""
+    if run_dir.name in ("", ".."):
+        run_dir = Path(os.path.abspath(run_dir))
     if (run_dir / "model").is_dir() or (run_dir / "logs").is_dir():
         return run_dir / REPORT_DIR
     if (run_dir.parent / "logs").is_dir() or (run_dir.parent / "checkpoints").is_dir():

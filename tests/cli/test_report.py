@@ -400,6 +400,23 @@ def test_a_model_folders_report_is_written_beside_it_never_inside(capsys, single
     assert sorted(p.name for p in alone.iterdir()) == sorted(p.name for p in (run / "model").iterdir())
 
 
+def test_a_model_folder_given_as_dot_from_inside_it_is_reported_beside_it_too(capsys, single_run, tmp_path,
+                                                                            monkeypatch):
+    # `cd RUN/model && ftcli report .` wrote ./model-report, inside the model folder the next export replaces whole
+    # (Path(".").parent is "."); a downloaded model folder the same: its report landed inside it.
+    run = copy_run(single_run, tmp_path)
+    monkeypatch.chdir(run / "model")
+    r = run_cli(capsys, "report", ".", "--json")
+    assert r.code == 0, r.err
+    assert Path(json.loads(r.out)["report"]).resolve() == run / "report" and not list(Path().glob("*report*"))
+    alone = Path(shutil.copytree(single_run / "model", tmp_path / "downloaded"))
+    monkeypatch.chdir(alone)
+    r = run_cli(capsys, "report", ".", "--json")
+    assert r.code == 0, r.err
+    assert Path(json.loads(r.out)["report"]).resolve() == tmp_path / "downloaded-report"
+    assert sorted(p.name for p in alone.iterdir()) == sorted(p.name for p in (single_run / "model").iterdir())
+
+
 # -- many labels: a bounded picture, every label in the tables -------------------------------------------------
 
 # The child's own peak is VmHWM (its address space's high-water mark). getrusage's ru_maxrss is not: Linux carries
