@@ -104,8 +104,11 @@ def save_config_file(values: dict[str, str | None]) -> Path:
     import tomlkit
 
     path = config_path()
+    # A config file that is a link (dotfiles kept in a repository) is edited where it points: the rename replaced
+    # the link with a copy, and the file it pointed at no longer changed.
+    real = Path(os.path.realpath(path))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        real.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as e:
         blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), e.filename)
         raise UsageError(f"cannot save the config file {path}: {blocker} is a file, not a folder",
@@ -113,15 +116,15 @@ def save_config_file(values: dict[str, str | None]) -> Path:
     # Read, edit and replace under a lock on the file's folder: two `ftcli config set` at once (a set-up script
     # running them in parallel) each read the file before the other wrote it, and the later rename dropped the
     # earlier one's key.
-    with _folder_lock(path.parent):
+    with _folder_lock(real.parent):
         load_config_file()  # a file that is not there, not a file or not TOML is said as the commands say it
-        doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+        doc = tomlkit.parse(real.read_text(encoding="utf-8")) if real.exists() else tomlkit.document()
         for key, value in values.items():
             if value is None:
                 doc.pop(key, None)
             else:
                 doc[key] = value
-        _replace_file(path, tomlkit.dumps(doc).encode("utf-8"))
+        _replace_file(real, tomlkit.dumps(doc).encode("utf-8"))
     return path
 
 

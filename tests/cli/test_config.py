@@ -1,6 +1,8 @@
 """`ftcli config`: the value each setting has now and where it comes from; an unset key says so."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -99,6 +101,19 @@ def test_set_keeps_the_files_comments_order_and_other_keys(capsys, isolated):
         '# my comment\nproject = "local-project"  # prod\nregion = "europe-west4"\n\n[extra]\nfoo = 1\n')
     assert run_cli(capsys, "config", "unset", "project").code == 0
     assert (isolated / "config.toml").read_text() == '# my comment\nregion = "europe-west4"\n\n[extra]\nfoo = 1\n'
+
+
+def test_set_edits_the_file_a_linked_config_points_at_and_keeps_the_link(capsys, isolated):
+    # Dotfiles kept in a repository and linked into place: the rename replaced the link with a copy, and the
+    # repository's file silently stopped being the config.
+    kept = isolated / "dotfiles" / "ftcli.toml"
+    kept.parent.mkdir()
+    kept.write_text('# mine\nproject = "p1"\n')
+    (isolated / "config.toml").symlink_to(Path("dotfiles") / "ftcli.toml")
+    assert run_cli(capsys, "config", "set", "region", "europe-west4").code == 0
+    assert os.readlink(isolated / "config.toml") == str(Path("dotfiles") / "ftcli.toml")
+    assert kept.read_text() == '# mine\nproject = "p1"\nregion = "europe-west4"\n'
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["ftcli.toml"]  # no temporary file left either
 
 
 @pytest.mark.parametrize("key,value,needle", [
