@@ -26,6 +26,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,9 +38,10 @@ from pathlib import Path
 import numpy as np
 
 from ftcli.errors import FtcliError, UsageError
-from ftcli_trainer.storage import staging_dir
+from ftcli_trainer.storage import clean_stale_staging, staging_dir
 
 MANIFEST = "ftcli-report.json"
+INSIDE_STAGING = "ftcli-report"  # .ftcli-report.tmp-PID-XXXXXXXX, inside an --out folder that exists
 # Labels a confusion matrix or F1 bar chart draws in full; above it, this many with the most support (and, in a
 # matrix, one row and column pooling the rest), so the picture stays readable and its memory bounded.
 MAX_DRAWN = 30
@@ -579,10 +581,14 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
     """Draw every picture the run allows and the Markdown into `out` (new, empty, or an earlier report's);
     return the files written, the Markdown first. `say` hears what a picture leaves out.
 
-    Everything is drawn in a staging folder beside `out` first (a dead writer's is removed by the next report), so
-    a crash or a kill midway leaves `out` as it was: never a half-written folder the next report refuses."""
+    Everything is drawn in a staging folder first, beside a new `out`, inside one that exists (a dead writer's is
+    removed by the next report), so a crash or a kill midway leaves `out` as it was: never a half-written folder
+    the next report refuses."""
     plan = _plan(run)
     names = ["report.md", *(p.name for p in plan)]
+    inside = out.is_dir() and not out.is_symlink()
+    if inside:  # what a dead writer left in it goes first, so that it does not make the folder "not empty"
+        clean_stale_staging(out, re.escape(f".{INSIDE_STAGING}"))
     earlier = earlier_report(out)
     _check_names(out, names, earlier)
     notes = {}
@@ -590,7 +596,9 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
         if p.note:
             drawn = ", ".join("`" + n.replace("`", "'").replace("\n", " ") + "`" for n in p.drawn)
             notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table else "")
-    staged = staging_dir(out.parent, out.name)
+    # A folder that exists stages inside itself: its parent may be another filesystem (the folder is a mount point:
+    # a Docker volume, a mounted disk), where every move in failed with EXDEV after everything was drawn.
+    staged = staging_dir(out, INSIDE_STAGING) if inside else staging_dir(out.parent, out.name)
     try:
         for p in plan:
             p.draw(staged / p.name)

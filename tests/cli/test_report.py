@@ -619,3 +619,32 @@ def test_a_report_cut_off_midway_never_blocks_the_next(capsys, single_run, tmp_p
     assert json.loads((run / "report" / "ftcli-report.json").read_text())["files"] == [
         "report.md", "learning_curves.png", "confusion_matrix.png"]
     assert not [p for p in run.iterdir() if ".tmp-" in p.name]
+
+
+def test_an_existing_out_folder_is_staged_inside_itself_not_beside_it(capsys, single_run, tmp_path, monkeypatch):
+    # Staged beside it, an --out that is a mount point (a Docker volume, a mounted disk) had every picture drawn on
+    # the parent's filesystem, and then every move in failed: "Invalid cross-device link". Moves across the folder's
+    # edge fail here as they would across filesystems.
+    run = copy_run(single_run, tmp_path)
+    out = tmp_path / "volume"
+    out.mkdir()
+    real_replace = os.replace
+
+    def same_filesystem_only(src, dst, *a, **kw):
+        if Path(src).resolve().is_relative_to(out) != Path(dst).resolve().is_relative_to(out):
+            raise OSError(18, "Invalid cross-device link")
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", same_filesystem_only)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = out / f".ftcli-report.tmp-{int(dead.stdout)}-0123abcd"  # a killed report's, inside: cleared first
+    left.mkdir()
+    r = run_cli(capsys, "report", str(run), "--out", str(out))
+    assert r.code == 0, r.err
+    assert sorted(p.name for p in out.iterdir()) == [
+        "confusion_matrix.png", "ftcli-report.json", "learning_curves.png", "report.md"]
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    r = run_cli(capsys, "report", str(run), "--out", str(out))  # again, over its own earlier report
+    assert r.code == 0, r.err
+    assert sorted(p.name for p in out.iterdir()) == [
+        "confusion_matrix.png", "ftcli-report.json", "learning_curves.png", "report.md"]
