@@ -219,10 +219,12 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
 # --- predict ---------------------------------------------------------------------------------------------------
 
 def cached_model(name: JobName) -> Path:
-    """Where `ftcli predict JOB` keeps a job's model: the user cache, by numeric job id."""
+    """Where `ftcli predict JOB` keeps a job's model: the user cache, by project, region and job id (a job id is
+    Vertex's for one project and region: keyed by the id alone, another project's job of that id, or a restarted
+    emulator's, had its model taken for this one's)."""
     from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir("ftcli")) / "models" / name.id
+    return Path(user_cache_dir("ftcli")) / "models" / name.project / name.region / name.id
 
 
 def model_folder(model: str, project: str | None, region: str | None, *, notify: Notify | None = None,

@@ -615,3 +615,30 @@ def test_the_load_it_recipe_runs_and_reads_the_model_as_predict_does(tmp_path, t
     got = got[0] if isinstance(got, list) else got
     want = predict(model, [long], pairs=["bad"] if pairs else None)[0]
     assert got["score"] == pytest.approx(want["score"], abs=1e-4)
+
+
+def test_predict_on_a_job_downloads_its_model_to_the_cache_once(capsys, cloud_env, monkeypatch, tmp_path, tiny_model):
+    # `ftcli predict JOB` kept models by job id alone: another project's job with that id (or a restarted
+    # emulator's, which counts from the same first id) had its cached model taken for this job's.
+    import shutil
+
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    name = make_job(vertex, "sst2-run", f"gs://{BUCKET}/team/ftcli/runs/sst2-run/")
+    files = {p.relative_to(tiny_model).as_posix(): p.read_bytes() for p in tiny_model.rglob("*") if p.is_file()}
+    seed_model(gcs, "team/ftcli/runs/sst2-run/", {**files, "_COMPLETE": b""})
+    job_id = name.rsplit("/", 1)[1]
+    other = tmp_path / "cache" / "ftcli" / "models" / job_id  # where the id alone led: another job's model
+    shutil.copytree(tiny_model, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "id2label": {"0": "theirs", "1": "not-ours"}}))
+    (other / "_COMPLETE").write_bytes(b"")
+
+    r = run_cli(capsys, "predict", name, "a wonderful film", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out.splitlines()[0])["label"] in {"LABEL_0", "LABEL_1"}
+    cached = tmp_path / "cache" / "ftcli" / "models" / "test-project" / "us-central1" / job_id
+    assert tree(cached) == {**files, "_COMPLETE": b""}
+    gcs.client().bucket(BUCKET).blob("team/ftcli/runs/sst2-run/model/tokenizer.json").delete()
+    r = run_cli(capsys, "predict", name, "a wonderful film", "--json")  # from the cache: nothing read again
+    assert r.code == 0, r.err
