@@ -99,6 +99,35 @@ def test_every_kind_of_service_account_a_job_runs_as_is_taken(account):
     assert resolve(project="my-project", bucket="gs://my-bucket", service_account=account).service_account == account
 
 
+@pytest.mark.parametrize("account", [
+    "trainer-01@my-project.iam.gserviceaccount.com", "abcdef@my-project.iam.gserviceaccount.com",
+    "a" * 30 + "@my-project.iam.gserviceaccount.com",
+    "Trainer@my-project.iam.gserviceaccount.com",  # an e-mail address's case does not matter
+    "trainer@my-project.example.com.iam.gserviceaccount.com",  # a domain-scoped project's
+    "service-123456789012@gcp-sa-aiplatform.iam.gserviceaccount.com",  # a service agent: Google's names
+    "123456789012-compute@developer.gserviceaccount.com"])
+def test_service_accounts_iam_can_create_are_taken(account):
+    assert resolve(project="my-project", bucket="gs://my-bucket", service_account=account).service_account == account
+
+
+@pytest.mark.parametrize("account, says", [
+    ("ab@my-project.iam.gserviceaccount.com", "is no service account IAM creates: the name before '@' must be 6-30"),
+    ("a" * 31 + "@my-project.iam.gserviceaccount.com", "is no service account IAM creates"),
+    ("1trainer@my-project.iam.gserviceaccount.com", "is no service account IAM creates"),
+    ("trainer-@my-project.iam.gserviceaccount.com", "is no service account IAM creates"),
+    ("my_trainer@my-project.iam.gserviceaccount.com", "is no service account IAM creates"),
+    ("trainer@proj.iam.gserviceaccount.com", "names no project: between '@' and '.iam' comes a project id"),
+    ("trainer@My_Project!.iam.gserviceaccount.com", "names no project"),
+    ("my-project-compute@developer.gserviceaccount.com", "is no Compute Engine default service account: it is "
+     "PROJECT_NUMBER-compute@developer.gserviceaccount.com"),
+    ("my_project@appspot.gserviceaccount.com", "is no App Engine default service account")])
+def test_service_accounts_iam_never_creates_are_refused_in_one_line(account, says):
+    with pytest.raises(UsageError) as e:
+        resolve(project="my-project", bucket="gs://my-bucket", service_account=account)
+    assert str(e.value).startswith(f"--service-account: {account!r} {says}")
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("account", ["me@example.com", "my-project@appspot.gserviceaccount.com.evil", "@appspot."
                                      "gserviceaccount.com"])
 def test_what_is_not_a_service_account_is_refused(account):

@@ -45,6 +45,14 @@ _GOOGLE_LIKE = re.compile(r"g[o0][o0]g[l1]e")
 # CustomJobSpec.service_account in the installed aiplatform_v1, google-cloud-aiplatform 2.7.0).
 SA_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$"
                    r"|^[^@\s]+@(?:developer|appspot)\.gserviceaccount\.com$")
+# The name of a user-managed one (its account id) "must be 6-30 characters long, and match the regular expression
+# [a-z]([-a-z0-9]*[a-z0-9])" (IAM REST reference, projects.serviceAccounts.create, accountId,
+# https://cloud.google.com/iam/reference/rest/v1/projects.serviceAccounts/create, read 2026-11-27); no other name
+# is ever created. Service agents (NAME@gcp-sa-SERVICE.iam.gserviceaccount.com) are Google's, and left alone; so is
+# a PROJECT with a dot in it (a domain-scoped project's), whose form ftcli does not check. A PROJECT without one is
+# a project id, as PROJECT_RE's comment says.
+SA_ID_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+_SA_PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 
 
 def config_path() -> Path:
@@ -326,6 +334,24 @@ def check_project(value: str, where: str = "--project") -> str | None:
 def check_service_account(value: str, where: str = "--service-account") -> str | None:
     if not SA_RE.match(value):
         return f"{where} must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), got {value!r}"
+    # E-mail addresses are compared without case; IAM's names are lowercase.
+    name, _, domain = value.lower().partition("@")
+    if domain.endswith(".iam.gserviceaccount.com") and not domain.startswith("gcp-sa-"):
+        project = domain.removesuffix(".iam.gserviceaccount.com")
+        if not SA_ID_RE.match(name):
+            return (f"{where}: {value!r} is no service account IAM creates: the name before '@' must be 6-30 lowercase "
+                    "letters, digits and dashes, starting with a letter and not ending with a dash (`gcloud iam "
+                    "service-accounts list` shows yours)")
+        if "." not in project and not _SA_PROJECT_RE.match(project):
+            return (f"{where}: {value!r} names no project: between '@' and '.iam' comes a project id (6-30 lowercase "
+                    "letters, digits and dashes, starting with a letter)")
+    elif domain == "developer.gserviceaccount.com" and not re.fullmatch(r"\d+-[a-z0-9]+", name):
+        return (f"{where}: {value!r} is no Compute Engine default service account: it is "
+                "PROJECT_NUMBER-compute@developer.gserviceaccount.com (the project's number, not its id)")
+    elif domain == "appspot.gserviceaccount.com" and ":" not in name and "." not in name \
+            and not _SA_PROJECT_RE.match(name):
+        return (f"{where}: {value!r} is no App Engine default service account: it is "
+                "PROJECT_ID@appspot.gserviceaccount.com, with the project's id")
     return None
 
 
