@@ -45,6 +45,11 @@ class Row(dict):
     line: int = 0
 
 
+class CsvRow(Row):
+    """A CSV row that knows the line its record starts on, as an editor counts (the header is line 1; a quoted
+    field can hold line breaks, and blank lines are skipped, so rows and lines differ)."""
+
+
 @dataclass
 class Examples:
     texts: list[str]
@@ -212,7 +217,7 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
         dupes = sorted({c for c in header if c.strip() and header.count(c) > 1})
         if dupes:
             raise DataError(f"{shown} has duplicate column names: {', '.join(dupes)}")
-        records = []
+        records, lines = [], []
         for record in reader:
             line, start = start, reader.line_num + 1
             if not record:  # a blank line
@@ -223,9 +228,15 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
             if len(record) < len(header):
                 raise DataError(f"{shown} line {line}: fewer fields than the header's {len(header)}")
             records.append(record)
+            lines.append(line)
     except csv.Error as e:
         raise _csv_error(shown, e, start, reader.line_num) from None
-    return [dict(zip(header, record, strict=True)) for record in _drop_unnamed(header, records, shown)]
+    rows = []
+    for record, line in zip(_drop_unnamed(header, records, shown), lines, strict=True):
+        row = CsvRow(zip(header, record, strict=True))
+        row.line = line
+        rows.append(row)
+    return rows
 
 
 def _drop_unnamed(header: list[str], records: list[list[str]], shown: str) -> list[list[str]]:
@@ -351,7 +362,8 @@ def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], show
 
 
 def row_position(rows: list[dict], i: int) -> str:
-    """Where row i is, as the user would look for it: the line of a JSON Lines file, the data row of a CSV."""
+    """Where row i is, as the user would look for it: its line in a CSV or JSON Lines file (where a CSV record starts),
+    the row of a Hub dataset."""
     r = rows[i]
     return f"line {r.line}" if isinstance(r, Row) else f"row {i + 1}"
 
@@ -532,7 +544,7 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
     wanted = [cfg.text_column] + ([cfg.text_pair_column] if cfg.text_pair_column else [])
     if not cfg.multi_label:
         wanted.append(cfg.label_column)
-    csv_file = bool(rows) and not isinstance(rows[0], Row)
+    csv_file = bool(rows) and (isinstance(rows[0], CsvRow) or not isinstance(rows[0], Row))
     _require_columns(columns, wanted, shown, hint, csv_file)
     wheres = [f"{shown} {row_position(rows, i)}" for i in range(len(rows))]
     texts = [_text(r.get(cfg.text_column), wheres[i], cfg.text_column) for i, r in enumerate(rows)]

@@ -472,7 +472,7 @@ def test_predict_reads_a_csv_or_jsonl_file_by_its_columns(capsys, tmp_path, tiny
     assert r.code == 2 and f"--file {table} is not valid CSV (line 3: " in r.err
     table.write_text("text,label\nfine,pos\n")
     r = run_cli(capsys, "predict", str(model), "--file", str(table))
-    assert r.code == 2 and f"{table} row 1 has no 'review' (the column the model was trained on; it has: text, " \
+    assert r.code == 2 and f"{table} line 2 has no 'review' (the column the model was trained on; it has: text, " \
         "label)" in r.err
     lines.write_text(json.dumps({"review": ["a", "wonderful", "film"]}) + "\n")  # classified as "['a', ...]"
     r = run_cli(capsys, "predict", str(model), "--file", str(lines))

@@ -50,7 +50,7 @@ def test_multi_label_columns_by_glob(tmp_path):
 
 @pytest.mark.parametrize("content,needle", [
     ("text,label\n\"unclosed,1\n", "is not valid CSV"),
-    ("text,label\nfine,1\n,0\n", "row 2: empty text in column 'text'"),
+    ("text,label\nfine,1\n,0\n", "line 3: empty text in column 'text'"),
     ("text,label\nfine,1\nok,1,extra\n", "more fields than the header"),
     ("sentence,label\nfine,1\n", "has no column 'text' (columns: sentence, label); pass --text-column NAME"),
     # the hints pointed the wrong way: "no column 'text' (columns: text;label)", "quote text that contains commas"
@@ -79,7 +79,7 @@ def test_label_not_in_label_set(tmp_path):
     train = write_csv(tmp_path / "train.csv", ["text", "label"], [("a", "pos"), ("b", "neg")] * 5)
     ev = write_csv(tmp_path / "eval.csv", ["text", "label"], [("c", "pos"), ("d", "meh")])
     msg = error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev))
-    assert "row 2: label 'meh' is not in the label set (neg, pos)" in msg
+    assert "line 3: label 'meh' is not in the label set (neg, pos)" in msg
 
 
 def test_missing_file_and_bad_multilabel_value(tmp_path):

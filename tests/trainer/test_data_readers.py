@@ -22,7 +22,7 @@ def test_mixed_label_kinds_are_an_error_not_extra_classes(tmp_path):
     path = write_csv(tmp_path / "t.csv", ["text", "label"],
                      [("a", "neg"), ("b", "1"), ("c", "0"), ("d", "pos")] * 5)
     msg = error_of("--task", "csv", "--train-file", str(path))
-    assert "mix numbers and names" in msg and "row 1: 'neg'" in msg and "row 2: '1'" in msg
+    assert "mix numbers and names" in msg and "line 2: 'neg'" in msg and "line 3: '1'" in msg
     assert "--label-names" in msg
 
 
@@ -142,7 +142,18 @@ def test_object_labels_are_refused(tmp_path):
 
 def test_empty_csv_label_is_an_error(tmp_path):
     path = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "pos"), ("b", ""), ("c", "neg")] * 3)
-    assert "row 2: empty label in column 'label'" in error_of("--task", "csv", "--train-file", str(path))
+    assert "line 3: empty label in column 'label'" in error_of("--task", "csv", "--train-file", str(path))
+
+
+def test_a_csv_error_names_the_line_an_editor_shows(tmp_path):
+    # It said "row 3", counting data rows only: the bad row is on line 6 (header, a text over two lines, a blank
+    # line), where an editor shows it.
+    path = tmp_path / "t.csv"
+    path.write_text('text,label\n"a good\nfilm",pos\n\nbad film,neg\nmeh,\nok,pos\n')
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} line 6: empty label in column 'label'; fill it in or remove the row")
+    path.write_text('text,label\n"a good\nfilm",pos\n\nbad film,neg\n"so\r\nso",\n')  # where its record starts
+    assert error_of("--task", "csv", "--train-file", str(path)).startswith(f"{path} line 6: empty label")
 
 
 def test_a_nan_label_is_missing_not_a_class(tmp_path):
@@ -153,7 +164,7 @@ def test_a_nan_label_is_missing_not_a_class(tmp_path):
     assert "line 6: label nan in column 'label' is a missing value" in error_of(
         "--task", "jsonl", "--train-file", str(path))
     path = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "pos"), ("b", "NaN"), ("c", "neg")] * 3)
-    assert "row 2: label 'NaN' in column 'label' is a missing value" in error_of(
+    assert "line 3: label 'NaN' in column 'label' is a missing value" in error_of(
         "--task", "csv", "--train-file", str(path))
 
 
@@ -167,7 +178,7 @@ def test_a_blank_multi_label_value_is_an_error_not_a_0(tmp_path, fmt):
         path = jsonl(tmp_path / "t.jsonl", [{"text": t, "toxic": None if a == "" else a, "insult": b}
                                              for t, a, b in rows])
     msg = error_of("--task", fmt, "--train-file", str(path), "--label-columns", "toxic,insult")
-    assert f"{'row' if fmt == 'csv' else 'line'} 4: no value in label column 'toxic'" in msg and "0 or 1" in msg
+    assert f"line {5 if fmt == 'csv' else 4}: no value in label column 'toxic'" in msg and "0 or 1" in msg
 
 
 def test_numbers_in_the_eval_file_are_not_mapped_onto_the_training_files_names(tmp_path):
@@ -176,7 +187,7 @@ def test_numbers_in_the_eval_file_are_not_mapped_onto_the_training_files_names(t
     train = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "neg"), ("b", "pos")] * 5)
     ev = write_csv(tmp_path / "e.csv", ["text", "label"], [("c", "0"), ("d", "1")])
     msg = error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev))
-    assert "row 1: label '0' is a number, but the training data's labels are names (neg, pos)" in msg
+    assert "line 2: label '0' is a number, but the training data's labels are names (neg, pos)" in msg
     assert "--label-names" in msg
     data = load("--task", "csv", "--train-file", str(train), "--eval-file", str(ev), "--label-names", "neg,pos")
     assert data.evals["eval"].labels.tolist() == [0, 1]  # with the names given in id order, numbers are ids
@@ -188,7 +199,7 @@ def test_a_number_past_the_given_label_names_says_ids_start_at_0(tmp_path):
     train = write_csv(tmp_path / "t.csv", ["text", "stars"], [("a", "1"), ("b", "2"), ("c", "3")] * 3)
     msg = error_of("--task", "csv", "--train-file", str(train), "--label-column", "stars", "--label-names",
                    "bad,ok,good")
-    assert "row 3: label '3' is a number, so a class id, but the 3 label names (bad, ok, good) have ids 0 to 2" in msg
+    assert "line 4: label '3' is a number, so a class id, but the 3 label names (bad, ok, good) have ids 0 to 2" in msg
     assert "training data's labels are names" not in msg and "ids start at 0" in msg
 
 
@@ -425,7 +436,7 @@ def test_json_keys_with_spaces_say_so(tmp_path):
 def test_an_eval_label_that_differs_only_by_case_says_labels_are_case_sensitive(tmp_path):
     train = write_csv(tmp_path / "train.csv", ["text", "label"], [("a", "positive"), ("b", "negative")] * 3)
     ev = write_csv(tmp_path / "eval.csv", ["text", "label"], [("c", "negative"), ("d", "Positive")])
-    msg = "row 2: label 'Positive' is not in the label set (negative, positive); labels are case-sensitive: write " \
+    msg = "line 3: label 'Positive' is not in the label set (negative, positive); labels are case-sensitive: write " \
           "'positive'"
     assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev)) == f"{ev} {msg}"
     from ftcli_trainer.data import check_files
@@ -437,7 +448,7 @@ def test_an_eval_label_that_differs_only_by_case_says_labels_are_case_sensitive(
     # a label that is simply unknown keeps the old advice
     ev = write_csv(tmp_path / "eval2.csv", ["text", "label"], [("c", "neutral")])
     assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev)) == (
-        f"{ev} row 1: label 'neutral' is not in the label set (negative, positive); fix the row or pass "
+        f"{ev} line 2: label 'neutral' is not in the label set (negative, positive); fix the row or pass "
         f"--label-names with every label")
 
 
