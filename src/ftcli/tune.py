@@ -169,12 +169,14 @@ def goal(metric: str) -> str:
     return "MINIMIZE" if metric.endswith(("_loss", "_mse")) else "MAXIMIZE"
 
 
-def count_problems(trials: int, parallel: int) -> list[str]:
+def count_problems(trials: int, parallel: int, trials_from: str = "--trials",
+                   parallel_from: str = "--parallel") -> list[str]:
+    """`trials_from`/`parallel_from` name where each number was given (a flag, or a --search-file's key)."""
     problems = []
     if not 1 <= trials <= MAX_TRIALS:
-        problems.append(f"--trials must be between 1 and {MAX_TRIALS} (got {trials})")
+        problems.append(f"{trials_from} must be between 1 and {MAX_TRIALS} (got {trials})")
     if parallel < 1 or parallel > max(1, trials):
-        problems.append(f"--parallel must be between 1 and --trials ({trials}), got {parallel}")
+        problems.append(f"{parallel_from} must be between 1 and {trials_from} ({trials}), got {parallel}")
     return problems
 
 

@@ -132,6 +132,22 @@ def test_bad_tuning_input_sends_nothing(capsys, cloud_env, args, needle):
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_study_files_count_is_named_as_the_file_gives_it(capsys, cloud_env, tmp_path):
+    # `parallel = 3` in the file with `trials = 2` blamed --parallel, a flag never given
+    gcs, vertex = cloud_env
+    study = tmp_path / "study.toml"
+    study.write_text("trials = 2\nparallel = 3\n")
+    for flags, said in (((), f"error: parallel in {study} must be between 1 and trials in {study} (2), got 3"),
+                        (("--trials", "1"), f"error: parallel in {study} must be between 1 and --trials (1), got 3"),
+                        (("--parallel", "5"), f"error: --parallel must be between 1 and trials in {study} (2), got 5")):
+        r = run_cli(capsys, "tune", "--task", "imdb", "--search-file", str(study), *flags)
+        assert r.code == 2 and r.err.strip().splitlines()[0] == said, r.err
+    study.write_text("trials = 0\n")
+    r = run_cli(capsys, "tune", "--task", "imdb", "--search-file", str(study))
+    assert r.code == 2 and f"error: trials in {study} must be between 1 and 1000 (got 0)" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, cloud_env, tmp_path, tiny_model):
     # `--search model=choice(./mine,...)` reached the trials as "./mine", which no trial container has; and a
     # mistyped folder went out as a Hub id. A searched model is checked and uploaded as `--model DIR` is.

@@ -76,12 +76,15 @@ def tune(
     study = load_study_file(search_file) if search_file else StudyFile()
     search = merge_search(study.search, search or [])
     metric = metric or study.metric
+    # a problem names where its number came from: `parallel = 3` in the file, not a --parallel never typed
+    trials_from = "--trials" if trials is not None or study.trials is None else f"trials in {search_file}"
+    parallel_from = "--parallel" if parallel is not None or study.parallel is None else f"parallel in {search_file}"
     trials = trials if trials is not None else study.trials if study.trials is not None else 8
     # the default (2 at a time) never exceeds the trials asked for: `--trials 1` alone is one trial, not an error
     parallel = parallel if parallel is not None else study.parallel if study.parallel is not None else \
         max(1, min(2, trials))
     ts = tuning.plan(trainer=trainer, search=search, metric=metric, trials=trials, parallel=parallel,
-                     **{**job, "labels": job["labels"] or []})
+                     trials_from=trials_from, parallel_from=parallel_from, **{**job, "labels": job["labels"] or []})
     for line in ts.sub.notes:
         err().print(f"note: {line}", markup=False, highlight=False)
     goal = ts.job["studySpec"]["metrics"][0]["goal"].lower()
