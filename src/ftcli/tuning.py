@@ -50,15 +50,16 @@ def metric_names(cfg) -> list[str]:
 
 
 def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, trials: int, parallel: int,
-         **train: Any) -> TuningSubmission:
+         trials_from: str = "--trials", parallel_from: str = "--parallel", **train: Any) -> TuningSubmission:
     """Every problem at once, before anything is uploaded: the trial job's (as `ftcli train --dry-run` finds
-    them), the search's, and each searched value at both ends of its range checked by the trainer's validator."""
+    them), the search's, and each searched value at both ends of its range checked by the trainer's validator.
+    `trials_from`/`parallel_from` name where the two numbers were given."""
     from ftcli import submit
     from ftcli.trainer_options import validate
     from ftcli_trainer.config import OPTIONS
     from ftcli_trainer.model import model_problem
 
-    problems = tune.count_problems(trials, parallel)
+    problems = tune.count_problems(trials, parallel, trials_from, parallel_from)
     params: list[tune.Param] = []
     try:
         params = tune.parse_search(search, {o.name: o.type for o in OPTIONS})
@@ -108,7 +109,7 @@ def _upload_local_models(p: tune.Param, sub: Submission) -> tune.Param:
     from pathlib import Path
 
     from ftcli.submit import model_upload
-    from ftcli_trainer.model import MINILM_ALIASES
+    from ftcli_trainer.model import MINILM, MINILM_ALIASES
 
     values = []
     for value in p.spec["categoricalValueSpec"]["values"]:
@@ -117,7 +118,8 @@ def _upload_local_models(p: tune.Param, sub: Submission) -> tune.Param:
             value, uploads = model_upload(sub.settings, folder)
             sub.uploads += [u for u in uploads if u not in sub.uploads]
         values.append(value)
-    if len(set(values)) < len(values):
+    # MiniLM's names (minilm, all-MiniLM-L6-v2, its Hub id) are one model: a trial dimension that changes nothing
+    if len({MINILM if v in MINILM_ALIASES else v for v in values}) < len(values):
         raise UsageError(f"--search model: {', '.join(map(str, p.extremes))} holds the same model twice; "
                          "give each model once")
     return tune.Param(p.name, {**p.spec, "categoricalValueSpec": {"values": values}}, p.extremes)

@@ -124,6 +124,9 @@ def test_the_task_decides_the_default_metric(capsys, monkeypatch, tmp_path):
      "eval_accuracy, eval_macro_f1, eval_loss"),
     (["--metric", "eval_pearson"], "--metric 'eval_pearson' is not a metric this run reports"),
     (["--gpu", "T4x3"], "T4 comes in counts"),
+    # two names of MiniLM: every trial of one choice trained the same model as the other's (a wasted dimension)
+    (["--detach", "--search", "model=choice(minilm,all-MiniLM-L6-v2)"],
+     "--search model: minilm, all-MiniLM-L6-v2 holds the same model twice; give each model once"),
 ])
 def test_bad_tuning_input_sends_nothing(capsys, cloud_env, args, needle):
     gcs, vertex = cloud_env
