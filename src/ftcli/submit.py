@@ -114,21 +114,23 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def model_upload(settings: Settings, folder: Path) -> tuple[str, list[tuple[Path, str]]]:
+def model_upload(settings: Settings, folder: Path, given: str | None = None) -> tuple[str, list[tuple[Path, str]]]:
     """A local model folder's place in the bucket, content-addressed (the same model is uploaded once): the /gcs/
-    path a job's trainer reads it from, and the (file, gs:// URI) uploads that put it there."""
-    digest, files = folder_digest(folder)
+    path a job's trainer reads it from, and the (file, gs:// URI) uploads that put it there. `given` is how the
+    user named the folder in errors (default `--model FOLDER`)."""
+    digest, files = folder_digest(folder, given)
     base = settings.gcs_path("models", digest[:16])
     return gcs_mount_path(base), [(f, f"{base}/{f.relative_to(folder).as_posix()}") for f in files]
 
 
-def folder_digest(root: Path) -> tuple[str, list[Path]]:
+def folder_digest(root: Path, given: str | None = None) -> tuple[str, list[Path]]:
     """sha256 over a folder's relative file names and bytes (links refused: what they point at is not the
-    folder's), and the files in a stable order."""
+    folder's), and the files in a stable order. `given` names the folder in errors (default `--model ROOT`)."""
     files = sorted(p for p in root.rglob("*") if not p.is_dir())
     links = [str(p.relative_to(root)) for p in files if p.is_symlink()]
     if links:
-        raise UsageError(f"--model {root}: {links[0]} is a symbolic link; copy the model into a plain folder")
+        raise UsageError(f"{given or f'--model {root}'}: {links[0]} is a symbolic link; copy the model into a "
+                         "plain folder")
     h = hashlib.sha256()
     for p in files:
         h.update(str(p.relative_to(root)).encode() + b"\0" + file_digest(p).encode() + b"\0")

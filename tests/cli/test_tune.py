@@ -166,6 +166,14 @@ def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, c
     r = run_cli(capsys, *common, "--search", f"model=choice({tmp_path / 'nope'},bert-base-uncased)")
     assert r.code == 2 and f"--search model {tmp_path / 'nope'}: no such folder" in r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    linked = tmp_path / "linked model"  # it was refused as "--model DIR: ...", the flag that named the other model
+    shutil.copytree(tiny_model, linked)
+    (linked / "config.json").unlink()
+    (linked / "config.json").symlink_to(tiny_model / "config.json")
+    r = run_cli(capsys, *common, "--search", f"model=choice({linked},bert-base-uncased)")
+    said = f"error: --search model {linked}: config.json is a symbolic link; copy the model into a plain folder"
+    assert r.code == 2 and r.err.strip().splitlines()[-1] == said, r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
     r = run_cli(capsys, *common, "--search", f"model=choice({other},{tiny_model},bert-base-uncased)")
     assert r.code == 0, r.err
