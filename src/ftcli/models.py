@@ -135,6 +135,16 @@ def _no_complete_model(job: Job, uri: str, ref: str) -> FtcliError:
                       hint=f"its logs say why: ftcli logs {ref}")
 
 
+class DownloadInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a download, with what it left in the destination: `partial` when some of the model's files
+    were moved in (without the completion marker), else `said` is all there is to know."""
+
+    def __init__(self, said: str, partial: bool = False):
+        super().__init__(said)
+        self.said = said
+        self.partial = partial
+
+
 @dataclass
 class Downloaded:
     path: Path
@@ -200,6 +210,7 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     check_destination(dest, force)
     staging = staging_dir(where, INSIDE_STAGING) if where.is_dir() else staging_dir(where.parent,
                                                                                        where.name or "download")
+    existed, placing = where.is_dir(), False
     try:
         bucket, _ = split_gcs(uri)
         sent = storage.download_objects(bucket, [(n, staging.joinpath(*rel.parts)) for n, rel, _ in files],
@@ -209,7 +220,17 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
             raise FtcliError(f"{dest} was filled while the model downloaded (another download into it?)",
                              hint="nothing was changed there; download into a new folder, or --force to write the "
                                   "model's files into it")
+        placing = True
         place(staging, where, [rel for _, rel, _ in files])
+    except KeyboardInterrupt:
+        # The staging folder goes (below); what the destination holds depends on how far the move in got.
+        if (where / COMPLETE_MARKER).is_file() and placing:
+            raise DownloadInterrupted(f"the model had arrived: {dest} holds it, complete") from None
+        if placing and existed:
+            raise DownloadInterrupted(f"{dest} holds part of the model's files, without {COMPLETE_MARKER} (not a "
+                                      "complete model); its other files are as they were", partial=True) from None
+        raise DownloadInterrupted(f"nothing was written to {dest}" + (" (its files are as they were)" if existed
+                                  else "") + "; what had been downloaded was removed") from None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

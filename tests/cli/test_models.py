@@ -642,3 +642,41 @@ def test_predict_on_a_job_downloads_its_model_to_the_cache_once(capsys, cloud_en
     gcs.client().bucket(BUCKET).blob("team/ftcli/runs/sst2-run/model/tokenizer.json").delete()
     r = run_cli(capsys, "predict", name, "a wonderful film", "--json")  # from the cache: nothing read again
     assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize("into", ["new", "empty"])
+def test_ctrl_c_during_a_download_says_what_the_folder_holds(cloud_env, job, tmp_path, into):
+    # typer turned the Ctrl-C into exit 130 with nothing said (app's "interrupted" line never ran); whether the
+    # destination held anything was left to guess
+    import threading
+    import time
+
+    from tests.cli.test_train_interrupt import ctrl_c_train
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, _ = cloud_env
+    held = threading.Event()
+
+    def hold_the_weights(method, target, n):  # the weights' download takes a while: Ctrl-C lands in it
+        if "model.safetensors" in target and "alt=media" in target:
+            held.set()
+            time.sleep(2)
+        return False
+
+    dest = tmp_path / "out"
+    if into == "empty":
+        dest.mkdir()
+
+    def ready():
+        assert held.wait(30), "the weights were never requested"
+        time.sleep(0.2)
+
+    with FaultyProxy(gcs.url, fail_when=hold_the_weights) as proxy:
+        code, out, err = ctrl_c_train([job, "out"], {**os.environ, **proxy.env()}, tmp_path, ready,
+                                      command="download")
+    kept = " (its files are as they were)" if into == "empty" else ""
+    assert code == 130 and err.strip().splitlines()[-1] == (
+        f"interrupted; nothing was written to out{kept}; what had been downloaded was removed"), err
+    assert "Traceback" not in err and out == ""
+    assert (tree(dest) == {} and not [p for p in dest.iterdir()]) if into == "empty" else not dest.exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no staging left beside it either

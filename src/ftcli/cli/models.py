@@ -34,12 +34,20 @@ def download(
     Example: ftcli download last ./my-model
     """
     from ftcli import jobs, models
-    from ftcli.output import escape, note, show_one, transfer
+    from ftcli.output import err, escape, note, show_one, transfer
 
     name = jobs.resolve_job(job, project, region, trial=trial, notify=note)
-    with transfer("downloading the model") as progress:
-        got = models.download_model(name, dest, force=force, shown=f"{job} --trial {trial}" if trial else job,
-                                    notify=note, progress=progress)
+    try:
+        with transfer("downloading the model") as progress:
+            got = models.download_model(name, dest, force=force, shown=f"{job} --trial {trial}" if trial else job,
+                                        notify=note, progress=progress)
+    except models.DownloadInterrupted as e:
+        # (typer turns a bare Ctrl-C into exit 130 without a word: say what the folder holds now)
+        again = shlex.join(["ftcli", "download", job, str(dest or models.default_destination(name)), "--force",
+                            *(["--trial", trial] if trial else [])])
+        err().print(f"\ninterrupted; {e.said}" + (f"; finish it with {again}" if e.partial else ""), markup=False,
+                    highlight=False)
+        raise typer.Exit(130) from None
     shown = jobs.label(name, jobs.short_id(name))
     result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes,
               "already_there": got.already}
