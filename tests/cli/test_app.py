@@ -100,3 +100,23 @@ def test_saving_the_config_leaves_other_files_alone_and_keeps_its_mode(capsys, t
     assert config.read_text() == 'project = "new-project"\n' and config.stat().st_mode & 0o777 == 0o640
     assert bystander.read_text() == "someone else's file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.tmp", "config.toml"]
+
+
+def test_ctrl_c_in_any_command_says_interrupted_and_exits_130(capsys, tmp_path, monkeypatch):
+    # Typer turned the KeyboardInterrupt into a silent exit 130: main's "interrupted" line never ran.
+    import pytest
+
+    import ftcli.settings
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ftcli.settings, "effective", cut)
+    r = run_cli(capsys, "config", "list")
+    assert (r.code, r.err) == (130, "\ninterrupted\n")
+    monkeypatch.setenv("FTCLI_DEBUG", "1")  # the interrupt itself, with its traceback
+    with pytest.raises(KeyboardInterrupt):
+        run_cli(capsys, "config", "list")
+    monkeypatch.delenv("FTCLI_DEBUG")
+    r = run_cli(capsys, "config", "get", "no-such-key")  # another exit is left as it is
+    assert r.code != 130 and "interrupted" not in r.err

@@ -90,3 +90,13 @@ def main() -> None:
             raise
         print("\ninterrupted", file=sys.stderr)
         sys.exit(130)
+    except SystemExit as e:
+        # Typer turns a Ctrl-C into a silent exit 130 (`raise Exit(130) from` the KeyboardInterrupt), so the clause
+        # above never ran and a command cut short said nothing: said here, from the exit's chain.
+        interrupt = getattr(e.__context__, "__cause__", None)
+        if e.code != 130 or not isinstance(interrupt, KeyboardInterrupt):
+            raise
+        if os.environ.get("FTCLI_DEBUG") == "1":
+            raise interrupt from None
+        print("\ninterrupted", file=sys.stderr)
+        raise
