@@ -28,9 +28,19 @@ def new_run_id() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
+class _LevelFormatter(logging.Formatter):
+    """A line as it is; a warning as `warning: ...`: among the run's lines it reads as one (it was a bare line
+    beside ftcli's own `warning:` and `error:` lines), and `ftcli logs` shows it at WARNING (Vertex files the job's
+    stdout as INFO)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        return f"warning: {line}" if logging.WARNING <= record.levelno < logging.ERROR else line
+
+
 def _setup_logging() -> None:
     handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_LevelFormatter("%(message)s"))
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
     log.propagate = False

@@ -49,6 +49,8 @@ def test_sigterm_then_restart_matches_an_uninterrupted_run(tmp_path, tiny_model,
     r = subprocess.run(_argv(train, test, tiny_model, out), capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "ignoring checkpoint" in r.stdout and "resuming from" in r.stdout
+    # said as a warning (it was a bare line, like the step lines around it)
+    assert any(line.startswith("warning: ignoring checkpoint ") for line in r.stdout.splitlines()), r.stdout
     assert not torn.exists()  # cleaned up by the next save
     assert len(list((out / "checkpoints").glob("step-*"))) == 2  # the last two are kept
 
