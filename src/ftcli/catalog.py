@@ -107,7 +107,8 @@ def _n1_shape(machine_type: str) -> tuple[int, float] | None:
     return (vcpus, vcpus * _N1_GB_PER_VCPU[parts[1]]) if vcpus in _N1_SIZES[parts[1]] else None
 
 
-_N1_SHAPES = {m: _n1_shape(m) for m in (f"n1-{kind}-{n}" for kind, sizes in _N1_SIZES.items() for n in sizes)}
+_N1_SHAPES = {m: shape for m in (f"n1-{kind}-{n}" for kind, sizes in _N1_SIZES.items() for n in sizes)
+              if (shape := _n1_shape(m)) is not None}
 
 
 def _n1(name: str, enum: str, cc: str, limits: dict[int, tuple[int, int]]) -> _Gpu:
@@ -116,7 +117,7 @@ def _n1(name: str, enum: str, cc: str, limits: dict[int, tuple[int, int]]) -> _G
     for count, (max_vcpus, max_gb) in limits.items():
         fits = [m for m, (vcpus, gb) in _N1_SHAPES.items() if vcpus <= max_vcpus and gb <= max_gb]
         # The default first; a default outside the limits would not be first, and the tests catch that.
-        machines[count] = tuple(sorted(fits, key=lambda m, d=_N1_DEFAULT[count]: m != d))
+        machines[count] = tuple(sorted(fits, key=_N1_DEFAULT[count].__ne__))
     return _Gpu(name, enum, machines, fixed=False, cc=cc, n1_limits=limits)
 
 
@@ -298,7 +299,7 @@ def _split(text: str) -> tuple[str, str | None]:
 def implied_count(spec: str, hw: Hardware) -> str | None:
     """A note when `--gpu NAME` without xN means more than one GPU (H200 and B200 come only in 8s; an a2/a3/g2
     --machine-type carries its own count): the bill is for all of them."""
-    if not hw.gpu or hw.accelerator_count == 1 or _split(spec)[1] is not None:
+    if hw.accelerator_type is None or hw.accelerator_count == 1 or _split(spec)[1] is not None:
         return None
     only = len(_BY_KEY[_key(hw.accelerator_type)].counts) == 1
     why = f"{hw.machine_type} comes only with {hw.accelerator_count}" if only else f"{hw.machine_type} carries " \
@@ -308,7 +309,7 @@ def implied_count(spec: str, hw: Hardware) -> str | None:
 
 def machines_for(hw: Hardware) -> tuple[str, ...]:
     """The machine types that carry `hw`'s GPUs in that count, ftcli's default first (() for a CPU machine)."""
-    if not hw.gpu:
+    if hw.accelerator_type is None:  # a CPU machine (a GPU type comes with a count, see Hardware)
         return ()
     return _BY_KEY[_key(hw.accelerator_type)].machines.get(hw.accelerator_count, ())
 

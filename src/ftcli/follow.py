@@ -20,11 +20,12 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ftcli.errors import LogsUnavailable, UsageError
-from ftcli.values import FINAL_STATES, WAITING_STATES, Job, JobName, LogEntry
+from ftcli.values import FINAL_STATES, WAITING_STATES, Job, JobName, LogEntry, TailBatch
 
 # LogSeverity (https://cloud.google.com/logging/docs/reference/v2/rest/v2/LogEntry#logseverity, read 2026-11-27):
 # DEFAULT < DEBUG < INFO < NOTICE < WARNING < ERROR < CRITICAL < ALERT < EMERGENCY. --severity takes the levels a
@@ -104,6 +105,22 @@ class Notice:
     hint: str | None = None
 
 
+class LogStream(Protocol):
+    """A live tail: a `TailBatch` per response until cut; `cancel()` ends it from another thread."""
+
+    def __iter__(self) -> Iterator[TailBatch]: ...
+
+    def cancel(self) -> None: ...
+
+
+class LogsGateway(Protocol):
+    """What the follower reads logs through (ftcli.gcp.cloud_logging.LoggingGateway, or a test's fake)."""
+
+    def list(self, filter: str, *, patience: float = ...) -> Iterable[LogEntry]: ...
+
+    def tail(self, filter: str, stop: threading.Event) -> LogStream: ...
+
+
 class Source(threading.Thread):
     """Background reader: a tail stream with reconnects, or overlapping list polls when tail is unavailable.
 
@@ -112,7 +129,7 @@ class Source(threading.Thread):
     to `max_interval`). Without permission it reports once and stops reading; the job's state is still followed.
     """
 
-    def __init__(self, gateway, base_filter: str, since: dt.datetime | None, out: queue.Queue,
+    def __init__(self, gateway: LogsGateway, base_filter: str, since: dt.datetime | None, out: queue.Queue,
                  poll_interval: float = 2.0, tail: bool = True, quota_interval: float = 5.0,
                  max_interval: float = 60.0, reconnect: float = 0.5, reconnect_max: float = 5.0):
         super().__init__(daemon=True)
@@ -133,7 +150,7 @@ class Source(threading.Thread):
         self._gap_from: dt.datetime | None = None
         self._next_gap_list = 0.0
         self.denied = False
-        self._stream = None
+        self._stream: LogStream | None = None
         self._told: set[str] = set()
         self.mode = "tail" if tail else "poll"
 
@@ -300,7 +317,7 @@ class Timing:
 class Follower:
     """Reports a job's log lines and state changes; `run` returns the final state."""
 
-    logs: object  # a logging gateway: list(filter) -> Iterable[LogEntry], tail(filter, stop) -> stream
+    logs: LogsGateway
     get_job: Callable[[], Job]
     job_id: str
     events: Events
@@ -311,7 +328,7 @@ class Follower:
     tail: bool = True
     last_lines: dict[str, deque] = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self._seen: set[str] = set()
         self.job: Job | None = None  # the last one read
 
@@ -348,7 +365,8 @@ class Follower:
                         reconnect_max=t.reconnect_max)
         source.start()
         pending: list[tuple[float, Line]] = []
-        state = None
+        state: str | None = None
+        job: Job | None = None
         next_state_check = 0.0
         ended_at = None
         started = last_arrival = time.monotonic()
@@ -358,14 +376,15 @@ class Follower:
             while True:
                 now = time.monotonic()
                 if now >= next_state_check:
-                    self.job = self.get_job()
-                    if self.job.state != state:
-                        state = self.job.state
+                    self.job = job = self.get_job()
+                    if job.state != state:
+                        state = job.state
                         if state not in FINAL_STATES:
-                            self.events.state(state, self.job.error)
+                            self.events.state(state, job.error)
                     if state in FINAL_STATES and ended_at is None:
                         ended_at = now
                     next_state_check = now + t.state_interval
+                assert state is not None and job is not None  # both read on the first pass
                 if ended_at is None and (state in WAITING_STATES or not shown_any):
                     waiting = True
                     self.events.waiting(state, self._waited(state, started))
@@ -406,7 +425,7 @@ class Follower:
                         continue
                     # The end is said after the lines still arriving when it came: last, whether the job was
                     # followed live or had ended before `ftcli logs` started (it came first there, in --json too).
-                    self.events.state(state, self.job.error)
+                    self.events.state(state, job.error)
                     return state
         finally:
             source.stop()

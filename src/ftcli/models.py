@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Any, Literal, cast
 
 from ftcli.errors import FtcliError, UsageError
 from ftcli.gcp import Notify
@@ -371,7 +371,7 @@ def _column(item: Text, column: str) -> str:
     return str(value)
 
 
-def pair_up(path: Path, texts: list[Text] | list[str], pairs: list[str] | None
+def pair_up(path: Path, texts: Sequence[Text | str], pairs: list[str] | None
             ) -> tuple[list[str], list[str | None]]:
     """(first texts, second texts) for the model in `path`: `pairs` (one per text), a CSV / JSON Lines row's own
     columns, or for a pair model each line split at its TAB. A pair model without pairs, pairs for a single-text
@@ -379,7 +379,7 @@ def pair_up(path: Path, texts: list[Text] | list[str], pairs: list[str] | None
     return _pair_up(path, run_config(path), texts, pairs)
 
 
-def _pair_up(path: Path, run: dict | None, texts: list[Text] | list[str], pairs: list[str] | None
+def _pair_up(path: Path, run: dict | None, texts: Sequence[Text | str], pairs: list[str] | None
              ) -> tuple[list[str], list[str | None]]:
     items = [t if isinstance(t, Text) else Text(t, f"text {i}") for i, t in enumerate(texts, 1)]
     columns = _pairs_of(run)
@@ -416,7 +416,7 @@ def _pair_up(path: Path, run: dict | None, texts: list[Text] | list[str], pairs:
     return firsts, seconds
 
 
-def predict(path: Path, texts: list[Text] | list[str], threshold: float | None = None,
+def predict(path: Path, texts: Sequence[Text | str], threshold: float | None = None,
             pairs: list[str] | None = None) -> list[dict]:
     """Classify `texts` with the model in `path`: {"text", "label", "score"} each, or for a multi-label model
     {"text", "labels": [{"label", "score"}, ...]} with the labels at or above the threshold (the model's own
@@ -461,12 +461,17 @@ def predict(path: Path, texts: list[Text] | list[str], threshold: float | None =
     inputs = [t if b is None else {"text": t, "text_pair": b} for t, b in zip(texts, seconds, strict=True)]
     # Cut where the run trained and evaluated; a model from elsewhere at what its tokenizer and positions allow (a
     # tokenizer without a limit says 1e30: a long text then overran the position embeddings).
-    cut_at = _max_length(run) or min(clf.tokenizer.model_max_length,
-                                             getattr(config, "max_position_embeddings", None) or 10**9)
-    results = clf(inputs, function_to_apply=fn, truncation=True, max_length=cut_at)
+    tokenizer = clf.tokenizer
+    assert tokenizer is not None  # given to pipeline() above
+    cut_at = _max_length(run) or min(tokenizer.model_max_length,
+                                     getattr(config, "max_position_embeddings", None) or 10**9)
+    # transformers annotates one dict per input and lists of one kind; with top_k=None each input gets every label's
+    # score, and a list of texts or of {"text", "text_pair"} dicts (one kind here, but not to mypy) is what it takes
+    results = cast(list[list[dict[str, Any]]],
+                   clf(inputs, function_to_apply=fn, truncation=True, max_length=cut_at))  # type: ignore[arg-type]
     out = []
-    for text, second, scores in zip(texts, seconds, results, strict=True):
-        scores = sorted(scores, key=lambda s: -s["score"])
+    for text, second, label_scores in zip(texts, seconds, results, strict=True):
+        scores = sorted(label_scores, key=lambda s: -s["score"])
         given = {"text": text} if second is None else {"text": text, "text_pair": second}
         if regression:
             out.append({**given, "score": round(scores[0]["score"], 4)})

@@ -14,7 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+    from rich.status import Status
 
 
 @cache
@@ -84,7 +88,7 @@ class Column:
 
     header: str
     cell: Callable[[dict], str]
-    justify: str = "left"
+    justify: JustifyMethod = "left"
     min_width: int | None = None
     max_width: int | None = None
     shrink: bool = True  # may be cut with an ellipsis when the table is wider than the terminal
@@ -110,8 +114,8 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
         least = max(c.min_width or 0, len(c.header)) if c.shrink else max(len(c.header), *(len(r[i]) for r in cells))
         table.add_column(c.header, justify=c.justify, no_wrap=True, overflow="ellipsis", min_width=least,
                          max_width=c.max_width)
-    for row in cells:
-        table.add_row(*map(escape, row))
+    for cell_row in cells:
+        table.add_row(*map(escape, cell_row))
     out().print(table, soft_wrap=False)
 
 
@@ -182,7 +186,7 @@ class Waiting:
     def __init__(self, console=None, every_s: float = 60.0):
         self.console = console or err()
         self.every_s = every_s
-        self._status = None
+        self._status: Status | None = None
         self._minutes_said = 0
 
     def update(self, what: str, elapsed_s: float) -> None:

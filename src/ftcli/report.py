@@ -366,7 +366,7 @@ def _plan(run: Run) -> list[Picture]:
         cm = (run.metrics or {}).get(run.prefix(i) + "confusion_matrix")
         per_label = (run.metrics or {}).get(run.prefix(i) + "per_label")
         table = f"Per label ({name})" if isinstance(per_label, dict) and per_label else None
-        if run.kind == "regression" and truth is not None:
+        if run.kind == "regression" and truth is not None and predicted is not None:
             plan.append(Picture(f"predicted_vs_true{run.suffix(i)}.png", partial(_scatter, run, i, truth, predicted)))
         elif run.kind == "single_label" and run.label_names and (truth is not None or cm is not None):
             # from the predictions where the run exported them (older runs: metrics.json's matrix)
@@ -568,8 +568,8 @@ def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None)
         lines += ["## Pictures", ""]
         for p in pictures:
             lines.append(f"![{p.removesuffix('.png').replace('_', ' ')}]({p})")
-            if (notes or {}).get(p):
-                lines += ["", notes[p], ""]
+            if note := (notes or {}).get(p):
+                lines += ["", note, ""]
         lines.append("")
     return "\n".join(lines)
 
@@ -618,7 +618,7 @@ def open_files(paths: list[Path]) -> str | None:
     """Show the pictures with this machine's viewer; return why not when there is none (not an error)."""
     if sys.platform == "darwin":
         opener = shutil.which("open")
-    elif os.name == "nt":  # pragma: no cover - no Windows in CI
+    elif sys.platform == "win32":  # pragma: no cover - no Windows in CI
         for p in paths:
             os.startfile(p)  # noqa: S606
         return None

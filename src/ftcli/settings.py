@@ -260,7 +260,7 @@ def effective(*, project: str | None = None, region: str | None = None, bucket: 
     flags = {"project": project, "region": region, "bucket": bucket, "service_account": service_account}
     config = load_config_file()
     gcloud = _gcloud_values()
-    out = {}
+    out: dict[str, Value] = {}
     for key in KEYS:
         flag = f"--{key.replace('_', '-')}"
         var = f"FTCLI_{key.upper()}"
@@ -277,10 +277,10 @@ def effective(*, project: str | None = None, region: str | None = None, bucket: 
         value, source, origin = next(((v, s, o) for v, s, o in candidates if v or (s == "flag" and v is not None)),
                                      (None, None, None))
         out[key] = Value(key, value, source, origin)
-    bucket, region = out["bucket"], out["region"]
-    if bucket.value and REGION_FIELD in bucket.value and region.value:
+    staging, where = out["bucket"], out["region"]
+    if staging.value and REGION_FIELD in staging.value and where.value:
         # gs://NAME-{region}: one staging bucket per region (Vertex wants it in the job's region)
-        out["bucket"] = replace(bucket, value=bucket.value.replace(REGION_FIELD, region.value))
+        out["bucket"] = replace(staging, value=staging.value.replace(REGION_FIELD, where.value))
     return out
 
 
@@ -430,7 +430,9 @@ def resolve(*, project: str | None = None, region: str | None = None, bucket: st
     problems = problems_of(checked, need_bucket)
     if problems:
         raise_problems(problems, "settings")
-    return Settings(project=values["project"].value, region=values["region"].value,
+    project_id, region_name = values["project"].value, values["region"].value
+    assert project_id is not None and region_name is not None  # problems_of refuses either missing
+    return Settings(project=project_id, region=region_name,
                     bucket=(values["bucket"].value or "").rstrip("/"), service_account=values["service_account"].value)
 
 

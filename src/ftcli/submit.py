@@ -89,7 +89,7 @@ TRY_LABEL = "ftcli_try"  # which of several --gpu/--region candidates a job is
 
 
 def parse_labels(items: list[str]) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for item in items:
         for pair in filter(None, (p.strip() for p in item.split(","))):
             key, sep, value = pair.partition("=")
@@ -167,13 +167,14 @@ def _varlen_refusal(cfg, hardware: Hardware) -> str:
     from ftcli_trainer.model import flash_refusal
 
     cc = hardware.compute_capability
-    return flash_refusal(tuple(map(int, cc.split("."))) if cc else None, cfg.precision)
+    major, _, minor = (cc or "").partition(".")
+    return flash_refusal((int(major), int(minor)) if cc else None, cfg.precision)
 
 
 def _region_problem(hw: Hardware, region: str) -> str | None:
     from ftcli import regions
 
-    if not hw.gpu or region not in regions.VERTEX_REGIONS or regions.offers(region, hw.gpu_name):
+    if hw.gpu_name is None or region not in regions.VERTEX_REGIONS or regions.offers(region, hw.gpu_name):
         return None
     near = regions.regions_with(hw.gpu_name, region)
     where = f": try --region {' or '.join(near)}" if near else ""
@@ -185,9 +186,10 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str]) -> tuple[
     from ftcli.packaging import REQUIRES_PYTHON, TRAINER_DEPENDENCIES
 
     chosen = images.known(image) if image else images.default_image(hw)
-    if chosen is None and image and (problem := images.prebuilt_problem(image, REQUIRES_PYTHON)):
-        return image, [problem]
     if chosen is None:
+        assert image  # default_image always finds one
+        if problem := images.prebuilt_problem(image, REQUIRES_PYTHON):
+            return image, [problem]
         notes.append(f"--image {image}: ftcli cannot check this image; it needs Python {REQUIRES_PYTHON} with pip, "
                      "and torch>=2.6 built for the GPU (the trainer is pip-installed into it at start)")
         return image, []
@@ -492,7 +494,7 @@ def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels:
         except UsageError:
             kept.append((g, r))  # plan() says what is wrong with it
             continue
-        if len(pairs) > 1 and r and hw.gpu and r in regions.VERTEX_REGIONS and not regions.offers(r, hw.gpu_name):
+        if len(pairs) > 1 and r and hw.gpu_name and r in regions.VERTEX_REGIONS and not regions.offers(r, hw.gpu_name):
             notes.append(f"skipping {hw.gpu_name} in {r}: the region does not offer it for training")
             continue
         kept.append((g, r))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Annotated, Any, Optional
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Optional, cast
 
 import typer
 
@@ -18,6 +18,11 @@ from ftcli_trainer.config import OPTIONS, ConfigError, TrainConfig, resolve, to_
 
 PANEL = "Trainer options"
 TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
+
+
+def _choices_enum(name: str, choices: Sequence[str]) -> type[enum.Enum]:
+    # Enum's functional API makes a class; mypy reads a call with a computed name as an instance.
+    return cast(type[enum.Enum], enum.Enum(name, [(c, c) for c in choices], type=str))
 
 
 def _parameter(opt) -> inspect.Parameter:
@@ -37,7 +42,7 @@ def _parameter(opt) -> inspect.Parameter:
     value_type: Any = opt.type
     if opt.choices:
         # A closed choice is an Enum for Typer: it lists and checks the choices.
-        value_type = enum.Enum(opt.name.title().replace("_", ""), [(c, c) for c in opt.choices], type=str)
+        value_type = _choices_enum(opt.name.title().replace("_", ""), opt.choices)
     elif opt.metavar:
         kwargs["metavar"] = opt.metavar
     info = typer.Option(opt.flag, **kwargs)
@@ -61,7 +66,7 @@ def with_option_group(arg: str, group: list[inspect.Parameter]):
             values = {k: v.value if isinstance(v, enum.Enum) else v for k, v in values.items()}
             return command(**{arg: values}, **kwargs)
 
-        wrapper.__signature__ = inspect.Signature(params)
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # read by inspect/typer
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
         del wrapper.__wrapped__  # typer must read the new signature, not the original one
         return wrapper

@@ -235,9 +235,9 @@ class TuningJob:
 
     def ranked(self) -> list[Trial]:
         """Trials best first (by the study's goal); trials without a value last, in id order."""
-        scored = [t for t in self.trials if t.value is not None]
-        scored.sort(key=lambda t: t.value, reverse=self.goal != "MINIMIZE")
-        return scored + sorted((t for t in self.trials if t.value is None), key=lambda t: int(t.id))
+        scored = sorted(((t.value, t) for t in self.trials if t.value is not None), key=lambda vt: vt[0],
+                        reverse=self.goal != "MINIMIZE")
+        return [t for _, t in scored] + sorted((t for t in self.trials if t.value is None), key=lambda t: int(t.id))
 
     @property
     def best(self) -> Trial | None:

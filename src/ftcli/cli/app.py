@@ -45,7 +45,7 @@ def _root(
 
 
 # What to do about a file error that is the environment's, not ftcli's.
-FILE_ERROR_FIXES = {
+FILE_ERROR_FIXES: dict[int | None, str] = {
     errno.ENOSPC: "free some space on that disk, then run again",
     errno.EDQUOT: "free some space (the disk quota is used up), then run again",
     errno.EROFS: "that file system is read-only: use a writable place, then run again",

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
+
+if TYPE_CHECKING:
+    from ftcli.output import Column
 
 app = typer.Typer(help="List, describe and cancel Vertex AI training jobs.", no_args_is_help=True)
 
@@ -222,10 +225,16 @@ def _describe_tuning(name, json_out: bool) -> None:
     columns = [Column("TRIAL", lambda t: t["id"], shrink=False), Column("STATE", lambda t: t["state"], shrink=False),
                Column(jobs.metric_label(study["metric"]).upper(),
                       lambda t: "-" if t["value"] is None else f"{t['value']:.4f}", justify="right")]
-    columns += [Column(p.upper()[:16], (lambda t, p=p: _param(t["params"].get(p))), justify="right") for p in params]
+    columns += [_param_column(p) for p in params]
     if row["trials"]:
         out().print()
         show_list(row["trials"], columns, json_out=False)
+
+
+def _param_column(name: str) -> Column:
+    from ftcli.output import Column
+
+    return Column(name.upper()[:16], lambda t: _param(t["params"].get(name)), justify="right")
 
 
 def _param(v) -> str:

@@ -54,13 +54,14 @@ def local(
     if (run.signal is not None and run.signal != signal.SIGINT) or run.code in (130, -signal.SIGINT):
         from ftcli_trainer import checkpoint
 
-        how = "interrupted" if run.signal in (None, signal.SIGINT) else f"stopped by {signal.Signals(run.signal).name}"
+        stopped_by = None if run.signal in (None, signal.SIGINT) else run.signal
+        how = "interrupted" if stopped_by is None else f"stopped by {signal.Signals(stopped_by).name}"
         if checkpoint.has_complete(str(Path(run.base) / "checkpoints")):
             err().print(f"{how}; checkpoints are in {run.base}/checkpoints: the same command with "
                         f"--output-dir {run.base} resumes", markup=False)
         else:
             err().print(f"{how} before the first checkpoint; nothing to resume", markup=False)
-        raise typer.Exit(130 if how == "interrupted" else 128 + run.signal)
+        raise typer.Exit(130 if stopped_by is None else 128 + stopped_by)
     if run.code == 2:  # the trainer already printed its one-line error
         raise typer.Exit(2)
     # A run that failed before logging anything leaves no folder (ftcli.local._unclaim): name one only if it is there.

@@ -74,10 +74,10 @@ def train(
         say_cost(c.sub.estimate, job["timeout"], discounted=provisioning(job),
                  label=c.what if len(cands) > 1 else "")
     if dry_run:
-        jobs = [c.sub.job for c in cands]
-        print(json.dumps(jobs[0] if len(jobs) == 1 else jobs, indent=2))
+        specs = [c.sub.job for c in cands]
+        print(json.dumps(specs[0] if len(specs) == 1 else specs, indent=2))
         uploads = escape("".join(f"\n  {p} -> {u}" for p, u in sub.uploads))
-        several = f" {len(jobs)} candidate jobs, in order (a JSON list)." if len(jobs) > 1 else ""
+        several = f" {len(specs)} candidate jobs, in order (a JSON list)." if len(specs) > 1 else ""
         err().print(f"[dim]dry run: nothing uploaded, no job created.{several} Package: {sub.package_uri}"
                     f"{uploads}[/]")
         return

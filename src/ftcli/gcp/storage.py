@@ -207,12 +207,12 @@ class StorageGateway:
 
         finished = threading.Event()
 
-        def report() -> None:
+        def report(progress: Progress) -> None:
             # transfer_manager reports nothing until every file is done: count the bytes on disk meanwhile.
             while not finished.wait(0.2):
                 progress(done_bytes(), total)
 
-        watcher = threading.Thread(target=report, daemon=True) if progress else None
+        watcher = threading.Thread(target=report, args=(progress,), daemon=True) if progress else None
         if watcher:
             watcher.start()
         try:
