@@ -53,8 +53,10 @@ import functools
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -588,7 +590,7 @@ class StaticSteps:
         # very first call is the weight copies' proving one).
         self.compile_model = compile_model
         self.eager_attention = eager_attention  # CompiledBlocks' (bench-only)
-        self.compiled = None
+        self.compiled: CompiledBlocks | Callable[[dict], Any] | None = None
         self.warmup = max(warmup, 2) if compile_model else warmup
         # The gradients that the first (eager) backward creates stay allocated, outside any graph's pool:
         # later backwards add into them, and the update zeroes them in place. A parameter that gets none
@@ -611,11 +613,11 @@ class StaticSteps:
         biggest = max(lay.size for lay in self.layouts.values())
         pin = device.type == "cuda"
         self.slabs = [torch.empty(biggest, dtype=torch.int64, pin_memory=pin) for _ in range(HOST_SLABS)]
-        self.slab_events = [None] * HOST_SLABS
+        self.slab_events: list[Any] = [None] * HOST_SLABS  # a slab's last copy (torch.cuda.Event), once made
         self.next_slab = 0
         self.buffers = {w: torch.zeros(lay.size, dtype=torch.int64, device=device) for w, lay in self.layouts.items()}
         self.unmask_full = unmask_full
-        self.calls = {w: self._micro_fn(w) for w in self.widths}
+        self.calls: dict[Any, Callable[[], Any]] = {w: self._micro_fn(w) for w in self.widths}  # by step key
         if unmask_full:
             self.calls.update({(w, FULL): self._micro_fn(w, masked=False) for w in self.widths})
         self.calls["update"] = self._update
@@ -727,7 +729,10 @@ class StaticSteps:
         self.clip_and_step()
         if self.grads is None:
             # (the copied weights' fp32 gradients are overwritten by the next step's copy: no need to zero them)
-            own = copies.grads if copies is not None else []  # (set by grads_to_params above)
+            own: list = []
+            if copies is not None:
+                assert copies.grads is not None  # set by grads_to_params above
+                own = copies.grads
             self.grads = [p.grad for p in self.model.parameters()
                           if p.grad is not None and (copies is None or p not in copies)] + own
         self.torch._foreach_zero_(self.grads)
@@ -883,7 +888,8 @@ class StaticSteps:
                 saved = [lr.detach().clone() for lr in self.lr_tensors]
                 # (fp16: the warm update counts as a finite step towards the loss scale's growth; put it back.
                 # load_state_dict fills the scaler's tensors in place, where the graphs read them.)
-                scaler_state = self.scaler.state_dict() if self.scaler is not None else None
+                scaler = self.scaler
+                scaler_state = scaler.state_dict() if scaler is not None else None
                 for lr in self.lr_tensors:
                     lr.zero_()
                 try:
@@ -891,8 +897,8 @@ class StaticSteps:
                 finally:
                     for lr, value in zip(self.lr_tensors, saved, strict=True):
                         lr.copy_(value)
-                    if scaler_state is not None:
-                        self.scaler.load_state_dict(scaler_state)
+                    if scaler is not None and scaler_state is not None:
+                        scaler.load_state_dict(scaler_state)
                 for state in self.optimizer.state.values():
                     step = state.get("step")
                     if isinstance(step, torch.Tensor):

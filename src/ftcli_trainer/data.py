@@ -281,7 +281,7 @@ def _refuse_json_array(f: io.TextIOBase, shown: str) -> None:
 
 def _read_jsonl(f: io.TextIOBase, shown: str, fmt: str | None = None) -> list[dict]:
     _refuse_json_array(f, shown)
-    rows = []
+    rows: list[dict] = []
     for n, line in enumerate(f, 1):
         if not line.strip():
             continue
@@ -552,7 +552,7 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
     if cfg.text_pair_column:
         pairs = [_text(r.get(cfg.text_pair_column), wheres[i], cfg.text_pair_column) for i, r in enumerate(rows)]
     if cfg.multi_label:
-        exclude = {cfg.text_column, cfg.text_pair_column, "id", "idx", ""}  # "": pandas' unnamed index column
+        exclude = {cfg.text_column, cfg.text_pair_column or "", "id", "idx", ""}  # "": pandas' unnamed index column
         label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown,
                                                           csv_file)
         # The eval file's label columns are the training file's: add the missing one, no other column stands in.
@@ -766,7 +766,7 @@ def encode(tokenizer, examples: Examples, max_length: int, chunk: int = 4096) ->
     pairs = examples.pairs is not None
     for start in range(0, len(examples), chunk):
         texts = examples.texts[start:start + chunk]
-        second = examples.pairs[start:start + chunk] if pairs else None
+        second = examples.pairs[start:start + chunk] if examples.pairs is not None else None
         out = tokenizer(texts, second, truncation=True, max_length=max_length, padding=False,
                         return_attention_mask=False, return_token_type_ids=pairs)
         for row in out["input_ids"]:
@@ -811,13 +811,14 @@ def collate(enc: Encoded, idx: np.ndarray, pad_id: int, multiple_of: int = 1) ->
         width = -(-width // multiple_of) * multiple_of
     ids = np.full((len(idx), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(idx), width), dtype=np.int64)
-    types = np.zeros((len(idx), width), dtype=np.int64) if enc.type_ids is not None else None
+    type_ids = enc.type_ids
+    types = np.zeros((len(idx), width), dtype=np.int64) if type_ids is not None else None
     for row, (i, n) in enumerate(zip(idx, lengths, strict=True)):
         s = enc.offsets[i]
         ids[row, :n] = enc.ids[s:s + n]
         mask[row, :n] = 1
-        if types is not None:
-            types[row, :n] = enc.type_ids[s:s + n]
+        if types is not None and type_ids is not None:
+            types[row, :n] = type_ids[s:s + n]
     out = {"input_ids": ids, "attention_mask": mask, "labels": enc.labels[idx]}
     if types is not None:
         out["token_type_ids"] = types

@@ -14,6 +14,7 @@ import time
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import numpy as np
 
@@ -22,6 +23,11 @@ from ftcli_trainer.config import TrainConfig
 from ftcli_trainer.data import Encoded, collate, plan_batches
 from ftcli_trainer.distributed import Dist, any_rank, gather_rows, shard_batches, spread
 from ftcli_trainer.errors import TrainerError
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from ftcli_trainer.cuda_graphs import StaticSteps
 
 log = logging.getLogger("ftcli_trainer")
 
@@ -108,7 +114,8 @@ GRAPH_PATH_ONLY = ("unmask_full_batches", "shared_casts")
 
 def param_groups(model, weight_decay: float) -> list[dict]:
     """No weight decay on biases and norm weights (every 1-D parameter), as the HF Trainer does."""
-    decay, no_decay = [], []
+    decay: list = []
+    no_decay: list = []
     for p in model.parameters():
         if p.requires_grad:
             (decay if p.ndim >= 2 else no_decay).append(p)
@@ -170,6 +177,10 @@ class RunStats:
 
 
 class Trainer:
+    # set by fit(): micro-batches in the loss sum since the last train line, and when the training clock started
+    _loss_acc_n: int
+    _t0: float
+
     def __init__(self, cfg: TrainConfig, model, train: Encoded, evals: dict[str, Encoded], label_names: list[str],
                  multi_label: bool, device, precision: str, paths: Paths, pad_id: int, dist: Dist | None = None):
         import torch
@@ -204,7 +215,7 @@ class Trainer:
 
         self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision,
                                                                  self.dist.world_size)
-        self.static_steps = None  # built in fit(), after a resume, around the on-device loss sum
+        self.static_steps: StaticSteps | None = None  # built in fit(), after a resume, around the on-device loss sum
         # --compile with the graphs on: the model's layers torch.compile'd inside the forward the graphs capture
         # (cuda_graphs.CompiledBlocks: one dynamic-shape compile for every layer and width), where the run is long
         # enough (compile_skip_reason); bench/gpu.py's profile sets it itself.
@@ -259,8 +270,8 @@ class Trainer:
         self._stop_requested = False
         self.eval_callbacks: list = []  # called as f(global_step, eval results) after each evaluation
         self.record_callbacks: list = []  # called as f(kind, global_step, values) for each metrics.jsonl row
-        self._tb = None
-        self._jsonl = None
+        self._tb: SummaryWriter | Literal[False] | None = None  # None: not opened yet; False: none (or failed)
+        self._jsonl: TextIO | None = None  # metrics.jsonl, on the main process
         self._logs_synced = time.monotonic()
         if self.dist.is_main:  # one writer for logs, checkpoints and the export
             try:
@@ -595,9 +606,11 @@ class Trainer:
         row = {"type": kind, "step": self.global_step, "epoch": round(self._epoch_float(), 4), **values}
         for callback in self.record_callbacks:  # e.g. Weights & Biases
             callback(kind, self.global_step, values)
+        jsonl = self._jsonl
+        assert jsonl is not None  # opened in __init__ on the main process; a write error ends the run
         try:
-            self._jsonl.write(json.dumps(row) + "\n")
-            self._jsonl.flush()
+            jsonl.write(json.dumps(row) + "\n")
+            jsonl.flush()
         except OSError as e:
             raise self._log_write_error(e, "the metrics", self._metrics_file) from None
         self.stats.history.append(row)
@@ -734,7 +747,7 @@ class Trainer:
         self._loss_total += float(self._loss_acc.item())
         self._loss_count += self._loss_acc_n
         secs = self.stats.train_seconds
-        summary = {
+        summary: dict[str, Any] = {
             "epoch": float(cfg.epochs),
             "global_step": self.global_step,
             "train_loss": self._loss_total / max(1, self._loss_count),
@@ -823,6 +836,7 @@ class Trainer:
         from ftcli_trainer.cuda_graphs import step_key
 
         ss = self.static_steps
+        assert ss is not None  # called with the graph path on (its widths)
         lengths = self.train_enc.lengths
         out: set = set()
         for epoch in range(self.epoch, self.cfg.epochs):

@@ -376,8 +376,7 @@ def use_varlen_attention(model, device, precision: str) -> str:
     else why not, in words for the log; `restore_attention` switches back before the model is saved."""
     import torch
 
-    why_not = flash_refusal(tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None,
-                            precision)
+    why_not = flash_refusal(torch.cuda.get_device_capability(device) if device.type == "cuda" else None, precision)
     if why_not:
         return why_not
     if getattr(model.config, "_attn_implementation", None) != "sdpa":

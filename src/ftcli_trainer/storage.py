@@ -89,7 +89,7 @@ def clean_stale_staging(parent: Path, stem: str) -> list[Path]:
     """Remove the staging folders `STEM.tmp-PID-XXXXXXXX` in `parent` (`stem` is a regular expression) whose
     writer died (a crash, kill -9); return them. A live writer's folder is left alone, and so is anything else."""
     pattern = re.compile(stem + STAGING_TAIL)
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(parent.iterdir())
     except OSError:

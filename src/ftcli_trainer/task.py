@@ -84,12 +84,12 @@ def resolve_precision(requested: str, device_type: str, capability: tuple[int, i
 def _setup_device(cfg: TrainConfig):
     import torch
 
-    capability = None
+    capability: tuple[int, int] | None = None  # (major, minor) of a CUDA device
     if torch.cuda.is_available():
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
-        capability = tuple(torch.cuda.get_device_capability(device))
+        capability = torch.cuda.get_device_capability(device)
         # TF32 matmuls: ~same accuracy for fine-tuning, several times the fp32 throughput on Ampere+.
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -98,7 +98,7 @@ def _setup_device(cfg: TrainConfig):
     precision = resolve_precision(cfg.precision, device.type, capability)
     if precision == "fp16" and device.type != "cuda":
         raise TrainerError("--precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU")
-    if precision == "bf16" and device.type == "cuda":
+    if precision == "bf16" and capability is not None:  # on a CUDA device
         if not torch.cuda.is_bf16_supported():
             raise TrainerError(f"{torch.cuda.get_device_name(device)} has no bf16; use --precision fp16")
         if capability < (8, 0):

@@ -12,8 +12,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from ftcli_trainer.errors import TrainerError
+
+if TYPE_CHECKING:
+    from wandb import Run
 
 log = logging.getLogger("ftcli_trainer")
 ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"  # http://host:port: a plaintext emulator (tests)
@@ -74,7 +78,7 @@ class WandbTracker:
     def __init__(self, cfg, run_id: str | None = None):
         self.cfg = cfg
         self.run_id = run_id
-        self.run = None
+        self.run: Run | None = None
 
     def start(self, extra_config: dict | None = None) -> None:
         cfg = self.cfg
