@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,7 @@ def _event_files(base: str) -> set[Path]:
     return set((Path(base) / "logs").glob("events.out.tfevents.*"))
 
 
-def _unclaim(base: str, before: set[Path] = frozenset()) -> None:
+def _unclaim(base: str, before: AbstractSet[Path] = frozenset()) -> None:
     """A run that failed before its first checkpoint and logged nothing leaves no folder behind just for its
     fingerprint (and its W&B run id), nor for empty logs. One that logged keeps its logs and its fingerprint: the
     same command goes on in that folder, another run is refused there. `before`: the TensorBoard files that were

@@ -231,7 +231,7 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
             lines.append(line)
     except csv.Error as e:
         raise _csv_error(shown, e, start, reader.line_num) from None
-    rows = []
+    rows: list[dict] = []
     for record, line in zip(_drop_unnamed(header, records, shown), lines, strict=True):
         row = CsvRow(zip(header, record, strict=True))
         row.line = line
