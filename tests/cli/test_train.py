@@ -607,6 +607,16 @@ def test_the_cost_shape_is_said_before_anything_and_b200_means_8(capsys, monkeyp
     assert "means 8 x B200" not in r.err  # said only when the count was not given
 
 
+def test_a_short_jobs_gpu_hours_are_not_rounded_to_nothing(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    for timeout, hours in (("30m", "0.5"), ("90m", "1.5"), ("45m", "0.75")):
+        r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--project", "my-project",
+                    "--bucket", "gs://my-bucket", "--dry-run", "--timeout", timeout)
+        assert r.code == 0, r.err
+        assert (f"cost: 1 x T4 on n1-standard-8 for at most {timeout} (--timeout): up to {hours} GPU-hours"
+                in r.err.splitlines())
+
+
 PRICES = """source = "our 2026 contract, appendix B"
 read = 2026-11-02
 [us-central1.machines]

@@ -21,11 +21,11 @@ def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", t
     if trials:
         at_once = min(parallel or 1, trials)
         lines = [f"{head}each trial {cost.shape}, {at_once} at a time, {trials} trials of at most {timeout} "
-                 f"(--timeout)" + (f": up to {cost.gpu_hours * trials:,.0f} GPU-hours" if cost.gpu_hours else "")]
+                 f"(--timeout)" + (f": up to {_hours(cost.gpu_hours * trials)} GPU-hours" if cost.gpu_hours else "")]
     else:
         at_once = 1
         lines = [f"{head}{cost.shape} for at most {timeout} (--timeout)"
-                 + (f": up to {cost.gpu_hours:,.0f} GPU-hours" if cost.gpu_hours else "")]
+                 + (f": up to {_hours(cost.gpu_hours)} GPU-hours" if cost.gpu_hours else "")]
     if cost.per_hour is None:
         lines.append(f"{pad}no dollar amounts: {cost.missing}. Rates: {PRICE_PAGE} (put yours in a price file: "
                      "README 'What a job costs')")
@@ -42,6 +42,12 @@ def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", t
         amount = f"{per_hour} ${cost.per_hour:,.2f} an hour, {most}${cost.at_most:,.2f}{in_all}"
     lines.append(f"{pad}{amount} ({rates}{t.region} rates from {t.source}, read {t.read})")
     return lines
+
+
+def _hours(hours: float) -> str:
+    """GPU-hours as a person reads them: whole from 10 on, two significant digits below (a 30m T4 job is 0.5
+    GPU-hours, not 0; 90m is 1.5, not 2)."""
+    return f"{hours:,.0f}" if hours >= 10 else f"{hours:.2g}"
 
 
 def say_cost(*args, **kwargs) -> None:
