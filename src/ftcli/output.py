@@ -108,15 +108,33 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
 
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold")
     cells = [[c.cell(row) for c in columns] for row in rows]
+    natural = [min(max(len(c.header), *(len(r[i]) for r in cells)), c.max_width or 10**6)
+               for i, c in enumerate(columns)]
+    caps = _shrink_to(natural, [c.shrink for c in columns], [max(c.min_width or 0, len(c.header)) for c in columns],
+                      out().width - 2 * (len(columns) - 1))
     for i, c in enumerate(columns):
         # A column that must not shrink (an id the user types) is given its full width; the others share the rest,
-        # each keeping at least its header.
-        least = max(c.min_width or 0, len(c.header)) if c.shrink else max(len(c.header), *(len(r[i]) for r in cells))
+        # each keeping at least its header. Rich alone spreads the excess over every column and then crops the lines
+        # at the terminal's edge, cutting the last column without an ellipsis: so the shrinkable ones get a cap.
+        least = max(c.min_width or 0, len(c.header)) if c.shrink else natural[i]
         table.add_column(c.header, justify=c.justify, no_wrap=True, overflow="ellipsis", min_width=least,
-                         max_width=c.max_width)
+                         max_width=caps[i])
     for cell_row in cells:
         table.add_row(*map(escape, cell_row))
     out().print(table, soft_wrap=False)
+
+
+def _shrink_to(natural: list[int], shrink: list[bool], least: list[int], room: int) -> list[int]:
+    """Widths that fit `room`: the columns that may not shrink keep theirs; the others share what is left, the
+    narrow ones whole and the widest cut to an equal share (never below their `least`)."""
+    left = room - sum(w for w, s in zip(natural, shrink, strict=True) if not s)
+    flexible = sorted((w, i) for i, (w, s) in enumerate(zip(natural, shrink, strict=True)) if s)
+    caps = list(natural)
+    for k, (w, i) in enumerate(flexible):
+        share = left // (len(flexible) - k)
+        caps[i] = max(least[i], min(w, share))
+        left -= caps[i]
+    return caps
 
 
 def show_one(obj: dict, fields: Sequence[tuple[str, Callable[[dict], str | None]]], *, json_out: bool,

@@ -48,6 +48,23 @@ def test_list_shows_each_value_and_its_source(capsys, monkeypatch, isolated):
     assert "us-central1" in r.out and "default" in r.out and "(not set)" in r.out
 
 
+def test_list_fits_80_columns_and_shortens_a_long_source_with_an_ellipsis(capsys, monkeypatch, isolated):
+    # The table used to be wider than the terminal: the lines were cropped at its edge, the source cut mid-word
+    # with nothing to say so ("gcloud: gcloud configuration default (com").
+    monkeypatch.setenv("COLUMNS", "80")
+    gcloud = isolated / "gcloud"
+    (gcloud / "configurations").mkdir(parents=True)
+    (gcloud / "configurations" / "config_default").write_text("[compute]\nregion = europe-west4\n")
+    assert run_cli(capsys, "config", "set", "bucket", "gs://my-bucket/ftcli").code == 0
+    r = run_cli(capsys, "config", "list")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert all(len(line) <= 80 for line in lines), [len(x) for x in lines]
+    region = next(line for line in lines if line.startswith("region"))
+    assert region.split()[1] == "europe-west4" and "gcloud: gcloud configuration default" in region
+    assert region.rstrip().endswith("…")
+
+
 def test_list_names_the_price_file_and_whether_it_is_there(capsys, monkeypatch, isolated):
     monkeypatch.delenv("FTCLI_PRICES", raising=False)  # the default place: beside the config file
     r = run_cli(capsys, "config", "list")
