@@ -114,7 +114,7 @@ def list_(
 
 @app.command("unset")
 def unset(key: KeyArg) -> None:
-    """Forget a saved default."""
+    """Forget a saved default. Example: ftcli config unset region"""
     from ftcli.settings import save_config_file
 
     save_config_file({_key(key): None})

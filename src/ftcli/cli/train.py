@@ -38,7 +38,7 @@ def train(
 
       ftcli train --task mnli --model bert-large-uncased --gpu A100x8 --replicas 2 --reduction-server 2
 
-      ftcli train --task csv --train-file gs://b/train.csv --label-columns 'toxic,insult' --gpu L4 --spot --dry-run
+      ftcli train --task csv --train-file gs://my-bkt/train.csv --label-columns 'toxic,insult' --gpu L4 --spot --dry-run
 
       ftcli train --task mnli --gpu H100x8 --flex-start --max-wait 6h
 
