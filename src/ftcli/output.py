@@ -159,7 +159,7 @@ def span(seconds: float | None) -> str:
     """A duration the way people say it: 45s, 12m, 1h05m, 3d04h ('-' for None)."""
     if seconds is None:
         return "-"
-    s = int(seconds)
+    s = round(seconds)  # as jobs' duration_s is: `run time 57s` and `ran 57s` for one job, never 57s and 56s
     if s < 60:
         return f"{s}s"
     if s < 3600:
@@ -173,7 +173,7 @@ def age(seconds: float | None) -> str:
     """How long ago, coarse: 45s, 12m, 5h, 3d."""
     if seconds is None:
         return "-"
-    s = int(seconds)
+    s = round(seconds)  # as jobs' duration_s is: `run time 57s` and `ran 57s` for one job, never 57s and 56s
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if s >= size:
             return f"{s // size}{unit}"

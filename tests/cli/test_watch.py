@@ -82,6 +82,12 @@ def test_the_end_says_what_the_job_cost_at_the_users_rates(tmp_path, monkeypatch
     assert buf.getvalue().splitlines() == [
         "ran 1h40m: about $1.25 at your us-central1 rates (on-demand; $0.75 an hour)",
         'next: ftcli download 3   ·   ftcli predict 3 "text"']
+    # The run time as `jobs describe` and `jobs list` say it (rounded): 56.9 s is 57s, not 56s
+    short = Job(NAME, "run", "SUCCEEDED", started=t0, ended=t0 + dt.timedelta(seconds=56.9),
+                pools=(Pool("n1-standard-8", "NVIDIA_TESLA_T4", 1),))
+    err, buf = console(False)
+    FollowView("3", json_out=False, out=console(False)[0], err=err).ended(Outcome("SUCCEEDED", short))
+    assert buf.getvalue().startswith("ran 57s: about $0.01 at your us-central1 rates")
     # A broken price file is a warning here: it never changes how following the job ends.
     (tmp_path / "prices.toml").write_text('source = "s"\n')
     err, buf = console(False)
