@@ -681,7 +681,10 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
     if not evals:
         train, evals = _hold_out(train, cfg)
 
-    if not cfg.regression:  # on the data as given, before --max-*-samples: a smoke run says what the job would
+    # on the data as given, before --max-*-samples: a smoke run says what the job would
+    if cfg.regression:
+        _warn_constant_eval_targets(evals)
+    else:
         _warn_thin_labels(train, evals, names)
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(train):
         train = train.subset(_subset_idx(len(train), cfg.max_train_samples, cfg.seed))
@@ -729,6 +732,18 @@ def _warn_thin_labels(train_ex: Examples, evals: dict[str, Examples], names: lis
         log.warning("%d of %d labels have no example in the %s set, so it cannot score them: %s; give --eval-file "
                     "with examples of each, or a larger --eval-fraction", len(unscored), k, eval_name,
                     named(unscored, lambda i: f"{int(train[i])} train"))
+
+
+def _warn_constant_eval_targets(evals: dict[str, Examples]) -> None:
+    """An eval set whose targets are all one value: Pearson and Spearman are undefined there (metrics.pearson reads
+    0 for it, as for a model that predicts one value), so the run's scores would say nothing. Said before training;
+    the MSE still scores it."""
+    for name, ex in evals.items():
+        targets = ex.labels
+        if len(targets) > 1 and float(targets.min()) == float(targets.max()):
+            log.warning("every target in the %s set is %g: Pearson and Spearman cannot score it (they read 0 whatever "
+                        "the model predicts; the MSE still counts); give --eval-file with targets that vary, or a "
+                        "larger --eval-fraction", name, float(targets[0]))
 
 
 def _check_targets_vary(targets: np.ndarray, shown: str) -> None:
@@ -862,6 +877,8 @@ def check_files(cfg: TrainConfig, files: dict[str, str]) -> None:
                                     "least two")
     # The job's warning about labels too thin to learn or score, said here before anything is uploaded (with the
     # job's own split when there is no eval file; an eval file in gs:// is the job's to read).
+    if "eval_file" in read and cfg.regression:
+        _warn_constant_eval_targets({"eval": read["eval_file"]})
     if "train_file" in read and not cfg.regression and names and ("eval_file" in read or not cfg.eval_file):
         train, evals = (read["train_file"], {"eval": read["eval_file"]}) if "eval_file" in read else \
             _hold_out(read["train_file"], cfg)

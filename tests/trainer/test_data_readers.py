@@ -300,6 +300,29 @@ def test_regression_targets_that_never_vary_are_refused(tmp_path):
     assert "every target is 2" in str(e.value)
 
 
+def test_an_eval_set_whose_targets_never_vary_is_said_before_training(tmp_path, caplog):
+    # Pearson and Spearman are undefined on constant targets: the run reported "Pearson 0" for every model, silently.
+    train = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", str(i % 5)) for i in range(20)])
+    flat = write_csv(tmp_path / "e.csv", ["text", "label"], [(f"e{i}", "3.5") for i in range(6)])
+    args = ["--task", "csv", "--train-file", str(train), "--eval-file", str(flat), "--regression"]
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        load(*args)
+    (line,) = [r.getMessage() for r in caplog.records if "cannot score it" in r.getMessage()]
+    assert line.startswith("every target in the eval set is 3.5: Pearson and Spearman cannot score it")
+    from ftcli_trainer.data import check_files
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):  # the launcher's pre-upload check says the same
+        check_files(parse_args(args), {"train_file": str(train), "eval_file": str(flat)})
+    assert [r.getMessage() for r in caplog.records if "cannot score it" in r.getMessage()] == [line]
+    caplog.clear()
+    varied = write_csv(tmp_path / "v.csv", ["text", "label"], [(f"e{i}", str(i)) for i in range(6)])
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        load(*args[:4], "--eval-file", str(varied), "--regression")
+        load(*args[:4], "--regression", "--eval-fraction", "0.25")
+    assert not [r for r in caplog.records if "cannot score it" in r.getMessage()]
+
+
 # ----------------------------------------------------------------------------------------------
 # A file in the other format, stray quotes, column typos, labels that differ by case
 
