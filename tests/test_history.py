@@ -27,6 +27,10 @@ def test_short_ids_last_numeric_and_full_names():
     assert history.resolve("1234567890", "p", "europe-west4") == full
     assert history.short_id(NAME.format(222222222)) == 2
     assert history.job_id(NAME.format(42)) == "42"
+    # the edge between the two, in one place (history, jobs.resolve and predict/report's folder check use it)
+    assert history.resolve("123456789", "p", "europe-west4") == "projects/p/locations/europe-west4/customJobs/123456789"
+    with pytest.raises(UsageError, match="no job #12345678 in this machine's history"):
+        history.resolve("12345678", "p", "europe-west4")
 
 
 def test_the_console_urls_ftcli_prints_are_job_references():

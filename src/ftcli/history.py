@@ -208,11 +208,24 @@ def job_id(name: str) -> str:
     return JobName.parse(name).id
 
 
+SHORT_ID_DIGITS = 8  # a short id (#3) has at most this many digits; a Vertex job id (19 digits) has more
+
+
+def is_short_id(ref: str) -> bool:
+    """`3`: this machine's third submission, not a Vertex job id."""
+    return ref.isdigit() and len(ref) <= SHORT_ID_DIGITS
+
+
+def is_job_id(ref: str) -> bool:
+    """A numeric Vertex job id (it needs a project and a region to name a job)."""
+    return ref.isdigit() and len(ref) > SHORT_ID_DIGITS
+
+
 def folder_over_job(ref: str) -> str | None:
     """Where a command takes a folder or a job (predict, report) and `ref` is both a folder here and a job reference
     (`last`, a short id): the folder is taken, and this says so."""
     ref = ref.strip()
-    if (ref == "last" or (ref.isdigit() and len(ref) < 9)) and Path(ref).is_dir():
+    if (ref == "last" or is_short_id(ref)) and Path(ref).is_dir():
         return (f"'{ref}' is a folder here, so that folder is used; for the job, give its numeric id or "
                 f"projects/P/locations/R/customJobs/ID (ftcli jobs list)")
     return None
@@ -235,13 +248,13 @@ def resolve(ref: str, project: str | None = None, region: str | None = None, *, 
         if not hist:
             raise UsageError("no jobs submitted from this machine yet", hint="ftcli jobs list shows the project's jobs")
         return hist[-1]["name"]
-    if ref.isdigit() and len(ref) < 9:
+    if is_short_id(ref):
         for e in entries():
             if e.get("n") == int(ref):
                 return e["name"]
         raise UsageError(f"no job #{ref} in this machine's history",
                          hint="use `ftcli jobs list`, the numeric job id, or the full resource name")
-    if ref.isdigit():
+    if is_job_id(ref):
         if not (project and region):
             raise UsageError(f"job {ref}: a numeric id needs --project and --region (or a full resource name)")
         return f"projects/{project}/locations/{region}/customJobs/{ref}"

@@ -33,7 +33,7 @@ def resolve(ref: str, project: str | None = None, region: str | None = None, *, 
     from ftcli.settings import resolve as resolve_settings
 
     ref = ref.strip()
-    if not (ref.isdigit() and len(ref) >= 9):
+    if not history.is_job_id(ref):
         return JobName.parse(history.resolve(ref, folder_too=folder_too))
     s = resolve_settings(project=project, region=region, need_bucket=False)
     return JobName.parse(history.resolve(ref, s.project, s.region))
@@ -50,7 +50,7 @@ def resolve_any(ref: str, project: str | None = None, region: str | None = None,
     def named(full: str) -> JobName | TuningName:
         return TuningName.parse(full) if TuningName.is_full(full) else JobName.parse(full)
 
-    if not (ref.isdigit() and len(ref) >= 9):
+    if not history.is_job_id(ref):
         return named(history.resolve(ref, folder_too=folder_too))
     name = resolve(ref, project, region)
     # A numeric id names a training job or a tuning job (one id space; `jobs list` shows both): this machine's
