@@ -451,6 +451,10 @@ def to_argv(values: dict[str, Any]) -> list[str]:
         if opt.type is bool:
             if bool(v) != bool(opt.default):
                 argv.append(opt.flag if v else "--no-" + opt.flag[2:])
+        elif str(v).startswith("-"):
+            # argparse reads a separate word that starts with '-' (a column '-score', --label-names -1,0,1) as an
+            # option, and the job stopped with "expected one argument": the value rides in the flag's own word.
+            argv.append(f"{opt.flag}={v}")
         else:
             argv += [opt.flag, str(v)]
     return argv

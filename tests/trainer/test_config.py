@@ -53,6 +53,17 @@ def test_to_argv_round_trips():
         "csv", "t.csv", 2, 3e-5, True, ("a", "b"))
 
 
+def test_to_argv_round_trips_values_that_start_with_a_dash():
+    # `--label-column -score` as two words: argparse took '-score' for an option, and the job failed with
+    # "expected one argument" after ftcli's pre-flight (which checks the values, not the argv) had passed them
+    values = {"task": "csv", "train_file": "-t.csv", "text_column": "-text", "label_column": "--label",
+              "label_names": "-1,0,1", "output_dir": "-runs"}
+    cfg = parse_args(to_argv(values))
+    assert (cfg.train_file, cfg.text_column, cfg.label_column, cfg.label_names, cfg.output_dir) == (
+        "-t.csv", "-text", "--label", ("-1", "0", "1"), "-runs")
+    assert to_argv({"text_column": "-text", "label_column": "y"}) == ["--text-column=-text", "--label-column", "y"]
+
+
 def test_gpu_warmup_is_on_unless_turned_off():
     # on by default since the H100 run of bench/gpu_next.sh (bench/README.md): first 60 steps 1.0x the steady step
     assert parse_args([]).gpu_warmup is True
