@@ -265,6 +265,24 @@ def test_a_display_name_with_a_slash_reaches_vertex_as_written(capsys, cloud_env
     assert out["base_output_dir"].startswith("gs://ftcli-test/team/ftcli/runs/bert-large-mnli-lr-2e-5---try-2-")
 
 
+def test_brackets_in_the_display_name_and_the_bucket_are_shown_as_written(capsys, cloud_env, monkeypatch):
+    # Rich read them as markup: "[/]" crashed with a traceback after the job was created (its id never shown), and
+    # "[a]" vanished from the paths shown
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/team [a]")
+    name = "run [/] [red]x[/red] [b]"
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4", "--display-name", name, "--detach")
+    assert r.code == 0, r.err
+    (job,) = vertex.jobs.values()
+    assert job.display_name == name
+    lines = r.out.splitlines()
+    assert lines[0] == f"submitted job #1 {name}"
+    assert lines[3].startswith("  model    gs://ftcli-test/team [a]/ftcli/runs/run------red-x--red---b-")
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4", "--dry-run", "--bucket", "gs://ftcli-test/x[/]")
+    assert r.code == 0, r.err
+    assert "Package: gs://ftcli-test/x[/]/ftcli/packages/ftcli_trainer-" in r.err
+
+
 @pytest.mark.parametrize("value", ["0", "0s", "0h"])
 def test_max_wait_0_queues_however_long_as_vertex_documents(capsys, cloud_env, value):
     # Scheduling.maxWaitDuration: "A value of 0 means that the job waits indefinitely until the requested resources

@@ -151,6 +151,24 @@ def test_a_study_files_count_is_named_as_the_file_gives_it(capsys, cloud_env, tm
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_brackets_in_the_display_name_and_the_bucket_are_shown_as_written(capsys, cloud_env, monkeypatch):
+    # Rich read them as markup: "[/]" crashed with a traceback after the tuning job was created
+    _, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/team [a]")
+    name = "study [/] [b]"
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "L4", "--display-name", name, "--trials", "2", "--detach")
+    assert r.code == 0, r.err
+    (tj,) = vertex.tuning_jobs.values()
+    assert tj.display_name == name
+    lines = r.out.splitlines()
+    assert lines[0] == f"submitted tuning job #1 {name}"
+    assert lines[3].startswith("  trials   gs://ftcli-test/team [a]/ftcli/runs/study------b-") and lines[3].endswith(
+        "/TRIAL_ID/model/")
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "L4", "--dry-run", "--bucket", "gs://ftcli-test/x[/]")
+    assert r.code == 0, r.err
+    assert "Package: gs://ftcli-test/x[/]/ftcli/packages/ftcli_trainer-" in r.err
+
+
 def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, cloud_env, tmp_path, tiny_model):
     # `--search model=choice(./mine,...)` reached the trials as "./mine", which no trial container has; and a
     # mistyped folder went out as a Hub id. A searched model is checked and uploaded as `--model DIR` is.

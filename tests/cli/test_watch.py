@@ -64,6 +64,10 @@ def test_success_says_what_to_run_next():
         job = Job(NAME, "run", "SUCCEEDED", labels={"ftcli_task": "csv"}, pools=(Pool("n1-standard-4", args=args),))
         FollowView("5", json_out=False, out=out, err=err).ended(Outcome("SUCCEEDED", job))
         assert buf.getvalue() == 'next: ftcli download 5   ·   ftcli predict 5 "text" --pair "question2"\n', args
+    err, buf = console(False)  # a column named with brackets: Rich took "[/]" for markup and crashed at the end
+    job = Job(NAME, "run", "SUCCEEDED", pools=(Pool("n1-standard-4", args=("--text-pair-column", "q [/] [b]")),))
+    FollowView("5", json_out=False, out=out, err=err).ended(Outcome("SUCCEEDED", job))
+    assert buf.getvalue() == 'next: ftcli download 5   ·   ftcli predict 5 "text" --pair "q [/] [b]"\n'
     err, buf = console(False)
     job = Job(NAME, "run", "SUCCEEDED", pools=(Pool("n1-standard-4", args=("--task", "csv", "--text-column", "t")),))
     FollowView("6", json_out=False, out=out, err=err).ended(Outcome("SUCCEEDED", job))

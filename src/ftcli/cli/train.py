@@ -78,7 +78,7 @@ def train(
         print(json.dumps(specs[0] if len(specs) == 1 else specs, indent=2))
         uploads = escape("".join(f"\n  {p} -> {u}" for p, u in sub.uploads))
         several = f" {len(specs)} candidate jobs, in order (a JSON list)." if len(specs) > 1 else ""
-        err().print(f"[dim]dry run: nothing uploaded, no job created.{several} Package: {sub.package_uri}"
+        err().print(f"[dim]dry run: nothing uploaded, no job created.{several} Package: {escape(sub.package_uri)}"
                     f"{uploads}[/]")
         return
     start = 0
@@ -106,7 +106,7 @@ def train(
 
 def _report_and_follow(created, n: int, sent: int, sub, *, detach: bool, json_out: bool) -> int:
     """Say what was created and follow it (unless --detach/--json); the exit status to end with."""
-    from ftcli.output import emit_json, out
+    from ftcli.output import emit_json, escape, out
 
     if json_out:
         emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
@@ -115,10 +115,10 @@ def _report_and_follow(created, n: int, sent: int, sub, *, detach: bool, json_ou
         return 0
     o = out()
     try:
-        o.print(f"submitted job [bold]#{n}[/] {created.display_name}")
+        o.print(f"submitted job [bold]#{n}[/] {escape(created.display_name)}")
         o.print(f"  id       {created.name.id}  ({created.name.full})")
-        o.print(f"  console  {created.name.console_url}")
-        o.print(f"  model    {sub.base_output_dir}/model/")
+        o.print(f"  console  {escape(created.name.console_url)}")
+        o.print(f"  model    {escape(sub.base_output_dir)}/model/")
         o.print(f"  uploaded {sent:,} bytes" + ("  (trainer unchanged: already in the bucket)" if sent == 0 else ""))
         o.print(f"next: [bold]ftcli logs {n}[/]   ·   ftcli jobs describe {n}   ·   ftcli jobs cancel {n}")
         if detach:

@@ -66,7 +66,7 @@ def tune(
     """
     from ftcli import tuning
     from ftcli.errors import UsageError
-    from ftcli.output import emit_json, err, note, out, transfer
+    from ftcli.output import emit_json, err, escape, note, out, transfer
 
     for flag, value in (("--gpu", job["gpu"]), ("--region", job["region"])):
         if "," in (value or ""):
@@ -96,7 +96,7 @@ def tune(
              parallel=parallel)
     if dry_run:
         print(json.dumps(ts.job, indent=2))
-        err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {ts.sub.package_uri}[/]")
+        err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {escape(ts.sub.package_uri)}[/]")
         return
     try:
         created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
@@ -110,10 +110,10 @@ def tune(
                    "base_output_dir": ts.sub.base_output_dir, "uploaded_bytes": sent})
         return
     o = out()
-    o.print(f"submitted tuning job [bold]#{n}[/] {created.display_name}")
+    o.print(f"submitted tuning job [bold]#{n}[/] {escape(created.display_name)}")
     o.print(f"  id       {created.name.id}  ({created.name.full})")
-    o.print(f"  console  {created.name.console_url}")
-    o.print(f"  trials   {ts.sub.base_output_dir}/TRIAL_ID/model/")
+    o.print(f"  console  {escape(created.name.console_url)}")
+    o.print(f"  trials   {escape(ts.sub.base_output_dir)}/TRIAL_ID/model/")
     o.print(f"next: ftcli jobs describe {n}   ·   ftcli logs {n} --trial ID   ·   ftcli jobs cancel {n}")
     if detach:
         return

@@ -84,7 +84,8 @@ class FollowView(Events):
         self._spent(outcome.job)
         if outcome.state == "SUCCEEDED":
             n = self.shown
-            e.print(f"next: [bold]ftcli download {n}[/]   ·   ftcli predict {n} \"text\"{_pair_hint(outcome.job)}")
+            pair = escape(_pair_hint(outcome.job))  # a column's name: "[/]" in it broke Rich's markup
+            e.print(f"next: [bold]ftcli download {n}[/]   ·   ftcli predict {n} \"text\"{pair}")
             return
         error = outcome.job.error
         e.print(f"[red]job {self.shown} {outcome.state}[/]" + (f": {escape(error)}" if error else ""))
