@@ -229,6 +229,24 @@ def test_staging_prefix_the_job_cannot_reach_through_gcsfuse_is_refused(value, f
     assert check_bucket(value, staging=False) is None  # a gs:// data file is read through the API, not /gcs/
 
 
+@pytest.mark.parametrize("value", ["gs://runs-bucket/a\nb", "gs://runs-bucket/a\r", "gs://runs-bucket/\n/x"])
+def test_a_staging_prefix_with_a_line_break_is_refused(value):
+    # Cloud Storage object names cannot hold a carriage return or line feed (settings.object_name_problem): every
+    # upload under the prefix would be refused, after the trainer wheel had gone up
+    from ftcli.settings import check_bucket
+
+    prefix = value.removeprefix("gs://runs-bucket/")
+    assert check_bucket(value) == (f"--bucket: the prefix {prefix!r} has a line break, which Cloud Storage object "
+                                   "names cannot hold")
+
+
+@pytest.mark.parametrize("value", ["gs://runs-bucket/with space #1 [a] é $x", "gs://runs-bucket/a?b*c"])
+def test_a_staging_prefix_with_unusual_characters_is_taken(value):
+    from ftcli.settings import check_bucket
+
+    assert check_bucket(value) is None
+
+
 @pytest.mark.parametrize("value", ["gs://runs-bucket", "gs://runs-bucket/", "gs://runs-bucket/a/b.c/d_e", "gs://runs-bucket/x/"])
 def test_staging_prefixes_are_accepted(value):
     from ftcli.settings import check_bucket

@@ -372,11 +372,24 @@ def check_bucket(value: str, where: str = "--bucket", staging: bool = True) -> s
     # kernel resolves a '.' or '..' segment of the /gcs/ path itself, so it would name other objects than the ones
     # uploaded: the job would fail at its first step.
     prefix = prefix.rstrip("/")  # a trailing slash is dropped (resolve)
+    if (p := object_name_problem(prefix)) is not None:
+        return f"{where}: the prefix {prefix!r} {p}"
     parts = prefix.split("/") if prefix else []
     if any(part in ("", ".", "..") for part in parts):
         clean = "/".join(part for part in parts if part not in ("", ".", ".."))
         return (f"{where}: the prefix {prefix!r} has an empty, '.' or '..' part, which the job cannot reach through "
                 f"its /gcs/ mount: write gs://{name}" + (f"/{clean}" if clean else ""))
+    return None
+
+
+def object_name_problem(name: str) -> str | None:
+    """What Cloud Storage refuses in an object name that ftcli would write (its prefix, a file's name), or None.
+    Object names may not contain a carriage return or a line feed ("Object naming requirements",
+    https://cloud.google.com/storage/docs/naming-objects?hl=JA, read 2026-11-27 in its Japanese rendering:
+    "オブジェクト名に、改行やラインフィード文字を含めることはできません"). The pre-flight let them through, so the
+    upload would be refused after the trainer wheel had gone up (the emulator takes such names)."""
+    if "\r" in name or "\n" in name:
+        return "has a line break, which Cloud Storage object names cannot hold"
     return None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from ftcli import history
 from ftcli.catalog import Estimate, Hardware, resolve_gpu
 from ftcli.errors import NoCapacity, Rejected, UsageError
-from ftcli.settings import Settings, raise_problems
+from ftcli.settings import Settings, object_name_problem, raise_problems
 from ftcli.settings import resolve as resolve_settings
 from ftcli.spec import (
     CREATED_BY_LABEL,
@@ -131,6 +131,10 @@ def folder_digest(root: Path, given: str | None = None) -> tuple[str, list[Path]
     if links:
         raise UsageError(f"{given or f'--model {root}'}: {links[0]} is a symbolic link; copy the model into a "
                          "plain folder")
+    for p in files:
+        if (problem := object_name_problem(str(p.relative_to(root)))) is not None:
+            raise UsageError(f"{given or f'--model {root}'}: the file name {str(p.relative_to(root))!r} {problem}: "
+                             "rename it")
     h = hashlib.sha256()
     for p in files:
         h.update(str(p.relative_to(root)).encode() + b"\0" + file_digest(p).encode() + b"\0")
@@ -303,7 +307,9 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     forwarded = dict(trainer)
     uploads = []
     for name, path in local_files.items():
-        uri = settings.gcs_path("data", file_digest(path)[:16], path.name)
+        # Named by its contents; the file's own name is kept for the reader (its .csv/.jsonl/.gz) and the logs, but
+        # without line breaks, which Cloud Storage object names cannot hold (settings.object_name_problem).
+        uri = settings.gcs_path("data", file_digest(path)[:16], re.sub(r"[\r\n]", "_", path.name))
         uploads.append((path, uri))
         forwarded[name] = uri
     if model_dir is not None:

@@ -487,6 +487,29 @@ def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, t
     assert again["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
 
 
+def test_line_breaks_never_reach_an_object_name(capsys, cloud_env, tmp_path, tiny_model, monkeypatch):
+    # Cloud Storage refuses object names with a CR or LF; the emulator takes them, so the names are checked here
+    gcs, vertex = cloud_env
+    train = write_csv(tmp_path / "two\nlines\r.csv", ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)
+    out = submitted(capsys, "--task", "csv", "--train-file", str(train), "--gpu", "T4")
+    (data,) = [o for o in gcs.list("ftcli-test") if o.startswith("team/ftcli/data/")]
+    assert data.endswith("/two_lines_.csv") and gcs.read("ftcli-test", data) == train.read_bytes()
+    assert out["short_id"] == 1
+    # a model folder's file names are the names the trainer reads: refused, not renamed
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    (model / "notes\n.txt").write_text("x")
+    objects = gcs.list("ftcli-test")
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
+    assert r.code == 2 and r.err.strip() == (f"error: --model {model}: the file name 'notes\\n.txt' has a line break, "
+                                             "which Cloud Storage object names cannot hold: rename it")
+    # and a staging prefix with one, from the environment, before anything is uploaded
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/a\nb")
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(tmp_path / "x.csv"))
+    assert r.code == 2 and "FTCLI_BUCKET: the prefix 'a\\nb' has a line break" in r.err, r.err
+    assert gcs.list("ftcli-test") == objects and len(vertex.jobs) == 1
+
+
 def test_values_that_would_crash_inside_the_job_are_refused_before_anything(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
     r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--project", "p", "--bucket", "gs://b",
