@@ -125,7 +125,9 @@ class JobRun(threading.Thread):
             for blob in client.list_blobs(bucket):
                 local = root / bucket / blob.name
                 local.parent.mkdir(parents=True, exist_ok=True)
-                blob.download_to_filename(str(local))
+                # by name, not through the listed blob's mediaLink: gcp-storage-emulator writes the name into that
+                # link unquoted, so an object named with '#' or '?' (a user's data file) 404-ed and failed the job
+                client.bucket(bucket).blob(blob.name).download_to_filename(str(local))
         return root
 
     def _gcs(self, text: str) -> str:

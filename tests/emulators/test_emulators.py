@@ -54,6 +54,30 @@ def test_gcs_client_from_environment_round_trips(gcs: GcsEmulator) -> None:
         gcs.read("bkt", "missing")
 
 
+def test_a_job_mounts_objects_named_with_hash_and_question_marks(gcs: GcsEmulator) -> None:
+    # any object in a bucket the job names is mirrored under /gcs/: one named "a #1?.csv" failed every job (a 404
+    # through the listing's unquoted mediaLink) before the trainer started
+    from google.cloud.aiplatform_v1.types import CustomJob
+
+    from tests.emulators.runner import JobRun
+
+    gcs.create_bucket("mount-bkt")
+    names = {"in put/tr #1?a=b&c%20 [é]*.csv": b"x,y\n", "pkg/ftcli_trainer.whl": b"wheel"}
+    for name, data in names.items():
+        gcs.write("mount-bkt", name, data)
+    job = CustomJob(name=f"{PARENT}/customJobs/1", job_spec={"worker_pool_specs": [{"container_spec": {
+        "image_uri": "i", "command": ["bash", "-c", "true"], "args": ["/gcs/mount-bkt/pkg/ftcli_trainer.whl"]}}]})
+    run = JobRun(type("Emulator", (), {"gcs_url": gcs.url})(), job)
+    try:
+        root = run._mount_gcs()
+        assert {str(p.relative_to(root / "mount-bkt")): p.read_bytes() for p in (root / "mount-bkt").rglob("*")
+                if p.is_file()} == names
+    finally:
+        import shutil
+
+        shutil.rmtree(run.workdir, ignore_errors=True)
+
+
 def test_gcs_reset_empties_the_store(gcs: GcsEmulator) -> None:
     gcs.create_bucket("bkt")
     gcs.write("bkt", "x", b"1")
