@@ -346,16 +346,19 @@ def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], show
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     out: list[str] = []
     for p in parts:
-        if any(ch in p for ch in "*?["):
+        if p in columns:
+            # a column's own name first: 'toxic[1]' or 'spam?' is a name before it is a glob (as a glob 'toxic[1]'
+            # matched only a column 'toxic1', and the data was refused)
+            if p not in out:
+                out.append(p)
+        elif any(ch in p for ch in "*?["):
             matched = [c for c in columns if fnmatch.fnmatchcase(c, p) and c not in exclude]
             if not matched:
                 raise DataError(f"--label-columns {p!r} matches no column of {shown} (columns: {', '.join(columns)})")
             out += [c for c in matched if c not in out]
-        elif p not in columns:
+        else:
             raise DataError(f"{shown} has no label column {p!r} (columns: {_shown_columns(columns)}); "
                             f"{_column_fix(p, columns, csv_file, '--label-columns with the right names')}")
-        elif p not in out:
-            out.append(p)
     if not out:
         raise DataError("--label-columns names no column")
     return out

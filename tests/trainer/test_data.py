@@ -48,6 +48,16 @@ def test_multi_label_columns_by_glob(tmp_path):
     assert data.train.labels.shape == (36, 3) and data.train.labels.dtype == np.float32
 
 
+def test_multi_label_columns_named_with_glob_characters(tmp_path):
+    # 'toxic[1]' was read as a glob only (matching a column 'toxic1'): a column's own name was refused
+    rows = [(f"comment {i}", i % 2, (i // 2) % 2, 1 - i % 2) for i in range(40)]
+    path = write_csv(tmp_path / "m.csv", ["text", "toxic[1]", "spam?", "spamX"], rows)
+    data = load("--task", "csv", "--train-file", str(path), "--label-columns", "toxic[1],spam?")
+    assert data.label_names == ["toxic[1]", "spam?"]
+    globbed = load("--task", "csv", "--train-file", str(path), "--label-columns", "spam*")
+    assert globbed.label_names == ["spam?", "spamX"]
+
+
 @pytest.mark.parametrize("content,needle", [
     ("text,label\n\"unclosed,1\n", "is not valid CSV"),
     ("text,label\nfine,1\n,0\n", "line 3: empty text in column 'text'"),
