@@ -498,6 +498,26 @@ def test_predict_prints_one_line_per_row_whatever_the_text_holds(capsys, tmp_pat
     assert json.loads(r.out.splitlines()[0])["text"] == "first line\nsecond\tline\r\nthird"  # --json: the text as it is
 
 
+def test_predict_prints_one_line_per_text_whatever_the_label_names_hold(capsys, tmp_path, tiny_model):
+    # A label read from a quoted CSV cell can hold a tab or a line break: it was printed as it is, so a prediction
+    # took two lines or an extra field
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    config = json.loads((model / "config.json").read_text())
+    names = {"0": "neg\tative", "1": "pos\nitive"}
+    config.update(id2label=names, label2id={v: int(k) for k, v in names.items()})
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "ftcli_run.json").write_text(json.dumps({"text_column": "text", "text_pair_column": None}))
+    r = run_cli(capsys, "predict", str(model), "good film", "bad film")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert len(lines) == 2 and all(len(x.split("\t")) == 3 for x in lines), lines
+    assert {x.split("\t")[0] for x in lines} <= {"neg\\tative", "pos\\nitive"}
+    r = run_cli(capsys, "predict", str(model), "good film", "--json")
+    assert json.loads(r.out)["label"] in names.values()  # --json: the label as it is
+
+
 def test_predict_cuts_inputs_where_the_run_did(tmp_path, tiny_model):
     # Predict cut at the tokenizer's limit while the run trained and evaluated at --max-length: the same eval row
     # scored 0.1519 in predict and 0.1685 in the run's own evaluation.

@@ -118,12 +118,13 @@ def predict(
     for r in results:
         given = "\t".join(_one_line(r[k]) for k in ("text", "text_pair") if k in r)
         if "labels" in r:
-            shown = ", ".join(f"{x['label']} {x['score']:.3f}" for x in r["labels"]) or "(none)"
+            shown = ", ".join(f"{_one_line(x['label'])} {x['score']:.3f}" for x in r["labels"]) or "(none)"
             print(f"{shown}\t{given}")
         elif "label" not in r:  # regression: the predicted value
             print(f"{r['score']:.3f}\t{given}")
         else:
-            print(f"{r['label']}\t{r['score']:.3f}\t{given}")
+            # a label name can hold a tab or a line break too (a quoted CSV cell): escaped like the text
+            print(f"{_one_line(r['label'])}\t{r['score']:.3f}\t{given}")
 
 
 _SHOWN_ESCAPED = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
