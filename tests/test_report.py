@@ -70,6 +70,21 @@ def test_two_eval_sets_each_get_their_column_and_matrix(tmp_path):
     assert "| loss | 0.8000 | 0.8500 |" in md
 
 
+def test_label_names_never_break_the_markdown_table(tmp_path):
+    # a label from a quoted CSV cell can hold "|" or a line break; a lone "\r" (a line end in CommonMark) was kept,
+    # which split the table row in two
+    from ftcli.report import markdown
+
+    root = mnli_run(tmp_path / "run", predictions=False)
+    metrics = json.loads((root / "model" / "metrics.json").read_text())
+    names = ["a|b", "two\nlines", "old\rmac", "crlf\r\nend"]
+    metrics["eval_per_label"] = {n: {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 3} for n in names}
+    (root / "model" / "metrics.json").write_text(json.dumps(metrics))
+    md = markdown(load_run(root), [])
+    rows = md.split("## Per label (eval)")[1].splitlines()[4:8]
+    assert rows == [f"| {n} | 0.5000 | 0.5000 | 0.5000 | 3 |" for n in ("a\\|b", "two lines", "old mac", "crlf end")]
+
+
 def test_a_run_from_before_eval_predictions_uses_metrics_json(tmp_path):
     run = load_run(mnli_run(tmp_path / "run", predictions=False))
     assert run.predictions is None

@@ -528,8 +528,9 @@ def fmt(value) -> str:
 
 
 def _cell(text) -> str:
-    """A label's name in a Markdown table or list: a "|" would end the cell, a newline the row."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """A label's name in a Markdown table or list: a "|" would end the cell, a line break (CommonMark ends a line at
+    \\n, \\r\\n or a lone \\r) the row."""
+    return re.sub(r"\r\n|\r|\n", " ", str(text).replace("\\", "\\\\").replace("|", "\\|"))
 
 
 def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None) -> str:
@@ -594,7 +595,7 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
     notes = {}
     for p in plan:
         if p.note:
-            drawn = ", ".join("`" + n.replace("`", "'").replace("\n", " ") + "`" for n in p.drawn)
+            drawn = ", ".join("`" + re.sub(r"\r\n|\r|\n", " ", n.replace("`", "'")) + "`" for n in p.drawn)
             notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table else "")
     # A folder that exists stages inside itself: its parent may be another filesystem (the folder is a mount point:
     # a Docker volume, a mounted disk), where every move in failed with EXDEV after everything was drawn.
