@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -296,7 +297,8 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         env["HF_HUB_OFFLINE"] = "1"
         env["HF_DATASETS_OFFLINE"] = "1"
     cmd = [sys.executable, "-m", "ftcli_trainer.task", *argv]
-    say(f"running: python -m ftcli_trainer.task {' '.join(argv)}")
+    # quoted as a shell reads it: a copied line with a column 'my text' or a path with '$' ran something else
+    say(f"running: python -m ftcli_trainer.task {shlex.join(argv)}")
     code, signum = run_trainer(cmd, env, stdout=2 if quiet_stdout else None)
     if code != 0 and claimed:
         _unclaim(base, events_before)

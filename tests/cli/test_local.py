@@ -287,6 +287,21 @@ def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, ti
     assert list((tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE"))  # it checkpointed on the way out
 
 
+def test_the_trainer_command_shown_is_quoted_as_a_shell_reads_it(tmp_path, tiny_model):
+    # it was joined with spaces: copied into a shell, 'my text $HOME' became three words and an expansion
+    import shlex
+
+    data = tmp_path / "my data $x.csv"
+    data.write_text("my text $HOME,label\nx,1\n")
+    r = ftcli("local", "--task", "csv", "--train-file", str(data), "--text-column", "my text $HOME", "--model",
+              str(tiny_model), "--output-dir", "out #1", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("running: ")]
+    assert shlex.split(line.removeprefix("running: python -m ftcli_trainer.task ")) == [
+        "--task", "csv", "--model", str(tiny_model), "--output-dir", "out #1", "--train-file", str(data),
+        "--text-column", "my text $HOME"]
+
+
 def test_a_run_that_fails_on_its_data_leaves_no_folder_behind(tmp_path, tiny_model):
     bad = tmp_path / "bad.csv"
     bad.write_text("text,label\nx,pos\ny,\n")
