@@ -146,6 +146,13 @@ REFUSED = [
     ({**job(pool()), "labels": {"team": "a" * 65}}, "Invalid label value"),
     ({**job(pool()), "labels": {"1team": "a"}}, "Invalid label key '1team'"),
     ({**job(pool()), "labels": {f"k{i}": "v" for i in range(65)}}, "has 65 labels; at most 64 are allowed."),
+    # environment variables: at most 100 per container, each name a C identifier
+    (job(pool(containerSpec={**pool()["containerSpec"], "env": [{"name": f"V{i}", "value": "1"} for i in range(101)]})),
+     "workerPoolSpecs[0] has 101 environment variables; the maximum is 100."),
+    (job(pool(containerSpec={**pool()["containerSpec"], "env": [{"name": "NCCL-DEBUG", "value": "INFO"}]})),
+     "Invalid environment variable name 'NCCL-DEBUG' (workerPoolSpecs[0]): it must be a valid C identifier."),
+    (job(pool(containerSpec={**pool()["containerSpec"], "env": [{"name": "1X", "value": "1"}]})),
+     "Invalid environment variable name '1X'"),
 ]
 
 
@@ -159,6 +166,63 @@ def test_refused_like_vertex(vertex, case):
     else:
         assert "is not supported for custom training in" in str(info.value)
     assert vertex.jobs == {}
+
+
+def test_a_hundred_environment_variables_are_accepted(vertex):
+    env = [{"name": f"_V{i}", "value": ""} for i in range(100)]
+    created = create(vertex, job(pool(containerSpec={**pool()["containerSpec"], "env": env})))
+    assert len(created.job_spec.worker_pool_specs[0].container_spec.env) == 100
+
+
+def tuning(parameters: list[dict], metrics: list[dict] | None = None, **extra) -> dict:
+    return {"displayName": "t", "studySpec": {"metrics": metrics or [{"metricId": "eval_accuracy", "goal": "MAXIMIZE"}],
+                                              "parameters": parameters},
+            "maxTrialCount": 4, "parallelTrialCount": 1, "trialJobSpec": job(pool())["jobSpec"], **extra}
+
+
+LR = {"parameterId": "learning_rate", "doubleValueSpec": {"minValue": 1e-5, "maxValue": 1e-4},
+      "scaleType": "UNIT_LOG_SCALE"}
+TUNING_REFUSED = [
+    (tuning([LR], labels={"Team": "a"}), "Invalid label key 'Team'"),
+    (tuning([LR], [{"metricId": "eval accuracy", "goal": "MAXIMIZE"}]), "Invalid metric_id 'eval accuracy'"),
+    (tuning([LR], [{"metricId": "eval_accuracy"}]), "MetricSpec 'eval_accuracy' needs a goal"),
+    (tuning([LR, LR]), "parameter_id 'learning_rate' is not unique."),
+    (tuning([{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.0, "maxValue": 1e-4},
+              "scaleType": "UNIT_LOG_SCALE"}]), "UNIT_LOG_SCALE needs a strictly positive feasible space"),
+    (tuning([{"parameterId": "lr", "doubleValueSpec": {"minValue": 1e-3, "maxValue": 1e-4}}]),
+     "min_value 0.001 is greater than max_value 0.0001"),
+    (tuning([{"parameterId": "wd", "discreteValueSpec": {"values": [0.1, 0.01]}}]), "increasing order"),
+    (tuning([{"parameterId": "wd", "discreteValueSpec": {"values": [1e-11, 5e-11]}}]), "at least 1e-10 apart"),
+    (tuning([{"parameterId": "bs", "discreteValueSpec": {"values": [float(v) for v in range(1001)]}}]),
+     "1001 discrete values; at most 1000 allowed."),
+    (tuning([{"parameterId": "model", "categoricalValueSpec": {}}]), "categorical_value_spec.values is required"),
+    (tuning([{"parameterId": "lr"}]), "ParameterSpec 'lr' has no value spec."),
+    # the trial job spec is a CustomJob's: its rules hold too
+    (tuning([LR], trialJobSpec=job(pool("n1-standard-8", "NVIDIA_TESLA_T4", 3))["jobSpec"]), "valid counts: 1, 2, 4."),
+]
+
+
+@pytest.mark.parametrize("case", TUNING_REFUSED, ids=[str(i) for i in range(len(TUNING_REFUSED))])
+def test_tuning_jobs_refused_like_vertex(vertex, case):
+    from ftcli.gcp.vertex import tuning_to_proto
+
+    body, message = case
+    with vertex.client() as client, pytest.raises(gexc.InvalidArgument) as info:
+        client.create_hyperparameter_tuning_job(parent=PARENT, hyperparameter_tuning_job=tuning_to_proto(body))
+    assert message in str(info.value)
+    assert vertex.tuning_jobs == {}
+
+
+def test_tuning_job_edges_are_accepted(vertex):
+    from ftcli.gcp.vertex import tuning_to_proto
+
+    params = [{"parameterId": "wd", "discreteValueSpec": {"values": [0.0, 1e-10, 1.0]}},
+              {"parameterId": "epochs", "integerValueSpec": {"minValue": "2", "maxValue": "2"}},
+              {"parameterId": "model", "categoricalValueSpec": {"values": ["a", "b"]}}]
+    with vertex.client() as client:
+        created = client.create_hyperparameter_tuning_job(
+            parent=PARENT, hyperparameter_tuning_job=tuning_to_proto(tuning(params, labels={"équipe": "r"})))
+    assert [p.parameter_id for p in created.study_spec.parameters] == ["wd", "epochs", "model"]
 
 
 def test_accepted_variants(vertex):

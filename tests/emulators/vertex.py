@@ -311,8 +311,7 @@ class VertexEmulator(GrpcEmulator):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"HyperparameterTuningJob.{field} is required.")
         if job.parallel_trial_count > job.max_trial_count:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "parallel_trial_count exceeds max_trial_count.")
-        problem = vertex_rules.refusal(CustomJob(display_name=job.display_name, job_spec=job.trial_job_spec),
-                                       m["location"])
+        problem = vertex_rules.tuning_refusal(job, m["location"])
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         with self._lock:

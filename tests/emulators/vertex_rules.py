@@ -134,6 +134,25 @@ MAX_LABELS = 64
 FLEX_START_ACCELERATORS = {"NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_H100_80GB",
                            "NVIDIA_H200_141GB", "NVIDIA_B200"}
 FLEX_START_MAX = dt.timedelta(days=7)
+# ContainerSpec.env: "Environment variables to be passed to the container. Maximum limit is 100." (PythonPackageSpec.env
+# the same); EnvVar.name: "Required. Name of the environment variable. Must be a valid C identifier." (the aiplatform
+# v1 EnvVar reference, https://cloud.google.com/dotnet/docs/reference/Google.Cloud.AIPlatform.V1/latest/
+# Google.Cloud.AIPlatform.V1.EnvVar, and the installed google-cloud-aiplatform 2.7.0's aiplatform_v1/types/
+# custom_job.py and env_var.py; read 2026-11-27).
+MAX_ENV = 100
+C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# StudySpec (HyperparameterTuningJob.study_spec), from the docstrings of the installed google-cloud-aiplatform 2.7.0's
+# aiplatform_v1/types/study.py (read 2026-11-27; the ScaleType lines also on
+# https://documentation.s3ns.fr/java/docs/reference/google-cloud-aiplatform/3.81.0/com.google.cloud.aiplatform.v1.StudySpec.ParameterSpec.ScaleType,
+# read 2026-11-27): MetricSpec.metric_id and ParameterSpec.parameter_id are "Required ... Must not contain
+# whitespaces and must be unique amongst all" metric (parameter) specs; MetricSpec.goal is Required;
+# DoubleValueSpec/IntegerValueSpec: "Required. Inclusive minimum value" and maximum; UNIT_LOG_SCALE and
+# UNIT_REVERSE_LOG_SCALE: "The entire feasible space must be strictly positive"; DiscreteValueSpec.values: "The list
+# should be in increasing order and at least 1e-10 apart ... should not contain more than 1,000 values";
+# CategoricalValueSpec.values: "Required". HyperparameterTuningJob.labels: the same rule as CustomJob.labels
+# (types/hyperparameter_tuning_job.py, read 2026-11-27).
+DISCRETE_MIN_GAP = 1e-10
+MAX_DISCRETE_VALUES = 1000
 
 Strategy = custom_job.Scheduling.Strategy
 
@@ -186,6 +205,13 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
             image = re.split(r"[:@]", image, maxsplit=1)[0]
             if image in PREBUILT_PYTORCH and PREBUILT_PYTORCH[image] < today:
                 return f"the prebuilt container {uri} reached its end of availability on {PREBUILT_PYTORCH[image]}"
+        env = pool.container_spec.env if has_container else pool.python_package_spec.env
+        if len(env) > MAX_ENV:
+            return f"workerPoolSpecs[{i}] has {len(env)} environment variables; the maximum is {MAX_ENV}."
+        for var in env:
+            if not C_IDENTIFIER.fullmatch(var.name):
+                return (f"Invalid environment variable name {var.name!r} (workerPoolSpecs[{i}]): it must be a valid C "
+                        "identifier.")
         if machine not in MACHINES:
             return f'Machine type "{machine}" is not supported for custom training (workerPoolSpecs[{i}]).'
         accel = pool.machine_spec.accelerator_type.name
@@ -255,4 +281,57 @@ def _labels_problem(labels: dict[str, str]) -> str | None:
         if len(value) > MAX_LABEL_CHARS or not _label_chars_ok(value):
             return (f"Invalid label value {value!r} for key {key!r}: values are at most {MAX_LABEL_CHARS} lowercase "
                     "letters, digits, '_' or '-'.")
+    return None
+
+
+def tuning_refusal(job, location: str, today: dt.date | None = None) -> str | None:
+    """Why Vertex would refuse the HyperparameterTuningJob `job` in `location`, or None: its own fields (labels, the
+    StudySpec), then its trial job spec as a CustomJob of the same display name."""
+    problem = _labels_problem(dict(job.labels)) or _study_problem(job.study_spec)
+    if problem:
+        return problem.replace("CustomJob.labels", "HyperparameterTuningJob.labels")
+    return refusal(custom_job.CustomJob(display_name=job.display_name, job_spec=job.trial_job_spec), location, today)
+
+
+def _ids_problem(ids: list[str], what: str) -> str | None:
+    for ident in ids:
+        if not ident or any(c.isspace() for c in ident):
+            return f"Invalid {what} {ident!r}: it is required and must not contain whitespace."
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    return f"{what} {dup[0]!r} is not unique." if dup else None
+
+
+def _study_problem(study) -> str | None:
+    problem = _ids_problem([m.metric_id for m in study.metrics], "metric_id")
+    if problem:
+        return problem
+    for m in study.metrics:
+        if not m.goal:
+            return f"MetricSpec {m.metric_id!r} needs a goal (MAXIMIZE or MINIMIZE)."
+    problem = _ids_problem([p.parameter_id for p in study.parameters], "parameter_id")
+    if problem:
+        return problem
+    for p in study.parameters:
+        pid, kind = p.parameter_id, p._pb.WhichOneof("parameter_value_spec")
+        if kind is None:
+            return f"ParameterSpec {pid!r} has no value spec."
+        if kind in ("double_value_spec", "integer_value_spec"):
+            spec = getattr(p, kind)
+            low, high = spec.min_value, spec.max_value
+            if low > high:
+                return f"ParameterSpec {pid!r}: min_value {low} is greater than max_value {high}."
+            scale = p.scale_type.name
+            if scale in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE") and low <= 0:
+                return f"ParameterSpec {pid!r}: {scale} needs a strictly positive feasible space (min_value {low})."
+        elif kind == "discrete_value_spec":
+            values = list(p.discrete_value_spec.values)
+            if not values:
+                return f"ParameterSpec {pid!r}: discrete_value_spec.values is required."
+            if len(values) > MAX_DISCRETE_VALUES:
+                return f"ParameterSpec {pid!r}: {len(values)} discrete values; at most {MAX_DISCRETE_VALUES} allowed."
+            if any(b - a < DISCRETE_MIN_GAP for a, b in zip(values, values[1:], strict=False)):
+                return (f"ParameterSpec {pid!r}: discrete values must be in increasing order and at least "
+                        f"{DISCRETE_MIN_GAP:g} apart.")
+        elif kind == "categorical_value_spec" and not p.categorical_value_spec.values:
+            return f"ParameterSpec {pid!r}: categorical_value_spec.values is required."
     return None
