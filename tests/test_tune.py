@@ -38,6 +38,12 @@ def test_default_search():
     ("learning_rate 1e-4", "write NAME=loguniform"),
     ("batch_size=choice(32)", "at least two values"),
     ("batch_size=choice(a,b)", "expected int values"),
+    # a numeric choice is a DiscreteValueSpec: values at least 1e-10 apart, at most 1000 of them (Vertex refused both)
+    ("weight_decay=choice(1e-11,2e-11)", "--search weight_decay: choice values 1e-11 and 2e-11 are less than 1e-10 "
+                                         "apart, which Vertex refuses: keep one of them"),
+    ("weight_decay=choice(0.1,0.10000000000001,0.2)", "choice values 0.1 and 0.10000000000001 are less than"),
+    (f"seed=choice({','.join(map(str, range(1001)))})", "--search seed: choice takes at most 1000 numbers (Vertex's "
+                                                        "limit), got 1001"),
 ])
 def test_bad_searches_are_one_line(item, needle):
     with pytest.raises(UsageError) as info:

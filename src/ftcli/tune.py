@@ -22,6 +22,13 @@ TUNABLE = ("learning_rate", "batch_size", "weight_decay", "warmup_ratio", "epoch
            "gradient_accumulation_steps", "max_grad_norm", "seed", "model")
 DEFAULT_SEARCH = ("learning_rate=loguniform(1e-5,1e-4)", "batch_size=choice(16,32)")
 MAX_TRIALS = 1000  # far past any budget this tool should start without a second look
+# A numeric choice is a DiscreteValueSpec: "The list should be in increasing order and at least 1e-10 apart ... This
+# list should not contain more than 1,000 values" (StudySpec.ParameterSpec.DiscreteValueSpec.values, the docstring of
+# google-cloud-aiplatform 2.7.0's aiplatform_v1/types/study.py and the aiplatform v1 Java reference,
+# https://cloud.google.com/java/docs/reference/google-cloud-aiplatform/latest/
+# com.google.cloud.aiplatform.v1beta1.StudySpec.ParameterSpec.DiscreteValueSpec.Builder; read 2026-11-27).
+DISCRETE_MIN_GAP = 1e-10
+MAX_DISCRETE_VALUES = 1000
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,14 @@ def parse_one(item: str, option_types: dict[str, type]) -> Param:
         else:
             values = sorted(set(_numbers(body, kind, what)))
             spec = {"parameterId": name, "discreteValueSpec": {"values": [float(v) for v in values]}}
+            if len(values) > MAX_DISCRETE_VALUES:
+                raise UsageError(f"{what}: choice takes at most {MAX_DISCRETE_VALUES} numbers (Vertex's limit), got "
+                                 f"{len(values)}")
+            close = [(a, b) for a, b in zip(values, values[1:], strict=False) if b - a < DISCRETE_MIN_GAP]
+            if close:
+                a, b = close[0]
+                raise UsageError(f"{what}: choice values {a!r} and {b!r} are less than {DISCRETE_MIN_GAP:g} apart, "
+                                 "which Vertex refuses: keep one of them")
         if len(values) < 2:
             raise UsageError(f"{what}: choice needs at least two values")
         return Param(name, spec, tuple(values))
