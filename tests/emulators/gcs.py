@@ -28,6 +28,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ def storage_client(url: str, project: str = "test") -> storage.Client:
 
 
 class GcsEmulator:
-    """gcp-storage-emulator (in-memory) as a child process on a free 127.0.0.1 port."""
+    """gcp-storage-emulator (in-memory) as a child process on a free 127.0.0.1 port; uploads honour ifGenerationMatch
+    (412 when it does not hold), which the emulator alone ignores."""
 
     def __init__(self, project: str = "test", startup_timeout: float = 10.0) -> None:
         self.project = project
@@ -79,8 +81,9 @@ class GcsEmulator:
         for _ in range(3):
             self.port = free_port()
             self._log = tempfile.TemporaryFile()
-            cmd = [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", HOST, "--port", str(self.port),
-                   "--in-memory", "--quiet"]
+            # gcp-storage-emulator with Cloud Storage's ifGenerationMatch on uploads (see _gcs_server.py)
+            cmd = [sys.executable, str(Path(__file__).with_name("_gcs_server.py")), "start", "--host", HOST,
+                   "--port", str(self.port), "--in-memory", "--quiet"]
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
             if self._wait_ready():
                 atexit.register(self.stop)  # no orphaned emulator if a caller never reaches stop()

@@ -105,6 +105,32 @@ def test_transfers_report_their_bytes(gcs, tmp_path):
     assert got == 300_000 and seen[-1] == (300_000, 300_000)
 
 
+@pytest.mark.parametrize("size", [300_000, 9 * 1024 * 1024])  # one multipart request; a resumable session in chunks
+def test_an_upload_that_loses_the_race_keeps_the_object_there(gcs, monkeypatch, tmp_path, size):
+    """Another `ftcli train` uploads the same content-addressed object between our existence check and our upload:
+    the create-only upload (ifGenerationMatch=0) gets Cloud Storage's 412, which counts as already there; the object
+    is not overwritten. (The emulator once ignored the precondition: the second upload overwrote it and said sent.)"""
+    from ftcli.gcp.storage import StorageGateway
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("bkt")
+    theirs = b"t" * size
+    ours = tmp_path / "data.bin"
+    ours.write_bytes(b"o" * size)
+
+    def other_uploader_first(method: str, target: str, n: int) -> bool:
+        if method in ("POST", "PUT") and "ifGenerationMatch=0" in target and not gcs.list("bkt", "d/"):
+            gcs.write("bkt", "d/data.bin", theirs)
+        return False  # nothing fails: the request goes on, after the other upload
+
+    with FaultyProxy(gcs.url, fail_when=other_uploader_first) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        assert StorageGateway("p").upload_if_absent(ours, "gs://bkt/d/data.bin") == 0
+        assert any(r.status == 412 for r in proxy.requests)
+    assert gcs.read("bkt", "d/data.bin") == theirs
+
+
 @pytest.mark.parametrize("service", ["vertex", "storage", "logging", "secretmanager"])
 def test_a_permission_hint_names_the_role_in_roles(monkeypatch, service):
     """ROLES is the one place a role is named: `translate` and the gateways that write their own permission hint

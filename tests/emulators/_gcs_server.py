@@ -1,0 +1,94 @@
+"""gcp-storage-emulator, run by GcsEmulator as `python _gcs_server.py start ...`, with the one Cloud Storage rule it
+lacks and ftcli depends on: the ifGenerationMatch precondition on object uploads.
+
+ftcli's trainer upload is create-only (`if_generation_match=0`): the ifGenerationMatch query parameter makes a
+request proceed only "if the generation of the target resource matches the value used in the precondition", else it
+"fails with a 412 Precondition Failed response" ("Request preconditions",
+https://cloud.google.com/storage/docs/request-preconditions?hl=zh-cn, read 2026-11-27 in its translated copy); with 0,
+"blobs that already have a live version will not be overwritten ... Uploads so skipped will result in a 412
+Precondition Failed response" (google-cloud-storage 3.17's transfer_manager.py, skip_if_exists; read 2026-11-27).
+gcp-storage-emulator ignores every precondition: an upload with ifGenerationMatch=0 overwrote an existing object and
+answered 200, so ftcli's 412 path was never run against a real protocol.
+
+Checked on the uploads ftcli sends: media and multipart inserts when they arrive, and resumable sessions on their
+data requests (the precondition is a query parameter of the session URL, which the emulator's Location keeps);
+the session's start is accepted, as Cloud Storage accepted it in googleapis/google-cloud-java#201 ("Resumable:
+Succeeds ... Subsequent data uploads ... fail").
+"""
+
+from __future__ import annotations
+
+import sys
+from http import HTTPStatus
+
+from gcp_storage_emulator import server
+from gcp_storage_emulator.__main__ import main
+from gcp_storage_emulator.exceptions import NotFound
+from gcp_storage_emulator.handlers import objects
+
+_insert, _upload_partial = objects.insert, objects.upload_partial
+
+
+def _live_generation(storage, bucket: str, name: str) -> str:
+    try:
+        return str(storage.get_file_obj(bucket, name).get("generation") or "0")
+    except NotFound:
+        return "0"  # no live version: only ifGenerationMatch=0 holds
+
+
+def _refused(request, response, storage, bucket: str | None, name: str | None) -> bool:
+    """Answer 412 (as Cloud Storage words it) when the request's ifGenerationMatch does not hold."""
+    wanted = request.query.get("ifGenerationMatch")
+    if not wanted or bucket is None or name is None or _live_generation(storage, bucket, name) == wanted[0]:
+        return False
+    _ = request.data  # read the body first: answering before it is read breaks the client's (or proxy's) send
+    message = "At least one of the pre-conditions you specified did not hold."
+    response.status = HTTPStatus.PRECONDITION_FAILED
+    response.json({"error": {"code": 412, "message": message, "errors": [
+        {"domain": "global", "reason": "conditionNotMet", "message": message, "locationType": "header",
+         "location": "If-Match"}]}})
+    return True
+
+
+def _session_target(storage, request) -> tuple[str | None, str | None]:
+    try:
+        obj = storage.get_resumable_file_obj(request.query["upload_id"][0])
+    except (NotFound, KeyError, IndexError):
+        return None, None  # the emulator answers an unknown session itself
+    return obj.get("bucket"), obj.get("name")
+
+
+def insert(request, response, storage, *args, **kwargs):
+    kind = (request.query.get("uploadType") or [""])[0]
+    bucket = request.params.get("bucket_name")
+    if kind == "resumable" and "upload_id" in request.query:  # a data request POSTed to the session
+        if _refused(request, response, storage, *_session_target(storage, request)):
+            return None
+    elif kind in ("media", "multipart"):
+        name = (request.query.get("name") or [None])[0]
+        if name is None and kind == "multipart" and isinstance(request.data, dict):
+            name = (request.data.get("meta") or {}).get("name")
+        if _refused(request, response, storage, bucket, name):
+            return None
+    return _insert(request, response, storage, *args, **kwargs)
+
+
+def upload_partial(request, response, storage, *args, **kwargs):
+    if "upload_id" in request.query and _refused(request, response, storage, *_session_target(storage, request)):
+        return None
+    return _upload_partial(request, response, storage, *args, **kwargs)
+
+
+def _install() -> None:
+    objects.insert, objects.upload_partial = insert, upload_partial  # the router's own fallback reads objects.insert
+    for _, handlers in server.HANDLERS:
+        for method, handler in list(handlers.items()):
+            if handler is _insert:
+                handlers[method] = insert
+            elif handler is _upload_partial:
+                handlers[method] = upload_partial
+
+
+if __name__ == "__main__":
+    _install()
+    main(sys.argv[1:])
