@@ -146,6 +146,8 @@ REFUSED = [
     ({**job(pool()), "labels": {"team": "a" * 65}}, "Invalid label value"),
     ({**job(pool()), "labels": {"1team": "a"}}, "Invalid label key '1team'"),
     ({**job(pool()), "labels": {f"k{i}": "v" for i in range(65)}}, "has 65 labels; at most 64 are allowed."),
+    # only the later worker pools may be skipped with an empty spec
+    (job({}, pool()), "workerPoolSpecs[0] (the primary replica) cannot be empty"),
     # environment variables: at most 100 per container, each name a C identifier
     (job(pool(containerSpec={**pool()["containerSpec"], "env": [{"name": f"V{i}", "value": "1"} for i in range(101)]})),
      "workerPoolSpecs[0] has 101 environment variables; the maximum is 100."),

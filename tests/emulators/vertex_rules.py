@@ -173,6 +173,14 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
     problem = _labels_problem(dict(job.labels))
     if problem:
         return problem
+    # CustomJobSpec.worker_pool_specs: "All worker pools except the first one are optional and can be skipped by
+    # providing an empty value" (installed google-cloud-aiplatform 2.7.0's aiplatform_v1/types/custom_job.py, and
+    # https://cloud.google.com/vertex-ai/docs/reference/rest/v1beta1/CustomJobSpec; read 2026-11-27): an empty first
+    # pool was skipped like the others and the job accepted with no primary replica.
+    first = job.job_spec.worker_pool_specs[0] if job.job_spec.worker_pool_specs else None
+    if first is not None and not (first.machine_spec.machine_type or first.container_spec.image_uri
+            or first.python_package_spec.executor_image_uri):
+        return "workerPoolSpecs[0] (the primary replica) cannot be empty: only the later worker pools may be skipped."
     strategy = job.job_spec.scheduling.strategy
     if strategy == Strategy.FLEX_START:
         configs = {(p.machine_spec.machine_type, p.machine_spec.accelerator_type, p.machine_spec.accelerator_count)
