@@ -73,20 +73,22 @@ def parse_one(item: str, option_types: dict[str, type]) -> Param:
         return Param(name, {"parameterId": name, "integerValueSpec": {"minValue": str(low), "maxValue": str(high)},
                             "scaleType": "UNIT_LINEAR_SCALE"}, (low, high))
     if dist == "choice":
+        values: list[str] | list[float] | list[int]
         if kind is str:
             values = [v.strip() for v in body.split(",") if v.strip()]
             spec = {"parameterId": name, "categoricalValueSpec": {"values": values}}
         else:
-            values = sorted(set(_numbers(body, kind, what)))
-            spec = {"parameterId": name, "discreteValueSpec": {"values": [float(v) for v in values]}}
-            if len(values) > MAX_DISCRETE_VALUES:
+            numbers = sorted(set(_numbers(body, kind, what)))
+            spec = {"parameterId": name, "discreteValueSpec": {"values": [float(v) for v in numbers]}}
+            if len(numbers) > MAX_DISCRETE_VALUES:
                 raise UsageError(f"{what}: choice takes at most {MAX_DISCRETE_VALUES} numbers (Vertex's limit), got "
-                                 f"{len(values)}")
-            close = [(a, b) for a, b in zip(values, values[1:], strict=False) if b - a < DISCRETE_MIN_GAP]
+                                 f"{len(numbers)}")
+            close = [(a, b) for a, b in zip(numbers, numbers[1:], strict=False) if b - a < DISCRETE_MIN_GAP]
             if close:
                 a, b = close[0]
                 raise UsageError(f"{what}: choice values {a!r} and {b!r} are less than {DISCRETE_MIN_GAP:g} apart, "
                                  "which Vertex refuses: keep one of them")
+            values = numbers
         if len(values) < 2:
             raise UsageError(f"{what}: choice needs at least two values")
         return Param(name, spec, tuple(values))
