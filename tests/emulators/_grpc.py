@@ -58,6 +58,7 @@ class GrpcEmulator:
         self.max_workers = max_workers
         self.thread_prefix = f"{type(self).__name__}-{next(_instances)}"  # tells this instance's threads apart
         self.port = 0
+        self.credentials_port = 0
         self.requests: list[tuple[str, Any]] = []
         self.metadata: list[dict[str, str]] = []  # invocation metadata, aligned with .requests
         self._lock = threading.RLock()
@@ -85,6 +86,9 @@ class GrpcEmulator:
         server = grpc.server(self._executor, options=[("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(self.SERVICE, self._handlers()),))
         self.port = server.add_insecure_port(f"{HOST}:0")
+        # A second port that takes per-call credentials (gRPC sends them only over a secure channel; local
+        # credentials count as one): calls through it run the client's real token refresh, as against Google.
+        self.credentials_port = server.add_secure_port(f"{HOST}:0", grpc.local_server_credentials())
         server.start()
         self._server = server
         return self
@@ -118,6 +122,16 @@ class GrpcEmulator:
 
     def channel(self) -> grpc.Channel:
         return grpc.insecure_channel(self.address)
+
+    def authenticated_channel(self, credentials: Any) -> grpc.Channel:
+        """A channel that puts google.auth `credentials` on every call, through google-auth's own gRPC plugin (the
+        one Google's clients use): each call first gets an access token from the credentials' token endpoint."""
+        import google.auth.transport.grpc
+        import google.auth.transport.requests
+
+        plugin = google.auth.transport.grpc.AuthMetadataPlugin(credentials, google.auth.transport.requests.Request())
+        return grpc.secure_channel(f"{HOST}:{self.credentials_port}", grpc.composite_channel_credentials(
+            grpc.local_channel_credentials(), grpc.metadata_call_credentials(plugin)))
 
     # -- recording and faults --------------------------------------------------------------------------------------
 

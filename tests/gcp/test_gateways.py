@@ -174,3 +174,51 @@ def test_a_json_payload_without_a_message_is_shown_as_its_json(cloud_logging, mo
     got = list(LoggingGateway("test").list('resource.labels.job_id="7"'))
     assert json.loads(got[0].text) == {"split": "eval", "loss": 0.25, "ok": True}
     assert got[1].text == "époque 1" and got[0].replica == "workerpool0-0"
+
+
+def test_an_expired_login_over_grpc_is_said_at_once_not_retried_as_unavailable(vertex, cloud_logging):
+    """gRPC runs the token refresh in its auth plugin and reports what it raised as UNAVAILABLE: an expired login
+    was retried for 90 s ("Vertex AI did not answer ...; retrying") and then blamed on the network; `ftcli logs`
+    said "cannot reach Cloud Logging" and kept retrying. Real user credentials, a real token endpoint that refuses
+    the grant, google-auth's own gRPC plugin."""
+    import time
+
+    from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+    from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
+    from google.cloud.logging_v2.services.logging_service_v2 import LoggingServiceV2Client
+    from google.cloud.logging_v2.services.logging_service_v2.transports import LoggingServiceV2GrpcTransport
+    from google.oauth2.credentials import Credentials
+
+    from ftcli.errors import LogsUnavailable
+    from ftcli.gcp.cloud_logging import LoggingGateway
+    from ftcli.gcp.vertex import VertexGateway
+    from tests.emulators.oauth import RefusingTokenEndpoint
+
+    told: list[str] = []
+    with RefusingTokenEndpoint() as tokens:
+        def creds():
+            return Credentials(None, refresh_token="r", client_id="c", client_secret="s", token_uri=tokens.url)
+
+        gateway = VertexGateway.__new__(VertexGateway)
+        gateway.project, gateway.region, gateway.notify = "test-project", "us-central1", told.append
+        gateway.parent, gateway.endpoint = "projects/test-project/locations/us-central1", vertex.address
+        gateway.client = JobServiceClient(transport=JobServiceGrpcTransport(
+            channel=vertex.authenticated_channel(creds())))
+        logs = LoggingGateway.__new__(LoggingGateway)
+        logs.project, logs.resource, logs.notify, logs.endpoint = "test-project", "projects/test-project", \
+            told.append, cloud_logging.address
+        logs.client = LoggingServiceV2Client(transport=LoggingServiceV2GrpcTransport(
+            channel=cloud_logging.authenticated_channel(creds())))
+
+        started = time.monotonic()
+        with pytest.raises(FtcliError) as info:
+            gateway.list()
+        assert info.value.message == ("your Google Cloud credentials do not work: invalid_grant: Token has been "
+                                      "expired or revoked.")
+        assert info.value.hint == "run `gcloud auth application-default login`"
+        with pytest.raises(LogsUnavailable) as denied:
+            list(logs.list('resource.labels.job_id="1"', patience=60))
+        assert denied.value.reason == "denied" and "invalid_grant" in denied.value.message
+        assert denied.value.hint == "run `gcloud auth application-default login`"
+        assert time.monotonic() - started < 10 and told == []  # nothing retried
+        assert tokens.requests >= 2 and vertex.requests == [] and cloud_logging.requests == []

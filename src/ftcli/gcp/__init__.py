@@ -98,6 +98,30 @@ def _disabled_service(e) -> str | None:
     return (getattr(e, "metadata", None) or {}).get("service") or "the API"
 
 
+# gRPC runs the credentials' token refresh in its auth metadata plugin and turns what it raises (an expired or revoked
+# login's RefreshError, say) into UNAVAILABLE with this text, so it reaches api_core as ServiceUnavailable, the code
+# that means "retry" (grpc's plugin_wrapping; seen here with google-auth's AuthMetadataPlugin and an OAuth token
+# endpoint answering 400 invalid_grant). Retrying cannot fix a login.
+PLUGIN_FAILED = "Getting metadata from plugin failed with error: "
+# The OAuth error codes a token endpoint answers for a grant that no longer works (RFC 6749 section 5.2).
+LOGIN_ERRORS = ("invalid_grant", "invalid_client", "unauthorized_client", "invalid_scope")
+
+
+def credentials_failure(e: BaseException) -> str | None:
+    """What went wrong getting an access token, when a gRPC call failed for that (else None)."""
+    from google.api_core import exceptions as gexc
+
+    if not isinstance(e, gexc.ServiceUnavailable):
+        return None
+    text = str(getattr(e, "message", "") or "")
+    if not text.startswith(PLUGIN_FAILED):
+        return None
+    inner = text[len(PLUGIN_FAILED):].strip()
+    # google-auth's errors arrive as their args' repr: ('invalid_grant: Token has been expired or revoked.', {...})
+    m = re.match(r"""\(\s*(['"])(.*?)\1""", inner, re.DOTALL)
+    return (m.group(2) if m else inner).splitlines()[0] if inner else "no access token"
+
+
 def first_line(e: BaseException) -> str:
     text = str(getattr(e, "message", "") or e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -112,6 +136,12 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
     message = first_line(e)
     name = NAMES.get(service, service)
     target = what or name
+    token = credentials_failure(e)
+    if token is not None:
+        if any(code in token for code in LOGIN_ERRORS):
+            return FtcliError(f"your Google Cloud credentials do not work: {token}", hint=LOGIN)
+        return FtcliError(f"cannot get an access token for your Google Cloud credentials: {token}",
+                          hint=f"check your network and try again, or {LOGIN}")
     if isinstance(e, aexc.GoogleAuthError):
         # An expired or revoked login surfaces on the first call (RefreshError), not when the client is made.
         if isinstance(e, aexc.TransportError):

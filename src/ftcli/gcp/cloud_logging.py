@@ -16,7 +16,16 @@ import threading
 from collections.abc import Iterator
 
 from ftcli.errors import LogsUnavailable
-from ftcli.gcp import LOGIN, ROLES, Notify, credentials, first_line, plaintext_endpoint, retry_notice
+from ftcli.gcp import (
+    LOGIN,
+    ROLES,
+    Notify,
+    credentials,
+    credentials_failure,
+    first_line,
+    plaintext_endpoint,
+    retry_notice,
+)
 from ftcli.values import LogEntry, TailBatch
 
 ENDPOINT_VAR = "FTCLI_LOGGING_ENDPOINT"
@@ -96,6 +105,10 @@ class LoggingGateway:
         from google.auth import exceptions as aexc
 
         detail = first_line(e)
+        token = credentials_failure(e)
+        if token is not None:  # an expired login arrives as UNAVAILABLE over gRPC: not "unreachable", not retried
+            return LogsUnavailable("denied", f"cannot read the job's logs: your Google Cloud credentials do not work "
+                                   f"({token})", hint=LOGIN)
         if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
             return LogsUnavailable(
                 "denied", f"cannot read the job's logs: permission denied on project {self.project} ({detail})",
@@ -136,8 +149,9 @@ class LoggingGateway:
                 elif unanswered is not None:
                     unanswered(e)
 
-            retry = Retry(predicate=if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded,
-                                                      gexc.InternalServerError, gexc.ResourceExhausted),
+            transient = if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError,
+                                          gexc.ResourceExhausted)
+            retry = Retry(predicate=lambda e: transient(e) and credentials_failure(e) is None,
                           initial=min(1.0, patience / 8), maximum=16.0, multiplier=2.0, timeout=patience,
                           on_error=on_error)
         try:
