@@ -509,3 +509,18 @@ def test_a_failing_background_producer_ends_the_job_instead_of_hanging_the_run(c
     assert r.code != 0
     with pytest.raises(RuntimeError, match="the producer broke"):
         writer.join()
+
+
+def test_logging_api_disabled_says_enable_it_not_grant_a_role(capsys, logs_env):
+    """Cloud Logging's SERVICE_DISABLED (PERMISSION_DENIED with an ErrorInfo) was read as a missing role: "grant
+    roles/logging.viewer", which cannot help."""
+    vertex, logs, job = logs_env
+    logs.fail_next("ListLogEntries", grpc.StatusCode.PERMISSION_DENIED,
+                   message="Cloud Logging API has not been used in project 123 before or it is disabled.",
+                   error_info={"reason": "SERVICE_DISABLED", "domain": "googleapis.com",
+                               "metadata": {"service": "logging.googleapis.com", "consumer": "projects/123"}})
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines() == [
+        "error: cannot read the job's logs: the logging.googleapis.com API is not enabled in project test-project",
+        "hint: enable it: gcloud services enable logging.googleapis.com --project test-project"]

@@ -448,6 +448,50 @@ def test_disabled_vertex_api_says_how_to_enable_it(capsys, cloud_env):
     assert "roles/" not in r.err and not vertex.jobs
 
 
+@pytest.mark.parametrize(("reason", "message", "needle", "hint"), [
+    ("BILLING_DISABLED", "This API method requires billing to be enabled. Please enable billing on project #123 by "
+     "visiting https://console.developers.google.com/billing/enable?project=123 then retry.",
+     "billing is disabled for project test-project: aiplatform.googleapis.com needs it linked to an active Cloud "
+     "Billing account", "gcloud billing projects link test-project --billing-account=ACCOUNT_ID"),
+    ("USER_PROJECT_DENIED", "Caller does not have required permission to use project quota-proj.",
+     "your credentials may not bill their requests to their quota project (projects/123)",
+     "gcloud auth application-default set-quota-project test-project"),
+    ("ACCESS_TOKEN_SCOPE_INSUFFICIENT", "Request had insufficient authentication scopes.",
+     "your credentials' access token lacks the scope aiplatform.googleapis.com needs",
+     "https://www.googleapis.com/auth/cloud-platform"),
+])
+def test_account_problems_are_not_answered_with_a_role_to_grant(capsys, cloud_env, reason, message, needle, hint):
+    """Billing off, a quota project the caller may not use, a token without the scope: each is a PERMISSION_DENIED
+    with its ErrorInfo reason (google.api.ErrorReason), and each was answered "grant roles/aiplatform.user"."""
+    gcs, vertex = cloud_env
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.PERMISSION_DENIED, message=message,
+                     error_info={"reason": reason, "domain": "googleapis.com",
+                                 "metadata": {"service": "aiplatform.googleapis.com", "consumer": "projects/123"}})
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert f"error: {needle}" in r.err and hint in r.err
+    assert "roles/" not in r.err and not vertex.jobs
+
+
+def test_bucket_check_with_billing_disabled_says_so(capsys, cloud_env, monkeypatch):
+    """Cloud Storage's BILLING_DISABLED on the bucket check was read as storage.buckets.get denied."""
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    error = {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": "The billing account for the owning "
+                       "project is disabled in state closed", "details": [{
+                           "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "BILLING_DISABLED",
+                           "domain": "googleapis.com",
+                           "metadata": {"service": "storage.googleapis.com", "consumer": "projects/123"}}]}}
+    with FaultyProxy(gcs.url, status=403, error=error, fail_every=1) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1, r.err
+    assert "error: billing is disabled for project test-project: storage.googleapis.com needs it" in r.err
+    assert "gcloud billing projects link test-project" in r.err
+    assert "storage.buckets.get" not in r.err and "roles/" not in r.err and vertex.requests == []
+
+
 def test_act_as_denied_names_service_account_user(capsys, cloud_env):
     gcs, vertex = cloud_env
     vertex.fail_next("CreateCustomJob", grpc.StatusCode.PERMISSION_DENIED,

@@ -127,6 +127,56 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def account_problem(e: Exception, *, service: str, project: str | None = None) -> FtcliError | None:
+    """The error, when what failed is the account rather than the call: a login that no longer works, an API the
+    project has not enabled, billing switched off, a quota project the caller may not use, a token without the
+    scope. Granting a role fixes none of these, so a gateway that words its own permission error asks here first.
+
+    Service Infrastructure names them in a google.rpc.ErrorInfo of domain googleapis.com, whose metadata "consumer"
+    is the project and "service" the API ("google.api.ErrorReason",
+    https://github.com/googleapis/googleapis/blob/master/google/api/error_reason.proto, and
+    https://cloud.google.com/dotnet/docs/reference/Google.Api.CommonProtos/latest/Google.Api.ErrorReason for
+    ACCESS_TOKEN_SCOPE_INSUFFICIENT, read 2026-11-27)."""
+    token = credentials_failure(e)
+    if token is not None:
+        if any(code in token for code in LOGIN_ERRORS):
+            return FtcliError(f"your Google Cloud credentials do not work: {token}", hint=LOGIN)
+        return FtcliError(f"cannot get an access token for your Google Cloud credentials: {token}",
+                          hint=f"check your network and try again, or {LOGIN}")
+    reason = getattr(e, "reason", None)
+    metadata = getattr(e, "metadata", None) or {}
+    api = metadata.get("service") or APIS.get(service, service)
+    consumer = metadata.get("consumer") or ""
+    disabled = _disabled_service(e)
+    if disabled:
+        api = disabled if "." in disabled else APIS.get(service, disabled)
+        where = f" --project {project}" if project else ""
+        return FtcliError(f"the {api} API is not enabled in project {project or '?'}",
+                          hint=f"enable it: gcloud services enable {api}{where}")
+    if reason == "BILLING_DISABLED":
+        # "Billing is enabled on a project when the project is linked to a valid, active Cloud Billing account"
+        # (`gcloud billing projects link`, https://cloud.google.com/sdk/gcloud/reference/billing/projects/link,
+        # read 2026-11-27).
+        return FtcliError(f"billing is disabled for project {project or consumer or '?'}: {api} needs it linked to "
+                          "an active Cloud Billing account",
+                          hint=f"link one: gcloud billing projects link {project or 'PROJECT_ID'} "
+                               "--billing-account=ACCOUNT_ID (`gcloud billing accounts list` shows yours)")
+    if reason == "USER_PROJECT_DENIED":
+        # The quota project of Application Default Credentials: "The existing application default credentials must
+        # have the serviceusage.services.use permission on the given project" (`gcloud auth application-default
+        # set-quota-project`, https://cloud.google.com/sdk/gcloud/reference/auth/application-default/set-quota-project,
+        # read 2026-11-27).
+        of = f" ({consumer})" if consumer else ""
+        return FtcliError(f"your credentials may not bill their requests to their quota project{of}: {first_line(e)}",
+                          hint="grant yourself serviceusage.services.use on that project, or pick one you may use: "
+                               f"gcloud auth application-default set-quota-project {project or 'PROJECT_ID'}")
+    if reason == "ACCESS_TOKEN_SCOPE_INSUFFICIENT":
+        return FtcliError(f"your credentials' access token lacks the scope {api} needs: {first_line(e)}",
+                          hint=f"{LOGIN}, or use credentials that carry the "
+                               "https://www.googleapis.com/auth/cloud-platform scope")
+    return None
+
+
 def translate(e: Exception, *, service: str, project: str | None = None, what: str = "", region: str | None = None,
               endpoint: str | None = None, endpoint_var: str | None = None) -> FtcliError:
     """Turn a google.api_core or google.auth exception into an FtcliError that names the fix."""
@@ -136,24 +186,15 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
     message = first_line(e)
     name = NAMES.get(service, service)
     target = what or name
-    token = credentials_failure(e)
-    if token is not None:
-        if any(code in token for code in LOGIN_ERRORS):
-            return FtcliError(f"your Google Cloud credentials do not work: {token}", hint=LOGIN)
-        return FtcliError(f"cannot get an access token for your Google Cloud credentials: {token}",
-                          hint=f"check your network and try again, or {LOGIN}")
+    problem = account_problem(e, service=service, project=project)
+    if problem is not None:
+        return problem
     if isinstance(e, aexc.GoogleAuthError):
         # An expired or revoked login surfaces on the first call (RefreshError), not when the client is made.
         if isinstance(e, aexc.TransportError):
             return FtcliError(f"cannot reach Google's sign-in service to use your credentials: {message}",
                               hint="check your network and try again")
         return FtcliError(f"your Google Cloud credentials do not work: {message}", hint=LOGIN)
-    disabled = _disabled_service(e)
-    if disabled:
-        api = disabled if "." in disabled else APIS.get(service, disabled)
-        where = f" --project {project}" if project else ""
-        return FtcliError(f"the {api} API is not enabled in project {project or '?'}",
-                          hint=f"enable it: gcloud services enable {api}{where}")
     if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
         # Running a job as a service account takes iam.serviceAccounts.actAs on it, which Service Account User grants
         # ("Use a custom service account", https://docs.cloud.google.com/vertex-ai/docs/general/custom-service-account,

@@ -20,6 +20,7 @@ from ftcli.gcp import (
     LOGIN,
     ROLES,
     Notify,
+    account_problem,
     credentials,
     credentials_failure,
     first_line,
@@ -105,10 +106,9 @@ class LoggingGateway:
         from google.auth import exceptions as aexc
 
         detail = first_line(e)
-        token = credentials_failure(e)
-        if token is not None:  # an expired login arrives as UNAVAILABLE over gRPC: not "unreachable", not retried
-            return LogsUnavailable("denied", f"cannot read the job's logs: your Google Cloud credentials do not work "
-                                   f"({token})", hint=LOGIN)
+        problem = account_problem(e, service="logging", project=self.project)
+        if problem is not None:  # an expired login (UNAVAILABLE over gRPC), the API or billing off: no retry helps
+            return LogsUnavailable("denied", f"cannot read the job's logs: {problem.message}", hint=problem.hint)
         if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
             return LogsUnavailable(
                 "denied", f"cannot read the job's logs: permission denied on project {self.project} ({detail})",

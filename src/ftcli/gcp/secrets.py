@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ftcli.errors import FtcliError
-from ftcli.gcp import ROLES, plaintext_endpoint, translate
+from ftcli.gcp import ROLES, account_problem, plaintext_endpoint, translate
 
 ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"
 
@@ -40,8 +40,8 @@ class SecretsGateway:
                              hint=f"create it: printf %s \"$WANDB_API_KEY\" | gcloud secrets create {short} "
                                   "--data-file=-") from None
         except (gexc.PermissionDenied, gexc.Forbidden) as e:
-            error = translate(e, service="secretmanager", project=self.project, what=secret)
-            if error.hint and "services enable" in error.hint:
+            error = account_problem(e, service="secretmanager", project=self.project)
+            if error is not None:  # the API is off, billing is off, ...: no role fixes it
                 raise error from None
             # Reading the payload inside the job takes secretmanager.versions.access: Secret Manager Secret Accessor
             # (https://cloud.google.com/secret-manager/docs/access-control, named 2026-11-27, not re-read).

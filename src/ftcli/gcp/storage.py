@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ftcli.errors import FtcliError
-from ftcli.gcp import Notify, guard, retry_notice, translate
+from ftcli.gcp import Notify, account_problem, guard, retry_notice
 from ftcli_trainer.storage import split_gcs as split_uri
 
 TRANSFER_WORKERS = 8
@@ -95,8 +95,8 @@ class StorageGateway:
                 raise FtcliError(f"bucket gs://{bucket} does not exist",
                                  hint=f"create it: gcloud storage buckets create gs://{bucket}{location}") from None
             except (gexc.Forbidden, gexc.PermissionDenied) as e:
-                error = translate(e, **self._context(f"gs://{bucket}"))
-                if error.hint and "services enable" in error.hint:
+                error = account_problem(e, service="storage", project=self.project)
+                if error is not None:  # the API is off, billing is off, ...: no role fixes it
                     raise error from None
                 raise FtcliError(
                     f"cannot read bucket gs://{bucket}'s location (storage.buckets.get denied)",
