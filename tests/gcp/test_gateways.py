@@ -222,3 +222,30 @@ def test_an_expired_login_over_grpc_is_said_at_once_not_retried_as_unavailable(v
         assert denied.value.hint == "run `gcloud auth application-default login`"
         assert time.monotonic() - started < 10 and told == []  # nothing retried
         assert tokens.requests >= 2 and vertex.requests == [] and cloud_logging.requests == []
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("not json", "is not a valid json file (Expecting value: line 1 column 1 (char 0))"),
+    ('{"type": "service_account"}', "Failed to load service account credentials from"),
+    (None, "was not found"),
+])
+def test_an_unusable_key_file_is_named_not_called_missing_credentials(capsys, tmp_path, monkeypatch, content, why):
+    """GOOGLE_APPLICATION_CREDENTIALS set to a file that is missing, not JSON or not a key: google.auth.default says
+    which and why; ftcli said "no Google Cloud credentials found" and "set GOOGLE_APPLICATION_CREDENTIALS", which
+    was already set."""
+    from tests.cli.helpers import run_cli
+
+    key = tmp_path / "key.json"
+    if content is not None:
+        key.write_text(content)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.delenv("FTCLI_VERTEX_ENDPOINT", raising=False)  # the real endpoint: credentials are looked up
+    monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    r = run_cli(capsys, "jobs", "list", "--project", "test-project", "--region", "us-central1")
+    assert r.code == 1 and "Traceback" not in r.err
+    first, hint = r.err.splitlines()
+    assert first.startswith(f"error: GOOGLE_APPLICATION_CREDENTIALS={key} cannot be used: ") and why in first
+    assert hint == ("hint: point it at a service account key file (JSON), or unset it and run "
+                    "`gcloud auth application-default login`")

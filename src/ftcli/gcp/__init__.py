@@ -42,7 +42,16 @@ def credentials():
 
     try:
         creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    except DefaultCredentialsError:
+    except DefaultCredentialsError as e:
+        why = str(e.args[0]) if e.args else str(e)
+        if len(e.args) > 1 and isinstance(e.args[1], Exception):  # what was wrong in the file: its fields, its JSON
+            why = f"{why.rstrip('.')} ({first_line(e.args[1])})"
+        key_file = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+        if key_file:  # found, but not usable: missing, not JSON, not a key ("no credentials found" sent people astray)
+            raise FtcliError(f"GOOGLE_APPLICATION_CREDENTIALS={key_file} cannot be used: {why}",
+                             hint=f"point it at a service account key file (JSON), or unset it and {LOGIN}") from None
+        if "were not found" not in why:  # the gcloud ADC file itself is broken
+            raise FtcliError(f"your Application Default Credentials cannot be used: {why}", hint=LOGIN) from None
         raise FtcliError(
             "no Google Cloud credentials found",
             hint=f"{LOGIN}, or set GOOGLE_APPLICATION_CREDENTIALS to a key file",
