@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ftcli.errors import LogsUnavailable, UsageError
+from ftcli.errors import FtcliError, LogsUnavailable, NotFound, UsageError
 from ftcli.values import FINAL_STATES, WAITING_STATES, Job, JobName, LogEntry, TailBatch
 
 # LogSeverity (https://cloud.google.com/logging/docs/reference/v2/rest/v2/LogEntry#logseverity, read 2026-11-27):
@@ -98,7 +98,8 @@ def to_line(entry: LogEntry) -> Line:
 
 @dataclass
 class Notice:
-    """Something the reader must tell the user once (logs unreadable, and why); it keeps following the job."""
+    """Something the reader must tell the user once (logs unreadable, and why; reason "state": the job's state
+    unreadable for now); it keeps following the job."""
 
     reason: str
     message: str
@@ -313,6 +314,10 @@ class Timing:
                       read_slice=self.read_slice)
 
 
+# How long the follower goes on while the job's state cannot be read (each read already retries a 503 for 90 s).
+STATE_PATIENCE = 600.0
+
+
 @dataclass
 class Follower:
     """Reports a job's log lines and state changes; `run` returns the final state."""
@@ -372,11 +377,30 @@ class Follower:
         started = last_arrival = time.monotonic()
         final_listed = False
         shown_any = waiting = False
+        unreadable_since: float | None = None
+        told_state = False
         try:
             while True:
                 now = time.monotonic()
                 if now >= next_state_check:
-                    self.job = job = self.get_job()
+                    try:
+                        self.job = job = self.get_job()
+                        unreadable_since = None
+                    except FtcliError as e:
+                        # One failed read of the state (a 500, the per-minute read quota, 90 s of 503s) ended the
+                        # following of a job that ran on; its logs are still read, and the state is read again.
+                        # What lasts past STATE_PATIENCE (a login that expired, a role taken away) is raised.
+                        if job is None or isinstance(e, NotFound):
+                            raise
+                        unreadable_since = unreadable_since or now
+                        if now - unreadable_since > STATE_PATIENCE:
+                            raise
+                        if not told_state:
+                            told_state = True
+                            self.events.notice(Notice("state", f"cannot read the job's state now ({e.message}); "
+                                                      "still following it, and trying again", e.hint))
+                        next_state_check = now + max(t.state_interval, t.quota_interval)
+                        continue
                     if job.state != state:
                         state = job.state
                         if state not in FINAL_STATES:

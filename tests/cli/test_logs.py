@@ -524,3 +524,36 @@ def test_logging_api_disabled_says_enable_it_not_grant_a_role(capsys, logs_env):
     assert r.err.splitlines() == [
         "error: cannot read the job's logs: the logging.googleapis.com API is not enabled in project test-project",
         "hint: enable it: gcloud services enable logging.googleapis.com --project test-project"]
+
+
+@pytest.mark.parametrize(("code", "error_info", "said"), [
+    (grpc.StatusCode.INTERNAL, None, "Vertex AI error: InternalServerError: Internal error encountered."),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED,  # Vertex's per-minute read quota (ErrorReason RATE_LIMIT_EXCEEDED)
+     {"reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com",
+      "metadata": {"service": "aiplatform.googleapis.com", "consumer": "projects/123",
+                   "quota_metric": "aiplatform.googleapis.com/resource_management_requests"}},
+     "quota exceeded (aiplatform.googleapis.com/resource_management_requests)"),
+])
+def test_a_failed_state_read_does_not_end_following(capsys, logs_env, code, error_info, said):
+    """One GetCustomJob answered 500 (or over the per-minute quota) while `ftcli logs` followed a running job ended
+    it with exit 1 and that error, the job still running. It is said once, and the job is followed to its end."""
+    vertex, logs, job = logs_env
+    resource = {"type": "ml_job", "labels": {"job_id": job["name"].rsplit("/", 1)[-1], "task_name": "workerpool0-0"}}
+
+    def produce():
+        n = len(vertex.calls("GetCustomJob"))
+        # the command's read, then the follower's first: following has started
+        assert vertex.wait_for_requests("GetCustomJob", n + 2, timeout=20)
+        vertex.fail_next("GetCustomJob", code, times=2, message="Internal error encountered.", error_info=error_info)
+        assert vertex.wait_for_requests("GetCustomJob", n + 4, timeout=20)  # both failed reads happened
+        logs.write([{"resource": resource, "text_payload": "still training", "insert_id": "a"}])
+        time.sleep(0.5)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    writer = in_background(produce, vertex)
+    r = run_cli(capsys, "logs", "1")
+    writer.join()
+    assert r.code == 0, r.err
+    assert r.err.count("cannot read the job's state now") == 1 and said in r.err
+    assert "still following it" in r.err and "job 1: SUCCEEDED" in r.err and "Traceback" not in r.err
+    assert "still training" in r.out

@@ -66,7 +66,8 @@ class FollowView(Events):
         from ftcli.output import emit_json, warn
 
         if self.json_out:
-            emit_json({"event": "logs_unavailable", "reason": notice.reason, "message": notice.message,
+            event = "state_unavailable" if notice.reason == "state" else "logs_unavailable"
+            emit_json({"event": event, "reason": notice.reason, "message": notice.message,
                        "hint": notice.hint})
         warn(notice.message, notice.hint)
 
