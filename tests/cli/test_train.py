@@ -760,6 +760,44 @@ def test_quota_failure_detail_names_the_metric_end_to_end(capsys, cloud_env):
     assert "Traceback" not in r.err and not vertex.jobs
 
 
+def test_a_rate_limit_on_create_is_waited_out_not_taken_for_a_gpu_quota(capsys, cloud_env):
+    # RESOURCE_EXHAUSTED with reason RATE_LIMIT_EXCEEDED (a per-minute request quota) was taken for a GPU quota: no
+    # retry, "request more of ... or pick another --gpu or --region", and with several GPUs the next one was tried.
+    gcs, vertex = cloud_env
+    metric = "aiplatform.googleapis.com/resource_management_requests"
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.RESOURCE_EXHAUSTED, times=2,
+                     message=f"Quota exceeded for quota metric '{metric}' and limit 'per minute'",
+                     error_info={"reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com",
+                                 "metadata": {"quota_metric": metric}})
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--gpu", "T4,L4")
+    assert r.code == 0, r.err
+    assert "Vertex AI is limiting the rate of requests (429 ResourceExhausted, CreateCustomJob); retrying" in r.err
+    (job,) = vertex.jobs.values()
+    assert job.job_spec.worker_pool_specs[0].machine_spec.accelerator_type.name == "NVIDIA_TESLA_T4"
+    creates = [req for m, req in vertex.requests if m == "CreateCustomJob"]
+    assert len(creates) == 3 and "request more of" not in r.err  # T4 three times; L4 never tried
+    assert {c.custom_job.job_spec.worker_pool_specs[0].machine_spec.accelerator_type.name for c in creates} == {
+        "NVIDIA_TESLA_T4"}
+
+
+def test_a_rate_limit_that_lasts_says_to_wait_not_to_ask_for_quota():
+    from google.api_core import exceptions as gexc
+    from google.rpc import error_details_pb2
+
+    from ftcli.errors import NoCapacity
+    from ftcli.gcp import translate
+
+    metric = "aiplatform.googleapis.com/resource_management_requests"
+    e = gexc.ResourceExhausted("Quota exceeded for quota metric 'Resource management requests' and limit 'per minute'",
+                               error_info=error_details_pb2.ErrorInfo(reason="RATE_LIMIT_EXCEEDED",
+                                                                      domain="googleapis.com",
+                                                                      metadata={"quota_metric": metric}))
+    error = translate(e, service="vertex", project="p", region="us-central1")
+    assert not isinstance(error, NoCapacity)  # the next --gpu or --region would be limited the same
+    assert error.message.startswith(f"Vertex AI is limiting the rate of requests ({metric}): Quota exceeded")
+    assert error.hint == "wait a minute and try again; nothing was left half-done"
+
+
 def test_a_rejected_machine_gpu_pair_suggests_the_machine_that_fits(capsys, cloud_env):
     gcs, vertex = cloud_env
     vertex.fail_next("CreateCustomJob", grpc.StatusCode.INVALID_ARGUMENT,

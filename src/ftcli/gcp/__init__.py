@@ -131,6 +131,18 @@ def credentials_failure(e: BaseException) -> str | None:
     return (m.group(2) if m else inner).splitlines()[0] if inner else "no access token"
 
 
+def rate_limited(e: BaseException) -> bool:
+    """A request refused for the rate of requests (a per-minute quota such as Vertex's resource_management_requests),
+    not for capacity: RESOURCE_EXHAUSTED with the ErrorInfo reason RATE_LIMIT_EXCEEDED ("The request is denied
+    because it violates a rate limit", google.api.ErrorReason,
+    https://github.com/googleapis/googleapis/blob/master/google/api/error_reason.proto, read 2026-11-27). The same
+    call goes through a minute later: it is retried, and never taken for a GPU quota (which moves on to the next
+    --gpu or --region)."""
+    from google.api_core import exceptions as gexc
+
+    return isinstance(e, gexc.ResourceExhausted) and getattr(e, "reason", None) == "RATE_LIMIT_EXCEEDED"
+
+
 def first_line(e: BaseException) -> str:
     text = str(getattr(e, "message", "") or e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -217,6 +229,10 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
                                f"account) on project {project or '?'}")
     if isinstance(e, gexc.Unauthenticated):
         return FtcliError(f"not authenticated to {name}: {message}", hint=LOGIN)
+    if rate_limited(e):
+        metric = quota_metric(e)
+        return FtcliError(f"{name} is limiting the rate of requests{f' ({metric})' if metric else ''}: {message}",
+                          hint="wait a minute and try again; nothing was left half-done")
     if isinstance(e, gexc.ResourceExhausted):
         metric = quota_metric(e)
         page = f"https://console.cloud.google.com/iam-admin/quotas?project={project}" if project else "the Quotas page"
@@ -259,6 +275,9 @@ def retry_notice(service: str, what: str, notify: Notify | None) -> Callable[[Ex
         if not isinstance(code, int):  # Cloud Storage's transfer errors carry the HTTP response instead
             code = getattr(getattr(e, "response", None), "status_code", None)
         why = f"{int(code)} {type(e).__name__}" if isinstance(code, int) else type(e).__name__
+        if rate_limited(e):
+            notify(f"{NAMES.get(service, service)} is limiting the rate of requests ({why}, {what}); retrying")
+            return
         notify(f"{NAMES.get(service, service)} did not answer {what} ({why}); retrying")
 
     return on_error

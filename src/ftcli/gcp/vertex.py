@@ -11,7 +11,15 @@ import json
 import os
 from typing import Any
 
-from ftcli.gcp import Notify, credentials, credentials_failure, guard, plaintext_endpoint, retry_notice
+from ftcli.gcp import (
+    Notify,
+    credentials,
+    credentials_failure,
+    guard,
+    plaintext_endpoint,
+    rate_limited,
+    retry_notice,
+)
 from ftcli.spec import SUBMISSION_LABEL
 from ftcli.values import Job, JobName, Pool, Trial, TuningJob, TuningName
 
@@ -135,7 +143,8 @@ class VertexGateway:
         from google.api_core.retry import Retry, if_exception_type
 
         transient = if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded)
-        retry = Retry(predicate=lambda e: transient(e) and credentials_failure(e) is None,
+        # (a per-minute rate limit too: the same call goes through within the minute)
+        retry = Retry(predicate=lambda e: (transient(e) or rate_limited(e)) and credentials_failure(e) is None,
                       initial=0.5, maximum=8.0, multiplier=2.0, timeout=90.0,
                       on_error=retry_notice("vertex", method, self.notify))
         with guard(service="vertex", project=self.project, what=what, region=self.region, endpoint=self.endpoint,
