@@ -360,7 +360,11 @@ def machine_hint(hw: Hardware, detail: str) -> str | None:
     from ftcli import catalog
 
     text = detail.lower()
-    if not hw.gpu or not any(w in text for w in ("machine", "accelerator", hw.machine_type)):
+    # a pairing names both sides; "...machine_spec.accelerator_count; Message: Accelerator count must be positive"
+    # alone is no machine's fault
+    pairing = any(w in text for w in ("machine type", hw.machine_type)) and any(
+        w in text for w in ("accelerator", "gpu", (hw.accelerator_type or "").lower()) if w)
+    if not hw.gpu or not pairing:
         return None
     fits = [m for m in catalog.machines_for(hw) if m != hw.machine_type]
     if not fits:

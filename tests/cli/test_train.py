@@ -808,6 +808,19 @@ def test_a_rejected_machine_gpu_pair_suggests_the_machine_that_fits(capsys, clou
     assert "try --machine-type n1-standard-8" in r.err and "Traceback" not in r.err
 
 
+def test_a_rejection_that_is_not_about_the_pairing_suggests_no_machine():
+    # Any 400 naming "machine" or "accelerator" got "try --machine-type ...", e.g. a field path ending in
+    # machine_spec.accelerator_count with a message about the count.
+    from ftcli.catalog import resolve_gpu
+    from ftcli.submit import machine_hint
+
+    t4 = resolve_gpu("T4")
+    assert machine_hint(t4, "Field: job_spec.worker_pool_specs[0].machine_spec.accelerator_count; Message: "
+                            "Accelerator count must be positive.") is None
+    assert machine_hint(t4, 'Machine type "n1-standard-8" is not supported with accelerator type '
+                            'NVIDIA_TESLA_T4.').startswith("T4x1 also runs on ")
+
+
 def test_p100_warns_of_its_end_of_support_and_still_builds_the_job(capsys, cloud_env):
     # configure-compute (read 2026-11-27): "NVIDIA P100 GPUs reach end of support on September 15, 2026".
     r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "P100", "--dry-run")
