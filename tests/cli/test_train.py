@@ -808,6 +808,18 @@ def test_a_rejected_machine_gpu_pair_suggests_the_machine_that_fits(capsys, clou
     assert "try --machine-type n1-standard-8" in r.err and "Traceback" not in r.err
 
 
+def test_a_project_vertex_does_not_know_points_at_the_project_setting(capsys, cloud_env):
+    # NOT_FOUND for the project read "the CustomJob not found: Project ... not found", with nothing to do about it.
+    gcs, vertex = cloud_env
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.NOT_FOUND, message="Project 'test-project' not found or "
+                     "deleted.")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert "Project 'test-project' not found or deleted." in r.err
+    assert "check the project: test-project comes from `ftcli config list` (or pass --project)" in r.err
+    assert not vertex.jobs
+
+
 def test_a_rejection_that_is_not_about_the_pairing_suggests_no_machine():
     # Any 400 naming "machine" or "accelerator" got "try --machine-type ...", e.g. a field path ending in
     # machine_spec.accelerator_count with a message about the count.

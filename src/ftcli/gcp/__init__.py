@@ -240,7 +240,12 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         return NoCapacity(f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
                           hint=f"request more of {of} at {page}, or pick another --gpu or --region")
     if isinstance(e, gexc.NotFound):
-        return NotFound(f"{target} not found: {message}")
+        # The project itself (a mistyped --project): nothing about the job would fix it.
+        of_project = bool(project) and re.search(
+            rf"\bproject\s+['\"]?{re.escape(project or '')}['\"]?\s.*\b(?:not found|does not exist|deleted)\b", message,
+            re.IGNORECASE) is not None
+        return NotFound(f"{target} not found: {message}", hint=(
+            f"check the project: {project} comes from `ftcli config list` (or pass --project)" if of_project else None))
     if isinstance(e, gexc.FailedPrecondition):
         return Conflict(f"{name} refused: {message}")
     if isinstance(e, (gexc.InvalidArgument, gexc.BadRequest)):
