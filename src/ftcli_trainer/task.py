@@ -360,8 +360,28 @@ def _is_oom(e: BaseException) -> bool:
     return type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e).lower()
 
 
+def _exit(status: int) -> None:
+    """Leave with `status`. A torchrun worker (one of several) leaves without Python's shutdown: gloo's worker threads
+    outlive destroy_process_group while DDP holds the group, and one that drops the last collective's tensors after
+    the shutdown has begun dies asking for the GIL, taking the process down with SIGABRT ("terminate called without an
+    active exception"; about one failed 2-process run in ten on 2 CPUs, right after the collective that found the
+    failure). torchrun then named that abort, not the run's error or its SIGTERM stop, as the job's root cause. The
+    same abort is an open PyTorch issue (https://github.com/pytorch/pytorch/issues/190489, read 2026-11-27); with torch
+    2.13 here, destroy_process_group (and the group's shutdown or abort) left gloo's threads running while a DDP model
+    held the group. Everything the run wrote is closed by now; the streams are flushed here."""
+    if "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())
 
 
 
