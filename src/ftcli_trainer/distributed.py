@@ -134,6 +134,18 @@ def spread(value: int, dist: Dist, device) -> tuple[int, int]:
     return -int(t[1].item()), int(t[0].item())
 
 
+def add_up(values: list[float], dist: Dist, device) -> list[float]:
+    """Each value summed over the ranks (e.g. a loss sum and the examples it covers)."""
+    if not dist.enabled:
+        return values
+    import torch
+    import torch.distributed as td
+
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    td.all_reduce(t)
+    return t.tolist()
+
+
 def gather_rows(local: np.ndarray, idx: np.ndarray, n: int, dist: Dist) -> np.ndarray:
     """Reassemble per-example rows (e.g. eval logits) computed on disjoint shards, each exactly once."""
     if not dist.enabled:

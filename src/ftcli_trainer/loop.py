@@ -21,7 +21,7 @@ import numpy as np
 from ftcli_trainer import checkpoint, metrics, storage
 from ftcli_trainer.config import TrainConfig
 from ftcli_trainer.data import Encoded, collate, plan_batches
-from ftcli_trainer.distributed import Dist, any_rank, gather_rows, shard_batches, spread
+from ftcli_trainer.distributed import Dist, add_up, any_rank, gather_rows, shard_batches, spread
 from ftcli_trainer.errors import TrainerError
 
 if TYPE_CHECKING:
@@ -461,6 +461,7 @@ class Trainer:
         """`final`: after the last epoch, where a restart only evaluates and exports: the weights and the run's
         position, without the optimizer state (twice the weights' size) that no step will use again. For
         BERT-base 0.44 GB written (or uploaded) instead of 1.3 GB, just before the export writes the model."""
+        pending_sum, pending_n = self._loss_window()  # a collective: before the ranks part
         if not self.dist.is_main:
             return
         # The logs first: a preempted Spot VM has 30 s after its SIGTERM ("120 seconds between GCE ACPI G2 Soft Off and
@@ -487,8 +488,8 @@ class Trainer:
             "real_tokens": self.stats.real_tokens,
             "padded_tokens": self.stats.padded_tokens,
             "train_seconds": self.stats.train_seconds,
-            "loss_total": self._loss_total + float(self._loss_acc.item()),
-            "loss_count": self._loss_count + self._loss_acc_n,
+            "loss_total": self._loss_total + pending_sum,
+            "loss_count": self._loss_count + pending_n,
         }
         if torch.cuda.is_available() and self.device.type == "cuda" and not final:
             state["rng_cuda"] = torch.cuda.get_rng_state_all()
@@ -624,13 +625,20 @@ class Trainer:
             except OSError as e:  # raised from TensorBoard's writer thread
                 raise self._log_write_error(e, "the TensorBoard logs", self.paths.local_logs_dir) from None
 
+    def _loss_window(self) -> tuple[float, int]:
+        """(loss sum, examples) since the last train line, over every rank: rank 0's own half alone was shown as the
+        run's loss (and kept as its train_loss). A collective: every rank calls it at the same step."""
+        loss_sum, n = add_up([float(self._loss_acc.item()), float(self._loss_acc_n)], self.dist, self.device)
+        return loss_sum, int(n)
+
     def _epoch_float(self) -> float:
         return self.global_step / self.steps_per_epoch if self.steps_per_epoch else 0.0
 
     def _log_train(self, bar) -> None:
-        loss = float(self._loss_acc.item()) / max(1, self._loss_acc_n)
-        self._loss_total += float(self._loss_acc.item())
-        self._loss_count += self._loss_acc_n
+        loss_sum, n = self._loss_window()
+        loss = loss_sum / max(1, n)
+        self._loss_total += loss_sum
+        self._loss_count += n
         self._loss_acc.zero_()
         self._loss_acc_n = 0
         secs = self.stats.train_seconds + (time.perf_counter() - self._t0)
@@ -744,8 +752,9 @@ class Trainer:
                 self._tb.close()
         if not last_eval:  # resumed after the last epoch's checkpoint: evaluate what we have
             last_eval = self.evaluate()
-        self._loss_total += float(self._loss_acc.item())
-        self._loss_count += self._loss_acc_n
+        loss_sum, n = self._loss_window()
+        self._loss_total += loss_sum
+        self._loss_count += n
         secs = self.stats.train_seconds
         summary: dict[str, Any] = {
             "epoch": float(cfg.epochs),

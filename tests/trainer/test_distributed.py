@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -116,3 +117,39 @@ def test_workers_that_resume_from_different_checkpoints_stop_with_one_line(tmp_p
     # right after the collective that found the mismatch; torchrun then blamed the abort): no atexit ran in them
     assert sorted(p.name for p in reached.iterdir()) == [], r.stderr[-3000:]
 
+
+def test_two_processes_train_as_one_process_does_with_the_same_global_batch(tmp_path, tiny_model, sentiment_csv):
+    # Dropout off, the only draw each rank makes on its own: then 2 ranks x 8 examples are one step of 16
+    model = tmp_path / "no-dropout"
+    shutil.copytree(tiny_model, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.0,
+                                                   "attention_probs_dropout_prob": 0.0}))
+    args = ("--epochs", "2", "--learning-rate", "3e-3", "--log-every", "5")
+    two = _two_processes(sentiment_csv, model, tmp_path / "two", *args)
+    assert two.returncode == 0, two.stderr[-3000:]
+    train, test = sentiment_csv
+    one = subprocess.run([sys.executable, "-m", "ftcli_trainer.task", "--task", "csv", "--train-file", str(train),
+                          "--eval-file", str(test), "--model", str(model), "--batch-size", "16",
+                          "--output-dir", str(tmp_path / "one"), *args],
+                         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+
+    from safetensors.numpy import load_file
+
+    weights = [load_file(tmp_path / run / "model" / "model.safetensors") for run in ("one", "two")]
+    assert weights[0].keys() == weights[1].keys()
+    for name, w in weights[0].items():
+        np.testing.assert_allclose(weights[1][name], w, atol=1e-5, err_msg=name)
+    # The loss shown, logged and kept is the mean over both ranks' examples: it was rank 0's half alone
+    rows = [[json.loads(line) for line in (tmp_path / run / "logs" / "metrics.jsonl").read_text().splitlines()]
+            for run in ("one", "two")]
+    losses = [[(r["step"], r["loss"]) for r in run_rows if r["type"] == "train"] for run_rows in rows]
+    assert [s for s, _ in losses[1]] == [s for s, _ in losses[0]] == [5, 10, 15, 20, 25, 30]
+    np.testing.assert_allclose([v for _, v in losses[1]], [v for _, v in losses[0]], rtol=1e-5)
+    metrics = [json.loads((tmp_path / run / "model" / "metrics.json").read_text()) for run in ("one", "two")]
+    assert metrics[1]["train_loss"] == pytest.approx(metrics[0]["train_loss"], rel=1e-5)
+    assert metrics[1]["eval_loss"] == pytest.approx(metrics[0]["eval_loss"], rel=1e-5)
+    assert metrics[1]["eval_confusion_matrix"] == metrics[0]["eval_confusion_matrix"]
+    # samples/s counts both ranks' examples: 240 per epoch, 2 epochs
+    assert metrics[1]["train_samples_per_second"] * metrics[1]["train_runtime"] == pytest.approx(480)
