@@ -125,8 +125,10 @@ def model_upload(settings: Settings, folder: Path, given: str | None = None) -> 
 
 def folder_digest(root: Path, given: str | None = None) -> tuple[str, list[Path]]:
     """sha256 over a folder's relative file names and bytes (links refused: what they point at is not the
-    folder's), and the files in a stable order. `given` names the folder in errors (default `--model ROOT`)."""
-    files = sorted(p for p in root.rglob("*") if not p.is_dir())
+    folder's; a .git folder left out), and the files in a stable order. `given` names the folder in errors (default
+    `--model ROOT`)."""
+    # A model cloned with git (git lfs) holds its weights twice: once in .git, which the trainer never reads.
+    files = sorted(p for p in root.rglob("*") if not p.is_dir() and ".git" not in p.relative_to(root).parts)
     links = [str(p.relative_to(root)) for p in files if p.is_symlink()]
     if links:
         raise UsageError(f"{given or f'--model {root}'}: {links[0]} is a symbolic link; copy the model into a "

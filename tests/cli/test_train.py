@@ -529,6 +529,12 @@ def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, t
     # the same folder again: nothing new uploaded
     again = submitted(capsys, "--task", "imdb", "--model", str(model))
     assert again["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
+    # cloned with git: .git (with git-lfs, a second copy of the weights) is not the model's, and not uploaded
+    (model / ".git" / "lfs" / "objects").mkdir(parents=True)
+    (model / ".git" / "lfs" / "objects" / "weights").write_bytes((model / "model.safetensors").read_bytes())
+    (model / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    cloned = submitted(capsys, "--task", "imdb", "--model", str(model))
+    assert cloned["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
 
 
 def test_line_breaks_never_reach_an_object_name(capsys, cloud_env, tmp_path, tiny_model, monkeypatch):
