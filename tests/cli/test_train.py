@@ -418,18 +418,22 @@ def test_bucket_metadata_denied_names_a_role_that_grants_it(capsys, cloud_env, m
     assert vertex.requests == [] and gcs.list("ftcli-test") == []
 
 
-def test_disabled_storage_api_says_how_to_enable_it(capsys, cloud_env, monkeypatch):
+def _storage_refuses(capsys, gcs, monkeypatch, reason: str, message: str):
+    """`ftcli train` while Cloud Storage answers every request 403 with this ErrorInfo reason (as Google words it)."""
     from tests.emulators.gcs import FaultyProxy
 
-    gcs, vertex = cloud_env
-    error = {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": "Cloud Storage API has not been used in "
-                       "project 123 before or it is disabled.", "details": [{
-                           "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
-                           "domain": "googleapis.com",
-                           "metadata": {"service": "storage.googleapis.com", "consumer": "projects/123"}}]}}
+    error = {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": message, "details": [{
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com",
+        "metadata": {"service": "storage.googleapis.com", "consumer": "projects/123"}}]}}
     with FaultyProxy(gcs.url, status=403, error=error, fail_every=1) as proxy:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-        r = run_cli(capsys, *BASE, "--task", "imdb")
+        return run_cli(capsys, *BASE, "--task", "imdb")
+
+
+def test_disabled_storage_api_says_how_to_enable_it(capsys, cloud_env, monkeypatch):
+    gcs, vertex = cloud_env
+    r = _storage_refuses(capsys, gcs, monkeypatch, "SERVICE_DISABLED",
+                         "Cloud Storage API has not been used in project 123 before or it is disabled.")
     assert r.code == 1, r.err
     assert "the storage.googleapis.com API is not enabled in project test-project" in r.err
     assert "gcloud services enable storage.googleapis.com --project test-project" in r.err
@@ -475,17 +479,9 @@ def test_account_problems_are_not_answered_with_a_role_to_grant(capsys, cloud_en
 
 def test_bucket_check_with_billing_disabled_says_so(capsys, cloud_env, monkeypatch):
     """Cloud Storage's BILLING_DISABLED on the bucket check was read as storage.buckets.get denied."""
-    from tests.emulators.gcs import FaultyProxy
-
     gcs, vertex = cloud_env
-    error = {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": "The billing account for the owning "
-                       "project is disabled in state closed", "details": [{
-                           "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "BILLING_DISABLED",
-                           "domain": "googleapis.com",
-                           "metadata": {"service": "storage.googleapis.com", "consumer": "projects/123"}}]}}
-    with FaultyProxy(gcs.url, status=403, error=error, fail_every=1) as proxy:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-        r = run_cli(capsys, *BASE, "--task", "imdb")
+    r = _storage_refuses(capsys, gcs, monkeypatch, "BILLING_DISABLED",
+                         "The billing account for the owning project is disabled in state closed")
     assert r.code == 1, r.err
     assert "error: billing is disabled for project test-project: storage.googleapis.com needs it" in r.err
     assert "gcloud billing projects link test-project" in r.err
