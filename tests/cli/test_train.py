@@ -430,16 +430,6 @@ def _storage_refuses(capsys, gcs, monkeypatch, reason: str, message: str):
         return run_cli(capsys, *BASE, "--task", "imdb")
 
 
-def test_disabled_storage_api_says_how_to_enable_it(capsys, cloud_env, monkeypatch):
-    gcs, vertex = cloud_env
-    r = _storage_refuses(capsys, gcs, monkeypatch, "SERVICE_DISABLED",
-                         "Cloud Storage API has not been used in project 123 before or it is disabled.")
-    assert r.code == 1, r.err
-    assert "the storage.googleapis.com API is not enabled in project test-project" in r.err
-    assert "gcloud services enable storage.googleapis.com --project test-project" in r.err
-    assert "grant" not in r.err and vertex.requests == []
-
-
 def test_disabled_vertex_api_says_how_to_enable_it(capsys, cloud_env):
     gcs, vertex = cloud_env
     vertex.fail_next("CreateCustomJob", grpc.StatusCode.PERMISSION_DENIED,
@@ -477,15 +467,23 @@ def test_account_problems_are_not_answered_with_a_role_to_grant(capsys, cloud_en
     assert "roles/" not in r.err and not vertex.jobs
 
 
-def test_bucket_check_with_billing_disabled_says_so(capsys, cloud_env, monkeypatch):
-    """Cloud Storage's BILLING_DISABLED on the bucket check was read as storage.buckets.get denied."""
+@pytest.mark.parametrize(("reason", "message", "said", "fix"), [
+    ("SERVICE_DISABLED", "Cloud Storage API has not been used in project 123 before or it is disabled.",
+     "error: the storage.googleapis.com API is not enabled in project test-project",
+     "gcloud services enable storage.googleapis.com --project test-project"),
+    # BILLING_DISABLED on the bucket check was read as "storage.buckets.get denied"
+    ("BILLING_DISABLED", "The billing account for the owning project is disabled in state closed",
+     "error: billing is disabled for project test-project: storage.googleapis.com needs it",
+     "gcloud billing projects link test-project"),
+])
+def test_storage_account_problems_say_what_to_do_not_a_role(capsys, cloud_env, monkeypatch, reason, message, said,
+                                                            fix):
     gcs, vertex = cloud_env
-    r = _storage_refuses(capsys, gcs, monkeypatch, "BILLING_DISABLED",
-                         "The billing account for the owning project is disabled in state closed")
+    r = _storage_refuses(capsys, gcs, monkeypatch, reason, message)
     assert r.code == 1, r.err
-    assert "error: billing is disabled for project test-project: storage.googleapis.com needs it" in r.err
-    assert "gcloud billing projects link test-project" in r.err
-    assert "storage.buckets.get" not in r.err and "roles/" not in r.err and vertex.requests == []
+    assert said in r.err and fix in r.err
+    assert "storage.buckets.get" not in r.err and "grant" not in r.err and "roles/" not in r.err
+    assert vertex.requests == []
 
 
 def test_act_as_denied_names_service_account_user(capsys, cloud_env):
