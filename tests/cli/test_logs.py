@@ -60,6 +60,14 @@ def in_background(fn, vertex=None):
     return t
 
 
+def run_while(capsys, produce, vertex, *args: str):
+    """`ftcli ARGS` run here while `produce` (writing lines, changing the job's state) runs beside it."""
+    writer = in_background(produce, vertex)
+    r = run_cli(capsys, *args)
+    writer.join()
+    return r
+
+
 def _stopped(proc, reader) -> None:
     """The `ftcli logs` child killed if it is still there, and its reader ended."""
     if proc.poll() is None:
@@ -74,9 +82,7 @@ def json_lines(out: str) -> list[dict]:
 def logs_while(capsys, vertex, produce, *args):
     """`ftcli logs ARGS --json` while `produce` writes in the background: (the result, the lines' texts); the
     command must end well."""
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", *args, "--json")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "logs", *args, "--json")
     assert r.code == 0, r.err
     return r, [x["text"] for x in json_lines(r.out) if "text" in x]
 
@@ -99,9 +105,7 @@ def test_thousands_of_lines_complete_in_order_then_exit_0(capsys, logs_env):
         time.sleep(0.5)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "1", "--json")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "logs", "1", "--json")
     assert r.code == 0, r.err
     lines = [x for x in json_lines(r.out) if "text" in x]
     assert [x["text"] for x in lines] == [f"line {i:05d}" for i in range(3000)]
@@ -164,9 +168,7 @@ def test_failed_and_cancelled_jobs_exit_non_zero_with_a_summary(capsys, logs_env
         vertex.set_state(job["name"], state, "The replica workerpool0-0 exited with a non-zero status of 2."
                          if state == "FAILED" else None)
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "1")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "logs", "1")
     assert r.code == code, r.err
     assert "step 10/100 | loss 0.5" in r.out
     assert f"job 1 {state}" in r.err
@@ -188,9 +190,7 @@ def test_stderr_lines_are_not_errors_unless_they_say_so(capsys, logs_env):
         time.sleep(0.3)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "1", "--json")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "logs", "1", "--json")
     got = [(x["text"], x["severity"]) for x in json_lines(r.out) if "text" in x]
     assert got == [("Downloading: 100%", "INFO"), ("100%|#####| 10/10", "INFO"),
                    ("WARNING: something odd", "WARNING"), ("Traceback (most recent call last):", "ERROR")]
@@ -206,9 +206,7 @@ def test_polling_fallback_when_tail_is_unavailable(capsys, logs_env):
         time.sleep(0.8)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "1", "--json")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "logs", "1", "--json")
     assert r.code == 0
     texts = [x["text"] for x in json_lines(r.out) if "text" in x]
     assert texts == [f"line {i:05d}" for i in range(500)]
@@ -323,9 +321,7 @@ def test_train_follows_by_default_and_exits_with_the_job(capsys, cloud_env, clou
         time.sleep(0.3)
         vertex.set_state(name, "SUCCEEDED")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "train", "--task", "imdb", "--gpu", "T4")
     assert r.code == 0, r.err
     assert "submitted job #1" in r.out and "done: accuracy 0.91" in r.out
     assert 'next: ftcli download 1   ·   ftcli predict 1 "text"' in r.err
@@ -413,9 +409,7 @@ def test_permission_denied_is_said_once_and_the_job_is_still_followed(capsys, lo
         time.sleep(1.0)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "1")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "logs", "1")
     assert r.code == 0, r.err
     assert r.err.count("cannot read the job's logs: permission denied on project test-project") == 1
     assert "roles/logging.viewer" in r.err and "following the job's state" in r.err
@@ -448,9 +442,7 @@ def test_unreachable_logging_is_said_once_and_the_job_is_still_followed(capsys, 
         time.sleep(1.5)
         vertex.set_state(job["name"], "FAILED", "boom")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "1")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "logs", "1")
     assert r.code == 3, r.err
     assert r.err.count(f"cannot reach Cloud Logging at 127.0.0.1:{port}") == 1
     assert "job 1: FAILED" in r.err and "Traceback" not in r.err
@@ -551,9 +543,7 @@ def test_a_failed_state_read_does_not_end_following(capsys, logs_env, code, erro
         time.sleep(0.5)
         vertex.set_state(job["name"], "SUCCEEDED")
 
-    writer = in_background(produce, vertex)
-    r = run_cli(capsys, "logs", "1")
-    writer.join()
+    r = run_while(capsys, produce, vertex, "logs", "1")
     assert r.code == 0, r.err
     assert r.err.count("cannot read the job's state now") == state_notices and said in r.err, r.err
     assert ("still following it" in r.err) == bool(state_notices)
