@@ -143,6 +143,12 @@ def rate_limited(e: BaseException) -> bool:
     return isinstance(e, gexc.ResourceExhausted) and getattr(e, "reason", None) == "RATE_LIMIT_EXCEEDED"
 
 
+def retryable(*kinds: type[BaseException]) -> Callable[[BaseException], bool]:
+    """An api_core Retry predicate: one of `kinds`, or a per-minute rate limit (`rate_limited`), and never a failed
+    login that gRPC words as UNAVAILABLE (`credentials_failure`): retrying cannot fix that."""
+    return lambda e: (isinstance(e, kinds) or rate_limited(e)) and credentials_failure(e) is None
+
+
 def first_line(e: BaseException) -> str:
     text = str(getattr(e, "message", "") or e).strip()
     return text.splitlines()[0] if text else type(e).__name__

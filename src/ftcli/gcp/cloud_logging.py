@@ -22,10 +22,10 @@ from ftcli.gcp import (
     Notify,
     account_problem,
     credentials,
-    credentials_failure,
     first_line,
     plaintext_endpoint,
     retry_notice,
+    retryable,
 )
 from ftcli.values import LogEntry, TailBatch
 
@@ -136,7 +136,7 @@ class LoggingGateway:
         logging_v2 client) and on RESOURCE_EXHAUSTED (the per-minute read quota frees up within the minute);
         without it (the follower, which retries by itself) a failure is raised at once."""
         from google.api_core import exceptions as gexc
-        from google.api_core.retry import Retry, if_exception_type
+        from google.api_core.retry import Retry
         from google.auth import exceptions as aexc
 
         retry = None
@@ -149,9 +149,8 @@ class LoggingGateway:
                 elif unanswered is not None:
                     unanswered(e)
 
-            transient = if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError,
-                                          gexc.ResourceExhausted)
-            retry = Retry(predicate=lambda e: transient(e) and credentials_failure(e) is None,
+            retry = Retry(predicate=retryable(gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError,
+                                              gexc.ResourceExhausted),
                           initial=min(1.0, patience / 8), maximum=16.0, multiplier=2.0, timeout=patience,
                           on_error=on_error)
         try:

@@ -11,15 +11,7 @@ import json
 import os
 from typing import Any
 
-from ftcli.gcp import (
-    Notify,
-    credentials,
-    credentials_failure,
-    guard,
-    plaintext_endpoint,
-    rate_limited,
-    retry_notice,
-)
+from ftcli.gcp import Notify, credentials, guard, plaintext_endpoint, retry_notice, retryable
 from ftcli.spec import SUBMISSION_LABEL
 from ftcli.values import Job, JobName, Pool, Trial, TuningJob, TuningName
 
@@ -138,13 +130,12 @@ class VertexGateway:
             self.client = JobServiceClient(client_options={"api_endpoint": self.endpoint}, credentials=credentials())
 
     def _call(self, what: str, method: str, fn):
-        """Run `fn` with retries on UNAVAILABLE / DEADLINE_EXCEEDED (each one reported), errors translated."""
+        """Run `fn` with retries on UNAVAILABLE / DEADLINE_EXCEEDED and a per-minute rate limit (each one reported),
+        errors translated."""
         from google.api_core import exceptions as gexc
-        from google.api_core.retry import Retry, if_exception_type
+        from google.api_core.retry import Retry
 
-        transient = if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded)
-        # (a per-minute rate limit too: the same call goes through within the minute)
-        retry = Retry(predicate=lambda e: (transient(e) or rate_limited(e)) and credentials_failure(e) is None,
+        retry = Retry(predicate=retryable(gexc.ServiceUnavailable, gexc.DeadlineExceeded),
                       initial=0.5, maximum=8.0, multiplier=2.0, timeout=90.0,
                       on_error=retry_notice("vertex", method, self.notify))
         with guard(service="vertex", project=self.project, what=what, region=self.region, endpoint=self.endpoint,
