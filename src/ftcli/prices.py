@@ -176,6 +176,11 @@ class Spent:
         return None if self.provisioning else self.amount
 
     @property
+    def ceiling_note(self) -> str:
+        """'' (on-demand), or '; ' and why the amount is only a ceiling (Spot, Flex-start), to follow the rates."""
+        return f"; {billed_note(self.provisioning)}" if self.provisioning else ""
+
+    @property
     def shown(self) -> str:
         """'about $1.25' (on-demand), or 'at most $1.25' (Spot, Flex-start: the on-demand amount is a ceiling)."""
         return f"{'at most' if self.provisioning else 'about'} ${self.amount:,.2f}"

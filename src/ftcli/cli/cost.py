@@ -57,24 +57,29 @@ def say_cost(*args, **kwargs) -> None:
         err().print(line, markup=False, highlight=False)
 
 
+def spent_or_warning(spent_and_why) -> tuple:
+    """`spent_and_why()` (a prices.job_cost or tuning_cost call); a broken price file is a warning and no amount: it
+    never stops a job being followed, shown or its cancel reported."""
+    from ftcli.errors import FtcliError
+    from ftcli.output import warn
+
+    try:
+        return spent_and_why()
+    except FtcliError as e:
+        warn(e.message, e.hint)
+        return None, None
+
+
 def say_spent(spent_and_why, template: str, err=None) -> None:
     """At the end of a followed job: what it cost at the user's rates (`spent_and_why`: a prices.job_cost or
     tuning_cost call), printed from `template` ({ran}, {amount}: 'about $X' or, for Spot and Flex-start, 'at most
-    $X', {region}, {per_hour}, {billed}: '' or '; ' and why it is a ceiling); nothing without rates. A broken price
-    file is a warning: it never changes how following a job ends."""
-    from ftcli.errors import FtcliError
+    $X', {region}, {per_hour}, {billed}: Spent.ceiling_note); nothing without rates (spent_or_warning)."""
     from ftcli.output import err as stderr
-    from ftcli.output import span, warn
-    from ftcli.prices import billed_note
+    from ftcli.output import span
 
-    try:
-        spent, _ = spent_and_why()
-    except FtcliError as e:
-        warn(e.message, e.hint)
-        return
+    spent, _ = spent_or_warning(spent_and_why)
     if spent is not None:
-        billed = f"; {billed_note(spent.provisioning)}" if spent.provisioning else ""
         (err or stderr()).print(template.format(ran=span(spent.hours * 3600), amount=spent.shown,
                                                 region=spent.table.region, per_hour=f"${spent.per_hour:,.2f}",
-                                                billed=billed),
+                                                billed=spent.ceiling_note),
                                 markup=False, highlight=False)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ftcli.cli.cost import spent_or_warning
 from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
 
 if TYPE_CHECKING:
@@ -63,19 +64,6 @@ def _add_costs(rows: list[dict], costs) -> None:
         spent = [None] * len(rows)
     for row, s in zip(rows, spent, strict=True):
         row.update(_cost_usd(s))
-
-
-def _cost(job_cost, job) -> tuple:
-    """`job_cost(job)` (prices.job_cost or tuning_cost); a broken price file is a warning and no cost: it never stops
-    a job being shown or its cancel being reported."""
-    from ftcli.errors import FtcliError
-    from ftcli.output import warn
-
-    try:
-        return job_cost(job)
-    except FtcliError as e:
-        warn(e.message, e.hint)
-        return None, None
 
 
 def _cost_usd(spent) -> dict:
@@ -155,7 +143,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     j, metrics = jobs.describe(name, notify=note)
     n = jobs.short_id(name)
     shown = jobs.label(name, n)
-    spent, why = _cost(prices.job_cost, j)
+    spent, why = spent_or_warning(lambda: prices.job_cost(j))
     row = {**jobs.record(j, n, metrics),
            "metrics": jobs.scalar_metrics(metrics), "resource": dict(j.resource), **_cost_usd(spent)}
 
@@ -188,12 +176,10 @@ def _spent_line(spent, why: str | None, span, of: str = "") -> str | None:
     started)."""
     if spent is None:
         return f"no amount: {why}" if why else None
-    from ftcli.prices import billed_note
-
     t = spent.table
-    billed = f"; {billed_note(spent.provisioning)}" if spent.provisioning else ""
     return (f"{spent.shown} ({span(spent.hours * 3600)}{f' {of}' if of else ''} at "
-            f"${spent.per_hour:,.2f} an hour, on-demand{billed}; {t.region} rates from {t.source}, read {t.read})")
+            f"${spent.per_hour:,.2f} an hour, on-demand{spent.ceiling_note}; {t.region} rates from {t.source}, read "
+            f"{t.read})")
 
 
 def _describe_tuning(name, json_out: bool) -> None:
@@ -202,7 +188,7 @@ def _describe_tuning(name, json_out: bool) -> None:
     from ftcli.output import Column, escape, note, out, show_list, show_one, span
 
     tj = tuning.get(name, note)
-    spent, why = _cost(prices.tuning_cost, tj)
+    spent, why = spent_or_warning(lambda: prices.tuning_cost(tj))
     row = {**tuning.record(tj, jobs.short_id(name)), "resource": dict(tj.resource), **_cost_usd(spent)}
     if json_out:
         show_one(row, (), json_out=True)
@@ -278,7 +264,8 @@ def cancel(
     if json_out:  # the fields of jobs list --json, what it has cost so far included
         from ftcli import prices
 
-        show_one({**jobs.record(j, n), **_cost_usd(_cost(prices.job_cost, j)[0])}, (), json_out=True)
+        spent, _ = spent_or_warning(lambda: prices.job_cost(j))
+        show_one({**jobs.record(j, n), **_cost_usd(spent)}, (), json_out=True)
         return
     out().print(f"cancel requested for job {shown} ({name.id}); it is {j.state}")
 
@@ -297,7 +284,7 @@ def _cancel_tuning(name, shown: str, *, yes: bool, json_out: bool) -> None:
     if json_out:
         from ftcli import prices
 
-        show_one({**tuning.record(tj, jobs.short_id(name)), **_cost_usd(_cost(prices.tuning_cost, tj)[0])}, (),
-                 json_out=True)
+        spent, _ = spent_or_warning(lambda: prices.tuning_cost(tj))
+        show_one({**tuning.record(tj, jobs.short_id(name)), **_cost_usd(spent)}, (), json_out=True)
         return
     out().print(f"cancel requested for tuning job {shown} ({name.id}); it is {tj.state}")
