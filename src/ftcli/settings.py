@@ -25,7 +25,9 @@ DEFAULT_REGION = "us-central1"
 # hyphens are prohibited" (Resource Manager REST, Project.projectId,
 # https://cloud.google.com/resource-manager/reference/rest/v3/projects, read 2026-11-27); a domain-scoped id keeps
 # its "example.com:" prefix; a project number is all digits.
-PROJECT_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$|^\d{6,20}$")  # id or number
+_ID_6_30 = r"[a-z][a-z0-9-]{4,28}[a-z0-9]"  # a project id; also IAM's service account name (SA_ID_RE)
+PROJECT_ID_RE = re.compile(rf"^{_ID_6_30}$")
+PROJECT_RE = re.compile(rf"^(?:[a-z][a-z0-9.-]*:)?{_ID_6_30}$|^\d{{6,20}}$")  # id or number
 # Bucket names (Cloud Storage "Bucket naming guidelines", https://cloud.google.com/storage/docs/naming-buckets, read
 # 2026-11-27): "only lowercase letters, numbers, dashes (-), underscores (_), and dots (.)"; "must start and end with
 # a number or letter"; "must contain 3-63 characters. Names containing dots can contain up to 222 characters, but
@@ -51,8 +53,7 @@ SA_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$"
 # is ever created. Service agents (NAME@gcp-sa-SERVICE.iam.gserviceaccount.com) are Google's, and left alone; so is
 # a PROJECT with a dot in it (a domain-scoped project's), whose form ftcli does not check. A PROJECT without one is
 # a project id, as PROJECT_RE's comment says.
-SA_ID_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
-_SA_PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+SA_ID_RE = PROJECT_ID_RE  # the same rule, word for word
 
 
 def config_path() -> Path:
@@ -342,14 +343,14 @@ def check_service_account(value: str, where: str = "--service-account") -> str |
             return (f"{where}: {value!r} is no service account IAM creates: the name before '@' must be 6-30 lowercase "
                     "letters, digits and dashes, starting with a letter and not ending with a dash (`gcloud iam "
                     "service-accounts list` shows yours)")
-        if "." not in project and not _SA_PROJECT_RE.match(project):
+        if "." not in project and not PROJECT_ID_RE.match(project):
             return (f"{where}: {value!r} names no project: between '@' and '.iam' comes a project id (6-30 lowercase "
                     "letters, digits and dashes, starting with a letter)")
     elif domain == "developer.gserviceaccount.com" and not re.fullmatch(r"\d+-[a-z0-9]+", name):
         return (f"{where}: {value!r} is no Compute Engine default service account: it is "
                 "PROJECT_NUMBER-compute@developer.gserviceaccount.com (the project's number, not its id)")
     elif domain == "appspot.gserviceaccount.com" and ":" not in name and "." not in name \
-            and not _SA_PROJECT_RE.match(name):
+            and not PROJECT_ID_RE.match(name):
         return (f"{where}: {value!r} is no App Engine default service account: it is "
                 "PROJECT_ID@appspot.gserviceaccount.com, with the project's id")
     return None
