@@ -23,10 +23,10 @@ from ftcli.values import Job, JobName
 from ftcli_trainer.storage import (
     COMPLETE_MARKER,
     UnsafeObjectName,
-    clean_stale_staging,
+    clear_staging_inside,
     relative_object_path,
     split_gcs,
-    staging_dir,
+    staging_for,
 )
 
 MODELS_DIR = "ftcli-models"
@@ -200,16 +200,11 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
         raise _no_complete_model(job, uri, shown or name.id)
     dest = dest or default_destination(name)
     where = Path(os.path.abspath(dest))
-    if where.is_dir():
-        # A folder that exists stages inside itself: its parent may be another filesystem (the folder is a mount
-        # point: a Docker volume, a mounted disk), where every move in failed with EXDEV after the whole download.
-        # What a dead download left there is removed first, so that it does not make the folder "not empty".
-        clean_stale_staging(where, re.escape(f".{INSIDE_STAGING}"))
+    clear_staging_inside(where, INSIDE_STAGING)  # a folder that exists is staged in (staging_for)
     if not force and _holds(dest, files, {o.name: o.crc32c for o in objects}):
         return Downloaded(dest, job, len(files), 0, already=True)
     check_destination(dest, force)
-    staging = staging_dir(where, INSIDE_STAGING) if where.is_dir() else staging_dir(where.parent,
-                                                                                       where.name or "download")
+    staging = staging_for(where, INSIDE_STAGING)
     existed, placing = where.is_dir(), False
     try:
         bucket, _ = split_gcs(uri)

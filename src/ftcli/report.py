@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ftcli.errors import FtcliError, UsageError
-from ftcli_trainer.storage import clean_stale_staging, staging_dir
+from ftcli_trainer.storage import clear_staging_inside, staging_for
 
 MANIFEST = "ftcli-report.json"
 INSIDE_STAGING = "ftcli-report"  # .ftcli-report.tmp-PID-XXXXXXXX, inside an --out folder that exists
@@ -527,10 +527,14 @@ def fmt(value) -> str:
     return f"{value:.3g}" if abs(value) < 1e-3 else f"{value:.4f}"
 
 
+def _one_line(text: str) -> str:
+    """Line breaks of every kind as spaces: CommonMark ends a line at \\n, \\r\\n or a lone \\r."""
+    return re.sub(r"\r\n|\r|\n", " ", text)
+
+
 def _cell(text) -> str:
-    """A label's name in a Markdown table or list: a "|" would end the cell, a line break (CommonMark ends a line at
-    \\n, \\r\\n or a lone \\r) the row."""
-    return re.sub(r"\r\n|\r|\n", " ", str(text).replace("\\", "\\\\").replace("|", "\\|"))
+    """A label's name in a Markdown table or list: a "|" would end the cell, a line break the row."""
+    return _one_line(str(text).replace("\\", "\\\\").replace("|", "\\|"))
 
 
 def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None) -> str:
@@ -587,19 +591,15 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
     the next report refuses."""
     plan = _plan(run)
     names = ["report.md", *(p.name for p in plan)]
-    inside = out.is_dir() and not out.is_symlink()
-    if inside:  # what a dead writer left in it goes first, so that it does not make the folder "not empty"
-        clean_stale_staging(out, re.escape(f".{INSIDE_STAGING}"))
+    clear_staging_inside(out, INSIDE_STAGING)  # a folder that exists is staged in (staging_for)
     earlier = earlier_report(out)
     _check_names(out, names, earlier)
     notes = {}
     for p in plan:
         if p.note:
-            drawn = ", ".join("`" + re.sub(r"\r\n|\r|\n", " ", n.replace("`", "'")) + "`" for n in p.drawn)
+            drawn = ", ".join("`" + _one_line(n.replace("`", "'")) + "`" for n in p.drawn)
             notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table else "")
-    # A folder that exists stages inside itself: its parent may be another filesystem (the folder is a mount point:
-    # a Docker volume, a mounted disk), where every move in failed with EXDEV after everything was drawn.
-    staged = staging_dir(out, INSIDE_STAGING) if inside else staging_dir(out.parent, out.name)
+    staged = staging_for(out, INSIDE_STAGING)
     try:
         for p in plan:
             p.draw(staged / p.name)

@@ -67,6 +67,20 @@ def staging_dir(parent: Path, name: str) -> Path:
             continue
 
 
+def staging_for(target: Path, name: str) -> Path:
+    """A staging folder for files that will move into `target`: inside it when it is a folder that exists (its
+    parent may be another filesystem: a mount point, a Docker volume, where every move in failed with EXDEV after
+    all the work), named `.NAME.tmp-...`; else beside it, on the filesystem it will be renamed onto."""
+    return staging_dir(target, name) if target.is_dir() else staging_dir(target.parent, target.name or name)
+
+
+def clear_staging_inside(target: Path, name: str) -> None:
+    """What a dead writer staged inside `target` (staging_for) goes, so that it does not make the folder look
+    "not empty" before the check that comes ahead of staging."""
+    if target.is_dir():
+        clean_stale_staging(target, re.escape(f".{name}"))
+
+
 def local_tmp(kind: str) -> Path:
     """A fresh folder `ftcli-KIND.tmp-PID-XXXXXXXX` in the system temp folder, for staging gs:// transfers.
     Stale ones of dead writers are removed first."""
