@@ -742,16 +742,20 @@ def _warn_constant_eval_targets(evals: dict[str, Examples]) -> None:
     0 for it, as for a model that predicts one value), so the run's scores would say nothing. Said before training;
     the MSE still scores it."""
     for name, ex in evals.items():
-        targets = ex.labels
-        if len(targets) > 1 and float(targets.min()) == float(targets.max()):
+        if (value := _the_one_target(ex.labels)) is not None:
             log.warning("every target in the %s set is %g: Pearson and Spearman cannot score it (they read 0 whatever "
                         "the model predicts; the MSE still counts); give --eval-file with targets that vary, or a "
-                        "larger --eval-fraction", name, float(targets[0]))
+                        "larger --eval-fraction", name, value)
+
+
+def _the_one_target(targets: np.ndarray) -> float | None:
+    """The value every regression target has, or None when they vary (or there are none)."""
+    return float(targets[0]) if len(targets) and float(targets.min()) == float(targets.max()) else None
 
 
 def _check_targets_vary(targets: np.ndarray, shown: str) -> None:
-    if len(targets) and float(targets.min()) == float(targets.max()):
-        raise DataError(f"{shown}: every target is {float(targets[0]):g}; a regression needs targets that vary "
+    if (value := _the_one_target(targets)) is not None:
+        raise DataError(f"{shown}: every target is {value:g}; a regression needs targets that vary "
                         f"(or drop --regression for classes)")
 
 
