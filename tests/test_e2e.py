@@ -88,6 +88,33 @@ def test_an_image_whose_python_is_too_old_fails_at_install(capsys, e2e, tmp_path
     assert "ftcli trainer" not in shown  # it never started
 
 
+def test_an_image_docker_hub_refuses_says_how_to_pull_it_through_artifact_registry(capsys, e2e, tmp_path,
+                                                                                    tiny_model):
+    """Docker Hub allows 10 anonymous pulls an hour per address: a job whose image it refuses fails, and the user is
+    told how to pull it through an Artifact Registry remote repository; that --image is then checked as the same image
+    and the job runs."""
+    gcs, vertex, logs = e2e
+    image = "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    vertex.pull_refusals[image] = ("429 Too Many Requests - Server message: toomanyrequests: You have reached your "
+                                   "unauthenticated pull rate limit. https://www.docker.com/increase-rate-limit")
+    data = str(sst2_rows(50, tmp_path))
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", data, "--gpu", "none", "--model", str(tiny_model))
+    assert r.code == 3, r.err + r.out
+    mirror = "us-central1-docker.pkg.dev/test-project/dockerhub/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    said = " ".join(r.err.split())
+    assert "Docker Hub refused to send " + image in said
+    assert ("gcloud artifacts repositories create dockerhub --project=test-project --location=us-central1 "
+            "--repository-format=docker --mode=remote-repository --remote-docker-repo=DOCKER-HUB") in said
+    assert f"run again with --image {mirror}" in said
+
+    vertex.images[mirror] = "3.11"  # the remote repository serves the same image under its own name
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", data, "--gpu", "none", "--model", str(tiny_model),
+                "--image", mirror)
+    assert r.code == 0, r.err + r.out
+    assert "checked as Docker Hub's pytorch:2.7.1-cuda12.6-cudnn9-runtime" in " ".join(r.err.split())
+    assert [j.job_spec.worker_pool_specs[0].container_spec.image_uri for j in vertex.jobs.values()] == [image, mirror]
+
+
 def test_failing_trainer_fails_the_job_and_shows_its_error(capsys, e2e, tmp_path, tiny_model):
     gcs, vertex, logs = e2e
     # Data already in the bucket is read in the job only (a local file would be refused before submitting)

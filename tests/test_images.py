@@ -76,3 +76,43 @@ def test_vertex_prebuilt_images_are_refused_by_their_python(uri, python):
 ])
 def test_other_images_are_not_prebuilt_problems(uri):
     assert images.prebuilt_problem(uri, REQUIRES_PYTHON) is None
+
+
+@pytest.mark.parametrize(("image", "path"), [
+    (CU126, "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"), ("pytorch/pytorch:2.7.1", "pytorch/pytorch:2.7.1"),
+    ("ubuntu:22.04", "library/ubuntu:22.04"), ("docker.io/ubuntu", "library/ubuntu"),
+    ("us-central1-docker.pkg.dev/p/r/img:1", None), ("nvcr.io/nvidia/pytorch:25.01-py3", None),
+    ("localhost:5000/img", None), ("ghcr.io/owner/img:1", None),
+])
+def test_docker_hub_images_are_told_from_other_registries(image, path):
+    assert images.docker_hub_path(image) == path
+
+
+RATE_LIMITED = ("Unable to pull the container image: 429 Too Many Requests - Server message: toomanyrequests: You "
+                "have reached your unauthenticated pull rate limit. https://www.docker.com/increase-rate-limit")
+
+
+def test_a_docker_hub_rate_limit_is_answered_with_an_artifact_registry_remote_repository():
+    hint = images.pull_failure_hint(RATE_LIMITED, CU128, "my-proj", "europe-west4")
+    assert "--location=europe-west4" in hint and "--remote-docker-repo=DOCKER-HUB" in hint
+    assert hint.endswith("--image europe-west4-docker.pkg.dev/my-proj/dockerhub/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-"
+                         "runtime")
+    # the suggested image is then checked as the Docker Hub image it mirrors, kernels and all
+    mirror = hint.rsplit("--image ", 1)[1]
+    assert images.mirror_of(mirror) == images.known(CU128)
+
+
+@pytest.mark.parametrize(("error", "image"), [
+    ("The replica workerpool0-0 exited with a non-zero status of 1.", CU126),  # not a pull
+    (None, CU126),
+    (RATE_LIMITED, "us-central1-docker.pkg.dev/p/dockerhub/pytorch/pytorch:2.7.1"),  # not Docker Hub's refusal
+])
+def test_no_pull_hint_for_other_failures(error, image):
+    assert images.pull_failure_hint(error, image, "p", "us-central1") is None
+
+
+@pytest.mark.parametrize("uri", ["us-central1-docker.pkg.dev/p/dockerhub/pytorch/pytorch:2.7.1-cuda9-other",
+                                 "us-central1-docker.pkg.dev/p/dockerhub/pytorch/pytorch",
+                                 "gcr.io/p/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"])
+def test_only_an_artifact_registry_path_of_a_known_tag_is_taken_for_a_mirror(uri):
+    assert images.mirror_of(uri) is None

@@ -81,6 +81,63 @@ def known(uri: str) -> Image | None:
     return _BY_URI.get(uri) or _BY_URI.get(f"docker.io/{uri}")
 
 
+# Docker Hub limits pulls: unauthenticated users get "10 per IPv4 address or IPv6 /64 subnet" an hour (Docker's
+# "Docker Hub usage and limits", content/manuals/docker-hub/usage/_index.md in docker/docs, as of its PR #22134, read
+# 2026-11-27), and Google names no Docker Hub cache for Vertex (mirror.gcr.io is checked automatically by "Cloud Build
+# and Google Kubernetes Engine", "Pulling cached Docker Hub images", https://cloud.google.com/container-registry/docs/
+# pulling-cached-images, read 2026-11-27). The way round it is an Artifact Registry remote repository of Docker Hub,
+# which "acts as a proxy for the upstream source" and serves its cached copy afterwards ("Create remote repositories",
+# https://cloud.google.com/artifact-registry/docs/repositories/remote-repo, read 2026-11-27; created with `gcloud
+# artifacts repositories create REPOSITORY --location=LOCATION --repository-format=docker --mode=remote-repository
+# --remote-docker-repo=DOCKER-HUB`, https://cloud.google.com/sdk/gcloud/reference/artifacts/repositories/create, read
+# 2026-11-27): docker.io/pytorch/pytorch:TAG is then LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/pytorch/pytorch:TAG.
+# Vertex pulls with its own service agent ("Vertex AI uses the default service account to pull images", "Use a
+# custom service account", https://docs.cloud.google.com/vertex-ai/docs/general/custom-service-account, read
+# 2026-11-27).
+_ARTIFACT_REGISTRY = re.compile(r"^(?P<location>[a-z0-9-]+)-docker\.pkg\.dev/(?P<project>[^/]+)/(?P<repo>[^/]+)/"
+                                r"(?P<path>.+)$")
+
+
+def mirror_of(uri: str) -> Image | None:
+    """The image of ftcli's that `uri` pulls through an Artifact Registry remote repository of Docker Hub
+    (LOCATION-docker.pkg.dev/PROJECT/REPO/pytorch/pytorch:TAG: a remote repository keeps Docker Hub's path), else
+    None."""
+    m = _ARTIFACT_REGISTRY.match(uri.strip())
+    return known(f"docker.io/{m['path']}") if m else None
+
+
+# A registry's answer when it refuses a pull for its rate limit: Docker Hub says "429 Too Many Requests - Server
+# message: toomanyrequests: You have reached your pull rate limit" (as quoted from kubelet and ECS in
+# airbytehq/airbyte#36369 and PrefectHQ/prefect#12003, read 2026-11-27). What Vertex wraps around it in the job's
+# error is not documented, so only the registry's own words are matched.
+_PULL_LIMIT = re.compile(r"toomanyrequests|pull rate limit|429 Too Many Requests", re.IGNORECASE)
+
+
+def docker_hub_path(image: str) -> str | None:
+    """OWNER/NAME:TAG of an image Docker Hub serves (docker.io/..., or a reference without a registry host, as
+    Docker reads `ubuntu` or `pytorch/pytorch:TAG`), else None."""
+    first, slash, rest = image.partition("/")
+    if first in ("docker.io", "index.docker.io", "registry-1.docker.io"):
+        return rest if "/" in rest else f"library/{rest}"
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return None  # another registry's host
+    return image if slash else f"library/{image}"
+
+
+def pull_failure_hint(error: str | None, image: str, project: str, region: str) -> str | None:
+    """What to do when a job failed because Docker Hub refused to send its image for its rate limit (else None):
+    pull it through an Artifact Registry remote repository of Docker Hub."""
+    path = docker_hub_path(image)
+    if not error or path is None or not _PULL_LIMIT.search(error):
+        return None
+    repo = "dockerhub"
+    return (f"Docker Hub refused to send {image}: it allows 10 anonymous pulls an hour per address. Pull it through "
+            f"Artifact Registry: create a remote repository of Docker Hub once (`gcloud artifacts repositories "
+            f"create {repo} --project={project} --location={region} --repository-format=docker "
+            f"--mode=remote-repository --remote-docker-repo=DOCKER-HUB`), then run again with "
+            f"--image {region}-docker.pkg.dev/{project}/{repo}/{path}")
+
+
 # Vertex's prebuilt training images name their Python in the image name ("pytorch-gpu.2-4.py310", "tf-gpu.2-17.py310",
 # "Prebuilt containers for custom training", above): ftcli reads it from there.
 _PREBUILT = re.compile(r"^(?:us|europe|asia)-docker\.pkg\.dev/vertex-ai/training/"

@@ -226,6 +226,10 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--gpu", "B200", "--image", "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime", "--spot"],
      "has no kernels for B200 (compute capability 10.0"),
     (["--gpu", "T4", "--flex-start"], "--flex-start takes"),
+    # ftcli's image through an Artifact Registry remote repository of Docker Hub is checked as that image
+    (["--gpu", "B200", "--image",
+      "us-central1-docker.pkg.dev/p/dockerhub/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"],
+     "has no kernels for B200 (compute capability 10.0"),
     # Vertex's own prebuilt training image (Python 3.10, past its end of availability): it was sent, and failed
     (["--gpu", "T4", "--image", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"],
      "--image us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest: Vertex's prebuilt image "

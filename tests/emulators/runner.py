@@ -100,6 +100,8 @@ class JobRun(threading.Thread):
         if len(self.job.job_spec.worker_pool_specs) > 2:
             raise ImageError("the emulator does not run Reduction Server pools")
         uri = pools[0].container_spec.image_uri
+        if (refusal := self.emulator.pull_refusals.get(uri)) is not None:
+            raise ImageError(f"Unable to pull the container image {uri}: {refusal}")
         minor = self.emulator.images.get(uri)
         if minor is None:
             raise ImageError(f"Unable to pull the container image {uri}: not found in the (emulated) registry")
@@ -382,6 +384,8 @@ class RunningVertexEmulator(VertexEmulator):
         self.runs: dict[str, JobRun] = {}
         self.tuning_runs: dict[str, TuningRun] = {}
         self.images: dict[str, str] = dict(IMAGES)
+        # image -> what its registry answers instead of the image (e.g. Docker Hub's rate limit): the job fails
+        self.pull_refusals: dict[str, str] = {}
 
     def _finish(self, name: str, state: JobState, message: str | None = None) -> None:
         with self._lock:

@@ -79,6 +79,7 @@ class FollowView(Events):
         self.wait.stop()
 
     def ended(self, outcome: Outcome) -> None:
+        from ftcli.images import pull_failure_hint
         from ftcli.output import escape
 
         e = self.err
@@ -88,12 +89,16 @@ class FollowView(Events):
             pair = escape(_pair_hint(outcome.job))  # a column's name: "[/]" in it broke Rich's markup
             e.print(f"next: [bold]ftcli download {n}[/]   ·   ftcli predict {n} \"text\"{pair}")
             return
-        error = outcome.job.error
+        job = outcome.job
+        error = job.error
         e.print(f"[red]job {self.shown} {outcome.state}[/]" + (f": {escape(error)}" if error else ""))
         if outcome.last_lines:
             e.print(f"last lines of {outcome.failing_replica or 'the job'}:")
             for line in outcome.last_lines:
                 e.print(f"  {escape(line.text)}")
+        if job.pools and (hint := pull_failure_hint(error, job.pools[0].image, _project_id(job.name.project),
+                                                    job.name.region)):
+            e.print(f"[dim]hint:[/] {escape(hint)}")
 
     def _spent(self, job: Job | None) -> None:
         """At the end: what the job cost at the user's rates, when their price file has them (else nothing)."""
@@ -130,6 +135,20 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
     if outcome.state is not None:
         view.ended(outcome)
     return outcome.exit_code
+
+
+def _project_id(project: str) -> str:
+    """The project's id for a command to copy: a job's name carries the project's number (Artifact Registry paths
+    take the id), so the configured project stands in for it, else PROJECT_ID."""
+    if not project.isdigit():
+        return project
+    from ftcli.settings import effective
+
+    try:
+        configured = effective()["project"].value
+    except Exception:  # noqa: BLE001 - a hint never fails the command
+        configured = None
+    return configured if configured and not configured.isdigit() else "PROJECT_ID"
 
 
 def _pair_hint(job) -> str:
