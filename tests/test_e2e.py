@@ -105,6 +105,7 @@ def test_an_image_docker_hub_refuses_says_how_to_pull_it_through_artifact_regist
     assert "Docker Hub refused to send " + image in said
     assert ("gcloud artifacts repositories create dockerhub --project=test-project --location=us-central1 "
             "--repository-format=docker --mode=remote-repository --remote-docker-repo=DOCKER-HUB") in said
+    assert "ftcli config set image-mirror us-central1-docker.pkg.dev/test-project/dockerhub`" in said
     assert f"run again with --image {mirror}" in said
 
     vertex.images[mirror] = "3.11"  # the remote repository serves the same image under its own name

@@ -131,11 +131,12 @@ def pull_failure_hint(error: str | None, image: str, project: str, region: str) 
     if not error or path is None or not _PULL_LIMIT.search(error):
         return None
     repo = "dockerhub"
+    mirror = f"{region}-docker.pkg.dev/{project}/{repo}"
     return (f"Docker Hub refused to send {image}: it allows 10 anonymous pulls an hour per address. Pull it through "
             f"Artifact Registry: create a remote repository of Docker Hub once (`gcloud artifacts repositories "
             f"create {repo} --project={project} --location={region} --repository-format=docker "
-            f"--mode=remote-repository --remote-docker-repo=DOCKER-HUB`), then run again with "
-            f"--image {region}-docker.pkg.dev/{project}/{repo}/{path}")
+            f"--mode=remote-repository --remote-docker-repo=DOCKER-HUB`), then `ftcli config set image-mirror "
+            f"{mirror}` (every job's image comes through it) or run again with --image {mirror}/{path}")
 
 
 # Vertex's prebuilt training images name their Python in the image name ("pytorch-gpu.2-4.py310", "tf-gpu.2-17.py310",

@@ -19,7 +19,7 @@ from ftcli.errors import UsageError
 from ftcli_trainer.storage import split_gcs
 
 REGION_FIELD = "{region}"  # in a bucket value, stands for the job's region
-KEYS = ("project", "region", "bucket", "service_account")
+KEYS = ("project", "region", "bucket", "service_account", "image_mirror")
 DEFAULT_REGION = "us-central1"
 # A project ID "must be 6 to 30 lowercase ASCII letters, digits, or hyphens. It must start with a letter. Trailing
 # hyphens are prohibited" (Resource Manager REST, Project.projectId,
@@ -257,8 +257,9 @@ class Value:
 def effective(*, project: str | None = None, region: str | None = None, bucket: str | None = None,
               service_account: str | None = None) -> dict[str, Value]:
     """Each setting from the first layer that has it: flags > FTCLI_* environment > config file > gcloud > default.
-    Nothing is checked here (see `resolve`)."""
-    flags = {"project": project, "region": region, "bucket": bucket, "service_account": service_account}
+    Nothing is checked here (see `resolve`). image_mirror has no flag (--image names one image)."""
+    flags = {"project": project, "region": region, "bucket": bucket, "service_account": service_account,
+             "image_mirror": None}
     config = load_config_file()
     gcloud = _gcloud_values()
     out: dict[str, Value] = {}
@@ -288,7 +289,7 @@ def effective(*, project: str | None = None, region: str | None = None, bucket: 
 def problems_of(values: dict[str, Value], need_bucket: bool = True) -> list[str]:
     """What is wrong with the effective settings, each naming where the value came from."""
     problems = []
-    project, region, bucket, sa = (values[k] for k in KEYS)
+    project, region, bucket, sa, mirror = (values[k] for k in KEYS)
     if project.value is None:
         problems.append("no Google Cloud project: pass --project ID, set FTCLI_PROJECT, or run "
                         "`ftcli config set project ID`")
@@ -304,6 +305,8 @@ def problems_of(values: dict[str, Value], need_bucket: bool = True) -> list[str]
         problems.append(p)
     if sa.value is not None and (p := check_service_account(sa.value, sa.where)) is not None:
         problems.append(p)
+    if mirror.value is not None and (p := check_image_mirror(mirror.value, mirror.where)) is not None:
+        problems.append(p)
     return problems
 
 
@@ -313,6 +316,7 @@ class Settings:
     region: str
     bucket: str  # gs://bucket[/prefix], no trailing slash
     service_account: str | None = None
+    image_mirror: str | None = None  # LOCATION-docker.pkg.dev/PROJECT/REPOSITORY: a remote repository of Docker Hub
 
     @property
     def bucket_name(self) -> str:
@@ -353,6 +357,18 @@ def check_service_account(value: str, where: str = "--service-account") -> str |
             and not PROJECT_ID_RE.match(name):
         return (f"{where}: {value!r} is no App Engine default service account: it is "
                 "PROJECT_ID@appspot.gserviceaccount.com, with the project's id")
+    return None
+
+
+# An Artifact Registry Docker repository's address: LOCATION-docker.pkg.dev/PROJECT/REPOSITORY (images.py has where
+# that is read). Only its shape is checked; the repository's existence and mode are Artifact Registry's to say.
+IMAGE_MIRROR_RE = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]-docker\.pkg\.dev/[a-z0-9.:-]+/[a-z0-9._-]+/?$")
+
+
+def check_image_mirror(value: str, where: str = "image-mirror") -> str | None:
+    if not IMAGE_MIRROR_RE.match(value):
+        return (f"{where} must be an Artifact Registry remote repository of Docker Hub, "
+                f"LOCATION-docker.pkg.dev/PROJECT/REPOSITORY (no image name), got {value!r}")
     return None
 
 
@@ -440,14 +456,16 @@ def resolve(*, project: str | None = None, region: str | None = None, bucket: st
     (project and region): a bad bucket or service account, which it never uses, does not stop it."""
     values = effective(project=project, region=region, bucket=bucket, service_account=service_account)
     checked = values if need_bucket else {**values, "bucket": Value("bucket", None),
-                                          "service_account": Value("service_account", None)}
+                                          "service_account": Value("service_account", None),
+                                          "image_mirror": Value("image_mirror", None)}
     problems = problems_of(checked, need_bucket)
     if problems:
         raise_problems(problems, "settings")
     project_id, region_name = values["project"].value, values["region"].value
     assert project_id is not None and region_name is not None  # problems_of refuses either missing
     return Settings(project=project_id, region=region_name,
-                    bucket=(values["bucket"].value or "").rstrip("/"), service_account=values["service_account"].value)
+                    bucket=(values["bucket"].value or "").rstrip("/"), service_account=values["service_account"].value,
+                    image_mirror=(values["image_mirror"].value or "").rstrip("/") or None)
 
 
 def raise_problems(problems: list[str], what: str) -> None:

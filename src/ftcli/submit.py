@@ -187,10 +187,18 @@ def _region_problem(hw: Hardware, region: str) -> str | None:
     return f"{region} does not offer {hw.gpu_name} GPUs for training{where}"
 
 
-def _image_problems(image: str | None, hw: Hardware, notes: list[str]) -> tuple[str, list[str]]:
+def _image_problems(image: str | None, hw: Hardware, notes: list[str],
+                    mirror: str | None = None) -> tuple[str, list[str]]:
+    """The image the job runs (`--image`, else ftcli's image for the GPU, through the configured image-mirror when
+    there is one) and why it cannot run the trainer on `hw`."""
     from ftcli import images
     from ftcli.packaging import REQUIRES_PYTHON, TRAINER_DEPENDENCIES
 
+    if not image and mirror:
+        default = images.default_image(hw)
+        path = images.docker_hub_path(default.uri)
+        assert path is not None  # ftcli's images are Docker Hub's
+        return f"{mirror}/{path}", images.problems(default, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
     chosen = images.known(image) if image else images.default_image(hw)
     if chosen is None and image and (upstream := images.mirror_of(image)) is not None:
         notes.append(f"--image {image}: checked as Docker Hub's {upstream.name}, which an Artifact Registry remote "
@@ -269,7 +277,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
             problems.append(p)
         if settings is not None and (p := catalog.reservation_region_problem(reservation, settings.region)):
             problems.append(p)
-        image_uri, image_problems = _image_problems(image, hardware, notes)
+        image_uri, image_problems = _image_problems(image, hardware, notes,
+                                                    settings.image_mirror if settings is not None else None)
         problems += image_problems
     local_files: dict[str, Path] = {}
     for name in DATA_OPTIONS:

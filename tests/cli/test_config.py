@@ -139,6 +139,9 @@ def test_set_edits_the_file_a_linked_config_points_at_and_keeps_the_link(capsys,
     ("service-account", "notanemail", "service-account must be a service account e-mail"),
     ("region", "us-centrall1", "did you mean us-central1"),
     ("bucket", "my-bucket", "must be a gs:// URI"),
+    # an image, not a repository: every job's image would have been REPOSITORY/pytorch:TAG/pytorch/pytorch:TAG
+    ("image-mirror", "us-central1-docker.pkg.dev/p/dockerhub/pytorch/pytorch:2.7.1", "(no image name)"),
+    ("image-mirror", "mirror.gcr.io", "must be an Artifact Registry remote repository of Docker Hub"),
 ])
 def test_set_refuses_a_value_every_command_would_refuse(capsys, isolated, key, value, needle):
     # A bad project or service account was saved, and then stopped every command, `jobs list` included.
@@ -168,3 +171,20 @@ def test_list_says_when_the_price_variable_names_no_file(capsys, monkeypatch, tm
     monkeypatch.setenv("FTCLI_PRICES", str(tmp_path / "prices.tmol"))
     r = run_cli(capsys, "config", "list")
     assert r.code == 0 and "prices.tmol  (FTCLI_PRICES names no file: fix the path or unset it)" in r.err
+
+
+def test_an_image_mirror_is_saved_without_its_trailing_slash_and_every_job_pulls_through_it(capsys, isolated,
+                                                                                              monkeypatch):
+    r = run_cli(capsys, "config", "set", "image-mirror", "europe-west4-docker.pkg.dev/my-proj/dockerhub/")
+    assert r.code == 0, r.err
+    assert (isolated / "config.toml").read_text() == 'image_mirror = "europe-west4-docker.pkg.dev/my-proj/dockerhub"\n'
+    r = run_cli(capsys, "train", "--gpu", "B200", "--spot", "--project", "my-proj", "--bucket", "gs://bkt",
+                "--region", "europe-west4", "--dry-run")
+    assert r.code == 0, r.err
+    spec = json.loads(r.out)["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
+    # the image that covers the GPU (B200: the CUDA 12.8 build), under the mirror's name
+    assert spec["imageUri"] == ("europe-west4-docker.pkg.dev/my-proj/dockerhub/pytorch/pytorch:"
+                                "2.7.1-cuda12.8-cudnn9-runtime")
+    monkeypatch.setenv("FTCLI_IMAGE_MIRROR", "docker.io/library")
+    r = run_cli(capsys, "train", "--project", "my-proj", "--bucket", "gs://bkt", "--dry-run")
+    assert r.code == 2 and "FTCLI_IMAGE_MIRROR must be an Artifact Registry remote repository" in r.err

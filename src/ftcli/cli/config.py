@@ -11,15 +11,17 @@ import typer
 from ftcli.cli.options import BucketOpt, JsonOpt, ProjectOpt, RegionOpt, ServiceAccountOpt
 from ftcli.errors import FtcliError, UsageError
 
-app = typer.Typer(help="Set defaults for --project, --region, --bucket, --service-account; see where each value "
-                       "comes from.", no_args_is_help=True)
+app = typer.Typer(help="Set defaults for --project, --region, --bucket, --service-account, and the image mirror; see "
+                       "where each value comes from.", no_args_is_help=True)
 
-KeyArg = Annotated[str, typer.Argument(help="project, region, bucket or service-account.")]
+KeyArg = Annotated[str, typer.Argument(help="project, region, bucket, service-account or image-mirror.")]
 HOW_TO_SET = {"project": "--project ID, FTCLI_PROJECT, `ftcli config set project ID` or `gcloud config set project ID`",
               "region": "--region, FTCLI_REGION or `ftcli config set region REGION`",
               "bucket": "--bucket gs://BUCKET[/PREFIX], FTCLI_BUCKET or `ftcli config set bucket gs://BUCKET`",
               "service_account": "--service-account, FTCLI_SERVICE_ACCOUNT or "
-                                 "`ftcli config set service-account NAME@PROJECT.iam.gserviceaccount.com`"}
+                                 "`ftcli config set service-account NAME@PROJECT.iam.gserviceaccount.com`",
+              "image_mirror": "FTCLI_IMAGE_MIRROR or `ftcli config set image-mirror "
+                              "LOCATION-docker.pkg.dev/PROJECT/REPOSITORY` (a remote repository of Docker Hub)"}
 
 
 def _key(key: str) -> str:
@@ -43,12 +45,12 @@ def set_(key: KeyArg, value: str) -> None:
 
     k = _key(key)
     check = {"project": settings.check_project, "region": settings.check_region, "bucket": settings.check_bucket,
-             "service_account": settings.check_service_account}[k]
+             "service_account": settings.check_service_account, "image_mirror": settings.check_image_mirror}[k]
     # `{region}` in a bucket stands for the job's region (settings.effective): checked as one region would fill it
     checked = value.replace(settings.REGION_FIELD, settings.DEFAULT_REGION) if k == "bucket" else value
     if problem := check(checked, key):
         raise UsageError(problem)  # saved, it would stop every command that reads it
-    value = value.rstrip("/") if k == "bucket" else value
+    value = value.rstrip("/") if k in ("bucket", "image_mirror") else value
     path = settings.save_config_file({k: value})
     out().print(f"{key} = {value}  ({path})", markup=False)
     if (now := settings.effective()[k]).source == "env":

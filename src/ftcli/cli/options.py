@@ -49,7 +49,8 @@ ReservationOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     rich_help_panel=HW)]
 ImageOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--image", help="Your own container image (Python >= 3.11 with pip and torch >= 2.6); the trainer is "
-    "pip-installed into it at start [default: the pinned PyTorch image that covers the GPU].", rich_help_panel=HW)]
+    "pip-installed into it at start [default: the pinned PyTorch image that covers the GPU, through the "
+    "image-mirror setting when there is one].", rich_help_panel=HW)]
 TimeoutOpt = Annotated[str, typer.Option("--timeout", help="Stop the job after this long: 90m, 24h, 2d.",
                                          rich_help_panel=HW)]
 LabelsOpt = Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
