@@ -131,6 +131,20 @@ def test_failing_trainer_fails_the_job_and_shows_its_error(capsys, e2e, tmp_path
     assert r.code == 1 and "no complete model" in r.err
 
 
+def test_dollar_values_reach_the_trainer_as_written(capsys, e2e, tmp_path, tiny_model, monkeypatch):
+    # Vertex expands $(VAR_NAME) in args and env values and reduces $$ to $ (the emulator does as Kubernetes does):
+    # a bucket prefix with $$ sent the wheel's path changed (the install failed), a column named $(AIP_MODEL_DIR)
+    # reached the trainer as the job's model folder.
+    gcs, vertex, logs = e2e
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/te$$am")
+    gcs.write("ftcli-test", "data/sst2_small.csv", sst2_rows(50, tmp_path).read_bytes())
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", "gs://ftcli-test/data/sst2_small.csv",
+                "--text-column", "$(AIP_MODEL_DIR)", "--gpu", "none", "--model", str(tiny_model))
+    assert r.code == 3, r.err + r.out
+    assert "ftcli: installing " in r.out and "/gcs/ftcli-test/te$$am/ftcli/packages/ftcli_trainer-" in r.out
+    assert "has no column '$(AIP_MODEL_DIR)'" in r.out + r.err  # the trainer got the option as written
+
+
 def _wait_for_line(logs, needle, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

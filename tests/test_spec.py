@@ -491,3 +491,32 @@ def test_one_gpu_g4_and_other_machines_get_no_nccl_setting_and_the_users_own_win
     mine = request(hardware=resolve_gpu("RTX-PRO-6000x8"), env=(("NCCL_P2P_LEVEL", "NVL"),))
     pool = build_custom_job(mine)["jobSpec"]["workerPoolSpecs"][0]
     assert pool["containerSpec"]["env"] == env(WHEEL, {"name": "NCCL_P2P_LEVEL", "value": "NVL"})
+
+
+def test_values_reach_the_container_as_written_through_vertexs_variable_expansion():
+    # Vertex expands $(VAR_NAME) in a container's args and env values and reduces $$ to $ (Kubernetes' rules,
+    # spec.container_text): a label `$$$`, a column named `$(AIP_MODEL_DIR)` or a bucket prefix with a $ reached the
+    # trainer changed. Every $ is doubled in what is sent; the emulator's expansion gives back the value exactly.
+    from tests.emulators.runner import expand
+
+    values = ("--label-names", "$,$$,$$$", "--text-column", "$(AIP_MODEL_DIR)", "--eval-file", "gs://b/x$(y/z$")
+    wheel = "gs://my-bucket/a$$b/$(HOME)/ftcli_trainer-0.1.0-py3-none-any.whl"
+    job = build_custom_job(request(args=values, package_uri=wheel, env=(("NOTE", "cost $(usd) $$"),)))
+    container = job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
+    assert container["args"][1] == "$$,$$$$,$$$$$$" and container["args"][3] == "$$(AIP_MODEL_DIR)"
+    service = {"AIP_MODEL_DIR": "gs://b/run/model/", "HOME": "/root"}
+    sent = {e["name"]: e["value"] for e in container["env"]}
+    assert {k: expand(v, service) for k, v in sent.items()} == {
+        "FTCLI_TRAINER_WHEEL": "/gcs/my-bucket/a$$b/$(HOME)/ftcli_trainer-0.1.0-py3-none-any.whl",
+        "PYTHONUNBUFFERED": "1", "NOTE": "cost $(usd) $$"}
+    assert [expand(a, service) for a in container["args"]] == list(values)
+    # ftcli's own start scripts are sent as written: expansion leaves them as they are (no $$, no $(NAME) of a
+    # variable the job has)
+    variables = {**service, **sent}
+    for script in (START_SCRIPT, REDUCTION_SERVER_START_SCRIPT):
+        assert expand(script, variables) == script
+    # and what `jobs describe` / `predict` read back is the value itself
+    from ftcli.gcp.vertex import to_job
+
+    proto = to_proto({**job, "name": "projects/p/locations/us-central1/customJobs/1"})
+    assert to_job(proto).trainer_option("label_names") == "$,$$,$$$"

@@ -92,6 +92,31 @@ REDUCTION_SERVER_PLUGIN = (
 )
 REDUCTION_SERVER_START_SCRIPT = _STRICT + REDUCTION_SERVER_PLUGIN + _RUN_TRAINER
 WHEEL_ENV = "FTCLI_TRAINER_WHEEL"
+
+# Vertex expands Kubernetes-style references to environment variables in what the container starts with. EnvVar.value:
+# "Variables that reference a $(VAR_NAME) are expanded using the previous defined environment variables in the
+# container and any service environment variables. If a variable cannot be resolved, the reference in the input
+# string will be unchanged. The $(VAR_NAME) syntax can be escaped with a double $$, ie: $$(VAR_NAME)" (aiplatform_v1
+# types/env_var.py in google-cloud-aiplatform 2.7.0, read 2026-11-27). In containerSpec.args too: Google's own sample
+# passes "--model-dir=$(AIP_MODEL_DIR)" there, "AIP_MODEL_DIR is set by the service according to
+# baseOutputDirectory" ("Create a training pipeline for custom job",
+# https://cloud.google.com/vertex-ai/docs/samples/aiplatform-create-training-pipeline-custom-job-sample, read
+# 2026-11-27). Kubernetes reduces every $$ to $ ("Double $$ are reduced to a single $", the core v1 Container args
+# field it mirrors). So a user's value (a label `$$$`, a column `cost_$(usd)`, a bucket prefix with a $) reached the
+# trainer changed, or replaced by a variable's value: every $ of a value ftcli passes is doubled, which Kubernetes'
+# expansion turns back into exactly the value. The start scripts (the command) are ftcli's own and hold no $$ or
+# $(NAME) of a variable (tests/test_spec.py checks that expansion leaves them as they are).
+
+
+def container_text(value: str) -> str:
+    """`value` written so that Vertex's $(VAR_NAME) expansion gives the container exactly `value`."""
+    return value.replace("$", "$$")
+
+
+def from_container_text(text: str) -> str:
+    """What the container sees for an escaped `text` ($$ -> $; a $(NAME) is left as written: its value is the
+    job's)."""
+    return text.replace("$$", "$")
 # WorkerPoolSpec.replica_count is an int64 (aiplatform_v1 custom_job.py in google-cloud-aiplatform 2.7.0, read
 # 2026-11-27): more does not even convert to the message.
 MAX_REPLICA_COUNT = 2**63 - 1
@@ -234,8 +259,8 @@ def _worker_pool(req: JobRequest, replicas: int) -> dict[str, Any]:
     env += [{"name": k, "value": v} for k, v in machine_env(hw.machine_type) if k not in given]
     container: dict[str, Any] = {"imageUri": req.image, "command": ["bash", "-c", script, "ftcli-trainer"]}
     if req.args:
-        container["args"] = list(req.args)
-    container["env"] = env
+        container["args"] = [container_text(a) for a in req.args]
+    container["env"] = [{"name": e["name"], "value": container_text(e["value"])} for e in env]
     return {
         "machineSpec": machine,
         "replicaCount": str(replicas),  # int64: a string in proto JSON

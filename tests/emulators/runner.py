@@ -47,6 +47,33 @@ IMAGES = {
 HOST_MINOR = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+def expand(text: str, variables: dict[str, str]) -> str:
+    """Kubernetes' expansion of $(VAR_NAME) in a container's command, args and env values, which Vertex applies
+    (EnvVar.value in aiplatform_v1 types/env_var.py: "Variables that reference a $(VAR_NAME) are expanded ... If a
+    variable cannot be resolved, the reference in the input string will be unchanged. The $(VAR_NAME) syntax can be
+    escaped with a double $$"; args: Google's sample passes "--model-dir=$(AIP_MODEL_DIR)" in containerSpec.args,
+    https://cloud.google.com/vertex-ai/docs/samples/aiplatform-create-training-pipeline-custom-job-sample; both read
+    2026-11-27). As Kubernetes' third_party/forked/golang/expansion does it: $$ is one $, $(NAME) the variable's value
+    or itself when there is none, any other $ (and an unclosed $( ) stays."""
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c != "$" or i + 1 >= len(text):
+            out.append(c)
+            i += 1
+        elif text[i + 1] == "$":
+            out.append("$")
+            i += 2
+        elif text[i + 1] == "(" and (end := text.find(")", i + 2)) != -1:
+            name = text[i + 2:end]
+            out.append(variables.get(name, text[i:end + 1]))
+            i = end + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 def interpreter(minor: str) -> str | None:
     """A python<minor> executable on this machine (PATH, then pyenv's versions), or None."""
     if minor == HOST_MINOR:
@@ -74,6 +101,7 @@ class Replica:
         self.restarts = 0
         self.recorded: subprocess.Popen | None = None  # the process whose exit is already in exit_codes
         self.preempted = False  # SIGTERM-ed by preempt(): restart it when the job allows
+        self.variables: dict[str, str] = {}  # what $(VAR_NAME) in its command and args can name (`expand`)
 
 
 class JobRun(threading.Thread):
@@ -145,16 +173,21 @@ class JobRun(threading.Thread):
             cluster["cluster"].setdefault(f"workerpool{r.pool}", []).append(f"127.0.0.1:{master_port}")
         env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "TMPDIR", "HF_HOME")}
         spec = self.job.job_spec.worker_pool_specs[replica.pool].container_spec
-        env.update({e.name: self._gcs(e.value) for e in spec.env})
+        service = dict(AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
+                       AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/", CLOUD_ML_JOB_ID=self.job_id,
+                       CLUSTER_SPEC=json.dumps(cluster), **self.extra_env)
+        variables = dict(service)
+        for e in spec.env:  # each value sees the service's variables and the ones defined before it
+            variables[e.name] = expand(e.value, variables)
+        replica.variables = variables
+        env.update({e.name: self._gcs(variables[e.name]) for e in spec.env})
         env = container.env(self.bin, env)
         env.update(
-            AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
-            AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/", CLOUD_ML_JOB_ID=self.job_id,
-            CLUSTER_SPEC=json.dumps(cluster), STORAGE_EMULATOR_HOST=self.emulator.gcs_url,
+            STORAGE_EMULATOR_HOST=self.emulator.gcs_url,
             DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA="true", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
             OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // max(1, len(self.replicas)))),
         )
-        env.update(self.extra_env)
+        env.update(service)
         return env
 
     # -- running -------------------------------------------------------------------------------------------------
@@ -167,7 +200,7 @@ class JobRun(threading.Thread):
 
     def _start(self, replica: Replica, env: dict[str, str]) -> list[threading.Thread]:
         spec = self.job.job_spec.worker_pool_specs[replica.pool].container_spec
-        argv = [self._gcs(a) for a in (*spec.command, *spec.args)]
+        argv = [self._gcs(expand(a, replica.variables)) for a in (*spec.command, *spec.args)]
         replica.proc = subprocess.Popen(argv, env=env, cwd=self.workdir, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
         pumps = [threading.Thread(target=self._pump, args=(replica.proc.stdout, replica, "INFO"), daemon=True),

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from ftcli.gcp import Notify, credentials, guard, plaintext_endpoint, retry_notice, retryable
-from ftcli.spec import SUBMISSION_LABEL
+from ftcli.spec import SUBMISSION_LABEL, from_container_text
 from ftcli.values import Job, JobName, Pool, Trial, TuningJob, TuningName
 
 ENDPOINT_VAR = "FTCLI_VERTEX_ENDPOINT"
@@ -46,7 +46,8 @@ def _pools(spec) -> tuple[Pool, ...]:
         m = p.machine_spec
         accelerator = m.accelerator_type.name if m.accelerator_count else None
         image = p.container_spec.image_uri or p.python_package_spec.executor_image_uri
-        args = tuple(p.container_spec.args or p.python_package_spec.args)
+        # as the trainer sees them (spec.container_text): `jobs describe` and `predict` read its options from them
+        args = tuple(from_container_text(a) for a in (p.container_spec.args or p.python_package_spec.args))
         pools.append(Pool(m.machine_type, accelerator, int(m.accelerator_count or 0) if accelerator else 0,
                           int(p.replica_count or 0), image, args))
     return tuple(pools)
