@@ -510,7 +510,7 @@ def test_logging_api_disabled_says_enable_it_not_grant_a_role(capsys, logs_env):
     logs.fail_next("ListLogEntries", grpc.StatusCode.PERMISSION_DENIED,
                    message="Cloud Logging API has not been used in project 123 before or it is disabled.",
                    error_info={"reason": "SERVICE_DISABLED", "domain": "googleapis.com",
-                               "metadata": {"service": "logging.googleapis.com", "consumer": "projects/123"}})
+                               "metadata": {"service": "logging.googleapis.com", "consumer": "projects/test-project"}})
     r = run_cli(capsys, "logs", "1", "--no-follow")
     assert r.code == 1 and "Traceback" not in r.err
     assert r.err.splitlines() == [

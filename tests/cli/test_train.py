@@ -446,6 +446,29 @@ def test_disabled_vertex_api_says_how_to_enable_it(capsys, cloud_env):
     assert "roles/" not in r.err and not vertex.jobs
 
 
+@pytest.mark.parametrize(("consumer", "url", "said", "fix"), [
+    # billed to a quota project: Google names it and sends its activation page; ftcli named its own project
+    ("projects/quota-proj", "https://console.developers.google.com/apis/api/aiplatform.googleapis.com/overview"
+     "?project=quota-proj", "not enabled in project quota-proj (the project the request was billed to: test-project, "
+     "or the quota project your credentials name)",
+     "enable it: https://console.developers.google.com/apis/api/aiplatform.googleapis.com/overview?project=quota-proj"),
+    ("projects/quota-proj", None, "not enabled in project quota-proj",
+     "gcloud services enable aiplatform.googleapis.com --project quota-proj"),
+    ("projects/test-project", None, "not enabled in project test-project\n",
+     "gcloud services enable aiplatform.googleapis.com --project test-project"),
+])
+def test_a_disabled_api_is_named_in_the_project_google_names(capsys, cloud_env, consumer, url, said, fix):
+    gcs, vertex = cloud_env
+    metadata = {"service": "aiplatform.googleapis.com", "consumer": consumer, **({"activationUrl": url} if url else {})}
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.PERMISSION_DENIED,
+                     message="Vertex AI API has not been used in project quota-proj before or it is disabled.",
+                     error_info={"reason": "SERVICE_DISABLED", "domain": "googleapis.com", "metadata": metadata})
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert said in r.err and fix in r.err, r.err
+    assert not vertex.jobs
+
+
 @pytest.mark.parametrize(("reason", "message", "needle", "hint"), [
     ("BILLING_DISABLED", "This API method requires billing to be enabled. Please enable billing on project #123 by "
      "visiting https://console.developers.google.com/billing/enable?project=123 then retry.",
@@ -473,7 +496,8 @@ def test_account_problems_are_not_answered_with_a_role_to_grant(capsys, cloud_en
 
 @pytest.mark.parametrize(("reason", "message", "said", "fix"), [
     ("SERVICE_DISABLED", "Cloud Storage API has not been used in project 123 before or it is disabled.",
-     "error: the storage.googleapis.com API is not enabled in project test-project",
+     "error: the storage.googleapis.com API is not enabled in project 123 (the project the request was billed to: "
+     "test-project, or the quota project your credentials name)",
      "gcloud services enable storage.googleapis.com --project test-project"),
     # BILLING_DISABLED on the bucket check was read as "storage.buckets.get denied"
     ("BILLING_DISABLED", "The billing account for the owning project is disabled in state closed",

@@ -176,10 +176,20 @@ def account_problem(e: Exception, *, service: str, project: str | None = None) -
     consumer = metadata.get("consumer") or ""
     disabled = _disabled_service(e)
     if disabled:
+        # The project it is disabled in is the ErrorInfo's consumer ("This response indicates the
+        # "pubsub.googleapis.com" has been disabled in "projects/123"", error_reason.proto above), which is not
+        # ftcli's project when the credentials bill another (a quota project); it may be a number. Google's responses
+        # carry the page that enables it for that project in metadata "activationUrl" (seen in SERVICE_DISABLED
+        # errors of several Google APIs; absent from the proto's example, so only used when sent).
         api = disabled if "." in disabled else APIS.get(service, disabled)
-        where = f" --project {project}" if project else ""
-        return FtcliError(f"the {api} API is not enabled in project {project or '?'}",
-                          hint=f"enable it: gcloud services enable {api}{where}")
+        owner = consumer.removeprefix("projects/")
+        where = f" --project {owner if owner and not owner.isdigit() else project}" if owner or project else ""
+        billed = f" (the project the request was billed to: {project}, or the quota project your credentials " \
+                 "name)" if owner and project and owner != project else ""
+        url = metadata.get("activationUrl") or ""
+        return FtcliError(f"the {api} API is not enabled in project {owner or project or '?'}{billed}",
+                          hint=f"enable it: {url}" if url.startswith("https://")
+                          else f"enable it: gcloud services enable {api}{where}")
     if reason == "BILLING_DISABLED":
         # "Billing is enabled on a project when the project is linked to a valid, active Cloud Billing account"
         # (`gcloud billing projects link`, https://cloud.google.com/sdk/gcloud/reference/billing/projects/link,
