@@ -519,7 +519,7 @@ def test_logging_api_disabled_says_enable_it_not_grant_a_role(capsys, logs_env):
 
 
 @pytest.mark.parametrize(("code", "error_info", "said", "state_notices"), [
-    (grpc.StatusCode.INTERNAL, None, "Vertex AI error: InternalServerError: Internal error encountered.", 1),
+    (grpc.StatusCode.INTERNAL, None, "Vertex AI failed on Google's side (INTERNAL): Internal error encountered.", 1),
     # Vertex's per-minute read quota (ErrorReason RATE_LIMIT_EXCEEDED): retried within the read itself
     (grpc.StatusCode.RESOURCE_EXHAUSTED,
      {"reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com",

@@ -446,6 +446,19 @@ def test_disabled_vertex_api_says_how_to_enable_it(capsys, cloud_env):
     assert "roles/" not in r.err and not vertex.jobs
 
 
+@pytest.mark.parametrize("code", [grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN])
+def test_a_failure_on_googles_side_says_to_try_again_later(capsys, cloud_env, code):
+    # it read "Vertex AI error: InternalServerError: Internal error encountered." with no hint
+    gcs, vertex = cloud_env
+    vertex.fail_next("ListCustomJobs", code, message="Internal error encountered.")
+    r = run_cli(capsys, "jobs", "list")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines() == [
+        f"error: Vertex AI failed on Google's side ({code.name}): Internal error encountered.",
+        "hint: nothing in your request caused it: try again in a few minutes; https://status.cloud.google.com "
+        "lists Google Cloud incidents"]
+
+
 @pytest.mark.parametrize(("consumer", "url", "said", "fix"), [
     # billed to a quota project: Google names it and sends its activation page; ftcli named its own project
     ("projects/quota-proj", "https://console.developers.google.com/apis/api/aiplatform.googleapis.com/overview"

@@ -271,6 +271,15 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         at = f" at {endpoint}{endpoint_origin(endpoint_var) if endpoint_var else ''}" if endpoint else ""
         return FtcliError(f"{name}{at} did not answer after several retries: {message}",
                           hint="check your network and try again; nothing was left half-done")
+    if isinstance(e, (gexc.InternalServerError, gexc.Unknown)):
+        # A failure inside the service, not in the request. Not retried automatically: AIP-194 ("Automatic retry
+        # configuration", https://google.aip.dev/194, read 2026-11-27) lists UNAVAILABLE alone as the code to retry.
+        # It was said as "Vertex AI error: InternalServerError: ..." with nothing to do about it.
+        code = getattr(e, "grpc_status_code", None)
+        kind = code.name if code is not None else f"{getattr(e, 'code', 500)} {type(e).__name__}"
+        return FtcliError(f"{name} failed on Google's side ({kind}): {message}",
+                          hint="nothing in your request caused it: try again in a few minutes; "
+                               "https://status.cloud.google.com lists Google Cloud incidents")
     return FtcliError(f"{name} error: {type(e).__name__}: {message}")
 
 
