@@ -301,3 +301,21 @@ def test_an_unknown_job_id_says_where_it_was_looked_for_and_how_to_look_elsewher
         "hint: it was looked for in project test-project, region europe-west4: check the id, --project and --region "
         "(`ftcli jobs list --all --project test-project --region europe-west4` lists the jobs there)")
     assert not vertex.calls("CancelCustomJob")
+
+
+def test_a_low_cost_jobs_cost_is_a_ceiling_not_an_about(capsys, cloud_env, tmp_path, monkeypatch):
+    # A job another tool created with the deprecated LOW_COST strategy ("making potential use of spot resources")
+    # was shown as costing "about" its on-demand amount, with cost_usd set.
+    from google.cloud.aiplatform_v1 import Scheduling
+
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    with vertex._lock:
+        vertex._jobs[job["name"]].job_spec.scheduling.strategy = Scheduling.Strategy.LOW_COST
+    finish(gcs, vertex, job, None)
+    use_price_file(tmp_path, monkeypatch)
+    text = " ".join(run_cli(capsys, "jobs", "describe", "1").out.split())
+    assert "at most $0.00 (" in text and "Low-cost (Spot where it can) is billed at lower" in text
+    assert "about $" not in text
+    obj = json.loads(run_cli(capsys, "jobs", "describe", "1", "--json").out)
+    assert obj["cost_usd"] is None and obj["cost_usd_on_demand"] is not None
