@@ -348,3 +348,11 @@ def test_timing_scales_every_wait_but_the_read_slice():
     t = Timing().scaled(0.1)
     assert (t.state_interval, t.drain_quiet, t.quota_interval) == pytest.approx((0.3, 0.3, 0.5))
     assert t.read_slice == Timing().read_slice
+
+
+def test_polling_without_a_tail_leaves_room_in_the_projects_read_quota():
+    """Cloud Logging gives a project 60 entries.list a minute: a follower polling every 2 s (without live tailing)
+    used half of it, and two terminals (or a tuning job's trials) all of it."""
+    from ftcli.follow import Timing
+
+    assert 60 / Timing().poll_interval <= 12

@@ -302,7 +302,9 @@ class Timing:
     state_interval: float = 3.0  # re-read the job's state
     reorder_delay: float = 1.0  # hold a line this long so replicas come out in timestamp order
     drain_quiet: float = 3.0  # after the job ended: stop once the logs were quiet this long
-    poll_interval: float = 2.0  # between list polls when tailing is not available
+    # between list polls when tailing is not available: 12 of the project's 60 entries.list a minute (see
+    # gcp/cloud_logging.py), so a few followers at once (two terminals, a tuning job's trials) stay under it
+    poll_interval: float = 5.0
     quota_interval: float = 5.0  # the slowest-start poll after RESOURCE_EXHAUSTED
     max_interval: float = 60.0  # polls never further apart than this
     read_slice: float = 0.2  # read this long at most before printing what is due
