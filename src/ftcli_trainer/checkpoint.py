@@ -1,7 +1,7 @@
 """Checkpoints to AIP_CHECKPOINT_DIR (local or gs://): atomic, the last few kept, resumable.
 
 A checkpoint is a folder `step-<N>` with the model weights (safetensors) and the rest of the training
-state (optimizer, scheduler, scaler, RNG, position) in a torch file read with weights_only=True, so
+state (optimizer, scheduler, scaler, every rank's RNG, position) in a torch file read with weights_only=True, so
 loading never unpickles arbitrary objects. It counts only once its completion marker exists.
 """
 

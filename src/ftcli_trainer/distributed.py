@@ -160,6 +160,17 @@ def gather_rows(local: np.ndarray, idx: np.ndarray, n: int, dist: Dist) -> np.nd
     return out
 
 
+def gather_to_main(value, dist: Dist) -> list | None:
+    """Every rank's `value` (small, picklable), in rank order, on rank 0; None on the other ranks."""
+    if not dist.enabled:
+        return [value]
+    import torch.distributed as td
+
+    parts: list | None = [None] * dist.world_size if dist.is_main else None
+    td.gather_object(value, parts, dst=0)
+    return parts
+
+
 def barrier(dist: Dist) -> None:
     if dist.enabled:
         import torch.distributed as td

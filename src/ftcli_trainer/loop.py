@@ -21,7 +21,7 @@ import numpy as np
 from ftcli_trainer import checkpoint, metrics, storage
 from ftcli_trainer.config import TrainConfig
 from ftcli_trainer.data import Encoded, collate, plan_batches
-from ftcli_trainer.distributed import Dist, add_up, any_rank, gather_rows, shard_batches, spread
+from ftcli_trainer.distributed import Dist, add_up, any_rank, gather_rows, gather_to_main, shard_batches, spread
 from ftcli_trainer.errors import TrainerError
 
 if TYPE_CHECKING:
@@ -402,12 +402,20 @@ class Trainer:
         self.global_step = int(state["global_step"])
         self.epoch = int(state["epoch"])
         if "optimizer" in state:
+            written_by = int(state.get("world_size", self.dist.world_size))  # (absent: written before it was kept)
+            if written_by != self.dist.world_size:
+                # Each process trains on its own share of every global batch (batch size x processes): with another
+                # number of them the steps, the schedule and the place in the data would not be the same run's.
+                raise TrainerError(
+                    f"the step {self.global_step} checkpoint in {self.paths.checkpoint_dir} was written by "
+                    f"{written_by} process(es) and this run has {self.dist.world_size}: a step would train on "
+                    f"{self.global_batch * self.cfg.gradient_accumulation_steps} examples instead of "
+                    f"{self.cfg.batch_size * self.cfg.gradient_accumulation_steps * written_by}; resume with as many "
+                    "GPUs and machines as before, or start over with another --output-dir")
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.scaler.load_state_dict(state["scaler"])
-            self.torch.set_rng_state(state["rng_cpu"])
-            if "rng_cuda" in state and self.torch.cuda.is_available():
-                self.torch.cuda.set_rng_state_all(state["rng_cuda"])
+            self._set_rng_state(state)
         elif self.epoch < self.cfg.epochs:
             # Only the last epoch's checkpoint goes without them (save_checkpoint), and the run's fingerprint fixes
             # the number of epochs: this one was altered.
@@ -423,6 +431,33 @@ class Trainer:
         self._loss_total = float(state["loss_total"])
         self._loss_count = int(state["loss_count"])
         self._forget_rows_after(self.global_step)
+
+    def _rng_state(self) -> dict:
+        """This process's own random-number generators: the CPU's (dropout on a CPU) and its GPU's (dropout on a
+        GPU). Nothing else draws while training: the batch order comes from (seed, epoch) alone (plan_batches), and
+        Python's and NumPy's global generators are used only before the first step (set_seed, the data's split)."""
+        torch = self.torch
+        own = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            own["cuda"] = torch.cuda.get_rng_state(self.device)
+        return own
+
+    def _set_rng_state(self, state: dict) -> None:
+        """Each process goes on with its own generators' state (`rng`, one per rank): every rank draws its own dropout
+        masks on batches of its own sizes, so rank 0's state given to every rank made a resumed multi-process run
+        differ from the uninterrupted one."""
+        torch = self.torch
+        per_rank = state.get("rng")
+        if per_rank is not None:
+            own = per_rank[self.dist.rank]
+            torch.set_rng_state(own["cpu"])
+            if "cuda" in own and self.device.type == "cuda":
+                torch.cuda.set_rng_state(own["cuda"], self.device)
+            return
+        # A checkpoint written before each rank's state was kept: rank 0's, as it was
+        torch.set_rng_state(state["rng_cpu"])
+        if "rng_cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng_cuda"])
 
     def _forget_rows_after(self, step: int) -> None:
         """metrics.jsonl without the rows an earlier attempt logged after the checkpoint this run resumes from: they
@@ -462,6 +497,7 @@ class Trainer:
         position, without the optimizer state (twice the weights' size) that no step will use again. For
         BERT-base 0.44 GB written (or uploaded) instead of 1.3 GB, just before the export writes the model."""
         pending_sum, pending_n = self._loss_window()  # a collective: before the ranks part
+        rng = None if final else gather_to_main(self._rng_state(), self.dist)  # every rank's, a collective too
         if not self.dist.is_main:
             return
         # The logs first: a preempted Spot VM has 30 s after its SIGTERM ("120 seconds between GCE ACPI G2 Soft Off and
@@ -471,7 +507,6 @@ class Trainer:
         # between the checkpoint and the logs lost the rows up to it for good (the restart resumes after them). Rows
         # past a checkpoint that does not complete are dropped on resume (_forget_rows_after).
         self.sync_logs()
-        torch = self.torch
         from ftcli_trainer.cuda_graphs import plain_optimizer_state, plain_scheduler_state
 
         state = {} if final else {
@@ -479,7 +514,8 @@ class Trainer:
             "optimizer": plain_optimizer_state(self.optimizer.state_dict()),
             "scheduler": plain_scheduler_state(self.scheduler.state_dict()),
             "scaler": self.scaler.state_dict(),
-            "rng_cpu": torch.get_rng_state(),
+            "rng": rng,  # one per rank, in rank order
+            "world_size": self.dist.world_size,
         }
         state |= {
             "global_step": self.global_step,
@@ -491,8 +527,6 @@ class Trainer:
             "loss_total": self._loss_total + pending_sum,
             "loss_count": self._loss_count + pending_n,
         }
-        if torch.cuda.is_available() and self.device.type == "cuda" and not final:
-            state["rng_cuda"] = torch.cuda.get_rng_state_all()
         checkpoint.save(self.paths.checkpoint_dir, self.global_step, self.model, state)
 
     # -- steps -------------------------------------------------------------------------------------

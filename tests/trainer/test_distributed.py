@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from ftcli_trainer.distributed import Dist, master, relaunch_argv, shard_batches, vertex_nodes
+from tests.conftest import FILLER, sentiment_rows, write_csv
 
 SPEC = json.dumps({"cluster": {"workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
                                "workerpool1": ["w-0:2222", "w-1:2222"], "workerpool2": ["rs-0:2222"]},
@@ -153,3 +155,51 @@ def test_two_processes_train_as_one_process_does_with_the_same_global_batch(tmp_
     assert metrics[1]["eval_confusion_matrix"] == metrics[0]["eval_confusion_matrix"]
     # samples/s counts both ranks' examples: 240 per epoch, 2 epochs
     assert metrics[1]["train_samples_per_second"] * metrics[1]["train_runtime"] == pytest.approx(480)
+
+
+def test_a_resumed_two_process_run_ends_as_the_uninterrupted_one(tmp_path, tiny_model, sentiment_csv):
+    # Each rank draws its own dropout masks, on shards of its own sizes (243 rows of 8-18 words: the epoch's last 3
+    # rows go 2 to rank 0 and 1 to rank 1), so the ranks' generators part. Only rank 0's state was kept, and every rank
+    # resumed with it: the resumed run's weights differed from the uninterrupted run's (by 1.6e-4 here).
+    rng = random.Random(3)
+    train = write_csv(tmp_path / "varied.csv", ["text", "label"],
+                      [(f"{text} {' '.join(rng.choices(FILLER, k=rng.randrange(12)))}", label)
+                       for text, label in sentiment_rows(243, seed=1)])
+    data = (train, sentiment_csv[1])
+    args = ("--epochs", "2", "--learning-rate", "2e-3", "--log-every", "1", "--save-every", "10")
+    ref = tmp_path / "ref"
+    r = _two_processes(data, tiny_model, ref, *args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # The same run stopped after its step 30 checkpoint, 2 steps before its end: its folder without what came later
+    out = tmp_path / "resumed"
+    shutil.copytree(ref, out, ignore=shutil.ignore_patterns("model", "step-00000032"))
+    r = _two_processes(data, tiny_model, out, *args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resuming from {out / 'checkpoints' / 'step-00000030'}" in r.stdout
+
+    from safetensors.numpy import load_file
+
+    weights = [load_file(run / "model" / "model.safetensors") for run in (ref, out)]
+    for name, w in weights[0].items():
+        np.testing.assert_allclose(weights[1][name], w, rtol=0, atol=1e-7, err_msg=name)
+    curves = [[(row["step"], row["loss"]) for row in map(json.loads, (run / "logs" / "metrics.jsonl").open())
+               if row["type"] == "train"] for run in (ref, out)]
+    assert [s for s, _ in curves[1]] == [s for s, _ in curves[0]] == list(range(1, 33))
+    np.testing.assert_allclose([v for _, v in curves[1]], [v for _, v in curves[0]], rtol=1e-6)
+
+    # With another number of processes the global batch, the steps and the place in the data differ: refused in one
+    # line, the checkpoint left as it was
+    shutil.rmtree(out / "model")
+    shutil.rmtree(out / "checkpoints" / "step-00000032")
+    state = (out / "checkpoints" / "step-00000030" / "trainer_state.pt").read_bytes()
+    one = subprocess.run([sys.executable, "-m", "ftcli_trainer.task", "--task", "csv", "--train-file", str(train),
+                          "--eval-file", str(sentiment_csv[1]), "--model", str(tiny_model), "--batch-size", "8",
+                          "--output-dir", str(out), *args],
+                         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert one.returncode == 2, one.stderr[-3000:]
+    assert one.stderr.splitlines() == [
+        f"error: the step 30 checkpoint in {out / 'checkpoints'} was written by 2 process(es) and this run has 1: a "
+        "step would train on 8 examples instead of 16; resume with as many GPUs and machines as before, or start over "
+        "with another --output-dir"]
+    assert (out / "checkpoints" / "step-00000030" / "trainer_state.pt").read_bytes() == state
+    assert not (out / "model").exists()
