@@ -85,7 +85,8 @@ def relaunch_argv(argv: list[str], gpus: int, env=os.environ) -> list[str] | Non
     if nodes * per_node <= 1:
         return None
     addr, port = master(env)
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node-rank={node_rank}",
+    # torchrun, through launcher: its own ending in one line, not a traceback after the workers' reasons
+    return [sys.executable, "-m", "ftcli_trainer.launcher", f"--nnodes={nodes}", f"--node-rank={node_rank}",
             f"--nproc-per-node={per_node}", f"--master-addr={addr}", f"--master-port={port}",
             "-m", "ftcli_trainer.task", *argv]
 
