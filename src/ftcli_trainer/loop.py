@@ -509,7 +509,7 @@ class Trainer:
         self.sync_logs()
         from ftcli_trainer.cuda_graphs import plain_optimizer_state, plain_scheduler_state
 
-        state = {} if final else {
+        state: dict[str, Any] = {} if final else {
             # As the eager path writes them (float learning rates): a checkpoint resumes on either path.
             "optimizer": plain_optimizer_state(self.optimizer.state_dict()),
             "scheduler": plain_scheduler_state(self.scheduler.state_dict()),
