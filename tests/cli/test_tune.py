@@ -289,6 +289,20 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypa
     r = run_cli(capsys, "jobs", "cancel", "1", "--yes")
     assert r.code == 1 and "has already ended (SUCCEEDED)" in r.err
 
+    # report of a tuning job: its best trial's run, as download takes it (a ValueError traceback: the short id was
+    # resolved as a CustomJob's only); --trial picks another; --trial with a folder is refused, not ignored
+    pytest.importorskip("matplotlib")
+    best_job = best.custom_job.rsplit("/", 1)[-1]
+    r = run_cli(capsys, "report", "1", "--out", str(tmp_path / "rep-best"))
+    assert r.code == 0, r.err
+    assert f"tuning job 1: trial {best.id} (the best so far)" in r.err and "Traceback" not in r.err
+    assert (tmp_path / "rep-best" / "report.md").read_text().startswith(f"# ftcli report: job {best_job}\n")
+    r = run_cli(capsys, "report", tj.name, "--trial", other, "--out", str(tmp_path / "rep-other"))
+    assert r.code == 0, r.err
+    assert (tmp_path / "rep-other" / "report.md").read_text().startswith(f"# ftcli report: job {other_job}\n")
+    r = run_cli(capsys, "report", str(tmp_path / "rep-best"), "--trial", other)
+    assert r.code == 2 and "--trial is for tuning jobs" in r.err
+
 
 def test_p100_warns_of_its_end_of_support(capsys, monkeypatch, tmp_path):
     # configure-compute (read 2026-11-27): "NVIDIA P100 GPUs reach end of support on September 15, 2026".

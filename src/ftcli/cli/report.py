@@ -9,23 +9,25 @@ from typing import Annotated, Optional
 
 import typer
 
-from ftcli.cli.options import JsonOpt, ProjectOpt, RegionOpt
+from ftcli.cli.options import JsonOpt, ProjectOpt, RegionOpt, TrialOpt
 
 REPORTS_DIR = "ftcli-reports"
 
 
-def _download_run(ref: str, project: str | None, region: str | None, into: Path) -> tuple[str, str]:
+def _download_run(ref: str, project: str | None, region: str | None, into: Path,
+                  trial: str | None = None) -> tuple[str, str]:
     """Copy what a report reads of a job's run (metrics, eval predictions, configs, metrics.jsonl) into `into`, in
     the run folder's layout; return the job's numeric id and how the report names it. Only ftcli's own file names
-    are fetched."""
+    are fetched. A tuning job's report is its best trial's, or `trial`'s (as download and predict take it)."""
     from ftcli import jobs
     from ftcli.errors import FtcliError
     from ftcli.gcp.storage import get_storage
     from ftcli.models import model_uri_of
+    from ftcli.output import note
     from ftcli.report import RUN_FILES
     from ftcli_trainer.storage import LOGS_SYNC_S, split_gcs
 
-    name = jobs.resolve(ref, project, region, folder_too=True)
+    name = jobs.resolve_job(ref, project, region, trial=trial, notify=note, folder_too=True)
     short = jobs.short_id(name)
     # By its short id (else its full name), not by `ref`: "last" names another job once one is submitted
     shown = str(short) if short else name.full
@@ -56,6 +58,7 @@ def report(
                       "beside a model folder, DIR-report; for a job ./ftcli-reports/JOB_ID].")] = None,
     show: Annotated[bool, typer.Option("--open", help="Show the pictures in this machine's image viewer.")] = False,
     json_out: JsonOpt = False,
+    trial: TrialOpt = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
 ) -> None:
@@ -82,10 +85,14 @@ def report(
 
             if shadowed := folder_over_job(run):
                 note(shadowed)
+            if trial is not None:
+                from ftcli.errors import UsageError
+
+                raise UsageError(f"--trial is for tuning jobs; {run} is a folder")
             target = out_dir or default_out(path)
             loaded = load_run(path)
         else:
-            job_id, source = _download_run(run, project, region, Path(tmp))
+            job_id, source = _download_run(run, project, region, Path(tmp), trial)
             target = out_dir or Path(REPORTS_DIR) / job_id
             loaded = load_run(Path(tmp), source=source)
         files = write_report(loaded, target, say=note)
