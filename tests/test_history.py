@@ -170,3 +170,16 @@ def test_a_record_that_cannot_be_saved_still_names_the_job(tmp_path, monkeypatch
         history.record(NAME.format(123456789), "a", project="p", region="us-central1")
     assert NAME.format(123456789) in e.value.message and "was created" in e.value.message
     assert "ftcli logs 123456789 --project p --region us-central1" in e.value.hint
+
+
+def test_a_tuning_record_that_cannot_be_saved_still_names_the_job(tmp_path, monkeypatch):
+    # ftcli tune records its tuning job's name: the hint took the id through JobName.parse, which raised ValueError
+    # for a hyperparameterTuningJobs name, so the user got a traceback instead of the job that had been created
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(blocker / "state"))
+    name = "projects/p/locations/us-central1/hyperparameterTuningJobs/123456789"
+    with pytest.raises(FtcliError) as e:
+        history.record(name, "a", project="p", region="us-central1", kind="tune")
+    assert name in e.value.message and "was created" in e.value.message
+    assert "ftcli logs 123456789 --project p --region us-central1" in e.value.hint

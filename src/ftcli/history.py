@@ -204,8 +204,12 @@ def short_id(name: str | JobName | TuningName) -> int | None:
 
 
 def job_id(name: str) -> str:
-    """The numeric id: the last segment of projects/P/locations/R/customJobs/ID."""
-    return JobName.parse(name).id
+    """The numeric id: the last segment of projects/P/locations/R/customJobs/ID (or hyperparameterTuningJobs/ID:
+    `ftcli tune` records its tuning job, and `ftcli logs ID` takes either)."""
+    key = _key(name)
+    if key is None:
+        raise ValueError(f"not a job's resource name: {name!r}")
+    return key[1]
 
 
 SHORT_ID_DIGITS = 8  # a short id (#3) has at most this many digits; a Vertex job id (19 digits) has more
