@@ -8,7 +8,9 @@ reports upload progress and retries through the callbacks it is given.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
+import os
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -124,23 +126,40 @@ def model_upload(settings: Settings, folder: Path, given: str | None = None) -> 
 
 
 def folder_digest(root: Path, given: str | None = None) -> tuple[str, list[Path]]:
-    """sha256 over a folder's relative file names and bytes (links refused: what they point at is not the
-    folder's; a .git folder left out), and the files in a stable order. `given` names the folder in errors (default
+    """sha256 over a folder's relative file names and bytes (a .git folder left out), and the files in a stable
+    order. A symbolic link to a file counts as that file under the link's name, as from_pretrained reads it: a
+    Hugging Face cache snapshot (snapshots/SHA/) is all links into ../../blobs/. Links to folders, dangling links,
+    link loops and anything that is not a regular file are refused. `given` names the folder in errors (default
     `--model ROOT`)."""
+    name = given or f"--model {root}"
     # A model cloned with git (git lfs) holds its weights twice: once in .git, which the trainer never reads.
-    files = sorted(p for p in root.rglob("*") if not p.is_dir() and ".git" not in p.relative_to(root).parts)
-    links = [str(p.relative_to(root)) for p in files if p.is_symlink()]
-    if links:
-        raise UsageError(f"{given or f'--model {root}'}: {links[0]} is a symbolic link; copy the model into a "
-                         "plain folder")
-    for p in files:
-        if (problem := object_name_problem(str(p.relative_to(root)))) is not None:
-            raise UsageError(f"{given or f'--model {root}'}: the file name {str(p.relative_to(root))!r} {problem}: "
-                             "rename it")
+    # (rglob does not descend into linked folders, and is_dir() follows links: a link to a folder is found below.)
+    entries = sorted(p for p in root.rglob("*") if ".git" not in p.relative_to(root).parts
+                     and (p.is_symlink() or not p.is_dir()))
+    for p in entries:
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            try:
+                target = p.resolve(strict=True)
+            except FileNotFoundError:
+                raise UsageError(f"{name}: {rel} is a symbolic link to {os.readlink(p)}, which does not exist: "
+                                 "fetch the missing file again (a Hugging Face cache: download the model again) "
+                                 "or remove the link") from None
+            except (RuntimeError, OSError) as e:  # a loop: RuntimeError up to Python 3.12, OSError ELOOP from 3.13
+                why = "is a symbolic link loop" if isinstance(e, RuntimeError) or e.errno == errno.ELOOP else \
+                    f"is a symbolic link that cannot be followed ({e.strerror})"
+                raise UsageError(f"{name}: {rel} {why}: remove it or point it at a file") from None
+            if target.is_dir():
+                raise UsageError(f"{name}: {rel} is a symbolic link to a folder ({os.readlink(p)}): put the folder "
+                                 "itself there, or give a folder without links to folders")
+        if not p.is_file():
+            raise UsageError(f"{name}: {rel} is not a regular file (a pipe, socket or device): remove it")
+        if (problem := object_name_problem(rel)) is not None:
+            raise UsageError(f"{name}: the file name {rel!r} {problem}: rename it")
     h = hashlib.sha256()
-    for p in files:
+    for p in entries:
         h.update(str(p.relative_to(root)).encode() + b"\0" + file_digest(p).encode() + b"\0")
-    return h.hexdigest(), files
+    return h.hexdigest(), entries
 
 
 @dataclass

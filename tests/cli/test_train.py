@@ -572,6 +572,73 @@ def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, t
     assert cloned["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
 
 
+def hub_cache_snapshot(model: Path, cache: Path) -> Path:
+    """`model` laid out as huggingface_hub caches it: models--ORG--NAME/snapshots/SHA/ holds only relative links
+    into ../../blobs/ (a nested file's link climbs one more level), the blobs named by their sha256."""
+    import hashlib
+
+    repo = cache / "models--org--tiny"
+    snapshot = repo / "snapshots" / "0123456789abcdef0123456789abcdef01234567"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(snapshot.name)
+    for f in sorted(p for p in model.rglob("*") if p.is_file()):
+        blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copyfile(f, blob)
+        link = snapshot / f.relative_to(model)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    return snapshot
+
+
+def test_a_hugging_face_cache_snapshot_is_uploaded_as_the_files_its_links_point_at(capsys, cloud_env, tmp_path,
+                                                                                 tiny_model):
+    # Every file of a Hub cache snapshot is a link into ../../blobs/: the whole folder was refused ("config.json is
+    # a symbolic link; copy the model into a plain folder"), though from_pretrained (ftcli local) reads it as is.
+    gcs, vertex = cloud_env
+    model = tmp_path / "plain"
+    shutil.copytree(tiny_model, model)
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 32}')
+    snapshot = hub_cache_snapshot(model, tmp_path / "hub")
+    assert all(p.is_symlink() for p in snapshot.rglob("*") if not p.is_dir())
+    out = submitted(capsys, "--task", "imdb", "--model", str(snapshot))
+    objects = gcs.list("ftcli-test")
+    (digest,) = {o.split("/")[3] for o in objects if o.startswith("team/ftcli/models/")}
+    uploaded = {o.split("/", 4)[4]: gcs.read("ftcli-test", o) for o in objects if o.startswith("team/ftcli/models/")}
+    # the links' names, the targets' bytes
+    assert uploaded == {p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    assert out["uploaded_bytes"] >= sum(len(b) for b in uploaded.values())
+    args = vertex.jobs[next(iter(vertex.jobs))].job_spec.worker_pool_specs[0].container_spec.args
+    assert args[args.index("--model") + 1] == f"/gcs/ftcli-test/team/ftcli/models/{digest}"
+    # the same model as a plain folder is the same content: nothing new is uploaded
+    again = submitted(capsys, "--task", "imdb", "--model", str(model))
+    assert again["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
+
+
+@pytest.mark.parametrize("kind", ["folder", "dangling", "loop", "fifo"])
+def test_links_that_are_not_files_and_special_files_in_a_model_folder_are_refused(capsys, cloud_env, tmp_path,
+                                                                                tiny_model, kind):
+    # Links are followed to regular files only; a fifo used to hang the digest (open() waits for a writer).
+    gcs, vertex = cloud_env
+    snapshot = hub_cache_snapshot(tiny_model, tmp_path / "hub")
+    said = {"folder": "extra is a symbolic link to a folder (../../blobs): put the folder itself there, or give a "
+                      "folder without links to folders",
+            "dangling": "extra is a symbolic link to ../../blobs/gone, which does not exist: fetch the missing file "
+                        "again (a Hugging Face cache: download the model again) or remove the link",
+            "loop": "extra is a symbolic link loop: remove it or point it at a file",
+            "fifo": "extra is not a regular file (a pipe, socket or device): remove it"}[kind]
+    if kind == "fifo":
+        os.mkfifo(snapshot / "extra")
+    elif kind == "loop":
+        (snapshot / "extra").symlink_to("extra")
+    else:
+        (snapshot / "extra").symlink_to("../../blobs" + ("/gone" if kind == "dangling" else ""))
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(snapshot))
+    assert r.code == 2 and r.err.strip() == f"error: --model {snapshot}: {said}", r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_line_breaks_never_reach_an_object_name(capsys, cloud_env, tmp_path, tiny_model, monkeypatch):
     # Cloud Storage refuses object names with a CR or LF; the emulator takes them, so the names are checked here
     gcs, vertex = cloud_env

@@ -186,10 +186,10 @@ def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, c
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
     linked = tmp_path / "linked model"  # it was refused as "--model DIR: ...", the flag that named the other model
     shutil.copytree(tiny_model, linked)
-    (linked / "config.json").unlink()
-    (linked / "config.json").symlink_to(tiny_model / "config.json")
+    (linked / "notes.txt").symlink_to(tmp_path / "gone")
     r = run_cli(capsys, *common, "--search", f"model=choice({linked},bert-base-uncased)")
-    said = f"error: --search model {linked}: config.json is a symbolic link; copy the model into a plain folder"
+    said = (f"error: --search model {linked}: notes.txt is a symbolic link to {tmp_path / 'gone'}, which does not "
+            "exist: fetch the missing file again (a Hugging Face cache: download the model again) or remove the link")
     assert r.code == 2 and r.err.strip().splitlines()[-1] == said, r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
