@@ -418,6 +418,7 @@ def predict(path: Path, texts: Sequence[Text | str], threshold: float | None = N
     unless given), or for a regression model (STS-B) {"text", "score"}: the predicted value. A model trained on
     sentence pairs takes `pairs` (or TAB-separated texts, see pair_up); each result then has "text_pair" too."""
     from ftcli.local import require_train_extra
+    from ftcli_trainer.model import vocabulary_problem
 
     run = run_config(path)  # read once: the columns and the length the model was trained at
     texts, seconds = _pair_up(path, run, texts, pairs)
@@ -442,6 +443,10 @@ def predict(path: Path, texts: Sequence[Text | str], threshold: float | None = N
         # warning the verbosity above hides. Its labels would be noise.
         raise FtcliError(f"{path} holds no trained classifier: {', '.join(sorted(missing)[:3])} would be random",
                          hint="give a fine-tuned model folder: RUN/model from ftcli local, or ftcli download JOB")
+    if problem := vocabulary_problem(clf.tokenizer):
+        raise FtcliError(f"{path}: {problem}; its predictions would be noise",
+                         hint="save the tokenizer the model was trained with into the folder "
+                              "(tokenizer.save_pretrained)")
     config = clf.model.config
     multi = config.problem_type == "multi_label_classification"
     regression = config.problem_type == "regression"

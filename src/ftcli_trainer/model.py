@@ -30,6 +30,32 @@ def resolve_model_path(name: str) -> str:
 # SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME): a folder with none of them fails in the job.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
+# The files a tokenizer is read from: tokenizers' tokenizer.json, or the vocabulary of the tokenizer classes (their
+# VOCAB_FILES_NAMES in transformers 5.24's models/*/tokenization_*.py: vocab.txt, vocab.json + merges.txt, spiece.model,
+# sentencepiece.bpe.model, spm.model, tokenizer.model, ...). A folder with none of them loads, in transformers 5, as a
+# tokenizer with its special tokens only (BertTokenizer(vocab=None)), with no error: every word is [UNK].
+TOKENIZER_FILE = re.compile(r"tokenizer\.json|vocab\.\w+|merges\.txt|dict\.txt|[\w.-]+\.model")
+
+
+def _has_tokenizer_files(folder: str) -> bool:
+    try:
+        return any(TOKENIZER_FILE.fullmatch(f) and os.path.isfile(os.path.join(folder, f)) for f in os.listdir(folder))
+    except OSError:
+        return False
+
+
+def vocabulary_problem(tok) -> str | None:
+    """A tokenizer that knows only its special tokens (transformers 5's answer to missing tokenizer files, see
+    TOKENIZER_FILE): every text is [CLS] [UNK] ... [SEP], and a run trains on nothing. None if it has a vocabulary."""
+    try:
+        size, specials = len(tok), len(set(tok.all_special_tokens))
+    except (TypeError, AttributeError):
+        return None
+    if size > specials:
+        return None
+    return f"the tokenizer has no vocabulary (its {size} special tokens only: the tokenizer's files are missing)"
+
+
 # A Hub model id as huggingface_hub's validate_repo_id takes it: NAME or NAMESPACE/NAME, each of letters, digits,
 # '-', '_' and '.', starting and ending with a letter or digit, at most 96 characters; no '--' or '..'.
 HUB_ID = re.compile(r"(?:\b[\w.-]{1,96}\b/)?\b[\w.-]{1,96}\b")
@@ -49,6 +75,11 @@ def model_problem(name: str) -> str | None:
         if not any(os.path.isfile(os.path.join(path, f)) for f in WEIGHT_FILES):
             return (f"--model {name}: the folder has a config.json but no weights ({', '.join(WEIGHT_FILES)}); "
                     "give the folder that model.save_pretrained wrote, or a Hub model id")
+        if not _has_tokenizer_files(path):
+            # transformers would make up an empty tokenizer and train on [UNK]s (TOKENIZER_FILE)
+            return (f"--model {name}: the folder has a model but no tokenizer (tokenizer.json, vocab.txt, vocab.json, "
+                    "spiece.model, ...): save its tokenizer there too, AutoTokenizer.from_pretrained(BASE_MODEL)"
+                    ".save_pretrained(FOLDER)")
         return None
     if os.path.exists(path):
         return f"--model {name} is a file; give a model folder or a Hub model id"
@@ -94,6 +125,9 @@ def load_tokenizer(name: str):
             f"cannot load the tokenizer of {name!r}: {_one_line(e)}. Pass a Hugging Face model id "
             f"(with network access) or a local folder that holds a model and its tokenizer"
         ) from None
+    if problem := vocabulary_problem(tok):
+        raise TrainerError(f"cannot use {name!r}: {problem}. Save the model's tokenizer into its "
+                           "folder (tokenizer.save_pretrained), or pass a Hugging Face model id")
     if not getattr(tok, "is_fast", False):
         logging.getLogger("ftcli_trainer").warning("%s has no fast tokenizer: tokenization will be slow", name)
     return tok

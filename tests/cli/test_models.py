@@ -314,6 +314,28 @@ def test_predict_on_a_corrupt_model_is_one_line(capsys, tmp_path, tiny_model, da
     assert len(r.err.splitlines()) == 2  # the error and its hint
 
 
+def test_predict_with_a_tokenizer_without_vocabulary_is_refused(capsys, tmp_path, tiny_model):
+    # A model trained from a folder with no tokenizer files exported transformers' made-up tokenizer (its special
+    # tokens only): predict read every text as [UNK]s and answered with confident-looking labels.
+    import shutil
+
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model / name, model / name)
+    AutoTokenizer.from_pretrained(str(model)).save_pretrained(model)  # what such a run exported
+    assert (model / "tokenizer.json").is_file()
+    r = run_cli(capsys, "predict", str(model), "a wonderful film")
+    assert r.code == 1 and r.out == ""
+    assert r.err.splitlines() == [
+        f"error: {model}: the tokenizer has no vocabulary (its 5 special tokens only: the tokenizer's files are "
+        "missing); its predictions would be noise",
+        "hint: save the tokenizer the model was trained with into the folder (tokenizer.save_pretrained)"]
+
+
 def test_jobs_list_limit_zero_is_refused_and_limits_are_kept(capsys, cloud_env):
     gcs, vertex = cloud_env
     for i in range(3):

@@ -329,6 +329,20 @@ def test_a_model_folder_without_weights_uploads_nothing_and_creates_nothing(caps
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_model_folder_without_a_tokenizer_uploads_nothing_and_creates_nothing(capsys, cloud_env, tmp_path,
+                                                                               tiny_model):
+    # Found by hand: model.save_pretrained(DIR) alone was uploaded, and the job trained on [UNK]s (transformers 5
+    # makes up a tokenizer of the special tokens when its files are missing) and "succeeded".
+    gcs, vertex = cloud_env
+    (tmp_path / "m").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model / name, tmp_path / "m" / name)
+    r = run_cli(capsys, "train", "--detach", "--task", "imdb", "--model", str(tmp_path / "m"))
+    assert r.code == 2 and "Traceback" not in r.err
+    assert f"--model {tmp_path / 'm'}: the folder has a model but no tokenizer (tokenizer.json, vocab.txt" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_gs_data_file_that_is_not_there_creates_no_job(capsys, cloud_env):
     # The job was created, and failed in its container with a 404.
     gcs, vertex = cloud_env

@@ -105,6 +105,34 @@ def test_a_half_precision_checkpoint_trains_in_float32(tiny_model, tmp_path):
     assert {b.dtype for b in model.buffers() if b.is_floating_point()} <= {torch.float32}
 
 
+def test_a_model_folder_without_its_tokenizer_is_refused_not_trained_on_unknown_tokens(tiny_model, tmp_path):
+    """transformers 5 loads a folder with no tokenizer files as a tokenizer of its special tokens only, with no
+    error: `ftcli local` (and a Vertex job) trained on [CLS] [UNK] ... [SEP] and exported that tokenizer."""
+    import shutil
+
+    from ftcli_trainer.errors import TrainerError
+    from ftcli_trainer.model import load_tokenizer, model_problem
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):  # model.save_pretrained(DIR) alone
+        shutil.copy(tiny_model / name, bare / name)
+    assert model_problem(str(bare)) == (
+        f"--model {bare}: the folder has a model but no tokenizer (tokenizer.json, vocab.txt, vocab.json, "
+        "spiece.model, ...): save its tokenizer there too, AutoTokenizer.from_pretrained(BASE_MODEL)"
+        ".save_pretrained(FOLDER)")
+    with pytest.raises(TrainerError) as e:  # the trainer's own check, for a Hub id or a folder that got past
+        load_tokenizer(str(bare))
+    assert str(e.value) == (f"cannot use {str(bare)!r}: the tokenizer has no vocabulary (its 5 special tokens only: "
+                            "the tokenizer's files are missing). Save the model's tokenizer into its folder "
+                            "(tokenizer.save_pretrained), or pass a Hugging Face model id")
+    # a slow tokenizer's vocabulary alone is a tokenizer
+    (bare / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad"]) + "\n")
+    assert model_problem(str(bare)) is None
+    assert len(load_tokenizer(str(bare))) == 7
+    assert model_problem(str(tiny_model)) is None
+
+
 # --varlen-attention: torch's flash kernel over each row's own tokens. The kernel runs on CUDA only; on a CPU the
 # layout is checked against a reference that keeps the kernel's contract (each sequence between two offsets
 # attends over itself; every sequence at most `width` long; together they cover every token once).
