@@ -140,12 +140,33 @@ def problem_type(multi_label: bool, regression: bool) -> str:
     return "multi_label_classification" if multi_label else "single_label_classification"
 
 
+def _head_modules(model) -> list[str]:
+    """The classification head: the model's top-level modules with parameters outside its base model (BERT's
+    `classifier`, DistilBERT's `pre_classifier` and `classifier`, DeBERTa's `pooler` and `classifier`)."""
+    base = getattr(model, "base_model_prefix", "")
+    return sorted({n.split(".")[0] for n, _ in model.named_parameters() if not base or not n.startswith(base + ".")})
+
+
+def _labels_of(config) -> tuple[str, list[str]]:
+    """What a checkpoint's head was trained for: its problem type (transformers' own default when config.json has
+    none: one output is a regression) and its label names in id order, lowercased."""
+    n = config.num_labels
+    kind = config.problem_type or ("regression" if n == 1 else "single_label_classification")
+    return kind, [str(config.id2label.get(i, f"LABEL_{i}")).lower() for i in range(n)]
+
+
 def load_model(name: str, label_names: list[str], multi_label: bool, threshold: float, regression: bool = False):
+    """The model with a classification head for `label_names`. A head of another size is replaced (transformers'
+    ignore_mismatched_sizes); one of the same size is kept only when it was trained for these labels, in this order,
+    and this problem type: transformers would keep any head of the right size, so a model fine-tuned on negative,
+    positive started a run on bad, good (or on positive, negative) with its old answers. `model.ftcli_head` says
+    which it was, for the summary: "new", "kept", or "replaced: " and what the model's own head was for."""
     import torch
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoConfig, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     path = resolve_model_path(name)
+    kind = problem_type(multi_label, regression)
     kwargs = dict(
         # transformers 5 loads in the checkpoint's dtype: a bf16/fp16 checkpoint would train in half
         # precision with half-precision AdamW states. Autocast gives the speed; the weights stay float32.
@@ -153,19 +174,35 @@ def load_model(name: str, label_names: list[str], multi_label: bool, threshold: 
         num_labels=len(label_names),
         id2label=dict(enumerate(label_names)),
         label2id={n: i for i, n in enumerate(label_names)},
-        problem_type=problem_type(multi_label, regression),  # regression: one label name, so one output
+        problem_type=kind,  # regression: one label name, so one output
         # Fine-tuning from a model that already has a head of another size replaces that head.
         ignore_mismatched_sizes=True,
+        output_loading_info=True,
     )
     # The new classification head is expected to be uninitialised: the summary says so, in one line.
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
+        own = _labels_of(AutoConfig.from_pretrained(path))
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="sdpa", **kwargs)
+            model, info = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="sdpa",
+                                                                             **kwargs)
         except (ValueError, ImportError):  # architectures without SDPA support
-            model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+            model, info = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+        heads = set(_head_modules(model))
+        missing = {k.split(".")[0] for k in info["missing_keys"]}
+        mismatched = {k[0].split(".")[0] for k in info["mismatched_keys"]}
+        model.ftcli_head = "new"
+        if heads - missing:  # the checkpoint has a head: a fine-tuned classifier
+            if not heads & (missing | mismatched) and own == (kind, [n.lower() for n in label_names]):
+                model.ftcli_head = "kept"
+            else:  # the whole head as transformers makes a missing one (a same-sized head was kept as it was)
+                new = AutoModelForSequenceClassification.from_config(model.config, dtype=torch.float32)
+                for module in heads:
+                    getattr(model, module).load_state_dict(getattr(new, module).state_dict())
+                del new
+                model.ftcli_head = "replaced: " + ("a regression" if own[0] == "regression" else ", ".join(own[1]))
     except Exception as e:  # noqa: BLE001
         raise TrainerError(
             f"cannot load the model {name!r}: {_one_line(e)}. Pass a Hugging Face model id (with network "

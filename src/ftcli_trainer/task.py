@@ -107,6 +107,16 @@ def _setup_device(cfg: TrainConfig):
     return device, precision
 
 
+def _head_line(model, head: str) -> str:
+    """What the run starts from: a new head, the model's own (trained for these labels), or a new one in place of
+    the model's own (trained for others: load_model)."""
+    how = getattr(model, "ftcli_head", "new")
+    if how == "kept":
+        return f"its own head, trained for these labels: {head}"
+    before = how.removeprefix("replaced: ")
+    return f"new head: {head}" + (f"; the model's own head, for {before}, is not reused" if before != how else "")
+
+
 def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, trainer, dist) -> None:
     import torch
 
@@ -125,7 +135,7 @@ def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, t
     lines = [
         f"ftcli trainer {__version__}",
         f"  task        {cfg.task} ({describe_source(cfg)})",
-        f"  model       {cfg.model} ({n_params / 1e6:.1f} M parameters, new head: {head})",
+        f"  model       {cfg.model} ({n_params / 1e6:.1f} M parameters, {_head_line(model, head)})",
         f"  examples    train {len(train_enc):,} · {evals}",
         f"  tokens      mean {lengths.mean():.1f}, max {lengths.max()} (truncated at {cfg.max_length}); "
         f"batches padded to their own longest",

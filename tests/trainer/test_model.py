@@ -133,6 +133,50 @@ def test_a_model_folder_without_its_tokenizer_is_refused_not_trained_on_unknown_
     assert model_problem(str(tiny_model)) is None
 
 
+def test_a_fine_tuned_models_head_is_kept_only_for_its_own_labels(tiny_model, tmp_path):
+    """A model ftcli exported (negative, positive) as --model for a run on other labels of the same number: transformers
+    keeps any head of the right size, so the run started from the old answers (positive, negative: reversed) and
+    the summary said "new head"."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from ftcli_trainer.task import _head_line
+
+    torch.manual_seed(0)
+    exported = tmp_path / "exported"
+    load_model(str(tiny_model), ["negative", "positive"], False, 0.5).save_pretrained(exported)
+    AutoTokenizer.from_pretrained(str(tiny_model)).save_pretrained(exported)
+    saved = load_file(exported / "model.safetensors")
+
+    def loaded(labels, multi_label=False, regression=False):
+        torch.manual_seed(1)
+        model = load_model(str(exported), labels, multi_label, 0.5, regression)
+        encoder = "bert.encoder.layer.0.output.dense.weight"
+        assert torch.equal(model.get_parameter(encoder), saved[encoder])
+        return model, model.classifier.weight.detach()
+
+    model, weight = loaded(["Negative", "Positive"])  # the same labels (case aside): training goes on from its head
+    assert model.ftcli_head == "kept" and torch.equal(weight, saved["classifier.weight"])
+    assert _head_line(model, "2 labels") == "its own head, trained for these labels: 2 labels"
+    for labels, multi_label, regression in ((["bad", "good"], False, False), (["positive", "negative"], False, False),
+                                            (["negative", "positive"], True, False), (["a", "b", "c"], False, False),
+                                            (["score"], False, True)):
+        model, weight = loaded(labels, multi_label, regression)
+        assert model.ftcli_head == "replaced: negative, positive", labels
+        assert weight.shape == (len(labels), 32) and not torch.equal(weight[:2], saved["classifier.weight"][:2])
+        assert model.classifier.bias.abs().sum() == 0  # as transformers makes a missing head
+        assert 0.01 < weight.std() < 0.03  # config.initializer_range 0.02
+        assert model.config.id2label == dict(enumerate(labels))
+    assert _head_line(model, "1 output") == \
+        "new head: 1 output; the model's own head, for negative, positive, is not reused"
+    # a model without a head (the offline MiniLM is a sentence-transformers encoder)
+    bare = tmp_path / "bare"
+    model.bert.save_pretrained(bare)
+    AutoTokenizer.from_pretrained(str(tiny_model)).save_pretrained(bare)
+    model = load_model(str(bare), ["bad", "good"], False, 0.5)
+    assert model.ftcli_head == "new" and _head_line(model, "2 labels") == "new head: 2 labels"
+
+
 # --varlen-attention: torch's flash kernel over each row's own tokens. The kernel runs on CUDA only; on a CPU the
 # layout is checked against a reference that keeps the kernel's contract (each sequence between two offsets
 # attends over itself; every sequence at most `width` long; together they cover every token once).
