@@ -249,6 +249,7 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
     the user cache once."""
     from ftcli import jobs
     from ftcli.history import folder_over_job
+    from ftcli_trainer.model import cache_snapshot
 
     path = Path(model)
     if path.is_dir():
@@ -264,6 +265,8 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
         hint = None
         if (path / "model" / "config.json").exists():  # `ftcli local` prints the run folder last
             hint = f"it is a run folder; its model is {path / 'model'}"
+        elif snapshot := cache_snapshot(str(path)):
+            hint = f"it is a Hugging Face cache folder; its model is {path / snapshot}"
         elif (path / "checkpoints").is_dir() or (path / "logs").is_dir():
             hint = f"it is a run folder with no exported model yet ({path / 'model'}): the run has not finished"
         raise UsageError(f"{path} is not a model folder (no config.json)", hint=hint)

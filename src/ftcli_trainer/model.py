@@ -61,6 +61,27 @@ def vocabulary_problem(tok) -> str | None:
 HUB_ID = re.compile(r"(?:\b[\w.-]{1,96}\b/)?\b[\w.-]{1,96}\b")
 
 
+def cache_snapshot(folder: str) -> str | None:
+    """The snapshot to give instead of a Hugging Face cache repository folder (models--ORG--NAME, which holds blobs/,
+    refs/ and snapshots/COMMIT/ with the model's files: "Hub Local Cache", https://huggingface.co/docs/hub/local-cache,
+    read 2026-11-27), as `snapshots/COMMIT`: the one refs/main names (refs/REVISION holds a commit: hf-hub's cache
+    layout, https://docs.rs/hf-fetch-model/latest/hf_fetch_model/cache_layout/, read 2026-11-27), else the only one.
+    None if `folder` is not such a folder."""
+    snapshots = os.path.join(os.path.expanduser(folder), "snapshots")
+    try:
+        found = sorted(d for d in os.listdir(snapshots) if os.path.isfile(os.path.join(snapshots, d, "config.json")))
+    except OSError:
+        return None
+    try:
+        with open(os.path.join(os.path.expanduser(folder), "refs", "main"), encoding="utf-8") as f:
+            main = f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        main = ""
+    if main in found:
+        return f"snapshots/{main}"
+    return f"snapshots/{found[0]}" if len(found) == 1 else None
+
+
 def model_problem(name: str) -> str | None:
     """What is wrong with `--model NAME` as far as this machine can tell, without the network: a local folder must
     hold a model (its config.json), a path must exist, and anything else must be shaped like a Hub id. None if
@@ -70,6 +91,9 @@ def model_problem(name: str) -> str | None:
     path = os.path.expanduser(name)
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "config.json")):
+            if snapshot := cache_snapshot(path):
+                return (f"--model {name} is a Hugging Face cache folder: give the model's snapshot, --model "
+                        f"{os.path.join(name, snapshot)}")
             return (f"--model {name}: the folder has no config.json; give a folder that save_pretrained wrote "
                     "(a model and its tokenizer), or a Hub model id")
         if not any(os.path.isfile(os.path.join(path, f)) for f in WEIGHT_FILES):

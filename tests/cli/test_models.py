@@ -336,6 +336,19 @@ def test_predict_with_a_tokenizer_without_vocabulary_is_refused(capsys, tmp_path
         "hint: save the tokenizer the model was trained with into the folder (tokenizer.save_pretrained)"]
 
 
+def test_predict_on_a_hugging_face_cache_folder_points_at_its_snapshot(capsys, tmp_path, tiny_model):
+    import shutil
+
+    repo = tmp_path / "models--org--tiny"
+    shutil.copytree(tiny_model, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    r = run_cli(capsys, "predict", str(repo), "a wonderful film")
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: {repo} is not a model folder (no config.json)",
+        f"hint: it is a Hugging Face cache folder; its model is {repo / 'snapshots' / '0123abcd'}"]
+
+
 def test_jobs_list_limit_zero_is_refused_and_limits_are_kept(capsys, cloud_env):
     gcs, vertex = cloud_env
     for i in range(3):

@@ -177,6 +177,28 @@ def test_a_fine_tuned_models_head_is_kept_only_for_its_own_labels(tiny_model, tm
     assert model.ftcli_head == "new" and _head_line(model, "2 labels") == "new head: 2 labels"
 
 
+def test_a_hugging_face_cache_folder_names_its_snapshot(tiny_model, tmp_path):
+    # `--model ~/.cache/huggingface/hub/models--ORG--NAME` said "the folder has no config.json; give a folder that
+    # save_pretrained wrote", with the model two folders down.
+    import shutil
+
+    from ftcli_trainer.model import model_problem
+
+    repo = tmp_path / "models--org--tiny"
+    for commit in ("aaaa", "bbbb"):
+        shutil.copytree(tiny_model, repo / "snapshots" / commit)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("bbbb")  # the branch's commit, with no line break, as huggingface_hub writes
+    assert model_problem(str(repo)) == (f"--model {repo} is a Hugging Face cache folder: give the model's snapshot, "
+                                        f"--model {repo / 'snapshots' / 'bbbb'}")
+    assert model_problem(str(repo / "snapshots" / "bbbb")) is None
+    (repo / "refs" / "main").unlink()  # no ref, two snapshots: which one is not guessed
+    assert "the folder has no config.json" in model_problem(str(repo))
+    shutil.rmtree(repo / "snapshots" / "aaaa")
+    assert model_problem(str(repo)).endswith(f"--model {repo / 'snapshots' / 'bbbb'}")
+
+
 # --varlen-attention: torch's flash kernel over each row's own tokens. The kernel runs on CUDA only; on a CPU the
 # layout is checked against a reference that keeps the kernel's contract (each sequence between two offsets
 # attends over itself; every sequence at most `width` long; together they cover every token once).
