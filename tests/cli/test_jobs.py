@@ -195,6 +195,18 @@ def test_cancelling_a_finished_job_is_one_line_and_sends_nothing(capsys, cloud_e
     assert not vertex.calls("CancelCustomJob")
 
 
+def test_cancel_with_stdin_closed_cancels_without_asking(capsys, cloud_env):
+    # `ftcli jobs cancel 1 <&-` (a script or daemon with no stdin): sys.stdin is None there, and asking it isatty()
+    # was an AttributeError traceback, with the job left running.
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    r = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", *FTCLI, "jobs", "cancel", "1"], capture_output=True,
+                       text=True, env={**os.environ})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"cancel requested for job 1 ({job['id']})") and r.stderr == ""
+    assert [x.name for x in vertex.calls("CancelCustomJob")] == [job["name"]]
+
+
 def test_cancel_json_and_a_race_with_the_end(capsys, cloud_env):
     gcs, vertex = cloud_env
     job = submit(capsys, "--task", "imdb", "--gpu", "T4")

@@ -231,6 +231,12 @@ def _param(v) -> str:
     return str(v)
 
 
+def _on_a_terminal() -> bool:
+    """Whether a person can answer a question: stdin is a terminal. A closed stdin (`<&-`, some daemons) leaves
+    sys.stdin None, which `sys.stdin.isatty()` turned into an AttributeError traceback."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
 @app.command("cancel")
 def cancel(
     job: JobArg,
@@ -256,7 +262,7 @@ def cancel(
     gateway = jobs.vertex_for(name, notify=note)
     j = gateway.get(name)
     jobs.check_cancellable(j, shown)
-    if not yes and sys.stdin.isatty():
+    if not yes and _on_a_terminal():
         if not typer.confirm(f"cancel job {shown}, {j.display_name} ({j.state})?", default=False, err=True):
             err().print("not cancelled")
             raise typer.Exit(1)
@@ -276,7 +282,7 @@ def _cancel_tuning(name, shown: str, *, yes: bool, json_out: bool) -> None:
 
     tj = tuning.get(name, note)
     jobs.check_cancellable(tj, shown)
-    if not yes and sys.stdin.isatty():
+    if not yes and _on_a_terminal():
         if not typer.confirm(f"cancel tuning job {shown}, {tj.display_name} ({tj.state})?", default=False, err=True):
             err().print("not cancelled")
             raise typer.Exit(1)
