@@ -55,6 +55,8 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 def _terminal_sent_it_too() -> bool:
     """True when a Ctrl-C reached the trainer directly (it shares our terminal's foreground process group)."""
+    if sys.stdin is None:  # stdin closed (`<&-`): no terminal; sys.stdin.fileno() was an AttributeError in this handler
+        return False
     try:
         fd = sys.stdin.fileno()
         return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()

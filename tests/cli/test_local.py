@@ -224,14 +224,18 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
-def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str, group: bool = False):
+def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str, group: bool = False,
+                       stdin_closed: bool = False):
     """`ftcli local` on 500 epochs, sent `signum` once a stdout line starts with `after`: (exit status, stderr,
     the trainer's pid). `group`: ftcli leads a process group of its own, with no terminal, and the signal goes
-    to the whole group (`kill -INT -PGID`, a CI runner or a shell script stopping its job)."""
+    to the whole group (`kill -INT -PGID`, a CI runner or a shell script stopping its job). `stdin_closed`: ftcli
+    starts with no stdin at all (`<&-`)."""
     import threading
 
-    proc = subprocess.Popen([*FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
-                             "--epochs", "500", "--log-every", "1", "--output-dir", str(tmp_path / "run")],
+    closed = ["sh", "-c", 'exec "$@" <&-', "sh"] if stdin_closed else []  # exec: the same pid, no shell between
+    proc = subprocess.Popen([*closed, *FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model",
+                             str(tiny_model), "--epochs", "500", "--log-every", "1",
+                             "--output-dir", str(tmp_path / "run")],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=group, env={**os.environ, "COLUMNS": "200"})
     guard = threading.Timer(300, proc.kill)  # if the trainer never logs a step, fail instead of training 500 epochs
@@ -268,6 +272,27 @@ def test_ctrl_c_checkpoints_like_sigterm_and_says_how_to_resume(tmp_path, tiny_m
     assert f"interrupted; checkpoints are in {tmp_path / 'run'}/checkpoints: the same command with --output-dir" in err
     (ckpt,) = (tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE")
     assert int(ckpt.parent.name.removeprefix("step-")) >= 3  # the steps done are kept (resuming: test_resume.py)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_ctrl_c_with_stdin_closed_is_passed_on_too(tmp_path, tiny_model, sentiment_csv):
+    # `ftcli local ... <&-` (a daemon, a CI step with no stdin), then SIGINT: the handler asked sys.stdin, None there,
+    # for its terminal, and died with an AttributeError traceback, leaving the trainer running on, orphaned.
+    import signal
+    import time
+
+    code, err, child = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGINT, "step 3/",
+                                          stdin_closed=True)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    outlived = Path(f"/proc/{child}").exists()
+    if outlived:
+        os.kill(child, signal.SIGKILL)  # not left training 500 epochs after the test
+    assert code == 130, err
+    assert "Traceback" not in err and "Ctrl-C: finishing this step and writing a checkpoint" in err
+    assert not outlived, "the trainer outlived ftcli"
+    assert list((tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE"))
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
