@@ -207,6 +207,21 @@ def test_cancel_with_stdin_closed_cancels_without_asking(capsys, cloud_env):
     assert [x.name for x in vertex.calls("CancelCustomJob")] == [job["name"]]
 
 
+def test_a_name_the_locale_cannot_encode_is_shown_escaped_not_a_traceback(capsys, cloud_env):
+    # Under a locale that is not UTF-8 (PYTHONIOENCODING=ascii stands in for it), stdout's strict encoder ended
+    # `jobs describe` with a UnicodeEncodeError traceback on the job's name (and on ftcli's own '·').
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4", "--display-name", "critiques-café")
+    r = subprocess.run([*FTCLI, "jobs", "describe", "1"], capture_output=True, text=True, encoding="ascii",
+                       errors="strict", env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].split() == ["critiques-caf\\xe9", "PENDING"]
+    assert f"  job       #1 \\xb7 {job['name']}" in r.stdout and r.stderr == ""
+    r = subprocess.run([*FTCLI, "jobs", "describe", "1", "--json"], capture_output=True, env={**os.environ,
+                       "PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0 and json.loads(r.stdout)["display_name"] == "critiques-café"
+
+
 def test_cancel_json_and_a_race_with_the_end(capsys, cloud_env):
     gcs, vertex = cloud_env
     job = submit(capsys, "--task", "imdb", "--gpu", "T4")

@@ -68,6 +68,12 @@ def main() -> None:
     from ftcli.output import route_trainer_warnings
 
     route_trainer_warnings()
+    if sys.stdout is not None and hasattr(sys.stdout, "reconfigure"):
+        # Under a locale that is not UTF-8 (ISO-8859-1, PYTHONUTF8=0 with LC_ALL=C, a Windows code page) stdout's
+        # encoder was strict: a job name, label or text it cannot encode (or ftcli's own '·') ended the command
+        # with a UnicodeEncodeError traceback. Shown escaped instead, as Python already does on stderr; --json
+        # is ASCII either way.
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         app()
     except FtcliError as e:
