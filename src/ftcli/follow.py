@@ -15,6 +15,7 @@ for machines, or before its first line, it reports the wait (`Events.waiting`) s
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import queue
 import re
 import threading
@@ -294,6 +295,11 @@ class Events:
     def done_waiting(self) -> None:
         """The first line arrived, or the job ended: the wait is over."""
 
+    def reader_gone(self) -> bool:
+        """Asked every read slice: True once nobody reads what is shown (the pipe's reader exited); following
+        then ends with BrokenPipeError, as the next write would."""
+        return False
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -383,6 +389,9 @@ class Follower:
         told_state = False
         try:
             while True:
+                if self.events.reader_gone():
+                    # `ftcli logs JOB | head -1`: a quiet job would otherwise be followed until its next line
+                    raise BrokenPipeError(errno.EPIPE, "the reader of ftcli's output has gone")
                 now = time.monotonic()
                 if now >= next_state_check:
                     try:

@@ -75,6 +75,27 @@ def note(message: str) -> None:
     err().print(f"[dim]{escape(message)}[/]")
 
 
+def reader_gone(stream) -> bool:
+    """True when `stream` is a pipe or socket whose reader has closed it (`ftcli logs JOB | head -1` once head has
+    exited). A write would fail then, but a quiet job may write nothing for hours, and a follower would go on
+    reading Google's APIs (holding one of the project's 10 live tails) for nobody. False where it cannot tell (a
+    file, a terminal, a stream with no file descriptor, no poll())."""
+    import os
+    import select
+    import stat
+
+    try:
+        fd = stream.fileno()
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)) or not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # no events asked: poll still reports POLLERR once the read end is closed
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
 def emit_json(obj: Any) -> None:
     """One JSON value on one line of stdout, flushed (a reader may be waiting for it)."""
     print(json.dumps(obj, default=str), flush=True)

@@ -307,6 +307,35 @@ def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
     assert not [m for m, _ in vertex.requests if m == "CancelCustomJob"]
 
 
+@pytest.mark.parametrize("json_out", [False, True], ids=["lines", "json"])
+def test_a_reader_that_stops_early_ends_the_following_quietly(logs_env, json_out):
+    # `ftcli logs 1 | head -1`: once head had exited, ftcli followed on (re-reading the job's state, holding one of
+    # the project's live tails) until the job logged again, hours later for a quiet job, and only then found the
+    # pipe closed. The job here logs nothing more and keeps running: ftcli must end on its own, without a word.
+    vertex, logs, job = logs_env
+    proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1",
+                             *(["--json"] if json_out else [])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        wait_for_child(proc, lambda: logs.wait_for_tails(1, timeout=20) or pytest.fail("no tail in 20 s"))
+        logs.write_line(job["id"], "workerpool0-0", "first line")
+        first = proc.stdout.readline()
+        while json_out and '"first line"' not in first:  # the RUNNING state event comes first
+            first = proc.stdout.readline()
+        assert "first line" in first
+        proc.stdout.close()  # the reader exits, as head -1 does
+        code = proc.wait(timeout=10)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 1, err  # as when a write finds the pipe closed (Click's EPIPE exit)
+    assert "Traceback" not in err and "Exception ignored" not in err and "error" not in err, err
+    assert logs.wait_for_tails(0, timeout=5)  # its live tail closed
+    assert vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
+
+
 def test_train_follows_by_default_and_exits_with_the_job(capsys, cloud_env, cloud_logging, monkeypatch):
     gcs, vertex = cloud_env
     monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)

@@ -78,6 +78,11 @@ class FollowView(Events):
     def done_waiting(self) -> None:
         self.wait.stop()
 
+    def reader_gone(self) -> bool:
+        from ftcli.output import reader_gone
+
+        return reader_gone(self.out.file)
+
     def ended(self, outcome: Outcome) -> None:
         from ftcli.images import pull_failure_hint
         from ftcli.output import escape
