@@ -17,14 +17,15 @@ from tests.cli.helpers import wait_for_child
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
 
 
-def ctrl_c_train(args: list[str], env: dict, cwd, ready, command: str = "train") -> tuple[int, str, str]:
-    """Start `ftcli train ARGS` (or `command`), press Ctrl-C once `ready()` holds (it asserts), and return (exit
-    status, stdout, stderr); the process never outlives the test."""
+def ctrl_c_train(args: list[str], env: dict, cwd, ready, command: str = "train",
+                 sig: int = signal.SIGINT) -> tuple[int, str, str]:
+    """Start `ftcli train ARGS` (or `command`), press Ctrl-C (or send `sig`) once `ready()` holds (it asserts), and
+    return (exit status, stdout, stderr); the process never outlives the test."""
     proc = subprocess.Popen([*FTCLI, command, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=cwd)
     try:
         wait_for_child(proc, ready)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -98,6 +99,25 @@ def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_
     assert state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back
     r = subprocess.run([*FTCLI, "jobs", "describe", "1", "--json"], env=os.environ, capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["name"] == name  # short id 1 is that job
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_termination_while_the_create_call_is_in_flight_names_the_job_too(cloud_env, tmp_path, sig, status):
+    # A CI step's timeout (SIGTERM) or a closed terminal (SIGHUP) during the create call killed ftcli without a
+    # word: the job ran on with no short id and nothing said it existed.
+    gcs, vertex = cloud_env
+    with SlowCreateProxy(vertex.address, delay=60) as proxy:
+        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+
+        def created():
+            assert proxy.created.wait(60), "the create call never arrived"
+            time.sleep(0.5)
+
+        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach"], env, tmp_path, created, sig=sig)
+    (name,) = vertex.jobs
+    assert code == status, err
+    assert "Traceback" not in err
+    assert f"job #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err and "ftcli logs 1" in err
 
 
 def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch):

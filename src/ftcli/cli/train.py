@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Annotated, Any
 
@@ -83,10 +84,12 @@ def train(
         return
     start = 0
     while True:
-        try:
-            created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start)
-        except KeyboardInterrupt:
-            raise typer.Exit(interrupted_submission([c.sub for c in cands[start:]])) from None
+        with terminations_as_interrupts() as signalled:
+            try:
+                created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start)
+            except KeyboardInterrupt:
+                code = interrupted_submission([c.sub for c in cands[start:]])
+                raise typer.Exit(128 + signalled[0] if signalled else code) from None
         sub = cands[start].sub
         code = _report_and_follow(created, n, sent, sub, detach=detach, json_out=json_out)
         if code == 3 and start + 1 < len(cands):
@@ -138,6 +141,35 @@ def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
     what, follow = ("tuning job", "jobs describe") if isinstance(name, TuningName) else ("job", "logs")
     err().print(f"\ninterrupted; {what} {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
                 f"Follow it: ftcli {follow} {ref}   cancel it: ftcli jobs cancel {ref}", markup=False, highlight=False)
+
+
+@contextlib.contextmanager
+def terminations_as_interrupts():
+    """While a job is submitted, SIGTERM and SIGHUP (a CI step's timeout, a closed terminal) stop ftcli as Ctrl-C
+    does, so a job the create call may already have made is looked up and named (`interrupted_submission`): by
+    default they killed ftcli without a word, and the job ran on without a short id. Yields the signals received
+    (the exit status is then 128 + the signal's number, as a shell reports it)."""
+    import signal
+
+    got: list[int] = []
+
+    def stop(signum, frame):
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    before = {}
+    for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
+        if sig is None:
+            continue
+        try:
+            before[sig] = signal.signal(sig, stop)
+        except ValueError:  # not the main thread: nothing to change
+            pass
+    try:
+        yield got
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def interrupted_submission(subs, *, tuning: bool = False) -> int:
