@@ -116,26 +116,56 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def model_upload(settings: Settings, folder: Path, given: str | None = None) -> tuple[str, list[tuple[Path, str]]]:
+def model_upload(settings: Settings, folder: Path, given: str | None = None,
+                 notes: list[str] | None = None) -> tuple[str, list[tuple[Path, str]]]:
     """A local model folder's place in the bucket, content-addressed (the same model is uploaded once): the /gcs/
     path a job's trainer reads it from, and the (file, gs:// URI) uploads that put it there. `given` is how the
-    user named the folder in errors (default `--model FOLDER`)."""
-    digest, files = folder_digest(folder, given)
+    user named the folder in errors (default `--model FOLDER`); what is left out is said in `notes`."""
+    left_out: list[Path] = []
+    digest, files = folder_digest(folder, given, left_out)
+    if left_out and notes is not None:
+        size = sum(p.stat().st_size for p in left_out)
+        shown = ", ".join(str(p.relative_to(folder)) for p in left_out[:3]) + (", …" if len(left_out) > 3 else "")
+        notes.append(f"{given or f'--model {folder}'}: {len(left_out)} file(s) of a Hugging Face Trainer's training "
+                     f"state left out ({size / 1e6:,.1f} MB: {shown}); the model is read without them")
     base = settings.gcs_path("models", digest[:16])
     return gcs_mount_path(base), [(f, f"{base}/{f.relative_to(folder).as_posix()}") for f in files]
 
 
-def folder_digest(root: Path, given: str | None = None) -> tuple[str, list[Path]]:
+# What the Hugging Face Trainer writes beside a model and into its checkpoint-N/ folders, which from_pretrained never
+# reads: its training state (transformers 5.24 trainer.py: TRAINING_ARGS_NAME "training_args.bin", TRAINER_STATE_NAME
+# "trainer_state.json", OPTIMIZER_NAME "optimizer.pt", OPTIMIZER_NAME_BIN "optimizer.bin", SCHEDULER_NAME
+# "scheduler.pt", SCALER_NAME "scaler.pt", _save_rng_state's rng_state.pth / rng_state_RANK.pth) and its checkpoints
+# (trainer_utils.PREFIX_CHECKPOINT_DIR "checkpoint", as checkpoint-STEP). A model saved by the Trainer's output_dir
+# held every checkpoint's weights and optimizer (twice the weights' size each): gigabytes uploaded for nothing.
+TRAINER_STATE_FILES = frozenset({"training_args.bin", "trainer_state.json", "optimizer.pt", "optimizer.bin",
+                                 "scheduler.pt", "scaler.pt"})
+_TRAINER_STATE_RE = re.compile(r"^rng_state(?:_\d+)?\.pth$")
+_TRAINER_CHECKPOINT_RE = re.compile(r"^checkpoint-\d+$")
+
+
+def _trainer_state(rel: Path) -> bool:
+    return rel.name in TRAINER_STATE_FILES or bool(_TRAINER_STATE_RE.match(rel.name)) or \
+        any(_TRAINER_CHECKPOINT_RE.match(part) for part in rel.parts[:-1])
+
+
+def folder_digest(root: Path, given: str | None = None,
+                  left_out: list[Path] | None = None) -> tuple[str, list[Path]]:
     """sha256 over a folder's relative file names and bytes (a .git folder left out), and the files in a stable
     order. A symbolic link to a file counts as that file under the link's name, as from_pretrained reads it: a
     Hugging Face cache snapshot (snapshots/SHA/) is all links into ../../blobs/. Links to folders, dangling links,
-    link loops and anything that is not a regular file are refused. `given` names the folder in errors (default
+    link loops and anything that is not a regular file are refused. A Hugging Face Trainer's training state and
+    checkpoints are left out too (appended to `left_out`). `given` names the folder in errors (default
     `--model ROOT`)."""
     name = given or f"--model {root}"
     # A model cloned with git (git lfs) holds its weights twice: once in .git, which the trainer never reads.
     # (rglob does not descend into linked folders, and is_dir() follows links: a link to a folder is found below.)
     entries = sorted(p for p in root.rglob("*") if ".git" not in p.relative_to(root).parts
                      and (p.is_symlink() or not p.is_dir()))
+    skipped = [p for p in entries if _trainer_state(p.relative_to(root))]
+    entries = [p for p in entries if not _trainer_state(p.relative_to(root))]
+    if left_out is not None:
+        left_out += skipped
     for p in entries:
         rel = str(p.relative_to(root))
         if p.is_symlink():
@@ -349,7 +379,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     if model_dir is not None:
         # A local model folder is not there inside the job: upload it content-addressed and point the trainer at
         # its /gcs/ mount, which from_pretrained reads like a local folder.
-        forwarded["model"], model_uploads = model_upload(settings, model_dir)
+        forwarded["model"], model_uploads = model_upload(settings, model_dir, notes=notes)
         uploads += model_uploads
     _, args = validate_trainer(forwarded)
     task = TASKS[cfg.task]

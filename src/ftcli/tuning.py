@@ -115,7 +115,7 @@ def _upload_local_models(p: tune.Param, sub: Submission) -> tune.Param:
     for value in p.spec["categoricalValueSpec"]["values"]:
         folder = Path(value).expanduser()
         if value not in MINILM_ALIASES and folder.is_dir():
-            value, uploads = model_upload(sub.settings, folder, f"--search model {value}")
+            value, uploads = model_upload(sub.settings, folder, f"--search model {value}", sub.notes)
             sub.uploads += [u for u in uploads if u not in sub.uploads]
         values.append(value)
     # MiniLM's names (minilm, all-MiniLM-L6-v2, its Hub id) are one model: a trial dimension that changes nothing

@@ -586,6 +586,28 @@ def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, t
     assert cloned["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
 
 
+def test_a_hugging_face_trainers_state_and_checkpoints_stay_home(capsys, cloud_env, tmp_path, tiny_model):
+    """A Hugging Face Trainer's output_dir: the model, plus its training state and checkpoint-N/ folders (weights and
+    optimizer each), which from_pretrained never reads. They were all uploaded (gigabytes for BERT-base)."""
+    gcs, vertex = cloud_env
+    model = tmp_path / "hf-out"
+    shutil.copytree(tiny_model, model)
+    plain = submitted(capsys, "--task", "imdb", "--model", str(model))
+    objects = gcs.list("ftcli-test")
+    for name in ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin", "trainer_state.json",
+                 "rng_state.pth", "checkpoint-500/model.safetensors", "checkpoint-500/optimizer.pt",
+                 "checkpoint-500/rng_state_1.pth"):
+        (model / name).parent.mkdir(exist_ok=True)
+        (model / name).write_bytes(b"x" * 1000)
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects  # the same model
+    said = " ".join(r.err.split())
+    assert "9 file(s) of a Hugging Face Trainer's training state left out (0.0 MB: checkpoint-500/model.safetensors" \
+        in said
+    assert plain["uploaded_bytes"] > 0
+
+
 def hub_cache_snapshot(model: Path, cache: Path) -> Path:
     """`model` laid out as huggingface_hub caches it: models--ORG--NAME/snapshots/SHA/ holds only relative links
     into ../../blobs/ (a nested file's link climbs one more level), the blobs named by their sha256."""
