@@ -11,7 +11,7 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as aexc
 
 from ftcli.errors import Conflict, FtcliError, Rejected
-from ftcli.gcp import quota_metric, translate
+from ftcli.gcp import account_problem, quota_metric, translate
 from ftcli.values import Job, JobName
 
 
@@ -249,3 +249,17 @@ def test_an_unusable_key_file_is_named_not_called_missing_credentials(capsys, tm
     assert first.startswith(f"error: GOOGLE_APPLICATION_CREDENTIALS={key} cannot be used: ") and why in first
     assert hint == ("hint: point it at a service account key file (JSON), or unset it and run "
                     "`gcloud auth application-default login`")
+
+
+@pytest.mark.parametrize(("reason", "said"), [
+    ("SERVICE_DISABLED", "the storage.googleapis.com API is not enabled in project p"),
+    ("BILLING_DISABLED", "billing is disabled for project p: storage.googleapis.com needs it"),
+])
+def test_an_http_error_info_only_the_details_carry_is_read(reason, said):
+    # google-api-core before 2.44 keeps an HTTP error's ErrorInfo as the JSON dict, which its .reason and .metadata
+    # cannot read: on the stated floor (2.19) Cloud Storage's disabled API or billing was worded as a missing role.
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com",
+            "metadata": {"service": "storage.googleapis.com", "consumer": "projects/123"}}
+    e = gexc.Forbidden("GET https://storage.googleapis.com/storage/v1/b/bkt: denied", details=[info])
+    problem = account_problem(e, service="storage", project="p")
+    assert problem is not None and problem.message.startswith(said), problem

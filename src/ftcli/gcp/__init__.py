@@ -78,6 +78,24 @@ QUOTA_TOKEN = re.compile(r"[\w.-]+\.googleapis\.com/[\w./-]+|[\w.-]*_(?:gpus|cpu
                          re.IGNORECASE)
 
 
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def error_info(e) -> tuple[str | None, dict]:
+    """The reason and metadata of an error's google.rpc.ErrorInfo (None and {} without one).
+
+    google-api-core before 2.44 hands an HTTP error's ErrorInfo (Cloud Storage's) to the exception as the JSON dict,
+    and its `reason` and `metadata` properties then raise AttributeError (`dict` has no `.reason`), which getattr reads
+    as no ErrorInfo: a disabled Cloud Storage API or billing read as a missing role. The JSON detail is read here."""
+    reason, metadata = getattr(e, "reason", None), getattr(e, "metadata", None)
+    if reason is None:
+        for detail in getattr(e, "details", None) or []:
+            if isinstance(detail, dict) and detail.get("@type") == ERROR_INFO:
+                reason, metadata = detail.get("reason"), detail.get("metadata")
+                break
+    return reason, dict(metadata or {})
+
+
 def quota_metric(e) -> str | None:
     """The quota that ran out, e.g. aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus.
 
@@ -92,7 +110,7 @@ def quota_metric(e) -> str | None:
                 m = QUOTA_TOKEN.search(text or "")
                 if m:
                     return m.group(0)
-    metric = (getattr(e, "metadata", None) or {}).get("quota_metric")
+    metric = error_info(e)[1].get("quota_metric")
     if metric:
         return metric
     m = QUOTA_TOKEN.search(str(getattr(e, "message", e)))
@@ -102,9 +120,10 @@ def quota_metric(e) -> str | None:
 def _disabled_service(e) -> str | None:
     """The API named by a SERVICE_DISABLED error (google.rpc.ErrorInfo reason, metadata "service"), else None.
     Google answers a call to an API the project has not enabled with PERMISSION_DENIED and this ErrorInfo."""
-    if getattr(e, "reason", None) != "SERVICE_DISABLED":
+    reason, metadata = error_info(e)
+    if reason != "SERVICE_DISABLED":
         return None
-    return (getattr(e, "metadata", None) or {}).get("service") or "the API"
+    return metadata.get("service") or "the API"
 
 
 # gRPC runs the credentials' token refresh in its auth metadata plugin and turns what it raises (an expired or revoked
@@ -140,7 +159,7 @@ def rate_limited(e: BaseException) -> bool:
     --gpu or --region)."""
     from google.api_core import exceptions as gexc
 
-    return isinstance(e, gexc.ResourceExhausted) and getattr(e, "reason", None) == "RATE_LIMIT_EXCEEDED"
+    return isinstance(e, gexc.ResourceExhausted) and error_info(e)[0] == "RATE_LIMIT_EXCEEDED"
 
 
 def retryable(*kinds: type[BaseException]) -> Callable[[BaseException], bool]:
@@ -170,8 +189,7 @@ def account_problem(e: Exception, *, service: str, project: str | None = None) -
             return FtcliError(f"your Google Cloud credentials do not work: {token}", hint=LOGIN)
         return FtcliError(f"cannot get an access token for your Google Cloud credentials: {token}",
                           hint=f"check your network and try again, or {LOGIN}")
-    reason = getattr(e, "reason", None)
-    metadata = getattr(e, "metadata", None) or {}
+    reason, metadata = error_info(e)
     api = metadata.get("service") or APIS.get(service, service)
     consumer = metadata.get("consumer") or ""
     disabled = _disabled_service(e)
