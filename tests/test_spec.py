@@ -415,7 +415,7 @@ def test_every_problem_reported_at_once():
 @pytest.mark.parametrize("case", ALL)
 def test_proto_round_trip(case):
     # H200/B200 enums, Scheduling.strategy FLEX_START, maxWaitDuration and reservationAffinity need
-    # google-cloud-aiplatform >= 1.93 (1.60 raised on them): pyproject's floor.
+    # google-cloud-aiplatform >= 1.93 (1.60 raised on them), NVIDIA_RTX_PRO_6000 >= 1.120: within pyproject's floor.
     from google.cloud import aiplatform_v1
     from google.protobuf import json_format
 
