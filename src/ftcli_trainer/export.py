@@ -67,8 +67,9 @@ def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: di
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         (staged / "ftcli_run.json").write_text(json.dumps(run_config, indent=2, sort_keys=True) + "\n")
         if predictions:  # part of the model folder, so it is published (and marked complete) with it
-            # mypy: a **dict could fill savez's allow_pickle; these keys are array names ("eval/labels", ...)
-            np.savez_compressed(staged / PREDICTIONS, **predictions)  # type: ignore[arg-type]
+            # mypy: a **dict could fill savez's allow_pickle; these keys are array names ("eval/labels", ...). NumPy
+            # 1.26's stubs (the floor) do not say so: unused-ignore there.
+            np.savez_compressed(staged / PREDICTIONS, **predictions)  # type: ignore[arg-type, unused-ignore]
         storage.publish_dir(staged, model_dir)
     except Exception as e:
         os_error = storage.os_error_of(e)  # save_pretrained's safetensors reports "(os error 28)"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ftcli_trainer.errors import TrainerError
 
 if TYPE_CHECKING:
-    from wandb import Run
+    from wandb.sdk.wandb_run import Run  # wandb 0.19 (the floor) does not export it as wandb.Run
 
 log = logging.getLogger("ftcli_trainer")
 ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"  # http://host:port: a plaintext emulator (tests)
