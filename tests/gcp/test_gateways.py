@@ -259,7 +259,7 @@ def test_an_http_error_info_only_the_details_carry_is_read(reason, said):
     # google-api-core before 2.44 keeps an HTTP error's ErrorInfo as the JSON dict, which its .reason and .metadata
     # cannot read: on the stated floor (2.19) Cloud Storage's disabled API or billing was worded as a missing role.
     info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com",
-            "metadata": {"service": "storage.googleapis.com", "consumer": "projects/123"}}
+            "metadata": {"service": "storage.googleapis.com", "consumer": "projects/p"}}
     e = gexc.Forbidden("GET https://storage.googleapis.com/storage/v1/b/bkt: denied", details=[info])
     problem = account_problem(e, service="storage", project="p")
     assert problem is not None and problem.message.startswith(said), problem
