@@ -142,7 +142,13 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
                          max_width=caps[i])
     for cell_row in cells:
         table.add_row(*map(escape, cell_row))
-    out().print(table, soft_wrap=False)
+    # Narrower than the columns that cannot shrink (COLUMNS=40): the lines are printed whole, for the terminal to
+    # wrap; cropped at its edge, the last columns (TIME, METRIC) were dropped without a mark.
+    needed = sum(caps) + 2 * (len(columns) - 1)
+    if needed <= out().width:
+        out().print(table, soft_wrap=False)
+    else:
+        out().print(table, soft_wrap=False, crop=False, width=needed)
 
 
 def _shrink_to(natural: list[int], shrink: list[bool], least: list[int], room: int) -> list[int]:

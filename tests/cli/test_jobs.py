@@ -55,6 +55,20 @@ def test_list_is_a_table_that_fits_80_columns_with_the_metrics(capsys, cloud_env
     assert imdb.split()[:2] == ["1", "SUCCEEDED"] and "T4x1" in imdb and "acc 0.912" in imdb
 
 
+def test_a_terminal_too_narrow_for_the_table_loses_no_column(capsys, cloud_env):
+    # At COLUMNS=40 (less than every column's header needs) the lines were cropped at the terminal's edge: TIME became
+    # "T" and METRIC was gone, with no mark. Now each column keeps at least its header's width (long cells shortened
+    # with an ellipsis, as always) and the lines are printed whole, for the terminal to wrap.
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "40"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["JOB", "STATE", "TASK", "MODEL", "GPU", "AGE", "TIME", "METRIC"]
+    at = lines[0].index("METRIC")
+    assert [line[at:].strip() for line in lines[1:]] == ["-", "micro…", "acc 0…"], lines  # the last column is there
+
+
 def test_describe_of_a_failed_job_points_at_its_logs(capsys, cloud_env):
     # It showed Vertex's error and nothing on where the reason is: the job's own last lines.
     gcs, vertex = cloud_env
