@@ -74,8 +74,11 @@ class SlowCreateProxy:
         self.upstream.close()
 
 
-@pytest.mark.parametrize("command", ["train", "tune"])
-def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_path, command):
+@pytest.mark.parametrize(("command", "sig", "status"), [
+    ("train", signal.SIGINT, 130), ("tune", signal.SIGINT, 130),
+    # a CI step's timeout (SIGTERM) or a closed terminal (SIGHUP) killed ftcli without a word, the job unnamed
+    ("train", signal.SIGTERM, 143), ("train", signal.SIGHUP, 129)])
+def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_path, command, sig, status):
     # tune: Ctrl-C in the create call said only "interrupted", and the tuning job ran on unnamed, without a short id
     gcs, vertex = cloud_env
     with SlowCreateProxy(vertex.address, delay=60) as proxy:
@@ -87,11 +90,11 @@ def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_
 
         code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach",
                                        *(["--trials", "2"] if command == "tune" else [])], env, tmp_path, created,
-                                      command=command)
+                                      command=command, sig=sig)
     made = vertex.tuning_jobs if command == "tune" else vertex.jobs
     (name,) = made
     what, follow = ("tuning job", "ftcli jobs describe 1") if command == "tune" else ("job", "ftcli logs 1")
-    assert code == 130, err
+    assert code == status, err
     assert "Traceback" not in err
     assert f"interrupted; {what} #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err
     assert follow in err and "ftcli jobs cancel 1" in err
@@ -99,25 +102,6 @@ def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_
     assert state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back
     r = subprocess.run([*FTCLI, "jobs", "describe", "1", "--json"], env=os.environ, capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["name"] == name  # short id 1 is that job
-
-
-@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
-def test_a_termination_while_the_create_call_is_in_flight_names_the_job_too(cloud_env, tmp_path, sig, status):
-    # A CI step's timeout (SIGTERM) or a closed terminal (SIGHUP) during the create call killed ftcli without a
-    # word: the job ran on with no short id and nothing said it existed.
-    gcs, vertex = cloud_env
-    with SlowCreateProxy(vertex.address, delay=60) as proxy:
-        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
-
-        def created():
-            assert proxy.created.wait(60), "the create call never arrived"
-            time.sleep(0.5)
-
-        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach"], env, tmp_path, created, sig=sig)
-    (name,) = vertex.jobs
-    assert code == status, err
-    assert "Traceback" not in err
-    assert f"job #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err and "ftcli logs 1" in err
 
 
 def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch):
