@@ -997,3 +997,22 @@ def test_a_p100_fallback_candidate_is_warned_of_too(capsys, cloud_env):
 def test_other_gpus_get_no_end_of_support_warning(capsys, cloud_env):
     r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--dry-run")
     assert r.code == 0 and "end of support" not in r.err
+
+
+def test_smoke_leaves_wandb_out_reads_no_secret_and_logs_no_run(capsys, cloud_env, secret_manager, tmp_path,
+                                                                   tiny_model, monkeypatch):
+    # The smoke is a local check that "uploads and creates nothing": it read the W&B key from Secret Manager with
+    # the user's own credentials (who need only secretmanager.secrets.get to submit) and logged a 64-row run to
+    # the team's W&B project.
+    gcs, vertex = cloud_env
+    secret_manager.put("projects/test-project/secrets/wandb-key", b"0123456789abcdef0123456789abcdef01234567")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.chdir(tmp_path)
+    write_csv(tmp_path / "train.csv", ["text", "label"], [("good film", "pos"), ("bad film", "neg")] * 60)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", "./train.csv", "--model", str(tiny_model),
+                "--gpu", "L4", "--smoke", *WANDB)
+    assert r.code == 0, r.err
+    assert "note: the smoke run leaves W&B out (--wandb-project nlp): it reads no key and logs no run" in r.err
+    assert "AccessSecretVersion" not in [m for m, _ in secret_manager.requests]  # the key never read here
+    assert not list(tmp_path.rglob("wandb")) and not list(Path(tempfile.gettempdir()).glob("wandb"))
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
