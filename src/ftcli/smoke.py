@@ -69,6 +69,11 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
         # The job's CUDA build would pick a GPU here if there is one; the smoke is a CPU check of the job's start.
         env.update({WHEEL_ENV: str(wheel) + (f"[{','.join(extras)}]" if extras else ""), "CUDA_VISIBLE_DEVICES": ""})
         env.pop("AIP_MODEL_DIR", None)
+        # The job has no Hugging Face token (none travels in its spec): nor does the smoke, or a gated model would
+        # pass here and fail there. HF_HUB_DISABLE_IMPLICIT_TOKEN keeps a saved login (`hf auth login`) unsent too.
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+            env.pop(name, None)
+        env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
         try:
             done = subprocess.run(["bash", "-c", START_SCRIPT, "ftcli-trainer", *args], env=env, cwd=root,
                                   stdout=2, timeout=timeout_s)  # fd 2: the terminal's stderr

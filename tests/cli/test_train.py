@@ -1016,3 +1016,52 @@ def test_smoke_leaves_wandb_out_reads_no_secret_and_logs_no_run(capsys, cloud_en
     assert "AccessSecretVersion" not in [m for m, _ in secret_manager.requests]  # the key never read here
     assert not list(tmp_path.rglob("wandb")) and not list(Path(tempfile.gettempdir()).glob("wandb"))
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, tmp_path, monkeypatch):
+    # The job gets no Hugging Face token (none travels in its spec), so a gated model fails there. The smoke ran with
+    # this machine's HF_TOKEN (or `hf auth login` token), passed, and said the job would start.
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class GatedHub(http.server.BaseHTTPRequestHandler):
+        def _refuse(self):
+            seen.append(self.headers.get("Authorization"))
+            body = b'{"error": "Access to model org/gated-model is restricted."}'
+            self.send_response(401)
+            self.send_header("X-Error-Code", "GatedRepo")
+            self.send_header("X-Error-Message", "Access to model org/gated-model is restricted.")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_HEAD = _refuse
+
+        def log_message(self, *args):
+            pass
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), GatedHub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.server_port}")
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.setenv("HF_TOKEN", "hf_local0123456789secret")
+        monkeypatch.chdir(tmp_path)
+        write_csv(tmp_path / "train.csv", ["text", "label"], [("good film", "pos"), ("bad film", "neg")] * 60)
+        from ftcli.cli.app import main
+
+        monkeypatch.setattr(sys, "argv", ["ftcli", "train", "--task", "csv", "--train-file", "./train.csv",
+                                          "--model", "org/gated-model", "--gpu", "L4", "--smoke"])
+        with pytest.raises(SystemExit) as info:
+            main()
+    finally:
+        hub.shutdown()
+    err = capfd.readouterr().err
+    assert info.value.code == 3 and "smoke run failed" in err
+    assert seen and not any(seen)  # the Hub was asked, never with this machine's token
+    assert "hf_local0123456789secret" not in err
