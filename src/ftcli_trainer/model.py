@@ -138,6 +138,30 @@ def _one_line(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 
+def _gated(e: BaseException) -> bool:
+    """Whether loading failed on a gated Hub model without a token that has access (huggingface_hub's GatedRepoError,
+    which transformers re-raises as an OSError from it)."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if type(cause).__name__ == "GatedRepoError":
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> TrainerError:
+    if _gated(e):
+        # A Vertex job has no Hugging Face token, and none should travel in its spec (anyone who can read the job
+        # reads its environment and arguments); a folder downloaded where the user has access is uploaded instead.
+        return TrainerError(f"cannot load {subject}: it is a gated model on the Hugging Face Hub, and no "
+                            f"token with access to it was sent. Here: log in (hf auth login) or set HF_TOKEN; for a "
+                            f"Vertex job, which gets no token: download it here (hf download {name} --local-dir DIR) "
+                            f"and give --model DIR")
+    return TrainerError(f"cannot load {subject}: {_one_line(e).rstrip('.')}. {fix}")
+
+
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
@@ -145,10 +169,8 @@ def load_tokenizer(name: str):
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 - network, missing files, bad ids: reported as one line
-        raise TrainerError(
-            f"cannot load the tokenizer of {name!r}: {_one_line(e)}. Pass a Hugging Face model id "
-            f"(with network access) or a local folder that holds a model and its tokenizer"
-        ) from None
+        raise _load_failure(f"the tokenizer of {name!r}", name, e, "Pass a Hugging Face model id (with network "
+                            "access) or a local folder that holds a model and its tokenizer") from None
     if problem := vocabulary_problem(tok):
         raise TrainerError(f"cannot use {name!r}: {problem}. Save the model's tokenizer into its "
                            "folder (tokenizer.save_pretrained), or pass a Hugging Face model id")
@@ -228,10 +250,8 @@ def load_model(name: str, label_names: list[str], multi_label: bool, threshold: 
                 del new
                 model.ftcli_head = "replaced: " + ("a regression" if own[0] == "regression" else ", ".join(own[1]))
     except Exception as e:  # noqa: BLE001
-        raise TrainerError(
-            f"cannot load the model {name!r}: {_one_line(e)}. Pass a Hugging Face model id (with network "
-            f"access) or a local model folder"
-        ) from None
+        raise _load_failure(f"the model {name!r}", name, e, "Pass a Hugging Face model id (with network access) "
+                            "or a local model folder") from None
     finally:
         hf_logging.set_verbosity(verbosity)
     if multi_label:

@@ -1065,3 +1065,7 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, tmp_p
     assert info.value.code == 3 and "smoke run failed" in err
     assert seen and not any(seen)  # the Hub was asked, never with this machine's token
     assert "hf_local0123456789secret" not in err
+    # the trainer says what a gated model needs, not "pass a model id (with network access)"
+    assert "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub" in err
+    assert "for a Vertex job, which gets no token: download it here (hf download org/gated-model --local-dir DIR) " \
+        "and give --model DIR" in err
