@@ -166,6 +166,25 @@ def test_gcs_503s_during_upload_still_give_equal_bytes(capsys, cloud_env, tmp_pa
     assert len(vertex.jobs) == 1
 
 
+def test_a_refused_upload_chunk_says_so_without_the_upload_session(capsys, cloud_env, tmp_path, monkeypatch):
+    # google-cloud-storage words a failed chunk as "PUT URL: reason", the URL with the resumable session's upload_id:
+    # whoever holds it can upload to that object with no credentials, and error lines end up in CI logs and issues.
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    big = tmp_path / "big.csv"
+    big.write_text("text,label\n" + "".join(f"row number {i} with some words,{i % 2}\n" for i in range(400_000)))
+    with FaultyProxy(gcs.url, fail_when=lambda m, t, n: m == "PUT", status=403) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(big), "--gpu", "T4")
+    assert r.code == 1 and "Traceback" not in r.err
+    (session,) = {re.search(r"upload_id=([^&]+)", q.target).group(1) for q in proxy.requests if q.method == "PUT"}
+    assert session not in r.err  # as sent: URL-encoded
+    assert re.search(r"error: permission denied on gs://ftcli-test/team/ftcli/data/\w+/big\.csv: PUT http://\S+/upload/"
+                     r"storage/v1/b/ftcli-test/o\?uploadType=resumable&ifGenerationMatch=0&upload_id=REDACTED: ", r.err)
+    assert vertex.requests == []
+
+
 @pytest.mark.parametrize("code,needle,hint", [
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "quota exceeded (custom_model_training_nvidia_t4_gpus)",
      "iam-admin/quotas?project=test-project"),

@@ -263,3 +263,19 @@ def test_an_http_error_info_only_the_details_carry_is_read(reason, said):
     e = gexc.Forbidden("GET https://storage.googleapis.com/storage/v1/b/bkt: denied", details=[info])
     problem = account_problem(e, service="storage", project="p")
     assert problem is not None and problem.message.startswith(said), problem
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("PUT https://storage.googleapis.com/upload/storage/v1/b/b/o?uploadType=resumable&upload_id=ADPy-c_d9: Forbidden",
+     "PUT https://storage.googleapis.com/upload/storage/v1/b/b/o?uploadType=resumable&upload_id=REDACTED: Forbidden"),
+    ("GET https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential=sa%40p&"
+     "X-Goog-Signature=0a1b2c end",
+     "GET https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential=REDACTED&"
+     "X-Goog-Signature=REDACTED end"),
+    ("enable it at https://console.developers.google.com/apis/api/x/overview?project=123 then retry",
+     "enable it at https://console.developers.google.com/apis/api/x/overview?project=123 then retry"),
+])
+def test_error_lines_leave_out_upload_sessions_and_signatures(line, shown):
+    from ftcli.gcp import first_line
+
+    assert first_line(Exception(line)) == shown
