@@ -1,6 +1,7 @@
 """The tuning metric report: cloudml-hypertune's file format, written at each evaluation of a real run."""
 
 import json
+import os
 
 import pytest
 
@@ -65,3 +66,22 @@ def test_whole_doubles_are_accepted_for_whole_number_options():
     with pytest.raises(ConfigError) as info:
         parse_args(["--batch-size", "16.5"])
     assert "--batch-size must be a whole number, got '16.5'" in info.value.problems
+
+
+def test_the_report_follows_no_link_another_user_put_in_its_folder(tmp_path):
+    # The default folder, /tmp/hypertune, is shared: its fixed temporary name (output.tmp) was written
+    # through a link that anyone could place there first, overwriting the file it pointed at.
+    folder = tmp_path / "hypertune"
+    folder.mkdir()
+    mine = tmp_path / "bashrc"
+    mine.write_text("export PATH=$HOME/bin:$PATH\n")
+    (folder / "output.tmp").symlink_to(mine)
+    report = Reporter("eval_accuracy", env={"CLOUD_ML_HP_METRIC_FILE": str(folder / "output.metrics")})
+    report(10, {"eval_accuracy": 0.75})
+    assert mine.read_text() == "export PATH=$HOME/bin:$PATH\n"
+    assert not (folder / "output.metrics").is_symlink()
+    assert json.loads((folder / "output.metrics").read_text())["eval_accuracy"] == "0.75"
+    assert sorted(p.name for p in folder.iterdir()) == ["output.metrics", "output.tmp"]  # no temp left
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (folder / "output.metrics").stat().st_mode & 0o777 == 0o666 & ~mask  # as open() makes it, not 0600
