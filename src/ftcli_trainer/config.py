@@ -388,8 +388,13 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     if cfg["label_names"] and len(set(cfg["label_names"])) != len(cfg["label_names"]):
         problems.append("--label-names has duplicates")
     if cfg.get("wandb_secret") and not SECRET_NAME.fullmatch(cfg["wandb_secret"]):
-        problems.append(f"--wandb-secret {cfg['wandb_secret']!r}: give projects/PROJECT/secrets/NAME (optionally "
-                        "/versions/N)")
+        if "/" in cfg["wandb_secret"]:
+            problems.append(f"--wandb-secret {cfg['wandb_secret']!r}: give projects/PROJECT/secrets/NAME (optionally "
+                            "/versions/N)")
+        else:  # most likely the API key itself: not repeated here, in a line that CI logs and issues keep
+            problems.append("--wandb-secret takes the name of the Secret Manager secret that holds the W&B key, "
+                            "projects/PROJECT/secrets/NAME, not the key: store it there first (printf %s "
+                            "\"$WANDB_API_KEY\" | gcloud secrets create NAME --data-file=-)")
     if cfg.get("wandb_secret") and not cfg.get("wandb_project"):
         problems.append("--wandb-secret is the key for --wandb-project: add --wandb-project NAME")
     metric = cfg.get("hypertune_metric")

@@ -814,6 +814,21 @@ def test_wandb_on_vertex_needs_the_key_in_secret_manager(capsys, cloud_env):
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_the_key_given_as_the_secret_is_not_repeated_in_the_error(capsys, cloud_env):
+    # `--wandb-secret $WANDB_API_KEY` (the key for the secret's name) was echoed back: "--wandb-secret '0123...':
+    # give projects/PROJECT/secrets/NAME", a line CI logs and pasted issues keep.
+    gcs, vertex = cloud_env
+    key = "0123456789abcdef0123456789abcdef01234567"
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--wandb-project", "nlp", "--wandb-secret", key)
+    assert r.code == 2 and key not in r.err + r.out
+    assert "error: --wandb-secret takes the name of the Secret Manager secret that holds the W&B key, " \
+           "projects/PROJECT/secrets/NAME, not the key: store it there first" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    # a mistyped name is said as it was typed
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--wandb-project", "nlp", "--wandb-secret", "projects/p/secret/k")
+    assert r.code == 2 and "--wandb-secret 'projects/p/secret/k': give projects/PROJECT/secrets/NAME" in r.err
+
+
 def test_a_missing_secret_is_found_before_any_upload(capsys, cloud_env, secret_manager):
     gcs, vertex = cloud_env
     r = run_cli(capsys, *BASE, "--task", "imdb", *WANDB)
