@@ -122,7 +122,12 @@ def model_upload(settings: Settings, folder: Path, given: str | None = None,
     path a job's trainer reads it from, and the (file, gs:// URI) uploads that put it there. `given` is how the
     user named the folder in errors (default `--model FOLDER`); what is left out is said in `notes`."""
     left_out: list[Path] = []
-    digest, files = folder_digest(folder, given, left_out)
+    hidden: list[Path] = []
+    digest, files = folder_digest(folder, given, left_out, hidden)
+    if hidden and notes is not None:
+        shown = ", ".join(str(p.relative_to(folder)) for p in hidden[:3]) + (", …" if len(hidden) > 3 else "")
+        notes.append(f"{given or f'--model {folder}'}: {len(hidden)} hidden file(s) left out ({shown}); "
+                     "from_pretrained reads none, and a .env or token file there stays here")
     if left_out and notes is not None:
         size = sum(p.stat().st_size for p in left_out)
         shown = ", ".join(str(p.relative_to(folder)) for p in left_out[:3]) + (", …" if len(left_out) > 3 else "")
@@ -149,19 +154,25 @@ def _trainer_state(rel: Path) -> bool:
         any(_TRAINER_CHECKPOINT_RE.match(part) for part in rel.parts[:-1])
 
 
-def folder_digest(root: Path, given: str | None = None,
-                  left_out: list[Path] | None = None) -> tuple[str, list[Path]]:
+def folder_digest(root: Path, given: str | None = None, left_out: list[Path] | None = None,
+                  hidden: list[Path] | None = None) -> tuple[str, list[Path]]:
     """sha256 over a folder's relative file names and bytes (a .git folder left out), and the files in a stable
     order. A symbolic link to a file counts as that file under the link's name, as from_pretrained reads it: a
     Hugging Face cache snapshot (snapshots/SHA/) is all links into ../../blobs/. Links to folders, dangling links,
     link loops and anything that is not a regular file are refused. A Hugging Face Trainer's training state and
-    checkpoints are left out too (appended to `left_out`). `given` names the folder in errors (default
-    `--model ROOT`)."""
+    checkpoints are left out too (appended to `left_out`), and so are hidden files and folders (appended to
+    `hidden`). `given` names the folder in errors (default `--model ROOT`)."""
     name = given or f"--model {root}"
     # A model cloned with git (git lfs) holds its weights twice: once in .git, which the trainer never reads.
     # (rglob does not descend into linked folders, and is_dir() follows links: a link to a folder is found below.)
     entries = sorted(p for p in root.rglob("*") if ".git" not in p.relative_to(root).parts
                      and (p.is_symlink() or not p.is_dir()))
+    # No model file is hidden; what is (a .env with keys, `hf download --local-dir`'s .cache/) would be readable by
+    # everyone who reads the bucket.
+    dotted = [p for p in entries if any(part.startswith(".") for part in p.relative_to(root).parts)]
+    entries = [p for p in entries if p not in set(dotted)]
+    if hidden is not None:
+        hidden += dotted
     skipped = [p for p in entries if _trainer_state(p.relative_to(root))]
     entries = [p for p in entries if not _trainer_state(p.relative_to(root))]
     if left_out is not None:

@@ -627,6 +627,26 @@ def test_a_hugging_face_trainers_state_and_checkpoints_stay_home(capsys, cloud_e
     assert plain["uploaded_bytes"] > 0
 
 
+def test_hidden_files_in_a_model_folder_stay_home(capsys, cloud_env, tmp_path, tiny_model):
+    """A .env with keys beside the model, or `hf download --local-dir`'s .cache/: from_pretrained reads no hidden file,
+    and everything uploaded is readable by whoever reads the bucket."""
+    gcs, vertex = cloud_env
+    model = tmp_path / "project"
+    shutil.copytree(tiny_model, model)
+    plain = submitted(capsys, "--task", "imdb", "--model", str(model))
+    objects = gcs.list("ftcli-test")
+    (model / ".env").write_text("WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567\n")
+    (model / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (model / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text("etag\n")
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects  # the same model
+    assert not [o for o in objects if "/." in o] and plain["uploaded_bytes"] > 0
+    said = " ".join(r.err.split())
+    assert f"--model {model}: 2 hidden file(s) left out (.cache/huggingface/download/config.json.metadata, .env); " \
+           "from_pretrained reads none, and a .env or token file there stays here" in said
+
+
 def hub_cache_snapshot(model: Path, cache: Path) -> Path:
     """`model` laid out as huggingface_hub caches it: models--ORG--NAME/snapshots/SHA/ holds only relative links
     into ../../blobs/ (a nested file's link climbs one more level), the blobs named by their sha256."""
