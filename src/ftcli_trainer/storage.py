@@ -49,6 +49,21 @@ def relative_object_path(name: str, prefix: str) -> PurePosixPath | None:
     return PurePosixPath(*parts)
 
 
+# The query of a resumable upload's request carries its session (upload_id), which lets whoever holds it upload to that
+# object with no credentials ("This process allows untrusted clients to upload to an access-controlled bucket",
+# Blob.create_resumable_upload_session's docstring in google-cloud-storage 3.17, read 2026-11-27), and
+# google-cloud-storage puts the whole URL in its errors ("PUT URL: reason"); a signed URL's query holds its signature.
+# An error line is pasted into CI logs and issues, and a job's log is read by everyone with logs access: those
+# values are left out, the rest of the URL is kept (ftcli's error lines and the trainer's tracebacks).
+_SECRET_PARAM = re.compile(r"(?i)([?&](?:upload_id|x-goog-signature|x-goog-credential|signature|access_token)=)"
+                           r"[^&\s]*?(?=&|:?(?:\s|$))")
+
+
+def redact_urls(text: str) -> str:
+    """`text` with the upload sessions, signatures and tokens in its URLs' queries replaced by REDACTED."""
+    return _SECRET_PARAM.sub(r"\1REDACTED", text)
+
+
 def staging_dir(parent: Path, name: str) -> Path:
     """A fresh folder `.NAME.tmp-PID-XXXXXXXX` in `parent` (the target's filesystem: a final rename is atomic).
     Stale ones of dead writers are removed first. Unlike mkdtemp's 0700, it gets the umask's usual mode: it

@@ -341,8 +341,9 @@ def main(argv: list[str] | None = None) -> int:
             where = " -> ".join(str(f) for f in (failed.filename, failed.filename2) if f) or "the output folder"
             print(f"error: {storage.write_error(failed, 'the run', where)}", file=sys.stderr)
             return TrainerError.exit_code
-        # Not the user's input: a bug or an environment failure. Keep the traceback in the job's log.
-        traceback.print_exc()
+        # Not the user's input: a bug or an environment failure. Keep the traceback in the job's log (a failed
+        # upload's session left out of its URLs: storage.redact_urls).
+        print(storage.redact_urls(traceback.format_exc()), end="", file=sys.stderr)
         return 1
     return 0
 

@@ -245,3 +245,27 @@ def test_a_published_folder_gets_the_modes_the_umask_allows(tmp_path):
              for p in (tmp_path / "model").rglob("*") if p.is_file()}
     # read for the group as the umask allows, nothing taken away, nothing given to others
     assert modes == {"model.safetensors": 0o640, "sub/config.json": 0o644, "run.sh": 0o740, "_COMPLETE": 0o640}
+
+
+def test_a_failed_resumable_upload_leaves_its_session_out_of_the_jobs_traceback(gcs, tmp_path, monkeypatch):
+    # The trainer prints an unexpected error's traceback into the job's log (task.main); google-cloud-storage's
+    # message holds the request's URL, whose upload_id lets whoever reads it upload to that object.
+    import re
+    import traceback
+
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("b")
+    big = tmp_path / "model"
+    big.mkdir()
+    (big / "model.safetensors").write_bytes(b"w" * (9 * 1024 * 1024))  # over 8 MiB: a resumable upload
+    with FaultyProxy(gcs.url, status=403, fail_when=lambda method, target, n: method == "PUT") as proxy:
+        for k, v in proxy.env().items():
+            monkeypatch.setenv(k, v)
+        with pytest.raises(Exception) as info:  # noqa: B017 - whatever the client raises for a 403
+            storage.publish_dir(big, "gs://b/run/model")
+    (session,) = {re.search(r"upload_id=([^&]+)", q.target).group(1) for q in proxy.requests if q.method == "PUT"}
+    raw = "".join(traceback.format_exception(info.value))
+    assert session in raw  # what the traceback held
+    shown = storage.redact_urls(raw)
+    assert session not in shown and "upload_id=REDACTED: " in shown

@@ -168,21 +168,9 @@ def retryable(*kinds: type[BaseException]) -> Callable[[BaseException], bool]:
     return lambda e: (isinstance(e, kinds) or rate_limited(e)) and credentials_failure(e) is None
 
 
-# The query of a resumable upload's request carries its session (upload_id), which lets whoever holds it upload to that
-# object with no credentials ("This process allows untrusted clients to upload to an access-controlled bucket",
-# Blob.create_resumable_upload_session's docstring in google-cloud-storage 3.17, read 2026-11-27), and
-# google-cloud-storage puts the whole URL in its errors ("PUT URL: reason"); a signed URL's query holds its signature.
-# An error line is pasted into CI logs and issues: those values are left out, the rest of the URL is kept.
-_SECRET_PARAM = re.compile(r"(?i)([?&](?:upload_id|x-goog-signature|x-goog-credential|signature|access_token)=)"
-                           r"[^&\s]*?(?=&|:?(?:\s|$))")
-
-
-def redact_urls(text: str) -> str:
-    """`text` with the upload sessions, signatures and tokens in its URLs' queries replaced by REDACTED."""
-    return _SECRET_PARAM.sub(r"\1REDACTED", text)
-
-
 def first_line(e: BaseException) -> str:
+    from ftcli_trainer.storage import redact_urls
+
     text = str(getattr(e, "message", "") or e).strip()
     return redact_urls(text.splitlines()[0]) if text else type(e).__name__
 
