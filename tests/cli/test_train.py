@@ -857,6 +857,27 @@ def test_a_missing_secret_is_found_before_any_upload(capsys, cloud_env, secret_m
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_secret_with_no_version_or_a_disabled_one_is_found_before_any_upload(capsys, cloud_env, secret_manager):
+    # `gcloud secrets create NAME` without --data-file makes a secret with no version; the job read `latest` at its
+    # start and failed there, after the upload, the create and the machines' start.
+    gcs, vertex = cloud_env
+    secret_manager.create("projects/test-project/secrets/wandb-key")
+    r = run_cli(capsys, *BASE, "--task", "imdb", *WANDB)
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        "error: secret projects/test-project/secrets/wandb-key has no version latest for the job to read",
+        'hint: add the key to it: printf %s "$WANDB_API_KEY" | gcloud secrets versions add wandb-key --data-file=-']
+    secret_manager.put("projects/test-project/secrets/wandb-key", b"0123456789abcdef0123456789abcdef01234567")
+    secret_manager.disable("projects/test-project/secrets/wandb-key", 1)
+    r = run_cli(capsys, *BASE, "--task", "imdb", *WANDB)
+    assert r.code == 1
+    said = " ".join(r.err.split())
+    assert "error: secret version projects/test-project/secrets/wandb-key/versions/1 is DISABLED: the job could not " \
+           "read it hint: enable it (gcloud secrets versions enable 1 --secret wandb-key)" in said
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    assert "AccessSecretVersion" not in [m for m, _ in secret_manager.requests]
+
+
 def test_the_key_never_travels_in_the_job(capsys, cloud_env, secret_manager):
     gcs, vertex = cloud_env
     key = "0123456789abcdef0123456789abcdef01234567"
@@ -870,7 +891,8 @@ def test_the_key_never_travels_in_the_job(capsys, cloud_env, secret_manager):
     assert wheel.endswith(".whl[hub,wandb]")  # wandb and the Secret Manager client installed only for this job
     args = list(container.args)
     assert args[args.index("--wandb-secret") + 1] == "projects/test-project/secrets/wandb-key"
-    assert [m for m, _ in secret_manager.requests] == ["GetSecret"]  # looked at, never read, by the launcher
+    # looked at (the secret, its latest version's state), never read, by the launcher
+    assert [m for m, _ in secret_manager.requests] == ["GetSecret", "GetSecretVersion"]
 
 
 # --- before you pay: what the job asks for; hints that name the fix ------------------------------------------------

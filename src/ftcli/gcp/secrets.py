@@ -28,7 +28,8 @@ class SecretsGateway:
             self.client = secretmanager_v1.SecretManagerServiceClient(credentials=credentials())
 
     def check_exists(self, name: str) -> None:
-        """Fail, before anything is uploaded, when the secret (projects/P/secrets/NAME[/versions/V]) is missing."""
+        """Fail, before anything is uploaded, when the secret (projects/P/secrets/NAME[/versions/V]) is missing, or the
+        version the job reads (`latest` unless the name gives one) is missing or not ENABLED."""
         from google.api_core import exceptions as gexc
 
         secret = name.split("/versions/", 1)[0]
@@ -50,6 +51,26 @@ class SecretsGateway:
                                   "roles/secretmanager.secretAccessor") from None
         except gexc.GoogleAPICallError as e:
             raise translate(e, service="secretmanager", project=self.project, what=secret) from None
+        # The version the job reads must be there and ENABLED: a secret made without --data-file has none, and a
+        # disabled one cannot be accessed. "projects/*/secrets/*/versions/latest is an alias to the most recently
+        # created SecretVersion" (https://docs.cloud.google.com/secret-manager/docs/reference/rest/v1/
+        # projects.secrets.versions/get); State "ENABLED The SecretVersion may be accessed. DISABLED The SecretVersion
+        # may not be accessed" (https://cloud.google.com/secret-manager/docs/reference/rest/v1beta1/
+        # projects.secrets.versions); a version's metadata takes Secret Manager Viewer, as the secret's does
+        # (https://cloud.google.com/secret-manager/docs/managing-secret-versions?hl=es-AR); all read 2026-11-27.
+        version = name if "/versions/" in name else f"{secret}/versions/latest"
+        add = f"printf %s \"$WANDB_API_KEY\" | gcloud secrets versions add {short} --data-file=-"
+        try:
+            found = self.client.get_secret_version(name=version, timeout=30)
+        except gexc.NotFound:
+            raise FtcliError(f"secret {secret} has no version {version.rsplit('/', 1)[-1]} for the job to read",
+                             hint=f"add the key to it: {add}") from None
+        except gexc.GoogleAPICallError as e:
+            raise translate(e, service="secretmanager", project=self.project, what=version) from None
+        if found.state.name != "ENABLED":
+            raise FtcliError(f"secret version {found.name} is {found.state.name}: the job could not read it",
+                             hint=f"enable it (gcloud secrets versions enable {found.name.rsplit('/', 1)[-1]} "
+                                  f"--secret {short}), or add the key as a new version: {add}")
 
 
 def get_secrets(project: str) -> SecretsGateway:
