@@ -170,7 +170,7 @@ def folder_digest(root: Path, given: str | None = None, left_out: list[Path] | N
     # No model file is hidden; what is (a .env with keys, `hf download --local-dir`'s .cache/) would be readable by
     # everyone who reads the bucket.
     dotted = [p for p in entries if any(part.startswith(".") for part in p.relative_to(root).parts)]
-    entries = [p for p in entries if p not in set(dotted)]
+    entries = [p for p in entries if not any(part.startswith(".") for part in p.relative_to(root).parts)]
     if hidden is not None:
         hidden += dotted
     skipped = [p for p in entries if _trainer_state(p.relative_to(root))]
