@@ -269,3 +269,23 @@ def test_a_failed_resumable_upload_leaves_its_session_out_of_the_jobs_traceback(
     assert session in raw  # what the traceback held
     shown = storage.redact_urls(raw)
     assert session not in shown and "upload_id=REDACTED: " in shown
+
+
+def test_a_failed_logs_copy_leaves_the_upload_session_out_of_its_warning(monkeypatch, caplog, tmp_path):
+    # The warning quoted google-cloud-storage's "PUT URL: reason", the resumable upload's upload_id with it, into the
+    # job's log, which everyone with logs access reads (an upload session needs no credentials)
+    from types import SimpleNamespace
+
+    from ftcli_trainer import loop
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("PUT https://storage.googleapis.com/upload/storage/v1/b/bkt/o?uploadType=resumable"
+                           "&upload_id=SESSION123: 503 Service Unavailable")
+
+    monkeypatch.setattr(storage, "upload_dir", refuse)
+    trainer = SimpleNamespace(dist=SimpleNamespace(is_main=True), _tb=None, _logs_synced=0.0,
+                              paths=SimpleNamespace(logs_dir="gs://bkt/run/logs", local_logs_dir=tmp_path))
+    with caplog.at_level("WARNING", logger=loop.log.name):
+        loop.Trainer.sync_logs(trainer)
+    assert "could not copy the logs to gs://bkt/run/logs" in caplog.text
+    assert "upload_id=REDACTED" in caplog.text and "SESSION123" not in caplog.text
