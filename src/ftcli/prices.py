@@ -153,6 +153,8 @@ def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceT
 
 def billed_note(provisioning: str) -> str:
     """Why a Spot or Flex-start job's amount is only a ceiling, in a few words."""
+    if provisioning == "Low-cost":  # the deprecated LOW_COST strategy: "potential use of spot resources" (vertex.py)
+        return "Low-cost may run on Spot machines, billed at lower Spot prices, not in your price file"
     return f"{provisioning} is billed at lower {provisioning} prices, not in your price file"
 
 

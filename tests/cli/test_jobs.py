@@ -356,7 +356,9 @@ def test_a_low_cost_jobs_cost_is_a_ceiling_not_an_about(capsys, cloud_env, tmp_p
     finish(gcs, vertex, job, None)
     use_price_file(tmp_path, monkeypatch)
     text = " ".join(run_cli(capsys, "jobs", "describe", "1").out.split())
-    assert "at most $0.00 (" in text and "Low-cost (Spot where it can) is billed at lower" in text
+    assert "at most $0.00 (" in text
+    # one plain note, not "Low-cost (Spot where it can) is billed at lower Low-cost (Spot where it can) prices"
+    assert "on-demand; Low-cost may run on Spot machines, billed at lower Spot prices, not in your price file;" in text
     assert "about $" not in text
     obj = json.loads(run_cli(capsys, "jobs", "describe", "1", "--json").out)
     assert obj["cost_usd"] is None and obj["cost_usd_on_demand"] is not None

@@ -56,8 +56,9 @@ def _pools(spec) -> tuple[Pool, ...]:
 # scheduling.strategy -> how ftcli names it (prices.py: these are billed at their own prices, not on-demand ones)
 # LOW_COST (a job made by another tool; ftcli never sends it): "Deprecated. Low cost by making potential use of spot
 # resources" (Scheduling.Strategy, aiplatform_v1 types/custom_job.py in google-cloud-aiplatform 2.7.0, read
-# 2026-11-27): it may be billed at Spot prices, so its on-demand amount is a ceiling too, never an "about".
-PROVISIONING = {"SPOT": "Spot", "FLEX_START": "Flex-start", "LOW_COST": "Low-cost (Spot where it can)"}
+# 2026-11-27): it may be billed at Spot prices, so its on-demand amount is a ceiling too, never an "about"
+# (prices.billed_note words it).
+PROVISIONING = {"SPOT": "Spot", "FLEX_START": "Flex-start", "LOW_COST": "Low-cost"}
 
 
 def _provisioning(spec) -> str | None:
