@@ -104,6 +104,27 @@ def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_
     assert r.returncode == 0 and json.loads(r.stdout)["name"] == name  # short id 1 is that job
 
 
+def test_an_ignored_sighup_nohup_does_not_stop_the_submission(cloud_env, tmp_path):
+    # `nohup ftcli train ... &` ignores SIGHUP so that closing the terminal leaves it running; the submission's own
+    # SIGHUP handler replaced that, and the closed terminal stopped it (exit 129).
+    gcs, vertex = cloud_env
+    with SlowCreateProxy(vertex.address, delay=2) as proxy:
+        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+        proc = subprocess.Popen([*FTCLI, "train", "--task", "imdb", "--gpu", "T4", "--detach"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        try:
+            assert proxy.created.wait(60), "the create call never arrived"
+            proc.send_signal(signal.SIGHUP)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err
+    (name,) = vertex.jobs
+    assert "submitted job #1" in out and name.rsplit("/", 1)[-1] in out and "interrupted" not in err
+
+
 def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch):
     gcs, vertex = cloud_env
     with SlowCreateProxy(vertex.address, delay=0) as proxy:

@@ -161,7 +161,8 @@ def terminations_as_interrupts():
 
     before = {}
     for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
-        if sig is None:
+        # An ignored one stays ignored: `nohup ftcli train ...` asks to outlive its terminal's SIGHUP
+        if sig is None or signal.getsignal(sig) == signal.SIG_IGN:
             continue
         try:
             before[sig] = signal.signal(sig, stop)
