@@ -129,7 +129,7 @@ def model_upload(settings: Settings, folder: Path, given: str | None = None,
         notes.append(f"{given or f'--model {folder}'}: {len(hidden)} hidden file(s) left out ({shown}); "
                      "from_pretrained reads none, and a .env or token file there stays here")
     if left_out and notes is not None:
-        size = sum(p.stat().st_size for p in left_out)
+        size = sum(p.stat().st_size for p in left_out if p.exists())  # (a dangling link there is left out too)
         shown = ", ".join(str(p.relative_to(folder)) for p in left_out[:3]) + (", …" if len(left_out) > 3 else "")
         notes.append(f"{given or f'--model {folder}'}: {len(left_out)} file(s) of a Hugging Face Trainer's training "
                      f"state left out ({size / 1e6:,.1f} MB: {shown}); the model is read without them")

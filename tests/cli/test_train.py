@@ -627,6 +627,21 @@ def test_a_hugging_face_trainers_state_and_checkpoints_stay_home(capsys, cloud_e
     assert plain["uploaded_bytes"] > 0
 
 
+def test_a_dangling_link_in_the_trainers_state_is_left_out_not_refused(capsys, cloud_env, tmp_path,
+                                                                       tiny_model):
+    # Its size, for the note, was read through the link: FileNotFoundError traceback for a file never uploaded
+    gcs, vertex = cloud_env
+    model = tmp_path / "hf-out"
+    shutil.copytree(tiny_model, model)
+    (model / "checkpoint-500").mkdir()
+    (model / "checkpoint-500" / "optimizer.pt").symlink_to(tmp_path / "gone")
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
+    assert r.code == 0, r.err
+    assert not [o for o in gcs.list("ftcli-test") if "checkpoint-500" in o]
+    assert "1 file(s) of a Hugging Face Trainer's training state left out (0.0 MB: checkpoint-500/optimizer.pt)" \
+        in " ".join(r.err.split())
+
+
 def test_hidden_files_in_a_model_folder_stay_home(capsys, cloud_env, tmp_path, tiny_model):
     """A .env with keys beside the model, or `hf download --local-dir`'s .cache/: from_pretrained reads no hidden file,
     and everything uploaded is readable by whoever reads the bucket."""
