@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import re
@@ -37,10 +38,19 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 TOKENIZER_FILE = re.compile(r"tokenizer\.json|vocab\.\w+|merges\.txt|dict\.txt|[\w.-]+\.model")
 
 
+# Tokenizers with no vocabulary file: they read bytes (ByT5, Perceiver) or Unicode code points (CANINE), and
+# save_pretrained writes only their tokenizer_config.json (transformers 5.24: ByT5Tokenizer().save_pretrained(DIR)
+# writes added_tokens.json and tokenizer_config.json, CanineTokenizer and PerceiverTokenizer that file alone).
+VOCABULARY_FREE = frozenset({"ByT5Tokenizer", "CanineTokenizer", "PerceiverTokenizer"})
+
+
 def _has_tokenizer_files(folder: str) -> bool:
     try:
-        return any(TOKENIZER_FILE.fullmatch(f) and os.path.isfile(os.path.join(folder, f)) for f in os.listdir(folder))
-    except OSError:
+        if any(TOKENIZER_FILE.fullmatch(f) and os.path.isfile(os.path.join(folder, f)) for f in os.listdir(folder)):
+            return True
+        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
+            return json.load(f).get("tokenizer_class") in VOCABULARY_FREE
+    except (OSError, ValueError, AttributeError):
         return False
 
 

@@ -133,6 +133,25 @@ def test_a_model_folder_without_its_tokenizer_is_refused_not_trained_on_unknown_
     assert model_problem(str(tiny_model)) is None
 
 
+@pytest.mark.parametrize("tokenizer", ["ByT5Tokenizer", "CanineTokenizer", "PerceiverTokenizer"])
+def test_a_tokenizer_that_needs_no_vocabulary_file_is_a_tokenizer(tiny_model, tmp_path, tokenizer):
+    # The no-tokenizer check refused fine-tuned ByT5, CANINE and Perceiver folders: their tokenizers read bytes or
+    # code points, and save_pretrained writes only tokenizer_config.json
+    import shutil
+
+    import transformers
+
+    from ftcli_trainer.model import load_tokenizer, model_problem
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model / name, folder / name)
+    getattr(transformers, tokenizer)().save_pretrained(folder)
+    assert model_problem(str(folder)) is None
+    assert len(load_tokenizer(str(folder))) > 255  # a byte or code-point vocabulary, not 5 special tokens
+
+
 def test_a_fine_tuned_models_head_is_kept_only_for_its_own_labels(tiny_model, tmp_path):
     """A model ftcli exported (negative, positive) as --model for a run on other labels of the same number: transformers
     keeps any head of the right size, so the run started from the old answers (positive, negative: reversed) and
