@@ -350,7 +350,8 @@ def read_inputs(file: Path) -> list[Text]:
             return [Text("", f"{file} {data.row_position(rows, i)}", dict(row)) for i, row in enumerate(rows)]
         # Lines end at \n, \r\n or \r only: str.splitlines() also cut a text at U+2028, U+0085 or a form feed (in
         # scraped or PDF-extracted text), giving more predictions than lines, misnumbered.
-        lines = re.split(r"\r\n|\r|\n", data.open_text(file, shown).read())
+        with data.open_text(file, shown) as f:
+            lines = re.split(r"\r\n|\r|\n", f.read())
     except DataError as e:
         raise UsageError(str(e)) from None
     return [Text(line, f"{file} line {n}") for n, line in enumerate(lines, 1) if line.strip()]

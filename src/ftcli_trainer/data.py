@@ -32,7 +32,7 @@ from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task, bundled_sample_file
 TRUE_VALUES = {"1", "1.0", "true", "yes"}
 FALSE_VALUES = {"0", "0.0", "false", "no"}
 NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-# The whole file is in memory already: a long text (a 5 MB review) in one CSV field is valid data.
+# The rows are all kept anyway: a long text (a 5 MB review) in one CSV field is valid data.
 CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
 
 
@@ -80,34 +80,70 @@ class TaskData:
 # Reading tables (CSV / JSON Lines, optionally gzip-compressed, local or gs://)
 
 
-def _read_bytes(path: Path, shown: str) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise DataError(f"cannot read {shown}: {e.strerror or type(e).__name__}") from None
-    if path.suffix != ".gz":
-        return data
-    try:
-        return gzip.decompress(data)
-    except EOFError:
-        raise DataError(f"{shown} is not a valid gzip file (it ends early: truncated by a copy or a download?); "
-                        f"copy it again, or give the uncompressed file") from None
-    except (OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-        raise DataError(f"{shown} is not a valid gzip file ({e}); re-create it, or give the uncompressed "
-                        f"file") from None
+def _gzip_error(shown: str, e: BaseException) -> DataError:
+    if isinstance(e, EOFError):
+        return DataError(f"{shown} is not a valid gzip file (it ends early: truncated by a copy or a download?); "
+                         f"copy it again, or give the uncompressed file")
+    return DataError(f"{shown} is not a valid gzip file ({e}); re-create it, or give the uncompressed file")
+
+
+def _utf8_error(path: Path, shown: str) -> DataError:
+    """The line and byte of the first invalid UTF-8 in `path`, found again by a second pass (the text was read
+    in blocks, which know no lines): an error's path only. A UTF-8 sequence never holds a newline byte, so each
+    line decodes on its own."""
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as raw:
+        for n, line in enumerate(raw, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataError(f"{shown} is not UTF-8 (byte 0x{line[e.start]:02x} on line {n}); re-save it as "
+                                 "UTF-8")
+    return DataError(f"{shown} is not UTF-8; re-save it as UTF-8")
+
+
+class _TextFile(io.TextIOWrapper):
+    """A local file's text, read as it is used (a 2 GB CSV is not held as bytes, then as text, then as a buffer
+    of 4 bytes a character, before its first row is parsed): a decoding or gzip problem met on the way is the
+    one-line DataError that names the file."""
+
+    def __init__(self, path: Path, shown: str):
+        self._path, self._shown = path, shown
+        try:
+            raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+        except OSError as e:
+            raise DataError(f"cannot read {shown}: {e.strerror or type(e).__name__}") from None
+        super().__init__(raw, encoding="utf-8-sig", newline="")
+
+    def _failed(self, e: BaseException) -> DataError:
+        if isinstance(e, UnicodeDecodeError):
+            return _utf8_error(self._path, self._shown)
+        if self._path.suffix == ".gz" and isinstance(e, (EOFError, OSError, zlib.error)):
+            return _gzip_error(self._shown, e)  # gzip.BadGzipFile is an OSError
+        return DataError(f"cannot read {self._shown}: {getattr(e, 'strerror', None) or type(e).__name__}")
+
+    def read(self, size: int | None = -1) -> str:
+        try:
+            return super().read(size)
+        except (UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
+            raise self._failed(e) from None
+
+    def readline(self, size: int = -1) -> str:
+        try:
+            return super().readline(size)
+        except (UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
+            raise self._failed(e) from None
+
+    def __next__(self) -> str:
+        try:
+            return super().__next__()
+        except (UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
+            raise self._failed(e) from None
 
 
 def open_text(path: Path, shown: str) -> io.TextIOBase:
-    """A local file's text (.gz decompressed, UTF-8 with or without a BOM); a DataError naming `shown` otherwise."""
-    data = _read_bytes(path, shown)
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise DataError(
-            f"{shown} is not UTF-8 (byte 0x{data[e.start]:02x} on line {line}); re-save it as UTF-8"
-        ) from None
-    return io.StringIO(text, newline="")
+    """A local file's text (.gz decompressed, UTF-8 with or without a BOM), read as it is iterated; a DataError
+    naming `shown` otherwise. Close it when done (or use it in a `with`)."""
+    return _TextFile(path, shown)
 
 
 def _is_jsonl(path: str) -> bool:
@@ -132,15 +168,15 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
             if not local.is_file():
                 raise DataError(f"data file {path} does not exist" + (" (it is a folder)" if local.is_dir() else ""))
         jsonl = fmt == "jsonl" if fmt else _is_jsonl(path)
-        f = open_text(local, shown)
+        with open_text(local, shown) as f:
+            if jsonl:
+                rows = _read_jsonl(f, shown, fmt)
+            else:
+                _refuse_json_lines_as_csv(f, shown, fmt)
+                rows = _read_csv(f, shown)
     finally:
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)  # read into memory: the downloaded copy is not needed
-    if jsonl:
-        rows = _read_jsonl(f, shown, fmt)
-    else:
-        _refuse_json_lines_as_csv(f, shown, fmt)
-        rows = _read_csv(f, shown)
+            shutil.rmtree(tmp, ignore_errors=True)  # the rows are read: the downloaded copy is not needed
     if not rows:
         raise DataError(f"{shown} has no data rows")
     columns = list(rows[0].keys())

@@ -525,3 +525,37 @@ def test_multi_label_columns_that_are_all_zero_are_refused_like_empty_lists(tmp_
     some = write_csv(tmp_path / "s.csv", ["text", "a", "b"], [("x", 0, 0), ("y", 0, 1)] * 4)
     data = load("--task", "csv", "--train-file", str(some), "--eval-file", str(zeros), "--label-columns", "a,b")
     assert data.evals["eval"].labels.sum() == 0  # an eval set without positives is still an eval set
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_file_is_read_as_it_is_parsed_not_held_whole(tmp_path, suffix):
+    # The reader held the whole file as bytes, then as text, then as a StringIO's buffer of 4 bytes a character
+    # before the first row was parsed: `ftcli train --dry-run` on a 1 GB CSV peaked at 6.9 GB. 16 MB of lines that
+    # are mostly spaces (json.loads skips them) keep 2,000 tiny rows: reading them must not hold the 16 MB.
+    import tracemalloc
+
+    from ftcli_trainer.data import read_rows
+
+    pad = " " * 8000
+    body = "".join(json.dumps({"text": f"t{i}", "label": ["neg", "pos"][i % 2]}) + pad + "\n" for i in range(2000))
+    path = tmp_path / f"t{suffix}"
+    path.write_bytes(gzip.compress(body.encode()) if suffix.endswith(".gz") else body.encode())
+    tracemalloc.start()
+    try:
+        _, rows = read_rows(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(rows) == 2000 and rows[-1] == {"text": "t1999", "label": "pos"} and rows[-1].line == 2000
+    assert peak < 4 * 2**20, f"reading a {len(body) >> 20} MB file peaked at {peak >> 20} MB"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+def test_bad_utf8_far_into_a_file_names_its_line(tmp_path, suffix):
+    # Read in blocks now: the line of a bad byte past the first block is still the one an editor shows.
+    body = ("text,label\n" + "".join(f"row {i} caf\u00e9,{i % 2}\n" for i in range(5000))).encode()
+    body += "row latin caf\u00e9,1\n".encode("latin-1") + b"last,0\n"
+    path = tmp_path / f"t{suffix}"
+    path.write_bytes(gzip.compress(body) if suffix.endswith(".gz") else body)
+    msg = error_of("--task", "csv", "--train-file", str(path))
+    assert f"{path} is not UTF-8 (byte 0xe9 on line 5002); re-save it as UTF-8" in msg
