@@ -274,26 +274,40 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str],
     return chosen.uri, images.problems(chosen, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
 
 
-def _local_data_problems(cfg, local_files: dict[str, Path]) -> list[str]:
+def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = None) -> list[str]:
     """Read local data files with the trainer's own readers (columns, labels, encoding): a wrong column shows up
-    here, not after the GPUs are billed."""
+    here, not after the GPUs are billed. `done` keeps the answer for the next candidate of `--gpu L4,T4`: each
+    read a 1 GB file again (20 s more per candidate) and said its warnings again."""
+    import dataclasses
+
     from ftcli_trainer.data import check_files
     from ftcli_trainer.errors import TrainerError
 
     if not local_files:
         return []
+    # Candidates differ only in --varlen-attention (dropped where the GPU lacks it), which reading does not use.
+    key = ("check", repr(dataclasses.replace(cfg, varlen_attention=False)),
+           tuple(sorted(map(str, local_files.items()))))
+    if done is not None and key in done:
+        return done[key]
     try:
         check_files(cfg, {k: str(v) for k, v in local_files.items()})
+        problems = []
     except TrainerError as e:
-        return [str(e)]
-    return []
+        problems = [str(e)]
+    if done is not None:
+        done[key] = problems
+    return problems
 
 
 def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replicas: int, reduction_server: int,
          spot: bool, image: str | None, timeout: str, labels: list[str], display_name: str | None,
          project: str | None, region: str | None, bucket: str | None, service_account: str | None,
-         flex_start: bool = False, max_wait: str | None = None, reservation: str | None = None) -> Submission:
-    """Everything that needs no network: resolve, validate (all problems at once), build the CustomJob."""
+         flex_start: bool = False, max_wait: str | None = None, reservation: str | None = None,
+         data_checks: dict | None = None) -> Submission:
+    """Everything that needs no network: resolve, validate (all problems at once), build the CustomJob.
+    `data_checks` carries what reading the local data files found (and their hashes) from one candidate's plan to
+    the next."""
     from ftcli import catalog
     from ftcli.packaging import TrainerPackage
     from ftcli_trainer.tasks import TASKS
@@ -365,7 +379,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     elif validated and Path(validated[0].model).expanduser().is_dir():
         model_dir = Path(validated[0].model).expanduser()
     if validated and not problems:
-        problems += _local_data_problems(validated[0], local_files)
+        problems += _local_data_problems(validated[0], local_files, data_checks)
     if problems:
         raise_problems(problems, "options")
     assert settings and validated and hardware and timeout_s
@@ -384,7 +398,13 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     for name, path in local_files.items():
         # Named by its contents; the file's own name is kept for the reader (its .csv/.jsonl/.gz) and the logs, but
         # without line breaks, which Cloud Storage object names cannot hold (settings.object_name_problem).
-        uri = settings.gcs_path("data", file_digest(path)[:16], re.sub(r"[\r\n]", "_", path.name))
+        if data_checks is None or ("digest", path) not in data_checks:
+            digest = file_digest(path)
+            if data_checks is not None:
+                data_checks["digest", path] = digest
+        else:
+            digest = data_checks["digest", path]
+        uri = settings.gcs_path("data", digest[:16], re.sub(r"[\r\n]", "_", path.name))
         uploads.append((path, uri))
         forwarded[name] = uri
     if model_dir is not None:
@@ -587,11 +607,12 @@ def plan_candidates(*, gpu: str, region: str | None, bucket: str | None, labels:
         raise UsageError("no --gpu/--region candidate can run: " + "; ".join(notes))
     without_varlen = _varlen_left_out(kept, trainer, notes) if len(kept) > 1 else set()
     plain = {k: v for k, v in trainer.items() if k != "varlen_attention"}
+    data_checks: dict = {}  # the local files are read and hashed once, not once per candidate
     out = []
     for i, (g, r) in enumerate(kept, 1):
         tries = [f"{TRY_LABEL}={i}-of-{len(kept)}"] if len(kept) > 1 else []
         sub = plan(gpu=g, region=r, bucket=bucket, labels=[*labels, *tries],
-                   trainer=plain if g in without_varlen else trainer, **rest)
+                   trainer=plain if g in without_varlen else trainer, data_checks=data_checks, **rest)
         out.append(Candidate(sub))
     return out, notes
 

@@ -137,3 +137,28 @@ def test_a_candidate_given_twice_is_tried_once(capsys, monkeypatch, tmp_path):
     job = json.loads(r.out)
     assert job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == "NVIDIA_L4"
     assert "candidates" not in r.err
+
+
+def test_local_data_is_read_once_for_all_candidates(capsys, monkeypatch, tmp_path):
+    # Every candidate's plan read (and hashed) the local files again: a 1 GB CSV took 20 s more per candidate, and
+    # the pre-flight's warnings were said once per candidate.
+    from ftcli_trainer import data
+    from tests.conftest import write_csv
+
+    reads = []
+    real = data.read_rows
+    monkeypatch.setattr(data, "read_rows", lambda path, **kw: reads.append(path) or real(path, **kw))
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    rows = [(f"good {i}", "pos") for i in range(30)] + [(f"bad {i}", "neg") for i in range(30)] + [("odd", "rare")]
+    train = write_csv(tmp_path / "rare.csv", ["text", "label"], rows)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(train), "--gpu", "L4,T4", "--region",
+                "us-central1,europe-west4", "--project", "my-project", "--bucket", "gs://my-bucket-{region}",
+                "--dry-run")
+    assert r.code == 0, r.err
+    assert reads == [str(train)]
+    assert len([x for x in r.err.splitlines() if "too few to learn" in x]) == 1, r.err
+    jobs = json.loads(r.out)
+    assert len(jobs) == 4
+    data_args = {a[a.index("--train-file") + 1].split("/ftcli/", 1)[1]
+                 for a in (j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] for j in jobs)}
+    assert len(data_args) == 1 and data_args.pop().startswith("data/")
