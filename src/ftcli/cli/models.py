@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -110,21 +111,24 @@ def predict(
     items = _load_texts(texts or [], file)
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
-    results = models.predict(path, items, threshold, pairs=pair or None)
+    chunks = models.predict_chunks(path, items, threshold, pairs=pair or None)
     if json_out:
-        show_list(results, (), json_out=True)
+        show_list([r for chunk in chunks for r in chunk], (), json_out=True)
         return
-    # Plain print, not Rich: Rich turns tabs into spaces, and these lines are tab-separated for `cut -f`.
-    for r in results:
-        given = "\t".join(_one_line(r[k]) for k in ("text", "text_pair") if k in r)
-        if "labels" in r:
-            shown = ", ".join(f"{_one_line(x['label'])} {x['score']:.3f}" for x in r["labels"]) or "(none)"
-            print(f"{shown}\t{given}")
-        elif "label" not in r:  # regression: the predicted value
-            print(f"{r['score']:.3f}\t{given}")
-        else:
-            # a label name can hold a tab or a line break too (a quoted CSV cell): escaped like the text
-            print(f"{_one_line(r['label'])}\t{r['score']:.3f}\t{given}")
+    # Plain print, not Rich: Rich turns tabs into spaces, and these lines are tab-separated for `cut -f`. Each chunk
+    # is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything.
+    for chunk in chunks:
+        for r in chunk:
+            given = "\t".join(_one_line(r[k]) for k in ("text", "text_pair") if k in r)
+            if "labels" in r:
+                shown = ", ".join(f"{_one_line(x['label'])} {x['score']:.3f}" for x in r["labels"]) or "(none)"
+                print(f"{shown}\t{given}")
+            elif "label" not in r:  # regression: the predicted value
+                print(f"{r['score']:.3f}\t{given}")
+            else:
+                # a label name can hold a tab or a line break too (a quoted CSV cell): escaped like the text
+                print(f"{_one_line(r['label'])}\t{r['score']:.3f}\t{given}")
+        sys.stdout.flush()  # out now, not when a pipe's or a file's buffer fills
 
 
 _SHOWN_ESCAPED = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
