@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,16 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str],
     return chosen.uri, images.problems(chosen, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
 
 
-def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = None) -> list[str]:
+# Local data this big is read for a while before anything shows (about 20 s a GB on 2 cores): said first.
+SAY_READING_BYTES = 64 * 1024 * 1024
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = None,
+                         say: Callable[[str], None] | None = None) -> list[str]:
     """Read local data files with the trainer's own readers (columns, labels, encoding): a wrong column shows up
     here, not after the GPUs are billed. `done` keeps the answer for the next candidate of `--gpu L4,T4`: each
     read a 1 GB file again (20 s more per candidate) and said its warnings again."""
@@ -290,6 +300,10 @@ def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = 
            tuple(sorted(map(str, local_files.items()))))
     if done is not None and key in done:
         return done[key]
+    sizes = {p: p.stat().st_size for p in local_files.values()}
+    if say is not None and sum(sizes.values()) >= SAY_READING_BYTES:
+        say(f"reading {', '.join(f'{p.name} ({_size(n)})' for p, n in sizes.items())} with the trainer's readers, "
+            f"to check {'it' if len(sizes) == 1 else 'them'} before anything is uploaded")
     try:
         check_files(cfg, {k: str(v) for k, v in local_files.items()})
         problems = []
@@ -304,10 +318,10 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
          spot: bool, image: str | None, timeout: str, labels: list[str], display_name: str | None,
          project: str | None, region: str | None, bucket: str | None, service_account: str | None,
          flex_start: bool = False, max_wait: str | None = None, reservation: str | None = None,
-         data_checks: dict | None = None) -> Submission:
+         data_checks: dict | None = None, say: Callable[[str], None] | None = None) -> Submission:
     """Everything that needs no network: resolve, validate (all problems at once), build the CustomJob.
     `data_checks` carries what reading the local data files found (and their hashes) from one candidate's plan to
-    the next."""
+    the next. `say(message)` hears what takes a while (reading big local data)."""
     from ftcli import catalog
     from ftcli.packaging import TrainerPackage
     from ftcli_trainer.tasks import TASKS
@@ -379,7 +393,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     elif validated and Path(validated[0].model).expanduser().is_dir():
         model_dir = Path(validated[0].model).expanduser()
     if validated and not problems:
-        problems += _local_data_problems(validated[0], local_files, data_checks)
+        problems += _local_data_problems(validated[0], local_files, data_checks, say)
     if problems:
         raise_problems(problems, "options")
     assert settings and validated and hardware and timeout_s

@@ -1160,3 +1160,24 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, tmp_p
     assert "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub" in err
     assert "for a Vertex job, which gets no token: download it here (hf download org/gated-model --local-dir DIR) " \
         "and give --model DIR" in err
+
+
+def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tmp_path):
+    # The pre-flight read a 1 GB CSV for 20 s (a minute or more for bigger files) without a word: it looked hung.
+    from ftcli import submit
+
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], [(f"good {i}", "pos") for i in range(30)] +
+                      [(f"bad {i}", "neg") for i in range(30)])
+    evals = write_csv(tmp_path / "eval.csv", ["text", "label"], [("fine", "pos"), ("awful", "neg")])
+    args = ["train", "--task", "csv", "--train-file", str(train), "--gpu", "L4,T4", "--project", "my-project",
+            "--bucket", "gs://my-bucket", "--dry-run"]
+    r = run_cli(capsys, *args)
+    assert r.code == 0 and "the trainer's readers" not in r.err, r.err  # small files: nothing to wait for, nothing said
+    monkeypatch.setattr(submit, "SAY_READING_BYTES", train.stat().st_size)
+    r = run_cli(capsys, *args, "--eval-file", str(evals))
+    assert r.code == 0, r.err
+    said = [x for x in r.err.splitlines() if "with the trainer's readers" in x]
+    assert said == ["reading train.csv (0 MB), eval.csv (0 MB) with the trainer's readers, to check them before "
+                    "anything is uploaded"]  # once for both candidates, first
+    assert r.err.index(said[0]) < r.err.index("candidates, in order")

@@ -48,7 +48,7 @@ def train(
     from ftcli import submit
     from ftcli.output import err, escape, note, transfer
 
-    cands, skipped = submit.plan_candidates(trainer=trainer, **{**job, "labels": job["labels"] or []})
+    cands, skipped = submit.plan_candidates(trainer=trainer, **{**job, "labels": job["labels"] or []}, say=note)
     sub = cands[0].sub
     for line in dict.fromkeys([*skipped, *(n for c in cands for n in c.sub.notes)]):  # every candidate's, once
         err().print(f"note: {line}", markup=False, highlight=False)
