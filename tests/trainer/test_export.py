@@ -40,3 +40,27 @@ def test_saved_and_loaded_without_pickles(tmp_path):
         assert list(z["label_names"]) == ["x", "y"]
     with pytest.raises(KeyError):
         out["validation/labels"]
+
+
+def test_metrics_json_writes_a_confusion_matrix_one_row_a_line(tmp_path, tiny_model):
+    # json.dumps(indent=2) put each count of the K x K matrix on a line of its own: a 1,000-label run's
+    # metrics.json was 9.2 MB (7 MB of it the matrix), a 3,000-label one's 82 MB, unreadable in an editor.
+    import json
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ftcli_trainer.export import export_model
+    from ftcli_trainer.metrics import prefixed, single_label
+
+    k = 300
+    labels = np.arange(3 * k) % k
+    logits = np.eye(k, dtype=np.float32)[(labels * 7) % k]
+    metrics = {**prefixed(single_label(logits, labels, [f"l{i}" for i in range(k)]), "eval", True), "train_loss": 0.5}
+    export_model(AutoModelForSequenceClassification.from_pretrained(tiny_model),
+                 AutoTokenizer.from_pretrained(tiny_model), str(tmp_path / "model"), metrics, {})
+    text = (tmp_path / "model" / "metrics.json").read_text()
+    assert json.loads(text) == json.loads(json.dumps(metrics))  # the same values, read back
+    matrix = text.splitlines()[text.splitlines().index('  "eval_confusion_matrix": [') + 1:][:k + 1]
+    assert matrix[0] == "    " + json.dumps(metrics["eval_confusion_matrix"][0], separators=(",", ":")) + ","
+    assert matrix[k] == "  ],"
+    assert len(text.splitlines()) < 20 * k  # per-label scores a few lines each; the matrix k lines, not k * k
