@@ -332,3 +332,18 @@ def test_a_failed_study_says_which_log_tells_why(cloud_env, running_vertex, clou
     assert "hint: ftcli logs 1 --trial 1 shows why trial 1 failed" in r.err
     logs = run_cli(capsys, "logs", "1", "--trial", "1", "--no-follow")
     assert "--max-length" in logs.out + logs.err
+
+
+def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tmp_path):
+    # As in `ftcli train`: the pre-flight read a big --train-file for a minute without a word.
+    from ftcli import submit
+
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(60))
+    monkeypatch.setattr(submit, "SAY_READING_BYTES", train.stat().st_size)
+    r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(train), "--gpu", "T4", "--search",
+                "learning_rate=loguniform(1e-5,1e-4)", "--project", "my-project", "--bucket", "gs://my-bucket/x",
+                "--dry-run")
+    assert r.code == 0, r.err
+    assert r.err.startswith("reading train.csv (0 MB) with the trainer's readers, to check it before anything is "
+                            "uploaded\n"), r.err

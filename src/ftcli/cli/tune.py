@@ -84,7 +84,8 @@ def tune(
     parallel = parallel if parallel is not None else study.parallel if study.parallel is not None else \
         max(1, min(2, trials))
     ts = tuning.plan(trainer=trainer, search=search, metric=metric, trials=trials, parallel=parallel,
-                     trials_from=trials_from, parallel_from=parallel_from, **{**job, "labels": job["labels"] or []})
+                     trials_from=trials_from, parallel_from=parallel_from, say=note,
+                     **{**job, "labels": job["labels"] or []})
     for line in ts.sub.notes:
         err().print(f"note: {line}", markup=False, highlight=False)
     goal = ts.job["studySpec"]["metrics"][0]["goal"].lower()
