@@ -651,15 +651,37 @@ def bundled_sample_available() -> bool:
     return bundled_sample_file("sst2_train.csv.gz").is_file()
 
 
+# A data file this big takes a while to read (about 20 s a GB on 2 cores; a gs:// one is downloaded first): said, so
+# that the log (Cloud Logging's, or `ftcli local`'s terminal) does not stop for a minute before the summary.
+SAY_READING_BYTES = 64 * 1024 * 1024
+
+
+def _say_reading(path: str) -> None:
+    try:
+        if storage.is_gcs(path):
+            bucket, name = storage.split_gcs(path)
+            blob = storage._client().bucket(bucket).get_blob(name)
+            size = blob.size if blob is not None else None
+        else:
+            size = Path(path).expanduser().stat().st_size
+    except Exception:  # noqa: BLE001 - only a progress line: reading the file says what is wrong with it
+        return
+    if size is not None and size >= SAY_READING_BYTES:
+        shown = f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
+        log.info("reading %s (%s)", path, shown)
+
+
 def _load_files(cfg: TrainConfig, task: Task, train_path: str, eval_paths: dict[str, str],
                 fmt: str | None) -> tuple[Examples, dict[str, Examples], list[str]]:
     names: list[str] | None = list(cfg.label_names or task.labels) or None
     if cfg.multi_label:
         names = None
+    _say_reading(train_path)
     columns, rows = read_rows(train_path, fmt=fmt)
     train, names = rows_to_examples(rows, columns, cfg, train_path, names)
     evals = {}
     for name, path in eval_paths.items():
+        _say_reading(path)
         columns, rows = read_rows(path, fmt=fmt)
         lists = None if cfg.multi_label else train.labels.ndim == 2
         evals[name], _ = rows_to_examples(rows, columns, cfg, path, names, lists=lists)

@@ -578,3 +578,23 @@ def test_csv_rows_are_made_as_they_are_read_and_carry_no_per_row_dict(tmp_path):
     assert len(rows) == 20_000 and rows[-1] == {"text": "text 19999", "label": "l0"} and rows[-1].line == 20_001
     assert not hasattr(rows[0], "__dict__")
     assert peak - kept < kept // 20, f"read {kept >> 10} KB of rows with a peak of {peak >> 10} KB"
+
+
+def test_the_trainer_says_when_it_reads_a_big_file(tmp_path, monkeypatch, caplog, gcs):
+    # Reading a 1 GB --train-file took 20 s (inside Vertex, downloading it first) with nothing in the log before
+    # the summary block: `ftcli local` and the job's log looked stuck.
+    import logging
+
+    from ftcli_trainer import data
+
+    train = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"good {i}", "pos") for i in range(30)] +
+                      [(f"bad {i}", "neg") for i in range(30)])
+    small = write_csv(tmp_path / "e.csv", ["text", "label"], [("fine", "pos"), ("awful", "neg")])
+    gcs.create_bucket("data")
+    gcs.write("data", "in/t.csv", train.read_bytes())
+    monkeypatch.setattr(data, "SAY_READING_BYTES", train.stat().st_size)
+    with caplog.at_level(logging.INFO, logger="ftcli_trainer"):
+        load("--task", "csv", "--train-file", str(train), "--eval-file", str(small))
+        load("--task", "csv", "--train-file", "gs://data/in/t.csv", "--eval-file", str(small))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reading ")]
+    assert said == [f"reading {train} (0 MB)", "reading gs://data/in/t.csv (0 MB)"]  # the small eval file: nothing
