@@ -133,13 +133,13 @@ class _TextFile(io.TextIOWrapper):
         except (UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
             raise self._failed(e) from None
 
-    def readline(self, size: int = -1) -> str:
+    def readline(self, size: int = -1) -> str:  # type: ignore[override]  # typeshed: TextIOWrapper's is str
         try:
             return super().readline(size)
         except (UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
             raise self._failed(e) from None
 
-    def __next__(self) -> str:
+    def __next__(self) -> str:  # type: ignore[override]  # (as readline)
         try:
             return super().__next__()
         except (UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
