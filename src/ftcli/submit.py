@@ -125,15 +125,18 @@ def model_upload(settings: Settings, folder: Path, given: str | None = None,
     left_out: list[Path] = []
     hidden: list[Path] = []
     digest, files = folder_digest(folder, given, left_out, hidden)
+
+    def named(paths: list[Path]) -> str:
+        return ", ".join(str(p.relative_to(folder)) for p in paths[:3]) + (", …" if len(paths) > 3 else "")
+
+    name = given or f"--model {folder}"
     if hidden and notes is not None:
-        shown = ", ".join(str(p.relative_to(folder)) for p in hidden[:3]) + (", …" if len(hidden) > 3 else "")
-        notes.append(f"{given or f'--model {folder}'}: {len(hidden)} hidden file(s) left out ({shown}); "
-                     "from_pretrained reads none, and a .env or token file there stays here")
+        notes.append(f"{name}: {len(hidden)} hidden file(s) left out ({named(hidden)}); from_pretrained reads none, "
+                     "and a .env or token file there stays here")
     if left_out and notes is not None:
         size = sum(p.stat().st_size for p in left_out if p.exists())  # (a dangling link there is left out too)
-        shown = ", ".join(str(p.relative_to(folder)) for p in left_out[:3]) + (", …" if len(left_out) > 3 else "")
-        notes.append(f"{given or f'--model {folder}'}: {len(left_out)} file(s) of a Hugging Face Trainer's training "
-                     f"state left out ({size / 1e6:,.1f} MB: {shown}); the model is read without them")
+        notes.append(f"{name}: {len(left_out)} file(s) of a Hugging Face Trainer's training state left out "
+                     f"({size / 1e6:,.1f} MB: {named(left_out)}); the model is read without them")
     base = settings.gcs_path("models", digest[:16])
     return gcs_mount_path(base), [(f, f"{base}/{f.relative_to(folder).as_posix()}") for f in files]
 
@@ -164,20 +167,22 @@ def folder_digest(root: Path, given: str | None = None, left_out: list[Path] | N
     checkpoints are left out too (appended to `left_out`), and so are hidden files and folders (appended to
     `hidden`). `given` names the folder in errors (default `--model ROOT`)."""
     name = given or f"--model {root}"
-    # A model cloned with git (git lfs) holds its weights twice: once in .git, which the trainer never reads.
+    hidden = [] if hidden is None else hidden
+    left_out = [] if left_out is None else left_out
+    entries = []
     # (rglob does not descend into linked folders, and is_dir() follows links: a link to a folder is found below.)
-    entries = sorted(p for p in root.rglob("*") if ".git" not in p.relative_to(root).parts
-                     and (p.is_symlink() or not p.is_dir()))
-    # No model file is hidden; what is (a .env with keys, `hf download --local-dir`'s .cache/) would be readable by
-    # everyone who reads the bucket.
-    dotted = [p for p in entries if any(part.startswith(".") for part in p.relative_to(root).parts)]
-    entries = [p for p in entries if not any(part.startswith(".") for part in p.relative_to(root).parts)]
-    if hidden is not None:
-        hidden += dotted
-    skipped = [p for p in entries if _trainer_state(p.relative_to(root))]
-    entries = [p for p in entries if not _trainer_state(p.relative_to(root))]
-    if left_out is not None:
-        left_out += skipped
+    for p in sorted(p for p in root.rglob("*") if p.is_symlink() or not p.is_dir()):
+        parts = p.relative_to(root).parts
+        if ".git" in parts:
+            continue  # a model cloned with git (git lfs) holds its weights twice: once in .git, never read
+        if any(part.startswith(".") for part in parts):
+            # No model file is hidden; what is (a .env with keys, `hf download --local-dir`'s .cache/) would be
+            # readable by everyone who reads the bucket.
+            hidden.append(p)
+        elif _trainer_state(p.relative_to(root)):
+            left_out.append(p)
+        else:
+            entries.append(p)
     for p in entries:
         rel = str(p.relative_to(root))
         if p.is_symlink():
@@ -275,14 +280,6 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str],
     return chosen.uri, images.problems(chosen, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
 
 
-# Local data this big is read for a while before anything shows (about 20 s a GB on 2 cores): said first.
-SAY_READING_BYTES = 64 * 1024 * 1024
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-
-
 def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = None,
                          say: Callable[[str], None] | None = None) -> list[str]:
     """Read local data files with the trainer's own readers (columns, labels, encoding): a wrong column shows up
@@ -290,7 +287,7 @@ def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = 
     read a 1 GB file again (20 s more per candidate) and said its warnings again."""
     import dataclasses
 
-    from ftcli_trainer.data import check_files
+    from ftcli_trainer.data import SAY_READING_BYTES, check_files, size_text
     from ftcli_trainer.errors import TrainerError
 
     if not local_files:
@@ -301,8 +298,8 @@ def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = 
     if done is not None and key in done:
         return done[key]
     sizes = {p: p.stat().st_size for p in local_files.values()}
-    if say is not None and sum(sizes.values()) >= SAY_READING_BYTES:
-        say(f"reading {', '.join(f'{p.name} ({_size(n)})' for p, n in sizes.items())} with the trainer's readers, "
+    if say is not None and sum(sizes.values()) >= SAY_READING_BYTES:  # the trainer's own threshold and wording
+        say(f"reading {', '.join(f'{p.name} ({size_text(n)})' for p, n in sizes.items())} with the trainer's readers, "
             f"to check {'it' if len(sizes) == 1 else 'them'} before anything is uploaded")
     try:
         check_files(cfg, {k: str(v) for k, v in local_files.items()})
@@ -412,13 +409,10 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     for name, path in local_files.items():
         # Named by its contents; the file's own name is kept for the reader (its .csv/.jsonl/.gz) and the logs, but
         # without line breaks, which Cloud Storage object names cannot hold (settings.object_name_problem).
-        if data_checks is None or ("digest", path) not in data_checks:
-            digest = file_digest(path)
-            if data_checks is not None:
-                data_checks["digest", path] = digest
-        else:
-            digest = data_checks["digest", path]
-        uri = settings.gcs_path("data", digest[:16], re.sub(r"[\r\n]", "_", path.name))
+        known = data_checks if data_checks is not None else {}
+        if ("digest", path) not in known:
+            known["digest", path] = file_digest(path)
+        uri = settings.gcs_path("data", known["digest", path][:16], re.sub(r"[\r\n]", "_", path.name))
         uploads.append((path, uri))
         forwarded[name] = uri
     if model_dir is not None:

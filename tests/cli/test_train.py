@@ -605,26 +605,33 @@ def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, t
     assert cloned["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
 
 
-def test_a_hugging_face_trainers_state_and_checkpoints_stay_home(capsys, cloud_env, tmp_path, tiny_model):
-    """A Hugging Face Trainer's output_dir: the model, plus its training state and checkpoint-N/ folders (weights and
-    optimizer each), which from_pretrained never reads. They were all uploaded (gigabytes for BERT-base)."""
+@pytest.mark.parametrize(("added", "said"), [
+    # A Hugging Face Trainer's output_dir: the model, plus its training state and checkpoint-N/ folders (weights and
+    # optimizer each). They were all uploaded (gigabytes for BERT-base).
+    ({n: b"x" * 1000 for n in ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin", "trainer_state.json",
+                               "rng_state.pth", "checkpoint-500/model.safetensors", "checkpoint-500/optimizer.pt",
+                               "checkpoint-500/rng_state_1.pth")},
+     "9 file(s) of a Hugging Face Trainer's training state left out (0.0 MB: checkpoint-500/model.safetensors"),
+    # A .env with keys beside the model, or `hf download --local-dir`'s .cache/: everything uploaded is readable by
+    # whoever reads the bucket.
+    ({".env": b"WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567\n",
+      ".cache/huggingface/download/config.json.metadata": b"etag\n"},
+     "2 hidden file(s) left out (.cache/huggingface/download/config.json.metadata, .env); from_pretrained reads none, "
+     "and a .env or token file there stays here"),
+])
+def test_files_from_pretrained_never_reads_stay_home(capsys, cloud_env, tmp_path, tiny_model, added, said):
     gcs, vertex = cloud_env
-    model = tmp_path / "hf-out"
+    model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
     plain = submitted(capsys, "--task", "imdb", "--model", str(model))
     objects = gcs.list("ftcli-test")
-    for name in ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin", "trainer_state.json",
-                 "rng_state.pth", "checkpoint-500/model.safetensors", "checkpoint-500/optimizer.pt",
-                 "checkpoint-500/rng_state_1.pth"):
-        (model / name).parent.mkdir(exist_ok=True)
-        (model / name).write_bytes(b"x" * 1000)
+    for name, data in added.items():
+        (model / name).parent.mkdir(parents=True, exist_ok=True)
+        (model / name).write_bytes(data)
     r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
     assert r.code == 0, r.err
     assert json.loads(r.out)["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects  # the same model
-    said = " ".join(r.err.split())
-    assert "9 file(s) of a Hugging Face Trainer's training state left out (0.0 MB: checkpoint-500/model.safetensors" \
-        in said
-    assert plain["uploaded_bytes"] > 0
+    assert plain["uploaded_bytes"] > 0 and f"--model {model}: {said}" in " ".join(r.err.split())
 
 
 def test_a_dangling_link_in_the_trainers_state_is_left_out_not_refused(capsys, cloud_env, tmp_path,
@@ -640,26 +647,6 @@ def test_a_dangling_link_in_the_trainers_state_is_left_out_not_refused(capsys, c
     assert not [o for o in gcs.list("ftcli-test") if "checkpoint-500" in o]
     assert "1 file(s) of a Hugging Face Trainer's training state left out (0.0 MB: checkpoint-500/optimizer.pt)" \
         in " ".join(r.err.split())
-
-
-def test_hidden_files_in_a_model_folder_stay_home(capsys, cloud_env, tmp_path, tiny_model):
-    """A .env with keys beside the model, or `hf download --local-dir`'s .cache/: from_pretrained reads no hidden file,
-    and everything uploaded is readable by whoever reads the bucket."""
-    gcs, vertex = cloud_env
-    model = tmp_path / "project"
-    shutil.copytree(tiny_model, model)
-    plain = submitted(capsys, "--task", "imdb", "--model", str(model))
-    objects = gcs.list("ftcli-test")
-    (model / ".env").write_text("WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567\n")
-    (model / ".cache" / "huggingface" / "download").mkdir(parents=True)
-    (model / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text("etag\n")
-    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
-    assert r.code == 0, r.err
-    assert json.loads(r.out)["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects  # the same model
-    assert not [o for o in objects if "/." in o] and plain["uploaded_bytes"] > 0
-    said = " ".join(r.err.split())
-    assert f"--model {model}: 2 hidden file(s) left out (.cache/huggingface/download/config.json.metadata, .env); " \
-           "from_pretrained reads none, and a .env or token file there stays here" in said
 
 
 def hub_cache_snapshot(model: Path, cache: Path) -> Path:
@@ -1164,7 +1151,7 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, tmp_p
 
 def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tmp_path):
     # The pre-flight read a 1 GB CSV for 20 s (a minute or more for bigger files) without a word: it looked hung.
-    from ftcli import submit
+    from ftcli_trainer import data
 
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
     train = write_csv(tmp_path / "train.csv", ["text", "label"], [(f"good {i}", "pos") for i in range(30)] +
@@ -1174,7 +1161,7 @@ def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tm
             "--bucket", "gs://my-bucket", "--dry-run"]
     r = run_cli(capsys, *args)
     assert r.code == 0 and "the trainer's readers" not in r.err, r.err  # small files: nothing to wait for, nothing said
-    monkeypatch.setattr(submit, "SAY_READING_BYTES", train.stat().st_size)
+    monkeypatch.setattr(data, "SAY_READING_BYTES", train.stat().st_size)  # the trainer's threshold
     r = run_cli(capsys, *args, "--eval-file", str(evals))
     assert r.code == 0, r.err
     said = [x for x in r.err.splitlines() if "with the trainer's readers" in x]

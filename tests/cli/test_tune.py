@@ -336,11 +336,11 @@ def test_a_failed_study_says_which_log_tells_why(cloud_env, running_vertex, clou
 
 def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tmp_path):
     # As in `ftcli train`: the pre-flight read a big --train-file for a minute without a word.
-    from ftcli import submit
+    from ftcli_trainer import data
 
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
     train = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(60))
-    monkeypatch.setattr(submit, "SAY_READING_BYTES", train.stat().st_size)
+    monkeypatch.setattr(data, "SAY_READING_BYTES", train.stat().st_size)  # the trainer's threshold
     r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(train), "--gpu", "T4", "--search",
                 "learning_rate=loguniform(1e-5,1e-4)", "--project", "my-project", "--bucket", "gs://my-bucket/x",
                 "--dry-run")
