@@ -86,12 +86,8 @@ def train(
         return
     start = 0
     while True:
-        with terminations_as_interrupts() as signalled:
-            try:
-                created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start)
-            except KeyboardInterrupt:
-                code = interrupted_submission([c.sub for c in cands[start:]])
-                raise typer.Exit(128 + signalled[0] if signalled else code) from None
+        with submitting([c.sub for c in cands[start:]]):
+            created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start)
         sub = cands[start].sub
         code = _report_and_follow(created, n, sent, sub, detach=detach, json_out=json_out)
         if code == 3 and start + 1 < len(cands):
@@ -146,11 +142,12 @@ def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
 
 
 @contextlib.contextmanager
-def terminations_as_interrupts():
-    """While a job is submitted, SIGTERM and SIGHUP (a CI step's timeout, a closed terminal) stop ftcli as Ctrl-C
-    does, so a job the create call may already have made is looked up and named (`interrupted_submission`): by
-    default they killed ftcli without a word, and the job ran on without a short id. Yields the signals received
-    (the exit status is then 128 + the signal's number, as a shell reports it)."""
+def submitting(subs, *, tuning: bool = False):
+    """Around the submission of `subs` (any of the candidates still to try; `tuning`: a tuning job's): Ctrl-C, and
+    SIGTERM or SIGHUP (a CI step's timeout, a closed terminal; by default they killed ftcli without a word, and the job
+    ran on without a short id), say whether a job exists and name it when it does (`interrupted_submission`), then
+    end with 130, or 128 + the signal's number as a shell reports it. An ignored signal stays ignored: `nohup ftcli
+    train ...` asks to outlive its terminal's SIGHUP."""
     import signal
 
     got: list[int] = []
@@ -161,7 +158,6 @@ def terminations_as_interrupts():
 
     before = {}
     for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
-        # An ignored one stays ignored: `nohup ftcli train ...` asks to outlive its terminal's SIGHUP
         if sig is None or signal.getsignal(sig) == signal.SIG_IGN:
             continue
         try:
@@ -169,7 +165,10 @@ def terminations_as_interrupts():
         except ValueError:  # not the main thread: nothing to change
             pass
     try:
-        yield got
+        yield
+    except KeyboardInterrupt:
+        code = interrupted_submission(subs, tuning=tuning)
+        raise typer.Exit(128 + got[0] if got else code) from None
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)

@@ -99,14 +99,10 @@ def tune(
         print(json.dumps(ts.job, indent=2))
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {escape(ts.sub.package_uri)}[/]")
         return
-    from ftcli.cli.train import interrupted_submission, terminations_as_interrupts
+    from ftcli.cli.train import submitting
 
-    with terminations_as_interrupts() as signalled:
-        try:
-            created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
-        except KeyboardInterrupt:
-            code = interrupted_submission([ts.sub], tuning=True)
-            raise typer.Exit(128 + signalled[0] if signalled else code) from None
+    with submitting([ts.sub], tuning=True):
+        created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
     if json_out:
         emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
                    "display_name": created.display_name, "console_url": created.name.console_url,
