@@ -16,24 +16,12 @@ import collections
 import json
 import math
 import os
-import tempfile
+import secrets
 import time
 from pathlib import Path
 
 DEFAULT_PATH = "/tmp/hypertune/output.metrics"
 KEEP = 100
-
-
-def _umask() -> int:
-    """This process's umask, read without setting it (os.umask sets it, for every thread at once)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
 
 
 class Reporter:
@@ -52,16 +40,16 @@ class Reporter:
                              "global_step": str(int(step))})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # The default folder is in the shared /tmp: a fixed temporary name there (output.tmp) is one that another
-        # user can create first as a link to a file of ours, which the write would then overwrite. mkstemp's name
-        # is new and opened with O_EXCL (a link there is not followed); the rename replaces a link, never follows it.
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        # user can create first as a link to a file of ours, which the write would then overwrite. A random name
+        # opened with O_CREAT | O_EXCL is new (a link there is not followed), with the mode open() gives (the umask
+        # applied: whatever reads the file for Vertex may not be this user); the rename replaces a link, never
+        # follows it.
+        tmp = self.path.parent / f".{self.path.name}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            # the mode an open() would have given (mkstemp's is 0600): whatever reads the file for Vertex may not
-            # be this user
-            os.fchmod(fd, 0o666 & ~_umask())
             with os.fdopen(fd, "w") as f:
                 f.write("".join(json.dumps(e, sort_keys=True) + "\n" for e in self.entries))
             os.replace(tmp, self.path)  # the service may read while we write: it sees the old file or the new one
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
