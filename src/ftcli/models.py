@@ -30,11 +30,11 @@ from ftcli_trainer.storage import (
 )
 
 MODELS_DIR = "ftcli-models"
-INSIDE_STAGING = "ftcli-download"
+INSIDE_STAGING = "ftcli-download"  # .ftcli-download.tmp-PID-XXXXXXXX, inside a destination that exists
 # predict: texts per forward pass, and per piece of output. One text a pass (the pipeline's default) ran 2,000 short
 # sentences in 290 s on 2 cores, and a --file printed nothing until its last line was scored.
 PREDICT_BATCH = 32
-PREDICT_CHUNK = 512  # .ftcli-download.tmp-PID-XXXXXXXX, inside a destination that exists
+PREDICT_CHUNK = 512
 
 
 def model_uri_of(job: Job) -> str:
@@ -426,7 +426,7 @@ def predict(path: Path, texts: Sequence[Text | str], threshold: float | None = N
 
 
 def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | None = None,
-                   pairs: list[str] | None = None, chunk: int | None = None) -> Iterator[list[dict]]:
+                   pairs: list[str] | None = None, chunk: int = PREDICT_CHUNK) -> Iterator[list[dict]]:
     """Classify `texts` with the model in `path`, `chunk` results at a time, in order (a big --file shows its first
     lines in seconds; bad input raises before the first chunk): {"text", "label", "score"} each, or for a
     multi-label model {"text", "labels": [{"label", "score"}, ...]} with the labels at or above the threshold
@@ -481,7 +481,6 @@ def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | N
     assert tokenizer is not None  # given to pipeline() above
     cut_at = _max_length(run) or min(tokenizer.model_max_length,
                                      getattr(config, "max_position_embeddings", None) or 10**9)
-    chunk = chunk or PREDICT_CHUNK
     for start in range(0, len(inputs), chunk):
         part = range(start, min(start + chunk, len(inputs)))
         # Batched in length order, so that each batch pads to its own longest text, not a short one to a long one's.

@@ -145,10 +145,7 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
     # Narrower than the columns that cannot shrink (COLUMNS=40): the lines are printed whole, for the terminal to
     # wrap; cropped at its edge, the last columns (TIME, METRIC) were dropped without a mark.
     needed = sum(caps) + 2 * (len(columns) - 1)
-    if needed <= out().width:
-        out().print(table, soft_wrap=False)
-    else:
-        out().print(table, soft_wrap=False, crop=False, width=needed)
+    out().print(table, soft_wrap=False, crop=needed <= out().width, width=max(needed, out().width))
 
 
 def _shrink_to(natural: list[int], shrink: list[bool], least: list[int], room: int) -> list[int]:

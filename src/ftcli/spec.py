@@ -117,6 +117,8 @@ def from_container_text(text: str) -> str:
     """What the container sees for an escaped `text` ($$ -> $; a $(NAME) is left as written: its value is the
     job's)."""
     return text.replace("$$", "$")
+
+
 # WorkerPoolSpec.replica_count is an int64 (aiplatform_v1 custom_job.py in google-cloud-aiplatform 2.7.0, read
 # 2026-11-27): more does not even convert to the message.
 MAX_REPLICA_COUNT = 2**63 - 1
