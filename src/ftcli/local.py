@@ -49,12 +49,22 @@ def needs_hub(cfg) -> bool:
 
 
 # Forwarded to the trainer: SIGTERM (what `docker stop`, systemd and Vertex send) makes it checkpoint and stop;
-# SIGHUP is a closed terminal. A trainer left running after ftcli is gone would keep writing the run folder.
-FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# SIGHUP is a closed terminal. A trainer left running after ftcli is gone would keep writing the run folder. Only
+# those this platform has: "not all systems define the same set of signal names; only those names defined by the
+# system are defined by this module" (Doc/library/signal.rst, python/cpython, read 2026-11-27). Windows has no
+# SIGHUP or SIGQUIT, and naming them here made importing this module (`ftcli predict`, `ftcli local`, `ftcli train
+# --smoke`) an AttributeError traceback there.
+FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name))
 
 
 def _terminal_sent_it_too() -> bool:
     """True when a Ctrl-C reached the trainer directly (it shares our terminal's foreground process group)."""
+    if not hasattr(os, "tcgetpgrp"):
+        # Windows (os.tcgetpgrp is Unix only): a console's Ctrl-C "signals are passed to all console processes that
+        # are attached to the console" ("CTRL+C and CTRL+BREAK Signals", https://learn.microsoft.com/en-us/windows/
+        # console/ctrl-c-and-ctrl-break-signals, read 2026-11-27), the trainer included; and Popen.send_signal there
+        # takes no SIGINT (a ValueError in this handler).
+        return True
     if sys.stdin is None:  # stdin closed (`<&-`): no terminal; sys.stdin.fileno() was an AttributeError in this handler
         return False
     try:

@@ -454,3 +454,24 @@ def test_how_a_run_ended_names_only_what_is_there(capsys, monkeypatch, tmp_path,
     monkeypatch.setattr(local, "run_local", lambda *a, **k: local.LocalRun(base=str(base), **ended))
     r = run_cli(capsys, "local", "--epochs", "1")
     assert r.code == code and says.format(base=base) in r.err and "resumes" not in r.err
+
+
+def test_the_launcher_imports_where_the_platform_has_no_sighup_or_sigquit():
+    # Windows defines neither: `ftcli predict`, `ftcli local` and `ftcli train --smoke` import ftcli.local, and
+    # naming them there was an AttributeError traceback before anything ran.
+    code = ("import signal\ndel signal.SIGHUP, signal.SIGQUIT\nimport ftcli.local as l\n"
+            "print(l.FORWARDED == (signal.SIGTERM,))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout.strip()) == (0, "True"), r.stderr
+
+
+@pytest.mark.parametrize("stdin_closed", [False, True])
+def test_a_console_ctrl_c_is_not_passed_on_where_there_are_no_process_groups(monkeypatch, stdin_closed):
+    # Windows has no os.tcgetpgrp, and its console's Ctrl-C reaches the trainer too; passing it on was an
+    # AttributeError (or, with stdin closed, Popen.send_signal's ValueError for SIGINT) inside the signal handler.
+    from ftcli import local
+
+    monkeypatch.delattr(os, "tcgetpgrp")
+    if stdin_closed:
+        monkeypatch.setattr(sys, "stdin", None)
+    assert local._terminal_sent_it_too() is True
