@@ -286,3 +286,16 @@ def test_settings_saved_at_once_by_several_processes_are_all_kept(tmp_path):
         assert [p.exitcode for p in procs] == [0] * len(values)
         assert load_config_file() == values
     assert [p.name for p in tmp_path.iterdir()] == ["config.toml"]  # no lock or temporary file left behind
+
+
+def test_settings_are_saved_again_where_os_has_no_fchmod_or_fcntl(tmp_path, monkeypatch):
+    # Windows before Python 3.13: no os.fchmod and no fcntl. The second `ftcli config set` kept the old file's mode
+    # with os.fchmod, an AttributeError traceback, and the setting was not saved.
+    import sys
+
+    monkeypatch.delattr("os.fchmod")
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # `import fcntl` raises ImportError, as there
+    save_config_file({"project": "my-project"})
+    save_config_file({"bucket": "gs://my-bucket"})
+    assert load_config_file() == {"project": "my-project", "bucket": "gs://my-bucket"}
+    assert [p.name for p in tmp_path.iterdir()] == ["config.toml"]
