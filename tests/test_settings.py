@@ -299,3 +299,22 @@ def test_settings_are_saved_again_where_os_has_no_fchmod_or_fcntl(tmp_path, monk
     save_config_file({"bucket": "gs://my-bucket"})
     assert load_config_file() == {"project": "my-project", "bucket": "gs://my-bucket"}
     assert [p.name for p in tmp_path.iterdir()] == ["config.toml"]
+
+
+def test_gcloud_values_are_read_where_gcloud_keeps_them_on_windows(tmp_path, monkeypatch):
+    # %APPDATA%\gcloud there: ~/.config/gcloud was read, which gcloud never writes on Windows, and a user's
+    # `gcloud config set project` was ignored ("no Google Cloud project").
+    from ftcli import settings
+
+    monkeypatch.delenv("CLOUDSDK_CONFIG")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("APPDATA", str(tmp_path / "Roaming"))
+    monkeypatch.setattr(settings, "ON_WINDOWS", True)
+    configs = tmp_path / "Roaming" / "gcloud" / "configurations"
+    configs.mkdir(parents=True)
+    (configs / "config_default").write_text("[core]\nproject = win-project\n[compute]\nregion = europe-west4\n")
+    values = effective()
+    assert (values["project"].value, values["region"].value) == ("win-project", "europe-west4")
+    assert values["project"].origin == "gcloud configuration default (core/project)"
+    monkeypatch.setattr(settings, "ON_WINDOWS", False)  # elsewhere: ~/.config/gcloud, which has none
+    assert effective()["project"].value is None

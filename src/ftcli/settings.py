@@ -54,6 +54,7 @@ SA_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$"
 # a PROJECT with a dot in it (a domain-scoped project's), whose form ftcli does not check. A PROJECT without one is
 # a project id, as PROJECT_RE's comment says.
 SA_ID_RE = PROJECT_ID_RE  # the same rule, word for word
+ON_WINDOWS = os.name == "nt"
 
 
 def config_path() -> Path:
@@ -202,7 +203,7 @@ def _gcloud_values() -> dict[str, tuple[str, str]]:
     GOOGLE_CLOUD_PROJECT (or the older GCLOUD_PROJECT) over gcloud's project (google-auth 2.63.0,
     `google.auth.default`). Read otherwise, a job went to the project of a configuration gcloud was not using.
     """
-    root = Path(os.environ.get("CLOUDSDK_CONFIG") or Path.home() / ".config" / "gcloud")
+    root = gcloud_config_dir()
     active = os.environ.get("CLOUDSDK_ACTIVE_CONFIG_NAME", "").strip()
     if not active:
         try:
@@ -232,6 +233,22 @@ def _gcloud_values() -> dict[str, tuple[str, str]]:
     if region := prop("ai", "region") or prop("compute", "region"):
         out["region"] = region
     return out
+
+
+def gcloud_config_dir() -> Path:
+    """gcloud's own configuration folder: "Configurations are stored in your user config directory (typically
+    ~/.config/gcloud on MacOS and Linux, or %APPDATA%\\gcloud on Windows) [...] The config directory can be changed by
+    setting the environment variable CLOUDSDK_CONFIG" ("Managing gcloud CLI configurations",
+    https://cloud.google.com/sdk/docs/configurations, read 2026-11-27); without APPDATA, google-auth 2.63.0's
+    `_cloud_sdk.get_config_path` takes %SystemDrive%\\gcloud. Read from ~/.config/gcloud on Windows, gcloud's project
+    and region were never found there."""
+    if os.environ.get("CLOUDSDK_CONFIG"):
+        return Path(os.environ["CLOUDSDK_CONFIG"])
+    if ON_WINDOWS:
+        if os.environ.get("APPDATA"):
+            return Path(os.environ["APPDATA"], "gcloud")
+        return Path(os.environ.get("SystemDrive", "C:") + "\\", "gcloud")
+    return Path.home() / ".config" / "gcloud"
 
 
 def gcloud_defaults() -> dict[str, str]:
