@@ -59,6 +59,9 @@ _SECRET_PARAM = re.compile(r"(?i)([?&](?:upload_id|x-goog-signature|x-goog-crede
                            r"[^&\s]*?(?=&|:?(?:\s|$))")
 
 
+ON_WINDOWS = os.name == "nt"
+
+
 def redact_urls(text: str) -> str:
     """`text` with the upload sessions, signatures and tokens in its URLs' queries replaced by REDACTED."""
     return _SECRET_PARAM.sub(r"\1REDACTED", text)
@@ -105,6 +108,8 @@ def local_tmp(kind: str) -> Path:
 
 
 def _alive(pid: int) -> bool:
+    if ON_WINDOWS:
+        return _alive_on_windows(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -112,6 +117,36 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's live process
     return True
+
+
+def _alive_on_windows(pid: int, kernel32=None, last_error=None) -> bool:
+    """os.kill(pid, 0) is no probe on Windows: 0 is CTRL_C_EVENT there, so it calls GenerateConsoleCtrlEvent
+    (CPython's os_kill_impl), which for a nonzero group "will succeed, but the CTRL+C signal will not be received"
+    (GenerateConsoleCtrlEvent, https://learn.microsoft.com/en-us/windows/console/generateconsolectrlevent, read
+    2026-11-27): every dead writer looked alive, and its staging folder stayed (a download folder "not empty" for
+    good). Asked of the process itself instead: "If the process has not terminated and the function succeeds, the
+    status returned is STILL_ACTIVE" (GetExitCodeProcess, https://learn.microsoft.com/en-us/windows/win32/api/
+    processthreadsapi/nf-processthreadsapi-getexitcodeprocess, read 2026-11-27). A process that cannot be opened for
+    another reason than its absence (ERROR_INVALID_PARAMETER) is someone else's, and counts as alive. `kernel32` and
+    `last_error` stand in for ctypes' kernel32 and get_last_error."""
+    import ctypes
+    from ctypes import wintypes
+
+    if kernel32 is None:  # pragma: no cover - Windows only
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+        kernel32.OpenProcess.restype = wintypes.HANDLE
+        last_error = ctypes.get_last_error  # type: ignore[attr-defined]
+    process_query_limited_information, error_invalid_parameter, still_active = 0x1000, 87, 259
+    handle = kernel32.OpenProcess(process_query_limited_information, False, pid)
+    if not handle:
+        return last_error() != error_invalid_parameter
+    try:
+        code = wintypes.DWORD()
+        if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
+            return True
+        return code.value == still_active
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def clean_stale_staging(parent: Path, stem: str) -> list[Path]:

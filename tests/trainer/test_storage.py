@@ -124,6 +124,53 @@ def test_clean_stale_staging_removes_only_dead_writers_exact_folders(tmp_path):
     assert not stale.exists() and live.exists() and all(p.exists() for p in user)
 
 
+class FakeKernel32:
+    """Windows' OpenProcess / GetExitCodeProcess / CloseHandle as they answer for processes that are gone
+    (ERROR_INVALID_PARAMETER), running (STILL_ACTIVE), ended (an exit code), or someone else's (ERROR_ACCESS_DENIED)."""
+
+    def __init__(self, gone, running, ended, denied):
+        self.codes = {**{p: 259 for p in running}, **{p: 0 for p in ended}}
+        self.errors = {**{p: 87 for p in gone}, **{p: 5 for p in denied}}
+        self.error, self.open = 0, set()
+
+    def OpenProcess(self, access, inherit, pid):  # noqa: N802
+        assert access == 0x1000 and inherit is False
+        if pid in self.errors:
+            self.error = self.errors[pid]
+            return 0
+        self.open.add(pid + 1000)
+        return pid + 1000
+
+    def GetExitCodeProcess(self, handle, ref):  # noqa: N802
+        ref._obj.value = self.codes[handle - 1000]
+        return 1
+
+    def CloseHandle(self, handle):  # noqa: N802
+        self.open.remove(handle)
+        return 1
+
+
+def test_stale_staging_is_found_without_os_kill_on_windows(tmp_path, monkeypatch):
+    # os.kill(pid, 0) there is GenerateConsoleCtrlEvent(CTRL_C_EVENT, pid), which succeeds for any group: every dead
+    # writer looked alive, and its staging folder was never removed (a download folder stayed "not empty").
+    import functools
+
+    def no_kill(pid, sig):
+        raise AssertionError("os.kill sends a Ctrl-C on Windows")
+
+    kernel32 = FakeKernel32(gone=[101], running=[102], ended=[103], denied=[104])
+    monkeypatch.setattr(storage, "ON_WINDOWS", True)
+    monkeypatch.setattr(os, "kill", no_kill)
+    monkeypatch.setattr(storage, "_alive_on_windows", functools.partial(
+        storage._alive_on_windows, kernel32=kernel32, last_error=lambda: kernel32.error))
+    folders = {pid: tmp_path / f".model.tmp-{pid}-abcd1234" for pid in (101, 102, 103, 104)}
+    for p in folders.values():
+        p.mkdir()
+    assert sorted(storage.clean_stale_staging(tmp_path, r"\.model")) == [folders[101], folders[103]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folders[102].name, folders[104].name]
+    assert kernel32.open == set()  # every handle opened was closed
+
+
 def test_checkpoint_start_cleans_a_crashed_runs_staging(tmp_path):
     pytest.importorskip("torch")
     from ftcli_trainer import checkpoint
