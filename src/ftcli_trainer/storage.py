@@ -44,6 +44,13 @@ def relative_object_path(name: str, prefix: str) -> PurePosixPath | None:
     if (not parts and not placeholder) or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
         raise UnsafeObjectName(f"object {name} would land outside the destination (an absolute path, '.' or "
                                f"'..', or an empty path segment)")
+    # On Windows a segment with a colon is a drive ("c:x", joined, drops the destination: "If a segment is an absolute
+    # path, all previous segments are ignored", with PureWindowsPath('c:/Windows', 'd:bar') == PureWindowsPath('d:bar')
+    # as its example, pathlib's documentation, Doc/library/pathlib.rst, python/cpython, read 2026-11-27) or an NTFS
+    # stream ("model.safetensors:x" writes no file of that name). Elsewhere a colon is an ordinary character.
+    if ON_WINDOWS and any(":" in p for p in parts):
+        raise UnsafeObjectName(f"object {name} has a ':' in its name, which on Windows names a drive or a file "
+                               "stream, not a file in the destination")
     if placeholder:
         return None
     return PurePosixPath(*parts)

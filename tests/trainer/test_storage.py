@@ -50,6 +50,20 @@ def test_names_that_could_escape_are_refused(name):
         relative_object_path(name, "run/model/")
 
 
+@pytest.mark.parametrize("name", ["run/model/c:evil/x", "run/model/sub/d:x", "run/model/model.safetensors:stream"])
+def test_a_colon_is_refused_where_it_names_a_drive(monkeypatch, name):
+    # On Windows staging.joinpath("c:evil", "x") is c:evil\x, on another drive's current folder: `ftcli download`
+    # wrote outside its destination. Elsewhere the name is an ordinary file name.
+    from pathlib import PureWindowsPath
+
+    rel = PurePosixPath(name.removeprefix("run/model/"))
+    assert not PureWindowsPath("D:/dest", *rel.parts).is_relative_to("D:/dest") or ":" in rel.name
+    assert relative_object_path(name, "run/model/") == rel
+    monkeypatch.setattr(storage, "ON_WINDOWS", True)
+    with pytest.raises(UnsafeObjectName, match="':' in its name"):
+        relative_object_path(name, "run/model/")
+
+
 def test_download_dir_refuses_an_escaping_name_before_writing_anything(gcs, tmp_path):
     gcs.create_bucket("b")
     bucket = gcs.client().bucket("b")
