@@ -19,6 +19,9 @@ SMOKE_EVAL_ROWS = 32
 # W&B is left out: the smoke would read the key from Secret Manager with the user's own credentials (submitting needs
 # only secretmanager.secrets.get on it; the job's service account reads it) and log a 64-row run to the project.
 WANDB_OPTIONS = ("wandb_project", "wandb_secret")
+# The stand-in for the container is a POSIX virtual environment (bin/python; Windows makes Scripts\python.exe) that
+# runs the job's bash start script: on Windows the smoke ended in "cannot use ...\bin\python", naming no cause.
+ON_WINDOWS = os.name == "nt"
 
 
 def wandb_note(trainer: dict[str, Any]) -> str | None:
@@ -58,6 +61,10 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
     from ftcli.spec import START_SCRIPT, WHEEL_ENV
     from ftcli.trainer_options import validate
 
+    if ON_WINDOWS:
+        raise FtcliError("ftcli train --smoke runs the job's Linux start script (bash) in a stand-in for its "
+                         "container, which Windows cannot run",
+                         hint="run the smoke under WSL, on Linux or on macOS; or submit without --smoke")
     require_train_extra("ftcli train --smoke")
     with tempfile.TemporaryDirectory(prefix="ftcli-smoke-") as tmp:
         root = Path(tmp)

@@ -803,6 +803,21 @@ def test_running_the_trainer_here_without_its_packages_is_one_line(capsys, cloud
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_smoke_on_windows_says_in_one_line_that_it_cannot_run_there(capsys, cloud_env, monkeypatch):
+    # Its container stand-in is a POSIX venv running bash: there it ended in "cannot use ...\\bin\\python".
+    from ftcli import smoke
+
+    monkeypatch.setattr(smoke, "ON_WINDOWS", True)
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4", "--smoke")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        "error: ftcli train --smoke runs the job's Linux start script (bash) in a stand-in for its container, which "
+        "Windows cannot run",
+        "hint: run the smoke under WSL, on Linux or on macOS; or submit without --smoke"]
+    gcs, vertex = cloud_env
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_smoke_shows_in_seconds_what_would_fail_in_the_job(capfd, cloud_env, tmp_path, tiny_model):
     # Data already in the bucket cannot be read before submitting; the smoke reads it as the job would.
     gcs, vertex = cloud_env
