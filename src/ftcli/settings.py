@@ -167,10 +167,10 @@ def _replace_file(path: Path, data: bytes) -> None:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         tmp = Path(name)
         try:
-            # The old file's mode (a new one keeps mkstemp's 0600). os.fchmod is "Availability: Unix" up to Python
-            # 3.12 ("Changed in version 3.13: Added support on Windows", Doc/library/os.rst, python/cpython, read
-            # 2026-11-27), where a file has no such bits to keep: calling it there made every `ftcli config set` after
-            # the first an AttributeError traceback.
+            # The old file's mode (a new one keeps mkstemp's 0600). os.fchmod is "Availability: Unix." in the os
+            # module's documentation up to Python 3.12; its versionchanged 3.13 note adds Windows (Doc/library/os.rst,
+            # python/cpython, read 2026-11-27). Called there, every `ftcli config set` after the first was an
+            # AttributeError traceback.
             if path.exists() and hasattr(os, "fchmod"):
                 os.fchmod(fd, path.stat().st_mode & 0o7777)
             view = memoryview(data)

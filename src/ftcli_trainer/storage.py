@@ -127,15 +127,16 @@ def _alive(pid: int) -> bool:
 
 
 def _alive_on_windows(pid: int, kernel32=None, last_error=None) -> bool:
-    """os.kill(pid, 0) is no probe on Windows: 0 is CTRL_C_EVENT there, so it calls GenerateConsoleCtrlEvent
-    (CPython's os_kill_impl), which for a nonzero group "will succeed, but the CTRL+C signal will not be received"
-    (GenerateConsoleCtrlEvent, https://learn.microsoft.com/en-us/windows/console/generateconsolectrlevent, read
-    2026-11-27): every dead writer looked alive, and its staging folder stayed (a download folder "not empty" for
-    good). Asked of the process itself instead: "If the process has not terminated and the function succeeds, the
-    status returned is STILL_ACTIVE" (GetExitCodeProcess, https://learn.microsoft.com/en-us/windows/win32/api/
-    processthreadsapi/nf-processthreadsapi-getexitcodeprocess, read 2026-11-27). A process that cannot be opened for
-    another reason than its absence (ERROR_INVALID_PARAMETER) is someone else's, and counts as alive. `kernel32` and
-    `last_error` stand in for ctypes' kernel32 and get_last_error."""
+    """os.kill(pid, 0) is no probe on Windows: "It calls GenerateConsoleCtrlEvent when the sig parameter is
+    CTRL_C_EVENT or CTRL_BREAK_EVENT" (https://stackoverflow.com/questions/35772001, answer 35792192, read
+    2026-11-27), and CTRL_C_EVENT is 0: "If dwProcessGroupId is nonzero, this function will succeed, but the CTRL+C
+    signal will not be received by processes within the specified process group" (GenerateConsoleCtrlEvent,
+    http://msdn2.microsoft.com/en-us/library/ms683155.aspx, read 2026-11-27). Every dead writer looked alive, and
+    its staging folder stayed (a download folder "not empty" for good). Asked of the process itself instead: "If the
+    process has not terminated and the function succeeds, the status returned is STILL_ACTIVE" (GetExitCodeProcess,
+    Microsoft Learn's processthreadsapi reference, read 2026-11-27 in a mirror of it). A process that cannot be
+    opened for another reason than its absence (ERROR_INVALID_PARAMETER) is someone else's, and counts as alive.
+    `kernel32` and `last_error` stand in for ctypes' kernel32 and get_last_error."""
     import ctypes
     from ctypes import wintypes
 
