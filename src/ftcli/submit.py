@@ -205,7 +205,8 @@ def folder_digest(root: Path, given: str | None = None, left_out: list[Path] | N
             raise UsageError(f"{name}: the file name {rel!r} {problem}: rename it")
     h = hashlib.sha256()
     for p in entries:
-        h.update(str(p.relative_to(root)).encode() + b"\0" + file_digest(p).encode() + b"\0")
+        # as_posix: str() is "sub\\f" on Windows, and the same folder's digest (its bucket prefix) differed there.
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + file_digest(p).encode() + b"\0")
     return h.hexdigest(), entries
 
 
