@@ -112,13 +112,23 @@ def compile_skip_reason(total_steps: int, cuda_graphs: bool, device_type: str = 
 GRAPH_PATH_ONLY = ("unmask_full_batches", "shared_casts")
 
 
+# The parameters the HF Trainer gives no weight decay, by name (transformers 5.24, Trainer.get_decay_parameter_names):
+# biases and norm weights, and everything inside an nn.LayerNorm. By name, not by shape: "every 1-D parameter" decayed
+# 2-D biases the Trainer exempts (MPNet's and T5's relative_attention_bias, XLNet's r_w_bias, ConvBERT's conv bias).
+NO_DECAY_NAMES = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+
+
 def param_groups(model, weight_decay: float) -> list[dict]:
-    """No weight decay on biases and norm weights (every 1-D parameter), as the HF Trainer does."""
+    """No weight decay on biases and norm weights, chosen as the HF Trainer chooses them (NO_DECAY_NAMES)."""
+    from torch import nn
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    decay_names = set(get_parameter_names(model, [nn.LayerNorm], NO_DECAY_NAMES))
     decay: list = []
     no_decay: list = []
-    for p in model.parameters():
+    for name, p in model.named_parameters():
         if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
+            (decay if name in decay_names else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 

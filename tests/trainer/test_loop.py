@@ -28,6 +28,32 @@ def test_lr_schedule_matches_transformers():
     assert warm == 5 and lr_factor(0, warm, total) == 0.0 and lr_factor(5, warm, total) == 1.0
 
 
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+
+
+@pytest.mark.parametrize(("model_type", "extra"), [
+    ("bert", {}),
+    ("distilbert", dict(dim=32, n_layers=2, n_heads=2, hidden_dim=64)),
+    ("mpnet", {}),  # relative_attention_bias: a 2-D "bias" the Trainer does not decay
+    ("xlnet", dict(d_model=32, n_layer=2, n_head=2, d_inner=64)),  # r_w_bias, r_r_bias, r_s_bias (2-D)
+    ("convbert", dict(embedding_size=32)),  # key_conv_attn_layer.bias, shaped (hidden, 1)
+])
+def test_weight_decay_goes_to_the_parameters_the_hf_trainer_decays(model_type, extra):
+    from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer
+
+    from ftcli_trainer.loop import param_groups
+
+    model = AutoModelForSequenceClassification.from_config(
+        AutoConfig.for_model(model_type, **{**TINY, **extra}, num_labels=3))
+    names = {id(p): n for n, p in model.named_parameters()}
+    decay, no_decay = param_groups(model, 0.01)
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.01, 0.0)
+    theirs = set(Trainer.get_decay_parameter_names(None, model))  # (it reads nothing of the Trainer itself)
+    ours = {names[id(p)] for p in decay["params"]}
+    assert ours == {n for n in names.values() if n in theirs}
+    assert len(decay["params"]) + len(no_decay["params"]) == len(names)
+
+
 def _trainer(tmp_path: Path, tiny_model, csv_path, gas: int, model, max_norm: float = 1.0, compile=False):
     cfg = parse_args(["--task", "csv", "--train-file", str(csv_path), "--model", str(tiny_model), "--batch-size", "4",
                       "--gradient-accumulation-steps", str(gas), "--learning-rate", "1e-3", "--warmup-ratio", "0",
