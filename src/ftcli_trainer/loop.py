@@ -689,7 +689,9 @@ class Trainer:
         secs = self.stats.train_seconds + (time.perf_counter() - self._t0)
         sps = self.stats.samples / secs if secs else 0.0
         tps = self.stats.real_tokens / secs if secs else 0.0
-        lr = float(self.scheduler.get_last_lr()[0])  # a device tensor on the graph path: synced here only
+        # The rate the step just taken used, as the HF Trainer logs it: get_last_lr() after scheduler.step() is the
+        # next step's (the curve showed each step one step ahead: 0.0 for the last one, never warmup's first 0)
+        lr = float(self.scheduler.base_lrs[0]) * lr_factor(self.global_step - 1, self.warmup, self.total_steps)
         self._record("train", {"loss": loss, "learning_rate": lr, "samples_per_second": sps,
                                "tokens_per_second": tps})
         if not self.dist.is_main:

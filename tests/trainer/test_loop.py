@@ -314,3 +314,32 @@ def test_the_same_ctrl_c_twice_is_one_and_a_later_one_stops_at_once(monkeypatch,
     finally:
         loop.Trainer.restore_stop_handlers(previous)
     assert capfd.readouterr().err.count("Ctrl-C: finishing this step") == 1
+
+
+def test_the_logged_learning_rate_is_the_one_each_step_used(tmp_path, tiny_model, sentiment_csv):
+    # The train rows showed the next step's rate (get_last_lr() after the scheduler's step): 1/warmup of the peak at
+    # step 1, which trained at 0, and 0 at the last step. The HF Trainer logs the rate the step used.
+    import json
+
+    from transformers import get_linear_schedule_with_warmup
+
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    assert main(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+                 "--epochs", "2", "--batch-size", "24", "--log-every", "1", "--learning-rate", "1e-3",
+                 "--warmup-ratio", "0.2", "--output-dir", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    logged = [r["learning_rate"] for r in rows if r["type"] == "train"]
+    total = json.loads((out / "model" / "metrics.json").read_text())["global_step"]
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    sched = get_linear_schedule_with_warmup(opt, warmup_steps(total, 0.2), total)
+    used = []
+    for _ in range(total):
+        used.append(sched.get_last_lr()[0])  # the rate this step trains at
+        opt.step()
+        sched.step()
+    assert len(logged) == total and warmup_steps(total, 0.2) >= 2
+    assert logged == pytest.approx(used, rel=1e-12, abs=0)
+    assert logged[0] == 0.0 and logged[-1] > 0
