@@ -423,6 +423,16 @@ class Trainer:
                     f"{self.global_batch * self.cfg.gradient_accumulation_steps} examples instead of "
                     f"{self.cfg.batch_size * self.cfg.gradient_accumulation_steps * written_by}; resume with as many "
                     "GPUs and machines as before, or start over with another --output-dir")
+            saved = [len(g["params"]) for g in state["optimizer"]["param_groups"]]
+            here = [len(g["params"]) for g in self.optimizer.param_groups]
+            if saved != here:
+                # The weight-decay groups changed once (by shape until 2026-11-27, by name since, as the HF Trainer
+                # chooses them: MPNet, T5, XLNet and ConvBERT differ): a checkpoint of the older trainer was torch's
+                # ValueError traceback here.
+                raise TrainerError(
+                    f"the step {self.global_step} checkpoint in {self.paths.checkpoint_dir} was written by a trainer "
+                    f"that grouped the weights for weight decay differently ({saved} weights per group, {here} now): "
+                    "finish the run with the ftcli version that started it, or start over with another --output-dir")
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.scaler.load_state_dict(state["scaler"])

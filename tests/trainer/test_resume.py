@@ -219,3 +219,35 @@ def test_a_sigterm_during_a_checkpoint_stops_with_that_checkpoint(tmp_path, tiny
     assert sorted(p.name for p in (out / "checkpoints").glob("step-*"))[-1] == f"step-{stop:08d}"
     rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == stop  # no step trained after the SIGTERM's checkpoint
+
+
+def test_a_checkpoint_whose_weight_decay_groups_differ_is_refused_in_one_line(tmp_path, tiny_model, sentiment_csv):
+    """A checkpoint written by a trainer that grouped the weights for decay otherwise (by shape, before the groups
+    followed the HF Trainer's names): resuming it was torch's ValueError traceback from optimizer.load_state_dict."""
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_argv(train, test, tiny_model, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if line.startswith("step 7/") or time.monotonic() > deadline:
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    ckpt = sorted((out / "checkpoints").glob("step-*"))[-1]
+    state = torch.load(ckpt / "trainer_state.pt", map_location="cpu", weights_only=True)
+    decay, no_decay = state["optimizer"]["param_groups"]
+    decay["params"].append(no_decay["params"].pop())  # one weight in the other group, as the older rule put it
+    torch.save(state, ckpt / "trainer_state.pt")
+    step = int(ckpt.name.split("-")[1])
+
+    r = subprocess.run(_argv(train, test, tiny_model, out), capture_output=True, text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: the step {step} checkpoint in {out / 'checkpoints'} was written by a trainer that grouped the weights "
+        f"for weight decay differently ([{len(decay['params'])}, {len(no_decay['params'])}] weights per group, "
+        f"[{len(decay['params']) - 1}, {len(no_decay['params']) + 1}] now): finish the run with the ftcli version "
+        "that started it, or start over with another --output-dir"], r.stderr
+    assert not (out / "model").exists()
