@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import zoneinfo
 
 import grpc
 import pytest
@@ -223,6 +224,40 @@ def test_no_follow_and_filters(capsys, logs_env):
     f = logs.filters[-1]
     assert 'resource.labels.task_name="workerpool1-0"' in f and "severity>=WARNING" in f and 'timestamp>="' in f
     assert job["name"] in vertex.jobs and vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
+
+
+@pytest.fixture
+def paris_time(monkeypatch):
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_since_takes_a_time_without_offset_as_the_lines_are_shown_in_this_machines_zone(capsys, logs_env,
+                                                                                         paris_time):
+    # Found by hand: with TZ=Europe/Paris the lines showed 17:39:33 (local time) but `--since 2026-11-27T17:39:33`,
+    # copied from them, was read as UTC, an hour after the lines: the ones in that hour never came out.
+    vertex, logs, job = logs_env
+    created = vertex.job(job["name"]).create_time.replace(microsecond=0)
+    early, late = created + dt.timedelta(seconds=1), created + dt.timedelta(seconds=14)
+    logs.write_line(job["id"], "workerpool0-0", "before", timestamp=early)
+    logs.write_line(job["id"], "workerpool0-0", "step 8", timestamp=late)
+    vertex.set_state(job["name"], "SUCCEEDED")
+    paris = late.astimezone(zoneinfo.ZoneInfo("Europe/Paris"))
+    shown = paris.strftime("%H:%M:%S")
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == [early.astimezone(paris.tzinfo).strftime("%H:%M:%S workerpool0-0 before"),
+                                  f"{shown} workerpool0-0 step 8"]
+    r = run_cli(capsys, "logs", "1", "--no-follow", "--since", paris.replace(tzinfo=None).isoformat())
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == [f"{shown} workerpool0-0 step 8"]
+    assert f'timestamp>="{late.strftime("%Y-%m-%dT%H:%M:%S")}.000000Z"' in logs.filters[-1]
+    # a time with its offset is taken as it says
+    r = run_cli(capsys, "logs", "1", "--no-follow", "--since", late.isoformat())
+    assert r.code == 0 and r.out.splitlines() == [f"{shown} workerpool0-0 step 8"], r.err
 
 
 def test_the_log_reads_start_at_the_jobs_creation_not_the_projects_whole_retention(capsys, logs_env):

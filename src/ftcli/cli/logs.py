@@ -26,7 +26,9 @@ def parse_since(value: str | None) -> dt.datetime | None:
         t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"--since takes a duration (10m, 2h, 1d) or an ISO time, got {value!r}") from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+    # A time without an offset is this machine's, as the log lines are shown (watch.py: HH:MM:SS in local time): read
+    # as UTC, a time copied from the output missed every line by the machine's UTC offset.
+    return t if t.tzinfo else t.astimezone()
 
 
 def logs(
@@ -35,7 +37,8 @@ def logs(
     replica: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--replica", help="Only this replica, e.g. workerpool0-0 or workerpool1-0.")] = None,
     since: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--since", help="Only lines from the last 10m / 2h / 1d, or since an ISO time.")] = None,
+        "--since", help="Only lines from the last 10m / 2h / 1d, or since an ISO time (in this machine's time zone, "
+        "as the lines are shown, unless it has an offset).")] = None,
     severity: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--severity", help="Only lines at or above DEBUG, INFO, WARNING, ERROR, CRITICAL.")] = None,
     trial: TrialOpt = None,
