@@ -188,3 +188,23 @@ def test_an_image_mirror_is_saved_without_its_trailing_slash_and_every_job_pulls
     monkeypatch.setenv("FTCLI_IMAGE_MIRROR", "docker.io/library")
     r = run_cli(capsys, "train", "--project", "my-proj", "--bucket", "gs://bkt", "--dry-run")
     assert r.code == 2 and "FTCLI_IMAGE_MIRROR must be an Artifact Registry remote repository" in r.err
+
+
+def test_unset_says_what_it_did_and_what_the_setting_is_now(capsys, monkeypatch, isolated):
+    # Found by hand: `ftcli config unset region` printed nothing, whether the file had the key or not, and with
+    # FTCLI_REGION set the user could not tell that the variable still gave the region.
+    path = isolated / "config.toml"
+    assert run_cli(capsys, "config", "set", "region", "europe-west4").code == 0
+    r = run_cli(capsys, "config", "unset", "region")
+    assert r.code == 0
+    assert r.out == f"region unset  ({path})\n"
+    assert r.err == "region is now us-central1 (default: ftcli's default)\n"
+    assert path.read_text() == ""
+    monkeypatch.setenv("FTCLI_REGION", "asia-east1")
+    r = run_cli(capsys, "config", "unset", "region")
+    assert r.code == 0 and r.out == ""
+    assert r.err == (f"region is not in the config file {path}: nothing to unset\n"
+                     "region is now asia-east1 (env: FTCLI_REGION)\n")
+    r = run_cli(capsys, "config", "unset", "service-account")
+    assert r.code == 0 and r.out == ""
+    assert r.err == f"service-account is not in the config file {path}: nothing to unset\n"

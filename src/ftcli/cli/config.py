@@ -117,6 +117,17 @@ def list_(
 @app.command("unset")
 def unset(key: KeyArg) -> None:
     """Forget a saved default. Example: ftcli config unset region"""
-    from ftcli.settings import save_config_file
+    from ftcli import settings
+    from ftcli.output import note, out
 
-    save_config_file({_key(key): None})
+    k = _key(key)
+    # It said nothing, whether the file had the key or not, and whatever value the setting still had from a
+    # variable or gcloud: a user could not tell that FTCLI_REGION still won.
+    if k not in settings.load_config_file():
+        note(f"{key} is not in the config file {settings.config_path()}: nothing to unset")
+    else:
+        path = settings.save_config_file({k: None})
+        out().print(f"{key} unset  ({path})", markup=False)
+    now = settings.effective()[k]
+    if now.value is not None:
+        note(f"{key} is now {now.value} ({now.source}: {now.origin})")
