@@ -100,3 +100,11 @@ def test_the_dry_run_examples_in_the_help_run_as_written(args, capsys, monkeypat
     monkeypatch.setenv("FTCLI_BUCKET", "gs://my-bucket")
     r = run_cli(capsys, *args)
     assert r.code == 0, r.err
+
+
+def test_logs_help_lists_every_severity_it_takes():
+    # `--severity NOTICE` was taken (and named in the error for a wrong level) but missing from the help's list.
+    from ftcli.follow import SEVERITIES
+
+    r = CliRunner().invoke(app, ["logs", "--help"], prog_name="ftcli", terminal_width=200)
+    assert f"Only lines at or above {', '.join(SEVERITIES)}." in _flat(r.output)

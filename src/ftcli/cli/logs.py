@@ -40,7 +40,7 @@ def logs(
         "--since", help="Only lines from the last 10m / 2h / 1d, or since an ISO time (in this machine's time zone, "
         "as the lines are shown, unless it has an offset).")] = None,
     severity: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--severity", help="Only lines at or above DEBUG, INFO, WARNING, ERROR, CRITICAL.")] = None,
+        "--severity", help="Only lines at or above DEBUG, INFO, NOTICE, WARNING, ERROR, CRITICAL.")] = None,
     trial: TrialOpt = None,
     json_out: JsonOpt = False,
     project: ProjectOpt = None,
