@@ -169,7 +169,10 @@ def _unclaim(base: str, before: AbstractSet[Path] = frozenset()) -> None:
     if storage.is_gcs(base):
         return
     ckpt = Path(base) / "checkpoints"
-    if any(ckpt.glob("step-*")):
+    # Two `ftcli local` in one folder at once both pass the in-use check before either trainer holds the lock; the
+    # one whose trainer loses failed because the folder is in use, and what is there is the other run's: its
+    # fingerprint, its lock file (gone, a third run could start in the folder) and its fresh logs stay.
+    if any(ckpt.glob("step-*")) or checkpoint.in_use(str(ckpt)):
         return
     logs = Path(base) / "logs"
     metrics = logs / "metrics.jsonl"

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -475,3 +476,71 @@ def test_a_console_ctrl_c_is_not_passed_on_where_there_are_no_process_groups(mon
     if stdin_closed:
         monkeypatch.setattr(sys, "stdin", None)
     assert local._terminal_sent_it_too() is True
+
+
+# Holds a trainer child (the only one with AIP_MODEL_DIR set) at its start until the gate file exists: the moment
+# when two runs started together have both passed ftcli's in-use check and neither trainer holds the folder yet.
+GATE_SITECUSTOMIZE = """import os, time
+if os.environ.get("AIP_MODEL_DIR") and os.environ.get("TEST_GATE"):
+    while not os.path.exists(os.environ["TEST_GATE"]):
+        time.sleep(0.05)
+"""
+
+# The other run's trainer once it holds the folder: its lock, its fingerprint, its first (empty) logs.
+HOLDER = """import pathlib, sys, time
+from ftcli_trainer import checkpoint
+run = pathlib.Path(sys.argv[1])
+checkpoint.lock(str(run / "checkpoints"))
+(run / "checkpoints" / checkpoint.FINGERPRINT).write_text('{"theirs": 1}')
+(run / "logs").mkdir(parents=True, exist_ok=True)
+(run / "logs" / "metrics.jsonl").touch()
+(run / "logs" / "events.out.tfevents.1.theirs").touch()
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_run_that_loses_the_folder_to_another_leaves_the_others_files(tmp_path, tiny_model, sentiment_csv):
+    # `ftcli local ... --output-dir run &` twice: both passed the in-use check, one trainer took the folder, the
+    # other failed with "in use" and its ftcli then undid "its" claim: it deleted the running trainer's fingerprint,
+    # its lock file and its TensorBoard and metrics files, so the run could not be resumed afterwards ("holds
+    # checkpoints that do not say which run they belong to") and a third run could take the folder meanwhile.
+    from ftcli_trainer import checkpoint
+
+    train, _ = sentiment_csv
+    site = tmp_path / "gate"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(GATE_SITECUSTOMIZE)
+    gate = tmp_path / "gate.open"
+    env = {**os.environ, "COLUMNS": "200", "TEST_GATE": str(gate),
+           "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    loser = subprocess.Popen([*FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model),
+                              "--epochs", "1", "--output-dir", str(tmp_path / "run")], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = None
+    try:
+        fingerprint = tmp_path / "run" / "checkpoints" / checkpoint.FINGERPRINT
+        for _ in range(600):  # the losing ftcli has claimed the folder; its trainer waits at the gate
+            if fingerprint.exists() or loser.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert fingerprint.exists(), loser.communicate()
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "run")], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "holding\n"
+        gate.touch()
+        _, err = loser.communicate(timeout=300)
+        assert loser.returncode != 0
+        assert f"is in use by another run (process {holder.pid})" in err and "Traceback" not in err
+        run = tmp_path / "run"
+        assert fingerprint.read_text() == '{"theirs": 1}'
+        assert (run / "logs" / "metrics.jsonl").exists() and (run / "logs" / "events.out.tfevents.1.theirs").exists()
+        assert (run / "checkpoints" / checkpoint.LOCK).exists()
+        assert checkpoint.in_use(str(run / "checkpoints")) == (f"{run / 'checkpoints'} is in use by another run "
+                                                               f"(process {holder.pid}): wait for it to end, or "
+                                                               "give another --output-dir")
+    finally:
+        for p in (loser, holder):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
