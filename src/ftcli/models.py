@@ -22,6 +22,7 @@ from ftcli.gcp import Notify
 from ftcli.values import Job, JobName
 from ftcli_trainer.storage import (
     COMPLETE_MARKER,
+    STAGING_TAIL,
     UnsafeObjectName,
     clear_staging_inside,
     relative_object_path,
@@ -48,6 +49,14 @@ def default_destination(name: JobName) -> Path:
     return Path(MODELS_DIR) / name.id
 
 
+def _others(dest: Path, staging: Path | None = None) -> list[Path]:
+    """What `dest` holds, less our own `staging` folder and another live download's (a dead one's is gone by now:
+    clear_staging_inside): a download that had just started into an empty folder made it "not empty" to a second one
+    of the same model, while `ls` showed nothing there."""
+    inside = re.compile(re.escape(f".{INSIDE_STAGING}") + STAGING_TAIL)
+    return [p for p in dest.iterdir() if p != staging and not (inside.fullmatch(p.name) and p.is_dir())]
+
+
 def check_destination(dest: Path, force: bool) -> None:
     """Refuse, before anything is downloaded, a destination that is a file, or a non-empty folder without force."""
     if dest.exists() and not dest.is_dir():
@@ -56,7 +65,7 @@ def check_destination(dest: Path, force: bool) -> None:
         # (found here, not by the rename onto the link after the whole download: "Not a directory")
         raise UsageError(f"{dest} is a link to {os.readlink(dest)}, which does not exist",
                          hint="create the folder it points to, or give another folder for the model")
-    if dest.is_dir() and not force and any(dest.iterdir()):
+    if dest.is_dir() and not force and _others(dest):
         raise UsageError(f"{dest} is not empty",
                          hint="give a new or empty folder, or --force to write the model's files into it "
                               "(other files are kept; files with the model's names are replaced)")
@@ -120,7 +129,7 @@ def _filled_meanwhile(dest: Path, staging: Path) -> bool:
     """Whether `dest` now holds something other than our own `staging` folder (it was checked new or empty)."""
     try:
         return dest.is_symlink() and not dest.exists() or dest.exists() and (
-            not dest.is_dir() or any(p != staging for p in dest.iterdir()))
+            not dest.is_dir() or bool(_others(dest, staging)))
     except OSError:
         return True
 
@@ -155,7 +164,8 @@ class Downloaded:
     job: Job
     files: int
     bytes: int
-    already: bool = False  # the folder held this very model: nothing was downloaded
+    already: bool = False  # the folder held this very model: nothing was downloaded (bytes 0), or another download
+    # of it put it there while this one downloaded (bytes: what this one read, then dropped)
 
 
 def _crc32c(path: Path) -> str:
@@ -205,7 +215,8 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     dest = dest or default_destination(name)
     where = Path(os.path.abspath(dest))
     clear_staging_inside(where, INSIDE_STAGING)  # a folder that exists is staged in (staging_for)
-    if not force and _holds(dest, files, {o.name: o.crc32c for o in objects}):
+    sums = {o.name: o.crc32c for o in objects}
+    if not force and _holds(dest, files, sums):
         return Downloaded(dest, job, len(files), 0, already=True)
     check_destination(dest, force)
     staging = staging_for(where, INSIDE_STAGING)
@@ -215,7 +226,11 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
         sent = storage.download_objects(bucket, [(n, staging.joinpath(*rel.parts)) for n, rel, _ in files],
                                         total=sum(size for _, _, size in files), progress=progress)
         if not force and _filled_meanwhile(where, staging):
-            # checked empty before the download, filled since (another download into the same folder, or the user)
+            # checked empty before the download, filled since (another download into the same folder, or the user);
+            # the same model put there by another download of this job is what was asked for, not a failure
+            shutil.rmtree(staging, ignore_errors=True)
+            if _holds(dest, files, sums):
+                return Downloaded(dest, job, len(files), sent, already=True)
             raise FtcliError(f"{dest} was filled while the model downloaded (another download into it?)",
                              hint="nothing was changed there; download into a new folder, or --force to write the "
                                   "model's files into it")

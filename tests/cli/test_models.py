@@ -783,3 +783,52 @@ def test_predict_batches_texts_of_a_length_and_yields_results_chunk_by_chunk(tin
         handle.remove()
     # length order: the two shortest texts together, padded to the longer of them, not to the 30-film one
     assert [n for n, _ in widths] == [2, 2, 1] and widths[0][1] < widths[1][1] < widths[2][1]
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new_folder", "empty_folder"])
+def test_two_downloads_of_one_job_into_one_folder_both_get_the_model(job, tmp_path, existing):
+    """`ftcli download 3 m & ftcli download 3 m &` (two terminals, two CI steps): the second one failed although the
+    folder ended up holding exactly the model it asked for: "m is not empty" when the first one's hidden staging
+    folder was all there was inside an empty folder, or "m was filled while the model downloaded" when the first one
+    finished while the second was downloading. Two threads here, the second started while the first downloads."""
+    import threading
+
+    from ftcli.models import download_model
+    from ftcli.values import JobName
+
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+    first_staged, second_staged, first_done = threading.Event(), threading.Event(), threading.Event()
+    got, failed = {}, {}
+
+    def hold(mine: threading.Event, wait_for: threading.Event):
+        caller = threading.current_thread()
+
+        def progress(done, total):  # the last call comes from the downloading thread, before the model is placed
+            if threading.current_thread() is caller and done == total:
+                mine.set()
+                wait_for.wait(60)
+        return progress
+
+    def download(who, progress, finished: threading.Event):
+        try:
+            got[who] = download_model(JobName.parse(job), out, progress=progress(), notify=None)
+        except Exception as e:  # noqa: BLE001 - said by the assertion below
+            failed[who] = e
+        finally:
+            finished.set()
+
+    first = threading.Thread(target=download, args=("first", lambda: hold(first_staged, second_staged), first_done))
+    first.start()
+    assert first_staged.wait(60)  # the first has its whole model staged (inside `out` when it existed)
+    second = threading.Thread(target=download, args=("second", lambda: hold(second_staged, first_done),
+                                                     threading.Event()))
+    second.start()  # it checks the folder while the first one's staging is there, and stages too
+    first.join(60)
+    second.join(60)
+    assert failed == {}
+    assert got["first"].already is False and got["first"].files == len(MODEL)
+    assert got["second"].already is True and got["second"].bytes == sum(len(b) for b in MODEL.values())
+    assert tree(out) == MODEL
+    assert not [p for p in [*tmp_path.iterdir(), *out.iterdir()] if ".tmp-" in p.name]  # no staging left

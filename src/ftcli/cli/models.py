@@ -52,7 +52,8 @@ def download(
     shown = jobs.label(name, jobs.short_id(name))
     result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes,
               "already_there": got.already}
-    files = (lambda r: f"{r['files']}, already there: the same files as job {shown} (nothing downloaded)") \
+    files = (lambda r: f"{r['files']}, already there: the same files as job {shown} " +
+             ("(nothing downloaded)" if not r["bytes"] else "(put there by another download meanwhile)")) \
         if got.already else (lambda r: f"{r['files']} ({r['bytes']:,} bytes) from job {shown}")
     show_one(result, (("files", files),), json_out=json_out, title=f"model: {escape(str(got.path))}")
     if not json_out:
