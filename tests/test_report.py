@@ -142,3 +142,27 @@ def test_out_must_be_a_folder(tmp_path):
 def test_numbers_in_the_table():
     assert [fmt(3), fmt(1234567), fmt(2.0), fmt(0.123456), fmt(-0.5), fmt(1.234e-5), fmt(float("nan")), fmt("x")] == [
         "3", "1,234,567", "2", "0.1235", "-0.5000", "1.23e-05", "nan", "x"]
+
+
+def test_another_report_being_drawn_into_an_empty_folder_does_not_make_it_not_empty(tmp_path):
+    # `ftcli report 3 --out r & ftcli report 3 --out r` (r made empty beforehand): the first one stages inside r, and
+    # the second refused r as "not empty and holds no earlier ftcli report" while `ls r` showed nothing.
+    import subprocess
+    import sys
+
+    run = load_run(mnli_run(tmp_path / "run"))
+    out = tmp_path / "out"
+    out.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                              "from ftcli_trainer.storage import staging_for; "
+                              "print(staging_for(Path(sys.argv[1]), 'ftcli-report'), flush=True); sys.stdin.read()",
+                              str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        theirs = Path(other.stdout.readline().strip())
+        assert theirs.parent == out and theirs.is_dir()  # the other report is drawing
+        files = write_report(run, out)
+        assert [f.name for f in files][0] == "report.md" and all(f.is_file() for f in files)
+        assert theirs.is_dir()  # a live writer's staging is left alone
+    finally:
+        other.kill()
+        other.wait()
