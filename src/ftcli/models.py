@@ -22,9 +22,9 @@ from ftcli.gcp import Notify
 from ftcli.values import Job, JobName
 from ftcli_trainer.storage import (
     COMPLETE_MARKER,
-    STAGING_TAIL,
     UnsafeObjectName,
     clear_staging_inside,
+    is_staging_inside,
     relative_object_path,
     split_gcs,
     staging_for,
@@ -53,8 +53,7 @@ def _others(dest: Path, staging: Path | None = None) -> list[Path]:
     """What `dest` holds, less our own `staging` folder and another live download's (a dead one's is gone by now:
     clear_staging_inside): a download that had just started into an empty folder made it "not empty" to a second one
     of the same model, while `ls` showed nothing there."""
-    inside = re.compile(re.escape(f".{INSIDE_STAGING}") + STAGING_TAIL)
-    return [p for p in dest.iterdir() if p != staging and not (inside.fullmatch(p.name) and p.is_dir())]
+    return [p for p in dest.iterdir() if p != staging and not is_staging_inside(p, INSIDE_STAGING)]
 
 
 def check_destination(dest: Path, force: bool) -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ftcli.errors import FtcliError, UsageError
-from ftcli_trainer.storage import STAGING_TAIL, clear_staging_inside, staging_for
+from ftcli_trainer.storage import clear_staging_inside, is_staging_inside, staging_for
 
 MANIFEST = "ftcli-report.json"
 INSIDE_STAGING = "ftcli-report"  # .ftcli-report.tmp-PID-XXXXXXXX, inside an --out folder that exists
@@ -230,8 +230,7 @@ def earlier_report(out: Path) -> list[str]:
         raise UsageError(f"{out} is not a folder", hint="give --out a new or empty folder")
     # Another report being drawn into this folder now stages inside it (a dead one's staging is gone by now:
     # clear_staging_inside): it made an empty folder "not empty" and no report's, while `ls` showed nothing there.
-    live = re.compile(re.escape(f".{INSIDE_STAGING}") + STAGING_TAIL)
-    if not out.is_dir() or all(live.fullmatch(p.name) and p.is_dir() for p in out.iterdir()):
+    if not out.is_dir() or all(is_staging_inside(p, INSIDE_STAGING) for p in out.iterdir()):
         return []
     manifest = out / MANIFEST
     try:

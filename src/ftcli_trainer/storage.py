@@ -106,6 +106,12 @@ def clear_staging_inside(target: Path, name: str) -> None:
         clean_stale_staging(target, re.escape(f".{name}"))
 
 
+def is_staging_inside(path: Path, name: str) -> bool:
+    """Whether `path` is a staging folder that a writer made inside its target (staging_for's `.NAME.tmp-...`): a
+    live one's (a dead one's is gone after clear_staging_inside) does not make that folder "not empty"."""
+    return re.fullmatch(re.escape(f".{name}") + STAGING_TAIL, path.name) is not None and path.is_dir()
+
+
 def local_tmp(kind: str) -> Path:
     """A fresh folder `ftcli-KIND.tmp-PID-XXXXXXXX` in the system temp folder, for staging gs:// transfers.
     Stale ones of dead writers are removed first."""
