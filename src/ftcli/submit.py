@@ -399,7 +399,9 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
 
     submission_id = secrets.token_hex(6)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-    display = display_name or f"ftcli-{cfg.task}-{stamp}"
+    # The submission's first 4 hex digits: a sweep's jobs started in one second (`ftcli train ... &` in a loop) had
+    # one name each in the console; they are told apart there now, and each names its run folder's suffix.
+    display = display_name or f"ftcli-{cfg.task}-{stamp}-{submission_id[:4]}"
     package = TrainerPackage.current()
     package_uri = settings.gcs_path("packages", package.filename)
     # Every submission has its own output folder: two jobs with one display name never share checkpoints.

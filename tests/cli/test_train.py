@@ -288,6 +288,29 @@ def test_a_display_name_with_a_slash_reaches_vertex_as_written(capsys, cloud_env
     assert out["base_output_dir"].startswith("gs://ftcli-test/team/ftcli/runs/bert-large-mnli-lr-2e-5---try-2-")
 
 
+def test_jobs_submitted_in_one_second_get_display_names_of_their_own(capsys, cloud_env, monkeypatch):
+    # A sweep (`ftcli train ... --detach &` in a loop) got ftcli-csv-YYYYMMDD-HHMMSS for every job started in one
+    # second: the console listed several jobs under one name.
+    import datetime as dt
+    import re
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return dt.datetime(2026, 11, 27, 17, 0, 0, tzinfo=tz)
+
+    monkeypatch.setattr("ftcli.submit.dt.datetime", Frozen)
+    gcs, vertex = cloud_env
+    outs = [submitted(capsys, "--task", "imdb", "--gpu", "L4") for _ in range(2)]
+    names = sorted(job.display_name for job in vertex.jobs.values())
+    assert names == sorted(o["display_name"] for o in outs) and len(set(names)) == 2
+    for o in outs:
+        m = re.fullmatch(r"ftcli-imdb-20261127-170000-([0-9a-f]{4})", o["display_name"])
+        assert m, o["display_name"]
+        # the same four digits end the run folder's submission suffix's start: the console's name finds the folder
+        assert re.search(rf"/runs/ftcli-imdb-20261127-170000-{m[1]}-{m[1]}[0-9a-f]{{8}}$", o["base_output_dir"]), o
+
+
 def test_brackets_in_the_display_name_and_the_bucket_are_shown_as_written(capsys, cloud_env, monkeypatch):
     # Rich read them as markup: "[/]" crashed with a traceback after the job was created (its id never shown), and
     # "[a]" vanished from the paths shown
