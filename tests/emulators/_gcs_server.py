@@ -1,5 +1,5 @@
 """gcp-storage-emulator, run by GcsEmulator as `python _gcs_server.py start ...`, with the one Cloud Storage rule it
-lacks and ftcli depends on: the ifGenerationMatch precondition on object uploads.
+lacks and ftcli depends on: the ifGenerationMatch precondition on object uploads and deletes.
 
 ftcli's trainer upload is create-only (`if_generation_match=0`): the ifGenerationMatch query parameter makes a
 request proceed only "if the generation of the target resource matches the value used in the precondition", else it
@@ -14,6 +14,12 @@ Checked on the uploads ftcli sends: media and multipart inserts when they arrive
 data requests (the precondition is a query parameter of the session URL, which the emulator's Location keeps);
 the session's start is accepted, as Cloud Storage accepted it in googleapis/google-cloud-java#201 ("Resumable:
 Succeeds ... Subsequent data uploads ... fail").
+
+A delete takes the same precondition: objects.delete's ifGenerationMatch "Makes the operation conditional on whether
+the object's current generation matches the given value" (googleapis.storage.v1.objects.delete,
+https://cloud.google.com/workflows/docs/reference/googleapis/storage/v1/objects/delete, read 2026-11-27), with the
+same 412 when it does not hold (the page above). gcp-storage-emulator deleted the object whatever generation was asked
+for, so a lease released by a holder that had lost it would have deleted the new holder's (lease.py).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from gcp_storage_emulator.__main__ import main
 from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers import objects
 
-_insert, _upload_partial = objects.insert, objects.upload_partial
+_insert, _upload_partial, _delete = objects.insert, objects.upload_partial, objects.delete
 
 
 def _live_generation(storage, bucket: str, name: str) -> str:
@@ -79,14 +85,20 @@ def upload_partial(request, response, storage, *args, **kwargs):
     return _upload_partial(request, response, storage, *args, **kwargs)
 
 
+def delete(request, response, storage, *args, **kwargs):
+    if _refused(request, response, storage, request.params.get("bucket_name"), request.params.get("object_id")):
+        return None
+    return _delete(request, response, storage, *args, **kwargs)
+
+
 def _install() -> None:
-    objects.insert, objects.upload_partial = insert, upload_partial  # the router's own fallback reads objects.insert
+    # the router's own fallback reads objects.insert
+    objects.insert, objects.upload_partial, objects.delete = insert, upload_partial, delete
+    ours = {_insert: insert, _upload_partial: upload_partial, _delete: delete}
     for _, handlers in server.HANDLERS:
         for method, handler in list(handlers.items()):
-            if handler is _insert:
-                handlers[method] = insert
-            elif handler is _upload_partial:
-                handlers[method] = upload_partial
+            if handler in ours:
+                handlers[method] = ours[handler]
 
 
 if __name__ == "__main__":

@@ -88,6 +88,27 @@ def test_gcs_reset_empties_the_store(gcs: GcsEmulator) -> None:
         gcs.list("bkt")
 
 
+def test_gcs_generation_preconditions_on_create_update_and_delete(gcs: GcsEmulator) -> None:
+    # what a lease in a bucket is built on (ftcli_trainer/lease.py): create-only, generation-matched update and delete
+    gcs.create_bucket("bkt")
+    bucket = gcs.client().bucket("bkt")
+    first = bucket.blob("lock")
+    first.upload_from_string(b"a", if_generation_match=0)
+    with pytest.raises(gexc.PreconditionFailed):
+        bucket.blob("lock").upload_from_string(b"b", if_generation_match=0)
+    with pytest.raises(gexc.PreconditionFailed):
+        bucket.blob("lock").upload_from_string(b"b", if_generation_match=int(first.generation) + 1)
+    assert gcs.read("bkt", "lock") == b"a"
+    second = bucket.blob("lock")
+    second.upload_from_string(b"c", if_generation_match=first.generation)
+    assert second.generation != first.generation and gcs.read("bkt", "lock") == b"c"
+    with pytest.raises(gexc.PreconditionFailed):
+        bucket.blob("lock").delete(if_generation_match=first.generation)  # a stale holder cannot delete it
+    assert gcs.read("bkt", "lock") == b"c"
+    bucket.blob("lock").delete(if_generation_match=second.generation)
+    assert gcs.list("bkt") == []
+
+
 @pytest.mark.parametrize("status", [503, None], ids=["503", "dropped-connection"])
 def test_resumable_upload_through_faults_keeps_the_bytes(gcs: GcsEmulator, status: int | None) -> None:
     gcs.create_bucket("bkt")
