@@ -35,6 +35,7 @@ def save(root: str, step: int, model, state: dict) -> None:
     import torch
     from safetensors.torch import save_model
 
+    still_held(root)  # never over another run's checkpoints
     target = storage.join(root, f"step-{step:08d}")
     staged = state_file = None
     try:
@@ -238,13 +239,14 @@ def _differ(keys: list[str], most: int = 5) -> str:
     return f"{', '.join(names[:-1])} and {names[-1]} differ"
 
 
-LOCK = ".run.lock"  # held (flock) by the trainer that writes into this checkpoint folder, for its whole life
+LOCK = ".run.lock"  # held (flock; a lease in a bucket: lease.py) by the trainer that writes into this checkpoint folder
 _held = None  # this process's lock file, kept open
+_leases: dict = {}  # this process's gs:// leases, by folder
 
 
 def _lock_holder(root: str) -> str | None:
     """The pid written in `root`'s lock file when another process holds it, else None (free, absent, no flock
-    on this system, or a gs:// folder: a job's folders are its own)."""
+    on this system, or a gs:// folder: lease.holder says who holds one of those)."""
     try:
         import fcntl
     except ImportError:
@@ -271,6 +273,10 @@ def _busy(root: str, pid: str) -> str:
 
 def in_use(root: str) -> str | None:
     """Why `root` cannot be written now: another live run holds it. None if nobody does."""
+    if storage.is_gcs(root):
+        from ftcli_trainer import lease
+
+        return None if root.rstrip("/") in _leases else lease.holder(root.rstrip("/"))
     pid = _lock_holder(root)
     return None if pid is None else _busy(root, pid)
 
@@ -279,11 +285,20 @@ def lock(root: str) -> None:
     """Hold `root` for this process until it exits: a second run in the same folder (two terminals, one command)
     resumed the first one's checkpoints while it was still writing them, and both exported."""
     global _held
+    if storage.is_gcs(root):
+        # Another machine's run shares a bucket, not a file lock: a lease object in the folder (lease.py).
+        from ftcli_trainer import lease
+
+        if root.rstrip("/") not in _leases:
+            held = lease.Lease(root.rstrip("/"))
+            held.acquire()
+            _leases[root.rstrip("/")] = held
+        return
     try:
         import fcntl
     except ImportError:
         return
-    if storage.is_gcs(root) or _held is not None:
+    if _held is not None:
         return
     Path(root).mkdir(parents=True, exist_ok=True)
     f = open(Path(root) / LOCK, "a+")  # noqa: SIM115 - held open for the life of the process
@@ -302,6 +317,21 @@ def lock(root: str) -> None:
     f.write(f"{os.getpid()}\n")
     f.flush()
     _held = f
+
+
+def still_held(root: str) -> None:
+    """Before writing into `root`: raise TrainerError when this run lost its gs:// lease to another run (it could
+    not renew it in time). A local folder's flock cannot be lost."""
+    held = _leases.get(root.rstrip("/")) if storage.is_gcs(root) else None
+    if held is not None:
+        held.check()
+
+
+def unlock() -> None:
+    """At the run's end: give back the gs:// leases this process holds (a local flock ends with the process)."""
+    while _leases:
+        _, held = _leases.popitem()
+        held.release()
 
 
 def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: str | None = None) -> bool:

@@ -313,6 +313,7 @@ class Trainer:
         end is a warning (the next one catches up); at the end (`final`) it raises."""
         if not self.dist.is_main or not storage.is_gcs(self.paths.logs_dir):
             return
+        checkpoint.still_held(self.paths.checkpoint_dir)  # never over another run's curve
         if self._tb:
             with suppress(Exception):
                 self._tb.flush()

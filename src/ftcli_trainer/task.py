@@ -156,7 +156,7 @@ def run(cfg: TrainConfig) -> dict:
     import torch
     from transformers import set_seed
 
-    from ftcli_trainer import distributed
+    from ftcli_trainer import checkpoint, distributed
     from ftcli_trainer.cpu import keep_freed_memory
     from ftcli_trainer.data import load_task_data
     from ftcli_trainer.export import export_model, prediction_arrays
@@ -178,8 +178,6 @@ def run(cfg: TrainConfig) -> dict:
     if dist.is_main:
         # Resume only this run: another run's checkpoints in the same folder (other data, labels, model or math)
         # are refused in one line before any work, never silently resumed.
-        from ftcli_trainer import checkpoint
-
         checkpoint.lock(paths.checkpoint_dir)
         checkpoint.claim(paths.checkpoint_dir, checkpoint.run_fingerprint(cfg), paths.model_dir,
                          storage.join(paths.logs_dir, "metrics.jsonl"))
@@ -239,6 +237,7 @@ def run(cfg: TrainConfig) -> dict:
     restore_attention(model)
     predictions = prediction_arrays(trainer.predictions, data.label_names, data.multi_label, data.regression,
                                     cfg.threshold)
+    checkpoint.still_held(paths.checkpoint_dir)  # the export never replaces another run's
     export_model(model, tokenizer, paths.model_dir, results, run_config, predictions)
     if storage.is_gcs(paths.logs_dir):
         trainer.sync_logs(final=True)
@@ -314,6 +313,16 @@ def main(argv: list[str] | None = None) -> int:
         log.info("launching %s", " ".join(relaunch[1:]))
         sys.stdout.flush()
         os.execv(relaunch[0], relaunch)  # torchrun takes over this process: signals reach it directly
+    try:
+        return _run(cfg)
+    finally:
+        from ftcli_trainer import checkpoint
+
+        checkpoint.unlock()  # a gs:// folder's lease: the next run there need not wait for it to expire
+
+
+def _run(cfg: TrainConfig) -> int:
+    """run(cfg), its failures as one line and an exit status."""
     try:
         run(cfg)
     except TrainerError as e:

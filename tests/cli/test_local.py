@@ -198,7 +198,34 @@ def test_gs_output_dir_is_printed_as_given(tmp_path, tiny_model, sentiment_csv, 
     assert r.returncode == 0, r.stderr
     assert "run folder: gs://b/x\n" in r.stdout and "gs:/b" not in r.stdout + r.stderr
     assert "x/model/_COMPLETE" in gcs.list("b", "x/")
+    assert "x/checkpoints/.run.lock" not in gcs.list("b", "x/")  # the run's lease, given back at its end
     assert not (tmp_path / "gs:").exists()
+
+
+def test_a_gs_output_dir_that_another_machines_run_holds_is_refused(tmp_path, tiny_model, sentiment_csv, gcs):
+    # `ftcli local ... --output-dir gs://b/x &` twice (or beside a Vertex job writing there): both trained and both
+    # wrote checkpoints and the export into the folder; a local flock cannot see a run on another machine.
+    import socket
+
+    train, _ = sentiment_csv
+    gcs.create_bucket("b")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from ftcli_trainer import checkpoint; "
+                               "checkpoint.lock('gs://b/x/checkpoints'); print('held', flush=True); sys.stdin.read(); "
+                               "checkpoint.unlock()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = {name: gcs.read("b", name) for name in gcs.list("b")}
+        r = ftcli("local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--epochs", "1",
+                  "--output-dir", "gs://b/x", cwd=tmp_path)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.startswith(f"error: gs://b/x/checkpoints is in use by another run (host {socket.gethostname()}"
+                                   f", process {holder.pid}, since ")
+        assert "wait for it to end, or give another --output-dir" in r.stderr and "Traceback" not in r.stderr
+        assert {name: gcs.read("b", name) for name in gcs.list("b")} == before  # nothing written
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert gcs.list("b") == []
 
 
 def test_a_gs_output_dir_holding_an_earlier_runs_model_and_metrics_is_refused_as_a_local_one(

@@ -345,7 +345,8 @@ def test_a_failed_logs_copy_leaves_the_upload_session_out_of_its_warning(monkeyp
 
     monkeypatch.setattr(storage, "upload_dir", refuse)
     trainer = SimpleNamespace(dist=SimpleNamespace(is_main=True), _tb=None, _logs_synced=0.0,
-                              paths=SimpleNamespace(logs_dir="gs://bkt/run/logs", local_logs_dir=tmp_path))
+                              paths=SimpleNamespace(logs_dir="gs://bkt/run/logs", local_logs_dir=tmp_path,
+                                                    checkpoint_dir="gs://bkt/run/checkpoints"))
     with caplog.at_level("WARNING", logger=loop.log.name):
         loop.Trainer.sync_logs(trainer)
     assert "could not copy the logs to gs://bkt/run/logs" in caplog.text
