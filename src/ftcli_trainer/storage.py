@@ -19,7 +19,10 @@ COMPLETE_MARKER = "_COMPLETE"
 TRANSFER_WORKERS = 8
 # Staging folders are named `<stem>.tmp-<pid>-<mkdtemp's 8 characters>`: the pid tells a dead writer's leftovers
 # (removed at the next start) from a live writer's (left alone); the exact shape keeps a user's own folders safe.
+# Where there is flock, the writer also holds a shared one on the folder itself (_hold), which another container with
+# the same home mounted sees where it cannot see the pid (see _writer_alive; untried on NFS).
 STAGING_TAIL = r"\.tmp-(\d+)-[a-z0-9_]{8}"
+_held_staging: dict[Path, int] = {}  # this process's staging folders, each with the descriptor that holds its flock
 # With gs:// logs, the trainer copies them there at every evaluation and checkpoint, and with a train line once
 # this long has passed since the last copy (the files change only at those lines)
 LOGS_SYNC_S = 120.0
@@ -87,9 +90,10 @@ def staging_dir(parent: Path, name: str) -> Path:
         path = parent / f"{stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             path.mkdir(mode=0o777)
-            return path
         except FileExistsError:
             continue
+        _hold(path)
+        return path
 
 
 def staging_for(target: Path, name: str) -> Path:
@@ -117,7 +121,58 @@ def local_tmp(kind: str) -> Path:
     Stale ones of dead writers are removed first."""
     stem = f"ftcli-{kind}"
     clean_stale_staging(Path(tempfile.gettempdir()), re.escape(stem))
-    return Path(tempfile.mkdtemp(prefix=f"{stem}.tmp-{os.getpid()}-"))
+    path = Path(tempfile.mkdtemp(prefix=f"{stem}.tmp-{os.getpid()}-"))
+    _hold(path)
+    return path
+
+
+def _hold(path: Path) -> None:
+    """Hold a shared flock on the staging folder `path` (its own descriptor, not a file in it: the folder is renamed
+    into place whole) until this process ends or the folder is gone (renamed or removed: its descriptor is closed at
+    the next staging folder made). A folder's pid alone said "dead" for a live writer in another PID namespace (another
+    container with the same home or /tmp mounted, another host on NFS), and its staging was removed under it. Nothing
+    is held where there is no flock (Windows) or the filesystem refuses it: the pid decides there, as before."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    for held, fd in list(_held_staging.items()):
+        if not os.path.lexists(held):
+            os.close(fd)
+            del _held_staging[held]
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return
+    _held_staging[path] = fd
+
+
+def _writer_alive(path: Path, pid: int) -> bool:
+    """Whether the writer of the staging folder `path` (named with `pid`) may still be running. Its flock held (by a
+    process this one may not see at all) says alive; otherwise its pid decides: a folder is removed only when both
+    say its writer is gone (a writer that did not lock it, an older ftcli, is judged by its pid alone)."""
+    try:
+        import fcntl
+    except ImportError:
+        return _alive(pid)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return _alive(pid)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True  # a live writer holds it, whatever its pid looks like from here
+    except OSError:
+        pass  # no flock on this filesystem: the pid alone
+    finally:
+        os.close(fd)  # (a lock taken here goes with it)
+    return _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -174,7 +229,7 @@ def clean_stale_staging(parent: Path, stem: str) -> list[Path]:
         return removed
     for path in candidates:
         m = pattern.fullmatch(path.name)
-        if not m or path.is_symlink() or not path.is_dir() or _alive(int(m.group(1))):
+        if not m or path.is_symlink() or not path.is_dir() or _writer_alive(path, int(m.group(1))):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

@@ -138,6 +138,50 @@ def test_clean_stale_staging_removes_only_dead_writers_exact_folders(tmp_path):
     assert not stale.exists() and live.exists() and all(p.exists() for p in user)
 
 
+# A writer of another PID namespace (another container with the same home mounted, another host on NFS): it makes a
+# staging folder and writes into it until its stdin closes.
+STAGING_WRITER = """import sys
+from pathlib import Path
+from ftcli_trainer import storage
+staged = storage.staging_dir(Path(sys.argv[1]), "model")
+(staged / "model.safetensors").write_bytes(b"half written")
+print(staged, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(os.name == "nt", reason="flock: Windows judges a writer by its pid alone")
+def test_a_live_writer_whose_pid_looks_dead_from_here_keeps_its_staging_folder(tmp_path):
+    # The cleaner decided from the pid in the name alone: a live writer in another container looked dead, and the
+    # folder it was writing its model into was removed under it.
+    writer = subprocess.Popen([sys.executable, "-c", STAGING_WRITER, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        staged = Path(writer.stdout.readline().strip())
+        # the same folder as a cleaner in another PID namespace sees it: named with a pid that is no process there
+        seen = tmp_path / f".model.tmp-{dead_pid()}-abcd1234"
+        staged.rename(seen)
+        assert storage.clean_stale_staging(tmp_path, r"\.model") == []
+        mine = storage.staging_dir(tmp_path, "model")  # (which cleans first too)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([seen.name, mine.name])
+        assert (seen / "model.safetensors").read_bytes() == b"half written"
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=60)
+    assert storage.clean_stale_staging(tmp_path, r"\.model") == [seen]  # its writer gone: its lock with it
+    assert mine.exists()  # this process's own, held
+
+
+@pytest.mark.skipif(os.name == "nt", reason="flock")
+def test_a_writer_lets_go_of_its_staging_folders_once_they_are_published(tmp_path):
+    # one held descriptor per staging folder: a run writing a checkpoint every few steps must not run out of them
+    fds = len(os.listdir("/proc/self/fd"))
+    for i in range(50):
+        storage.staging_dir(tmp_path, "step").rename(tmp_path / f"step-{i}")  # published
+        storage.local_tmp("ckpt").rmdir()  # a gs:// transfer's, removed
+    assert len(os.listdir("/proc/self/fd")) <= fds + 1
+
+
 class FakeKernel32:
     """Windows' OpenProcess / GetExitCodeProcess / CloseHandle as they answer for processes that are gone
     (ERROR_INVALID_PARAMETER), running (STILL_ACTIVE), ended (an exit code), or someone else's (ERROR_ACCESS_DENIED)."""
