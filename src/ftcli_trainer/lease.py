@@ -213,7 +213,7 @@ class Lease:
     def check(self) -> None:
         """Before writing into the folder: raise TrainerError when another run holds it now."""
         # Renewed this recently, it cannot have expired (a quarter of its TTL): no request before every write.
-        if not self.lost and time.monotonic() - self._renewed >= min(CHECK_S, self.info["ttl_s"] / 4):
+        if not self.lost and time.monotonic() - self._renewed >= min(CHECK_S, TTL_S / 4):
             try:
                 self._renew()
             except Exception as e:  # noqa: BLE001 - the network: still ours until another run takes it
