@@ -354,6 +354,11 @@ class Text:
     record: dict | None = None
 
 
+def is_table(file: Path) -> bool:
+    """Whether --file is read as a CSV or JSON Lines file's rows (by its extension), not line by line."""
+    return file.name.lower().removesuffix(".gz").endswith((".csv", ".jsonl", ".json", ".ndjson"))
+
+
 def read_inputs(file: Path) -> list[Text]:
     """The texts of --file: a CSV or JSON Lines file's rows (by extension, read by the trainer's own readers; the
     model's text columns are taken from them), else every non-empty line (a pair model's: TEXT<TAB>PAIR). Either
@@ -363,7 +368,7 @@ def read_inputs(file: Path) -> list[Text]:
 
     shown = f"--file {file}"
     try:
-        if file.name.lower().removesuffix(".gz").endswith((".csv", ".jsonl", ".json", ".ndjson")):
+        if is_table(file):
             _, rows = data.read_rows(str(file), shown=shown)
             return [Text("", f"{file} {data.row_position(rows, i)}", dict(row)) for i, row in enumerate(rows)]
         # Lines end at \n, \r\n or \r only: str.splitlines() also cut a text at U+2028, U+0085 or a form feed (in
@@ -375,12 +380,16 @@ def read_inputs(file: Path) -> list[Text]:
     return [Text(line, f"{file} line {n}") for n, line in enumerate(lines, 1) if line.strip()]
 
 
-def _column(item: Text, column: str) -> str:
+def _column(item: Text, column: str, flag: str, given: bool) -> str:
+    """`item`'s text in `column`: the model's own column, or the one `flag` (--text-column, --text-pair-column)
+    named (`given`)."""
     value = item.record.get(column) if item.record is not None else None
     if value is None:
         have = ", ".join(map(str, item.record)) if item.record else "none"
-        raise UsageError(f"{item.where} has no {column!r} (the column the model was trained on; it has: {have})",
-                         hint="name the text column as in the training data")
+        why = flag if given else "the column the model was trained on"
+        raise UsageError(f"{item.where} has no {column!r} ({why}; it has: {have})",
+                         hint=f"give {flag} one of its columns" if given else
+                         f"name the file's column: {flag} NAME")
     if isinstance(value, (list, dict)):  # the trainer refuses these too: str() is Python's repr, not the text
         kind = "list" if isinstance(value, list) else "object"
         raise UsageError(f"{item.where}: {column!r} is a JSON {kind}, not a string",
@@ -388,15 +397,17 @@ def _column(item: Text, column: str) -> str:
     return str(value)
 
 
-def pair_up(path: Path, texts: Sequence[Text | str], pairs: list[str] | None
-            ) -> tuple[list[str], list[str | None]]:
-    """(first texts, second texts) for the model in `path`: `pairs` (one per text), a CSV / JSON Lines row's own
-    columns, or for a pair model each line split at its TAB. A pair model without pairs, pairs for a single-text
-    model, or an empty text is a UsageError naming the input: a model fed the wrong input answers anyway, wrongly."""
-    return _pair_up(path, run_config(path), texts, pairs)
+def pair_up(path: Path, texts: Sequence[Text | str], pairs: list[str] | None, text_column: str | None = None,
+            text_pair_column: str | None = None) -> tuple[list[str], list[str | None]]:
+    """(first texts, second texts) for the model in `path`: `pairs` (one per text), a CSV / JSON Lines row's
+    columns (the model's own, or `text_column` / `text_pair_column` where given), or for a pair model each line
+    split at its TAB. A pair model without pairs, pairs for a single-text model, or an empty text is a UsageError
+    naming the input: a model fed the wrong input answers anyway, wrongly."""
+    return _pair_up(path, run_config(path), texts, pairs, text_column, text_pair_column)
 
 
-def _pair_up(path: Path, run: dict | None, texts: Sequence[Text | str], pairs: list[str] | None
+def _pair_up(path: Path, run: dict | None, texts: Sequence[Text | str], pairs: list[str] | None,
+             text_column: str | None = None, text_pair_column: str | None = None
              ) -> tuple[list[str], list[str | None]]:
     items = [t if isinstance(t, Text) else Text(t, f"text {i}") for i, t in enumerate(texts, 1)]
     columns = _pairs_of(run)
@@ -406,12 +417,24 @@ def _pair_up(path: Path, run: dict | None, texts: Sequence[Text | str], pairs: l
         if len(pairs) != len(items):
             raise UsageError(f"{len(items)} text(s) but {len(pairs)} --pair value(s): give one --pair per text, in "
                              "order")
-    text_column = _text_column(run)
+    if text_pair_column is not None and columns is False:
+        raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --text-pair-column")
+    # A model that does not say (no ftcli_run.json) takes a pair only when --text-pair-column names one.
+    pair_column = text_pair_column or (columns[1] if columns else None)
+    first_column = text_column or _text_column(run)
     firsts: list[str] = []
     seconds: list[str | None] = []
     for i, item in enumerate(items):
         if item.record is not None:
-            first, second = _column(item, text_column), _column(item, columns[1]) if columns else None
+            if (pair_column and text_column is None and text_pair_column is None
+                    and item.record.get(first_column) is None and item.record.get(pair_column) is None):
+                have = ", ".join(map(str, item.record)) or "none"
+                raise UsageError(f"{item.where} has neither {first_column!r} nor {pair_column!r} (the columns the "
+                                 f"model was trained on; it has: {have})",
+                                 hint="name the file's columns: --text-column NAME --text-pair-column NAME")
+            first = _column(item, first_column, "--text-column", text_column is not None)
+            second = _column(item, pair_column, "--text-pair-column", text_pair_column is not None) \
+                if pair_column else None
         elif pairs is not None:
             first, second = item.text, pairs[i]
         elif columns:
@@ -440,18 +463,20 @@ def predict(path: Path, texts: Sequence[Text | str], threshold: float | None = N
 
 
 def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | None = None,
-                   pairs: list[str] | None = None, chunk: int = PREDICT_CHUNK) -> Iterator[list[dict]]:
+                   pairs: list[str] | None = None, chunk: int = PREDICT_CHUNK, text_column: str | None = None,
+                   text_pair_column: str | None = None) -> Iterator[list[dict]]:
     """Classify `texts` with the model in `path`, `chunk` results at a time, in order (a big --file shows its first
     lines in seconds; bad input raises before the first chunk): {"text", "label", "score"} each, or for a
     multi-label model {"text", "labels": [{"label", "score"}, ...]} with the labels at or above the threshold
     (the model's own unless given), or for a regression model (STS-B) {"text", "score"}: the predicted value. A
     model trained on sentence pairs takes `pairs` (or TAB-separated texts, see pair_up); each result then has
-    "text_pair" too."""
+    "text_pair" too. A CSV / JSON Lines row's text is in `text_column` (and `text_pair_column`) where given, else in
+    the model's own columns."""
     from ftcli.local import require_train_extra
     from ftcli_trainer.model import vocabulary_problem
 
     run = run_config(path)  # read once: the columns and the length the model was trained at
-    texts, seconds = _pair_up(path, run, texts, pairs)
+    texts, seconds = _pair_up(path, run, texts, pairs, text_column, text_pair_column)
     require_train_extra("ftcli predict")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline

@@ -515,6 +515,77 @@ def test_predict_reads_a_csv_or_jsonl_file_by_its_columns(capsys, tmp_path, tiny
     assert r.err.startswith(f"error: {lines} line 1: 'review' is a JSON list, not a string\n")
 
 
+def test_predict_reads_a_file_whose_columns_are_named_otherwise(capsys, tmp_path, tiny_model):
+    # A file whose text column was named otherwise than the training data's could only be fixed by editing the file:
+    # predict had no --text-column (local and train have), though its hint said to "name the text column".
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    (model / "ftcli_run.json").write_text(json.dumps({"text_column": "review", "text_pair_column": None}))
+    texts = ["a wonderful film", "a dull, long film"]
+    expected = run_cli(capsys, "predict", str(model), *texts, "--json")
+    assert expected.code == 0, expected.err
+    table = tmp_path / "tweets.csv"
+    table.write_text('tweet,label\n"a wonderful film",pos\n"a dull, long film",neg\n')
+    r = run_cli(capsys, "predict", str(model), "--file", str(table))
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    assert r.err.splitlines() == [f"error: {table} line 2 has no 'review' (the column the model was trained on; it "
+                                  "has: tweet, label)", "hint: name the file's column: --text-column NAME"]
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "tweet", "--json")
+    assert r.code == 0 and r.out == expected.out, r.err
+    lines = tmp_path / "tweets.jsonl.gz"
+    import gzip
+
+    lines.write_bytes(gzip.compress("".join(json.dumps({"body": t}) + "\n" for t in texts).encode()))
+    r = run_cli(capsys, "predict", str(model), "--file", str(lines), "--text-column", "body", "--json")
+    assert r.code == 0 and r.out == expected.out, r.err
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "tweets")
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [f"error: {table} line 2 has no 'tweets' (--text-column; it has: tweet, label)",
+                                  "hint: give --text-column one of its columns"]
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "tweet",
+                "--text-pair-column", "label")
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [f"error: {model} was trained on single texts, not pairs",
+                                  "hint: drop --text-pair-column"]
+    # Not a table: a column names nothing there (it was not silently ignored).
+    plain = tmp_path / "texts.txt"
+    plain.write_text("a wonderful film\n")
+    for args in (["a film"], ["--file", str(plain)]):
+        r = run_cli(capsys, "predict", str(model), *args, "--text-column", "tweet")
+        assert r.code == 2 and not r.out
+        assert r.err.splitlines()[0].startswith("error: --text-column names a column of a .csv or .jsonl --file")
+    assert f"; {plain} is read line by line" in r.err
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "")
+    assert r.code == 2 and r.err.startswith("error: --text-column is empty\n")
+
+
+def test_predict_reads_a_pair_file_whose_columns_are_named_otherwise(capsys, tmp_path, tiny_model):
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    (model / "ftcli_run.json").write_text(json.dumps({"text_column": "premise", "text_pair_column": "hypothesis"}))
+    expected = run_cli(capsys, "predict", str(model), "a man plays", "--pair", "music is made", "a dog runs",
+                       "--pair", "a cat sleeps", "--json")
+    assert expected.code == 0, expected.err
+    table = tmp_path / "pairs.csv"
+    table.write_text("s1,s2\na man plays,music is made\na dog runs,a cat sleeps\n")
+    r = run_cli(capsys, "predict", str(model), "--file", str(table))
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [
+        f"error: {table} line 2 has neither 'premise' nor 'hypothesis' (the columns the model was trained on; it "
+        "has: s1, s2)", "hint: name the file's columns: --text-column NAME --text-pair-column NAME"]
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "s1")
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: {table} line 2 has no 'hypothesis' (the column the model was trained on; it has: s1, s2)",
+        "hint: name the file's column: --text-pair-column NAME"]
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "s1",
+                "--text-pair-column", "s2", "--json")
+    assert r.code == 0 and r.out == expected.out, r.err
+    r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "s1", "--text-pair-column", "s1")
+    assert r.code == 2 and r.err.startswith("error: --text-pair-column 's1' is the --text-column too")
+
+
 def test_predict_prints_one_line_per_row_whatever_the_text_holds(capsys, tmp_path, tiny_model):
     # A quoted CSV cell with a line break printed its prediction over two lines (and a tab made an extra field):
     # `cut -f1` and `wc -l` on the output no longer matched the rows.

@@ -78,8 +78,14 @@ def predict(
     texts: Annotated[Optional[list[str]], typer.Argument(help="Texts to classify.")] = None,  # noqa: UP045
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
-        "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file (its columns named as in the training "
-        "data); UTF-8, optionally .gz.")] = None,
+        "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file (the text in the column the model was trained "
+        "on, or --text-column's); UTF-8, optionally .gz.")] = None,
+    text_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--text-column", metavar="NAME", help="The column of a .csv or .jsonl --file that holds the text "
+        "[default: the one the model was trained on].")] = None,
+    text_pair_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--text-pair-column", metavar="NAME", help="A model trained on sentence pairs: the column of a .csv or "
+        ".jsonl --file that holds each row's second text [default: the one the model was trained on].")] = None,
     pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--pair", help="A model trained on sentence pairs (MNLI, MRPC, STS-B, ...): the second text of each TEXT, "
         "once per TEXT, in order.")] = None,
@@ -99,6 +105,8 @@ def predict(
 
       ftcli predict last --file reviews.txt --json
 
+      ftcli predict last --file tweets.csv --text-column tweet
+
       ftcli predict mnli-model "A man plays a guitar." --pair "Someone makes music."
     """
     from ftcli import models
@@ -107,12 +115,23 @@ def predict(
     if pair and file is not None:
         raise UsageError("--pair pairs the TEXT arguments, not the lines of --file",
                          hint="in --file, put each pair on one line: TEXT<TAB>PAIR")
+    for flag, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column)):
+        if column is not None and (file is None or not models.is_table(file)):
+            raise UsageError(f"{flag} names a column of a .csv or .jsonl --file" +
+                             (f"; {file} is read line by line" if file is not None else ""),
+                             hint=f"give --file ROWS.csv (or .jsonl), or drop {flag}")
+        if column is not None and not column.strip():
+            raise UsageError(f"{flag} is empty", hint="give the name of a column of --file")
+    if text_column is not None and text_column == text_pair_column:
+        raise UsageError(f"--text-pair-column {text_pair_column!r} is the --text-column too: a pair needs two "
+                         "columns", hint="name the column that holds each row's second text")
     if threshold is not None and not 0 < threshold <= 1:  # a probability, as the trainer's --threshold
         raise UsageError(f"--threshold is a probability in (0, 1], got {threshold}")
     items = _load_texts(texts or [], file)
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
-    chunks = models.predict_chunks(path, items, threshold, pairs=pair or None)
+    chunks = models.predict_chunks(path, items, threshold, pairs=pair or None, text_column=text_column,
+                                   text_pair_column=text_pair_column)
     if json_out:
         show_list([r for chunk in chunks for r in chunk], (), json_out=True)
         return
