@@ -40,7 +40,13 @@ def _parameter(opt) -> inspect.Parameter:
         help_text += f" [default: {opt.default}]"
     kwargs: dict[str, Any] = dict(help=help_text, rich_help_panel=PANEL, show_default=False)
     value_type: Any = opt.type
-    if opt.choices:
+    if opt.name == "task":
+        # A str, not a Typer choice: Typer refused `--task reviews.csv` or `--task imbd` as "Value error, ... is not
+        # one of ..." with no way on; the trainer's own check (config.unknown_task) says what to give instead.
+        # --help lists the names and the shell completes them, as for a choice.
+        kwargs["metavar"] = f"<{'|'.join(opt.choices)}>"
+        kwargs["autocompletion"] = _complete_task
+    elif opt.choices:
         # A closed choice is an Enum for Typer: it lists and checks the choices.
         value_type = _choices_enum(opt.name.title().replace("_", ""), opt.choices)
     elif opt.metavar:
@@ -48,6 +54,13 @@ def _parameter(opt) -> inspect.Parameter:
     info = typer.Option(opt.flag, **kwargs)
     return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[value_type], info])  # noqa: UP045 - typer needs it
+
+
+def _complete_task(incomplete: str) -> list[str]:
+    # (Typer reads this function's parameter names and annotations: a partial or a lambda will not do)
+    from ftcli_trainer.tasks import TASKS
+
+    return [name for name in TASKS if name.startswith(incomplete)]
 
 
 def with_option_group(arg: str, group: list[inspect.Parameter]):

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import math
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,10 +214,37 @@ def _convert(opt: Option, raw: str, problems: list[str]) -> Any:
         kind = "a whole number" if opt.type is int else "a number"
         problems.append(f"{opt.flag} must be {kind}, got {raw!r}")
         return None
+    if opt.name == "task" and raw not in TASKS:
+        problems.append(unknown_task(raw))
+        return None
     if opt.choices and raw not in opt.choices:
         problems.append(f"{opt.flag} must be one of {', '.join(opt.choices)}; got {raw!r}")
         return None
     return raw
+
+
+DATA_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson", ".gz")
+
+
+def unknown_task(value: str) -> str:
+    """The problem with a --task that names no task, saying what to give instead: for a data file given as the task
+    (one that exists, or a value shaped like a path), --task csv/jsonl --train-file; for a near miss, the closest
+    names; else every name."""
+    folded = value.casefold()
+    local = os.path.expanduser(value)
+    if os.path.isdir(local):
+        return (f"--task {value!r} is a folder, not a task: train on a CSV or JSON Lines file in it with --task csv "
+                f"--train-file {shlex.quote(os.path.join(value, 'FILE.csv'))}")
+    if os.path.isfile(local) or folded.endswith(DATA_SUFFIXES) or "/" in value or "\\" in value:
+        kind = "jsonl" if folded.removesuffix(".gz").endswith((".jsonl", ".json", ".ndjson")) else "csv"
+        what = "is a file" if os.path.isfile(local) else "looks like a file"
+        return (f"--task {value!r} {what}, not a task: train on your own data with --task {kind} --train-file "
+                f"{shlex.quote(value)}")
+    close = [folded] if folded in TASKS else difflib.get_close_matches(folded, list(TASKS), n=3, cutoff=0.6)
+    if close:
+        means = " or ".join([", ".join(close[:-1]), close[-1]] if len(close) > 1 else close)
+        return f"unknown task {value!r}; did you mean {means}? (tasks: {', '.join(TASKS)})"
+    return f"unknown task {value!r}; choose one of {', '.join(TASKS)}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -280,7 +309,7 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     task_name = given.get("task", BUNDLED_SAMPLE)
     task = TASKS.get(task_name)
     if task is None:
-        problems.append(f"unknown task {task_name!r}; choose one of {', '.join(TASKS)}")
+        problems.append(unknown_task(str(task_name)))
         task = TASKS[BUNDLED_SAMPLE]
 
     cfg: dict[str, Any] = {o.name: o.default for o in OPTIONS}

@@ -53,6 +53,49 @@ def test_dry_run_prints_the_job_and_touches_nothing(capsys, monkeypatch, tmp_pat
     assert not (tmp_path / "state").exists()
 
 
+TASKS_LISTED = "sst2-sample, imdb, cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli, financial, ag_news, csv, jsonl"
+
+
+@pytest.mark.parametrize("command", ["train", "tune", "local"])
+@pytest.mark.parametrize("task,says", [
+    ("reviews.csv", "--task 'reviews.csv' is a file, not a task: train on your own data with --task csv --train-file "
+                    "reviews.csv"),
+    ("data/my reviews.jsonl.gz", "--task 'data/my reviews.jsonl.gz' looks like a file, not a task: train on your own "
+                                 "data with --task jsonl --train-file 'data/my reviews.jsonl.gz'"),
+    ("imbd", f"unknown task 'imbd'; did you mean imdb? (tasks: {TASKS_LISTED})"),
+    ("MNLI", f"unknown task 'MNLI'; did you mean mnli? (tasks: {TASKS_LISTED})"),
+    ("sentiment", f"unknown task 'sentiment'; choose one of {TASKS_LISTED}"),
+])
+def test_a_task_that_names_no_task_says_what_to_give(capsys, monkeypatch, tmp_path, command, task, says):
+    # Typer refused these as "Invalid value for '--task': Value error, 'reviews.csv' is not one of ...": no word of
+    # --task csv --train-file for a file, nor of the task a typo was near.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "reviews.csv").write_text("text,label\ngood,pos\n")
+    cloud = ["--project", "my-project", "--bucket", "gs://my-bucket", "--dry-run"] if command != "local" else []
+    r = run_cli(capsys, command, "--task", task, *cloud)
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    lines = r.err.splitlines()
+    if command == "tune":  # every problem is listed (a search value's checks say it again for that value)
+        assert f"  - {says}" in lines
+    else:  # (local's hint points at the trainer options)
+        assert lines == [f"error: {says}"] + ["hint: see --help for the trainer options"] * (command == "local")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reviews.csv"]  # no run folder, no state
+
+
+def test_task_is_listed_in_help_and_completed_by_the_shell():
+    from typer.testing import CliRunner
+
+    from ftcli.cli.app import app
+
+    for command in ("train", "tune", "local"):
+        r = CliRunner().invoke(app, [command, "--help"], prog_name="ftcli", terminal_width=200)
+        assert f"--task <{TASKS_LISTED.replace(', ', '|')}>" in r.output
+        env = {"_FTCLI_COMPLETE": "complete_bash", "COMP_WORDS": f"ftcli {command} --task m", "COMP_CWORD": "3"}
+        r = CliRunner().invoke(app, [], prog_name="ftcli", env=env)
+        assert r.exit_code == 0 and r.output.split() == ["mrpc", "mnli"]
+
+
 @pytest.mark.parametrize("flag,expected", [([], True), (["--no-gpu-warmup"], False), (["--gpu-warmup"], True)])
 def test_a_switch_on_by_default_reaches_the_job_only_when_turned_off(capsys, monkeypatch, tmp_path, flag, expected):
     """--gpu-warmup is on by default: the job's arguments carry only --no-gpu-warmup, and the trainer reads them back

@@ -82,6 +82,22 @@ def test_options_cover_the_config():
     assert {o.name for o in OPTIONS} == {f.name for f in fields(TrainConfig)} - {"extra"}
 
 
+def test_the_trainers_own_task_check_says_what_to_give(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.csv").write_text("text,label\n")
+    (tmp_path / "data").mkdir()
+    assert problems(["--task", "train.csv"]) == [
+        "--task 'train.csv' is a file, not a task: train on your own data with --task csv --train-file train.csv"]
+    assert problems(["--task", "data"]) == [
+        "--task 'data' is a folder, not a task: train on a CSV or JSON Lines file in it with --task csv --train-file "
+        "data/FILE.csv"]
+    assert problems(["--task", "gs://b/rows.ndjson"]) == [
+        "--task 'gs://b/rows.ndjson' looks like a file, not a task: train on your own data with --task jsonl "
+        "--train-file gs://b/rows.ndjson"]
+    assert problems(["--task", "sst"])[0].startswith("unknown task 'sst'; did you mean sst2? (tasks: sst2-sample, ")
+    assert problems(["--task", "nli"])[0].startswith("unknown task 'nli'; did you mean wnli, qnli or mnli? (tasks: ")
+
+
 def test_cuda_graphs_is_on_where_it_works_unless_turned_off():
     # auto by default since the H200 run of bench/gpu.py (bench/README.md): equal loss curves, 2.9-3.5x faster
     assert parse_args([]).cuda_graphs == "auto"
