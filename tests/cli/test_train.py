@@ -178,6 +178,24 @@ def test_submit_uploads_once_and_creates_exactly_the_built_job(capsys, cloud_env
     assert len(vertex.jobs) == 2
 
 
+@pytest.mark.parametrize("command,follow_later", [("train", "ftcli logs JOB"), ("tune", "ftcli jobs describe JOB")])
+def test_json_with_an_explicit_follow_is_refused_not_ignored(capsys, cloud_env, tmp_path, command, follow_later):
+    # --json implies --detach: `--json --follow` created the job and returned at once, the --follow silently dropped.
+    gcs, vertex = cloud_env
+    for args in (["--json", "--follow"], ["--follow", "--json"]):
+        r = run_cli(capsys, command, "--task", "imdb", "--gpu", "T4", *args)
+        assert r.code == 2 and not r.out and "Traceback" not in r.err
+        assert r.err.splitlines() == [
+            "error: --json prints the created job and returns at once (it implies --detach): it cannot also --follow",
+            f"hint: drop --follow (then follow the job with {follow_later}), or drop --json"]
+    assert not vertex.jobs and not vertex.tuning_jobs and vertex.requests == [] and gcs.list("ftcli-test") == []
+    assert not (tmp_path / "state").exists()  # no short id handed out
+    # --json alone, or with --detach, still creates the job and returns with it
+    r = run_cli(capsys, command, "--task", "imdb", "--gpu", "T4", "--json", "--detach", "--epochs", "1")
+    assert r.code == 0 and json.loads(r.out)["short_id"] == 1, r.err
+    assert len(vertex.jobs if command == "train" else vertex.tuning_jobs) == 1
+
+
 @pytest.mark.parametrize("lose_response", [False, True])
 def test_unavailable_on_create_makes_exactly_one_job(capsys, cloud_env, lose_response):
     gcs, vertex = cloud_env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -23,9 +23,10 @@ def train(
     smoke: Annotated[bool, typer.Option(
         "--smoke", help="Run the job's own start here first, on the CPU: the trainer wheel installed by the job's "
         "start script, a few rows, one evaluation. Uploads and creates nothing.")] = False,
-    detach: Annotated[bool, typer.Option(
-        "--detach/--follow", help="--detach: return once the job is created; --follow: follow its logs until it "
-        "ends, and exit with its status.")] = False,
+    # None unless given: an explicit --follow with --json (which returns at once) is refused, not ignored
+    detach: Annotated[Optional[bool], typer.Option(  # noqa: UP045
+        "--detach/--follow", show_default=False, help="--detach: return once the job is created; --follow: follow "
+        "its logs until it ends, and exit with its status [default: --follow].")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
                         ] = False,
 ) -> None:
@@ -48,6 +49,7 @@ def train(
     from ftcli import submit
     from ftcli.output import err, escape, note, transfer
 
+    json_follow_problem(json_out, detach, "ftcli logs JOB")
     cands, skipped = submit.plan_candidates(trainer=trainer, **{**job, "labels": job["labels"] or []}, say=note)
     sub = cands[0].sub
     for line in dict.fromkeys([*skipped, *(n for c in cands for n in c.sub.notes)]):  # every candidate's, once
@@ -89,7 +91,7 @@ def train(
         with submitting([c.sub for c in cands[start:]]):
             created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start)
         sub = cands[start].sub
-        code = _report_and_follow(created, n, sent, sub, detach=detach, json_out=json_out)
+        code = _report_and_follow(created, n, sent, sub, detach=bool(detach), json_out=json_out)
         if code == 3 and start + 1 < len(cands):
             # The job failed for want of machines (a stockout, not the trainer): on to the next candidate.
             from ftcli import jobs
@@ -103,6 +105,16 @@ def train(
         if code:
             raise typer.Exit(code)
         return
+
+
+def json_follow_problem(json_out: bool, detach: bool | None, follow_later: str) -> None:
+    """--json returns as soon as the job exists (it prints the job, not its logs): an explicit --follow with it was
+    silently not followed. Refused before anything is checked or uploaded; `follow_later` says how to follow it."""
+    from ftcli.errors import UsageError
+
+    if json_out and detach is False:
+        raise UsageError("--json prints the created job and returns at once (it implies --detach): it cannot also "
+                         "--follow", hint=f"drop --follow (then follow the job with {follow_later}), or drop --json")
 
 
 def _report_and_follow(created, n: int, sent: int, sub, *, detach: bool, json_out: bool) -> int:

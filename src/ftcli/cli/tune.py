@@ -43,9 +43,9 @@ def tune(
         "eval_matthews_correlation for CoLA, eval_pearson for STS-B, ...].", rich_help_panel=TUNE)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the HyperparameterTuningJob JSON; upload and "
                                           "create nothing.")] = False,
-    detach: Annotated[bool, typer.Option(
-        "--detach/--follow", help="--detach: return once the job is created; --follow: follow its trials until it "
-        "ends.")] = False,
+    detach: Annotated[Optional[bool], typer.Option(  # noqa: UP045 - None unless given (see train's)
+        "--detach/--follow", show_default=False, help="--detach: return once the job is created; --follow: follow "
+        "its trials until it ends [default: --follow].")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the created job as JSON (implies --detach).")
                         ] = False,
 ) -> None:
@@ -65,8 +65,11 @@ def tune(
       ftcli jobs describe last    (trials, best first)   ·   ftcli download last   (the best trial's model)
     """
     from ftcli import tuning
+    from ftcli.cli.train import json_follow_problem
     from ftcli.errors import UsageError
     from ftcli.output import emit_json, err, escape, note, out, transfer
+
+    json_follow_problem(json_out, detach, "ftcli jobs describe JOB")
 
     for flag, value in (("--gpu", job["gpu"]), ("--region", job["region"])):
         if "," in (value or ""):
