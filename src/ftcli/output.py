@@ -113,6 +113,9 @@ class Column:
     min_width: int | None = None
     max_width: int | None = None
     shrink: bool = True  # may be cut with an ellipsis when the table is wider than the terminal
+    # Left out of the table (0: never) when it cannot fit the terminal even with every column that may shrink at its
+    # narrowest: 1 first, then 2, ... (a long text column, so that an id, a number or a GPU is never cut instead).
+    drop: int = 0
 
 
 def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool, empty: str = "nothing to show"
@@ -128,6 +131,11 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold")
+    kept = _fitting(columns, rows, out().width)
+    if gone := [c.header for c in columns if c not in kept]:
+        err().print(f"({' and '.join(gone)} left out to fit {out().width} columns; a wider terminal or --json shows "
+                    f"{'them' if len(gone) > 1 else 'it'})", style="dim", markup=False, highlight=False)
+    columns = kept
     cells = [[c.cell(row) for c in columns] for row in rows]
     natural = [min(max(len(c.header), *(len(r[i]) for r in cells)), c.max_width or 10**6)
                for i, c in enumerate(columns)]
@@ -146,6 +154,23 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
     # wrap; cropped at its edge, the last columns (TIME, METRIC) were dropped without a mark.
     needed = sum(caps) + 2 * (len(columns) - 1)
     out().print(table, soft_wrap=False, crop=needed <= out().width, width=max(needed, out().width))
+
+
+def _fitting(columns: Sequence[Column], rows: Sequence[dict], width: int) -> list[Column]:
+    """`columns` without those that must give way (`drop`, in its order) for the rest to fit `width`, each column
+    that may shrink counted at its narrowest (its header)."""
+    kept = list(columns)
+
+    def narrowest(c: Column) -> int:
+        if c.shrink:
+            return max(c.min_width or 0, len(c.header))
+        return min(max(len(c.header), *(len(c.cell(r)) for r in rows)), c.max_width or 10**6)
+
+    for gone in sorted((c for c in columns if c.drop), key=lambda c: c.drop):
+        if sum(map(narrowest, kept)) + 2 * (len(kept) - 1) <= width:
+            break
+        kept.remove(gone)
+    return kept
 
 
 def _shrink_to(natural: list[int], shrink: list[bool], least: list[int], room: int) -> list[int]:

@@ -55,18 +55,53 @@ def test_list_is_a_table_that_fits_80_columns_with_the_metrics(capsys, cloud_env
     assert imdb.split()[:2] == ["1", "SUCCEEDED"] and "T4x1" in imdb and "acc 0.912" in imdb
 
 
-def test_a_terminal_too_narrow_for_the_table_loses_no_column(capsys, cloud_env):
+def test_a_terminal_too_narrow_for_the_table_loses_no_column_without_a_word(capsys, cloud_env):
     # At COLUMNS=40 (less than every column's header needs) the lines were cropped at the terminal's edge: TIME became
-    # "T" and METRIC was gone, with no mark. Now each column keeps at least its header's width (long cells shortened
-    # with an ellipsis, as always) and the lines are printed whole, for the terminal to wrap.
+    # "T" and METRIC was gone, with no mark. Now the model and the task give way, said on stderr; the numbers, the
+    # GPU and the metric are never cut, and lines still too wide are printed whole, for the terminal to wrap.
     gcs, vertex = cloud_env
     three_jobs(capsys, gcs, vertex)
     r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "40"})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["JOB", "STATE", "TASK", "MODEL", "GPU", "AGE", "TIME", "METRIC"]
+    assert lines[0].split() == ["JOB", "STATE", "GPU", "AGE", "TIME", "METRIC"]
     at = lines[0].index("METRIC")
-    assert [line[at:].strip() for line in lines[1:]] == ["-", "micro…", "acc 0…"], lines  # the last column is there
+    assert [line[at:].strip() for line in lines[1:]] == ["-", "micro-F1 0.810", "acc 0.912"], lines
+    assert r.stderr == "(TASK and MODEL left out to fit 40 columns; a wider terminal or --json shows them)\n"
+
+
+def test_at_80_columns_long_job_ids_and_costs_cut_no_number_nor_gpu(capsys, cloud_env, tmp_path, monkeypatch):
+    # Jobs without a short id here (another machine's, or --all) show 19-digit ids; with a COST column the table at
+    # 80 columns cut the metric's number (`acc 0.…` for 0.912) and the GPU (`L4…`). The model gives way instead.
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    import shutil
+
+    shutil.rmtree(tmp_path / "state")  # no short ids: the jobs were submitted elsewhere
+    use_price_file(tmp_path, monkeypatch)
+    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), [len(x) for x in lines]
+    assert lines[0].split() == ["JOB", "STATE", "TASK", "GPU", "AGE", "TIME", "COST", "METRIC"]
+    assert "…" not in r.stdout
+    rows = [line.split() for line in lines[1:]]
+    assert [(len(x[0]), x[1], x[2], x[3]) for x in rows] == [
+        (19, "RUNNING", "mnli", "A100x8"), (19, "SUCCEEDED", "imdb", "L4x2"), (19, "SUCCEEDED", "imdb", "T4x1")]
+    assert [x[6:] for x in rows] == [["-", "-"], ["-", "micro-F1", "0.810"], ["$0.00", "acc", "0.912"]]
+    assert r.stderr == "(MODEL left out to fit 80 columns; a wider terminal or --json shows it)\n"
+    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "100"})
+    assert r.stdout.splitlines()[0].split() == ["JOB", "STATE", "TASK", "MODEL", "GPU", "AGE", "TIME", "COST",
+                                                "METRIC"] and r.stderr == ""
+
+
+def test_a_long_metric_name_is_cut_never_its_number():
+    from ftcli.cli.jobs import _metric
+
+    assert _metric({"metric": {"name": "eval_accuracy", "value": 0.4}}) == "acc 0.400"
+    assert _metric({"metric": {"name": "eval_my_own_weighted_recall", "value": 0.4}}) == "my-own-we… 0.400"  # 16 wide
+    assert _metric({"metric": {"name": "eval_mse", "value": 123456789.0}}) == "M… 123456789.000"
+    assert _metric({"metric": None}) == "-"
 
 
 def test_describe_of_a_failed_job_points_at_its_logs(capsys, cloud_env):

@@ -21,26 +21,37 @@ def _since(iso: str | None, now: dt.datetime) -> float | None:
     return (now - dt.datetime.fromisoformat(iso)).total_seconds() if iso else None
 
 
+METRIC_WIDTH = 16
+
+
 def _metric(row: dict) -> str:
     from ftcli.jobs import metric_label
 
     m = row.get("metric")  # its name as metrics.json spells it; the table's short spelling (acc, MCC) is drawn here
-    return f"{metric_label(m['name'])} {m['value']:.3f}" if m else "-"
+    if not m:
+        return "-"
+    name, value = metric_label(m["name"]), f"{m['value']:.3f}"
+    # At most 16 wide, as the column was: a long name (a trainer's own primary_metric) is cut, never the number.
+    room = max(METRIC_WIDTH - len(value) - 1, 2)
+    return f"{name if len(name) <= room else name[:room - 1] + '…'} {value}"
 
 
 def _columns(now: dt.datetime, cost: bool = False):
     from ftcli.output import Column, age, span
 
+    # The numbers, the GPU and the metric are never cut (`acc 0.4…` for 0.400, `L4…`): the model, then the task,
+    # shrink, and drop out of a terminal too narrow for them (a 19-digit job id and a COST column at 80 columns).
     return (
         Column("JOB", lambda r: str(r["short_id"]) if r["short_id"] else r["id"], shrink=False),
         Column("STATE", lambda r: r["state"], shrink=False),
-        Column("TASK", lambda r: ("tune:" if r.get("kind") == "tune" else "") + (r["task"] or "-"), max_width=14),
-        Column("MODEL", lambda r: r["model"] or "-", max_width=15 if cost else 22),  # COST's 7 from the model's 22
-        Column("GPU", lambda r: r["gpu"] or "cpu", max_width=10),
-        Column("AGE", lambda r: age(_since(r["created"], now)), justify="right"),
-        Column("TIME", lambda r: span(r["duration_s"]), justify="right"),
+        Column("TASK", lambda r: ("tune:" if r.get("kind") == "tune" else "") + (r["task"] or "-"), max_width=14,
+               drop=2),
+        Column("MODEL", lambda r: r["model"] or "-", max_width=15 if cost else 22, drop=1),  # COST's 7 from its 22
+        Column("GPU", lambda r: r["gpu"] or "cpu", shrink=False),
+        Column("AGE", lambda r: age(_since(r["created"], now)), justify="right", shrink=False),
+        Column("TIME", lambda r: span(r["duration_s"]), justify="right", shrink=False),
         *([Column("COST", _cost_cell, justify="right", shrink=False)] if cost else []),
-        Column("METRIC", _metric, max_width=16),
+        Column("METRIC", _metric, shrink=False),
     )
 
 
