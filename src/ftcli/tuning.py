@@ -65,6 +65,11 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
         params = tune.parse_search(search, {o.name: o.type for o in OPTIONS})
     except UsageError as e:
         problems += e.problems or [e.message]
+    try:
+        validate(trainer)
+        base: set[str] = set()
+    except UsageError as e:
+        base = set(e.problems or [e.message])  # said once below, not again for each searched value
     for p in params:
         if p.name == "model":
             # (--model itself is checked by the trial job's plan below; each searched model the same way)
@@ -74,8 +79,9 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
             try:
                 validate({**trainer, p.name: value})
             except UsageError as e:
-                problems.append(f"--search {p.name} reaches {value}: {(e.problems or [e.message])[0]}")
-                break
+                if own := [x for x in e.problems or [e.message] if x not in base]:
+                    problems.append(f"--search {p.name} reaches {value}: {own[0]}")
+                    break
     if metric is not None and not metric.startswith("eval_"):
         problems.append(f"--metric {metric!r}: name one of metrics.json's eval_* keys, e.g. eval_accuracy")
     try:

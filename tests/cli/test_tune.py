@@ -135,6 +135,22 @@ def test_bad_tuning_input_sends_nothing(capsys, cloud_env, args, needle):
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_problem_of_the_options_themselves_is_said_once_not_again_for_a_searched_value(capsys, cloud_env):
+    # `--task csv` without --train-file was listed twice: as itself and as "--search batch_size reaches 16: --task
+    # csv needs --train-file", though no searched value has anything to do with it.
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "tune", "--task", "csv")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert r.err.splitlines() == ["error: --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)"]
+    # a searched value's own problem is still named with it, once, beside the options' own
+    r = run_cli(capsys, "tune", "--task", "csv", "--search", "batch_size=choice(0,16)")
+    assert r.code == 2 and r.err.splitlines() == [
+        "error: 2 problems with the options:",
+        "  - --search batch_size reaches 0: --batch-size must be positive, got 0",
+        "  - --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)"]
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_study_files_count_is_named_as_the_file_gives_it(capsys, cloud_env, tmp_path):
     # `parallel = 3` in the file with `trials = 2` blamed --parallel, a flag never given
     gcs, vertex = cloud_env
