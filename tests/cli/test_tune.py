@@ -277,6 +277,12 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypa
         numeric = tj.name.rsplit("/", 1)[-1]
         r = run_cli(capsys, "jobs", "describe", numeric)  # it was looked up as a CustomJob only: "not found"
         assert r.code == 0 and "maximize eval_accuracy · 2/2 trials" in r.out, r.err
+    with monkeypatch.context() as m:  # a narrow terminal cut the trials' metric ("0.8…"): a number is never cut
+        m.setenv("COLUMNS", "24")
+        r = run_cli(capsys, "jobs", "describe", "1")
+        trial_lines = [ln.split() for ln in r.out.splitlines() if ln.split()[:1] in ([t.id] for t in tj.trials)]
+        assert sorted(ln[2] for ln in trial_lines) == sorted(
+            f"{t.final_measurement.metrics[0].value:.4f}" for t in tj.trials), r.out
     r = run_cli(capsys, "jobs", "describe", "1", "--json")
     assert [t["id"] for t in json.loads(r.out)["trials"]][0] == best.id
     assert json.loads(r.out)["cost_usd"] == pytest.approx(3.6 * ran / 3600, abs=1e-3)

@@ -221,7 +221,8 @@ def _describe_tuning(name, json_out: bool) -> None:
     params = list(dict.fromkeys(k for t in row["trials"] for k in t["params"]))
     columns = [Column("TRIAL", lambda t: t["id"], shrink=False), Column("STATE", lambda t: t["state"], shrink=False),
                Column(jobs.metric_label(study["metric"]).upper(),
-                      lambda t: "-" if t["value"] is None else f"{t['value']:.4f}", justify="right")]
+                      lambda t: "-" if t["value"] is None else f"{t['value']:.4f}", justify="right",
+                      shrink=False)]  # a number: never cut (0.8… at a narrow terminal), as jobs list's METRIC
     columns += [_param_column(p) for p in params]
     if row["trials"]:
         out().print()
