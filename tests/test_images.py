@@ -1,6 +1,7 @@
 """The image manifest and the pre-flight: which image runs which GPU, and what cannot work, in one line."""
 
 import dataclasses
+import datetime as dt
 
 import pytest
 
@@ -72,7 +73,33 @@ def test_vertex_prebuilt_images_are_refused_by_their_python(uri, python):
 
 
 @pytest.mark.parametrize("uri", [
+    "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest",
+    "europe-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-10:latest",
+    "us-docker.pkg.dev/vertex-ai/training/pytorch-xla.2-1",
+    "asia-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4@sha256:0123",
+])
+def test_older_vertex_pytorch_images_without_a_python_in_their_name_are_refused(uri):
+    # They went through as an image ftcli "cannot check", and the job was created on an image past its end of
+    # availability.
+    name = uri.rsplit("/", 1)[1].split(":")[0].split("@")[0]
+    problem = images.prebuilt_problem(uri, REQUIRES_PYTHON, today=dt.date(2026, 11, 27))
+    assert problem == (f"--image {uri}: Vertex's prebuilt image {name} names no Python (the trainer needs Python "
+                       f"{REQUIRES_PYTHON}; the newest of these images has 3.10), and Vertex's prebuilt PyTorch images "
+                       "are past their end of availability (pytorch-gpu.2-4.py310: 2026-07-24): leave --image out for "
+                       "ftcli's own image")
+
+
+def test_the_end_of_availability_is_told_by_the_date():
+    uri = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"
+    assert "images reach their end of availability (pytorch-gpu.2-4.py310: 2026-07-24)" in images.prebuilt_problem(
+        uri, REQUIRES_PYTHON, today=dt.date(2026, 7, 24))
+    assert "images are past their end of availability (pytorch-gpu.2-4.py310: 2026-07-24)" in images.prebuilt_problem(
+        uri, REQUIRES_PYTHON, today=dt.date(2026, 7, 25))
+
+
+@pytest.mark.parametrize("uri", [
     CU126, "us-docker.pkg.dev/my-project/repo/trainer:1", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.3-0.py312",
+    "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-5:latest", "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-8",
 ])
 def test_other_images_are_not_prebuilt_problems(uri):
     assert images.prebuilt_problem(uri, REQUIRES_PYTHON) is None

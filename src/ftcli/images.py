@@ -22,6 +22,7 @@ the 12.8 build. A cubin for X.y runs on any X.z with z >= y (CUDA's binary compa
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 
@@ -143,22 +144,43 @@ def pull_failure_hint(error: str | None, image: str, project: str, region: str) 
 # "Prebuilt containers for custom training", above): ftcli reads it from there.
 _PREBUILT = re.compile(r"^(?:us|europe|asia)-docker\.pkg\.dev/vertex-ai/training/"
                        r"(?P<name>[a-z0-9-]+\.[0-9-]+\.py(?P<py>3)(?P<minor>\d+))(?:[:@].*)?$")
+# The older ones do not: "pytorch-gpu.1-13:latest", "pytorch-gpu.1-10:latest", "pytorch-gpu.2-1:latest", as public
+# training scripts and Dockerfiles still name them (found 2026-11-27 with the search tool's find_string). Their name
+# gives no Python, and a PyTorch one of version 2.4 or older is past its end of availability with the rest: the newest,
+# pytorch-gpu.2-4.py310, reached it on 2026-07-24 ("Prebuilt containers for custom training", above; the emulator's
+# vertex_rules.PREBUILT_PYTORCH holds the dates of 2.1 to 2.4, all earlier or the same). They went through as an image
+# "ftcli cannot check", and the job was created on an image Vertex may no longer pull.
+_PREBUILT_UNNAMED_PYTHON = re.compile(r"^(?:us|europe|asia)-docker\.pkg\.dev/vertex-ai/training/"
+                                      r"(?P<name>pytorch-[a-z0-9]+\.(?P<major>\d+)-(?P<minor>\d+))(?:[:@].*)?$")
+PREBUILT_PYTORCH_NEWEST = ("pytorch-gpu.2-4.py310", (2, 4), dt.date(2026, 7, 24))
 
 
-def prebuilt_problem(uri: str, requires_python: str) -> str | None:
-    """Why one of Vertex's own prebuilt training images cannot run the trainer (its Python, from its name), or None
-    for any other image."""
+def _prebuilt_end(today: dt.date | None) -> str:
+    name, _, end = PREBUILT_PYTORCH_NEWEST
+    today = today or dt.date.today()
+    when = "are past their end of availability" if today > end else "reach their end of availability"
+    return f"Vertex's prebuilt PyTorch images {when} ({name}: {end.isoformat()})"
+
+
+def prebuilt_problem(uri: str, requires_python: str, today: dt.date | None = None) -> str | None:
+    """Why one of Vertex's own prebuilt training images cannot run the trainer (its Python, from its name; or, for an
+    older PyTorch one whose name gives no Python, its end of availability), or None for any other image."""
     from packaging.specifiers import SpecifierSet
 
     m = _PREBUILT.match(uri.strip())
     if m is None:
-        return None
+        old = _PREBUILT_UNNAMED_PYTHON.match(uri.strip())
+        if old is None or (int(old["major"]), int(old["minor"])) > PREBUILT_PYTORCH_NEWEST[1]:
+            return None
+        return (f"--image {uri}: Vertex's prebuilt image {old['name']} names no Python (the trainer needs Python "
+                f"{requires_python}; the newest of these images has 3.10), and {_prebuilt_end(today)}: leave --image "
+                "out for ftcli's own image")
     python = f"{m['py']}.{m['minor']}"
     if python in SpecifierSet(requires_python):
         return None
     return (f"--image {uri}: Vertex's prebuilt image {m['name']} has Python {python}; the trainer needs Python "
-            f"{requires_python} (its transformers does), and Vertex's prebuilt PyTorch images are past their end of "
-            "availability (pytorch-gpu.2-4.py310: 2026-07-24): leave --image out for ftcli's own image")
+            f"{requires_python} (its transformers does), and {_prebuilt_end(today)}: leave --image out for ftcli's "
+            "own image")
 
 
 def default_image(hw: Hardware) -> Image:

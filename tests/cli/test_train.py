@@ -311,6 +311,10 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--gpu", "T4", "--image", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"],
      "--image us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest: Vertex's prebuilt image "
      "pytorch-gpu.2-4.py310 has Python 3.10; the trainer needs Python >=3.11"),
+    # an older one, whose name gives no Python: it went through as an image ftcli "cannot check"
+    (["--gpu", "T4", "--image", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest"],
+     "--image us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest: Vertex's prebuilt image "
+     "pytorch-gpu.1-13 names no Python"),
     (["--max-wait", "2h"], "--max-wait is how long a --flex-start job queues"),
     (["--gpu", "L4", "--region", "europe-west6"], "europe-west6 does not offer L4 GPUs for training: try --region"),
     (["--display-name", "exp\t1"], "has a control character"),
