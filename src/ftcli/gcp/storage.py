@@ -82,7 +82,11 @@ class StorageGateway:
         locations", https://docs.cloud.google.com/vertex-ai/docs/general/locations, read 2026-11-26). Reading the
         location takes storage.buckets.get, which roles/storage.objectAdmin lacks (roles/storage.admin and
         roles/storage.legacyBucketReader have it: "IAM roles for Cloud Storage",
-        https://cloud.google.com/storage/docs/access-control/iam-roles, named 2026-11-27).
+        https://cloud.google.com/storage/docs/access-control/iam-roles, named 2026-11-27; the permission sets as
+        Google's google-cloud-storage Java reference lists them, StorageRoles: admin() "storage.buckets.*,
+        storage.objects.*", objectAdmin() "storage.objects.*", legacyBucketReader() "storage.buckets.get,
+        storage.objects.list", https://cloud.google.com/java/docs/reference/google-cloud-storage/latest/
+        com.google.cloud.storage.StorageRoles, read 2026-11-27).
         """
         from google.api_core import exceptions as gexc
 
