@@ -251,6 +251,50 @@ def test_an_unusable_key_file_is_named_not_called_missing_credentials(capsys, tm
                     "`gcloud auth application-default login`")
 
 
+@pytest.mark.parametrize("case", ["token file missing", "token URL unreachable", "STS refuses"])
+def test_a_workload_identity_file_whose_token_fails_is_one_line(capsys, tmp_path, monkeypatch, case):
+    """An external_account file (what google-github-actions/auth writes for Workload Identity Federation): without
+    GOOGLE_CLOUD_PROJECT, google.auth.default exchanges its subject token at once to look up the pool's project, so a
+    token file that is gone, an OIDC URL out of reach or an exchange the STS refuses raised RefreshError or
+    TransportError out of credentials(): a traceback instead of one line. Real HTTP: nothing listens on port 1, and the
+    token endpoint is a local server that answers as Google's does."""
+    from tests.cli.helpers import run_cli
+    from tests.emulators.oauth import RefusingTokenEndpoint
+
+    token = tmp_path / "oidc-token"
+    if case != "token file missing":
+        token.write_text("header.payload.signature")
+    source = ({"url": "http://127.0.0.1:1/oidc", "format": {"type": "json", "subject_token_field_name": "value"}}
+              if case == "token URL unreachable" else {"file": str(token), "format": {"type": "text"}})
+    with RefusingTokenEndpoint(description="The audience in ID Token does not match the expected audience.") as sts:
+        key = tmp_path / "gha-creds.json"
+        key.write_text(json.dumps({
+            "type": "external_account",
+            "audience": "//iam.googleapis.com/projects/123456789/locations/global/workloadIdentityPools/gh/providers/p",
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "token_url": sts.url,
+            "credential_source": source}))
+        for var in ("FTCLI_VERTEX_ENDPOINT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT"):
+            monkeypatch.delenv(var, raising=False)  # the real endpoint: credentials are looked up
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+        monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "config.toml"))
+        monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+        monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+        r = run_cli(capsys, "jobs", "list", "--project", "test-project", "--region", "us-central1")
+        assert sts.requests == (1 if case == "STS refuses" else 0)
+    assert r.code == 1 and "Traceback" not in r.err and r.out == ""
+    first, hint = r.err.splitlines()
+    if case == "token URL unreachable":
+        assert first.startswith(f"error: cannot get an access token for GOOGLE_APPLICATION_CREDENTIALS={key}: ")
+        assert "127.0.0.1" in first and hint.startswith("hint: check your network")
+        return
+    assert first == {
+        "token file missing": f"error: GOOGLE_APPLICATION_CREDENTIALS={key} cannot be used: File '{token}' was not "
+                              "found.",
+        "STS refuses": f"error: GOOGLE_APPLICATION_CREDENTIALS={key} cannot be used: Error code invalid_grant: The "
+                       "audience in ID Token does not match the expected audience."}[case]
+    assert hint.startswith("hint: for workload identity federation, the file's credential_source must give a token")
+
+
 @pytest.mark.parametrize(("reason", "said"), [
     ("SERVICE_DISABLED", "the storage.googleapis.com API is not enabled in project p"),
     ("BILLING_DISABLED", "billing is disabled for project p: storage.googleapis.com needs it"),

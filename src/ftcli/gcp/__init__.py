@@ -38,15 +38,15 @@ LOGIN = "run `gcloud auth application-default login`"
 def credentials():
     """Application Default Credentials, or one clear line saying how to get them."""
     import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, TransportError
 
+    key_file = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
     try:
         creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
     except DefaultCredentialsError as e:
         why = str(e.args[0]) if e.args else str(e)
         if len(e.args) > 1 and isinstance(e.args[1], Exception):  # what was wrong in the file: its fields, its JSON
             why = f"{why.rstrip('.')} ({first_line(e.args[1])})"
-        key_file = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
         if key_file:  # found, but not usable: missing, not JSON, not a key ("no credentials found" sent people astray)
             raise FtcliError(f"GOOGLE_APPLICATION_CREDENTIALS={key_file} cannot be used: {why}",
                              hint=f"point it at a service account key file (JSON), or unset it and {LOGIN}") from None
@@ -56,6 +56,23 @@ def credentials():
             "no Google Cloud credentials found",
             hint=f"{LOGIN}, or set GOOGLE_APPLICATION_CREDENTIALS to a key file",
         ) from None
+    except GoogleAuthError as e:
+        # Workload Identity Federation (an external_account file, what google-github-actions/auth writes): without
+        # GOOGLE_CLOUD_PROJECT, google.auth.default fetches a token at once to look up the pool's project
+        # (google-auth 2.63.0, _default.default: "For external account credentials, scopes are required to determine
+        # the project ID"), so a subject token that is missing, expired or unreachable fails here, not at the first
+        # call: it was a RefreshError or TransportError traceback.
+        where = f"GOOGLE_APPLICATION_CREDENTIALS={key_file}" if key_file else "your Application Default Credentials"
+        # A refused exchange is RefreshError(message, response body): its str() is the tuple's repr.
+        why = first_line(Exception(e.args[0]) if e.args and isinstance(e.args[0], str) else e)
+        if isinstance(e, TransportError):
+            raise FtcliError(f"cannot get an access token for {where}: {why}",
+                             hint="check your network (and, for workload identity federation, that the file's "
+                                  "credential_source can be reached from here) and try again") from None
+        raise FtcliError(f"{where} cannot be used: {why}",
+                         hint="for workload identity federation, the file's credential_source must give a token that "
+                              "exists and has not expired (in CI: run the auth step in the same job); or "
+                              + (f"unset it and {LOGIN}" if key_file else LOGIN)) from None
     return creds
 
 
