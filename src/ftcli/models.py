@@ -252,13 +252,21 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
 
 # --- predict ---------------------------------------------------------------------------------------------------
 
+def cache_dir() -> Path:
+    """ftcli's cache folder: `<user cache dir>/ftcli`, or FTCLI_CACHE_DIR (a container whose user has no writable
+    home, a CI runner's cache volume), as FTCLI_STATE_DIR moves the history."""
+    if os.environ.get("FTCLI_CACHE_DIR"):
+        return Path(os.environ["FTCLI_CACHE_DIR"])
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("ftcli"))
+
+
 def cached_model(name: JobName) -> Path:
     """Where `ftcli predict JOB` keeps a job's model: the user cache, by project, region and job id (a job id is
     Vertex's for one project and region: keyed by the id alone, another project's job of that id, or a restarted
     emulator's, had its model taken for this one's)."""
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("ftcli")) / "models" / name.project / name.region / name.id
+    return cache_dir() / "models" / name.project / name.region / name.id
 
 
 def model_folder(model: str, project: str | None, region: str | None, *, notify: Notify | None = None,
@@ -276,6 +284,15 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
     else:
         name = jobs.resolve_job(model, project, region, trial=trial, notify=notify, folder_too=True)
         path = cached_model(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            # A home that is missing or read-only (a container's user): it said "cannot use /nonexistent: No such
+            # file or directory", naming neither the cache nor how to move it.
+            why = f"{e.strerror} ({e.filename})" if e.strerror and e.filename else (e.strerror or str(e))
+            raise FtcliError(f"cannot keep the model of job {model} in ftcli's model cache {path.parent}: {why}",
+                             hint=f"set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download {model} DIR` "
+                                  "and `ftcli predict DIR ...`") from None
         if not (path / COMPLETE_MARKER).exists():
             # ftcli's own cache folder: a copy left without its marker is completed in place
             path = download_model(name, path, force=True, shown=model, notify=notify, progress=progress).path

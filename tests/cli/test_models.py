@@ -772,6 +772,42 @@ def test_predict_on_a_job_downloads_its_model_to_the_cache_once(capsys, cloud_en
     assert r.code == 0, r.err
 
 
+def test_predict_on_a_job_without_a_writable_home_says_what_it_needs(capsys, cloud_env, monkeypatch, tmp_path,
+                                                                       tiny_model):
+    """A container whose user has no home (HOME=/nonexistent): `ftcli predict JOB` said "cannot use /nonexistent: No
+    such file or directory" and "FTCLI_DEBUG=1 shows where it happened", naming neither the model cache nor a way to
+    move it. FTCLI_CACHE_DIR moves it, as FTCLI_STATE_DIR moves the history, and `config list` names both."""
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    blocker = tmp_path / "not-a-home"
+    blocker.write_text("a file where the home should be")  # mkdir under it fails as under a missing home
+    monkeypatch.setenv("HOME", str(blocker))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("FTCLI_CACHE_DIR", raising=False)
+    name = make_job(vertex, "sst2-run", f"gs://{BUCKET}/team/ftcli/runs/sst2-run/")
+    files = {p.relative_to(tiny_model).as_posix(): p.read_bytes() for p in tiny_model.rglob("*") if p.is_file()}
+    seed_model(gcs, "team/ftcli/runs/sst2-run/", {**files, "_COMPLETE": b""})
+    job_id = name.rsplit("/", 1)[1]
+
+    r = run_cli(capsys, "predict", job_id, "a wonderful film")
+    assert r.code == 1 and r.out == "" and "Traceback" not in r.err
+    error, hint = r.err.splitlines()
+    assert error.startswith(f"error: cannot keep the model of job {job_id} in ftcli's model cache {blocker}/")
+    assert hint == (f"hint: set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download {job_id} DIR` and "
+                    "`ftcli predict DIR ...`")
+    assert blocker.read_text() == "a file where the home should be" and os.listdir(tmp_path) == ["not-a-home"]
+
+    monkeypatch.setenv("FTCLI_CACHE_DIR", str(tmp_path / "ci-cache"))
+    r = run_cli(capsys, "predict", job_id, "a wonderful film", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["label"] in {"LABEL_0", "LABEL_1"}
+    assert tree(tmp_path / "ci-cache" / "models" / "test-project" / "us-central1" / job_id) == {
+        **files, "_COMPLETE": b""}
+    r = run_cli(capsys, "config", "list")
+    assert f"model cache: {tmp_path / 'ci-cache' / 'models'}\n" in r.err
+    assert f"history:     {tmp_path / 'state' / 'history.sqlite3'}\n" in r.err
+
+
 @pytest.mark.parametrize("into", ["new", "empty"])
 def test_ctrl_c_during_a_download_says_what_the_folder_holds(cloud_env, job, tmp_path, into):
     # typer turned the Ctrl-C into exit 130 with nothing said (app's "interrupted" line never ran); whether the

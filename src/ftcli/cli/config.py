@@ -112,6 +112,15 @@ def list_(
         missing = ("  (FTCLI_PRICES names no file: fix the path or unset it)" if os.environ.get("FTCLI_PRICES")
                    else " (none: cost lines give no dollar amounts)")
         note(f"price file:  {prices}" + ("" if prices.exists() else missing))
+        # README's set-up says `config list` names where the history and the model cache go: a container or CI
+        # runner without a writable home needs to know what to move (FTCLI_STATE_DIR, FTCLI_CACHE_DIR).
+        from ftcli.history import db_path
+        from ftcli.models import cache_dir
+
+        note(f"history:     {db_path()}"
+             + ("" if os.environ.get("FTCLI_STATE_DIR") else "  (FTCLI_STATE_DIR moves it)"))
+        note(f"model cache: {cache_dir() / 'models'}"
+             + ("" if os.environ.get("FTCLI_CACHE_DIR") else "  (FTCLI_CACHE_DIR moves it)"))
 
 
 @app.command("unset")
