@@ -231,11 +231,32 @@ def age(seconds: float | None) -> str:
 
 # --- progress ----------------------------------------------------------------------------------------------------
 
+def animated(console) -> bool:
+    """Whether `console` may draw spinners and bars: its stream is a terminal, and not a dumb one.
+
+    Rich counts FORCE_COLOR (and TTY_COMPATIBLE=1) as a terminal whatever the stream is (rich 15,
+    `Console.is_terminal`), and CI workflows set FORCE_COLOR to get colours in their logs: a followed job's spinner was
+    then redrawn about 12 times a second into the log, cursor codes and all, and each upload drew a bar. Colours stay
+    as Rich decides; animation also needs the stream itself to be a terminal, or TTY_INTERACTIVE=1 (Rich's own switch
+    for animations; TTY_INTERACTIVE=0 and TERM=dumb turn them off through `Console.is_interactive`)."""
+    import os
+
+    if not console.is_interactive:
+        return False
+    if os.environ.get("TTY_INTERACTIVE") == "1":
+        return True
+    isatty = getattr(console.file, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
 @contextmanager
 def transfer(description: str) -> Iterator[Callable[[int, int | None], None] | None]:
     """A `progress(done, total)` callback that draws a byte bar on stderr, or None when stderr is no terminal."""
     console = err()
-    if not console.is_terminal:
+    if not animated(console):
         yield None
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
@@ -258,7 +279,7 @@ class Waiting:
 
     def update(self, what: str, elapsed_s: float) -> None:
         text = f"{what} · {span(elapsed_s)}"
-        if self.console.is_terminal:
+        if animated(self.console):
             if self._status is None:
                 self._status = self.console.status(escape(text))
                 self._status.start()

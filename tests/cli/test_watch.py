@@ -5,6 +5,7 @@ import datetime as dt
 import io
 import time
 
+import pytest
 from rich.console import Console
 
 from ftcli.cli.watch import FollowView
@@ -16,9 +17,16 @@ from tests.conftest import use_price_file
 NAME = JobName("p", "us-central1", "123")
 
 
+class Screen(io.StringIO):
+    """A stream that says it is a terminal, as a tty does."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def console(terminal: bool) -> tuple[Console, io.StringIO]:
-    buf = io.StringIO()
-    return Console(file=buf, force_terminal=terminal, width=100, highlight=False), buf
+    buf = Screen() if terminal else io.StringIO()
+    return Console(file=buf, width=100, highlight=False), buf
 
 
 def test_elsewhere_a_wait_is_a_plain_line_each_full_minute():
@@ -43,6 +51,33 @@ def test_on_a_terminal_a_wait_is_a_spinner_that_goes_away():
     text = buf.getvalue()
     assert "job 3: PENDING, waiting for machines · 1m" in text
     assert "\x1b[" in text  # drawn and redrawn in place, not printed line after line
+
+
+@pytest.mark.parametrize("env", [{"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}, {"TERM": "dumb", "screen": "yes"}])
+def test_a_log_that_asks_for_colours_gets_no_spinner_or_bar(monkeypatch, env):
+    """CI workflows set FORCE_COLOR (or Rich's TTY_COMPATIBLE) to get colours in their logs, and Rich then takes the
+    log for a terminal: a followed job's spinner was redrawn about 12 times a second into the log file, and every
+    upload drew a bar. On a dumb terminal neither the spinner (Rich does not draw it there) nor a line was shown."""
+    from ftcli import output
+
+    env = dict(env)
+    screen = env.pop("screen", None)
+    monkeypatch.delenv("TTY_INTERACTIVE", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    buf = Screen() if screen else io.StringIO()
+    c = Console(file=buf, width=100, highlight=False)  # as ftcli's own
+    w = Waiting(c)
+    for elapsed in (0, 5, 59, 60, 61, 125):
+        w.update("job 3: PENDING, waiting for machines", elapsed)
+        time.sleep(0.05)
+    w.stop()
+    assert buf.getvalue().splitlines() == ["job 3: PENDING, waiting for machines · 1m",
+                                           "job 3: PENDING, waiting for machines · 2m"]
+    assert "\x1b" not in buf.getvalue() and "\r" not in buf.getvalue()
+    monkeypatch.setattr(output, "err", lambda: c)
+    with output.transfer("uploading train.csv") as progress:
+        assert progress is None  # no bar: the upload says what it sent when it is done
 
 
 def test_success_says_what_to_run_next():
