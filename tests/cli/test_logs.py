@@ -319,7 +319,12 @@ def test_no_follow_retries_a_passing_503_and_a_used_up_read_quota(capsys, logs_e
     assert r.code == 1 and "error: cannot reach Cloud Logging" in r.err and time.monotonic() - started < 15
 
 
-def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
+@pytest.mark.parametrize(("sig", "status"), [
+    (signal.SIGINT, 130),
+    # A CI runner cancelling the step, `docker stop` or a cron timeout (SIGTERM), a closed terminal (SIGHUP): they
+    # killed the follower without a word (`ftcli train` follows by default), the job running on, unnamed in the log.
+    (signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env, sig, status):
     vertex, logs, job = logs_env
     env = {**os.environ}
     proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1"],
@@ -329,13 +334,15 @@ def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env):
                        lambda: f"tails open: {logs.active_tails}, opened: {logs.tails_opened}")
         logs.write_line(job["id"], "workerpool0-0", "still training")
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 130, err
+    assert proc.returncode == status, err
+    assert "Traceback" not in err and err.splitlines()[-1] == (
+        "detached; the job keeps running. Re-attach: ftcli logs 1   cancel: ftcli jobs cancel 1")
     assert "still training" in out
     assert "detached; the job keeps running" in err and "ftcli jobs cancel 1" in err
     assert vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"

@@ -160,30 +160,14 @@ def submitting(subs, *, tuning: bool = False):
     ran on without a short id), say whether a job exists and name it when it does (`interrupted_submission`), then
     end with 130, or 128 + the signal's number as a shell reports it. An ignored signal stays ignored: `nohup ftcli
     train ...` asks to outlive its terminal's SIGHUP."""
-    import signal
+    from ftcli.cli.watch import stop_signals_interrupt
 
-    got: list[int] = []
-
-    def stop(signum, frame):
-        got.append(signum)
-        raise KeyboardInterrupt
-
-    before = {}
-    for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
-        if sig is None or signal.getsignal(sig) == signal.SIG_IGN:
-            continue
-        try:
-            before[sig] = signal.signal(sig, stop)
-        except ValueError:  # not the main thread: nothing to change
-            pass
     try:
-        yield
+        with stop_signals_interrupt() as got:
+            yield
     except KeyboardInterrupt:
         code = interrupted_submission(subs, tuning=tuning)
         raise typer.Exit(128 + got[0] if got else code) from None
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 def interrupted_submission(subs, *, tuning: bool = False) -> int:

@@ -126,7 +126,7 @@ def tune(
 
 def _follow(name, n: int) -> int:
     from ftcli import tuning
-    from ftcli.cli.watch import timing_from_env
+    from ftcli.cli.watch import stop_signals_interrupt, timing_from_env
     from ftcli.output import err, note, out
 
     o = out()
@@ -139,12 +139,13 @@ def _follow(name, n: int) -> int:
             err().print(f"tuning job {n}: {job.state}", markup=False, highlight=False)
 
     try:
-        job = tuning.follow(lambda: tuning.get(name, note), on_update,
-                            interval=timing_from_env().state_interval)
+        with stop_signals_interrupt() as got:
+            job = tuning.follow(lambda: tuning.get(name, note), on_update,
+                                interval=timing_from_env().state_interval)
     except KeyboardInterrupt:
         err().print(f"detached: tuning job #{n} keeps running · follow: ftcli jobs describe {n} · cancel: "
                     f"ftcli jobs cancel {n}", markup=False, highlight=False)
-        return 130
+        return 128 + got[0] if got else 130
     from ftcli import prices
     from ftcli.cli.cost import say_spent
 

@@ -3,8 +3,10 @@ reports events, `FollowView` renders them (lines to stdout, states and waits to 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+from collections.abc import Iterator
 
 from ftcli.errors import UsageError
 from ftcli.follow import Events, Line, Notice, Outcome, Timing
@@ -115,9 +117,39 @@ class FollowView(Events):
                       "{per_hour} an hour{billed})", err=self.err)
 
 
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[list[int]]:
+    """While the block runs, SIGTERM and SIGHUP (a CI runner cancelling the step, `docker stop`, a closed terminal)
+    raise KeyboardInterrupt as Ctrl-C does, so the block's Ctrl-C handling names the job and what to run next; by
+    default they killed ftcli without a word, the job running on. The list it yields gets the signal's number (the
+    caller exits with 128 + it, as a shell reports a signal). An ignored signal stays ignored (`nohup ftcli ...`)."""
+    import signal
+
+    got: list[int] = []
+
+    def stop(signum, frame):
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    before = {}
+    for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
+        if sig is None or signal.getsignal(sig) == signal.SIG_IGN:
+            continue
+        try:
+            before[sig] = signal.signal(sig, stop)
+        except ValueError:  # not the main thread: nothing to change
+            pass
+    try:
+        yield got
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None = None,
           since: dt.datetime | None = None, severity: str | None = None, json_out: bool = False) -> int:
-    """Follow job `name` on the screen; return the exit status (the job's, or 130 on Ctrl-C)."""
+    """Follow job `name` on the screen; return the exit status (the job's, or 130 on Ctrl-C, 128 + the signal's
+    number on SIGTERM or SIGHUP)."""
     from ftcli import follow as core
     from ftcli.gcp.cloud_logging import get_logging
     from ftcli.gcp.vertex import get_vertex
@@ -127,14 +159,15 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
     vertex = get_vertex(name.project, name.region, notify=note)
     view = FollowView(shown, json_out=json_out)
     try:
-        outcome = core.follow_job(name, vertex=vertex, logs=get_logging(name.project, notify=note),
-                                  events=view, follow=follow,
-                                  replica=replica, severity=severity, since=since, timing=timing, label=shown)
+        with stop_signals_interrupt() as got:
+            outcome = core.follow_job(name, vertex=vertex, logs=get_logging(name.project, notify=note),
+                                      events=view, follow=follow,
+                                      replica=replica, severity=severity, since=since, timing=timing, label=shown)
     except KeyboardInterrupt:
         view.done_waiting()
         err().print(f"\ndetached; the job keeps running. Re-attach: ftcli logs {shown}   "
                     f"cancel: ftcli jobs cancel {shown}")
-        return 130
+        return 128 + got[0] if got else 130
     finally:
         view.done_waiting()
     if outcome.state is not None:
