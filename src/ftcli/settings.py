@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ftcli.errors import UsageError
+from ftcli.errors import FtcliError, UsageError
 from ftcli_trainer.storage import split_gcs
 
 REGION_FIELD = "{region}"  # in a bucket value, stands for the job's region
@@ -123,6 +123,14 @@ def save_config_file(values: dict[str, str | None]) -> Path:
         blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), e.filename)
         raise UsageError(f"cannot save the config file {path}: {blocker} is a file, not a folder",
                          hint="point FTCLI_CONFIG at a file in a folder (it need not exist yet)") from None
+    except OSError as e:
+        # A home that is missing or read-only (a container's user, HOME=/nonexistent): it said "cannot use
+        # /nonexistent: No such file or directory", naming neither the config file nor the way round it.
+        why = f"{e.strerror} ({e.filename})" if e.strerror and e.filename else (e.strerror or str(e))
+        raise FtcliError(f"cannot save the config file {path}: {why}",
+                         hint="point FTCLI_CONFIG at a file in a writable folder, or set the setting's FTCLI_* "
+                              "variable instead (FTCLI_PROJECT, FTCLI_REGION, FTCLI_BUCKET, FTCLI_SERVICE_ACCOUNT, "
+                              "FTCLI_IMAGE_MIRROR)") from None
     # Read, edit and replace under a lock on the file's folder: two `ftcli config set` at once (a set-up script
     # running them in parallel) each read the file before the other wrote it, and the later rename dropped the
     # earlier one's key.

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,23 @@ def test_unset_says_what_it_did_and_what_the_setting_is_now(capsys, monkeypatch,
     r = run_cli(capsys, "config", "unset", "service-account")
     assert r.code == 0 and r.out == ""
     assert r.err == f"service-account is not in the config file {path}: nothing to unset\n"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc, where no folder can be made, is Linux's")
+def test_set_without_a_writable_home_names_the_config_file_and_the_variables(capsys, monkeypatch, isolated):
+    """A container whose user has no home (HOME=/nonexistent): `config set` said "cannot use /nonexistent: No such
+    file or directory" and "FTCLI_DEBUG=1 shows where it happened"; the config file and the FTCLI_* variables that
+    need no file went unsaid. /proc takes no new folder, for root either."""
+    monkeypatch.delenv("FTCLI_CONFIG")
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("HOME", "/proc/ftcli-no-home")
+    r = run_cli(capsys, "config", "set", "region", "europe-west4")
+    assert r.code == 1 and r.out == "" and "Traceback" not in r.err
+    assert r.err.splitlines() == [
+        "error: cannot save the config file /proc/ftcli-no-home/.config/ftcli/config.toml: No such file or directory "
+        "(/proc/ftcli-no-home)",
+        "hint: point FTCLI_CONFIG at a file in a writable folder, or set the setting's FTCLI_* variable instead "
+        "(FTCLI_PROJECT, FTCLI_REGION, FTCLI_BUCKET, FTCLI_SERVICE_ACCOUNT, FTCLI_IMAGE_MIRROR)"]
+    monkeypatch.setenv("FTCLI_REGION", "europe-west4")  # what the hint says works with no file at all
+    r = run_cli(capsys, "config", "get", "region")
+    assert r.code == 0 and r.out == "europe-west4\n"
