@@ -224,6 +224,61 @@ def test_an_expired_login_over_grpc_is_said_at_once_not_retried_as_unavailable(v
         assert tokens.requests >= 2 and vertex.requests == [] and cloud_logging.requests == []
 
 
+def test_a_refused_workload_identity_token_names_the_file_not_a_login(vertex, cloud_logging, tmp_path, monkeypatch):
+    """GOOGLE_APPLICATION_CREDENTIALS names a Workload Identity Federation file (a CI runner's, GOOGLE_CLOUD_PROJECT
+    set as google-github-actions/auth sets it, so the token is first asked for at the first call) and the STS refuses
+    the exchange: ftcli said "run `gcloud auth application-default login`", which changes nothing while the variable
+    names the file google.auth reads first. The file's credentials as ftcli loads them, google-auth's gRPC plugin, a
+    token endpoint that answers as Google's does."""
+    from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+    from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
+    from google.cloud.logging_v2.services.logging_service_v2 import LoggingServiceV2Client
+    from google.cloud.logging_v2.services.logging_service_v2.transports import LoggingServiceV2GrpcTransport
+
+    from ftcli.errors import LogsUnavailable
+    from ftcli.gcp import credentials
+    from ftcli.gcp.cloud_logging import LoggingGateway
+    from ftcli.gcp.vertex import VertexGateway
+    from tests.emulators.oauth import RefusingTokenEndpoint
+
+    token = tmp_path / "oidc-token"
+    token.write_text("header.payload.signature")
+    key = tmp_path / "gha-creds.json"
+    with RefusingTokenEndpoint(description="The audience in ID Token does not match the expected audience.") as sts:
+        key.write_text(json.dumps({
+            "type": "external_account",
+            "audience": "//iam.googleapis.com/projects/123456789/locations/global/workloadIdentityPools/gh/providers/p",
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "token_url": sts.url,
+            "credential_source": {"file": str(token), "format": {"type": "text"}}}))
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+        monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "test-project")
+        creds = credentials()
+        assert sts.requests == 0  # nothing asked for yet: the first call asks
+        gateway = VertexGateway.__new__(VertexGateway)
+        gateway.project, gateway.region, gateway.notify = "test-project", "us-central1", None
+        gateway.parent, gateway.endpoint = "projects/test-project/locations/us-central1", vertex.address
+        gateway.client = JobServiceClient(transport=JobServiceGrpcTransport(
+            channel=vertex.authenticated_channel(creds)))
+        logs = LoggingGateway.__new__(LoggingGateway)
+        logs.project, logs.resource, logs.notify, logs.endpoint = "test-project", "projects/test-project", None, \
+            cloud_logging.address
+        logs.client = LoggingServiceV2Client(transport=LoggingServiceV2GrpcTransport(
+            channel=cloud_logging.authenticated_channel(creds)))
+        with pytest.raises(FtcliError) as info:
+            gateway.list()
+        with pytest.raises(LogsUnavailable) as denied:
+            list(logs.list('resource.labels.job_id="1"', patience=60))
+        assert sts.requests >= 2
+    hint = (f"check GOOGLE_APPLICATION_CREDENTIALS={key} (a key that is not revoked; for workload identity federation, "
+            "a token from its credential_source that is current and a provider that accepts it), or unset it and run "
+            "`gcloud auth application-default login`")
+    assert info.value.message == ("your Google Cloud credentials do not work: Error code invalid_grant: The audience "
+                                  "in ID Token does not match the expected audience.")
+    assert info.value.hint == hint
+    assert denied.value.reason == "denied" and "invalid_grant" in denied.value.message and denied.value.hint == hint
+    assert vertex.requests == [] and cloud_logging.requests == []
+
+
 @pytest.mark.parametrize(("content", "why"), [
     ("not json", "is not a valid json file (Expecting value: line 1 column 1 (char 0))"),
     ('{"type": "service_account"}', "Failed to load service account credentials from"),

@@ -35,6 +35,18 @@ ROLES = {"vertex": "roles/aiplatform.user", "storage": "roles/storage.admin on t
 LOGIN = "run `gcloud auth application-default login`"
 
 
+def relogin() -> str:
+    """The fix for credentials that stopped working: a fresh login, or, when GOOGLE_APPLICATION_CREDENTIALS names the
+    credentials (a CI runner's Workload Identity Federation file, a service account key), that file: there a login
+    was no fix, since google.auth reads the file first and the login is never used."""
+    key_file = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if not key_file:
+        return LOGIN
+    return (f"check GOOGLE_APPLICATION_CREDENTIALS={key_file} (a key that is not revoked; for workload identity "
+            f"federation, a token from its credential_source that is current and a provider that accepts it), or "
+            f"unset it and {LOGIN}")
+
+
 def credentials():
     """Application Default Credentials, or one clear line saying how to get them."""
     import google.auth
@@ -205,9 +217,9 @@ def account_problem(e: Exception, *, service: str, project: str | None = None) -
     token = credentials_failure(e)
     if token is not None:
         if any(code in token for code in LOGIN_ERRORS):
-            return FtcliError(f"your Google Cloud credentials do not work: {token}", hint=LOGIN)
+            return FtcliError(f"your Google Cloud credentials do not work: {token}", hint=relogin())
         return FtcliError(f"cannot get an access token for your Google Cloud credentials: {token}",
-                          hint=f"check your network and try again, or {LOGIN}")
+                          hint=f"check your network and try again, or {relogin()}")
     reason, metadata = error_info(e)
     api = metadata.get("service") or APIS.get(service, service)
     consumer = metadata.get("consumer") or ""
@@ -268,7 +280,7 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         if isinstance(e, aexc.TransportError):
             return FtcliError(f"cannot reach Google's sign-in service to use your credentials: {message}",
                               hint="check your network and try again")
-        return FtcliError(f"your Google Cloud credentials do not work: {message}", hint=LOGIN)
+        return FtcliError(f"your Google Cloud credentials do not work: {message}", hint=relogin())
     if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
         # Running a job as a service account takes iam.serviceAccounts.actAs on it, which Service Account User grants
         # ("Use a custom service account", https://docs.cloud.google.com/vertex-ai/docs/general/custom-service-account,
@@ -281,7 +293,7 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
                           hint=f"grant {ROLES.get(service, 'the right role')} to your account (or the service "
                                f"account) on project {project or '?'}")
     if isinstance(e, gexc.Unauthenticated):
-        return FtcliError(f"not authenticated to {name}: {message}", hint=LOGIN)
+        return FtcliError(f"not authenticated to {name}: {message}", hint=relogin())
     if rate_limited(e):
         metric = quota_metric(e)
         return FtcliError(f"{name} is limiting the rate of requests{f' ({metric})' if metric else ''}: {message}",

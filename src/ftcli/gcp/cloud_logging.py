@@ -17,13 +17,13 @@ from collections.abc import Iterator
 
 from ftcli.errors import LogsUnavailable
 from ftcli.gcp import (
-    LOGIN,
     ROLES,
     Notify,
     account_problem,
     credentials,
     first_line,
     plaintext_endpoint,
+    relogin,
     retry_notice,
     retryable,
 )
@@ -115,7 +115,7 @@ class LoggingGateway:
                 hint=f"grant {ROLES['logging']} on project {self.project} to your account")
         if isinstance(e, (gexc.Unauthenticated, aexc.RefreshError, aexc.DefaultCredentialsError)):
             return LogsUnavailable("denied", f"cannot read the job's logs: not authenticated ({detail})",
-                                   hint=LOGIN)
+                                   hint=relogin())
         if isinstance(e, gexc.ResourceExhausted):
             limit = "10 live tails per project" if tail else "60 log reads a minute per project"
             return LogsUnavailable("quota", f"Cloud Logging's read quota is used up ({limit}): {detail}",
