@@ -394,7 +394,30 @@ def _short(name: str) -> str:
     return name if len(name) <= TICK_CHARS else name[:TICK_CHARS - 1] + "…"
 
 
+def _matplotlib_config_dir() -> None:
+    """Give matplotlib a writable config folder where the user's is not (a container's user with no writable home):
+    it made one in the temp folder by itself, and printed two unformatted warnings about it among ftcli's lines
+    ("mkdir -p failed for path ...", "Matplotlib created a temporary cache directory ..."). Its own rule: MPLCONFIGDIR,
+    else $XDG_CONFIG_HOME/matplotlib or ~/.config/matplotlib on Linux (matplotlib's `_get_config_or_cache_dir`)."""
+    if os.environ.get("MPLCONFIGDIR") or sys.platform != "linux":
+        return
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    try:
+        Path(base, "matplotlib").mkdir(parents=True, exist_ok=True)
+        if os.access(Path(base, "matplotlib"), os.W_OK):
+            return
+    except OSError:
+        pass
+    import atexit
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="ftcli-matplotlib-")
+    atexit.register(shutil.rmtree, tmp, True)
+    os.environ["MPLCONFIGDIR"] = tmp
+
+
 def _pyplot():
+    _matplotlib_config_dir()
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display, no GUI toolkit

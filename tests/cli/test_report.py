@@ -281,6 +281,21 @@ def test_help_does_not_import_matplotlib():
     assert "report" in r.stdout
 
 
+def test_a_home_that_cannot_be_written_gets_no_matplotlib_warnings(single_run, tmp_path):
+    # A container's user with no writable home: matplotlib printed "mkdir -p failed for path ..." and "Matplotlib
+    # created a temporary cache directory ..." among ftcli's lines.
+    run = copy_run(single_run, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME")}
+    (tmp_path / "tmp").mkdir()
+    env.update(HOME="/proc/nohome", FTCLI_STATE_DIR=str(tmp_path / "state"), TMPDIR=str(tmp_path / "tmp"))
+    r = subprocess.run([sys.executable, "-m", "ftcli.cli", "report", str(run), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "matplotlib" not in r.stderr.lower(), r.stderr
+    assert (tmp_path / "out" / "report.md").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []  # the folder given to matplotlib went at exit
+
+
 # -- a job's run, from the emulated Vertex and Cloud Storage ---------------------------------------------------
 
 
