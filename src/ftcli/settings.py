@@ -240,6 +240,8 @@ def _gcloud_values() -> dict[str, tuple[str, str]]:
         out["project"] = project
     if region := prop("ai", "region") or prop("compute", "region"):
         out["region"] = region
+    if impersonate := prop("auth", "impersonate_service_account"):
+        out["impersonate_service_account"] = impersonate  # not a setting: gcloud_impersonation says why it is read
     return out
 
 
@@ -259,8 +261,14 @@ def gcloud_config_dir() -> Path:
     return Path.home() / ".config" / "gcloud"
 
 
-def gcloud_defaults() -> dict[str, str]:
-    return {k: v for k, (v, _) in _gcloud_values().items()}
+def gcloud_impersonation() -> tuple[str, str] | None:
+    """The service account gcloud impersonates (auth/impersonate_service_account, or its CLOUDSDK_ variable) and
+    where that was read, or None. Application Default Credentials, which ftcli uses, do not follow it: "Your local ADC
+    file is associated with your user account, not your gcloud CLI configuration. Changing to a different gcloud CLI
+    configuration might change the identity used by the gcloud CLI, but it does not affect your local ADC file or the
+    ADC configuration" ("Set up ADC for a local development environment",
+    https://cloud.google.com/docs/authentication/external/set-up-adc-local, read 2026-11-27)."""
+    return _gcloud_values().get("impersonate_service_account")
 
 
 @dataclass(frozen=True)

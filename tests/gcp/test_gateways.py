@@ -378,3 +378,46 @@ def test_error_lines_leave_out_upload_sessions_and_signatures(line, shown):
     from ftcli.gcp import first_line
 
     assert first_line(Exception(line)) == shown
+
+
+@pytest.mark.parametrize("where", ["config", "variable"])
+def test_gclouds_impersonation_that_adc_does_not_follow_is_said_once(tmp_path, monkeypatch, capsys, where):
+    """gcloud impersonates a service account (auth/impersonate_service_account), and Application Default
+    Credentials do not follow gcloud's configuration: ftcli created jobs as the user's own account without a word,
+    while gcloud beside it acted as the service account. An ADC file that is itself impersonated says nothing."""
+    import ftcli.gcp as gcp
+
+    account = "trainer@proj.iam.gserviceaccount.com"
+    user = {"type": "authorized_user", "client_id": "id", "client_secret": "secret", "refresh_token": "r"}
+    adc = tmp_path / "adc.json"
+    adc.write_text(json.dumps(user))
+    gcloud = tmp_path / "gcloud"
+    (gcloud / "configurations").mkdir(parents=True)
+    (gcloud / "active_config").write_text("default")
+    if where == "config":
+        (gcloud / "configurations" / "config_default").write_text(
+            f"[core]\nproject = proj\n\n[auth]\nimpersonate_service_account = {account}\n")
+        said = "gcloud configuration default (auth/impersonate_service_account)"
+    else:
+        (gcloud / "configurations" / "config_default").write_text("[core]\nproject = proj\n")
+        monkeypatch.setenv("CLOUDSDK_AUTH_IMPERSONATE_SERVICE_ACCOUNT", account)
+        said = "CLOUDSDK_AUTH_IMPERSONATE_SERVICE_ACCOUNT"
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(gcloud))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
+    monkeypatch.setattr(gcp, "_said_impersonation", False)
+    capsys.readouterr()
+    gcp.credentials()
+    gcp.credentials()  # one gateway after another: said once
+    err = " ".join(capsys.readouterr().err.split())
+    assert err == (f"warning: {said} impersonates {account}, but ftcli uses your Application Default Credentials, "
+                   f"which do not: it acts as your own account hint: to act as {account}: gcloud auth "
+                   f"application-default login --impersonate-service-account {account}"), err
+
+    adc.write_text(json.dumps({  # what `gcloud auth application-default login --impersonate-service-account` writes
+        "type": "impersonated_service_account", "source_credentials": user, "delegates": [],
+        "service_account_impersonation_url": "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/"
+                                             f"{account}:generateAccessToken"}))
+    monkeypatch.setattr(gcp, "_said_impersonation", False)
+    gcp.credentials()
+    assert capsys.readouterr().err == ""

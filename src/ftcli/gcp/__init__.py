@@ -47,6 +47,32 @@ def relogin() -> str:
             f"unset it and {LOGIN}")
 
 
+_said_impersonation = False
+
+
+def _impersonation_note(creds) -> None:
+    """Once per process: gcloud impersonates a service account, and the Application Default Credentials ftcli uses
+    do not (settings.gcloud_impersonation). Jobs were created, and the bucket written, as the user's own identity
+    without a word, while `gcloud` commands beside them acted as the service account."""
+    global _said_impersonation
+    from google.auth import impersonated_credentials
+
+    from ftcli.settings import gcloud_impersonation
+
+    found = gcloud_impersonation()
+    if _said_impersonation or found is None or isinstance(creds, impersonated_credentials.Credentials):
+        return
+    _said_impersonation = True
+    account, where = found
+    from ftcli.output import warn  # (the one gateway line that speaks for itself: it is about every gateway)
+
+    # The flag, as public set-up scripts use it with `gcloud config set auth/impersonate_service_account` (found
+    # 2026-11-27 with the search tool's find_string; gcloud's own reference page for the command was not found whole).
+    warn(f"{where} impersonates {account}, but ftcli uses your Application Default Credentials, which do not: it acts "
+         "as your own account",
+         hint=f"to act as {account}: gcloud auth application-default login --impersonate-service-account {account}")
+
+
 def credentials():
     """Application Default Credentials, or one clear line saying how to get them."""
     import google.auth
@@ -85,6 +111,7 @@ def credentials():
                          hint="for workload identity federation, the file's credential_source must give a token that "
                               "exists and has not expired (in CI: run the auth step in the same job); or "
                               + (f"unset it and {LOGIN}" if key_file else LOGIN)) from None
+    _impersonation_note(creds)
     return creds
 
 
