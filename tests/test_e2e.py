@@ -85,6 +85,9 @@ def test_an_image_whose_python_is_too_old_fails_at_install(capsys, e2e, tmp_path
     assert r.code == 3, r.err + r.out
     shown = r.out + r.err
     assert "exited with a non-zero status of 1" in shown and "ERROR: " in shown  # pip's own error, shown
+    said = " ".join(shown.split())
+    assert "ftcli: pip could not install the trainer into this image" in said  # and ftcli's line naming why
+    assert "the trainer needs Python >=3.11 and torch>=2.6; the image has Python 3.10." in said
     assert "ftcli trainer" not in shown  # it never started
 
 

@@ -172,24 +172,29 @@ def test_start_script_installs_the_wheel_from_the_mount_and_runs_the_trainer_wit
     assert START_SCRIPT.rstrip().endswith('exec python -m ftcli_trainer.task "$@"')
 
 
+def fake_wheel(folder: Path, name: str, version: str, requires: str = "") -> Path:
+    """A pure-Python wheel `name` whose module holds its VERSION, requiring `requires`."""
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    folder.mkdir(parents=True, exist_ok=True)
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}/__init__.py", f"VERSION = {version!r}\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                   + (f"Requires-Dist: {requires}\n" if requires else ""))
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
 def test_the_job_installs_a_dependencys_newest_wheel_not_a_newer_source_archive(tmp_path):
     # The image has no compilers: a dependency out as a source archive before its wheels (demo 2.0) would be built
     # there and fail the job. The start script's own pip line, run here against a local package folder.
     import os
-    import zipfile
 
     def wheel(name: str, version: str, requires: str = "") -> Path:
-        path = tmp_path / "pkgs" / f"{name}-{version}-py3-none-any.whl"
-        path.parent.mkdir(exist_ok=True)
-        info = f"{name}-{version}.dist-info"
-        with zipfile.ZipFile(path, "w") as z:
-            z.writestr(f"{name}/__init__.py", f"VERSION = {version!r}\n")
-            z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                       + (f"Requires-Dist: {requires}\n" if requires else ""))
-            z.writestr(f"{info}/WHEEL",
-                       "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-            z.writestr(f"{info}/RECORD", "")
-        return path
+        return fake_wheel(tmp_path / "pkgs", name, version, requires)
 
     wheel("demo", "1.0")
     sdist = tmp_path / "pkgs" / "demo-2.0"
@@ -205,6 +210,66 @@ def test_the_job_installs_a_dependencys_newest_wheel_not_a_newer_source_archive(
     r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "site" / "demo" / "__init__.py").read_text() == "VERSION = '1.0'\n"
+
+
+# The image's torch is its build for the GPU: the start script never lets pip replace it. Run with a real pip in a
+# venv standing in for the image, whose torch is a dist-info of the version asked for, and a local index holding a
+# newer torch (PyPI's newest, 3 GB of CUDA wheels in the job) and the trainer, which needs torch>=2.6.
+@pytest.fixture(scope="module")
+def image_venv(tmp_path_factory):
+    root = tmp_path_factory.mktemp("image")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, capture_output=True, timeout=300)
+    return root / "venv"
+
+
+def run_start_script(tmp_path, venv: Path, torch: str | None) -> tuple[subprocess.CompletedProcess, str | None]:
+    """Run the start script's install in `venv` holding `torch` (or none); returns the run and the torch version the
+    venv has afterwards."""
+    import os
+    import shutil
+
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path("
+                                "'purelib'))"], check=True, capture_output=True, text=True).stdout.strip())
+    for old in [*site.glob("torch"), *site.glob("torch-*.dist-info")]:
+        shutil.rmtree(old)
+    if torch is not None:
+        info = site / f"torch-{torch}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch}\n")
+        (info / "RECORD").write_text("")
+        (info / "INSTALLER").write_text("pip\n")
+    pkgs = tmp_path / "pkgs"
+    fake_wheel(pkgs, "torch", "2.15.0")
+    trainer = fake_wheel(pkgs, "app", "0.1", requires="torch>=2.6")
+    script = START_SCRIPT.split("exec python")[0]
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "FTCLI_TRAINER_WHEEL": str(trainer),
+           "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(pkgs)}
+    r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    after = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; "
+                            "print(m.version('torch'))"], capture_output=True, text=True)
+    return r, after.stdout.strip() if after.returncode == 0 else None
+
+
+def test_the_start_script_installs_the_trainer_beside_the_images_torch(tmp_path, image_venv):
+    r, torch = run_start_script(tmp_path, image_venv, "2.7.1+cu126")
+    assert r.returncode == 0, r.stderr
+    assert torch == "2.7.1+cu126"
+    assert subprocess.run([str(image_venv / "bin" / "python"), "-c", "import app"]).returncode == 0
+
+
+@pytest.mark.parametrize(("torch", "shown"), [("2.5.1+cu124", "torch 2.5.1+cu124"), (None, "torch none")])
+def test_the_start_script_never_replaces_the_images_torch(tmp_path, image_venv, torch, shown):
+    # An image whose torch is below the trainer's floor, or that has none, used to get PyPI's newest torch at every
+    # start (torch 2.15.0 and 3 GB of CUDA 13 wheels for pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime)
+    r, after = run_start_script(tmp_path, image_venv, torch)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert after == torch
+    python = subprocess.run([str(image_venv / "bin" / "python"), "-c", "import platform; "
+                             "print(platform.python_version())"], capture_output=True, text=True).stdout.strip()
+    assert r.stderr.splitlines()[-1] == (
+        "ftcli: pip could not install the trainer into this image (its ERROR lines above say why): the trainer needs "
+        f"Python >=3.11 and torch>=2.6; the image has Python {python} and {shown}, which is kept (never replaced by "
+        "one from PyPI); use an image that has both, or leave --image out; the job stops here")
 
 
 # --- the Reduction Server plugin install, run under bash with fake apt-get/dpkg/python on PATH -------------------
@@ -261,8 +326,8 @@ def test_reduction_server_plugin_installs_before_the_trainer_runs(tmp_path):
     rc, err, log, etc = run_reduction_server_script(tmp_path)
     assert rc == 0, err
     assert [line.split()[:2] for line in log] == [
-        ["python", "-c"], ["apt-get", "update"], ["apt-get", "install"], ["dpkg", "-L"], ["python", "-m"],
-        ["python", "-m"]]
+        ["python", "-c"], ["apt-get", "update"], ["apt-get", "install"], ["dpkg", "-L"],
+        ["python", "-c"], ["python", "-m"], ["python", "-m"]]  # the image's torch version, pip, the trainer
     assert log[2] == "apt-get install -y -qq google-reduction-server"
     assert log[-1] == "python -m ftcli_trainer.task --task mnli"
     # The key is ASCII-armored, so it is kept as .asc (apt reads armor only from .asc) and named by signed-by.

@@ -21,6 +21,7 @@ from ftcli.catalog import (
     reduction_server_image,
 )
 from ftcli.errors import UsageError
+from ftcli.packaging import REQUIRES_PYTHON, TRAINER_DEPENDENCIES
 
 DEFAULT_TIMEOUT_S = 24 * 3600
 SUBMISSION_LABEL = "ftcli_submission"  # one id per `ftcli train`: finds a job whose create response was lost
@@ -33,17 +34,35 @@ TASK_LABEL, MODEL_LABEL, GPU_LABEL = "ftcli_task", "ftcli_model", "ftcli_gpu"
 # What the container runs: install the trainer wheel from the bucket's Cloud Storage FUSE mount ("Custom training
 # jobs can access your Cloud Storage buckets as subdirectories of the root /gcs directory", "Use Cloud Storage as
 # a mounted file system", https://docs.cloud.google.com/vertex-ai/docs/training/cloud-storage-file-system), then
-# run it with the job's args ("$@": bash -c SCRIPT NAME ARGS...). pip keeps the image's torch, which satisfies the
-# trainer's floor, and fetches the rest from PyPI. `set -eu` comes first: anything before it that fails would go
-# unnoticed and the trainer would start anyway.
+# run it with the job's args ("$@": bash -c SCRIPT NAME ARGS...). `set -eu` comes first: anything before it that
+# fails would go unnoticed and the trainer would start anyway.
 _STRICT = "set -eu\n"
+_TORCH_FLOOR = next(d for d in TRAINER_DEPENDENCIES if d.startswith("torch"))
 # --prefer-binary: the job's image has no compilers (and no Rust for tokenizers): a dependency whose newest release
 # is out as a source archive before its wheels would be built there and fail the job; pip takes the newest release
 # with a wheel instead, which is what tests/test_requirements.py resolves (binary only) against PyPI.
+# The image's torch is held by a constraint: it is the build made for the GPU (ftcli.images), and an image whose
+# torch is older than the trainer's floor, or that has none, would otherwise get the newest torch from PyPI at every
+# start (3 GB of CUDA wheels, for a CUDA the host's driver may not run), where the README promises the image's own.
+# With --quiet pip says only "ResolutionImpossible", so ftcli's last line names what the trainer needs and what the
+# image has. No $(NAME) here that Vertex could expand: each $( is a command with spaces in it.
 _RUN_TRAINER = (
     'echo "ftcli: installing $FTCLI_TRAINER_WHEEL"\n'
+    "ftcli_keep=$(mktemp -t ftcli-keep-torch.XXXXXX)\n"
+    "if ftcli_torch=$(python -c 'import importlib.metadata as m; print(m.version(\"torch\"))' 2>/dev/null); then\n"
+    '  echo "torch==$ftcli_torch" > "$ftcli_keep"\n'
+    "else\n"
+    "  ftcli_torch=none\n"
+    "  echo 'torch<0' > \"$ftcli_keep\"  # no release satisfies it: never a torch from PyPI\n"
+    "fi\n"
     "python -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off --quiet --prefer-binary "
-    '"$FTCLI_TRAINER_WHEEL"\n'
+    '-c "$ftcli_keep" "$FTCLI_TRAINER_WHEEL" || {\n'
+    "  echo \"ftcli: pip could not install the trainer into this image (its ERROR lines above say why): the trainer "
+    f"needs Python {REQUIRES_PYTHON} and {_TORCH_FLOOR}; the image has Python $(python -c 'import platform; "
+    "print(platform.python_version())') and torch $ftcli_torch, which is kept (never replaced by one from PyPI); "
+    'use an image that has both, or leave --image out; the job stops here" >&2\n'
+    "  exit 1\n"
+    "}\n"
     'exec python -m ftcli_trainer.task "$@"\n'
 )
 START_SCRIPT = _STRICT + _RUN_TRAINER
