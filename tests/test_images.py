@@ -105,6 +105,27 @@ def test_other_images_are_not_prebuilt_problems(uri):
     assert images.prebuilt_problem(uri, REQUIRES_PYTHON) is None
 
 
+@pytest.mark.parametrize(("uri", "torch"), [
+    ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "2.5.1"),
+    ("docker.io/pytorch/pytorch:2.4.0-cuda12.1-cudnn9-devel", "2.4.0"),
+    ("us-central1-docker.pkg.dev/p/dockerhub/pytorch/pytorch:2.3.1-cuda11.8-cudnn8-runtime", "2.3.1"),
+    ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime@sha256:0123", "2.5.1"),
+])
+def test_pytorch_images_whose_tag_names_a_torch_below_the_floor_are_refused(uri, torch):
+    # The job keeps the image's torch (its start script holds it), so the install can only fail there.
+    assert images.pytorch_tag_problem(uri, TRAINER_DEPENDENCIES) == (
+        f"--image {uri}: its tag says torch {torch}; the trainer needs torch>=2.6, and the job keeps the image's "
+        "torch: use pytorch:2.7.1-cuda12.6-cudnn9-runtime (or a newer pytorch/pytorch tag), or leave --image out")
+
+
+@pytest.mark.parametrize("uri", [
+    CU126, "pytorch/pytorch:2.8.0-cuda12.9-cudnn9-runtime", "pytorch/pytorch:latest", "pytorch/pytorch",
+    "us-docker.pkg.dev/my-project/repo/trainer:1", "nvcr.io/nvidia/pytorch:24.01-py3", "me/pytorch:2.1.0-cuda12.1",
+])
+def test_other_images_are_not_refused_by_their_tag(uri):
+    assert images.pytorch_tag_problem(uri, TRAINER_DEPENDENCIES) is None
+
+
 @pytest.mark.parametrize(("image", "path"), [
     (CU126, "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"), ("pytorch/pytorch:2.7.1", "pytorch/pytorch:2.7.1"),
     ("ubuntu:22.04", "library/ubuntu:22.04"), ("docker.io/ubuntu", "library/ubuntu"),

@@ -183,6 +183,34 @@ def prebuilt_problem(uri: str, requires_python: str, today: dt.date | None = Non
             "own image")
 
 
+# The PyTorch project's Docker Hub images name the torch release they carry in their tag:
+# "${PYTORCH_VERSION}-cuda${CUDA_VERSION_SHORT}-cudnn${CUDNN_VERSION}-runtime" (pytorch/pytorch's
+# .github/workflows/docker-release.yml, read 2026-11-27; -devel images alike). The job keeps the image's torch (the
+# start script holds it by a constraint), so one below the trainer's floor can only fail there, after the GPUs are
+# provisioned.
+_PYTORCH_TAG = re.compile(r"^pytorch/pytorch:(?P<torch>\d+\.\d+(?:\.\d+)?)-cuda[0-9.]+-cudnn\d+-(?:runtime|devel)"
+                          r"(?:@.*)?$")
+
+
+def pytorch_tag_problem(uri: str, requirements: tuple[str, ...]) -> str | None:
+    """Why an image of pytorch/pytorch (from Docker Hub, or through an Artifact Registry remote repository of it) that
+    ftcli does not list cannot run the trainer: the torch release its tag names is below the trainer's floor. None for
+    any other image, or one whose tag does not say."""
+    from packaging.requirements import Requirement
+
+    m = _ARTIFACT_REGISTRY.match(uri.strip())
+    path = m["path"] if m else docker_hub_path(uri.strip())
+    tag = _PYTORCH_TAG.match(path or "")
+    if tag is None:
+        return None
+    for text in requirements:
+        req = Requirement(text)
+        if req.name == "torch" and tag["torch"] not in req.specifier:
+            return (f"--image {uri}: its tag says torch {tag['torch']}; the trainer needs {text}, and the job keeps "
+                    f"the image's torch: use {IMAGES[0].name} (or a newer pytorch/pytorch tag), or leave --image out")
+    return None
+
+
 def default_image(hw: Hardware) -> Image:
     """The first image whose kernels cover the GPU (a CUDA build runs on a CPU machine too)."""
     cc = hw.compute_capability

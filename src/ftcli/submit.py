@@ -275,6 +275,8 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str],
         assert image  # default_image always finds one
         if problem := images.prebuilt_problem(image, REQUIRES_PYTHON):
             return image, [problem]
+        if problem := images.pytorch_tag_problem(image, TRAINER_DEPENDENCIES):
+            return image, [problem]
         notes.append(f"--image {image}: ftcli cannot check this image; it needs Python {REQUIRES_PYTHON} with pip, "
                      "and torch>=2.6 built for the GPU (the trainer is pip-installed into it at start)")
         return image, []

@@ -315,6 +315,10 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--gpu", "T4", "--image", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest"],
      "--image us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest: Vertex's prebuilt image "
      "pytorch-gpu.1-13 names no Python"),
+    # a pytorch/pytorch image ftcli does not list, whose tag names a torch below the trainer's floor: it was sent, and
+    # the job downloaded 3 GB of PyPI's newest torch at start (now the start script keeps the image's, and fails)
+    (["--gpu", "T4", "--image", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"],
+     "--image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime: its tag says torch 2.5.1; the trainer needs torch>=2.6"),
     (["--max-wait", "2h"], "--max-wait is how long a --flex-start job queues"),
     (["--gpu", "L4", "--region", "europe-west6"], "europe-west6 does not offer L4 GPUs for training: try --region"),
     (["--display-name", "exp\t1"], "has a control character"),
