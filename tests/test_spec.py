@@ -272,6 +272,47 @@ def test_the_start_script_never_replaces_the_images_torch(tmp_path, image_venv, 
         "one from PyPI); use an image that has both, or leave --image out; the job stops here")
 
 
+
+def test_the_start_script_waits_out_a_pypi_hiccup(tmp_path, image_venv):
+    # pip's own 5 retries give up after about 8 s: an index answering 503 for a few seconds failed the job's start
+    # with "No matching distribution found". Here the index fails its first 6 requests (the first try and 5 retries).
+    import http.server
+    import os
+    import threading
+
+    pkgs = tmp_path / "simple"
+    fake_wheel(pkgs / "demo", "demo", "1.0")
+    (pkgs / "demo" / "index.html").write_text('<a href="demo-1.0-py3-none-any.whl">demo-1.0-py3-none-any.whl</a>\n')
+    failures = {"left": 6}
+
+    class Flaky(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def do_GET(self):
+            if failures["left"] > 0:
+                failures["left"] -= 1
+                self.send_error(503)
+                return
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        trainer = fake_wheel(tmp_path / "dist", "app", "0.1", requires="demo")
+        env = {"PATH": f"{image_venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path),
+               "FTCLI_TRAINER_WHEEL": str(trainer), "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{server.server_port}/simple",
+               "PIP_DRY_RUN": "1"}
+        r = subprocess.run(["bash", "-c", START_SCRIPT.split("exec python")[0]], env=env, capture_output=True,
+                           text=True, timeout=300)
+    finally:
+        server.shutdown()
+    assert failures["left"] == 0
+    assert r.returncode == 0, r.stderr
+
 # --- the Reduction Server plugin install, run under bash with fake apt-get/dpkg/python on PATH -------------------
 # The Vertex emulator does not run Reduction Server pools, and the real install needs root and the network; so the
 # workers' script runs here as it is, with /etc/apt/ moved to a temporary folder (as the emulator moves /gcs/).

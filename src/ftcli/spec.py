@@ -44,6 +44,11 @@ _TORCH_FLOOR = next(d for d in TRAINER_DEPENDENCIES if d.startswith("torch"))
 # The image's torch is held by a constraint: it is the build made for the GPU (ftcli.images), and an image whose
 # torch is older than the trainer's floor, or that has none, would otherwise get the newest torch from PyPI at every
 # start (3 GB of CUDA wheels, for a CUDA the host's driver may not run), where the README promises the image's own.
+# --retries 10: pip's default 5 ("Maximum attempts to establish a new HTTP connection. (default: 5)", `pip install
+# --help` of pip 25.1.1, read 2026-11-27) give up after about 8 s, measured here against an index answering 503
+# (then, even without --quiet, its only words are "No matching distribution found"), so a PyPI hiccup of ten
+# seconds failed a job whose GPUs were already provisioned; 10 retries wait about 4 minutes in all (apache/beam#7519
+# measured the same, read 2026-11-27).
 # With --quiet pip says only "ResolutionImpossible", so ftcli's last line names what the trainer needs and what the
 # image has. No $(NAME) here that Vertex could expand: each $( is a command with spaces in it.
 _RUN_TRAINER = (
@@ -56,6 +61,7 @@ _RUN_TRAINER = (
     "  echo 'torch<0' > \"$ftcli_keep\"  # no release satisfies it: never a torch from PyPI\n"
     "fi\n"
     "python -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off --quiet --prefer-binary "
+    "--retries 10 "
     '-c "$ftcli_keep" "$FTCLI_TRAINER_WHEEL" || {\n'
     "  echo \"ftcli: pip could not install the trainer into this image (its ERROR lines above say why): the trainer "
     f"needs Python {REQUIRES_PYTHON} and {_TORCH_FLOOR}; the image has Python $(python -c 'import platform; "
