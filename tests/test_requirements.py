@@ -17,7 +17,10 @@ import pytest
 from ftcli.images import IMAGES
 from ftcli.packaging import EXTRAS, TRAINER_DEPENDENCIES
 
-PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
+# The wheels the images' pip takes: pytorch/pytorch's images are built FROM ubuntu:22.04 (its Dockerfile's
+# `ARG BASE_IMAGE=ubuntu:22.04`, read 2026-11-27), whose glibc 2.35 runs every manylinux tag up to 2_35. Listing only
+# 2_28 and older made pip resolve other wheels than the job's (cryptography's 2_34, tensorboard-data-server's 2_31).
+PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(35, 16, -1)] + ["manylinux2014_x86_64"]
 OFFLINE = ("Network is unreachable", "Temporary failure in name resolution", "Failed to establish a new connection",
            "No route to host", "Connection refused")
 
