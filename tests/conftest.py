@@ -76,6 +76,50 @@ def tiny_model(tmp_path_factory) -> Path:
     return out
 
 
+def build_tiny_decoder(out: Path, model_type: str) -> Path:
+    """A 2-layer decoder with a classification-ready config of `model_type` and a byte-level BPE tokenizer, saved as a
+    Hub checkpoint would be: GPT-2 and Llama with no padding token (tokenizer or config), Qwen2 with one in the
+    tokenizer only (as Qwen2.5's)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoConfig, AutoModel, GPT2Tokenizer, LlamaTokenizer, Qwen2Tokenizer
+
+    specials = {"gpt2": ["<|endoftext|>"], "llama": ["<unk>", "<s>", "</s>"], "qwen2": ["<|endoftext|>"]}[model_type]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = [" ".join(POSITIVE + NEGATIVE + FILLER)] * 4 + [t for t, _ in sentiment_rows(200)]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if model_type == "gpt2":
+        fast = GPT2Tokenizer(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                             unk_token="<|endoftext|>")
+        extra: dict = dict(n_embd=32, n_layer=2, n_head=2, n_positions=128, bos_token_id=0, eos_token_id=0)
+    elif model_type == "llama":
+        fast = LlamaTokenizer(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+        extra = dict(bos_token_id=1, eos_token_id=2)
+    else:
+        fast = Qwen2Tokenizer(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                              unk_token=None, bos_token=None)
+        extra = dict(bos_token_id=0, eos_token_id=0)
+    assert (fast.pad_token_id is None) == (model_type != "qwen2")
+    fast.save_pretrained(out)
+    if model_type != "gpt2":
+        extra |= dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      intermediate_size=64, max_position_embeddings=128)
+    config = AutoConfig.for_model(model_type, vocab_size=tok.get_vocab_size(), pad_token_id=None, **extra)
+    import torch
+
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_decoders(tmp_path_factory) -> dict[str, Path]:
+    """Tiny GPT-2, Llama and Qwen2 base models (build_tiny_decoder), built offline once a session."""
+    return {t: build_tiny_decoder(tmp_path_factory.mktemp(f"tiny-{t}"), t) for t in ("gpt2", "llama", "qwen2")}
+
+
 @pytest.fixture
 def sentiment_csv(tmp_path) -> tuple[Path, Path]:
     train = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(240, seed=1))

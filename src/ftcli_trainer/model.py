@@ -143,6 +143,39 @@ def max_length_problem(model, tokenizer, max_length: int, name: str) -> str | No
     return f"--max-length {max_length} is longer than {name} takes ({limit} tokens): give --max-length {limit} or less"
 
 
+def align_padding(model, tokenizer, name: str) -> str:
+    """Give the tokenizer and the model's config the same padding token, where one of them has none; returns what
+    was done, in words for the log ("" when nothing was).
+
+    Decoder models with a classification head (GPT-2, Llama, Mistral, Qwen, ...) classify from the last token that
+    is not `config.pad_token_id`; with none, transformers 5.24 raises "Cannot handle batch sizes > 1 if no padding
+    token is defined" at the first batch (modeling_layers.GenericForSequenceClassification; the docstring of
+    GPT2ForSequenceClassification). Their tokenizers often have no padding token either (GPT-2, Llama, Mistral);
+    transformers' own advice is `tokenizer.pad_token = tokenizer.eos_token` (tokenization_utils_base's "Asking to
+    pad" error). The exported tokenizer and config.json then carry it, so pipeline() batches the model as the run
+    did."""
+    config = model.config.get_text_config()
+    said = ""
+    if tokenizer.pad_token_id is None:
+        own = config.pad_token_id
+        if isinstance(own, int) and 0 <= own < len(tokenizer):  # the model's own padding token
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(own)
+            said = f"the tokenizer has no padding token: padding with the model's own, {tokenizer.pad_token!r}"
+        elif tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+            said = (f"the tokenizer has no padding token: padding with its end-of-sequence token "
+                    f"{tokenizer.pad_token!r}")
+        else:
+            raise TrainerError(f"cannot use {name!r}: its tokenizer has neither a padding nor an end-of-sequence "
+                               "token, so its batches cannot be padded; save the tokenizer with one "
+                               "(tokenizer.add_special_tokens({'pad_token': '<pad>'}), then model.resize_token_"
+                               "embeddings) and give that folder")
+    if config.pad_token_id is None:
+        config.pad_token_id = tokenizer.pad_token_id
+        said = said or f"config.json has no pad_token_id: the tokenizer's, {tokenizer.pad_token!r}, is used"
+    return said
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else type(e).__name__

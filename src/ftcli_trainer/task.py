@@ -162,6 +162,7 @@ def run(cfg: TrainConfig) -> dict:
     from ftcli_trainer.export import export_model, prediction_arrays
     from ftcli_trainer.loop import Trainer
     from ftcli_trainer.model import (
+        align_padding,
         attention_in_use,
         load_model,
         load_tokenizer,
@@ -188,6 +189,8 @@ def run(cfg: TrainConfig) -> dict:
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
     if problem := max_length_problem(model, tokenizer, cfg.max_length, cfg.model):
         raise TrainerError(problem)
+    if padding := align_padding(model, tokenizer, cfg.model):
+        log.info("%s", padding)
     varlen_left_off = ""
     if cfg.varlen_attention:  # before the warm-up, which then warms the flash kernels up
         varlen_left_off = use_varlen_attention(model, device, precision)
@@ -199,7 +202,7 @@ def run(cfg: TrainConfig) -> dict:
         use_fast_dropout(model)
         use_fast_attention_dropout(model)
         keep_freed_memory()
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = int(tokenizer.pad_token_id)  # (align_padding gave it one)
     trainer = Trainer(cfg, model, train_enc, evals_enc, data.label_names, data.multi_label, device, precision,
                       paths, pad_id, dist)
     if prewarm_seconds is not None:

@@ -168,3 +168,55 @@ def test_a_max_length_past_the_models_positions_stops_before_training(tmp_path, 
     assert err.endswith(f"error: --max-length 200 is longer than {tiny_model} takes (128 tokens): give "
                         "--max-length 128 or less") and "Traceback" not in err
     assert main([*argv, "--max-length", "128", "--output-dir", str(tmp_path / "o2")]) == 0
+
+
+@pytest.mark.parametrize("model_type,said", [
+    ("gpt2", "the tokenizer has no padding token: padding with its end-of-sequence token '<|endoftext|>'"),
+    ("llama", "the tokenizer has no padding token: padding with its end-of-sequence token '</s>'"),
+    ("qwen2", "config.json has no pad_token_id: the tokenizer's, '<|endoftext|>', is used"),
+])
+def test_a_decoder_without_a_padding_token_trains_and_exports_a_batching_pipeline(tmp_path, tiny_decoders,
+                                                                                  sentiment_csv, model_type, said,
+                                                                                  capsys):
+    # GPT-2, Llama and Mistral ship no padding token, Qwen2.5 one in its tokenizer only: the run stopped at its first
+    # batch with transformers' "Cannot handle batch sizes > 1 if no padding token is defined" traceback.
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    out = tmp_path / "run"
+    run_ok(["--task", "csv", "--train-file", str(sentiment_csv[0]), "--model", str(tiny_decoders[model_type]),
+            "--epochs", "1", "--batch-size", "16", "--output-dir", str(out)])
+    assert said in capsys.readouterr().out.splitlines()
+    model_dir = out / "model"
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    pad = {"gpt2": "<|endoftext|>", "llama": "</s>", "qwen2": "<|endoftext|>"}[model_type]
+    assert tok.pad_token == pad and model.config.pad_token_id == tok.convert_tokens_to_ids(pad)
+    texts = ["a wonderful and superb film that was quite moving", "dull", "a lifeless plot"]
+    with torch.no_grad():  # the last real token is pooled whatever the padding: a padded batch scores as one by one
+        alone = torch.cat([model(**tok([t], return_tensors="pt")).logits for t in texts])
+        batch = model(**tok(texts, return_tensors="pt", padding=True)).logits
+    torch.testing.assert_close(batch, alone, rtol=1e-4, atol=1e-5)
+    got = pipeline("text-classification", model=str(model_dir))(texts, batch_size=3)
+    assert [g["score"] for g in got] == pytest.approx(alone.softmax(-1).max(-1).values.tolist(), rel=1e-4)
+
+
+def test_a_tokenizer_with_no_padding_or_end_token_is_refused_in_one_line(tmp_path, tiny_decoders, sentiment_csv,
+                                                                         capsys):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "no-eos"
+    shutil.copytree(tiny_decoders["llama"], folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.eos_token = None
+    tok.save_pretrained(folder)
+    argv = ["--task", "csv", "--train-file", str(sentiment_csv[0]), "--model", str(folder), "--output-dir",
+            str(tmp_path / "o")]
+    assert main(argv) == TrainerError.exit_code
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[-1] == (
+        f"error: cannot use {str(folder)!r}: its tokenizer has neither a padding nor an end-of-sequence token, so its "
+        "batches cannot be padded; save the tokenizer with one (tokenizer.add_special_tokens({'pad_token': '<pad>'}), "
+        "then model.resize_token_embeddings) and give that folder") and "Traceback" not in err
