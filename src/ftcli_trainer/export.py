@@ -78,10 +78,16 @@ def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: di
         told = getattr(tokenizer, "model_max_length", None)
         if isinstance(run_config.get("max_length"), int):
             tokenizer.model_max_length = run_config["max_length"]
+        # The side the run padded (data.collate: on the right). A tokenizer saved for generation pads on the left
+        # (Llama's, Gemma's, many GPT-2 fine-tunes'): a model of learned absolute positions (GPT-2, GPT-Neo, BigCode)
+        # then read a short text in a batch at other positions than in training, and scored it otherwise than alone.
+        side = getattr(tokenizer, "padding_side", "right")
+        tokenizer.padding_side = "right"
         try:
             tokenizer.save_pretrained(staged)
         finally:
             tokenizer.model_max_length = told
+            tokenizer.padding_side = side
         (staged / "metrics.json").write_text(metrics_json(metrics))
         (staged / "ftcli_run.json").write_text(json.dumps(run_config, indent=2, sort_keys=True) + "\n")
         if predictions:  # part of the model folder, so it is published (and marked complete) with it

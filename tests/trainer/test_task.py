@@ -220,3 +220,30 @@ def test_a_tokenizer_with_no_padding_or_end_token_is_refused_in_one_line(tmp_pat
         f"error: cannot use {str(folder)!r}: its tokenizer has neither a padding nor an end-of-sequence token, so its "
         "batches cannot be padded; save the tokenizer with one (tokenizer.add_special_tokens({'pad_token': '<pad>'}), "
         "then model.resize_token_embeddings) and give that folder") and "Traceback" not in err
+
+
+def test_the_exported_tokenizer_pads_on_the_side_the_run_padded(tmp_path, tiny_decoders, sentiment_csv):
+    # A GPT-2 whose tokenizer was saved padding on the left (as for generation) was exported so: pipeline() then
+    # shifted a short text's learned positions in a batch, and scored it otherwise than alone and than in training.
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = tmp_path / "gpt2-left"
+    shutil.copytree(tiny_decoders["gpt2"], folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left"}))
+    assert AutoTokenizer.from_pretrained(folder).padding_side == "left"
+    out = tmp_path / "run"
+    run_ok(["--task", "csv", "--train-file", str(sentiment_csv[0]), "--model", str(folder), "--epochs", "1",
+            "--batch-size", "16", "--learning-rate", "3e-3", "--output-dir", str(out)])
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    assert tok.padding_side == "right"
+    model = AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    texts = ["dull", "a wonderful and superb film that was quite moving and the acting was really brilliant"]
+    with torch.no_grad():
+        alone = torch.cat([model(**tok([t], return_tensors="pt")).logits for t in texts])
+        batch = model(**tok(texts, return_tensors="pt", padding=True)).logits
+    torch.testing.assert_close(batch, alone, rtol=1e-5, atol=1e-5)
