@@ -856,21 +856,24 @@ def encode(tokenizer, examples: Examples, max_length: int, chunk: int = 4096) ->
     ids_parts: list[np.ndarray] = []
     type_parts: list[np.ndarray] = []
     lengths: list[int] = []
-    pairs = examples.pairs is not None
+    # Token types for sentence pairs where the model's tokenizer gives them by default (its model_input_names), as
+    # pipeline() and ftcli predict will: forced on, GPT-2 (which adds its embedding of token 1 to the second text) and
+    # ALBERT (whose transformers 5 tokenizer leaves them out) trained on inputs their exported pipeline never sends.
+    types = examples.pairs is not None and "token_type_ids" in getattr(tokenizer, "model_input_names", ())
     for start in range(0, len(examples), chunk):
         texts = examples.texts[start:start + chunk]
         second = examples.pairs[start:start + chunk] if examples.pairs is not None else None
         out = tokenizer(texts, second, truncation=True, max_length=max_length, padding=False,
-                        return_attention_mask=False, return_token_type_ids=pairs)
+                        return_attention_mask=False, return_token_type_ids=types)
         for row in out["input_ids"]:
             ids_parts.append(np.asarray(row, dtype=np.int32))
             lengths.append(len(row))
-        if pairs:
+        if types:
             type_parts += [np.asarray(row, dtype=np.int8) for row in out["token_type_ids"]]
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int32)
-    type_ids = np.concatenate(type_parts) if pairs and type_parts else None
+    type_ids = np.concatenate(type_parts) if types and type_parts else None
     return Encoded(ids=ids, offsets=offsets, type_ids=type_ids, labels=examples.labels)
 
 
