@@ -126,18 +126,32 @@ def model_problem(name: str) -> str | None:
     return None
 
 
+def _position_offset(model) -> int:
+    """The positions a RoBERTa-like model (RoBERTa, XLM-R, CamemBERT, MPNet, ...) never gives a token: it numbers a
+    text's tokens from padding_idx + 1 (transformers' create_position_ids_from_input_ids), and its position
+    embeddings carry that padding_idx. 0 for models that number them from 0 (BERT)."""
+    import torch
+
+    for name, module in model.named_modules():
+        if (name.rsplit(".", 1)[-1] == "position_embeddings" and isinstance(module, torch.nn.Embedding)
+                and module.padding_idx is not None):
+            return module.padding_idx + 1
+    return 0
+
+
 def max_length_problem(model, tokenizer, max_length: int, name: str) -> str | None:
     """A --max-length longer than the model's learned positions fails at the first long batch, mid-training, in a
-    tensor shape error: say it before. RoBERTa-like models keep two positions for padding, which their tokenizer's
-    model_max_length leaves out; models with relative positions only (DeBERTa-v2) have no such limit."""
+    tensor shape error: say it before. RoBERTa-like models keep two positions for padding (`_position_offset`), which
+    their tokenizer's model_max_length leaves out when it has one; models with relative positions only (DeBERTa-v2)
+    have no such limit."""
     config = model.config
     positions = getattr(config, "max_position_embeddings", None)
     if not isinstance(positions, int) or not getattr(config, "position_biased_input", True):
         return None
-    limit = positions
+    limit = positions - _position_offset(model)
     told = getattr(tokenizer, "model_max_length", None)
     if isinstance(told, int) and positions - 2 <= told < positions:
-        limit = told
+        limit = min(limit, told)
     if max_length <= limit:
         return None
     return f"--max-length {max_length} is longer than {name} takes ({limit} tokens): give --max-length {limit} or less"

@@ -275,3 +275,30 @@ def test_a_sentence_pair_model_is_scored_by_its_pipeline_as_the_run_scored_it(tm
     got = clf([{"text": a, "text_pair": b} for a, b, _ in pairs[90:]])
     theirs = np.array([[next(s["score"] for s in row if s["label"] == name) for name in labels] for row in got])
     np.testing.assert_allclose(theirs, scores, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "mpnet"])
+def test_a_roberta_like_model_without_a_tokenizer_limit_is_held_to_its_positions(tmp_path, tiny_model, model_type,
+                                                                                 capsys):
+    # RoBERTa-like models number tokens from padding_idx + 1 (2): 130 positions take 128 tokens. Their limit came
+    # only from the tokenizer's model_max_length; a tokenizer without one (one trained and saved as such) let
+    # --max-length 130 through, and the run failed at its first long batch with "index 130 is out of bounds".
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    folder = tmp_path / model_type
+    shutil.copytree(tiny_model, folder, ignore=shutil.ignore_patterns("config.json", "model.safetensors"))
+    config = AutoConfig.for_model(model_type, vocab_size=400, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=130,
+                                  pad_token_id=1)
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(folder)
+    train = write_csv(tmp_path / "t.csv", ["text", "label"], [("good " * 300, "pos"), ("bad " * 300, "neg")] * 4)
+    argv = ["--task", "csv", "--train-file", str(train), "--model", str(folder), "--batch-size", "2"]
+    assert main([*argv, "--max-length", "130", "--output-dir", str(tmp_path / "o")]) == TrainerError.exit_code
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"error: --max-length 130 is longer than {folder} takes (128 tokens): give --max-length 128 "
+                        "or less") and "Traceback" not in err
+    assert main([*argv, "--max-length", "128", "--output-dir", str(tmp_path / "o2")]) == 0
