@@ -219,15 +219,52 @@ def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> Traine
     return TrainerError(f"cannot load {subject}: {_one_line(e).rstrip('.')}. {fix}")
 
 
+# A tokenizer folder with no tokenizer.json is read from its vocabulary file; transformers 5.24 reads a `*.model` file
+# (spm.model, spiece.model, sentencepiece.bpe.model, tokenizer.model: DeBERTa-v3, ALBERT, XLM-R and Llama 2 checkpoints
+# ship some without a tokenizer.json) as a SentencePiece model with the sentencepiece package, and failing that as a
+# tiktoken file (a base64 token and its rank a line) with tiktoken; neither package is one of the trainer's. Without
+# sentencepiece, a SentencePiece model failed on "`tiktoken` is required to read a `tiktoken` file".
+TIKTOKEN_LINE = re.compile(rb"[A-Za-z0-9+/=]+ \d+\r?\n?")
+
+
+def missing_tokenizer_package(folder: str) -> str | None:
+    """What a local tokenizer folder needs that is not installed, in words ("its spm.model is a SentencePiece model,
+    which transformers reads with the sentencepiece package"), or None."""
+    import importlib.util
+
+    try:
+        if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+            return None
+        files = sorted(f for f in os.listdir(folder) if f.endswith(".model")
+                       and os.path.isfile(os.path.join(folder, f)))
+        for f in files:
+            with open(os.path.join(folder, f), "rb") as fh:
+                tiktoken = bool(TIKTOKEN_LINE.fullmatch(fh.readline(256)))
+            package, kind = ("tiktoken", "a tiktoken file") if tiktoken else ("sentencepiece", "a SentencePiece model")
+            if importlib.util.find_spec(package) is None:
+                return f"its {f} is {kind}, which transformers reads with the {package} package: pip install {package}"
+    except OSError:
+        return None
+    return None
+
+
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     path = resolve_model_path(name)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # a failed attempt is said in one line below, not in transformers' paragraphs
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 - network, missing files, bad ids: reported as one line
+        if needs := missing_tokenizer_package(path):
+            raise TrainerError(f"cannot load the tokenizer of {name!r}: {needs} (or save the tokenizer as "
+                               "tokenizer.json where that package is installed: tokenizer.save_pretrained)") from None
         raise _load_failure(f"the tokenizer of {name!r}", name, e, "Pass a Hugging Face model id (with network "
                             "access) or a local folder that holds a model and its tokenizer") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     if problem := vocabulary_problem(tok):
         raise TrainerError(f"cannot use {name!r}: {problem}. Save the model's tokenizer into its "
                            "folder (tokenizer.save_pretrained), or pass a Hugging Face model id")

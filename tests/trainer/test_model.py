@@ -133,6 +133,48 @@ def test_a_model_folder_without_its_tokenizer_is_refused_not_trained_on_unknown_
     assert model_problem(str(tiny_model)) is None
 
 
+@pytest.mark.parametrize("kind", ["sentencepiece", "tiktoken"])
+def test_a_tokenizer_file_whose_package_is_missing_is_named_with_its_package(tiny_model, tmp_path, capsys, kind):
+    """microsoft/deberta-v3-base ships spm.model and no tokenizer.json: without sentencepiece, transformers 5.24 fell
+    back to reading it as a tiktoken file and the run said "`tiktoken` is required to read a `tiktoken` file. Install
+    it with `pip install tiktoken`" (after a paragraph of transformers' warnings): the wrong package."""
+    import importlib.util
+    import json
+    import shutil
+
+    from ftcli_trainer.errors import TrainerError
+    from ftcli_trainer.model import load_tokenizer, model_problem
+
+    if importlib.util.find_spec(kind) is not None:
+        pytest.skip(f"{kind} is installed here")
+    folder = tmp_path / "spm"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model / name, folder / name)
+    if kind == "sentencepiece":  # a SentencePiece model: its protobuf, as spm_train writes it
+        from transformers.utils import sentencepiece_model_pb2_new as sp
+
+        proto = sp.ModelProto()
+        for i, piece in enumerate(["<pad>", "<unk>", "[CLS]", "[SEP]", "\u2581good", "\u2581bad"]):
+            proto.pieces.add(piece=piece, score=-float(i), type=2 if piece == "<unk>" else 3 if i < 4 else 1)
+        proto.trainer_spec.unk_id = 1
+        (folder / "spm.model").write_bytes(proto.SerializeToString())
+        name, said = "spm.model", "a SentencePiece model, which transformers reads with the sentencepiece package"
+        config = {"tokenizer_class": "DebertaV2Tokenizer"}
+    else:  # a tiktoken file: a base64 token and its rank a line
+        (folder / "tokenizer.model").write_text("Z29vZA== 0\nYmFk 1\n")
+        name, said = "tokenizer.model", "a tiktoken file, which transformers reads with the tiktoken package"
+        config = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    assert model_problem(str(folder)) is None
+    with pytest.raises(TrainerError) as e:
+        load_tokenizer(str(folder))
+    assert str(e.value) == (f"cannot load the tokenizer of {str(folder)!r}: its {name} is {said}: pip install {kind} "
+                            "(or save the tokenizer as tokenizer.json where that package is installed: "
+                            "tokenizer.save_pretrained)")
+    assert capsys.readouterr().err == ""  # no paragraph of transformers' own before it
+
+
 @pytest.mark.parametrize("tokenizer", ["ByT5Tokenizer", "CanineTokenizer", "PerceiverTokenizer"])
 def test_a_tokenizer_that_needs_no_vocabulary_file_is_a_tokenizer(tiny_model, tmp_path, tokenizer):
     # The no-tokenizer check refused fine-tuned ByT5, CANINE and Perceiver folders: their tokenizers read bytes or
