@@ -81,13 +81,24 @@ def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: di
         # The side the run padded (data.collate: on the right). A tokenizer saved for generation pads on the left
         # (Llama's, Gemma's, many GPT-2 fine-tunes'): a model of learned absolute positions (GPT-2, GPT-Neo, BigCode)
         # then read a short text in a batch at other positions than in training, and scored it otherwise than alone.
+        # Written into tokenizer_config.json (save_pretrained writes its init_kwargs), not only set: Llama's and Gemma's
+        # tokenizer classes pad on the left unless their config says otherwise.
         side = getattr(tokenizer, "padding_side", "right")
+        init_kwargs = getattr(tokenizer, "init_kwargs", None)
+        init_side = init_kwargs.get("padding_side") if isinstance(init_kwargs, dict) else None
         tokenizer.padding_side = "right"
+        if isinstance(init_kwargs, dict):
+            init_kwargs["padding_side"] = "right"
         try:
             tokenizer.save_pretrained(staged)
         finally:
             tokenizer.model_max_length = told
             tokenizer.padding_side = side
+            if isinstance(init_kwargs, dict):
+                if init_side is None:
+                    init_kwargs.pop("padding_side", None)
+                else:
+                    init_kwargs["padding_side"] = init_side
         (staged / "metrics.json").write_text(metrics_json(metrics))
         (staged / "ftcli_run.json").write_text(json.dumps(run_config, indent=2, sort_keys=True) + "\n")
         if predictions:  # part of the model folder, so it is published (and marked complete) with it

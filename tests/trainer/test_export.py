@@ -64,3 +64,21 @@ def test_metrics_json_writes_a_confusion_matrix_one_row_a_line(tmp_path, tiny_mo
     assert matrix[0] == "    " + json.dumps(metrics["eval_confusion_matrix"][0], separators=(",", ":")) + ","
     assert matrix[k] == "  ],"
     assert len(text.splitlines()) < 20 * k  # per-label scores a few lines each; the matrix k lines, not k * k
+
+
+def test_the_padding_side_is_written_even_where_the_tokenizer_class_pads_left_by_default(tiny_model, tmp_path):
+    # Llama's and Gemma's tokenizer classes pad on the left unless tokenizer_config.json says otherwise, and
+    # save_pretrained writes only what the tokenizer was made with: setting padding_side alone did not reach the file.
+    import json
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ftcli_trainer.export import export_model
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok.init_kwargs.pop("padding_side", None)  # as a class that pads left by default is made
+    tok.padding_side = "left"
+    export_model(AutoModelForSequenceClassification.from_pretrained(tiny_model), tok, str(tmp_path / "model"),
+                 {}, {})
+    assert json.loads((tmp_path / "model" / "tokenizer_config.json").read_text())["padding_side"] == "right"
+    assert tok.padding_side == "left" and "padding_side" not in tok.init_kwargs  # the run's tokenizer as it was
