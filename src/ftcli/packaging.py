@@ -35,6 +35,10 @@ TRAINER_DEPENDENCIES = (
     "safetensors>=0.4",
     "google-cloud-storage>=2.16",
     "tensorboard>=2.15",
+    # A tokenizer kept as a SentencePiece model with no tokenizer.json (microsoft/deberta-v3-base's spm.model, ALBERT's
+    # and T5's spiece.model) is converted with it; the floor is transformers 5.24's own (dependency_versions_table).
+    # Without it a DeBERTa-v3 job failed at its start on Vertex. ~1.3 MB, a wheel for every Python the images have.
+    "sentencepiece>=0.1.91,!=0.1.92",
 )
 # Only Hub tasks (imdb, mnli, ...) read with `datasets` (and its pyarrow and pandas): local and gs:// files
 # don't, so a CSV job does not install it at start.

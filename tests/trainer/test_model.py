@@ -146,26 +146,19 @@ def test_a_tokenizer_file_whose_package_is_missing_is_named_with_its_package(tin
     from ftcli_trainer.model import load_tokenizer, model_problem
 
     if importlib.util.find_spec(kind) is not None:
+        # sentencepiece is one of the trainer's dependencies (test_a_sentencepiece_only_tokenizer_loads): its missing
+        # case is for an environment without it, as tiktoken's always is here
         pytest.skip(f"{kind} is installed here")
-    folder = tmp_path / "spm"
-    folder.mkdir()
-    for name in ("config.json", "model.safetensors"):
-        shutil.copy(tiny_model / name, folder / name)
-    if kind == "sentencepiece":  # a SentencePiece model: its protobuf, as spm_train writes it
-        from transformers.utils import sentencepiece_model_pb2_new as sp
-
-        proto = sp.ModelProto()
-        for i, piece in enumerate(["<pad>", "<unk>", "[CLS]", "[SEP]", "\u2581good", "\u2581bad"]):
-            proto.pieces.add(piece=piece, score=-float(i), type=2 if piece == "<unk>" else 3 if i < 4 else 1)
-        proto.trainer_spec.unk_id = 1
-        (folder / "spm.model").write_bytes(proto.SerializeToString())
+    folder = _spm_folder(tiny_model, tmp_path) if kind == "sentencepiece" else tmp_path / "spm"
+    if kind == "sentencepiece":
         name, said = "spm.model", "a SentencePiece model, which transformers reads with the sentencepiece package"
-        config = {"tokenizer_class": "DebertaV2Tokenizer"}
     else:  # a tiktoken file: a base64 token and its rank a line
+        folder.mkdir()
+        for file in ("config.json", "model.safetensors"):
+            shutil.copy(tiny_model / file, folder / file)
         (folder / "tokenizer.model").write_text("Z29vZA== 0\nYmFk 1\n")
         name, said = "tokenizer.model", "a tiktoken file, which transformers reads with the tiktoken package"
-        config = {"tokenizer_class": "PreTrainedTokenizerFast"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+        (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
     assert model_problem(str(folder)) is None
     with pytest.raises(TrainerError) as e:
         load_tokenizer(str(folder))
@@ -173,6 +166,41 @@ def test_a_tokenizer_file_whose_package_is_missing_is_named_with_its_package(tin
                             "(or save the tokenizer as tokenizer.json where that package is installed: "
                             "tokenizer.save_pretrained)")
     assert capsys.readouterr().err == ""  # no paragraph of transformers' own before it
+
+
+def _spm_folder(tiny_model, tmp_path):
+    """A model folder whose tokenizer is only a SentencePiece model (spm.model, as microsoft/deberta-v3-base ships):
+    its protobuf as spm_train writes it."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    folder = tmp_path / "spm"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model / name, folder / name)
+    # In another process: the proto module registers sentencepiece_model.proto in protobuf's descriptor pool, and
+    # transformers' own reader registering it again in this one failed ("duplicate file name").
+    code = ("import sys\nfrom transformers.utils import sentencepiece_model_pb2_new as sp\nproto = sp.ModelProto()\n"
+            "for i, piece in enumerate(['<pad>', '<unk>', '[CLS]', '[SEP]', '\\u2581good', '\\u2581bad']):\n"
+            "    proto.pieces.add(piece=piece, score=-float(i), type=2 if piece == '<unk>' else 3 if i < 4 else 1)\n"
+            "proto.trainer_spec.unk_id = 1\nopen(sys.argv[1], 'wb').write(proto.SerializeToString())\n")
+    subprocess.run([sys.executable, "-c", code, str(folder / "spm.model")], check=True, timeout=120)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "DebertaV2Tokenizer"}))
+    return folder
+
+
+def test_a_sentencepiece_only_tokenizer_loads_with_the_trainers_own_dependencies(tiny_model, tmp_path):
+    # A DeBERTa-v3 job failed at its start on Vertex: sentencepiece, which reads spm.model, was not among the
+    # trainer's requirements (the job installs only those)
+    from ftcli.packaging import TRAINER_DEPENDENCIES
+    from ftcli_trainer.model import load_tokenizer
+
+    assert any(d.startswith("sentencepiece") for d in TRAINER_DEPENDENCIES)
+    tok = load_tokenizer(str(_spm_folder(tiny_model, tmp_path)))
+    assert tok.convert_ids_to_tokens(tok("good bad", add_special_tokens=False)["input_ids"]) == [
+        "\u2581good", "\u2581bad"]
 
 
 @pytest.mark.parametrize("tokenizer", ["ByT5Tokenizer", "CanineTokenizer", "PerceiverTokenizer"])
