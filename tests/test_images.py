@@ -45,7 +45,10 @@ def test_cuda_12_8_build_has_no_pascal_or_volta():
     hw = resolve_gpu("V100")
     (problem,) = images.problems(cu128, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
     assert problem.startswith("pytorch:2.7.1-cuda12.8-cudnn9-runtime has no kernels for V100 (compute capability 7.0")
-    assert problem.endswith(f"use {CU126.rsplit('/', 1)[1]} or leave --image out")
+    # The reference to give --image: "pytorch:TAG" alone is Docker Hub's library/pytorch (no such image), which ftcli
+    # does not know either
+    assert problem.endswith("use pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime or leave --image out")
+    assert images.known("pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime").uri == CU126
 
 
 def test_old_python_and_torch_are_refused():
@@ -115,7 +118,8 @@ def test_pytorch_images_whose_tag_names_a_torch_below_the_floor_are_refused(uri,
     # The job keeps the image's torch (its start script holds it), so the install can only fail there.
     assert images.pytorch_tag_problem(uri, TRAINER_DEPENDENCIES) == (
         f"--image {uri}: its tag says torch {torch}; the trainer needs torch>=2.6, and the job keeps the image's "
-        "torch: use pytorch:2.7.1-cuda12.6-cudnn9-runtime (or a newer pytorch/pytorch tag), or leave --image out")
+        "torch: use pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime (or a newer pytorch/pytorch tag), or leave --image "
+        "out")
 
 
 @pytest.mark.parametrize("uri", [

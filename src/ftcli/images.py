@@ -43,6 +43,11 @@ class Image:
     def name(self) -> str:
         return self.uri.rsplit("/", 1)[-1]
 
+    @property
+    def ref(self) -> str:
+        """The reference to give --image: `name` alone (pytorch:TAG) is Docker Hub's library/pytorch, no such image."""
+        return self.uri.removeprefix("docker.io/")
+
     def runs_on(self, cc: str) -> bool:
         major, minor = _cc(cc)
         return any(a[0] == major and a[1] <= minor for a in map(_cc, self.archs))
@@ -207,7 +212,7 @@ def pytorch_tag_problem(uri: str, requirements: tuple[str, ...]) -> str | None:
         req = Requirement(text)
         if req.name == "torch" and tag["torch"] not in req.specifier:
             return (f"--image {uri}: its tag says torch {tag['torch']}; the trainer needs {text}, and the job keeps "
-                    f"the image's torch: use {IMAGES[0].name} (or a newer pytorch/pytorch tag), or leave --image out")
+                    f"the image's torch: use {IMAGES[0].ref} (or a newer pytorch/pytorch tag), or leave --image out")
     return None
 
 
@@ -236,7 +241,7 @@ def problems(image: Image, hw: Hardware, requires_python: str, requirements: tup
                        "torch, or leave --image out")
     cc = hw.compute_capability
     if cc is not None and not image.runs_on(cc):
-        fits = [i.name for i in IMAGES if i.runs_on(cc)]
+        fits = [i.ref for i in IMAGES if i.runs_on(cc)]
         out.append(f"{image.name} has no kernels for {hw.gpu_name} (compute capability {cc}; the build covers "
                    f"{', '.join(image.archs)})" + (f": use {fits[0]} or leave --image out" if fits else ""))
     return out
