@@ -50,6 +50,30 @@ def smoke_options(trainer: dict[str, Any], output_dir: str) -> dict[str, Any]:
             "log_every": 1, "output_dir": output_dir}
 
 
+def missing_here(requirements: list[str]) -> list[str]:
+    """The requirements that this machine's packages do not meet (with the version here, where one is installed).
+    The smoke's pip takes them from here only (no index): a trainer dependency missing here (sentencepiece, added after
+    `ftcli[train]` was installed) failed the smoke as if the job would fail, with the start script's line blaming the
+    image, though the job's pip gets it from PyPI."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    out = []
+    for text in requirements:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        try:
+            here = version(req.name)
+        except PackageNotFoundError:
+            out.append(text)
+            continue
+        if not req.specifier.contains(here, prereleases=True):
+            out.append(f"{text} ({here} here)")
+    return out
+
+
 def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float = 1800) -> tuple[int, Path]:
     """Run the smoke; the trainer's output goes straight to this terminal, on stderr with ftcli's own lines (stdout
     is the submitted job's, for --json). Returns the trainer's exit status and the scratch folder it ran in, which
@@ -57,7 +81,7 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
     from ftcli import container
     from ftcli.errors import FtcliError
     from ftcli.local import require_train_extra
-    from ftcli.packaging import build_wheel
+    from ftcli.packaging import EXTRAS, TRAINER_DEPENDENCIES, build_wheel
     from ftcli.spec import START_SCRIPT, WHEEL_ENV
     from ftcli.trainer_options import validate
 
@@ -66,10 +90,17 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
                          "container, which Windows cannot run",
                          hint="run the smoke under WSL, on Linux or on macOS; or submit without --smoke")
     require_train_extra("ftcli train --smoke")
+    extras = tuple(e for e in extras if e != "wandb")
+    if missing := missing_here([*TRAINER_DEPENDENCIES, *(r for e in extras for r in EXTRAS.get(e, ()))]):
+        import shlex
+
+        raise FtcliError("the smoke installs the trainer from this machine's packages, without the network, and "
+                         f"this machine lacks {', '.join(missing)} (the job gets its packages from PyPI)",
+                         hint="pip install " + " ".join(shlex.quote(m.split(" (")[0]) for m in missing)
+                         + ", then run the smoke again")
     with tempfile.TemporaryDirectory(prefix="ftcli-smoke-") as tmp:
         root = Path(tmp)
         wheel = build_wheel(root / "dist")
-        extras = tuple(e for e in extras if e != "wandb")
         bin_dir = container.make(root / "container")
         _, args = validate(smoke_options(trainer, str(root / "run")))
         env = container.env(bin_dir, dict(os.environ))

@@ -892,6 +892,34 @@ def test_running_the_trainer_here_without_its_packages_is_one_line(capsys, cloud
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_smoke_says_which_trainer_dependency_this_machine_lacks_not_that_the_job_would_fail(
+        capsys, cloud_env, tmp_path, tiny_model, monkeypatch):
+    # The smoke's pip installs the trainer from this machine's packages only (no index). With ftcli[train] installed
+    # before the trainer required sentencepiece, the smoke failed on pip's "No matching distribution found", the start
+    # script's line blamed the image ("use an image that has both") and the smoke said "the job would fail the same
+    # way", though the job's pip takes sentencepiece from PyPI.
+    import importlib.metadata
+
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "sentencepiece":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return "0.1.92" if name == "safetensors" else real(name)  # below its floor: 0.4
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    write_csv(tmp_path / "train.csv", ["text", "label"], [("good film", "pos"), ("bad film", "neg")] * 60)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(tmp_path / "train.csv"), "--model",
+                str(tiny_model), "--gpu", "L4", "--smoke")
+    assert r.code == 1 and "Traceback" not in r.err and "smoke run failed" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        "error: the smoke installs the trainer from this machine's packages, without the network, and this machine "
+        "lacks safetensors>=0.4 (0.1.92 here), sentencepiece>=0.1.91,!=0.1.92 (the job gets its packages from PyPI)",
+        "hint: pip install 'safetensors>=0.4' 'sentencepiece>=0.1.91,!=0.1.92', then run the smoke again"]
+    gcs, vertex = cloud_env
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_smoke_on_windows_says_in_one_line_that_it_cannot_run_there(capsys, cloud_env, monkeypatch):
     # Its container stand-in is a POSIX venv running bash: there it ended in "cannot use ...\\bin\\python".
     from ftcli import smoke
