@@ -439,6 +439,12 @@ def _pair_up(path: Path, run: dict | None, texts: Sequence[Text | str], pairs: l
     # A model that does not say (no ftcli_run.json) takes a pair only when --text-pair-column names one.
     pair_column = text_pair_column or (columns[1] if columns else None)
     first_column = text_column or _text_column(run)
+    if pair_column is not None and pair_column == first_column and (text_column or text_pair_column):
+        # One column given for both texts (--text-pair-column naming the model's own text column, or the reverse):
+        # each row would be classified as a text paired with itself.
+        given = "--text-pair-column" if text_pair_column else "--text-column"
+        raise UsageError(f"{given} {(text_pair_column or text_column)!r} is the column of the other text too: a pair "
+                         "needs two columns", hint="name the column that holds each row's other text")
     firsts: list[str] = []
     seconds: list[str | None] = []
     for i, item in enumerate(items):

@@ -584,6 +584,14 @@ def test_predict_reads_a_pair_file_whose_columns_are_named_otherwise(capsys, tmp
     assert r.code == 0 and r.out == expected.out, r.err
     r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "s1", "--text-pair-column", "s1")
     assert r.code == 2 and r.err.startswith("error: --text-pair-column 's1' is the --text-column too")
+    # the model's own text column named as the pair's (or the reverse): each row was paired with itself
+    both = tmp_path / "both.csv"
+    both.write_text("premise,hypothesis\na man plays,music is made\n")
+    for flag, column in (("--text-pair-column", "premise"), ("--text-column", "hypothesis")):
+        r = run_cli(capsys, "predict", str(model), "--file", str(both), flag, column)
+        assert r.code == 2 and not r.out and r.err.splitlines() == [
+            f"error: {flag} {column!r} is the column of the other text too: a pair needs two columns",
+            "hint: name the column that holds each row's other text"], r.err
 
 
 def test_predict_prints_one_line_per_row_whatever_the_text_holds(capsys, tmp_path, tiny_model):

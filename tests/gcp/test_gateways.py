@@ -403,7 +403,14 @@ def test_gclouds_impersonation_that_adc_does_not_follow_is_said_once(tmp_path, m
         monkeypatch.setenv("CLOUDSDK_AUTH_IMPERSONATE_SERVICE_ACCOUNT", account)
         said = "CLOUDSDK_AUTH_IMPERSONATE_SERVICE_ACCOUNT"
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(gcloud))
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    if where == "config":  # gcloud's own ADC file (`gcloud auth application-default login`): the user's account
+        adc = gcloud / "application_default_credentials.json"
+        adc.write_text(json.dumps(user))
+        monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+        acts_as = "your own account"
+    else:  # a CI runner's or a key's credentials, named by the variable
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+        acts_as = f"the credentials GOOGLE_APPLICATION_CREDENTIALS={adc} names"
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
     monkeypatch.setattr(gcp, "_said_impersonation", False)
     capsys.readouterr()
@@ -411,8 +418,8 @@ def test_gclouds_impersonation_that_adc_does_not_follow_is_said_once(tmp_path, m
     gcp.credentials()  # one gateway after another: said once
     err = " ".join(capsys.readouterr().err.split())
     assert err == (f"warning: {said} impersonates {account}, but ftcli uses your Application Default Credentials, "
-                   f"which do not: it acts as your own account hint: to act as {account}: gcloud auth "
-                   f"application-default login --impersonate-service-account {account}"), err
+                   f"which do not: it acts as {acts_as} hint: to act as {account}: gcloud auth application-default "
+                   f"login --impersonate-service-account {account}"), err
 
     adc.write_text(json.dumps({  # what `gcloud auth application-default login --impersonate-service-account` writes
         "type": "impersonated_service_account", "source_credentials": user, "delegates": [],

@@ -68,8 +68,10 @@ def _impersonation_note(creds) -> None:
 
     # The flag, as public set-up scripts use it with `gcloud config set auth/impersonate_service_account` (found
     # 2026-11-27 with the search tool's find_string; gcloud's own reference page for the command was not found whole).
+    key_file = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    who = f"the credentials GOOGLE_APPLICATION_CREDENTIALS={key_file} names" if key_file else "your own account"
     warn(f"{where} impersonates {account}, but ftcli uses your Application Default Credentials, which do not: it acts "
-         "as your own account",
+         f"as {who}",
          hint=f"to act as {account}: gcloud auth application-default login --impersonate-service-account {account}")
 
 
