@@ -485,7 +485,7 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
     """Everything before the create call: the history is writable, the bucket is there and in the job's region,
     the secret the job reads exists, the trainer wheel and local inputs are uploaded (what is missing only).
     Returns the bytes uploaded. `notify(message)` hears about retries; `uploading(description)` is a context
-    manager that yields a `progress(done, total)` callback (or None) for one upload."""
+    manager that yields a `progress(done, total)` callback (or None) for one upload, or for the local files' batch."""
     import contextlib
     import tempfile
 
@@ -512,8 +512,10 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
     if not storage.exists(sub.package_uri):
         with tempfile.TemporaryDirectory(prefix="ftcli-pkg-") as tmp:
             sent += upload(build_wheel(Path(tmp)), sub.package_uri)
-    for path, uri in sub.uploads:
-        sent += upload(path, uri)
+    if sub.uploads:  # the data files and a model folder's files, together (a model of many files went one by one)
+        what = sub.uploads[0][0].name if len(sub.uploads) == 1 else f"{len(sub.uploads)} files"
+        with (uploading or (lambda _: contextlib.nullcontext()))(f"uploading {what}") as progress:
+            sent += storage.upload_many(sub.uploads, progress=progress)
     return sent
 
 

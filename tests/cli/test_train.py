@@ -1300,3 +1300,25 @@ def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tm
     assert said == ["reading train.csv (0 MB), eval.csv (0 MB) with the trainer's readers, to check them before "
                     "anything is uploaded"]  # once for both candidates, first
     assert r.err.index(said[0]) < r.err.index("candidates, in order")
+
+
+def test_a_model_folder_of_many_files_is_uploaded_in_parallel(capsys, cloud_env, tmp_path, tiny_model, monkeypatch):
+    # Found in review: `ftcli train --model DIR` uploaded the folder one file after the other (a sharded model, a
+    # sentence-transformers folder: dozens of round trips in a row). Each upload is held 0.2 s by the proxy here.
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    model = tmp_path / "sharded"
+    shutil.copytree(tiny_model, model)
+    for i in range(12):
+        (model / f"extra-{i:02d}.json").write_text(json.dumps({"shard": i}))
+    uploads = lambda m, t, n: 0.2 if m == "POST" and t.startswith("/upload/") and "/models/" not in t else 0  # noqa: E731
+    with FaultyProxy(gcs.url, hold_when=uploads) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        out = submitted(capsys, "--task", "imdb", "--model", str(model))
+    files = {p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    stored = {o.split("/", 4)[4]: gcs.read("ftcli-test", o) for o in gcs.list("ftcli-test")
+              if o.startswith("team/ftcli/models/")}
+    assert stored == files and out["uploaded_bytes"] >= sum(len(b) for b in files.values())
+    assert proxy.max_in_flight > 1  # one after the other: 1
+    assert len(vertex.jobs) == 1

@@ -242,6 +242,7 @@ class ProxiedRequest:
 
 
 FailWhen = Callable[[str, str, int], bool]
+TRICKLE_PIECE = 64 * 1024
 
 
 class FaultyProxy:
@@ -251,12 +252,17 @@ class FaultyProxy:
     is true (target is the path with its query). A failed request gets ``status`` (default 503) with a GCS-style
     JSON error (``error`` replaces the body), or, with ``status=None``, a connection closed without any
     response. With ``forward_failed=True`` the request first reaches upstream (its effect happens) and only the
-    response is lost, the harder case for idempotent retries.
+    response is lost, the harder case for idempotent retries. ``hold_when(method, target, n)`` gives the seconds
+    a request waits before it is forwarded (0 for none), outside the lock that orders the requests, so held
+    requests overlap; ``max_in_flight`` is how many were under way at once at most. ``trickle_when(method,
+    target, n)`` gives the seconds to wait after each TRICKLE_PIECE bytes of the response body (0: all at once), a
+    slow download.
     """
 
     def __init__(self, upstream: str, *, fail_every: int | None = None, fail_when: FailWhen | None = None,
                  status: int | None = 503, forward_failed: bool = False, max_failures: int | None = None,
-                 error: dict | None = None) -> None:
+                 error: dict | None = None, hold_when: Callable[[str, str, int], float] | None = None,
+                 trickle_when: Callable[[str, str, int], float] | None = None) -> None:
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
             raise ValueError(f"upstream must look like http://host:port, got {upstream!r}")
@@ -267,6 +273,10 @@ class FaultyProxy:
         self.forward_failed = forward_failed
         self.max_failures = max_failures
         self.error = error  # the JSON error body of a failed request ({"error": {...}}), else a backendError
+        self.hold_when = hold_when
+        self.trickle_when = trickle_when
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.requests: list[ProxiedRequest] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -378,6 +388,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         body = self._read_body()
         headers = {k.lower(): v for k, v in self.headers.items()}
         rec = proxy._decide(self.command, self.path, headers, len(body))
+        with proxy._lock:
+            proxy.in_flight += 1
+            proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+        try:
+            if proxy.hold_when is not None and (seconds := proxy.hold_when(self.command, self.path, rec.n)):
+                time.sleep(seconds)
+            self._answer(rec, body)
+        finally:
+            with proxy._lock:
+                proxy.in_flight -= 1
+
+    def _answer(self, rec: ProxiedRequest, body: bytes) -> None:
+        proxy = self.server.proxy
         if rec.failed and not proxy.forward_failed:
             self._fail(rec)
             return
@@ -391,7 +414,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._fail(rec)
             return
         rec.status = status
-        self._send(status, reason, resp_headers, resp_body)
+        trickle = proxy.trickle_when(self.command, self.path, rec.n) if proxy.trickle_when is not None else 0
+        self._send(status, reason, resp_headers, resp_body, trickle)
 
     def _forward(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
         conn = http.client.HTTPConnection(*self.server.proxy.upstream, timeout=30)
@@ -421,15 +445,26 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             "error": {"code": status, "message": "injected by FaultyProxy", "errors": [{"reason": "backendError"}]}}
         self._send(status, "Injected Fault", [("Content-Type", "application/json")], json.dumps(msg).encode())
 
-    def _send(self, status: int, reason: str, headers: list[tuple[str, str]], body: bytes) -> None:
+    def _send(self, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
+              trickle: float = 0) -> None:
         self.send_response_only(status, reason)
         for k, v in headers:
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command == "HEAD":
+            return
+        if not trickle:
             self.wfile.write(body)
+            return
+        try:
+            for start in range(0, len(body), TRICKLE_PIECE):
+                self.wfile.write(body[start:start + TRICKLE_PIECE])
+                self.wfile.flush()
+                time.sleep(trickle)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client stopped reading
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 

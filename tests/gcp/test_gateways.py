@@ -4,6 +4,7 @@ callback they are given, and what comes back is ftcli's own values."""
 from __future__ import annotations
 
 import json
+import re
 
 import grpc
 import pytest
@@ -428,3 +429,113 @@ def test_gclouds_impersonation_that_adc_does_not_follow_is_said_once(tmp_path, m
     monkeypatch.setattr(gcp, "_said_impersonation", False)
     gcp.credentials()
     assert capsys.readouterr().err == ""
+
+
+def _media(method: str, target: str) -> bool:
+    return (method == "POST" and target.startswith("/upload/")) or (method == "GET" and "alt=media" in target)
+
+
+def test_a_batch_of_uploads_runs_in_parallel_skips_what_is_there_and_counts_its_bytes(gcs, monkeypatch, tmp_path):
+    """A model folder of many files was uploaded one file after the other: 16 files held 0.2 s each by the proxy
+    took 3.2 s. Now they overlap; an object already there is not sent again, and progress counts the batch's bytes
+    against what was missing."""
+    from ftcli.gcp.storage import StorageGateway
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("bkt")
+    files = []
+    for i in range(16):
+        files.append(tmp_path / f"f{i:02d}.bin")
+        files[-1].write_bytes(bytes([i]) * (1000 + i))
+    gcs.write("bkt", "m/f03.bin", files[3].read_bytes())  # already there: skipped
+    pairs = [(f, f"gs://bkt/m/{f.name}") for f in files]
+    seen: list[tuple[int, int | None]] = []
+    with FaultyProxy(gcs.url, hold_when=lambda m, t, n: 0.2 if _media(m, t) else 0) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        sent = StorageGateway("p").upload_many(pairs, progress=lambda d, t: seen.append((d, t)))
+        uploads = [r for r in proxy.requests if _media(r.method, r.target)]
+    missing = sum(f.stat().st_size for f in files) - files[3].stat().st_size
+    assert sent == missing and seen[-1] == (missing, missing)
+    assert len(uploads) == 15 and not any("f03.bin" in r.target for r in uploads)
+    assert proxy.max_in_flight > 1  # one after the other: 1
+    assert {o: gcs.read("bkt", o) for o in gcs.list("bkt", "m/")} == {f"m/{f.name}": f.read_bytes() for f in files}
+
+
+def test_a_refused_upload_stops_the_batch_and_is_the_error_said(gcs, monkeypatch, tmp_path):
+    """One file of the batch refused (403): that error is raised, not a stopped neighbour's, and every object in the
+    bucket is whole."""
+    from ftcli.gcp.storage import TRANSFER_WORKERS, StorageGateway
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("bkt")
+    pairs = []
+    for i in range(12):
+        (tmp_path / f"f{i:02d}.bin").write_bytes(bytes([i]) * 5000)
+        pairs.append((tmp_path / f"f{i:02d}.bin", f"gs://bkt/m/f{i:02d}.bin"))
+    uploads = []
+
+    def third_upload(method: str, target: str, n: int) -> bool:  # (a multipart upload's name is in its body)
+        if _media(method, target):
+            uploads.append(n)
+        return len(uploads) == 3 and uploads[-1] == n
+
+    # the others take a while: the refusal comes first, and the files not begun never start
+    with FaultyProxy(gcs.url, status=403, fail_when=third_upload,
+                     hold_when=lambda m, t, n: 0.3 if _media(m, t) and n not in uploads[2:3] else 0) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        with pytest.raises(FtcliError) as info:
+            StorageGateway("p").upload_many(pairs)
+    refused = re.match(r"permission denied on gs://bkt/(m/f\d\d\.bin): ", info.value.message)
+    assert refused and refused.group(1) not in gcs.list("bkt", "m/"), info.value.message
+    # the other uploads under way ended whole; those not begun never began
+    assert len(gcs.list("bkt", "m/")) == len(uploads) - 1 and len(uploads) <= TRANSFER_WORKERS < len(pairs)
+    for name in gcs.list("bkt", "m/"):
+        assert gcs.read("bkt", name) == (tmp_path / name.split("/")[1]).read_bytes()
+
+
+@pytest.mark.parametrize("direction", ["upload"])
+def test_ctrl_c_stops_a_batch_of_transfers_without_waiting_for_the_rest(gcs, monkeypatch, tmp_path, direction):
+    """Ctrl-C during a batch of transfers: no transfer starts after it, and an upload either made its object whole
+    or made none."""
+    import os
+    import signal
+
+    from ftcli.gcp.storage import TRANSFER_WORKERS, StorageGateway
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("bkt")
+    n_files = 3 * TRANSFER_WORKERS
+    local = []
+    for i in range(n_files):
+        local.append(tmp_path / "here" / f"f{i:02d}.bin")
+        local[-1].parent.mkdir(exist_ok=True)
+        local[-1].write_bytes(bytes([i]) * 300_000)
+        if direction == "download":
+            gcs.write("bkt", f"m/f{i:02d}.bin", local[-1].read_bytes())
+    pressed = []
+
+    def ctrl_c_at_the_first(method: str, target: str, n: int) -> float:
+        if not _media(method, target):
+            return 0
+        if not pressed:
+            pressed.append(n)
+            os.kill(os.getpid(), signal.SIGINT)
+        return 0.5  # every transfer is still under way when the Ctrl-C lands
+
+    with FaultyProxy(gcs.url, hold_when=ctrl_c_at_the_first) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        storage = StorageGateway("p")
+        with pytest.raises(KeyboardInterrupt):
+            if direction == "upload":
+                storage.upload_many([(f, f"gs://bkt/m/{f.name}") for f in local])
+            else:
+                storage.download_objects("bkt", [(f"m/{f.name}", tmp_path / "there" / f.name) for f in local])
+        started = [r for r in proxy.requests if _media(r.method, r.target)]
+    assert pressed and 1 <= len(started) <= TRANSFER_WORKERS < n_files  # without the fix: all 24
+    if direction == "upload":
+        for name in gcs.list("bkt", "m/"):
+            assert gcs.read("bkt", name) == (tmp_path / "here" / name.split("/")[1]).read_bytes()
+

@@ -9,34 +9,82 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from ftcli.errors import FtcliError
 from ftcli.gcp import Notify, account_problem, guard, retry_notice
 from ftcli_trainer.storage import split_gcs as split_uri
 
 TRANSFER_WORKERS = 8
+T = TypeVar("T")
 Progress = Callable[[int, int | None], None]  # (bytes done, bytes in all or None)
 EMULATOR_VAR = "STORAGE_EMULATOR_HOST"
 
 
+class Stopped(Exception):
+    """A transfer stopped on purpose (Ctrl-C, or another transfer of its batch failed). Not one of Cloud Storage's
+    transient errors, so no retry policy retries it."""
+
+
 class _CountingReader:
     """A binary file whose reads report the position: what the upload has sent so far (a retried chunk seeks back,
-    and the position follows it)."""
+    and the position follows it). Once `stop` is set, a read raises Stopped: the upload ends at its next chunk,
+    and a resumable session left unfinished makes no object."""
 
-    def __init__(self, f, size: int, progress: Progress):
+    def __init__(self, f, size: int, progress: Progress | None, stop: threading.Event | None = None):
         self._f = f
         self._size = size
         self._progress = progress
+        self._stop = stop
 
     def read(self, n: int = -1) -> bytes:
+        if self._stop is not None and self._stop.is_set():
+            raise Stopped
         data = self._f.read(n)
-        self._progress(self._f.tell(), self._size)
+        if self._progress is not None:
+            self._progress(self._f.tell(), self._size)
         return data
 
     def __getattr__(self, name):  # seek, tell, name, ... of the real file
         return getattr(self._f, name)
+
+
+def _run_batch(tasks: list[Callable[[], T]], stop: threading.Event) -> list[T]:
+    """Run `tasks` TRANSFER_WORKERS at a time; return their results in order. The first failure sets `stop` (the
+    transfers under way end at their next chunk, those not begun never start) and is raised once all have ended; so
+    is Ctrl-C, which does not wait for the rest of the batch either."""
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    def guarded(task: Callable[[], T]) -> T:
+        if stop.is_set():
+            raise Stopped
+        try:
+            return task()
+        except BaseException:
+            stop.set()  # here, before this worker takes the next file
+            raise
+
+    pool = ThreadPoolExecutor(TRANSFER_WORKERS, thread_name_prefix="ftcli-transfer")
+    futures = []
+    try:
+        for t in tasks:  # (a Ctrl-C can land while the first ones already run)
+            futures.append(pool.submit(guarded, t))
+        # In short waits: a Ctrl-C the system handed to a worker thread runs its handler only once the main thread
+        # wakes, and a wait for the whole batch would wake it only at the end.
+        while wait(futures, timeout=0.2, return_when=FIRST_EXCEPTION).not_done and not stop.is_set():
+            pass
+    finally:
+        stop.set()  # (all done, it changes nothing)
+        pool.shutdown(wait=True, cancel_futures=True)
+    errors = [e for f in futures if not f.cancelled() and (e := f.exception()) is not None]
+    for e in errors:
+        if not isinstance(e, Stopped):
+            raise e
+    if errors:  # only stopped ones: stopped from outside
+        raise Stopped
+    return [f.result() for f in futures]
 
 
 class StoredObject(NamedTuple):
@@ -170,22 +218,53 @@ class StorageGateway:
         is create-only (if_generation_match=0) and retried on transient errors; a resumable upload in
         chunks either completes or leaves no object behind.
         """
-        from google.api_core import exceptions as gexc
-
         if self.exists(uri):
             return 0
+        return self._upload(local, uri, progress)
+
+    def _upload(self, local: Path, uri: str, progress: Progress | None, stop: threading.Event | None = None) -> int:
+        from google.api_core import exceptions as gexc
+
         bucket, name = split_uri(uri)
         size = local.stat().st_size
         blob = self.client.bucket(bucket).blob(name, chunk_size=8 * 1024 * 1024 if size > 8 * 1024 * 1024 else None)
         with guard(**self._context(uri)):
             try:
                 with open(local, "rb") as f:
-                    stream = _CountingReader(f, size, progress) if progress else f
+                    stream = _CountingReader(f, size, progress, stop) if progress or stop else f
                     blob.upload_from_file(stream, size=size, if_generation_match=0,
                                           retry=self._retry(f"uploading {local.name}", timeout=300))
             except gexc.PreconditionFailed:
                 return 0  # someone uploaded the same content-addressed object meanwhile
         return size
+
+    def upload_many(self, pairs: list[tuple[Path, str]], *, progress: Progress | None = None) -> int:
+        """`upload_if_absent` for each (local file, gs:// URI), TRANSFER_WORKERS at a time (a model folder of many
+        files went one file after the other); return the bytes sent. `progress` hears the batch's bytes against
+        what is missing from the bucket. The first error stops the rest and is raised; so is Ctrl-C, without
+        waiting for the uploads under way to finish: each has either made its object whole or made none.
+
+        (transfer_manager.upload_many takes one set of upload arguments for every file: a file object then goes
+        without its size, as a resumable session of two requests even when small, and a file name gives no hook
+        to count bytes or to stop.)"""
+        stop = threading.Event()
+        there = _run_batch([partial(self.exists, uri) for _, uri in pairs], stop)
+        missing = [(path, uri) for (path, uri), found in zip(pairs, there, strict=True) if not found]
+        sizes = [path.stat().st_size for path, _ in missing]
+        total, sent = sum(sizes), [0] * len(missing)
+        lock = threading.Lock()
+
+        def counted(i: int) -> Progress:
+            def moved(done: int, _size: int | None) -> None:
+                with lock:
+                    sent[i] = done
+                    if progress:
+                        progress(sum(sent), total)
+            return moved
+
+        stop = threading.Event()
+        return sum(_run_batch([partial(self._upload, path, uri, counted(i), stop)
+                               for i, (path, uri) in enumerate(missing)], stop))
 
     def list_objects(self, prefix_uri: str) -> list[StoredObject]:
         """Name, size and CRC32C of everything under gs://bucket/prefix/."""
