@@ -495,7 +495,7 @@ def test_a_refused_upload_stops_the_batch_and_is_the_error_said(gcs, monkeypatch
         assert gcs.read("bkt", name) == (tmp_path / name.split("/")[1]).read_bytes()
 
 
-@pytest.mark.parametrize("direction", ["upload"])
+@pytest.mark.parametrize("direction", ["upload", "download"])
 def test_ctrl_c_stops_a_batch_of_transfers_without_waiting_for_the_rest(gcs, monkeypatch, tmp_path, direction):
     """Ctrl-C during a batch of transfers: no transfer starts after it, and an upload either made its object whole
     or made none."""
@@ -539,3 +539,35 @@ def test_ctrl_c_stops_a_batch_of_transfers_without_waiting_for_the_rest(gcs, mon
         for name in gcs.list("bkt", "m/"):
             assert gcs.read("bkt", name) == (tmp_path / "here" / name.split("/")[1]).read_bytes()
 
+
+def test_ctrl_c_ends_a_download_under_way_at_its_next_chunk(gcs, monkeypatch, tmp_path):
+    """`ftcli download`'s Ctrl-C waited for the files under way to arrive whole (a model's weights: minutes), since
+    transfer_manager gives no way to stop a download once begun. Now it ends at the download's next chunk; the
+    partial file is the caller's to remove (download_model's staging folder)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from ftcli.gcp.storage import StorageGateway
+    from tests.emulators.gcs import TRICKLE_PIECE, FaultyProxy
+
+    gcs.create_bucket("bkt")
+    gcs.write("bkt", "m/model.safetensors", b"w" * (40 * TRICKLE_PIECE))  # 40 pieces of 0.1 s: 4 s
+
+    def slow_body(method: str, target: str, n: int) -> float:
+        if method == "GET" and "alt=media" in target:
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            return 0.1
+        return 0
+
+    target = tmp_path / "there" / "model.safetensors"
+    with FaultyProxy(gcs.url, trickle_when=slow_body) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            StorageGateway("p").download_objects("bkt", [("m/model.safetensors", target)])
+        took = time.monotonic() - start
+    assert took < 2.5, took  # the whole download: 4 s
+    assert target.stat().st_size < 40 * TRICKLE_PIECE

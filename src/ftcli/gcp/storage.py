@@ -51,6 +51,26 @@ class _CountingReader:
         return getattr(self._f, name)
 
 
+class _StoppableWriter:
+    """A download's open target file that reports the bytes written so far; once `stop` is set, a write raises
+    Stopped, so the download ends at its next chunk instead of running to its end."""
+
+    def __init__(self, f, stop: threading.Event, moved: Callable[[int], None]):
+        self._f = f
+        self._stop = stop
+        self._moved = moved
+
+    def write(self, data: bytes) -> int:
+        if self._stop.is_set():
+            raise Stopped
+        n = self._f.write(data)
+        self._moved(self._f.tell())
+        return n
+
+    def __getattr__(self, name):  # seek (decompressive transcoding starts over from 0), tell, ... of the real file
+        return getattr(self._f, name)
+
+
 def _run_batch(tasks: list[Callable[[], T]], stop: threading.Event) -> list[T]:
     """Run `tasks` TRANSFER_WORKERS at a time; return their results in order. The first failure sets `stop` (the
     transfers under way end at their next chunk, those not begun never start) and is raised once all have ended; so
@@ -276,38 +296,33 @@ class StorageGateway:
 
     def download_objects(self, bucket_name: str, pairs: list[tuple[str, Path]], *, total: int | None = None,
                          progress: Progress | None = None) -> int:
-        """Download objects of `bucket_name` to the given local files, in parallel (transfer_manager's
-        threads); return the bytes read. The caller picks the paths: this writes only where it is told."""
-        from google.cloud.storage import transfer_manager
-
+        """Download objects of `bucket_name` to the given local files, TRANSFER_WORKERS at a time; return the bytes
+        read. The caller picks the paths: this writes only where it is told. The first error stops the rest and is
+        raised; so is Ctrl-C, which ends the downloads under way at their next chunk and starts no other
+        (transfer_manager.download_many, which gives no way to stop a download once begun, waited for them to
+        arrive whole: a model's weights, minutes). What a stopped batch leaves is partial files, for the caller to
+        remove."""
         bucket = self.client.bucket(bucket_name)
         for _, target in pairs:
             target.parent.mkdir(parents=True, exist_ok=True)
-        jobs = [(bucket.blob(name), str(target)) for name, target in pairs]
+        stop = threading.Event()
+        lock = threading.Lock()
+        written = [0] * len(pairs)
 
-        def done_bytes() -> int:
-            return sum(t.stat().st_size for _, t in pairs if t.exists())
+        def moved(i: int, position: int) -> None:
+            with lock:
+                written[i] = position
+                if progress:
+                    progress(sum(written), total)
 
-        finished = threading.Event()
+        def download(i: int, name: str, target: Path) -> int:
+            with guard(**self._context(f"gs://{bucket_name}/{name}")), open(target, "wb") as f:
+                bucket.blob(name).download_to_file(
+                    _StoppableWriter(f, stop, lambda position: moved(i, position)), timeout=300,
+                    retry=self._retry(f"downloading from gs://{bucket_name}"))
+                return f.tell()
 
-        def report(progress: Progress) -> None:
-            # transfer_manager reports nothing until every file is done: count the bytes on disk meanwhile.
-            while not finished.wait(0.2):
-                progress(done_bytes(), total)
-
-        watcher = threading.Thread(target=report, args=(progress,), daemon=True) if progress else None
-        if watcher:
-            watcher.start()
-        try:
-            with guard(**self._context(f"gs://{bucket_name}")):
-                transfer_manager.download_many(
-                    jobs, download_kwargs={"timeout": 300, "retry": self._retry(f"downloading from gs://{bucket_name}")},
-                    raise_exception=True, worker_type=transfer_manager.THREAD, max_workers=TRANSFER_WORKERS)
-        finally:
-            finished.set()
-            if watcher:
-                watcher.join()
-        done = done_bytes()
+        done = sum(_run_batch([partial(download, i, name, target) for i, (name, target) in enumerate(pairs)], stop))
         if progress:
             progress(done, total)
         return done
