@@ -234,7 +234,7 @@ def run(cfg: TrainConfig) -> dict:
     results["label_names"] = data.label_names
     results["precision"] = precision
     results["device"] = str(device)
-    run_config = {"ftcli_trainer_version": __version__, **asdict(cfg), "resolved_precision": precision}
+    run_config = shareable({"ftcli_trainer_version": __version__, **asdict(cfg), "resolved_precision": precision})
     run_config.pop("extra", None)
     results["attention"] = attention_in_use(model, varlen_left_off)
     restore_attention(model)
@@ -251,6 +251,25 @@ def run(cfg: TrainConfig) -> dict:
     distributed.barrier(dist)
     distributed.cleanup(dist)
     return results
+
+
+PATH_OPTIONS = ("model", "train_file", "eval_file", "output_dir")
+
+
+def shareable(run_config: dict) -> dict:
+    """The run's options as the exported model carries them (ftcli_run.json): a local path becomes its file or folder
+    name. The model folder travels (`ftcli train --model` uploads it to the bucket, people publish it), and
+    /home/alice/... said who ran it and how their disk is laid out; what reads the file (report, predict) needs no
+    path. gs:// URIs, a job's /gcs/ mount and Hub ids are kept as they are."""
+    out = dict(run_config)
+    for key in PATH_OPTIONS:
+        value = out.get(key)
+        if not isinstance(value, str) or not value or storage.is_gcs(value) or value.startswith("/gcs/"):
+            continue
+        path = Path(value).expanduser()
+        if path.is_absolute() or value.startswith((".", "~")) or path.exists():
+            out[key] = path.resolve().name if path.exists() else path.name
+    return out
 
 
 def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, precision: str, dist):

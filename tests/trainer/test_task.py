@@ -40,6 +40,11 @@ def test_tiny_bert_learns_and_exports_a_pipeline_model(tmp_path, tiny_model, sen
     assert list((out / "checkpoints").glob("step-*/_COMPLETE"))
     cfg = json.loads((model_dir / "ftcli_run.json").read_text())
     assert cfg["epochs"] == 6 and cfg["task"] == "csv"
+    # The model folder travels (`ftcli train --model` uploads it): local paths, the home folder's name with them,
+    # stay here; their file and folder names are kept.
+    assert (cfg["train_file"], cfg["eval_file"], cfg["model"], cfg["output_dir"]) == (
+        train.name, test.name, tiny_model.name, "run")
+    assert str(tmp_path) not in (model_dir / "ftcli_run.json").read_text()
 
     from transformers import pipeline
 
