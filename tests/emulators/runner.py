@@ -115,13 +115,14 @@ class JobRun(threading.Thread):
         self.cancelled = threading.Event()
         self.error: str | None = None
         self.extra_env = dict(extra_env or {})  # e.g. a tuning trial's CLOUD_ML_TRIAL_ID
-        self.bin: Path | None = None  # the container's bin folder (its python and pip)
+        self.image: tuple[str, bool] | None = None  # the image's stand-in Python, and whether it shares our packages
         self.gcs_root: Path | None = None  # what /gcs/ maps to
 
     # -- set-up --------------------------------------------------------------------------------------------------
 
-    def _container(self) -> Path:
-        """A venv standing in for the image's Python; returns its bin folder."""
+    def _container(self) -> tuple[str, bool]:
+        """The Python standing in for the image's, and whether it sees the test environment's packages (each
+        replica's container is made from it: `_replica_container`)."""
         pools = [p for p in self.job.job_spec.worker_pool_specs[:2] if p.machine_spec.machine_type]
         if any(p.python_package_spec.executor_image_uri for p in pools):
             raise ImageError("the emulator runs containerSpec jobs only")
@@ -136,11 +137,20 @@ class JobRun(threading.Thread):
         python = interpreter(minor)
         if python is None:
             raise ImageError(f"no Python {minor} on this machine to stand in for {uri}")
-        from ftcli import container
-
         # The host's minor version sees the test environment's packages as the image's own; another minor gets a
         # bare interpreter with its own pip (nothing of the test environment loads under it anyway).
-        return container.make(self.workdir / "container", python, share_packages=minor == HOST_MINOR)
+        return python, minor == HOST_MINOR
+
+    def _replica_container(self, replica: Replica) -> Path:
+        """A venv of its own for each replica, as each of Vertex's replicas runs in a container of its own: one venv
+        for all had the replicas' start scripts pip-install the trainer into the same site-packages at once, a race
+        a real job never runs (suspected, not shown, when a two-replica test's job once never reached its 20th step
+        in CI)."""
+        from ftcli import container
+
+        assert self.image is not None
+        python, share = self.image
+        return container.make(self.workdir / f"container-{replica.task_name}", python, share_packages=share)
 
     def _mount_gcs(self) -> Path:
         """Mirror every bucket the job names under /gcs/ into workdir/gcs (read-only use: the trainer writes
@@ -181,7 +191,7 @@ class JobRun(threading.Thread):
             variables[e.name] = expand(e.value, variables)
         replica.variables = variables
         env.update({e.name: self._gcs(variables[e.name]) for e in spec.env})
-        env = container.env(self.bin, env)
+        env = container.env(self._replica_container(replica), env)
         env.update(
             STORAGE_EMULATOR_HOST=self.emulator.gcs_url,
             DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA="true", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
@@ -218,7 +228,7 @@ class JobRun(threading.Thread):
 
     def _run(self) -> None:
         try:
-            self.bin = self._container()
+            self.image = self._container()
             self.gcs_root = self._mount_gcs()
         except ImageError as e:
             self.emulator._finish(self.job.name, JobState.JOB_STATE_FAILED, str(e))
