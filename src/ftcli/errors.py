@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 
+def reason(e: BaseException) -> str:
+    """Why `e` happened, for the end of one error line: a file error's reason and the file it names, else the
+    error's own text."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror} ({e.filename})" if e.filename else e.strerror
+    return str(e) or type(e).__name__
+
+
 class FtcliError(Exception):
     """Something the user can fix. `hint` says what to run or change next."""
 

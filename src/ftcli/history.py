@@ -14,7 +14,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from ftcli.errors import FtcliError, UsageError
+from ftcli.errors import FtcliError, UsageError, reason
 from ftcli.values import JobName, TuningName, from_console_url
 
 DB_NAME = "history.sqlite3"
@@ -47,12 +47,6 @@ def _dir() -> Path:
 
 def db_path() -> Path:
     return _dir() / DB_NAME
-
-
-def _problem(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.strerror:
-        return f"{e.strerror} ({e.filename})" if e.filename else e.strerror
-    return str(e) or type(e).__name__
 
 
 def _connect() -> sqlite3.Connection:
@@ -115,7 +109,7 @@ def _migrate(db: sqlite3.Connection, old: Path) -> None:
 
 
 def _fail(e: BaseException) -> HistoryError:
-    return HistoryError(f"cannot write ftcli's job history at {db_path()}: {_problem(e)}",
+    return HistoryError(f"cannot write ftcli's job history at {db_path()}: {reason(e)}",
                         hint="set FTCLI_STATE_DIR to a writable folder")
 
 
@@ -146,7 +140,7 @@ def entries() -> list[dict]:
         with closing(_connect()) as db:
             return [_row(*r) for r in db.execute("SELECT n, name, display_name, extra FROM jobs ORDER BY n")]
     except (OSError, sqlite3.Error) as e:
-        raise HistoryError(f"cannot read ftcli's job history at {db_path()}: {_problem(e)}",
+        raise HistoryError(f"cannot read ftcli's job history at {db_path()}: {reason(e)}",
                            hint="set FTCLI_STATE_DIR to a readable folder, or use numeric job ids") from None
 
 
@@ -169,7 +163,7 @@ def record(name: str, display_name: str, **extra) -> int:
         if extra.get("project") and extra.get("region"):
             where = f" --project {extra['project']} --region {extra['region']}"
         raise HistoryError(
-            f"job {name} was created, but its short id could not be saved ({db_path()}: {_problem(e)})",
+            f"job {name} was created, but its short id could not be saved ({db_path()}: {reason(e)})",
             hint=f"follow it with: ftcli logs {job_id(name)}{where}; set FTCLI_STATE_DIR to a writable folder",
         ) from None
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, cast
 
-from ftcli.errors import FtcliError, UsageError
+from ftcli.errors import FtcliError, UsageError, reason
 from ftcli.gcp import Notify
 from ftcli.values import Job, JobName
 from ftcli_trainer.storage import (
@@ -289,8 +289,8 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
         except OSError as e:
             # A home that is missing or read-only (a container's user): it said "cannot use /nonexistent: No such
             # file or directory", naming neither the cache nor how to move it.
-            why = f"{e.strerror} ({e.filename})" if e.strerror and e.filename else (e.strerror or str(e))
-            raise FtcliError(f"cannot keep the model of job {model} in ftcli's model cache {path.parent}: {why}",
+            raise FtcliError(f"cannot keep the model of job {model} in ftcli's model cache {path.parent}: "
+                             f"{reason(e)}",
                              hint=f"set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download {model} DIR` "
                                   "and `ftcli predict DIR ...`") from None
         if not (path / COMPLETE_MARKER).exists():

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ftcli.errors import FtcliError, UsageError
+from ftcli.errors import FtcliError, UsageError, reason
 from ftcli_trainer.storage import split_gcs
 
 REGION_FIELD = "{region}"  # in a bucket value, stands for the job's region
@@ -126,8 +126,7 @@ def save_config_file(values: dict[str, str | None]) -> Path:
     except OSError as e:
         # A home that is missing or read-only (a container's user, HOME=/nonexistent): it said "cannot use
         # /nonexistent: No such file or directory", naming neither the config file nor the way round it.
-        why = f"{e.strerror} ({e.filename})" if e.strerror and e.filename else (e.strerror or str(e))
-        raise FtcliError(f"cannot save the config file {path}: {why}",
+        raise FtcliError(f"cannot save the config file {path}: {reason(e)}",
                          hint="point FTCLI_CONFIG at a file in a writable folder, or set the setting's FTCLI_* "
                               "variable instead (FTCLI_PROJECT, FTCLI_REGION, FTCLI_BUCKET, FTCLI_SERVICE_ACCOUNT, "
                               "FTCLI_IMAGE_MIRROR)") from None
