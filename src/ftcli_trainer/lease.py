@@ -206,7 +206,7 @@ class Lease:
                 self._renew()
             except Exception as e:  # noqa: BLE001 - the network: the next renewal tries again
                 log.warning("could not renew the lock on %s (%s); trying again in %d s", self.root,
-                            storage.redact_urls(str(e).splitlines()[0]) if str(e) else type(e).__name__, RENEW_S)
+                            storage.error_line(e), RENEW_S)
             if self.lost:
                 return
 
@@ -217,8 +217,7 @@ class Lease:
             try:
                 self._renew()
             except Exception as e:  # noqa: BLE001 - the network: still ours until another run takes it
-                log.warning("could not renew the lock on %s (%s)", self.root,
-                            storage.redact_urls(str(e).splitlines()[0]) if str(e) else type(e).__name__)
+                log.warning("could not renew the lock on %s (%s)", self.root, storage.error_line(e))
         if self.lost:
             raise TrainerError(self.lost)
 

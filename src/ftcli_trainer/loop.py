@@ -323,8 +323,7 @@ class Trainer:
             if final:
                 raise
             log.warning("could not copy the logs to %s (%s); trying again at the next evaluation or checkpoint",
-                        self.paths.logs_dir,
-                        storage.redact_urls(str(e).splitlines()[0]) if str(e) else type(e).__name__)
+                        self.paths.logs_dir, storage.error_line(e))
         self._logs_synced = time.monotonic()
 
     def _log_write_error(self, e: OSError, what: str, path: Path) -> TrainerError:

@@ -77,6 +77,12 @@ def redact_urls(text: str) -> str:
     return _SECRET_PARAM.sub(r"\1REDACTED", text)
 
 
+def error_line(e: BaseException) -> str:
+    """The first line of a storage error, for a warning: its upload session and signatures redacted (redact_urls),
+    or the error's type when it says nothing."""
+    return redact_urls(str(e).splitlines()[0]) if str(e) else type(e).__name__
+
+
 def staging_dir(parent: Path, name: str) -> Path:
     """A fresh folder `.NAME.tmp-PID-XXXXXXXX` in `parent` (the target's filesystem: a final rename is atomic).
     Stale ones of dead writers are removed first. Unlike mkdtemp's 0700, it gets the umask's usual mode: it
