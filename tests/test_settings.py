@@ -10,7 +10,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
     for var in ("FTCLI_PROJECT", "FTCLI_REGION", "FTCLI_BUCKET", "FTCLI_SERVICE_ACCOUNT", "GOOGLE_CLOUD_PROJECT",
                 "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_ACTIVE_CONFIG_NAME", "CLOUDSDK_AI_REGION",
-                "CLOUDSDK_COMPUTE_REGION"):
+                "CLOUDSDK_COMPUTE_REGION", "GOOGLE_APPLICATION_CREDENTIALS"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -57,6 +57,37 @@ def test_gcloud_values_are_taken_as_gcloud_takes_them(tmp_path, monkeypatch):
     assert where("project") == ("adc-project", "GOOGLE_CLOUD_PROJECT")
     save_config_file({"project": "file-project"})  # ftcli's own layers still come first
     assert resolve(bucket="gs://b-1").project == "file-project"
+
+
+def test_a_service_account_keys_project_is_the_last_default(tmp_path, monkeypatch):
+    """CI given only a key (GOOGLE_APPLICATION_CREDENTIALS) had "no Google Cloud project", though google.auth.default
+    returns the key's project_id; a user login's quota_project_id is no default project; gcloud's project and
+    GOOGLE_CLOUD_PROJECT still come first."""
+    key = tmp_path / "key.json"
+    key.write_text('{"type": "service_account", "project_id": "key-project", "client_email": "a@b.com"}')
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    v = effective()["project"]
+    assert (v.value, v.source, v.origin) == ("key-project", "gcloud",
+                                             f"project_id of {key} (GOOGLE_APPLICATION_CREDENTIALS)")
+    assert resolve(bucket="gs://b-1").project == "key-project"
+    configs = tmp_path / "gcloud" / "configurations"
+    configs.mkdir(parents=True)
+    (configs / "config_default").write_text("[core]\nproject = gcloud-project\n")
+    assert effective()["project"].value == "gcloud-project"
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
+    assert effective()["project"].value == "env-project"
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
+    (configs / "config_default").unlink()
+    # without the variable, gcloud's own ADC file is read the same way; a login's file names no project
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    adc = tmp_path / "gcloud" / "application_default_credentials.json"
+    adc.write_text('{"type": "authorized_user", "quota_project_id": "billed-project", "refresh_token": "x"}')
+    assert effective()["project"].value is None
+    adc.write_text('{"type": "service_account", "project_id": "adc-key-project"}')
+    assert effective()["project"].origin == f"project_id of {adc}"
+    adc.write_text("not json")  # the credentials check says what is wrong with it, not the settings
+    with pytest.raises(UsageError, match="^no Google Cloud project: pass --project ID"):
+        resolve(bucket="gs://b-1")
 
 
 def test_a_flag_given_empty_is_refused_not_passed_over(monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import difflib
+import json
 import os
 import re
 from dataclasses import dataclass, replace
@@ -235,13 +236,36 @@ def _gcloud_values() -> dict[str, tuple[str, str]]:
     out = {}
     explicit = next(((os.environ[v], v) for v in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT") if os.environ.get(v)),
                     None)
-    if project := explicit or prop("core", "project"):
+    if project := explicit or prop("core", "project") or _key_file_project():
         out["project"] = project
     if region := prop("ai", "region") or prop("compute", "region"):
         out["region"] = region
     if impersonate := prop("auth", "impersonate_service_account"):
         out["impersonate_service_account"] = impersonate  # not a setting: gcloud_impersonation says why it is read
     return out
+
+
+def _key_file_project() -> tuple[str, str] | None:
+    """The project_id of the service-account key Application Default Credentials use, and where it was read, or None.
+    google.auth.default returns it as the project: "If the environment variable GOOGLE_APPLICATION_CREDENTIALS is set
+    to the path of a valid service account JSON private key file [...] The project ID returned is the project ID
+    defined in the service account file if available" (google-auth's reference, `google.auth.default`,
+    https://googleapis.dev/python/google-auth/latest/reference/google.auth.html, read 2026-11-27); google-auth 2.63.0
+    reads gcloud's own ADC file (application_default_credentials.json) the same way when the variable is unset. A
+    user's `gcloud auth application-default login` file (type authorized_user) gives no project: its
+    quota_project_id only bills API quota to a project. Read only when nothing above names a project (gcloud's
+    configuration is what the user chose for their commands; a key's project is where its account lives): CI given
+    only a key had "no Google Cloud project". A file that cannot be read is left to the credentials check."""
+    var = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS", "")
+    path = Path(var) if var else gcloud_config_dir() / "application_default_credentials.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    project = info.get("project_id") if isinstance(info, dict) and info.get("type") == "service_account" else None
+    if not isinstance(project, str) or not project.strip():
+        return None
+    return project.strip(), f"project_id of {path}" + (" (GOOGLE_APPLICATION_CREDENTIALS)" if var else "")
 
 
 def gcloud_config_dir() -> Path:

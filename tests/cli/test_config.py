@@ -17,7 +17,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
     for var in ("FTCLI_PROJECT", "FTCLI_REGION", "FTCLI_BUCKET", "FTCLI_SERVICE_ACCOUNT", "GOOGLE_CLOUD_PROJECT",
                 "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_ACTIVE_CONFIG_NAME", "CLOUDSDK_AI_REGION",
-                "CLOUDSDK_COMPUTE_REGION"):
+                "CLOUDSDK_COMPUTE_REGION", "GOOGLE_APPLICATION_CREDENTIALS"):
         monkeypatch.delenv(var, raising=False)
     return tmp_path
 
