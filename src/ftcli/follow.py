@@ -484,14 +484,23 @@ class Outcome:
         return 0 if self.state is None else EXIT_FOR_STATE.get(self.state, 3)
 
 
+def check_severity(severity: str | None) -> None:
+    """Refuse a --severity that is no level --severity takes, with the one it most likely meant (`warn`: WARNING)."""
+    from ftcli_trainer.config import did_you_mean
+
+    if severity is not None and severity.upper() not in SEVERITIES:
+        near = did_you_mean(severity, SEVERITIES)
+        raise UsageError(f"--severity must be one of {', '.join(SEVERITIES)}, got {severity!r}"
+                         + (f": {near}" if near else ""))
+
+
 def follow_job(name: JobName, *, vertex, logs, events: Events, follow: bool = True, replica: str | None = None,
                severity: str | None = None, since: dt.datetime | None = None, timing: Timing | None = None,
                label: str | None = None) -> Outcome:
     """Follow job `name` until it ends (or, with follow=False, report what is logged now). `label` is how the user
     refers to the job (its short id), for error messages."""
     label = label or name.id
-    if severity and severity.upper() not in SEVERITIES:
-        raise UsageError(f"--severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
+    check_severity(severity)
     job = vertex.get(name)
     replicas = job.replica_names
     if replica and replica not in replicas:

@@ -6,11 +6,10 @@ takes, with one source of truth: `ftcli_trainer.config.OPTIONS` (plain data, no 
 
 from __future__ import annotations
 
-import enum
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Optional, cast
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -18,11 +17,6 @@ from ftcli_trainer.config import OPTIONS, ConfigError, TrainConfig, resolve, to_
 
 PANEL = "Trainer options"
 TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
-
-
-def _choices_enum(name: str, choices: Sequence[str]) -> type[enum.Enum]:
-    # Enum's functional API makes a class; mypy reads a call with a computed name as an instance.
-    return cast(type[enum.Enum], enum.Enum(name, [(c, c) for c in choices], type=str))
 
 
 def _parameter(opt) -> inspect.Parameter:
@@ -40,15 +34,13 @@ def _parameter(opt) -> inspect.Parameter:
         help_text += f" [default: {opt.default}]"
     kwargs: dict[str, Any] = dict(help=help_text, rich_help_panel=PANEL, show_default=False)
     value_type: Any = opt.type
-    if opt.name == "task":
-        # A str, not a Typer choice: Typer refused `--task reviews.csv` or `--task imbd` as "Value error, ... is not
-        # one of ..." with no way on; the trainer's own check (config.unknown_task) says what to give instead.
-        # --help lists the names and the shell completes them, as for a choice.
+    if opt.choices:
+        # A str, not a Typer choice: Typer refused `--task reviews.csv`, `--task imbd` or `--precision fp61` as "Value
+        # error, ... is not one of ..." with no way on; the trainer's own check (config.unknown_task,
+        # config.did_you_mean) says what to give instead, in one line. --help lists the names and the shell completes
+        # them, as for a choice.
         kwargs["metavar"] = f"<{'|'.join(opt.choices)}>"
-        kwargs["autocompletion"] = _complete_task
-    elif opt.choices:
-        # A closed choice is an Enum for Typer: it lists and checks the choices.
-        value_type = _choices_enum(opt.name.title().replace("_", ""), opt.choices)
+        kwargs["autocompletion"] = _completer(opt.choices)
     elif opt.metavar:
         kwargs["metavar"] = opt.metavar
     info = typer.Option(opt.flag, **kwargs)
@@ -56,16 +48,17 @@ def _parameter(opt) -> inspect.Parameter:
                              annotation=Annotated[Optional[value_type], info])  # noqa: UP045 - typer needs it
 
 
-def _complete_task(incomplete: str) -> list[str]:
-    # (Typer reads this function's parameter names and annotations: a partial or a lambda will not do)
-    from ftcli_trainer.tasks import TASKS
+def _completer(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    def complete(incomplete: str) -> list[str]:
+        # (Typer reads this function's parameter names and annotations: a partial or a lambda will not do)
+        return [name for name in choices if name.startswith(incomplete)]
 
-    return [name for name in TASKS if name.startswith(incomplete)]
+    return complete
 
 
 def with_option_group(arg: str, group: list[inspect.Parameter]):
     """A decorator: `command` gets the options in `group` after its own, and receives their values as one dict
-    argument named `arg` (enum choices as their values)."""
+    argument named `arg`."""
     names = frozenset(p.name for p in group)
 
     def decorate(command: Callable[..., Any]):
@@ -76,7 +69,6 @@ def with_option_group(arg: str, group: list[inspect.Parameter]):
         @functools.wraps(command)
         def wrapper(**kwargs):
             values = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
-            values = {k: v.value if isinstance(v, enum.Enum) else v for k, v in values.items()}
             return command(**{arg: values}, **kwargs)
 
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # read by inspect/typer

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,7 +219,7 @@ def _convert(opt: Option, raw: str, problems: list[str]) -> Any:
         problems.append(unknown_task(raw))
         return None
     if opt.choices and raw not in opt.choices:
-        problems.append(f"{opt.flag} must be one of {', '.join(opt.choices)}; got {raw!r}")
+        problems.append(choice_problem(opt, raw))
         return None
     return raw
 
@@ -240,11 +241,30 @@ def unknown_task(value: str) -> str:
         what = "is a file" if os.path.isfile(local) else "looks like a file"
         return (f"--task {value!r} {what}, not a task: train on your own data with --task {kind} --train-file "
                 f"{shlex.quote(value)}")
-    close = [folded] if folded in TASKS else difflib.get_close_matches(folded, list(TASKS), n=3, cutoff=0.6)
-    if close:
-        means = " or ".join([", ".join(close[:-1]), close[-1]] if len(close) > 1 else close)
-        return f"unknown task {value!r}; did you mean {means}? (tasks: {', '.join(TASKS)})"
+    if near := did_you_mean(value, TASKS):
+        return f"unknown task {value!r}; {near} (tasks: {', '.join(TASKS)})"
     return f"unknown task {value!r}; choose one of {', '.join(TASKS)}"
+
+
+def choice_problem(opt: Option, value: str) -> str:
+    near = did_you_mean(value, opt.choices or ())
+    return f"{opt.flag} must be one of {', '.join(opt.choices or ())}; got {value!r}" + (f": {near}" if near else "")
+
+
+def did_you_mean(value: str, choices: Sequence[str]) -> str | None:
+    """"did you mean X?" (or "X, Y or Z?") for a value that is not one of a closed list of choices: the choice it
+    names in another case, else the closest ones; None when none is close. One wording for every closed choice (the
+    launcher's too): --precision and --cuda-graphs were refused by Typer as "'fp61' is not one of ..." with no way
+    on, while --task said what was meant."""
+    by_folded = {c.casefold(): c for c in choices}
+    folded = value.strip().casefold()
+    if folded in by_folded:
+        close = [by_folded[folded]]
+    else:
+        close = [by_folded[c] for c in difflib.get_close_matches(folded, list(by_folded), n=3, cutoff=0.6)]
+    if not close:
+        return None
+    return f"did you mean {' or '.join([', '.join(close[:-1]), close[-1]] if len(close) > 1 else close)}?"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -328,6 +348,11 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         # everywhere, not a check of $HOME/x and a write to ./~/x
         if isinstance(cfg[name], str) and cfg[name].startswith("~"):
             cfg[name] = os.path.expanduser(cfg[name])
+    for opt in OPTIONS:
+        # The launcher hands over closed choices as strings (Typer's own refusal said nothing of what was meant)
+        if opt.choices and opt.name != "task" and opt.name in given and given[opt.name] not in opt.choices:
+            problems.append(choice_problem(opt, str(given[opt.name])))
+            cfg[opt.name] = opt.default
     labels_raw = cfg.pop("label_names")
     cfg["label_names"] = tuple(x.strip() for x in labels_raw.split(",") if x.strip()) if labels_raw else ()
 

@@ -229,3 +229,17 @@ def test_set_without_a_writable_home_names_the_config_file_and_the_variables(cap
     monkeypatch.setenv("FTCLI_REGION", "europe-west4")  # what the hint says works with no file at all
     r = run_cli(capsys, "config", "get", "region")
     assert r.code == 0 and r.out == "europe-west4\n"
+
+
+@pytest.mark.parametrize("args,says", [
+    (["set", "projet", "my-project"], "error: unknown setting 'projet'; did you mean project? (settings: project, "
+                                      "region, bucket, service-account, image-mirror)"),
+    (["get", "service_acount"], "error: unknown setting 'service_acount'; did you mean service-account? (settings: "
+                                "project, region, bucket, service-account, image-mirror)"),
+    (["unset", "zone"], "error: unknown setting 'zone'; choose one of project, region, bucket, service-account, "
+                        "image-mirror"),
+])
+def test_an_unknown_setting_says_which_was_meant(capsys, isolated, args, says):
+    r = run_cli(capsys, "config", *args)
+    assert (r.code, r.out, r.err.splitlines()) == (2, "", [says])
+    assert not (isolated / "config.toml").exists()

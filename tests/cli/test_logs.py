@@ -226,6 +226,17 @@ def test_no_follow_and_filters(capsys, logs_env):
     assert job["name"] in vertex.jobs and vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
 
 
+def test_a_wrong_severity_says_which_was_meant_before_any_job_is_looked_up(capsys, monkeypatch, tmp_path):
+    # `--severity warn` was checked only after the job was looked up (a wrong job id said that instead), with no
+    # word of WARNING
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", "127.0.0.1:9")  # nothing listens: no call may be made
+    r = run_cli(capsys, "logs", "3", "--severity", "warn", "--project", "my-project")
+    assert (r.code, r.out) == (2, "")
+    assert r.err.splitlines() == ["error: --severity must be one of DEBUG, INFO, NOTICE, WARNING, ERROR, CRITICAL, "
+                                  "got 'warn': did you mean WARNING?"]
+
+
 @pytest.fixture
 def paris_time(monkeypatch):
     monkeypatch.setenv("TZ", "Europe/Paris")

@@ -80,6 +80,25 @@ def test_a_task_that_names_no_task_says_what_to_give(capsys, monkeypatch, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reviews.csv"]  # no run folder, no state
 
 
+@pytest.mark.parametrize("command", ["train", "tune", "local"])
+@pytest.mark.parametrize("args,says", [
+    (["--precision", "fp61"], "--precision must be one of auto, fp32, bf16, fp16; got 'fp61': did you mean fp16?"),
+    (["--precision", "BF16"], "--precision must be one of auto, fp32, bf16, fp16; got 'BF16': did you mean bf16?"),
+    (["--cuda-graphs", "yes"], "--cuda-graphs must be one of auto, on, off; got 'yes'"),
+])
+def test_a_closed_choice_given_wrong_says_what_was_meant(capsys, monkeypatch, tmp_path, command, args, says):
+    # Typer refused these in a usage block as "Invalid value for '--precision': Value error, 'fp61' is not one of
+    # 'auto', ...", while --task said what was meant in one line.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    cloud = ["--project", "my-project", "--bucket", "gs://my-bucket", "--dry-run"] if command != "local" else []
+    r = run_cli(capsys, command, *args, *cloud)
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    hint = ["hint: see --help for the trainer options"] if command == "local" else []
+    assert r.err.splitlines() == [f"error: {says}", *hint]
+    assert list(tmp_path.iterdir()) == []  # no run folder, no state
+
+
 def test_task_is_listed_in_help_and_completed_by_the_shell():
     from typer.testing import CliRunner
 

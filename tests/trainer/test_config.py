@@ -104,6 +104,8 @@ def test_cuda_graphs_is_on_where_it_works_unless_turned_off():
     assert parse_args(["--cuda-graphs", "off"]).cuda_graphs == "off"
     assert parse_args(to_argv({"cuda_graphs": "on"})).cuda_graphs == "on"
     assert problems(["--cuda-graphs", "yes"]) == ["--cuda-graphs must be one of auto, on, off; got 'yes'"]
+    assert problems(["--cuda-graphs", "Off"]) == [
+        "--cuda-graphs must be one of auto, on, off; got 'Off': did you mean off?"]
 
 
 @pytest.mark.parametrize("values,needle", [

@@ -61,9 +61,11 @@ def logs(
     """
     from ftcli import jobs
     from ftcli.cli.watch import watch
+    from ftcli.follow import check_severity
     from ftcli.output import note
 
     start = parse_since(since)
+    check_severity(severity)  # before the job is looked up: a typo is the user's to fix, whatever the job
     name = jobs.resolve_job(job, project, region, trial=trial, notify=note)
     code = watch(name, shown=jobs.label(name, jobs.short_id(name)), follow=follow, replica=replica, since=start,
                  severity=severity, json_out=json_out)
