@@ -97,8 +97,9 @@ OPTIONS: tuple[Option, ...] = (
            metavar="NAME"),
     Option("label_columns", str, None, "Multi-label: 0/1 columns, comma-separated names or a glob "
            "(e.g. 'toxic,insult' or '*').", metavar="A,B|GLOB"),
-    Option("label_names", str, None, "Label names in id order, comma-separated [default: the task's, or "
-           "sorted values seen in the training data].", metavar="A,B,C"),
+    Option("label_names", str, None, "Label names in id order, comma-separated, or a JSON list for names with a "
+           "comma ('[\"no\", \"yes, definitely\"]') [default: the task's, or sorted values seen in the training "
+           "data].", metavar="A,B,C"),
     Option("regression", bool, False, "One number per row in the label column (a score such as STS-B's 0-5 "
            "similarity) instead of a class: one output, MSE loss, Pearson/Spearman [default: on for stsb]."),
     Option("threshold", float, 0.5, "Multi-label: a label is predicted when its probability >= this.",
@@ -246,6 +247,26 @@ def unknown_task(value: str) -> str:
     return f"unknown task {value!r}; choose one of {', '.join(TASKS)}"
 
 
+def label_names(raw: str | None, problems: list[str]) -> tuple[str, ...]:
+    """--label-names as a tuple: comma-separated (`neg,pos`), or a JSON list for names that hold a comma
+    (`'["no", "yes, definitely"]'`, the form a multi-label row's labels take in a JSON Lines file); a name with a
+    comma could not be given at all."""
+    if not raw:
+        return ()
+    if not raw.lstrip().startswith("["):
+        return tuple(x.strip() for x in raw.split(",") if x.strip())
+    try:
+        names = json.loads(raw)
+    except ValueError as e:
+        problems.append(f"--label-names {raw!r} is not a valid JSON list ({e}); write it as '[\"a\", \"b, c\"]' or "
+                        "comma-separated a,b")
+        return ()
+    if not isinstance(names, list) or not names or not all(isinstance(x, str) and x.strip() for x in names):
+        problems.append(f"--label-names {raw!r} must be a JSON list of non-empty strings, e.g. '[\"a\", \"b, c\"]'")
+        return ()
+    return tuple(names)
+
+
 def choice_problem(opt: Option, value: str) -> str:
     near = did_you_mean(value, opt.choices or ())
     return f"{opt.flag} must be one of {', '.join(opt.choices or ())}; got {value!r}" + (f": {near}" if near else "")
@@ -353,8 +374,7 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         if opt.choices and opt.name != "task" and opt.name in given and given[opt.name] not in opt.choices:
             problems.append(choice_problem(opt, str(given[opt.name])))
             cfg[opt.name] = opt.default
-    labels_raw = cfg.pop("label_names")
-    cfg["label_names"] = tuple(x.strip() for x in labels_raw.split(",") if x.strip()) if labels_raw else ()
+    cfg["label_names"] = label_names(cfg.pop("label_names"), problems)
 
     for opt in OPTIONS:
         v = cfg[opt.name]

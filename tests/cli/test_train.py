@@ -690,6 +690,24 @@ def test_local_data_is_read_with_the_trainers_readers_before_upload(capsys, clou
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_label_names_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, tmp_path):
+    # comma-separated, a label "yes, definitely" could not be named: the file's row was refused as "not in the label
+    # set (no, yes, definitely)" whatever was passed
+    gcs, vertex = cloud_env
+    train = write_csv(tmp_path / "train.csv", ["text", "label"],
+                      [("good", "yes"), ("bad", "no"), ("fine, I guess", "yes, definitely")] * 2)
+    names = '["no", "yes", "yes, definitely"]'
+    submitted(capsys, "--task", "csv", "--train-file", str(train), "--label-names", names)
+    args = [r for m, r in vertex.requests if m == "CreateCustomJob"][0].custom_job.job_spec.worker_pool_specs[0] \
+        .container_spec.args
+    assert args[args.index("--label-names") + 1] == names
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), "--label-names", '["no", "yes"')
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines()[0] == ("error: --label-names '[\"no\", \"yes\"' is not a valid JSON list (Expecting ',' "
+                                     "delimiter: line 1 column 13 (char 12)); write it as '[\"a\", \"b, c\"]' or "
+                                     "comma-separated a,b")
+
+
 def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, tmp_path, tiny_model):
     gcs, vertex = cloud_env
     model = tmp_path / "my-model"

@@ -53,6 +53,15 @@ def test_to_argv_round_trips():
         "csv", "t.csv", 2, 3e-5, True, ("a", "b"))
 
 
+def test_label_names_take_a_json_list_for_names_with_a_comma():
+    csv = ["--task", "csv", "--train-file", "a.csv"]
+    assert parse_args([*csv, "--label-names", '["no", "yes, definitely"]']).label_names == ("no", "yes, definitely")
+    assert parse_args(to_argv({"label_names": '[" a ", "b"]', "task": "csv", "train_file": "a.csv"})).label_names \
+        == (" a ", "b")  # as written
+    assert problems([*csv, "--label-names", "[1, 2]"]) == [
+        "--label-names '[1, 2]' must be a JSON list of non-empty strings, e.g. '[\"a\", \"b, c\"]'"]
+
+
 def test_to_argv_round_trips_values_that_start_with_a_dash():
     # `--label-column -score` as two words: argparse took '-score' for an option, and the job failed with
     # "expected one argument" after ftcli's pre-flight (which checks the values, not the argv) had passed them
