@@ -107,6 +107,14 @@ def _setup_device(cfg: TrainConfig):
     return device, precision
 
 
+def parameter_count(n: int) -> str:
+    """"22.7 M parameters", "1.3 B parameters", "48.3 k parameters": a small model read "0.0 M parameters"."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale * 0.9995:  # 999,960 reads "1.0 M", not "1000.0 k"
+            return f"{n / scale:.1f} {unit} parameters"
+    return f"{n} parameter{'s' if n != 1 else ''}"
+
+
 def _head_line(model, head: str) -> str:
     """What the run starts from: a new head, the model's own (trained for these labels), or a new one in place of
     the model's own (trained for others: load_model)."""
@@ -135,7 +143,7 @@ def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, t
     lines = [
         f"ftcli trainer {__version__}",
         f"  task        {cfg.task} ({describe_source(cfg)})",
-        f"  model       {cfg.model} ({n_params / 1e6:.1f} M parameters, {_head_line(model, head)})",
+        f"  model       {cfg.model} ({parameter_count(n_params)}, {_head_line(model, head)})",
         f"  examples    train {len(train_enc):,} · {evals}",
         f"  tokens      mean {lengths.mean():.1f}, max {lengths.max()} (truncated at {cfg.max_length}); "
         f"batches padded to their own longest",

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 from ftcli_trainer.errors import TrainerError  # noqa: E402
-from ftcli_trainer.task import main  # noqa: E402
+from ftcli_trainer.task import main, parameter_count  # noqa: E402
 from tests.conftest import shared_data, write_csv  # noqa: E402
 
 
@@ -90,6 +90,23 @@ def test_bad_input_is_one_line_and_nonzero(argv, needle, tmp_path, capsys):
     assert needle in err and "Traceback" not in err
     assert all(line.startswith("error: ") for line in err.strip().splitlines())
     assert not (tmp_path / "o" / "model").exists()
+
+
+def test_the_summary_counts_parameters_in_a_unit_that_fits(tmp_path, tiny_model, sentiment_csv, capsys):
+    # a tiny model was "0.0 M parameters"
+    train, _ = sentiment_csv
+    run_ok(["--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--max-train-samples", "16",
+            "--epochs", "1", "--output-dir", str(tmp_path / "run")])
+    import torch  # noqa: F401 - the tiny model's own count, as the trainer takes it
+    from transformers import AutoModelForSequenceClassification
+
+    n = sum(p.numel() for p in AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+            .parameters())
+    assert 1_000 < n < 1_000_000
+    assert f"  model       {tiny_model} ({n / 1e3:.1f} k parameters, " in capsys.readouterr().out
+    assert [parameter_count(x) for x in (1, 999, 1_000, 999_960, 22_713_216, 1_300_000_000)] == [
+        "1 parameter", "999 parameters", "1.0 k parameters", "1.0 M parameters", "22.7 M parameters",
+        "1.3 B parameters"]
 
 
 def test_bad_label_in_eval_file_stops_before_training(tmp_path, tiny_model, capsys):
