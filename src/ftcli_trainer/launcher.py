@@ -11,8 +11,11 @@ other messages (a worker it had to kill, for one) are kept.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import signal
 import sys
+import tempfile
 
 # torchrun's messages that the line below says once (torch 2.13's wording; others pass unchanged)
 _SAID_BELOW = ("Received %s death signal, shutting down workers", "Sending process %s closing signal %s",
@@ -33,8 +36,12 @@ def main(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
+    from ftcli_trainer.task import SAID_DIR_VAR
+
     for name in ("torch.distributed.elastic.agent.server.api", "torch.distributed.elastic.multiprocessing.api"):
         logging.getLogger(name).addFilter(_quiet)
+    # the workers' one-line endings, each said once however many workers end on it (task.say_once)
+    os.environ[SAID_DIR_VAR] = said_dir = tempfile.mkdtemp(prefix="ftcli-said-")
     try:
         torchrun(argv)
     except SignalException as e:
@@ -47,6 +54,8 @@ def main(argv: list[str]) -> int:
                          for rank, f in failures)
         print(f"stopped: worker(s) left with a non-zero status: {said} (their lines above say why)", file=sys.stderr)
         return _status(e.get_first_failure()[1].exitcode)
+    finally:
+        shutil.rmtree(said_dir, ignore_errors=True)
     return 0
 
 

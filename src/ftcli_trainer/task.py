@@ -356,20 +356,20 @@ def _run(cfg: TrainConfig) -> int:
     try:
         run(cfg)
     except TrainerError as e:
-        print(f"error: {e}", file=sys.stderr)
+        say_once(f"error: {e}")
         return e.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        say_once("interrupted")
         return 130
     except Exception as e:  # noqa: BLE001
         from ftcli_trainer.loop import Preempted
 
         if isinstance(e, Preempted):
-            print(f"stopped: {e}", file=sys.stderr)
+            say_once(f"stopped: {e}")
             return e.exit_code
         if _is_oom(e):
-            print("error: out of memory; lower --batch-size or --max-length (raise "
-                  "--gradient-accumulation-steps to keep the effective batch)", file=sys.stderr)
+            say_once("error: out of memory; lower --batch-size or --max-length (raise "
+                     "--gradient-accumulation-steps to keep the effective batch)")
             return 1
         if os.environ.get("FTCLI_DEBUG") == "1":
             raise
@@ -378,13 +378,36 @@ def _run(cfg: TrainConfig) -> int:
             # a full or read-only disk anywhere else under the run (the logs, checkpoints and model name their
             # file themselves): the user's to fix, one line, the exit status of every other such error
             where = " -> ".join(str(f) for f in (failed.filename, failed.filename2) if f) or "the output folder"
-            print(f"error: {storage.write_error(failed, 'the run', where)}", file=sys.stderr)
+            say_once(f"error: {storage.write_error(failed, 'the run', where)}")
             return TrainerError.exit_code
         # Not the user's input: a bug or an environment failure. Keep the traceback in the job's log (a failed
         # upload's session left out of its URLs: storage.redact_urls).
         print(storage.redact_urls(traceback.format_exc()), end="", file=sys.stderr)
         return 1
     return 0
+
+
+SAID_DIR_VAR = "FTCLI_SAID_DIR"  # set by ftcli_trainer.launcher for its workers
+
+
+def say_once(line: str) -> None:
+    """Print a worker's one-line ending to stderr, unless another worker on this machine has printed the very same
+    line: every rank failing on the same bad row (or stopping at the same checkpoint) printed it once per GPU, 8 equal
+    ERROR lines in `ftcli logs` for an A100x8. A line that differs is always printed; the launcher's last line still
+    names every rank that left and its status. The launcher gives its workers a folder of its own (SAID_DIR_VAR);
+    creating a file named after the line there is atomic, so exactly one of the ranks with the same line prints it."""
+    said = os.environ.get(SAID_DIR_VAR)
+    if said:
+        import hashlib
+
+        try:
+            os.close(os.open(os.path.join(said, hashlib.sha256(line.encode()).hexdigest()),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        except OSError:
+            pass  # the folder is gone or full: say it, twice rather than never
+    print(line, file=sys.stderr)
 
 
 def _relaunch_argv(argv: list[str]) -> list[str] | None:

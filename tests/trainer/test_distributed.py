@@ -129,6 +129,32 @@ def test_workers_that_resume_from_different_checkpoints_stop_with_one_line(tmp_p
     assert sorted(p.name for p in reached.iterdir()) == [], r.stderr[-3000:]
 
 
+def test_workers_failing_on_the_same_bad_row_say_it_once(tmp_path, tiny_model, sentiment_csv):
+    # every rank printed the same "error: ..." line: once per GPU in the job's log
+    train, _ = sentiment_csv
+    bad = write_csv(tmp_path / "eval.csv", ["text", "label"], [("fine", "great")])
+    r = _two_processes((train, bad), tiny_model, tmp_path / "run")
+    assert r.returncode == 2
+    assert [x for x in r.stderr.splitlines() if x.startswith(("error", "stopped"))] == [
+        f"error: {bad} line 2: label 'great' is not in the label set (negative, positive); fix the row or pass "
+        "--label-names with every label",
+        "stopped: worker(s) left with a non-zero status: rank 0 with 2, rank 1 with 2 (their lines above say why)"]
+
+
+def test_a_line_another_worker_said_is_not_said_again_a_different_one_is(tmp_path, monkeypatch, capsys):
+    from ftcli_trainer.task import SAID_DIR_VAR, say_once
+
+    monkeypatch.setenv(SAID_DIR_VAR, str(tmp_path))
+    for line in ("error: bad row", "error: bad row", "error: out of memory", "error: bad row"):
+        say_once(line)
+    assert capsys.readouterr().err.splitlines() == ["error: bad row", "error: out of memory"]
+    monkeypatch.setenv(SAID_DIR_VAR, str(tmp_path / "gone"))  # the folder cannot be written: said, not lost
+    say_once("error: bad row")
+    monkeypatch.delenv(SAID_DIR_VAR)  # one process, no launcher: every line
+    say_once("error: bad row")
+    assert capsys.readouterr().err.splitlines() == ["error: bad row", "error: bad row"]
+
+
 def test_two_processes_train_as_one_process_does_with_the_same_global_batch(tmp_path, tiny_model, sentiment_csv):
     # Dropout off, the only draw each rank makes on its own: then 2 ranks x 8 examples are one step of 16
     model = tmp_path / "no-dropout"
@@ -214,8 +240,8 @@ def test_a_resumed_two_process_run_ends_as_the_uninterrupted_one(tmp_path, tiny_
     assert not (out / "model").exists()
 
 
-def test_sigterm_to_the_launcher_stops_every_worker_after_the_checkpoint_one_line_each(tmp_path, tiny_model,
-                                                                                     sentiment_csv):
+def test_sigterm_to_the_launcher_stops_every_worker_after_the_checkpoint_said_once(tmp_path, tiny_model,
+                                                                                   sentiment_csv):
     # A preempted or maintained Vertex VM sends SIGTERM to the container's main process: torchrun, which passes it to
     # the workers. They checkpointed and said so in a line each, but torchrun then ended with a SignalException
     # traceback (~25 lines) and a warning per worker: some 30 ERROR lines in `ftcli logs` saying nothing more.
@@ -232,6 +258,6 @@ def test_sigterm_to_the_launcher_stops_every_worker_after_the_checkpoint_one_lin
     assert proc.returncode == 143, err  # non-zero: Vertex restarts the job, which resumes
     steps = [int(done.parent.name.removeprefix("step-")) for done in (out / "checkpoints").glob("step-*/_COMPLETE")]
     assert len(steps) == 1 and 7 <= (step := steps[0]) < 30, steps
-    assert err.splitlines() == 2 * [f"stopped: SIGTERM: checkpoint written at step {step}; a restarted worker, or the "
-                                    "same command, resumes from it"] + [
+    assert err.splitlines() == [f"stopped: SIGTERM: checkpoint written at step {step}; a restarted worker, or the "
+                                "same command, resumes from it"] + [  # said once for both workers (task.say_once)
         "stopped: SIGTERM, passed on to the workers (their lines above say where each stopped)"]
