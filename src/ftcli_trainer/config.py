@@ -14,7 +14,7 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,7 +272,7 @@ def choice_problem(opt: Option, value: str) -> str:
     return f"{opt.flag} must be one of {', '.join(opt.choices or ())}; got {value!r}" + (f": {near}" if near else "")
 
 
-def did_you_mean(value: str, choices: Sequence[str]) -> str | None:
+def did_you_mean(value: str, choices: Iterable[str]) -> str | None:
     """"did you mean X?" (or "X, Y or Z?") for a value that is not one of a closed list of choices: the choice it
     names in another case, else the closest ones; None when none is close. One wording for every closed choice (the
     launcher's too): --precision and --cuda-graphs were refused by Typer as "'fp61' is not one of ..." with no way
