@@ -12,7 +12,8 @@ gpu-facts.md). A graph replays fixed addresses and shapes, so:
   weighted loss, backward into gradients that stay allocated, the loss added to an on-device sum) and
   `update` (clipping folded into the fused AdamW kernel, then the gradients zeroed in place);
 - the learning rate is a device tensor in the optimizer's param groups (`arm_optimizer`): the LambdaLR
-  scheduler fills it before each replay, so it changes every step without a new capture;
+  scheduler fills it before each replay, so it changes every step without a new capture (fp16: the update fills
+  it itself, from a schedule position that an overflowed step does not move: loop.SkippedStepsSchedule);
 - dropout draws from the CUDA generator's graph-safe state: each replay advances its offset, so every
   replay gets fresh masks from the same distribution as eager.
 

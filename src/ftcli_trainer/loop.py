@@ -52,6 +52,60 @@ def warmup_steps(total: int, ratio: float) -> int:
     return math.ceil(total * ratio)
 
 
+class SkippedStepsSchedule:
+    """fp16's learning-rate schedule, moved on only by the updates the loss scaler let through, with no host sync.
+
+    An update that GradScaler skips (inf/NaN gradients: the first steps at its initial scale of 2^16, and now and then
+    after the scale grows) trained nothing, and the schedule stays where it was, as the HF Trainer means it to
+    (transformers 5.24 Trainer._inner_training_loop: `if not self.accelerator.optimizer_step_was_skipped:
+    self.lr_scheduler.step()`; DeepSpeed and the HF Trainer before accelerate did the same). Stepping it anyway shifted
+    every later step's rate by the skipped ones, a warmup cut short among them. (With a fused AdamW, HF's own default
+    on torch >= 2.8, accelerate 1.15 misses the skip, the kernel skipping inside a step() it calls, and the Trainer does
+    step the schedule: huggingface/accelerate#4242, open, with its fix #4243.)
+
+    fused AdamW skips on the device (GradScaler hands it found_inf), so the schedule's position is a device tensor
+    too, advanced by 1 - found_inf, and the learning rates are device tensors filled from it (the same linear curve as
+    lr_factor): nothing here waits for the GPU, on the eager path or inside a captured update. `scheduler` (the
+    trainer's LambdaLR, not stepped in fp16) carries the position in checkpoints: its last_epoch is the updates
+    made."""
+
+    def __init__(self, torch, optimizer, scheduler, warmup: int, total: int):
+        self.torch = torch
+        self.warmup, self.total = warmup, total
+        device = optimizer.param_groups[0]["params"][0].device
+        self.lrs = []
+        for group in optimizer.param_groups:
+            if not isinstance(group["lr"], torch.Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
+            self.lrs.append(group["lr"])
+        self.base = [float(b) for b in scheduler.base_lrs]
+        self.position = torch.tensor(float(scheduler.last_epoch), dtype=torch.float32, device=device)
+        self.used = self.position.clone()  # the position the last update trained at (its logged rate)
+        self.fill()
+
+    def fill(self) -> None:
+        t = self.position
+        warming = t / max(1, self.warmup)
+        decaying = ((self.total - t) / max(1, self.total - self.warmup)).clamp(min=0.0)
+        factor = self.torch.where(t < self.warmup, warming, decaying)
+        for lr, base in zip(self.lrs, self.base, strict=True):
+            lr.copy_(factor * base)
+
+    def advance(self, scaler, optimizer) -> None:
+        """After scaler.step(optimizer), before scaler.update() (which forgets found_inf)."""
+        # (private, long-standing: torch 2.13's GradScaler.step reads the same record)
+        found = scaler._found_inf_per_device(optimizer)
+        skipped = sum(v.to(self.position.device, non_blocking=True) for v in found.values()).clamp(max=1.0)
+        self.used.copy_(self.position)
+        self.position.add_(1.0 - skipped)
+        self.fill()
+
+    def to_scheduler(self, scheduler) -> None:
+        """The position into the LambdaLR's state, for a checkpoint (a host sync: at checkpoints only)."""
+        scheduler.last_epoch = int(self.position.item())
+        scheduler._last_lr = [float(lr) for lr in self.lrs]
+
+
 # torch.compile measured on an H200 (shared notes, gpu-facts.md): 34-44 s to compile a BERT-base step, then
 # at most ~7 ms a step saved (32 x 128) and none at 512 tokens; a dynamic-shape compile recompiles on top.
 # Below this many steps it cannot pay for itself (a 250-step run at 512 ran at 0.2x of eager). That was the whole
@@ -272,6 +326,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, self.warmup, self.total_steps))
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        self.skip_schedule: SkippedStepsSchedule | None = None  # fp16's (_skipped_steps_schedule), from the first step
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.log_every = cfg.log_every or max(1, self.total_steps // 20)
         self.global_step = 0
@@ -530,6 +585,9 @@ class Trainer:
         self.sync_logs()
         from ftcli_trainer.cuda_graphs import plain_optimizer_state, plain_scheduler_state
 
+        if self.skip_schedule is not None and not final:
+            self.skip_schedule.to_scheduler(self.scheduler)  # (fp16: the updates made, skipped ones not counted)
+
         state: dict[str, Any] = {} if final else {
             # As the eager path writes them (float learning rates): a checkpoint resumes on either path.
             "optimizer": plain_optimizer_state(self.optimizer.state_dict()),
@@ -565,6 +623,7 @@ class Trainer:
         """One optimizer step over a group of micro-batches (this rank's shards of `global_group`)."""
         global_group = global_group if global_group is not None else group
         n_global = sum(len(b) for b in global_group)
+        self._skipped_steps_schedule()
         # DDP averages gradients over ranks; scaling by world/n_global makes the result the mean over the
         # whole global batch, whatever each rank's share.
         scale = self.dist.world_size / n_global
@@ -574,8 +633,9 @@ class Trainer:
             self.stats.padded_tokens += computed
             self._loss_acc_n += sum(len(b) for b in group)
             self.stats.samples += n_global
-            self.scheduler.step()  # fills the optimizer's on-device learning rates in place
-            self.static_steps.keep_lr_on_device()
+            if self.skip_schedule is None:  # (fp16: moved on inside the update, _clip_and_step)
+                self.scheduler.step()  # fills the optimizer's on-device learning rates in place
+                self.static_steps.keep_lr_on_device()
             return
         for i, idx in enumerate(group):
             batch = self._to_device(collate(self.train_enc, idx, self.pad_id, self.multiple_of))
@@ -596,7 +656,8 @@ class Trainer:
         self._loss_acc_n += sum(len(b) for b in group)
         self.stats.samples += n_global
         self._clip_and_step()
-        self.scheduler.step()
+        if self.skip_schedule is None:  # (fp16: moved on in _clip_and_step)
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
     def _clip_and_step(self) -> None:
@@ -618,7 +679,18 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm, foreach=True)
         self.scaler.step(self.optimizer)
+        if self.skip_schedule is not None:
+            self.skip_schedule.advance(self.scaler, self.optimizer)
         self.scaler.update()
+
+    def _skipped_steps_schedule(self) -> SkippedStepsSchedule | None:
+        """fp16: the schedule that a skipped update leaves where it was (SkippedStepsSchedule), set up once, after a
+        resume (its position is the checkpoint's) and before the graph path arms the optimizer (it keeps these
+        learning-rate tensors). Outside any capture: it makes tensors."""
+        if self.skip_schedule is None and self.scaler.is_enabled():
+            self.skip_schedule = SkippedStepsSchedule(self.torch, self.optimizer, self.scheduler, self.warmup,
+                                                      self.total_steps)
+        return self.skip_schedule
 
     def evaluate(self) -> dict:
         torch = self.torch
@@ -701,7 +773,9 @@ class Trainer:
         tps = self.stats.real_tokens / secs if secs else 0.0
         # The rate the step just taken used, as the HF Trainer logs it: get_last_lr() after scheduler.step() is the
         # next step's (the curve showed each step one step ahead: 0.0 for the last one, never warmup's first 0)
-        lr = float(self.scheduler.base_lrs[0]) * lr_factor(self.global_step - 1, self.warmup, self.total_steps)
+        # (fp16: the position that step trained at, skipped updates not counted; read with the loss, no extra wait)
+        used = int(self.skip_schedule.used.item()) if self.skip_schedule is not None else self.global_step - 1
+        lr = float(self.scheduler.base_lrs[0]) * lr_factor(used, self.warmup, self.total_steps)
         self._record("train", {"loss": loss, "learning_rate": lr, "samples_per_second": sps,
                                "tokens_per_second": tps})
         if not self.dist.is_main:
@@ -737,6 +811,7 @@ class Trainer:
         self.resume()
         self._loss_acc = torch.zeros((), device=self.device)
         self._loss_acc_n = 0
+        self._skipped_steps_schedule()
         self._setup_static_steps()
         self._prepare_static_steps()
         stop_handlers = self.install_stop_handlers()
@@ -888,7 +963,14 @@ class Trainer:
         keys = sorted(self.step_widths(), key=key_order)
         if not keys:  # resumed after the last epoch: nothing left to train
             return
+        schedule = self.skip_schedule
+        position = schedule.position.clone() if schedule is not None else None
         seconds = self.static_steps.prepare(keys)
+        if schedule is not None and position is not None:
+            # (fp16: its warm update at learning rate 0 counted as an update made; prepare puts the rates back)
+            schedule.position.copy_(position)
+            schedule.used.copy_(position)
+            schedule.fill()
         widths = [key_name(k) if isinstance(k, tuple) else k for k in keys]  # 512 unmasked: a string in the results
         self.gpu_warmup |= {"prepare_seconds": seconds, "widths": widths}
         if self.dist.is_main and self.static_steps.capture:

@@ -868,7 +868,7 @@ def test_fp16_static_steps_skip_and_rescale_as_the_eager_loss_scaler_does(tmp_pa
     if copies:
         assert next(iter(steps.copies.copies.values())).dtype == torch.float16
     start = _params(static.model)
-    seen = []
+    seen, rates = [], []
     for group in ONE_MICRO * 3:
         eager.train_step(group)
         static.train_step(group)
@@ -876,9 +876,13 @@ def test_fp16_static_steps_skip_and_rescale_as_the_eager_loss_scaler_does(tmp_pa
         assert counts == [int(s["step"]) for s in eager.optimizer.state.values()]
         seen.append((_scaler_state(static), counts[0]))
         assert seen[-1][0] == _scaler_state(eager)
+        rates.append(float(static.optimizer.param_groups[0]["lr"]))
+        assert rates[-1] == float(eager.optimizer.param_groups[0]["lr"])
     scales = [scale for (scale, _), _ in seen]
     taken = [n for _, n in seen]
     assert scales[:5] == [FP16_SCALE / 2 ** (i + 1) for i in range(5)] and taken[:5] == [0] * 5  # skipped
+    # the skipped updates leave the schedule (warmup from 0) where it was, inside the update as on the eager path
+    assert rates[:5] == [0.0] * 5 and rates[5] > 0
     assert taken[-1] == len(seen) - 6  # one more overflow once training had started: skipped too
     assert any(b < a for a, b in zip(scales[5:], scales[6:], strict=False))
     assert max((p - start[n]).abs().max().item() for n, p in static.model.named_parameters()) > 1e-3

@@ -343,3 +343,102 @@ def test_the_logged_learning_rate_is_the_one_each_step_used(tmp_path, tiny_model
     assert len(logged) == total and warmup_steps(total, 0.2) >= 2
     assert logged == pytest.approx(used, rel=1e-12, abs=0)
     assert logged[0] == 0.0 and logged[-1] > 0
+
+
+def _fp16_cpu_trainer(tmp_path: Path, tiny_model, csv_path, model, name: str):
+    """An fp16 trainer on the CPU (task.py runs fp16 only on CUDA; the loop and torch's CPU GradScaler do not care),
+    its loss scaler starting at 2^24: the tiny model's fp16 backward overflows there for its first steps."""
+    cfg = parse_args(["--task", "csv", "--train-file", str(csv_path), "--model", str(tiny_model), "--batch-size", "8",
+                      "--learning-rate", "1e-3", "--warmup-ratio", "0.5", "--max-grad-norm", "1.0"])
+    data = load_task_data(cfg)
+    enc = encode(load_tokenizer(cfg.model), data.train, 64)
+    paths = Paths(str(tmp_path / name / "model"), str(tmp_path / name / "ckpt"), "l", tmp_path / name / "logs")
+    t = Trainer(cfg, model, enc, {}, data.label_names, False, torch.device("cpu"), "fp16", paths, 0)
+    t._loss_total, t._loss_count = 0.0, 0
+    t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+    t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)
+    return t, enc
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")  # (accelerate's wrapper)
+def test_fp16_skipped_updates_leave_the_learning_rate_schedule_where_it_was(tmp_path, tiny_model, sentiment_csv):
+    """An update the loss scaler skips (inf gradients) moved the schedule on all the same: every later step trained
+    at the rate of a step further on, the warmup cut short by the skipped steps. The HF Trainer means to keep it
+    where it was (transformers 5.24 Trainer._inner_training_loop: `if not self.accelerator.optimizer_step_was_skipped:
+    self.lr_scheduler.step()`). HF's fp16 runs only on a GPU (accelerate makes no GradScaler on a CPU), so the
+    reference is that rule run here on HF's own pieces: accelerate's AcceleratedOptimizer (which sets
+    step_was_skipped) around a plain AdamW (with a fused one, HF's default on torch >= 2.8, accelerate 1.15 misses
+    the skip: huggingface/accelerate#4242), a CPU GradScaler at the same scale, transformers' linear schedule, its
+    clipping (unscale_, clip_grad_norm_). Same rates step by step, same skipped steps, same weights within fp16
+    rounding; the logged rate is the one each step used, and a checkpoint after skipped steps resumes the schedule
+    where it was."""
+    import json
+
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+    from transformers import get_linear_schedule_with_warmup
+
+    from ftcli_trainer.data import collate
+    from ftcli_trainer.loop import loss_sum, param_groups
+
+    torch.manual_seed(0)
+    base = load_model(str(tiny_model), ["negative", "positive"], False, 0.5)
+    base.eval()  # no dropout: both sides see the same gradients
+    ours, enc = _fp16_cpu_trainer(tmp_path, tiny_model, sentiment_csv[0], copy.deepcopy(base), "ours")
+    ours.model.eval()
+    ours.train_model = ours.model
+    ours._t0 = 0.0
+
+    Accelerator(cpu=True)  # (AcceleratedOptimizer reads the accelerate state)
+    ref = copy.deepcopy(base)
+    opt = torch.optim.AdamW(param_groups(ref, ours.cfg.weight_decay), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                            fused=False, foreach=False)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)
+    hf_opt = AcceleratedOptimizer(opt, device_placement=False, scaler=scaler)
+    sched = get_linear_schedule_with_warmup(opt, ours.warmup, ours.total_steps)
+
+    batches = [np.arange(i, i + 8) for i in range(0, 96, 8)]
+    our_rates, hf_rates, hf_skipped = [], [], []
+    for idx in batches:
+        our_rates.append(float(ours.optimizer.param_groups[0]["lr"]))
+        ours.train_step([idx])
+        ours.global_step += 1
+        ours._log_train(None)
+
+        batch = {k: torch.from_numpy(v) for k, v in collate(enc, idx, 0).items()}
+        labels = batch.pop("labels")
+        with torch.autocast("cpu", dtype=torch.float16):
+            logits = ref(**batch).logits
+        scaler.scale(loss_sum(logits, labels, False) / len(idx)).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+        hf_opt.step()
+        hf_rates.append(sched.get_last_lr()[0])  # the rate the step used, as the Trainer logs it
+        if not hf_opt.step_was_skipped:  # the Trainer's rule
+            sched.step()
+        hf_skipped.append(hf_opt.step_was_skipped)
+        opt.zero_grad(set_to_none=True)
+
+    assert 2 <= sum(hf_skipped) < len(batches) - 4 and ours.warmup > sum(hf_skipped)  # skips inside the warmup
+    assert our_rates == pytest.approx(hf_rates, rel=1e-6, abs=1e-12)
+    n, skipped = len(batches), sum(hf_skipped)
+    assert our_rates[-1] == pytest.approx(1e-3 * lr_factor(n - 1 - skipped, ours.warmup, ours.total_steps), rel=1e-6)
+    assert our_rates[-1] < 1e-3 * lr_factor(n - 1, ours.warmup, ours.total_steps)  # (counting the skipped steps)
+    taken = int(next(iter(ours.optimizer.state.values()))["step"])
+    assert taken == len(batches) - sum(hf_skipped) == int(next(iter(opt.state.values()))["step"])
+    for (name, pa), pb in zip(ours.model.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-3, atol=1e-4, msg=name)
+    ours._jsonl.close()
+    logged = [json.loads(line)["learning_rate"] for line in ours._metrics_file.read_text().splitlines()]
+    assert logged == pytest.approx(hf_rates, rel=1e-12, abs=0)
+
+    # A checkpoint here (after the skipped steps) resumes at the same rate and scale, and steps on as the run would
+    ours.epoch = 0
+    ours.save_checkpoint()
+    back, _ = _fp16_cpu_trainer(tmp_path, tiny_model, sentiment_csv[0], copy.deepcopy(base), "ours")
+    back.resume()
+    back._skipped_steps_schedule()
+    assert back.global_step == len(batches)
+    assert float(back.optimizer.param_groups[0]["lr"]) == float(ours.optimizer.param_groups[0]["lr"]) == pytest.approx(
+        sched.get_last_lr()[0], rel=1e-6)
+    assert back.scaler.get_scale() == ours.scaler.get_scale()
