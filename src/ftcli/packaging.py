@@ -44,7 +44,9 @@ TRAINER_DEPENDENCIES = (
 # don't, so a CSV job does not install it at start.
 EXTRAS = {"hub": ("datasets>=3",),
           # --wandb-project: wandb, and the Secret Manager client that reads its key inside the job
-          "wandb": ("wandb>=0.19", "google-cloud-secret-manager>=2.20")}
+          "wandb": ("wandb>=0.19", "google-cloud-secret-manager>=2.20"),
+          # --hf-secret: the Secret Manager client that reads the Hugging Face token inside the job
+          "secrets": ("google-cloud-secret-manager>=2.20",)}
 PYPROJECT = """\
 [build-system]
 requires = ["setuptools>=70.1"]

@@ -19,6 +19,9 @@ SMOKE_EVAL_ROWS = 32
 # W&B is left out: the smoke would read the key from Secret Manager with the user's own credentials (submitting needs
 # only secretmanager.secrets.get on it; the job's service account reads it) and log a 64-row run to the project.
 WANDB_OPTIONS = ("wandb_project", "wandb_secret")
+# --hf-secret is not read either (the same credentials): with it, the smoke downloads from the Hub with this machine's
+# own Hugging Face login (HF_TOKEN, `hf auth login`), the nearest stand-in for the job's token; without it, with none.
+LEFT_OUT = (*WANDB_OPTIONS, "hf_secret")
 # The stand-in for the container is a POSIX virtual environment (bin/python; Windows makes Scripts\python.exe) that
 # runs the job's bash start script: on Windows the smoke ended in "cannot use ...\bin\python", naming no cause.
 ON_WINDOWS = os.name == "nt"
@@ -29,6 +32,12 @@ def wandb_note(trainer: dict[str, Any]) -> str | None:
     project = trainer.get("wandb_project")
     return f"the smoke run leaves W&B out (--wandb-project {project}): it reads no key and logs no run" \
         if project else None
+
+
+def hf_secret_note(trainer: dict[str, Any]) -> str | None:
+    """What the smoke does instead of reading --hf-secret, said before it runs."""
+    return "the smoke run does not read --hf-secret (the job does): it downloads from the Hugging Face Hub with this " \
+        "machine's own login (HF_TOKEN, hf auth login), if there is one" if trainer.get("hf_secret") else None
 
 
 def smoke_options(trainer: dict[str, Any], output_dir: str) -> dict[str, Any]:
@@ -44,7 +53,7 @@ def smoke_options(trainer: dict[str, Any], output_dir: str) -> dict[str, Any]:
 
     paths = {k: absolute(v) for k, v in trainer.items()
              if k in ("train_file", "eval_file", "model") and isinstance(v, str) and not v.startswith("gs://")}
-    kept = {k: v for k, v in trainer.items() if k not in WANDB_OPTIONS}
+    kept = {k: v for k, v in trainer.items() if k not in LEFT_OUT}
     return {**kept, **paths, "max_train_samples": at_most("max_train_samples", SMOKE_TRAIN_ROWS),
             "max_eval_samples": at_most("max_eval_samples", SMOKE_EVAL_ROWS), "epochs": 1,
             "log_every": 1, "output_dir": output_dir}
@@ -90,7 +99,7 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
                          "container, which Windows cannot run",
                          hint="run the smoke under WSL, on Linux or on macOS; or submit without --smoke")
     require_train_extra("ftcli train --smoke")
-    extras = tuple(e for e in extras if e != "wandb")
+    extras = tuple(e for e in extras if e not in ("wandb", "secrets"))  # what reads the secrets in the job
     if missing := missing_here([*TRAINER_DEPENDENCIES, *(r for e in extras for r in EXTRAS.get(e, ()))]):
         import shlex
 
@@ -107,11 +116,13 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
         # The job's CUDA build would pick a GPU here if there is one; the smoke is a CPU check of the job's start.
         env.update({WHEEL_ENV: str(wheel) + (f"[{','.join(extras)}]" if extras else ""), "CUDA_VISIBLE_DEVICES": ""})
         env.pop("AIP_MODEL_DIR", None)
-        # The job has no Hugging Face token (none travels in its spec): nor does the smoke, or a gated model would
-        # pass here and fail there. HF_HUB_DISABLE_IMPLICIT_TOKEN keeps a saved login (`hf auth login`) unsent too.
-        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-            env.pop(name, None)
-        env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+        if not trainer.get("hf_secret"):
+            # The job has no Hugging Face token (none travels in its spec): nor does the smoke, or a gated model would
+            # pass here and fail there. HF_HUB_DISABLE_IMPLICIT_TOKEN keeps a saved login (`hf auth login`) unsent
+            # too. With --hf-secret the job has one, and this machine's login stands in for it (LEFT_OUT).
+            for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+                env.pop(name, None)
+            env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
         try:
             done = subprocess.run(["bash", "-c", START_SCRIPT, "ftcli-trainer", *args], env=env, cwd=root,
                                   stdout=2, timeout=timeout_s)  # fd 2: the terminal's stderr

@@ -221,7 +221,9 @@ class Submission:
     base_output_dir: str
     image: str
     extras: tuple[str, ...] = ()
-    secret: str | None = None  # a Secret Manager secret the job reads (checked to exist before submitting)
+    # The Secret Manager secrets the job reads (checked to exist before submitting), each with the variable its value
+    # usually comes from (for the hint that makes one): --wandb-secret's, --hf-secret's.
+    secrets: tuple[tuple[str, str], ...] = ()
     trainer: dict[str, Any] = field(default_factory=dict)  # the trainer options with local paths (--smoke runs them)
     uploads: list[tuple[Path, str]] = field(default_factory=list)  # (local file, gs:// URI)
     notes: list[str] = field(default_factory=list)  # said before submitting (e.g. an image ftcli cannot check)
@@ -428,7 +430,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     _, args = validate_trainer(forwarded)
     task = TASKS[cfg.task]
     extras = (("hub",) if task.hf_dataset is not None and not cfg.train_file else ()) + \
-        (("wandb",) if cfg.wandb_project else ())
+        (("wandb",) if cfg.wandb_project else ()) + (("secrets",) if cfg.hf_secret and not cfg.wandb_project else ())
 
     all_labels = {
         **user_labels,
@@ -458,8 +460,16 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
                             region=settings.region, prices=table, missing=why)
     return Submission(settings=settings, hardware=hardware, job=job, display_name=display,
                       submission_id=submission_id, package_uri=package_uri, base_output_dir=base_output_dir,
-                      image=image_uri, extras=extras, secret=cfg.wandb_secret, trainer=trainer, uploads=uploads,
+                      image=image_uri, extras=extras, secrets=job_secrets(cfg), trainer=trainer, uploads=uploads,
                       notes=notes, estimate=cost)
+
+
+def job_secrets(cfg) -> tuple[tuple[str, str], ...]:
+    """The secrets the job reads (--wandb-secret, --hf-secret), each with the variable its value usually comes from."""
+    from ftcli_trainer.config import SECRET_OPTIONS
+
+    return tuple((getattr(cfg, name), variable) for name, (_, _, variable) in SECRET_OPTIONS.items()
+                 if getattr(cfg, name))
 
 
 def machine_hint(hw: Hardware, detail: str) -> str | None:
@@ -499,10 +509,12 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
     history.ensure_writable()  # found before anything is uploaded, not after the job exists
     storage = get_storage(sub.settings.project, notify)
     storage.check_bucket(sub.settings.bucket_name, sub.settings.region)
-    if sub.secret:
+    if sub.secrets:
         from ftcli.gcp.secrets import get_secrets
 
-        get_secrets(sub.settings.project).check_exists(sub.secret)
+        gateway = get_secrets(sub.settings.project)
+        for name, variable in sub.secrets:
+            gateway.check_exists(name, variable)
     for name in DATA_OPTIONS:  # read by the job: a missing one would fail it after its machines were paid for
         value = sub.trainer.get(name)
         if value and str(value).startswith("gs://") and not storage.exists(str(value)):

@@ -21,6 +21,9 @@ from typing import Any
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS
 
 SECRET_NAME = re.compile(r"projects/[^/\s]+/secrets/[A-Za-z0-9_-]+(/versions/(latest|[1-9][0-9]*))?")
+# The options that name a Secret Manager secret: (what it holds, that thing in one word, the variable it is usually in).
+SECRET_OPTIONS = {"wandb_secret": ("the W&B key", "key", "WANDB_API_KEY"),
+                  "hf_secret": ("the Hugging Face token", "token", "HF_TOKEN")}
 
 
 class ConfigError(Exception):
@@ -110,6 +113,9 @@ OPTIONS: tuple[Option, ...] = (
            "then).", metavar="NAME"),
     Option("wandb_secret", str, None, "Secret Manager secret that holds the W&B API key: projects/P/secrets/NAME"
            "[/versions/V] (the key itself never travels in the job's arguments or environment).", metavar="SECRET"),
+    Option("hf_secret", str, None, "Secret Manager secret that holds a Hugging Face token, for a gated or private "
+           "model or dataset: projects/P/secrets/NAME[/versions/V]. Read where the trainer runs, before any Hub "
+           "download; the token itself never travels in the job's arguments or environment.", metavar="SECRET"),
     Option("gpu_warmup", bool, True, "With CUDA graphs on: pay the GPU's first-use costs before the training "
            "clock (forward/backward passes while a worker thread tokenizes, then every step width and the update "
            "warmed up on filler rows and captured ahead), so the first steps replay. Same math; on an H100 the "
@@ -178,6 +184,7 @@ class TrainConfig:
     dataset_config: str | None = None
     wandb_project: str | None = None
     wandb_secret: str | None = None
+    hf_secret: str | None = None
     gpu_warmup: bool = True
     hypertune_metric: str | None = None
     weight_copies: bool = True
@@ -461,14 +468,16 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
                                 "text; pass the text's column (or --label-column for the label's)")
     if cfg["label_names"] and len(set(cfg["label_names"])) != len(cfg["label_names"]):
         problems.append("--label-names has duplicates")
-    if cfg.get("wandb_secret") and not SECRET_NAME.fullmatch(cfg["wandb_secret"]):
-        if "/" in cfg["wandb_secret"]:
-            problems.append(f"--wandb-secret {cfg['wandb_secret']!r}: give projects/PROJECT/secrets/NAME (optionally "
-                            "/versions/N)")
-        else:  # most likely the API key itself: not repeated here, in a line that CI logs and issues keep
-            problems.append("--wandb-secret takes the name of the Secret Manager secret that holds the W&B key, "
-                            "projects/PROJECT/secrets/NAME, not the key: store it there first (printf %s "
-                            "\"$WANDB_API_KEY\" | gcloud secrets create NAME --data-file=-)")
+    for name, (holds, noun, variable) in SECRET_OPTIONS.items():
+        flag, value = OPTIONS_BY_NAME[name].flag, cfg.get(name)
+        if not value or SECRET_NAME.fullmatch(value):
+            continue
+        if "/" in value:
+            problems.append(f"{flag} {value!r}: give projects/PROJECT/secrets/NAME (optionally /versions/N)")
+        else:  # most likely the key or token itself: not repeated here, in a line that CI logs and issues keep
+            problems.append(f"{flag} takes the name of the Secret Manager secret that holds {holds}, "
+                            f"projects/PROJECT/secrets/NAME, not the {noun}: store it there first (printf %s "
+                            f"\"${variable}\" | gcloud secrets create NAME --data-file=-)")
     if cfg.get("wandb_secret") and not cfg.get("wandb_project"):
         problems.append("--wandb-secret is the key for --wandb-project: add --wandb-project NAME")
     metric = cfg.get("hypertune_metric")

@@ -195,28 +195,45 @@ def _one_line(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 
-def _gated(e: BaseException) -> bool:
-    """Whether loading failed on a gated Hub model without a token that has access (huggingface_hub's GatedRepoError,
-    which transformers re-raises as an OSError from it)."""
+def _hub_error(e: BaseException) -> str | None:
+    """The huggingface_hub error loading failed on, by its class name (transformers re-raises it as an OSError from
+    it): GatedRepoError (a gated model without a token that has access), RepositoryNotFoundError (a missing id, or a
+    private model the token sent, if any, cannot read); None for any other failure."""
     seen: set[int] = set()
     cause: BaseException | None = e
     while cause is not None and id(cause) not in seen:
-        if type(cause).__name__ == "GatedRepoError":
-            return True
+        if type(cause).__name__ in ("GatedRepoError", "RepositoryNotFoundError"):
+            return type(cause).__name__
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
-    return False
+    return None
 
 
 def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> TrainerError:
-    if _gated(e):
-        # A Vertex job has no Hugging Face token, and none should travel in its spec (anyone who can read the job
-        # reads its environment and arguments); a folder downloaded where the user has access is uploaded instead.
-        return TrainerError(f"cannot load {subject}: it is a gated model on the Hugging Face Hub, and no "
-                            f"token with access to it was sent. Here: log in (hf auth login) or set HF_TOKEN; for a "
-                            f"Vertex job, which gets no token: download it here (hf download {name} --local-dir DIR) "
-                            f"and give --model DIR")
-    return TrainerError(f"cannot load {subject}: {_one_line(e).rstrip('.')}. {fix}")
+    from ftcli_trainer.secret_manager import token_source
+
+    hub_error = _hub_error(e)
+    if hub_error is None:
+        return TrainerError(f"cannot load {subject}: {_one_line(e).rstrip('.')}. {fix}")
+    sent = token_source()
+    if hub_error == "GatedRepoError" and sent:
+        return TrainerError(f"cannot load {subject}: it is a gated model on the Hugging Face Hub, and the token sent "
+                            f"({sent}) has no access to it: request access on https://huggingface.co/{name} with that "
+                            "token's account, or use a token of an account that has access")
+    # No token travels in a Vertex job's spec (anyone who can read the job reads its environment and arguments): the
+    # job reads one from Secret Manager (--hf-secret), or a folder downloaded where the user has access is uploaded.
+    needs_token = ("for a Vertex job, give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds "
+                   "a token of an account with access), or download it here (hf download "
+                   f"{name} --local-dir DIR) and give --model DIR; here, log in (hf auth login) or set HF_TOKEN")
+    if hub_error == "GatedRepoError":
+        return TrainerError(f"cannot load {subject}: it is a gated model on the Hugging Face Hub, and no Hugging Face "
+                            f"token was sent. Request access on https://huggingface.co/{name}, then {needs_token}")
+    if sent:
+        return TrainerError(f"cannot load {subject}: the Hugging Face Hub has no model {name!r} that the token sent "
+                            f"({sent}) can read: check the id; a private model needs a token of an account with "
+                            "access to it")
+    return TrainerError(f"cannot load {subject}: the Hugging Face Hub has no public model {name!r}: check the id; "
+                        f"if it is private, {needs_token}")
 
 
 # A tokenizer folder with no tokenizer.json is read from its vocabulary file; transformers 5.24 reads a `*.model` file

@@ -338,6 +338,15 @@ def main(argv: list[str] | None = None) -> int:
         for problem in e.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
+    if cfg.hf_secret:
+        # Before any Hub download (data, tokenizer, model) and before torchrun's re-launch: its workers inherit it.
+        from ftcli_trainer.secret_manager import use_hub_token
+
+        try:
+            use_hub_token(cfg.hf_secret)
+        except TrainerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.exit_code
     relaunch = _relaunch_argv(argv)
     if relaunch:
         log.info("launching %s", " ".join(relaunch[1:]))

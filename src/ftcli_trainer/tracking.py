@@ -3,8 +3,8 @@
 The API key is read inside the job from Secret Manager (`--wandb-secret projects/P/secrets/NAME`) and handed to
 wandb through this process's environment only: it never appears in the job's arguments, environment or labels,
 where anyone who can read the job would see it (one of the recipes ftcli replaces passed it as a job argument).
-The job's service account needs roles/secretmanager.secretAccessor on the secret. Without --wandb-secret (a
-local run), wandb finds the key as it always does (WANDB_API_KEY, `wandb login`).
+The job's service account needs roles/secretmanager.secretAccessor on the secret (see secret_manager). Without
+--wandb-secret (a local run), wandb finds the key as it always does (WANDB_API_KEY, `wandb login`).
 """
 
 from __future__ import annotations
@@ -15,42 +15,12 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from ftcli_trainer.errors import TrainerError
+from ftcli_trainer.secret_manager import read_secret
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run  # wandb 0.19 (the floor) does not export it as wandb.Run
 
 log = logging.getLogger("ftcli_trainer")
-ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"  # http://host:port: a plaintext emulator (tests)
-
-
-def _secret_client():
-    from google.cloud import secretmanager_v1
-
-    endpoint = os.environ.get(ENDPOINT_VAR, "")
-    if endpoint.startswith("http://"):
-        import grpc
-        from google.cloud.secretmanager_v1.services.secret_manager_service.transports import (
-            SecretManagerServiceGrpcTransport,
-        )
-
-        channel = grpc.insecure_channel(endpoint[len("http://"):])
-        return secretmanager_v1.SecretManagerServiceClient(transport=SecretManagerServiceGrpcTransport(channel=channel))
-    return secretmanager_v1.SecretManagerServiceClient()
-
-
-def read_secret(name: str) -> str:
-    """The text of a secret's version (`latest` unless the name gives one); one-line TrainerError otherwise."""
-    version = name if "/versions/" in name else f"{name}/versions/latest"
-    try:
-        response = _secret_client().access_secret_version(name=version, timeout=60)
-    except ImportError:
-        raise TrainerError("reading --wandb-secret needs google-cloud-secret-manager: pip install "
-                           "google-cloud-secret-manager") from None
-    except Exception as e:  # noqa: BLE001 - not found, denied, unreachable: one line with the fix
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TrainerError(f"cannot read the W&B key from {version}: {first[:200]}. The job's service account "
-                           "needs roles/secretmanager.secretAccessor on that secret") from None
-    return response.payload.data.decode("utf-8").strip()
 
 
 def run_id(checkpoint_dir: str) -> str:
@@ -84,12 +54,12 @@ class WandbTracker:
         cfg = self.cfg
         if cfg.wandb_secret:
             # this process only: children inherit it, the job's spec never holds it
-            os.environ["WANDB_API_KEY"] = read_secret(cfg.wandb_secret)
+            os.environ["WANDB_API_KEY"] = read_secret(cfg.wandb_secret, "--wandb-secret", "the W&B key")
         try:
             import wandb
         except ImportError:
             raise TrainerError("--wandb-project needs the wandb package: pip install wandb") from None
-        config = {k: v for k, v in asdict(cfg).items() if k not in ("extra", "wandb_secret")}
+        config = {k: v for k, v in asdict(cfg).items() if k not in ("extra", "wandb_secret", "hf_secret")}
         config.update(extra_config or {})
         try:
             self.run = wandb.init(project=cfg.wandb_project, config=config, job_type="fine-tune",

@@ -1066,6 +1066,56 @@ def test_the_key_never_travels_in_the_job(capsys, cloud_env, secret_manager):
     assert [m for m, _ in secret_manager.requests] == ["GetSecret", "GetSecretVersion"]
 
 
+# --- a Hugging Face token for gated and private models: also in Secret Manager ------------------------------------
+
+HF = ["--hf-secret", "projects/test-project/secrets/hf-token"]
+HF_TOKEN = "hf_secretToken0123456789abcdefABCDEF"
+
+
+def test_the_hub_token_never_travels_in_the_job(capsys, cloud_env, secret_manager):
+    gcs, vertex = cloud_env
+    secret_manager.put("projects/test-project/secrets/hf-token", HF_TOKEN.encode())
+    submitted(capsys, "--task", "imdb", "--model", "org/private-model", *HF)
+    (request,) = [r for m, r in vertex.requests if m == "CreateCustomJob"]
+    assert HF_TOKEN not in type(request.custom_job).to_json(request.custom_job)  # not in args, env or labels
+    container = request.custom_job.job_spec.worker_pool_specs[0].container_spec
+    wheel = {e.name: e.value for e in container.env}["FTCLI_TRAINER_WHEEL"]
+    assert wheel.endswith(".whl[hub,secrets]")  # the Secret Manager client that reads it, in the job
+    args = list(container.args)
+    assert args[args.index("--hf-secret") + 1] == "projects/test-project/secrets/hf-token"
+    assert "HF_TOKEN" not in {e.name for e in container.env}
+    # looked at (the secret, its latest version's state), never read, by the launcher
+    assert [m for m, _ in secret_manager.requests] == ["GetSecret", "GetSecretVersion"]
+
+
+def test_a_missing_hub_token_secret_is_found_before_any_upload(capsys, cloud_env, secret_manager):
+    # With W&B's secret there, the Hub token's is checked too: the job read it at its start and failed there.
+    gcs, vertex = cloud_env
+    secret_manager.put("projects/test-project/secrets/wandb-key", b"0123456789abcdef0123456789abcdef01234567")
+    r = run_cli(capsys, *BASE, "--task", "imdb", *WANDB, *HF)
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        "error: secret projects/test-project/secrets/hf-token does not exist",
+        'hint: create it: printf %s "$HF_TOKEN" | gcloud secrets create hf-token --data-file=-']
+    secret_manager.create("projects/test-project/secrets/hf-token")
+    r = run_cli(capsys, *BASE, "--task", "imdb", *HF)
+    assert r.code == 1 and r.err.splitlines()[-2:] == [
+        "error: secret projects/test-project/secrets/hf-token has no version latest for the job to read",
+        'hint: add the token to it: printf %s "$HF_TOKEN" | gcloud secrets versions add hf-token --data-file=-']
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    assert "AccessSecretVersion" not in [m for m, _ in secret_manager.requests]
+
+
+def test_the_hub_token_given_as_the_secret_is_not_repeated(capsys, cloud_env):
+    gcs, vertex = cloud_env
+    for command in (BASE, ["tune", "--detach"]):
+        r = run_cli(capsys, *command, "--task", "imdb", "--hf-secret", HF_TOKEN)
+        assert r.code == 2 and HF_TOKEN not in r.err + r.out
+        assert "error: --hf-secret takes the name of the Secret Manager secret that holds the Hugging Face token, " \
+               "projects/PROJECT/secrets/NAME, not the token: store it there first" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 # --- before you pay: what the job asks for; hints that name the fix ------------------------------------------------
 
 def test_the_cost_shape_is_said_before_anything_and_b200_means_8(capsys, monkeypatch, tmp_path):
@@ -1265,9 +1315,13 @@ def test_smoke_leaves_wandb_out_reads_no_secret_and_logs_no_run(capsys, cloud_en
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
-def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, tmp_path, monkeypatch):
+@pytest.mark.parametrize("hf_secret", [False, True])
+def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, secret_manager, tmp_path, monkeypatch,
+                                                          hf_secret):
     # The job gets no Hugging Face token (none travels in its spec), so a gated model fails there. The smoke ran with
     # this machine's HF_TOKEN (or `hf auth login` token), passed, and said the job would start.
+    # With --hf-secret the job has one: the smoke does not read the secret (as for W&B's), and this machine's own
+    # login stands in for it.
     import http.server
     import threading
 
@@ -1275,7 +1329,8 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, tmp_p
 
     class GatedHub(http.server.BaseHTTPRequestHandler):
         def _refuse(self):
-            seen.append(self.headers.get("Authorization"))
+            if "org/gated-model" in self.path:  # (huggingface_hub also asks /api/agent-harnesses, with no token)
+                seen.append(self.headers.get("Authorization"))
             body = b'{"error": "Access to model org/gated-model is restricted."}'
             self.send_response(401)
             self.send_header("X-Error-Code", "GatedRepo")
@@ -1303,19 +1358,30 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, tmp_p
         from ftcli.cli.app import main
 
         monkeypatch.setattr(sys, "argv", ["ftcli", "train", "--task", "csv", "--train-file", "./train.csv",
-                                          "--model", "org/gated-model", "--gpu", "L4", "--smoke"])
+                                          "--model", "org/gated-model", "--gpu", "L4", "--smoke",
+                                          *(HF if hf_secret else [])])
         with pytest.raises(SystemExit) as info:
             main()
     finally:
         hub.shutdown()
     err = capfd.readouterr().err
     assert info.value.code == 3 and "smoke run failed" in err
-    assert seen and not any(seen)  # the Hub was asked, never with this machine's token
     assert "hf_local0123456789secret" not in err
+    assert secret_manager.requests == []
+    if hf_secret:
+        assert seen and set(seen) == {"Bearer hf_local0123456789secret"}
+        assert "note: the smoke run does not read --hf-secret (the job does): it downloads from the Hugging Face Hub " \
+            "with this machine's own login (HF_TOKEN, hf auth login), if there is one" in err
+        assert "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub, " \
+            "and the token sent (this machine's HF_TOKEN or Hugging Face login) has no access to it" in err
+        return
+    assert seen and not any(seen)  # the Hub was asked, never with this machine's token
     # the trainer says what a gated model needs, not "pass a model id (with network access)"
-    assert "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub" in err
-    assert "for a Vertex job, which gets no token: download it here (hf download org/gated-model --local-dir DIR) " \
-        "and give --model DIR" in err
+    assert "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub, and " \
+        "no Hugging Face token was sent. Request access on https://huggingface.co/org/gated-model, then for a Vertex " \
+        "job, give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds a token of an account " \
+        "with access), or download it here (hf download org/gated-model --local-dir DIR) and give --model DIR; here, " \
+        "log in (hf auth login) or set HF_TOKEN" in " ".join(err.split())
 
 
 def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tmp_path):

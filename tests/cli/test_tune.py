@@ -135,6 +135,16 @@ def test_bad_tuning_input_sends_nothing(capsys, cloud_env, args, needle):
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_the_secrets_a_trial_reads_are_checked_before_any_upload(capsys, cloud_env, secret_manager):
+    # Every trial reads --hf-secret at its start: a missing one failed each of them, after the upload and the create.
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "tune", "--task", "imdb", "--detach", "--hf-secret", "projects/test-project/secrets/hf-token")
+    assert r.code == 1 and r.err.splitlines()[-2:] == [
+        "error: secret projects/test-project/secrets/hf-token does not exist",
+        'hint: create it: printf %s "$HF_TOKEN" | gcloud secrets create hf-token --data-file=-']
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_problem_of_the_options_themselves_is_said_once_not_again_for_a_searched_value(capsys, cloud_env):
     # `--task csv` without --train-file was listed twice: as itself and as "--search batch_size reaches 16: --task
     # csv needs --train-file", though no searched value has anything to do with it.

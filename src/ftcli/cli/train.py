@@ -62,8 +62,9 @@ def train(
 
         err().print(f"smoke run: the job's start on {smoke_run.SMOKE_TRAIN_ROWS} rows, here, on the CPU; nothing "
                     "uploaded, no job created", markup=False, highlight=False)
-        if left_out := smoke_run.wandb_note(sub.trainer):
-            err().print(f"note: {left_out}", markup=False, highlight=False)
+        for left_out in (smoke_run.wandb_note(sub.trainer), smoke_run.hf_secret_note(sub.trainer)):
+            if left_out:
+                err().print(f"note: {left_out}", markup=False, highlight=False)
         code, scratch = smoke_run.run(sub.trainer, sub.extras)
         if code:
             err().print(f"smoke run failed (exit status {code}): the job would fail the same way; fix the above "

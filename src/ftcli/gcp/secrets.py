@@ -27,25 +27,28 @@ class SecretsGateway:
 
             self.client = secretmanager_v1.SecretManagerServiceClient(credentials=credentials())
 
-    def check_exists(self, name: str) -> None:
+    def check_exists(self, name: str, variable: str = "WANDB_API_KEY") -> None:
         """Fail, before anything is uploaded, when the secret (projects/P/secrets/NAME[/versions/V]) is missing, or the
-        version the job reads (`latest` unless the name gives one) is missing or not ENABLED."""
+        version the job reads (`latest` unless the name gives one) is missing or not ENABLED. `variable`: where its
+        value usually is (WANDB_API_KEY, HF_TOKEN), for the command that stores it."""
         from google.api_core import exceptions as gexc
 
         secret = name.split("/versions/", 1)[0]
+        noun = "token" if variable == "HF_TOKEN" else "key"
         short = secret.rsplit("/", 1)[-1]
         try:
             self.client.get_secret(name=secret, timeout=30)
         except gexc.NotFound:
             raise FtcliError(f"secret {secret} does not exist",
-                             hint=f"create it: printf %s \"$WANDB_API_KEY\" | gcloud secrets create {short} "
+                             hint=f"create it: printf %s \"${variable}\" | gcloud secrets create {short} "
                                   "--data-file=-") from None
         except (gexc.PermissionDenied, gexc.Forbidden) as e:
             error = account_problem(e, service="secretmanager", project=self.project)
             if error is not None:  # the API is off, billing is off, ...: no role fixes it
                 raise error from None
-            # Reading the payload inside the job takes secretmanager.versions.access: Secret Manager Secret Accessor
-            # (https://cloud.google.com/secret-manager/docs/access-control, named 2026-11-27, not re-read).
+            # Reading the payload inside the job takes secretmanager.versions.access, which Secret Manager Secret
+            # Accessor (roles/secretmanager.secretAccessor, "Allows accessing the payload of secrets") grants
+            # (https://cloud.google.com/iam/docs/roles-permissions/secretmanager, read 2026-11-27).
             raise FtcliError(f"cannot see secret {secret} (secretmanager.secrets.get denied)",
                              hint=f"grant yourself {ROLES['secretmanager']}; the job's service account needs "
                                   "roles/secretmanager.secretAccessor") from None
@@ -59,18 +62,18 @@ class SecretsGateway:
         # projects.secrets.versions); a version's metadata takes Secret Manager Viewer, as the secret's does
         # (https://cloud.google.com/secret-manager/docs/managing-secret-versions?hl=es-AR); all read 2026-11-27.
         version = name if "/versions/" in name else f"{secret}/versions/latest"
-        add = f"printf %s \"$WANDB_API_KEY\" | gcloud secrets versions add {short} --data-file=-"
+        add = f"printf %s \"${variable}\" | gcloud secrets versions add {short} --data-file=-"
         try:
             found = self.client.get_secret_version(name=version, timeout=30)
         except gexc.NotFound:
             raise FtcliError(f"secret {secret} has no version {version.rsplit('/', 1)[-1]} for the job to read",
-                             hint=f"add the key to it: {add}") from None
+                             hint=f"add the {noun} to it: {add}") from None
         except gexc.GoogleAPICallError as e:
             raise translate(e, service="secretmanager", project=self.project, what=version) from None
         if found.state.name != "ENABLED":
             raise FtcliError(f"secret version {found.name} is {found.state.name}: the job could not read it",
                              hint=f"enable it (gcloud secrets versions enable {found.name.rsplit('/', 1)[-1]} "
-                                  f"--secret {short}), or add the key as a new version: {add}")
+                                  f"--secret {short}), or add the {noun} as a new version: {add}")
 
 
 def get_secrets(project: str) -> SecretsGateway:
