@@ -48,8 +48,13 @@ def read_secret(name: str, flag: str, what: str) -> str:
                            "google-cloud-secret-manager") from None
     except Exception as e:  # noqa: BLE001 - not found, denied, unreachable: one line with the fix
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TrainerError(f"cannot read {what} from {version} ({flag}): {first[:200]}. The job's service account "
-                           "needs roles/secretmanager.secretAccessor on that secret") from None
+        # Outside a Vertex job (`ftcli local`) the reader is the user's own account, not a service account of a job.
+        # CLOUD_ML_JOB_ID: "The name given to the training job" (google-cloud-aiplatform's aiplatform/training_utils/
+        # environment_variables.py, as lease.py reads it).
+        who = "The job's service account" if os.environ.get("CLOUD_ML_JOB_ID") else \
+            "The account that runs this (here: your Application Default Credentials; in a job: its service account)"
+        raise TrainerError(f"cannot read {what} from {version} ({flag}): {first[:200]}. {who} needs "
+                           "roles/secretmanager.secretAccessor on that secret") from None
     try:
         text = response.payload.data.decode("utf-8").strip()
     except UnicodeDecodeError:

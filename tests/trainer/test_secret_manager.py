@@ -114,7 +114,7 @@ def test_a_run_with_the_secret_keeps_the_token_out_of_everything_it_writes(tmp_p
 
 
 def test_a_missing_or_empty_secret_is_one_line_before_any_work(tmp_path, secret_manager, clean_hub_env, sentiment_csv,
-                                                              capsys):
+                                                              capsys, monkeypatch):
     train, _ = sentiment_csv
     argv = ["--task", "csv", "--train-file", str(train), "--model", "org/some-model", "--output-dir",
             str(tmp_path / "run")]
@@ -122,8 +122,14 @@ def test_a_missing_or_empty_secret_is_one_line_before_any_work(tmp_path, secret_
     err = capsys.readouterr().err
     assert err.startswith("error: cannot read the Hugging Face token from projects/p/secrets/missing/versions/latest "
                           "(--hf-secret): ")
-    assert err.rstrip().endswith("The job's service account needs roles/secretmanager.secretAccessor on that secret")
+    # here (`ftcli local`), the reader is the user's own account, not a job's service account
+    assert err.rstrip().endswith(". The account that runs this (here: your Application Default Credentials; in a job: "
+                                 "its service account) needs roles/secretmanager.secretAccessor on that secret")
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+    monkeypatch.setenv("CLOUD_ML_JOB_ID", "1234")  # in a Vertex job
+    assert main([*argv, "--hf-secret", "projects/p/secrets/missing"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(
+        ". The job's service account needs roles/secretmanager.secretAccessor on that secret")
     secret_manager.put("projects/p/secrets/empty", b"\n")
     assert main([*argv, "--hf-secret", "projects/p/secrets/empty"]) == 2
     assert capsys.readouterr().err.strip() == (
