@@ -238,6 +238,16 @@ def _varlen_problem(cfg, hardware: Hardware) -> str | None:
     return f"--varlen-attention would be left off in this job ({why}): leave it out" if why else None
 
 
+def _cpu_precision_problem(cfg, hardware: Hardware) -> str | None:
+    """A precision the trainer refuses on a CPU machine (--gpu none): said now, not after the job's machine started."""
+    from ftcli_trainer.task import precision_problem, resolve_precision
+
+    if hardware.gpu:
+        return None
+    problem = precision_problem(resolve_precision(cfg.precision, "cpu", None), "cpu")
+    return f"{problem} (--gpu none is a CPU machine)" if problem else None
+
+
 def _varlen_refusal(cfg, hardware: Hardware) -> str:
     from ftcli_trainer.model import flash_refusal
 
@@ -388,6 +398,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         problems.append("--wandb-project on Vertex reads the W&B key from Secret Manager: add --wandb-secret "
                         "projects/PROJECT/secrets/NAME (the key is never passed in the job)")
     if validated and hardware is not None and (p := _varlen_problem(validated[0], hardware)):
+        problems.append(p)
+    if validated and hardware is not None and (p := _cpu_precision_problem(validated[0], hardware)):
         problems.append(p)
     model_dir = None
     if validated and (p := model_problem(validated[0].model)):

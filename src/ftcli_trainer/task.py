@@ -81,6 +81,13 @@ def resolve_precision(requested: str, device_type: str, capability: tuple[int, i
     return "bf16" if capability is not None and tuple(capability) >= (8, 0) else "fp16"
 
 
+def precision_problem(precision: str, device_type: str) -> str | None:
+    """Why a resolved precision cannot run on the device (the launcher asks this of a CPU job before submitting it)."""
+    if precision == "fp16" and device_type != "cuda":
+        return "--precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU"
+    return None
+
+
 def _setup_device(cfg: TrainConfig):
     import torch
 
@@ -96,8 +103,8 @@ def _setup_device(cfg: TrainConfig):
     else:
         device = torch.device("cpu")
     precision = resolve_precision(cfg.precision, device.type, capability)
-    if precision == "fp16" and device.type != "cuda":
-        raise TrainerError("--precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU")
+    if problem := precision_problem(precision, device.type):
+        raise TrainerError(problem)
     if precision == "bf16" and capability is not None:  # on a CUDA device
         if not torch.cuda.is_bf16_supported():
             raise TrainerError(f"{torch.cuda.get_device_name(device)} has no bf16; use --precision fp16")

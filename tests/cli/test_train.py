@@ -345,6 +345,9 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
      "kernel needs compute capability 8.0 or later, and this GPU has 7.5): leave it out"),
     (["--gpu", "L4", "--varlen-attention", "--precision", "fp32"], "computes in bf16 or fp16, and this run is fp32"),
     (["--gpu", "none", "--varlen-attention"], "would be left off in this job (it needs a CUDA GPU)"),
+    # found by hand: a CPU job with fp16 was created, and its trainer stopped at start once the machine was up
+    (["--gpu", "none", "--precision", "fp16"], "error: --precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU "
+     "(--gpu none is a CPU machine)"),
 ])
 def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, needle):
     gcs, vertex = cloud_env

@@ -158,6 +158,16 @@ def test_precision_follows_compute_capability(requested, device, capability, exp
     assert resolve_precision(requested, device, capability) == expected
 
 
+@pytest.mark.parametrize("precision,device,expected", [
+    ("fp16", "cpu", "--precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU"),
+    ("fp16", "cuda", None), ("bf16", "cpu", None), ("fp32", "cpu", None),
+])
+def test_precision_problem_is_the_one_rule_the_job_and_the_launcher_apply(precision, device, expected):
+    from ftcli_trainer.task import precision_problem
+
+    assert precision_problem(precision, device) == expected
+
+
 @pytest.mark.parametrize("name,capability,expected", [("Tesla T4", (7, 5), "fp16"), ("NVIDIA A100", (8, 0), "bf16")])
 def test_setup_device_on_a_faked_gpu(monkeypatch, name, capability, expected):
     """torch.cuda.is_bf16_supported() says True on a T4 (emulation): the choice must not follow it."""
