@@ -36,7 +36,7 @@ from ftcli.spec import (
     topology_problems,
 )
 from ftcli.trainer_options import validate as validate_trainer
-from ftcli_trainer.model import model_problem
+from ftcli_trainer.model import folder_max_length_problem, model_problem, resolve_model_path
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, bundled_sample_file
 
 DURATION_RE = re.compile(r"^(\d+)([smhd])$")
@@ -404,8 +404,15 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     model_dir = None
     if validated and (p := model_problem(validated[0].model)):
         problems.append(p)  # a mistyped folder would reach the job as a Hub id, and fail there
-    elif validated and Path(validated[0].model).expanduser().is_dir():
-        model_dir = Path(validated[0].model).expanduser()
+    elif validated:
+        if Path(validated[0].model).expanduser().is_dir():
+            model_dir = Path(validated[0].model).expanduser()
+        # A local folder's limit (the offline MiniLM's folder stands for the Hub's copy the job reads: the same
+        # files): the job loaded the data and the model, then stopped on it.
+        folder = resolve_model_path(validated[0].model)
+        if os.path.isdir(folder) and (p := folder_max_length_problem(folder, validated[0].max_length,
+                                                                     validated[0].model)):
+            problems.append(p)
     if validated and not problems:
         problems += _local_data_problems(validated[0], local_files, data_checks, say)
     if problems:

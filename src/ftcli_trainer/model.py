@@ -145,16 +145,46 @@ def max_length_problem(model, tokenizer, max_length: int, name: str) -> str | No
     their tokenizer's model_max_length leaves out when it has one; models with relative positions only (DeBERTa-v2)
     have no such limit."""
     config = model.config
-    positions = getattr(config, "max_position_embeddings", None)
-    if not isinstance(positions, int) or not getattr(config, "position_biased_input", True):
+    limit = position_limit(getattr(config, "max_position_embeddings", None),
+                           getattr(config, "position_biased_input", True), _position_offset(model),
+                           getattr(tokenizer, "model_max_length", None))
+    return _too_long(max_length, limit, name)
+
+
+def position_limit(positions, biased: bool, offset: int, told) -> int | None:
+    """The most tokens a model takes: its `positions` less the ones it never gives a token (`offset`), or its
+    tokenizer's model_max_length (`told`) where that says the same less its padding positions; None: no limit."""
+    if not isinstance(positions, int) or isinstance(positions, bool) or not biased:
         return None
-    limit = positions - _position_offset(model)
-    told = getattr(tokenizer, "model_max_length", None)
+    limit = positions - offset
     if isinstance(told, int) and positions - 2 <= told < positions:
         limit = min(limit, told)
-    if max_length <= limit:
+    return limit
+
+
+def _too_long(max_length: int, limit: int | None, name: str) -> str | None:
+    if limit is None or max_length <= limit:
         return None
     return f"--max-length {max_length} is longer than {name} takes ({limit} tokens): give --max-length {limit} or less"
+
+
+def folder_max_length_problem(folder: str, max_length: int, name: str) -> str | None:
+    """`max_length_problem` for a model folder, read from its config.json and tokenizer_config.json without loading
+    it (the launcher, before a job is created). A RoBERTa-like model's padding positions are known only from the
+    loaded model, so this limit is the looser one (its positions, or its tokenizer's limit): what passes here may
+    still be refused by the job, never the other way round."""
+    def read(file: str) -> dict:
+        try:
+            with open(os.path.join(folder, file), encoding="utf-8") as f:
+                found = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    config = read("config.json")
+    limit = position_limit(config.get("max_position_embeddings"), bool(config.get("position_biased_input", True)),
+                           0, read("tokenizer_config.json").get("model_max_length"))
+    return _too_long(max_length, limit, name)
 
 
 def align_padding(model, tokenizer, name: str) -> str:

