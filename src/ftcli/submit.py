@@ -510,6 +510,45 @@ def machine_hint(hw: Hardware, detail: str) -> str | None:
             f" (or another --gpu count)")
 
 
+def _check_gcs_data(sub: Submission, storage) -> None:
+    """gs:// data files read as the job will, before anything is uploaded: a small one whole (with the trainer's
+    readers, as a local file), a big one's header (its first HEAD_BYTES: the columns, the encoding, the format); a
+    wrong column failed the job after its machines had started. A local file beside it gives its header too (it was
+    read whole already, in `plan`): a multi-label eval file needs the training file's label columns."""
+    import tempfile
+
+    from ftcli_trainer.data import HEAD_BYTES, check_files
+    from ftcli_trainer.errors import TrainerError
+
+    given = {name: str(v) for name in DATA_OPTIONS if (v := sub.trainer.get(name))}
+    if not any(v.startswith("gs://") for v in given.values()):
+        return
+    cfg, _ = validate_trainer(sub.trainer)
+    files: dict[str, str] = {}
+    heads: dict[str, tuple[str, bytes]] = {}
+    with tempfile.TemporaryDirectory(prefix="ftcli-data-") as tmp:
+        for name, value in given.items():
+            if value.startswith("gs://"):
+                head = storage.read_head(value, HEAD_BYTES + 1)  # one byte more: is that all of it?
+                if head is None:
+                    continue  # (looked up just before; gone since: the job says)
+                if len(head) <= HEAD_BYTES:
+                    # its name's endings (.csv, .jsonl, .gz) pick the reader; the rest may be too long for a file name
+                    local = Path(tmp, name, "data" + "".join(Path(value.rsplit("/", 1)[-1]).suffixes[-2:]))
+                    local.parent.mkdir()
+                    local.write_bytes(head)
+                    files[name] = str(local)
+                    continue
+            else:
+                with open(Path(value).expanduser(), "rb") as f:
+                    head = f.read(HEAD_BYTES)
+            heads[name] = (value, head)
+        try:
+            check_files(cfg, files, heads, shown=given)
+        except TrainerError as e:
+            raise UsageError(str(e)) from None
+
+
 def stage(sub: Submission, *, notify=None, uploading=None) -> int:
     """Everything before the create call: the history is writable, the bucket is there and in the job's region,
     the secret the job reads exists, the trainer wheel and local inputs are uploaded (what is missing only).
@@ -539,6 +578,7 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
         if value and str(value).startswith("gs://") and not storage.exists(str(value)):
             raise UsageError(f"--{name.replace('_', '-')} {value}: no such file in the bucket",
                              hint=f"gcloud storage ls {value.rsplit('/', 1)[0]}/ lists what is there")
+    _check_gcs_data(sub, storage)
     sent = 0
     if not storage.exists(sub.package_uri):
         with tempfile.TemporaryDirectory(prefix="ftcli-pkg-") as tmp:

@@ -6,6 +6,7 @@ the fix; nothing from deep inside csv/json/datasets reaches the user as a traceb
 
 from __future__ import annotations
 
+import codecs
 import csv
 import difflib
 import fnmatch
@@ -98,12 +99,18 @@ def _utf8_error(path: Path, shown: str) -> DataError:
     in blocks, which know no lines): an error's path only. A UTF-8 sequence never holds a newline byte, so each
     line decodes on its own."""
     with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as raw:
-        for n, line in enumerate(raw, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return DataError(f"{shown} is not UTF-8 (byte 0x{line[e.start]:02x} on line {n}); re-save it as "
-                                 "UTF-8")
+        return _utf8_error_in(raw, shown)
+
+
+def _utf8_error_in(lines: Iterable[bytes], shown: str, cut: bool = False) -> DataError:
+    """The line and byte of the first invalid UTF-8 in `lines`; `cut`: the last line is cut short (the first bytes
+    of a file), so a character cut in two at its end is none."""
+    lines = list(lines) if cut else lines
+    for n, line in enumerate(lines, 1):
+        try:
+            codecs.getincrementaldecoder("utf-8")().decode(line, final=not cut or n < len(lines))
+        except UnicodeDecodeError as e:
+            return DataError(f"{shown} is not UTF-8 (byte 0x{line[e.start]:02x} on line {n}); re-save it as UTF-8")
     return DataError(f"{shown} is not UTF-8; re-save it as UTF-8")
 
 
@@ -244,21 +251,8 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
     reader = csv.reader(f, strict=True)
     start = 1  # the line the record being read starts on (csv.DictReader's line_num lags a record behind)
     try:
-        header = next(reader, None)
+        header = _csv_header(reader, shown)
         start = reader.line_num + 1
-        if not header:
-            raise DataError(f"{shown} is empty: expected a header row, then one row per example")
-        if len(header) == 1 and (sep := next((s for s in (";", "\t", "|") if s in header[0]), None)):
-            # one column holding the separators: the hints below (no column 'text', quote commas) mislead
-            name = {"\t": "tab", ";": "semicolon", "|": "pipe"}[sep]
-            raise DataError(f"{shown} looks {name}-separated (its header is one column, {header[0]!r}); ftcli "
-                            "reads comma-separated CSV: save it with commas, or as JSON Lines")
-        if not any(c.strip() for c in header):
-            raise DataError(f"{shown}: its first line names no column; expected a header row (e.g. text,label), then "
-                            "one row per example")
-        dupes = sorted({c for c in header if c.strip() and header.count(c) > 1})
-        if dupes:
-            raise DataError(f"{shown} has duplicate column names: {', '.join(dupes)}")
         records, lines = [], []
         rows: list[dict] = []
         # Every column named (the usual case): a row is made as its record is read, not after all of them are
@@ -284,6 +278,25 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
         return rows
     return [CsvRow(zip(header, record, strict=True), line=line)
             for record, line in zip(_drop_unnamed(header, records, shown), lines, strict=True)]
+
+
+def _csv_header(reader, shown: str) -> list[str]:
+    """The header row of a CSV reader, or the DataError that says what is wrong with it."""
+    header = next(reader, None)
+    if not header:
+        raise DataError(f"{shown} is empty: expected a header row, then one row per example")
+    if len(header) == 1 and (sep := next((s for s in (";", "\t", "|") if s in header[0]), None)):
+        # one column holding the separators: the hints below (no column 'text', quote commas) mislead
+        name = {"\t": "tab", ";": "semicolon", "|": "pipe"}[sep]
+        raise DataError(f"{shown} looks {name}-separated (its header is one column, {header[0]!r}); ftcli "
+                        "reads comma-separated CSV: save it with commas, or as JSON Lines")
+    if not any(c.strip() for c in header):
+        raise DataError(f"{shown}: its first line names no column; expected a header row (e.g. text,label), then "
+                        "one row per example")
+    dupes = sorted({c for c in header if c.strip() and header.count(c) > 1})
+    if dupes:
+        raise DataError(f"{shown} has duplicate column names: {', '.join(dupes)}")
+    return header
 
 
 def _drop_unnamed(header: list[str], records: list[list[str]], shown: str) -> list[list[str]]:
@@ -579,12 +592,8 @@ def _list_labels(values: list, names: list[str] | None, wheres: list[str], col: 
     return labels, list(names)
 
 
-def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, shown: str,
-                     label_names: list[str] | None, lists: bool | None = None) -> tuple[Examples, list[str]]:
-    """Examples and label names from rows. Single-label rows give int64 ids; `--label-columns` or JSON lists of
-    labels give a float32 0/1 matrix; `--regression` a float32 target per row (named after its column).
-    `lists` says whether label lists are expected (None: whatever the data has; the eval file follows the
-    training file)."""
+def _check_columns(columns: list[str], cfg: TrainConfig, shown: str, csv_file: bool) -> None:
+    """The text (and pair) column, and a single-label file's label column, are among `columns`."""
     hint = {cfg.text_column: "--text-column NAME",
             cfg.label_column: "--label-column NAME (or --label-columns for multi-label)"}
     if cfg.text_pair_column:
@@ -592,21 +601,37 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
     wanted = [cfg.text_column] + ([cfg.text_pair_column] if cfg.text_pair_column else [])
     if not cfg.multi_label:
         wanted.append(cfg.label_column)
-    csv_file = bool(rows) and (isinstance(rows[0], CsvRow) or not isinstance(rows[0], Row))
     _require_columns(columns, wanted, shown, hint, csv_file)
+
+
+def _label_columns(columns: list[str], cfg: TrainConfig, shown: str, csv_file: bool,
+                   label_names: list[str] | None) -> list[str]:
+    """A multi-label file's label columns: `label_names` (the training file's), else --label-columns' names and
+    globs resolved against `columns`."""
+    exclude = {cfg.text_column, cfg.text_pair_column or "", "id", "idx", ""}  # "": pandas' unnamed index column
+    label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown, csv_file)
+    # The eval file's label columns are the training file's: add the missing one, no other column stands in.
+    need = f"every file needs the training data's label columns ({', '.join(label_cols)})"
+    _require_columns(columns, label_cols, shown, dict.fromkeys(label_cols, need), csv_file,
+                     taken=[c for c in exclude if c])
+    return label_cols
+
+
+def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, shown: str,
+                     label_names: list[str] | None, lists: bool | None = None) -> tuple[Examples, list[str]]:
+    """Examples and label names from rows. Single-label rows give int64 ids; `--label-columns` or JSON lists of
+    labels give a float32 0/1 matrix; `--regression` a float32 target per row (named after its column).
+    `lists` says whether label lists are expected (None: whatever the data has; the eval file follows the
+    training file)."""
+    csv_file = bool(rows) and (isinstance(rows[0], CsvRow) or not isinstance(rows[0], Row))
+    _check_columns(columns, cfg, shown, csv_file)
     wheres = [f"{shown} {row_position(rows, i)}" for i in range(len(rows))]
     texts = [_text(r.get(cfg.text_column), wheres[i], cfg.text_column) for i, r in enumerate(rows)]
     pairs = None
     if cfg.text_pair_column:
         pairs = [_text(r.get(cfg.text_pair_column), wheres[i], cfg.text_pair_column) for i, r in enumerate(rows)]
     if cfg.multi_label:
-        exclude = {cfg.text_column, cfg.text_pair_column or "", "id", "idx", ""}  # "": pandas' unnamed index column
-        label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown,
-                                                          csv_file)
-        # The eval file's label columns are the training file's: add the missing one, no other column stands in.
-        need = f"every file needs the training data's label columns ({', '.join(label_cols)})"
-        _require_columns(columns, label_cols, shown, dict.fromkeys(label_cols, need), csv_file,
-                         taken=[c for c in exclude if c])
+        label_cols = _label_columns(columns, cfg, shown, csv_file, label_names)
         labels = np.zeros((len(rows), len(label_cols)), dtype=np.float32)
         for i, r in enumerate(rows):
             for j, c in enumerate(label_cols):
@@ -936,26 +961,83 @@ def describe_source(cfg: TrainConfig) -> str:
 # Checking a job's local files before they are uploaded
 
 
-def check_files(cfg: TrainConfig, files: dict[str, str]) -> None:
+# The first bytes of a gs:// data file the launcher reads to check its columns (a file no larger is read whole).
+HEAD_BYTES = 1 << 20
+
+
+def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[list[str], bool] | None:
+    """The columns `read_rows` finds in a file, from its first bytes only (`head`; the file goes on), and whether it
+    is CSV; the problems the job's reader finds there are its DataError lines. None where the head holds no whole
+    first record, or the file's shape needs all of it (a JSON array, unnamed CSV columns): the job reads it all."""
+    if Path(path).suffix == ".gz":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(head)) as raw:
+                raw.read(1)  # a header that is no gzip's: the job's reader's own error
+        except EOFError:
+            pass  # the head ends inside the compressed stream, as it should
+        except (OSError, zlib.error) as e:
+            raise _gzip_error(shown, e) from None
+        try:  # (gzip's reader drops what it decompressed when its input stops short; zlib's keeps it)
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head)
+        except zlib.error as e:
+            raise _gzip_error(shown, e) from None
+    try:
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=False)
+    except UnicodeDecodeError:
+        raise _utf8_error_in(head.split(b"\n"), shown, cut=True) from None
+    text = text[:text.rfind("\n") + 1]  # whole lines only
+    if not text:
+        return None
+    if fmt == "jsonl" if fmt else _is_jsonl(path):
+        lines = text.splitlines(keepends=True)
+        first = next((i for i, line in enumerate(lines) if line.strip()), None)
+        if first is None or lines[first].lstrip().startswith("["):
+            return None
+        rows = _read_jsonl(io.StringIO("".join(lines[:first + 1])), shown, fmt)
+        return list(rows[0].keys()), False
+    f = io.StringIO(text)
+    _refuse_json_lines_as_csv(f, shown, fmt)
+    try:
+        header = _csv_header(csv.reader(f, strict=True), shown)
+    except csv.Error:
+        return None  # a quoted header that runs past the head (or is broken: the job's reader says where)
+    return (header, True) if all(c.strip() for c in header) else None
+
+
+def check_files(cfg: TrainConfig, files: dict[str, str], heads: dict[str, tuple[str, bytes]] | None = None,
+                shown: dict[str, str] | None = None) -> None:
     """Read local data files exactly as the job will (columns, label values, encoding, `--label-columns`
     globs, train and eval labels consistent) and raise the job's DataError now: the launcher calls this before
-    anything is uploaded. `files` maps "train_file"/"eval_file" to local paths; others are checked in the job."""
+    anything is uploaded. `files` maps "train_file"/"eval_file" to local paths; `heads` maps them to (path, first
+    bytes) of files too big to read here (gs://), whose header (columns) only is checked; `shown` names them in
+    errors (default: their paths)."""
     task = TASKS[cfg.task]
     fmt = "jsonl" if task.name == "jsonl" else ("csv" if task.name == "csv" else None)
     names: list[str] | None = None if cfg.multi_label else (list(cfg.label_names or task.labels) or None)
+    heads, shown = heads or {}, shown or {}
     read: dict[str, Examples] = {}
     for key in ("train_file", "eval_file"):
         if key in files:
-            columns, rows = read_rows(files[key], fmt=fmt)
-            examples, found = rows_to_examples(rows, columns, cfg, files[key], names)
+            where = shown.get(key, files[key])
+            columns, rows = read_rows(files[key], fmt=fmt, shown=where)
+            examples, found = rows_to_examples(rows, columns, cfg, where, names)
             read[key] = examples
             if key == "train_file" and cfg.regression:
-                _check_targets_vary(examples.labels, files[key])
+                _check_targets_vary(examples.labels, where)
             elif key == "train_file":
                 names = found
                 if not cfg.multi_label and len(names) < 2:
-                    raise DataError(f"{files[key]} has only one label ({names[0]!r}); a classifier needs at "
+                    raise DataError(f"{where} has only one label ({names[0]!r}); a classifier needs at "
                                     "least two")
+        elif key in heads:
+            path, head = heads[key]
+            where = shown.get(key, path)
+            if (found_columns := head_columns(head, path, where, fmt)) is not None:
+                columns, csv_file = found_columns
+                _check_columns(columns, cfg, where, csv_file)
+                if cfg.multi_label:
+                    label_cols = _label_columns(columns, cfg, where, csv_file, names)
+                    names = names or label_cols
     # The job's warning about labels too thin to learn or score, said here before anything is uploaded (with the
     # job's own split when there is no eval file; an eval file in gs:// is the job's to read).
     if "eval_file" in read and cfg.regression:

@@ -1,5 +1,6 @@
 """`ftcli train` against emulators that speak the real protocols: assert on what the servers received."""
 
+import gzip
 import io
 import json
 import os
@@ -497,6 +498,37 @@ def test_a_gs_data_file_that_is_not_there_creates_no_job(capsys, cloud_env):
     assert r.code == 2 and "--train-file gs://ftcli-test/data/missing.csv: no such file in the bucket" in r.err
     assert "gcloud storage ls gs://ftcli-test/data/" in r.err and "Traceback" not in r.err
     assert vertex.requests == [] and gcs.list("ftcli-test") == []
+
+
+def test_a_gs_data_file_without_the_column_creates_no_job(capsys, cloud_env, tmp_path):
+    # Found by hand: a gs:// file was only looked up; one without the label column got a job, whose trainer
+    # stopped on it once its machine was up. Now a small one is read whole, a big one's header is checked.
+    gcs, vertex = cloud_env
+    rows = "".join(f"review number {i},{'pos' if i % 2 else 'neg'}\n" for i in range(60_000)).encode()
+    assert len(rows) > (1 << 20)  # past the head the launcher reads: only the header decides
+    gcs.write("ftcli-test", "in/big.csv", b"text,lbl\n" + rows)
+    gcs.write("ftcli-test", "in/big.csv.gz", gzip.compress(b"review,label\n" + rows * 4))
+    gcs.write("ftcli-test", "in/one.csv", b"text,label\ngood,pos\nfine,pos\n")
+    train = write_csv(tmp_path / "train.csv", ["text", "toxic", "insult"], [("a", 1, 0), ("b", 0, 1)] * 5)
+    gcs.write("ftcli-test", "in/eval.csv", b"text,toxic\n" + b"x,1\n" * 80_000)
+    for args, line in [
+        (["--train-file", "gs://ftcli-test/in/big.csv"], "error: gs://ftcli-test/in/big.csv has no column 'label' "
+         "(columns: text, lbl); did you mean 'lbl'? pass --label-column lbl"),
+        (["--train-file", "gs://ftcli-test/in/big.csv.gz"], "error: gs://ftcli-test/in/big.csv.gz has no column 'text' "
+         "(columns: review, label); pass --text-column NAME"),
+        (["--train-file", "gs://ftcli-test/in/one.csv"], "error: gs://ftcli-test/in/one.csv has only one label "
+         "('pos'); a classifier needs at least two"),
+        # a multi-label eval file needs the training file's label columns
+        (["--train-file", str(train), "--eval-file", "gs://ftcli-test/in/eval.csv", "--label-columns", "*"],
+         "error: gs://ftcli-test/in/eval.csv has no column 'insult' (columns: text, toxic); every file needs the "
+         "training data's label columns (toxic, insult)"),
+    ]:
+        r = run_cli(capsys, "train", "--detach", "--task", "csv", *args)
+        assert r.code == 2 and line in r.err.splitlines() and "Traceback" not in r.err, r.err
+    assert gcs.list("ftcli-test") == ["in/big.csv", "in/big.csv.gz", "in/eval.csv", "in/one.csv"]
+    assert vertex.requests == []
+    gcs.write("ftcli-test", "in/big.csv", b"text,label\n" + rows)  # the same file with the column: it goes
+    assert submitted(capsys, "--task", "csv", "--train-file", "gs://ftcli-test/in/big.csv")["short_id"] == 1
 
 
 def test_missing_bucket_is_caught_before_any_upload(capsys, cloud_env, monkeypatch):

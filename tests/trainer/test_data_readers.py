@@ -598,3 +598,48 @@ def test_the_trainer_says_when_it_reads_a_big_file(tmp_path, monkeypatch, caplog
         load("--task", "csv", "--train-file", "gs://data/in/t.csv", "--eval-file", str(small))
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reading ")]
     assert said == [f"reading {train} (0 MB)", "reading gs://data/in/t.csv (0 MB)"]  # the small eval file: nothing
+
+
+def test_a_files_first_bytes_give_its_columns_as_the_job_reads_them(tmp_path):
+    # The launcher checks a big gs:// file's header from its first bytes: the same columns and the same lines as
+    # reading the whole file, and nothing refused for where the bytes happen to stop.
+    from ftcli_trainer.data import head_columns, read_rows
+
+    rows = [(f"caf\u00e9 number {i}", "pos" if i % 2 else "neg") for i in range(200)]
+    whole = write_csv(tmp_path / "t.csv", ["text", "lbl"], rows).read_bytes()
+    cut = whole.index("\u00e9".encode()) + 1  # inside the two bytes of an é
+    assert head_columns(whole[:cut], "t.csv", "gs://b/t.csv", "csv") == (["text", "lbl"], True)
+    assert read_rows(str(tmp_path / "t.csv"))[0] == ["text", "lbl"]
+    packed = gzip.compress(whole)
+    assert head_columns(packed[:len(packed) // 2], "t.csv.gz", "gs://b/t.csv.gz", "csv") == (["text", "lbl"], True)
+    assert head_columns(b"text,la", "t.csv", "t.csv", "csv") is None  # no whole line yet
+    assert head_columns(b'"te\nxt",label\n"a', "t.csv", "t.csv", "csv") == (["te\nxt", "label"], True)
+    assert head_columns(b'"text\n', "t.csv", "t.csv", "csv") is None  # a quoted name runs past the head
+    assert head_columns(b'[{"text": "a",\n', "t.jsonl", "t.jsonl", None) is None  # a JSON array: the whole file says
+    assert head_columns(b'\n{"text": "a", "y": 1}\n{"te', "t.jsonl", "t.jsonl", None) == (["text", "y"], False)
+    with pytest.raises(DataError, match=r"^t\.csv is not UTF-8 \(byte 0xe9 on line 3\); re-save it as UTF-8$"):
+        head_columns(b"text,label\na,b\ncaf\xe9,x\nmore", "t.csv", "t.csv", "csv")
+    with pytest.raises(DataError, match=r"^t\.csv\.gz is not a valid gzip file \("):
+        head_columns(whole[:100], "t.csv.gz", "t.csv.gz", "csv")
+    with pytest.raises(DataError, match=r"looks tab-separated"):
+        head_columns(b"text\tlabel\na\tb\n", "t.csv", "t.csv", "csv")
+    with pytest.raises(DataError, match=r"^t\.csv looks like JSON Lines, not CSV"):
+        head_columns(b'{"text": "a"}\n', "t.csv", "t.csv", "csv")
+
+
+def test_a_head_only_file_is_checked_for_its_columns_and_the_label_columns_of_the_training_file(tmp_path):
+    from ftcli_trainer.data import check_files
+
+    train = write_csv(tmp_path / "t.csv", ["text", "toxic", "insult"], [("a", 1, 0), ("b", 0, 1)] * 5)
+    cfg = parse_args(["--task", "csv", "--train-file", "gs://b/t.csv", "--eval-file", "gs://b/e.csv",
+                      "--label-columns", "*"])
+    head = b"text,toxic,other\na,1,0\n"
+    with pytest.raises(DataError, match=r"^gs://b/e\.csv has no column 'insult' \(columns: text, toxic, other\); "
+                                        r"every file needs the training data's label columns \(toxic, insult\)$"):
+        check_files(cfg, {"train_file": str(train)}, {"eval_file": ("gs://b/e.csv", head)},
+                    shown={"train_file": "gs://b/t.csv", "eval_file": "gs://b/e.csv"})
+    # both heads: the training file's columns resolve the glob
+    with pytest.raises(DataError, match=r"^gs://b/e\.csv has no column 'insult'"):
+        check_files(cfg, {}, {"train_file": ("gs://b/t.csv", train.read_bytes()), "eval_file": ("gs://b/e.csv", head)})
+    check_files(cfg, {}, {"train_file": ("gs://b/t.csv", train.read_bytes()),
+                          "eval_file": ("gs://b/e.csv", b"text,insult,toxic\n")})

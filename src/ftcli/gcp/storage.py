@@ -231,6 +231,23 @@ class StorageGateway:
             except gexc.NotFound:
                 return None
 
+    def read_head(self, uri: str, size: int) -> bytes | None:
+        """The object's first `size` bytes (all of a smaller one), or None when there is no such object."""
+        from google.api_core import exceptions as gexc
+
+        bucket, name = split_uri(uri)
+        with guard(**self._context(uri)):
+            try:
+                blob = self.client.bucket(bucket).get_blob(name, timeout=30, retry=self._retry(f"looking up {uri}"))
+                if blob is None:
+                    return None
+                if not blob.size:  # (a range of an empty object is no range)
+                    return b""
+                return blob.download_as_bytes(start=0, end=min(size, blob.size) - 1, timeout=30,
+                                              retry=self._retry(f"reading {uri}"))
+            except gexc.NotFound:
+                return None
+
     def upload_if_absent(self, local: Path, uri: str, *, progress: Progress | None = None) -> int:
         """Upload `local` to `uri` unless an object is already there; return the bytes sent (0 if skipped).
 
