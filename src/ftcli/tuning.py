@@ -82,6 +82,7 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
                 if own := [x for x in e.problems or [e.message] if x not in base]:
                     problems.append(f"--search {p.name} reaches {value}: {own[0]}")
                     break
+    problems += _searched_max_length_problems(params, trainer)
     if metric is not None and not metric.startswith("eval_"):
         problems.append(f"--metric {metric!r}: name one of metrics.json's eval_* keys, e.g. eval_accuracy")
     try:
@@ -106,6 +107,31 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     job = tune.build_tuning_job(sub.job, params, chosen, trials, parallel)
     job.setdefault("labels", {})[KIND_LABEL] = "tune"
     return TuningSubmission(sub, job, params, chosen)
+
+
+def _searched_max_length_problems(params: list[tune.Param], trainer: dict[str, Any]) -> list[str]:
+    """A searched --max-length, or a searched model folder, past a folder's positions: the trials that drew it
+    stopped at start, after their machines were up (`ftcli train` says so of --model and --max-length alone)."""
+    import os
+
+    from ftcli.trainer_options import validate
+    from ftcli_trainer.model import folder_max_length_problem, resolve_model_path
+
+    searched = {p.name: p.extremes for p in params if p.name in ("model", "max_length")}
+    if not searched:
+        return []  # (the trial job's plan checks --model and --max-length as given)
+    try:
+        cfg, _ = validate(trainer)
+    except UsageError:
+        return []  # said by the trial job's plan
+    longest = max(int(v) for v in searched.get("max_length", (cfg.max_length,)))
+    problems = []
+    for model in dict.fromkeys(str(v) for v in searched.get("model", (cfg.model,))):
+        folder = resolve_model_path(model)
+        if os.path.isdir(folder) and (problem := folder_max_length_problem(folder, longest, model)):
+            name, value = ("max_length", longest) if "max_length" in searched else ("model", model)
+            problems.append(f"--search {name} reaches {value}: {problem}")
+    return problems
 
 
 def _upload_local_models(p: tune.Param, sub: Submission) -> tune.Param:

@@ -355,15 +355,37 @@ def test_a_failed_study_says_which_log_tells_why(cloud_env, running_vertex, clou
     monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
     monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
     monkeypatch.setattr(cloud_logging, "project", "test-project")
-    data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(40, seed=5))
-    r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(data), "--model", str(tiny_model),
-                "--gpu", "none", "--epochs", "1", "--trials", "1",
-                "--search", "max_length=int(200,300)")  # the tiny model has 128 positions: the trial fails at start
+    # A row past the header of a big gs:// file (the launcher reads its first HEAD_BYTES only; 4 KiB here): the
+    # trial fails at start, in its own reading of the whole file.
+    monkeypatch.setattr("ftcli_trainer.data.HEAD_BYTES", 4096)
+    data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(400, seed=5) + [(" ", "positive")])
+    gcs, _ = cloud_env
+    gcs.write("ftcli-test", "in/train.csv", data.read_bytes())
+    r = run_cli(capsys, "tune", "--task", "csv", "--train-file", "gs://ftcli-test/in/train.csv", "--model",
+                str(tiny_model), "--gpu", "none", "--epochs", "1", "--trials", "1",
+                "--search", "max_length=int(32,64)")
     assert r.code == 3, r.err
     assert "tuning job #1 FAILED" in r.err
     assert "hint: ftcli logs 1 --trial 1 shows why trial 1 failed" in r.err
     logs = run_cli(capsys, "logs", "1", "--trial", "1", "--no-follow")
-    assert "--max-length" in logs.out + logs.err
+    assert "gs://ftcli-test/in/train.csv line 402: empty text in column 'text'" in logs.out + logs.err
+
+
+def test_a_searched_max_length_past_a_model_folders_positions_creates_nothing(cloud_env, capsys, tmp_path,
+                                                                              tiny_model):
+    # Found by hand: `--search max_length=int(200,300)` with a 128-position model folder was submitted, and every
+    # trial stopped at start once its machine was up (this file's failed-study test was built on it).
+    gcs, vertex = cloud_env
+    data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(40, seed=5))
+    common = ("tune", "--detach", "--task", "csv", "--train-file", str(data), "--gpu", "none", "--trials", "2")
+    r = run_cli(capsys, *common, "--model", str(tiny_model), "--search", "max_length=int(64,300)")
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert (f"error: --search max_length reaches 300: --max-length 300 is longer than {tiny_model} takes (128 "
+            "tokens): give --max-length 128 or less") in r.err
+    r = run_cli(capsys, *common, "--max-length", "256", "--search", f"model=choice(bert-base-uncased,{tiny_model})")
+    assert r.code == 2 and (f"error: --search model reaches {tiny_model}: --max-length 256 is longer than "
+                            f"{tiny_model} takes (128 tokens)") in r.err, r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
 def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tmp_path):
