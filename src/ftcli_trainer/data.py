@@ -105,10 +105,10 @@ def _utf8_error(path: Path, shown: str) -> DataError:
 def _utf8_error_in(lines: Iterable[bytes], shown: str, cut: bool = False) -> DataError:
     """The line and byte of the first invalid UTF-8 in `lines`; `cut`: the last line is cut short (the first bytes
     of a file), so a character cut in two at its end is none."""
-    lines = list(lines) if cut else lines
-    for n, line in enumerate(lines, 1):
+    held = list(lines) if cut else None
+    for n, line in enumerate(held if held is not None else lines, 1):
         try:
-            codecs.getincrementaldecoder("utf-8")().decode(line, final=not cut or n < len(lines))
+            codecs.getincrementaldecoder("utf-8")().decode(line, final=held is None or n < len(held))
         except UnicodeDecodeError as e:
             return DataError(f"{shown} is not UTF-8 (byte 0x{line[e.start]:02x} on line {n}); re-save it as UTF-8")
     return DataError(f"{shown} is not UTF-8; re-save it as UTF-8")
