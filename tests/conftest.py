@@ -150,7 +150,7 @@ def _no_user_price_file(tmp_path, monkeypatch):
 
 # The emulators (real wire protocols): gcs (gcp-storage-emulator over HTTP), vertex (JobService over gRPC),
 # cloud_logging (LoggingServiceV2 over gRPC).
-from tests.emulators.fixtures import cloud_logging, gcs, running_vertex, secret_manager, vertex  # noqa: E402, F401
+from tests.emulators.fixtures import cloud_logging, gcs, hub, running_vertex, secret_manager, vertex  # noqa: E402, F401
 
 
 @pytest.fixture

@@ -326,12 +326,35 @@ def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = 
     return problems
 
 
+def hub_model_problem(cfg, notes: list[str], checks: dict | None, *, job_has_token: bool, model: str | None = None,
+                      flag: str = "--model") -> str | None:
+    """What the Hugging Face Hub says is wrong with a Hub `--model` (`model`, default cfg.model) for a job that gets a
+    token or not (`ftcli.hub.check_model`); a note (the Hub unreachable, say) is added to `notes`. `checks` carries
+    the answers from one candidate's plan to the next, so the Hub is asked once."""
+    from ftcli import hub
+    from ftcli_trainer.model import MINILM, MINILM_ALIASES
+    from ftcli_trainer.tasks import TASKS
+
+    name = model or cfg.model
+    repo_id = MINILM if name in MINILM_ALIASES else name  # the job has no MiniLM wheel: it downloads the Hub's
+    known = checks if checks is not None else {}
+    key = ("hub", repo_id, flag, job_has_token)
+    if key not in known:
+        known[key] = hub.check_model(repo_id, job_has_token=job_has_token, flag=flag,
+                                     default=TASKS[cfg.task].default_model, checks=known)
+    problem, note = known[key]
+    if note and note not in notes:
+        notes.append(note)
+    return problem
+
+
 def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replicas: int, reduction_server: int,
          spot: bool, image: str | None, timeout: str, labels: list[str], display_name: str | None,
          project: str | None, region: str | None, bucket: str | None, service_account: str | None,
          flex_start: bool = False, max_wait: str | None = None, reservation: str | None = None,
          data_checks: dict | None = None, say: Callable[[str], None] | None = None) -> Submission:
-    """Everything that needs no network: resolve, validate (all problems at once), build the CustomJob.
+    """Everything that needs no cloud account: resolve, validate (all problems at once), build the CustomJob; a Hub
+    --model is looked up on the Hugging Face Hub (`hub_model_problem`) once everything else passes.
     `data_checks` carries what reading the local data files found (and their hashes) from one candidate's plan to
     the next. `say(message)` hears what takes a while (reading big local data)."""
     from ftcli import catalog
@@ -412,6 +435,10 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         folder = resolve_model_path(validated[0].model)
         if os.path.isdir(folder) and (p := folder_max_length_problem(folder, validated[0].max_length,
                                                                      validated[0].model)):
+            problems.append(p)
+    if validated and not problems and model_dir is None:
+        # A gated or private Hub model loads in the job only with the token --hf-secret has it read
+        if p := hub_model_problem(validated[0], notes, data_checks, job_has_token=bool(validated[0].hf_secret)):
             problems.append(p)
     if validated and not problems:
         problems += _local_data_problems(validated[0], local_files, data_checks, say)

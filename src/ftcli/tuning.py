@@ -95,11 +95,14 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
                             f"{', '.join(names)}")
     except UsageError:
         chosen = metric if metric and metric.startswith("eval_") else "eval_accuracy"  # reported below
+    checks: dict = {}  # the Hub's answers, shared by the trial job's --model and the searched models
     try:
-        sub = submit.plan(trainer={**trainer, "hypertune_metric": chosen}, **train)
+        sub = submit.plan(trainer={**trainer, "hypertune_metric": chosen}, data_checks=checks, **train)
     except UsageError as e:
         raise UsageError(f"{len(problems) + len(e.problems or [e.message])} problems with the options:",
                          problems=problems + (e.problems or [e.message])) if problems else e from None
+    if not problems:
+        problems += _searched_hub_models(params, trainer, sub, checks)
     if problems:
         raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the options:",
                          problems=problems if len(problems) > 1 else None)
@@ -131,6 +134,30 @@ def _searched_max_length_problems(params: list[tune.Param], trainer: dict[str, A
         if os.path.isdir(folder) and (problem := folder_max_length_problem(folder, longest, model)):
             name, value = ("max_length", longest) if "max_length" in searched else ("model", model)
             problems.append(f"--search {name} reaches {value}: {problem}")
+    return problems
+
+
+def _searched_hub_models(params: list[tune.Param], trainer: dict[str, Any], sub: Submission,
+                         checks: dict) -> list[str]:
+    """A model search's Hub models, looked up on the Hub as the trial job's --model is (`submit.hub_model_problem`):
+    a trial that drew a mistyped or gated one failed after its machine was paid for."""
+    from pathlib import Path
+
+    from ftcli import submit
+    from ftcli.trainer_options import validate
+    from ftcli_trainer.model import MINILM_ALIASES
+
+    cfg, _ = validate(trainer)
+    problems = []
+    for p in params:
+        if p.name != "model":
+            continue
+        for value in map(str, p.extremes):
+            if value in MINILM_ALIASES or not Path(value).expanduser().is_dir():
+                # (the trials get a Hugging Face token only from --hf-secret)
+                if problem := submit.hub_model_problem(cfg, sub.notes, checks, job_has_token=bool(cfg.hf_secret),
+                                                       model=value, flag="--search model"):
+                    problems.append(problem)
     return problems
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.cli.helpers import run_cli
 from tests.conftest import use_price_file, write_csv
+from tests.emulators.hub import HubModel
 
 BASE = ["train", "--detach", "--json", "--epochs", "1"]
 
@@ -489,6 +490,67 @@ def test_a_max_length_past_a_model_folders_positions_uploads_nothing_and_creates
     assert r.code == 2 and "error: --max-length 1024 is longer than minilm takes (512 tokens)" in r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
     assert run_cli(capsys, *base, "--model", str(tiny_model), "--max-length", "128", "--dry-run").code == 0
+
+
+HUB_GATED = ("--model meta-llama/Llama-3.2-1B is a gated model on the Hugging Face Hub, and the job gets no Hugging "
+             "Face token: download it here (hf download meta-llama/Llama-3.2-1B --local-dir DIR) and give --model DIR "
+             "(logged in here with an account that has access: hf auth login)")
+HUB_TYPO = ("--model bert-base-cassed is not on the Hugging Face Hub, or is private (the Hub does not say which "
+            "without a token, and the job gets none): check its spelling (did you mean bert-base-cased, the task's "
+            "default model?), or, for a private model, download it here (hf download bert-base-cassed --local-dir DIR) "
+            "and give --model DIR")
+
+
+@pytest.mark.parametrize("command, mode", [("train", []), ("train", ["--dry-run"]), ("train", ["--smoke"]),
+                                           ("tune", []), ("tune", ["--dry-run"])])
+@pytest.mark.parametrize("model, says", [("meta-llama/Llama-3.2-1B", HUB_GATED), ("bert-base-cassed", HUB_TYPO)])
+def test_a_hub_model_the_job_cannot_load_is_refused_before_anything_is_uploaded(capsys, cloud_env, hub, command,
+                                                                                 mode, model, says):
+    # It was packaged and uploaded, the job created and its GPU machine provisioned, and only then did the trainer
+    # fail to load the model.
+    gcs, vertex = cloud_env
+    hub.models["meta-llama/Llama-3.2-1B"] = HubModel(gated="manual")
+    r = run_cli(capsys, command, "--detach", "--task", "imdb", "--model", model, "--gpu", "T4", *mode)
+    assert r.code == 2, r.err
+    assert r.err.splitlines() == [f"error: {says}"]
+    assert hub.requests == [(f"/api/models/{model}", None)]
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_a_searched_hub_model_is_looked_up_too(capsys, cloud_env, hub):
+    gcs, vertex = cloud_env
+    hub.models["google-bert/bert-base-cased"] = HubModel()
+    hub.renamed["bert-base-cased"] = "google-bert/bert-base-cased"
+    hub.models["meta-llama/Llama-3.2-1B"] = HubModel(gated="auto")
+    r = run_cli(capsys, "tune", "--detach", "--task", "imdb", "--gpu", "T4", "--search",
+                "model=choice(bert-base-cased,meta-llama/Llama-3.2-1B)")
+    assert r.code == 2, r.err
+    assert r.err.splitlines() == ["error: " + HUB_GATED.replace("--model meta", "--search model meta", 1)]
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_a_hub_model_the_job_can_load_is_submitted(capsys, cloud_env, hub):
+    gcs, vertex = cloud_env
+    hub.models["google-bert/bert-base-cased"] = HubModel()
+    hub.renamed["bert-base-cased"] = "google-bert/bert-base-cased"
+    out = submitted(capsys, "--task", "imdb", "--gpu", "T4")  # the task's default model, by its old name
+    assert out["name"] in vertex.jobs
+    assert [p for p, _ in hub.requests] == ["/api/models/bert-base-cased", "/api/models/google-bert/bert-base-cased"]
+
+
+def test_an_unreachable_hub_is_one_note_and_the_job_is_submitted(capsys, cloud_env, hub, monkeypatch):
+    import time
+
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9 (discard)
+    start = time.monotonic()
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", "org/some-model", "--gpu", "L4,T4")
+    assert r.code == 0, r.err
+    assert time.monotonic() - start < 30
+    notes = [line for line in r.err.splitlines() if "Hugging Face Hub" in line]
+    assert notes == ["note: the Hugging Face Hub is not reachable from here (127.0.0.1: Connection refused): --model "
+                     "org/some-model is not looked up before the job downloads it"]  # once for both candidates
+    assert len(vertex.jobs) == 1
 
 
 def test_a_gs_data_file_that_is_not_there_creates_no_job(capsys, cloud_env):
@@ -1381,6 +1443,13 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, secre
 
     class GatedHub(http.server.BaseHTTPRequestHandler):
         def _refuse(self):
+            if self.path.startswith("/api/models/"):
+                # The pre-flight's look-up (ftcli.hub), which would refuse the gated model before the smoke: the
+                # model API is down here, so that the smoke runs (and shows what the job would do).
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if "org/gated-model" in self.path:  # (huggingface_hub also asks /api/agent-harnesses, with no token)
                 seen.append(self.headers.get("Authorization"))
             body = b'{"error": "Access to model org/gated-model is restricted."}'
@@ -1418,6 +1487,7 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, secre
         hub.shutdown()
     err = capfd.readouterr().err
     assert info.value.code == 3 and "smoke run failed" in err
+    assert "note: the Hugging Face Hub did not answer for --model org/gated-model (HTTP 503)" in err
     assert "hf_local0123456789secret" not in err
     assert secret_manager.requests == []
     if hf_secret:

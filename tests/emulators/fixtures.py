@@ -93,3 +93,24 @@ def secret_manager(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("FTCLI_SECRETMANAGER_ENDPOINT", server.endpoint)
     yield server
     server.reset()
+
+
+_HUB = pytest.StashKey[Any]()
+
+
+@pytest.fixture
+def hub(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[Any]:
+    """A Hugging Face Hub model API with no models, HF_ENDPOINT pointing at it and the Hub look-up turned on for this
+    test (the tests' HF_HUB_OFFLINE=1 off); no Hugging Face token from this machine, and no proxy."""
+    from .hub import HubEmulator
+
+    server = _session_server(request.config, _HUB, HubEmulator)
+    server.reset()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
+                 "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                 "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-hf-token"))
+    yield server
+    server.reset()
