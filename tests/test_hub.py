@@ -105,6 +105,20 @@ def test_a_hub_that_does_not_answer_is_a_note_not_a_problem(hub):
               "job downloads it")
 
 
+def test_a_web_page_instead_of_the_hubs_answer_is_a_note(hub):
+    hub.not_json = True  # a proxy's sign-in page, a captive portal
+    assert check_model("org/model", job_has_token=False) == (
+        None, "the Hugging Face Hub did not answer for --model org/model (its answer was not a model's info): it is "
+              "not looked up before the job downloads it")
+
+
+def test_an_hf_endpoint_that_is_not_a_url_is_a_note(hub, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "hf-mirror.example")  # no scheme
+    assert check_model("org/model", job_has_token=False) == (
+        None, "the Hugging Face Hub is not reachable from here (HF_ENDPOINT 'hf-mirror.example' is not an http(s):// "
+              "URL): --model org/model is not looked up before the job downloads it")  # not huggingface.co's state
+
+
 def test_an_unreachable_hub_is_a_note_in_seconds(hub, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9 (discard)
     start = time.monotonic()

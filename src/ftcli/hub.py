@@ -86,16 +86,22 @@ def model_info(repo_id: str, token: str | None = None) -> Answer:
     request = urllib.request.Request(f"{endpoint()}/api/models/{quote(repo_id, safe='/')}", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            info = json.loads(response.read())
-        if not isinstance(info, dict):
-            return Answer(None, why="the Hub's answer was not a model's info")
-        return Answer(200, info)
+            body = response.read()
     except urllib.error.HTTPError as e:
         return Answer(e.code, error_code=e.headers.get("X-Error-Code") or "",
                       error_message=e.headers.get("X-Error-Message") or "", why=f"HTTP {e.code}")
-    except (OSError, ValueError) as e:  # URLError, a timeout, a closed connection, a body that is not JSON
+    except OSError as e:  # URLError, a timeout, a closed connection
         reason = getattr(e, "reason", None) or e
         return Answer(None, why=str(reason) or type(reason).__name__)
+    except ValueError as e:  # an HF_ENDPOINT that is not a URL
+        return Answer(None, why=str(e))
+    try:
+        info = json.loads(body)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):  # a page of a proxy or a captive portal, say
+        return Answer(None, why="its answer was not a model's info")
+    return Answer(200, info)
 
 
 def _not_found(answer: Answer) -> bool:

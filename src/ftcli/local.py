@@ -251,7 +251,10 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     if any(os.environ.get(v) for v in PROXY_VARIABLES):
         return None
     url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host = url.hostname or "huggingface.co"
+    if url.scheme not in ("http", "https") or not url.hostname:
+        # (a bare host probed huggingface.co instead, and said nothing of the HF_ENDPOINT nothing could use)
+        return f"HF_ENDPOINT {os.environ.get('HF_ENDPOINT')!r} is not an http(s):// URL"
+    host = url.hostname
     try:
         port = url.port or (80 if url.scheme == "http" else 443)
         socket.create_connection((host, port), timeout=timeout).close()

@@ -10,7 +10,8 @@
 - a renamed model: a 307 to its new name.
 
 Point HF_ENDPOINT at ``url``. ``requests`` records (path, Authorization header or None); ``fail_with`` makes every
-answer that status (a Hub that is down: 503).
+answer that status (a Hub that is down: 503), ``not_json`` a web page
+instead of an answer.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class HubEmulator:
     renamed: dict[str, str] = field(default_factory=dict)  # old id -> new id
     tokens: set[str] = field(default_factory=set)  # tokens the Hub knows
     fail_with: int | None = None
+    not_json: bool = False  # answer 200 with a web page (a proxy's or a captive portal's)
     requests: list[tuple[str, str | None]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
@@ -50,6 +52,7 @@ class HubEmulator:
         self.tokens.clear()
         self.requests.clear()
         self.fail_with = None
+        self.not_json = False
 
     def start(self) -> HubEmulator:
         hub = self
@@ -59,10 +62,12 @@ class HubEmulator:
                 auth = self.headers.get("Authorization")
                 hub.requests.append((self.path, auth))
                 status, headers, body = hub.answer(self.path, auth)
+                if hub.not_json:
+                    status, headers, body = 200, {"Content-Type": "text/html"}, None
                 self.send_response(status)
                 for name, value in {"Content-Type": "application/json", **headers}.items():
                     self.send_header(name, value)
-                data = json.dumps(body).encode()
+                data = b"<html><body>Sign in to continue</body></html>" if hub.not_json else json.dumps(body).encode()
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
