@@ -109,14 +109,15 @@ def _not_found(answer: Answer) -> bool:
         answer.status == 401 and answer.error_message != INVALID_TOKEN)
 
 
-def _download(repo_id: str) -> str:
+def _download(repo_id: str, flag: str) -> str:
     # the trainer's own workaround for a gated model (ftcli_trainer.model._load_failure), word for word
-    return f"download it here (hf download {repo_id} --local-dir DIR) and give --model DIR"
+    where = "give --model DIR" if flag == "--model" else f"give DIR in its place ({flag}=choice(DIR,...))"
+    return f"download it here (hf download {repo_id} --local-dir DIR) and {where}"
 
 
 def _gated(flag: str, repo_id: str) -> str:
     return (f"{flag} {repo_id} is a gated model on the Hugging Face Hub, and the job gets no Hugging Face token: "
-            f"{_download(repo_id)} (logged in here with an account that has access: hf auth login)")
+            f"{_download(repo_id, flag)} (logged in here with an account that has access: hf auth login)")
 
 
 def _config_problem(flag: str, repo_id: str, info: dict[str, Any]) -> str | None:
@@ -155,7 +156,7 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
             return _gated(flag, repo_id), None
         if answer.info.get("private") and not job_has_token:  # (not answered so without a token)
             return (f"{flag} {repo_id} is a private model on the Hugging Face Hub, and the job gets no Hugging Face "
-                    f"token: {_download(repo_id)}"), None
+                    f"token: {_download(repo_id, flag)}"), None
         return _config_problem(flag, repo_id, answer.info), None
     if answer.error_code == "GatedRepo" and not job_has_token:  # (the model API answers 200 for a gated model)
         return _gated(flag, repo_id), None
@@ -169,7 +170,7 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
         if job_has_token:
             return _config_problem(flag, repo_id, mine.info), None
         return (f"{flag} {repo_id} is a private model on the Hugging Face Hub (your token can read it; the job gets "
-                f"no Hugging Face token): {_download(repo_id)}"), None
+                f"no Hugging Face token): {_download(repo_id, flag)}"), None
     guess = default if default and default != repo_id and _typo_of(repo_id, default) else None
     spelling = f"check its spelling (did you mean {guess}, the task's default model?)" if guess else \
         "check its spelling"
@@ -180,7 +181,7 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
         return None, (f"{flag} {repo_id} is not on the Hugging Face Hub, or is private (the Hub does not say which to "
                       "a request without a token): it is not checked before the job downloads it")
     return (f"{flag} {repo_id} is not on the Hugging Face Hub, or is private (the Hub does not say which without a "
-            f"token, and the job gets none): {spelling}, or, for a private model, {_download(repo_id)}"), None
+            f"token, and the job gets none): {spelling}, or, for a private model, {_download(repo_id, flag)}"), None
 
 
 def _typo_of(given: str, known: str) -> bool:

@@ -525,7 +525,8 @@ def test_a_searched_hub_model_is_looked_up_too(capsys, cloud_env, hub):
     r = run_cli(capsys, "tune", "--detach", "--task", "imdb", "--gpu", "T4", "--search",
                 "model=choice(bert-base-cased,meta-llama/Llama-3.2-1B)")
     assert r.code == 2, r.err
-    assert r.err.splitlines() == ["error: " + HUB_GATED.replace("--model meta", "--search model meta", 1)]
+    assert r.err.splitlines() == ["error: " + HUB_GATED.replace("--model meta", "--search model meta", 1).replace(
+        "give --model DIR", "give DIR in its place (--search model=choice(DIR,...))")]
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
