@@ -7,7 +7,8 @@ import pytest
 from ftcli.hub import check_model
 from tests.emulators.hub import HubModel
 
-DOWNLOAD = "download it here (hf download {0} --local-dir DIR) and give --model DIR"
+DOWNLOAD = ("give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds a token of an account with "
+            "access), or download it here (hf download {0} --local-dir DIR) and give --model DIR")
 
 
 def test_a_public_model_with_a_config_passes_and_is_asked_without_a_token(hub, monkeypatch):
@@ -31,7 +32,7 @@ def test_a_gated_model_is_refused_unless_the_job_gets_a_token(hub, gated):
     hub.models["meta-llama/Llama-3.2-1B"] = HubModel(gated=gated)
     problem, note = check_model("meta-llama/Llama-3.2-1B", job_has_token=False)
     assert problem == ("--model meta-llama/Llama-3.2-1B is a gated model on the Hugging Face Hub, and the job gets no "
-                       "Hugging Face token: " + DOWNLOAD.format("meta-llama/Llama-3.2-1B") +
+                       "Hugging Face token without --hf-secret: " + DOWNLOAD.format("meta-llama/Llama-3.2-1B") +
                        " (logged in here with an account that has access: hf auth login)") and note is None
     assert check_model("meta-llama/Llama-3.2-1B", job_has_token=True) == (None, None)
 
@@ -41,7 +42,8 @@ def test_a_missing_model_cannot_be_told_from_a_private_one_without_a_token(hub):
     for name in ("acme/secret", "acme/no-such-model"):
         problem, _ = check_model(name, job_has_token=False)
         assert problem == (f"--model {name} is not on the Hugging Face Hub, or is private (the Hub does not say which "
-                           "without a token, and the job gets none): check its spelling, or, for a private model, "
+                           "without a token, and the job gets none without --hf-secret): check its spelling, or, for a "
+                           "private model, "
                            + DOWNLOAD.format(name))
     # a job with a token may read it: not refused, but said
     problem, note = check_model("acme/secret", job_has_token=True)
@@ -57,7 +59,7 @@ def test_this_machines_token_tells_a_private_model_from_a_missing_one(hub, monke
     monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "token"))
     assert check_model("acme/secret", job_has_token=False) == (
         "--model acme/secret is a private model on the Hugging Face Hub (your token can read it; the job gets no "
-        "Hugging Face token): " + DOWNLOAD.format("acme/secret"), None)
+        "Hugging Face token without --hf-secret): " + DOWNLOAD.format("acme/secret"), None)
     assert check_model("acme/secret", job_has_token=True) == (None, None)
     assert check_model("acme/no-such-model", job_has_token=True) == (
         "--model acme/no-such-model is not on the Hugging Face Hub (asked with your Hugging Face token too): check its "

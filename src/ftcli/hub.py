@@ -2,7 +2,7 @@
 
 A mistyped id, a private model or a gated one (meta-llama/...) was packaged, uploaded and given a GPU machine,
 and only then did the trainer fail to load it. One GET of the Hub's model API answers it as the job would be
-answered: without a token, since the job gets none.
+answered: without a token, since the job gets none (with --hf-secret it gets one: a gated or private model passes).
 
 What the Hub answers (the Hub is the specification; read 2026-11-27):
 - GET {HF_ENDPOINT}/api/models/{repo_id}: the model's info, with `private`, `gated` (false, "auto" or "manual") and
@@ -115,9 +115,16 @@ def _download(repo_id: str, flag: str) -> str:
     return f"download it here (hf download {repo_id} --local-dir DIR) and {where}"
 
 
+def _token_or_download(repo_id: str, flag: str) -> str:
+    # the trainer's own two ways for a Vertex job (ftcli_trainer.model._load_failure)
+    return ("give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds a token of an account with "
+            f"access), or {_download(repo_id, flag)}")
+
+
 def _gated(flag: str, repo_id: str) -> str:
-    return (f"{flag} {repo_id} is a gated model on the Hugging Face Hub, and the job gets no Hugging Face token: "
-            f"{_download(repo_id, flag)} (logged in here with an account that has access: hf auth login)")
+    return (f"{flag} {repo_id} is a gated model on the Hugging Face Hub, and the job gets no Hugging Face token "
+            f"without --hf-secret: {_token_or_download(repo_id, flag)} (logged in here with an account that has "
+            "access: hf auth login)")
 
 
 def _config_problem(flag: str, repo_id: str, info: dict[str, Any]) -> str | None:
@@ -156,7 +163,7 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
             return _gated(flag, repo_id), None
         if answer.info.get("private") and not job_has_token:  # (not answered so without a token)
             return (f"{flag} {repo_id} is a private model on the Hugging Face Hub, and the job gets no Hugging Face "
-                    f"token: {_download(repo_id, flag)}"), None
+                    f"token without --hf-secret: {_token_or_download(repo_id, flag)}"), None
         return _config_problem(flag, repo_id, answer.info), None
     if answer.error_code == "GatedRepo" and not job_has_token:  # (the model API answers 200 for a gated model)
         return _gated(flag, repo_id), None
@@ -170,7 +177,7 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
         if job_has_token:
             return _config_problem(flag, repo_id, mine.info), None
         return (f"{flag} {repo_id} is a private model on the Hugging Face Hub (your token can read it; the job gets "
-                f"no Hugging Face token): {_download(repo_id, flag)}"), None
+                f"no Hugging Face token without --hf-secret): {_token_or_download(repo_id, flag)}"), None
     guess = default if default and default != repo_id and _typo_of(repo_id, default) else None
     spelling = f"check its spelling (did you mean {guess}, the task's default model?)" if guess else \
         "check its spelling"
@@ -181,7 +188,8 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
         return None, (f"{flag} {repo_id} is not on the Hugging Face Hub, or is private (the Hub does not say which to "
                       "a request without a token): it is not checked before the job downloads it")
     return (f"{flag} {repo_id} is not on the Hugging Face Hub, or is private (the Hub does not say which without a "
-            f"token, and the job gets none): {spelling}, or, for a private model, {_download(repo_id, flag)}"), None
+            f"token, and the job gets none without --hf-secret): {spelling}, or, for a private model, "
+            f"{_token_or_download(repo_id, flag)}"), None
 
 
 def _typo_of(given: str, known: str) -> bool:

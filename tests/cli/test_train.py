@@ -492,13 +492,15 @@ def test_a_max_length_past_a_model_folders_positions_uploads_nothing_and_creates
     assert run_cli(capsys, *base, "--model", str(tiny_model), "--max-length", "128", "--dry-run").code == 0
 
 
+HUB_TOKEN_WAYS = ("give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds a token of an account "
+                  "with access), or download it here (hf download {0} --local-dir DIR) and give --model DIR")
 HUB_GATED = ("--model meta-llama/Llama-3.2-1B is a gated model on the Hugging Face Hub, and the job gets no Hugging "
-             "Face token: download it here (hf download meta-llama/Llama-3.2-1B --local-dir DIR) and give --model DIR "
-             "(logged in here with an account that has access: hf auth login)")
+             "Face token without --hf-secret: " + HUB_TOKEN_WAYS.format("meta-llama/Llama-3.2-1B") +
+             " (logged in here with an account that has access: hf auth login)")
 HUB_TYPO = ("--model bert-base-cassed is not on the Hugging Face Hub, or is private (the Hub does not say which "
-            "without a token, and the job gets none): check its spelling (did you mean bert-base-cased, the task's "
-            "default model?), or, for a private model, download it here (hf download bert-base-cassed --local-dir DIR) "
-            "and give --model DIR")
+            "without a token, and the job gets none without --hf-secret): check its spelling (did you mean "
+            "bert-base-cased, the task's default model?), or, for a private model, "
+            + HUB_TOKEN_WAYS.format("bert-base-cassed"))
 
 
 @pytest.mark.parametrize("command, mode", [("train", []), ("train", ["--dry-run"]), ("train", ["--smoke"]),
@@ -1201,6 +1203,22 @@ def test_the_hub_token_never_travels_in_the_job(capsys, cloud_env, secret_manage
     assert "HF_TOKEN" not in {e.name for e in container.env}
     # looked at (the secret, its latest version's state), never read, by the launcher
     assert [m for m, _ in secret_manager.requests] == ["GetSecret", "GetSecretVersion"]
+
+
+def test_a_gated_hub_model_is_submitted_when_the_job_reads_a_token(capsys, cloud_env, secret_manager, hub):
+    # The Hub look-up refuses a gated model for a job without a token; --hf-secret gives the job one.
+    gcs, vertex = cloud_env
+    hub.models["meta-llama/Llama-3.2-1B"] = HubModel(gated="manual")
+    secret_manager.put("projects/test-project/secrets/hf-token", HF_TOKEN.encode())
+    out = submitted(capsys, "--task", "imdb", "--model", "meta-llama/Llama-3.2-1B", *HF)
+    assert out["name"] in vertex.jobs
+    assert hub.requests == [("/api/models/meta-llama/Llama-3.2-1B", None)]  # asked as the job asks: no token
+    # a missing model cannot be told from a private one the job's token may read (the launcher never reads the
+    # secret): said, not refused
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--model", "meta-llama/Llama-3.2-1b-typo", *HF)
+    assert r.code == 0, r.err
+    assert "note: --model meta-llama/Llama-3.2-1b-typo is not on the Hugging Face Hub, or is private (the Hub does " \
+        "not say which to a request without a token): it is not checked before the job downloads it" in r.err
 
 
 def test_a_missing_hub_token_secret_is_found_before_any_upload(capsys, cloud_env, secret_manager):
