@@ -84,6 +84,10 @@ def test_get_prints_the_value_and_says_when_it_is_unset(capsys, monkeypatch):
     assert r.code == 1 and json.loads(r.out) == {"key": "project", "value": None, "source": None, "origin": None}
     r = run_cli(capsys, "config", "get", "region")
     assert r.code == 0 and r.out == "us-central1\n" and "default" in r.err
+    # named as the command takes it, however it was typed (it said "service_account is not set")
+    for typed in ("service_account", "service-account"):
+        r = run_cli(capsys, "config", "get", typed)
+        assert r.code == 1 and r.err.splitlines()[0] == "error: service-account is not set"
     monkeypatch.setenv("FTCLI_PROJECT", "env-project")
     r = run_cli(capsys, "config", "get", "project", "--json")
     assert json.loads(r.out) == {"key": "project", "value": "env-project", "source": "env", "origin": "FTCLI_PROJECT"}

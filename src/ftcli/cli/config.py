@@ -79,7 +79,7 @@ def get(key: KeyArg, json_out: JsonOpt = False) -> None:
             raise typer.Exit(1)
         return
     if v.value is None:
-        raise FtcliError(f"{key} is not set", hint=f"set it with {HOW_TO_SET[k]}")
+        raise FtcliError(f"{k.replace('_', '-')} is not set", hint=f"set it with {HOW_TO_SET[k]}")
     print(v.value)
     note(f"({v.source}: {v.origin})")
 
