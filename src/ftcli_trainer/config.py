@@ -26,6 +26,13 @@ SECRET_OPTIONS = {"wandb_secret": ("the W&B key", "key", "WANDB_API_KEY"),
                   "hf_secret": ("the Hugging Face token", "token", "HF_TOKEN")}
 
 
+def _bare_secret_id(value: str) -> bool:
+    """`value` reads as a secret's short name (hf-token, wandb_key), not as the key or token itself (an hf_... token,
+    a 40-hex-digit W&B key, anything long): only then is it repeated in the line that asks for the full name."""
+    return (len(value) <= 30 and re.fullmatch(r"[A-Za-z0-9_-]+", value) is not None
+            and not value.lower().startswith("hf_") and re.fullmatch(r"[0-9a-fA-F]{24,}", value) is None)
+
+
 class ConfigError(Exception):
     """Bad options. `problems` lists every one of them; the message is one line per problem."""
 
@@ -474,6 +481,9 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
             continue
         if "/" in value:
             problems.append(f"{flag} {value!r}: give projects/PROJECT/secrets/NAME (optionally /versions/N)")
+        elif _bare_secret_id(value):
+            problems.append(f"{flag} {value!r}: give the secret's full name, projects/PROJECT/secrets/{value} "
+                            "(optionally /versions/N)")
         else:  # most likely the key or token itself: not repeated here, in a line that CI logs and issues keep
             problems.append(f"{flag} takes the name of the Secret Manager secret that holds {holds}, "
                             f"projects/PROJECT/secrets/NAME, not the {noun}: store it there first (printf %s "

@@ -158,3 +158,18 @@ def test_the_token_given_as_the_secret_is_not_repeated_in_the_error(capsys):
         "error: --hf-secret takes the name of the Secret Manager secret that holds the Hugging Face token, "
         "projects/PROJECT/secrets/NAME, not the token: store it there first (printf %s \"$HF_TOKEN\" | gcloud secrets "
         "create NAME --data-file=-)")
+
+
+@pytest.mark.parametrize("given", ["hf-token", "wandb_key"])
+def test_a_secrets_short_name_is_asked_for_in_full(capsys, given):
+    # `--hf-secret hf-token` was answered as if the token itself had been pasted ("..., not the token")
+    assert main(["--hf-secret", given]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --hf-secret {given!r}: give the secret's full name, "
+                                               f"projects/PROJECT/secrets/{given} (optionally /versions/N)")
+
+
+@pytest.mark.parametrize("pasted", ["hf_abcdefghij", "0123456789abcdef0123456789abcdef01234567", "x" * 31])
+def test_what_reads_as_a_credential_is_never_repeated(capsys, pasted):
+    assert main(["--hf-secret", pasted]) == 2
+    err = capsys.readouterr().err
+    assert pasted not in err and "not the token" in err
