@@ -135,16 +135,18 @@ OPTIONS: tuple[Option, ...] = (
            "3-4.5 percent faster); one micro-batch a step only."),
     Option("unmask_full_batches", bool, False, "With CUDA graphs on: a batch whose rows all fill its width (every "
            "row cut at --max-length) runs without the attention mask, in a graph of its own, as HF's eager path "
-           "drops an all-ones mask: attention on the faster kernels without a mask. Off until a GPU run shows it "
-           "faster."),
+           "drops an all-ones mask: attention on the faster kernels without a mask. Off by default: on an H100 only "
+           "batches of full rows gained (steps 5.6 percent shorter), each such width one more capture."),
     Option("shared_casts", bool, False, "With CUDA graphs on and bf16: an fp32 activation that several Linear "
            "layers read in turn (BERT's query, key and value read the same LayerNorm output) is cast to bf16 once, "
            "not once per layer; each layer's gradient still goes back to fp32 on its own. Bit-identical results "
-           "(checked on CPU); off until a GPU run shows it faster."),
+           "(checked on CPU); off by default: on an H100 within one run's noise (1.6 percent shorter steps at 512 "
+           "tokens)."),
     Option("varlen_attention", bool, False, "On a CUDA GPU (compute capability 8.0+) in bf16 or fp16: attention "
            "runs torch's flash kernel over each row's own tokens (variable-length, dropout included) instead of "
            "SDPA with a padding mask, which takes cuDNN's slower padded-mask kernels; no padding is moved. The "
-           "same math; off until a GPU run shows it faster."),
+           "same math; off by default: on an H100 steps were 3.3 percent shorter on full 512-token rows but 1-4 "
+           "percent longer on mixed lengths."),
     Option("compile", bool, False, "torch.compile the model's layers (one compile serves them all); with CUDA "
            "graphs on, inside the captured step, with --varlen-attention only. Skipped, with a line, where it "
            "cannot pay off: a CPU, runs under ~5,000 steps, or with the graphs under ~126M tokens."),
