@@ -151,9 +151,9 @@ OPTIONS: tuple[Option, ...] = (
            "graphs on, inside the captured step, with --varlen-attention only. Skipped, with a line, where it "
            "cannot pay off: a CPU, runs under ~5,000 steps, or with the graphs under ~126M tokens."),
     Option("cuda_graphs", str, "auto", "GPU steps padded to a few fixed widths and replayed as CUDA graphs "
-           "(2.9-3.5x faster on short texts on an H200, same loss curve). auto/on: where possible (one CUDA GPU, "
-           "bf16 or fp32; fp16, on pre-Ampere cards, with on only until measured), else eager with a line saying "
-           "why; off: always eager.", CUDA_GRAPH_MODES),
+           "(on an H200, 2.8-3.1x eager's samples/s on short texts, same loss curve). auto/on: where possible "
+           "(one CUDA GPU, bf16 or fp32; fp16, on pre-Ampere cards, with on only until measured), else eager with "
+           "a line saying why; off: always eager.", CUDA_GRAPH_MODES),
 )
 
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
