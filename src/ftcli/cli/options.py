@@ -27,7 +27,7 @@ HW = "Hardware"
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", help="GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, RTX-PRO-6000, H100, H100-MEGA, H200, "
     "B200 (e.g. L4x2), "
-    "or none for a CPU machine. ftcli train takes several in order (L4,T4): the next when the machines cannot be "
+    "or none for a CPU machine. Several in order (L4,T4), ftcli train only: the next when the machines cannot be "
     "had.", rich_help_panel=HW)]
 MachineTypeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--machine-type", help="Override the machine type (must suit the GPU).", rich_help_panel=HW)]
