@@ -225,27 +225,49 @@ def _one_line(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 
+# The Hub's answer to a token it does not know (revoked, expired, mistyped), for any model, public ones too: 401 with
+# this X-Error-Message (huggingface_hub 2.4's utils/_http.py hf_raise_for_status; "the download fails with a 401 error
+# "Invalid credentials in Authorization header" even if the repo is public",
+# https://github.com/huggingface/huggingface_hub/pull/2847, read 2026-11-27). transformers re-raises it as "There was
+# a specific connection error when trying to load NAME:", the Hub's words on the lines after.
+INVALID_TOKEN = "Invalid credentials in Authorization header"
+
+
 def _hub_error(e: BaseException) -> str | None:
     """The huggingface_hub error loading failed on, by its class name (transformers re-raises it as an OSError from
     it): GatedRepoError (a gated model without a token that has access), RepositoryNotFoundError (a missing id, or a
-    private model the token sent, if any, cannot read); None for any other failure."""
+    private model the token sent, if any, cannot read); "InvalidToken" for a token the Hub refuses as invalid; None
+    for any other failure."""
     seen: set[int] = set()
     cause: BaseException | None = e
     while cause is not None and id(cause) not in seen:
         if type(cause).__name__ in ("GatedRepoError", "RepositoryNotFoundError"):
             return type(cause).__name__
+        response = getattr(cause, "response", None)
+        if getattr(response, "status_code", None) == 401 and \
+                getattr(response, "headers", {}).get("X-Error-Message") == INVALID_TOKEN:
+            return "InvalidToken"
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return None
 
 
 def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> TrainerError:
-    from ftcli_trainer.secret_manager import token_source
+    from ftcli_trainer.secret_manager import HF_TOKEN_FROM, token_source
 
     hub_error = _hub_error(e)
     if hub_error is None:
         return TrainerError(f"cannot load {subject}: {_one_line(e).rstrip('.')}. {fix}")
     sent = token_source()
+    if hub_error == "InvalidToken" and sent:
+        if secret := os.environ.get(HF_TOKEN_FROM):
+            fix = ("add a valid token as a new version of the secret (printf %s \"$HF_TOKEN\" | gcloud secrets "
+                   f"versions add {secret.split('/')[3]} --data-file=-)")
+        else:
+            fix = ("replace it with a valid one (hf auth login, or HF_TOKEN, which comes first); a public model needs "
+                   "none")
+        return TrainerError(f"cannot load {subject}: the Hugging Face Hub refused the token sent ({sent}) as invalid "
+                            f"(\"{INVALID_TOKEN}\": revoked, expired or mistyped): {fix}")
     if hub_error == "GatedRepoError" and sent:
         return TrainerError(f"cannot load {subject}: it is a gated model on the Hugging Face Hub, and the token sent "
                             f"({sent}) has no access to it: request access on https://huggingface.co/{name} with that "

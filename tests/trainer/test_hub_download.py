@@ -20,6 +20,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
 ACCESS = "hf_accessToken0123456789abcdefABCDEF"  # shaped like a real one: an account with access to the gated model
 NO_ACCESS = "hf_noAccessToken0123456789abcdefABCD"  # a valid token of an account without access
+REVOKED = "hf_revokedToken0123456789abcdefABCDEF"  # a token the Hub no longer knows
 SECRET = "projects/p/secrets/hf-token"
 
 
@@ -82,6 +83,30 @@ def test_a_gated_model_without_a_token_that_has_access_is_one_line(models, tmp_p
     assert r.stderr.strip().splitlines()[-1] == f"error: cannot load the tokenizer of 'org/tiny-gated': {says}"
     assert "Traceback" not in r.stderr and not (tmp_path / "run" / "model").exists()
     assert {auth for _, _, auth, _ in _model_calls(models, "org/tiny-gated")} == {f"Bearer {token}" if token else None}
+
+
+@pytest.mark.parametrize("source", ["--hf-secret", "HF_TOKEN"])
+def test_a_token_the_hub_refuses_as_invalid_is_said_so_not_a_connection_error(models, tmp_path, sentiment_csv,
+                                                                             secret_manager, source):
+    # The Hub answers a revoked, expired or mistyped token with 401 "Invalid credentials in Authorization header",
+    # even for a public model (https://github.com/huggingface/huggingface_hub/pull/2847, read 2026-11-27); transformers
+    # re-raises it as "There was a specific connection error when trying to load org/tiny-public:", which was all the
+    # line said.
+    secret_manager.put(SECRET, REVOKED.encode())
+    if source == "HF_TOKEN":
+        r = _trainer(sentiment_csv[0], "org/tiny-public", tmp_path / "run", env={"HF_TOKEN": REVOKED})
+        sent, fix = ("this machine's HF_TOKEN or Hugging Face login", "replace it with a valid one (hf auth login, or "
+                     "HF_TOKEN, which comes first); a public model needs none")
+    else:
+        r = _trainer(sentiment_csv[0], "org/tiny-public", tmp_path / "run", "--hf-secret", SECRET)
+        sent, fix = (f"from --hf-secret {SECRET}", "add a valid token as a new version of the secret (printf %s "
+                     "\"$HF_TOKEN\" | gcloud secrets versions add hf-token --data-file=-)")
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: cannot load the tokenizer of 'org/tiny-public': the Hugging Face Hub refused the token sent ({sent}) "
+        f"as invalid (\"Invalid credentials in Authorization header\": revoked, expired or mistyped): {fix}")
+    assert "Traceback" not in r.stderr and REVOKED not in r.stdout + r.stderr
+    assert {auth for _, _, auth, _ in _model_calls(models, "org/tiny-public")} == {f"Bearer {REVOKED}"}
 
 
 def _no_token_in(folder: Path, token: str) -> None:
