@@ -252,3 +252,35 @@ def test_a_glue_pair_task_from_local_files_through_vertex_then_predict_pairs(cap
     assert [g["label"] for g in got] == ["equivalent", "not_equivalent"]
     r = run_cli(capsys, "predict", str(tmp_path / "model"), pairs[0])
     assert r.code == 2 and "trained on sentence pairs (sentence1 + sentence2)" in r.err
+
+
+def test_a_gated_hub_model_downloads_in_the_job_with_the_token_it_reads_from_secret_manager(
+        capsys, e2e, tmp_path, tiny_model, hub, secret_manager):
+    # The job downloads org/tiny-gated from the Hub emulator with the token its trainer reads from the Secret Manager
+    # emulator (--hf-secret); the launcher only looks the model up, without a token, as the job would be answered.
+    from tests.emulators.hub import HubModel
+
+    gcs, vertex, logs = e2e
+    token = "hf_jobToken0123456789abcdefABCDEFGHIJ"
+    hub.models["org/tiny-gated"] = HubModel(folder=tiny_model, gated="manual", readers=frozenset({token}))
+    hub.tokens.add(token)
+    secret_manager.put("projects/test-project/secrets/hf-token", token.encode() + b"\n")
+    vertex.job_env.update(HF_HUB_OFFLINE="0", HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "job-hf-home"),
+                          FTCLI_SECRETMANAGER_ENDPOINT=secret_manager.endpoint)
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", str(sst2_rows(50, tmp_path)), "--gpu", "none",
+                "--epochs", "1", "--model", "org/tiny-gated", "--hf-secret", "projects/test-project/secrets/hf-token")
+    assert r.code == 0, r.err + r.out
+    (name,) = vertex.jobs
+    assert vertex.job(name).state.name == "JOB_STATE_SUCCEEDED"
+    assert "  model       org/tiny-gated (28.5 k parameters, " in r.out  # the trainer's summary, from the job's log
+    model_calls = [(auth, agent) for _, path, auth, agent in hub.hub_calls() if "org/tiny-gated" in path]
+    assert model_calls[0] == (None, model_calls[0][1]) and "ftcli/" in model_calls[0][1]  # the launcher's look-up
+    job_calls = [auth for auth, agent in model_calls if "ftcli/" not in agent]
+    assert len(job_calls) > 5 and set(job_calls) == {f"Bearer {token}"}  # every download, with the token
+    assert [m for m, _ in secret_manager.requests].count("AccessSecretVersion") == 1  # by the job, once
+    assert token not in r.out + r.err
+    assert not [e for e in logs.entries if token in e.text_payload]
+    base = vertex.job(name).job_spec.base_output_directory.output_uri_prefix.removeprefix("gs://ftcli-test/")
+    written = gcs.list("ftcli-test", base)
+    assert f"{base}/model/model.safetensors" in written
+    assert not [f for f in written if token.encode() in gcs.read("ftcli-test", f)]

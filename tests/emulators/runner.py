@@ -194,8 +194,9 @@ class JobRun(threading.Thread):
         env = container.env(self._replica_container(replica), env)
         env.update(
             STORAGE_EMULATOR_HOST=self.emulator.gcs_url,
-            DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA="true", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+            DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA="true",
             OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // max(1, len(self.replicas)))),
+            **self.emulator.job_env,
         )
         env.update(service)
         return env
@@ -429,6 +430,10 @@ class RunningVertexEmulator(VertexEmulator):
         self.images: dict[str, str] = dict(IMAGES)
         # image -> what its registry answers instead of the image (e.g. Docker Hub's rate limit): the job fails
         self.pull_refusals: dict[str, str] = {}
+        # What the network gives every replica, this emulator's (one test's) own: no Hugging Face Hub unless a test
+        # points the job at the Hub emulator (HF_HUB_OFFLINE="0", HF_ENDPOINT, HF_HOME) and, for --hf-secret, at the
+        # Secret Manager emulator (FTCLI_SECRETMANAGER_ENDPOINT).
+        self.job_env: dict[str, str] = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
     def _finish(self, name: str, state: JobState, message: str | None = None) -> None:
         with self._lock:
