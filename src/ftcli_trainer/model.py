@@ -252,11 +252,36 @@ def _hub_error(e: BaseException) -> str | None:
     return None
 
 
+def _http_answer(e: BaseException) -> str | None:
+    """The Hub's HTTP error answer that loading failed on, in words ("HTTP 429 Too Many Requests"), or None; not a 404
+    (a file or revision the model lacks: transformers names it). transformers says "We couldn't connect to
+    HF_ENDPOINT" for any other answer but a missing, gated or private model (its utils/hub.py, from huggingface_hub's
+    LocalEntryNotFoundError raised from the HEAD request's HfHubHTTPError): a rate limit (429: "we enforce rate limits
+    on all requests made to the Hugging Face Hub", https://huggingface.co/docs/hub/rate-limits, read 2026-11-27), an
+    outage (5xx), or a proxy's refusal were said as a network that is down."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        response = getattr(cause, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int) and status >= 400 and status != 404:
+            reason = getattr(response, "reason_phrase", "") or ""
+            message = (getattr(response, "headers", {}).get("X-Error-Message") or "").strip()
+            return f"HTTP {status} {reason}".rstrip() + (f" ({message[:200]})" if message else "")
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> TrainerError:
     from ftcli_trainer.secret_manager import HF_TOKEN_FROM, token_source
 
     hub_error = _hub_error(e)
     if hub_error is None:
+        if answer := _http_answer(e):
+            wait = ": the Hub's rate limit, wait and run again" if answer.startswith("HTTP 429") else ""
+            return TrainerError(f"cannot load {subject}: the Hugging Face Hub answered {answer}{wait}, and the files "
+                                f"are not in this machine's Hugging Face cache. {fix}")
         return TrainerError(f"cannot load {subject}: {_one_line(e).rstrip('.')}. {fix}")
     sent = token_source()
     if hub_error == "InvalidToken" and sent:

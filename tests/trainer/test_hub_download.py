@@ -164,3 +164,26 @@ def test_torchruns_workers_load_the_gated_model_with_the_token_read_once(models,
     assert [m for m, _ in secret_manager.requests] == ["AccessSecretVersion"]  # read once, by the first process
     assert ACCESS not in r.stdout + r.stderr
     _no_token_in(run, ACCESS)
+
+
+def test_a_hub_that_answers_with_an_error_is_said_so_not_as_no_connection(models, tmp_path, sentiment_csv):
+    # transformers said "We couldn't connect to 'HF_ENDPOINT' to load the files" for any answer of the Hub but a
+    # missing, gated or private model: a proxy's refusal, a rate limit (429), an outage (5xx)
+    models.fail_with = 403
+    r = _trainer(sentiment_csv[0], "org/tiny-public", tmp_path / "run")
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: cannot load the tokenizer of 'org/tiny-public': the Hugging Face Hub answered HTTP 403 Forbidden, and "
+        "the files are not in this machine's Hugging Face cache. Pass a Hugging Face model id (with network access) or "
+        "a local folder that holds a model and its tokenizer")
+    assert "Traceback" not in r.stderr
+    # a file the model lacks (404 EntryNotFound) is still transformers' own words
+    models.fail_with = None
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "no-config" / "tokenizer.json").write_bytes((models.models["org/tiny-public"].folder /
+                                                            "tokenizer.json").read_bytes())
+    models.models["org/no-config"] = HubModel(folder=tmp_path / "no-config")
+    r = _trainer(sentiment_csv[0], "org/no-config", tmp_path / "run")
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        "error: cannot load the model 'org/no-config': Unrecognized model in org/no-config. ")
