@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ftcli_trainer.model import INVALID_TOKEN  # the Hub's word for a token it does not know
+
 HUB = "https://huggingface.co"
 TIMEOUT_S = 8.0  # after local.hub_unreachable's few seconds: a Hub that accepts a connection and never answers
 # huggingface_hub's constants.ENV_VARS_TRUE_VALUES: HF_HUB_OFFLINE=1, ON, YES or TRUE (any case)
 TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
-INVALID_TOKEN = "Invalid credentials in Authorization header"
 
 
 def offline() -> bool:
