@@ -107,6 +107,17 @@ def test_a_hub_that_does_not_answer_is_a_note_not_a_problem(hub):
               "job downloads it")
 
 
+def test_a_404_that_is_not_the_hubs_is_a_note_not_a_missing_model(hub):
+    # A proxy (or an HF_ENDPOINT mirror without the model API) answering 404 with none of the Hub's headers: the
+    # model was refused as "not on the Hugging Face Hub", and the job could not be submitted at all. huggingface_hub
+    # reads such a 404 as a plain HTTP error, RepositoryNotFoundError only with X-Error-Code: RepoNotFound.
+    hub.models["org/model"] = HubModel()
+    hub.fail_with = 404
+    assert check_model("org/model", job_has_token=False) == (
+        None, "the Hugging Face Hub did not answer for --model org/model (HTTP 404): it is not looked up before the "
+              "job downloads it")
+
+
 def test_a_web_page_instead_of_the_hubs_answer_is_a_note(hub):
     hub.not_json = True  # a proxy's sign-in page, a captive portal
     assert check_model("org/model", job_has_token=False) == (

@@ -106,8 +106,9 @@ def model_info(repo_id: str, token: str | None = None) -> Answer:
 
 
 def _not_found(answer: Answer) -> bool:
-    return answer.status == 404 or answer.error_code == "RepoNotFound" or (
-        answer.status == 401 and answer.error_message != INVALID_TOKEN)
+    # huggingface_hub's RepositoryNotFoundError rule (hf_raise_for_status): a 404 without the Hub's RepoNotFound code
+    # is some other server's answer (a proxy's, an HF_ENDPOINT without the model API), which says nothing of the model
+    return answer.error_code == "RepoNotFound" or (answer.status == 401 and answer.error_message != INVALID_TOKEN)
 
 
 def _download(repo_id: str, flag: str) -> str:
