@@ -141,6 +141,29 @@ def test_an_unreachable_hub_is_a_note_in_seconds(hub, monkeypatch):
                     "org/model is not looked up before the job downloads it")
 
 
+def test_a_hub_that_never_answers_is_waited_for_once(hub, monkeypatch):
+    # A Hub that takes the connection and never answers (a stalled proxy, a firewall): every model of a model search
+    # waited the full timeout again, 8 s each (4 models of `ftcli tune --search model=choice(...)`: 45 s).
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # connections are taken (by the kernel) and never answered
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr("ftcli.hub.TIMEOUT_S", 2.0)
+    checks: dict = {}
+    start = time.monotonic()
+    try:
+        said = [check_model(name, job_has_token=False, checks=checks) for name in ("org/a", "org/b", "org/c")]
+    finally:
+        silent.close()
+    assert time.monotonic() - start < 4.5  # one timeout, not three
+    assert said == [(None, "the Hugging Face Hub did not answer for --model org/a (timed out): it is not looked up "
+                           "before the job downloads it")] + [
+        (None, f"the Hugging Face Hub did not answer an earlier look-up (timed out): --model org/{n} is not looked up "
+               "before the job downloads it") for n in "bc"]
+
+
 @pytest.mark.parametrize("value", ["1", "yes", "TRUE", "on"])
 def test_hf_hub_offline_asks_nothing(hub, monkeypatch, value):
     monkeypatch.setenv("HF_HUB_OFFLINE", value)

@@ -147,7 +147,7 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
     job gets a Hugging Face token, so a gated or private model it names passes (a missing one does not). `default`
     is the task's default model, offered when `repo_id` looks like a typo of it. The Hub unreachable from here, or
     not answering, is a note and never a problem; HF_HUB_OFFLINE=1 skips the look-up. `checks` keeps whether the
-    Hub could be reached, for the next model's check."""
+    Hub could be reached, and answered, for the next model's check."""
     if offline():
         return None, None
     from ftcli.local import hub_unreachable
@@ -158,7 +158,12 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
     if why := known["hub unreachable"]:
         return None, (f"the Hugging Face Hub is not reachable from here ({why}): {flag} {repo_id} is not looked up "
                       "before the job downloads it")
+    if why := known.get("hub silent"):  # (each model waited TIMEOUT_S for a Hub that answers none)
+        return None, (f"the Hugging Face Hub did not answer an earlier look-up ({why}): {flag} {repo_id} is not "
+                      "looked up before the job downloads it")
     answer = model_info(repo_id)
+    if answer.status is None:
+        known["hub silent"] = answer.why
     if answer.status == 200 and answer.info is not None:
         gated = answer.info.get("gated")
         if gated and not job_has_token:
