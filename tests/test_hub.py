@@ -61,9 +61,14 @@ def test_this_machines_token_tells_a_private_model_from_a_missing_one(hub, monke
         "--model acme/secret is a private model on the Hugging Face Hub (your token can read it; the job gets no "
         "Hugging Face token without --hf-secret): " + DOWNLOAD.format("acme/secret"), None)
     assert check_model("acme/secret", job_has_token=True) == (None, None)
-    assert check_model("acme/no-such-model", job_has_token=True) == (
+    assert check_model("acme/no-such-model", job_has_token=False) == (
         "--model acme/no-such-model is not on the Hugging Face Hub (asked with your Hugging Face token too): check its "
-        "spelling", None)  # a missing model is refused even for a job with a token
+        "spelling", None)
+    # a job with a token of its own (--hf-secret: an organisation's, say) may read what this machine's cannot: said,
+    # not refused (it was refused, and no job could be submitted for a model only the job's token can read)
+    assert check_model("acme/no-such-model", job_has_token=True) == (
+        None, "--model acme/no-such-model is not on the Hugging Face Hub for your Hugging Face token either: check "
+              "its spelling (only --hf-secret's token, which ftcli does not read, could load it)")
     assert hub.requests[:2] == [("/api/models/acme/secret", None), ("/api/models/acme/secret", "Bearer hf_mine")]
     # HF_HUB_DISABLE_IMPLICIT_TOKEN: huggingface_hub sends no saved token; nor does the look-up
     hub.requests.clear()

@@ -189,6 +189,9 @@ def check_model(repo_id: str, *, job_has_token: bool, flag: str = "--model", def
     spelling = f"check its spelling (did you mean {guess}, the task's default model?)" if guess else \
         "check its spelling"
     if mine is not None and _not_found(mine) and mine.error_message != INVALID_TOKEN:
+        if job_has_token:  # the job's token (--hf-secret: an organisation's, say) may read what yours cannot
+            return None, (f"{flag} {repo_id} is not on the Hugging Face Hub for your Hugging Face token either: "
+                          f"{spelling} (only --hf-secret's token, which ftcli does not read, could load it)")
         return (f"{flag} {repo_id} is not on the Hugging Face Hub (asked with your Hugging Face token too): "
                 f"{spelling}"), None
     if job_has_token:

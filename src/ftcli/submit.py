@@ -352,9 +352,11 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
          spot: bool, image: str | None, timeout: str, labels: list[str], display_name: str | None,
          project: str | None, region: str | None, bucket: str | None, service_account: str | None,
          flex_start: bool = False, max_wait: str | None = None, reservation: str | None = None,
-         data_checks: dict | None = None, say: Callable[[str], None] | None = None) -> Submission:
+         data_checks: dict | None = None, say: Callable[[str], None] | None = None,
+         look_up_model: bool = True) -> Submission:
     """Everything that needs no cloud account: resolve, validate (all problems at once), build the CustomJob; a Hub
-    --model is looked up on the Hugging Face Hub (`hub_model_problem`) once everything else passes.
+    --model is looked up on the Hugging Face Hub (`hub_model_problem`) once everything else passes, unless
+    `look_up_model` is False (a tuning job's model search: its trials never use the trial job's own --model).
     `data_checks` carries what reading the local data files found (and their hashes) from one candidate's plan to
     the next. `say(message)` hears what takes a while (reading big local data)."""
     from ftcli import catalog
@@ -436,7 +438,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         if os.path.isdir(folder) and (p := folder_max_length_problem(folder, validated[0].max_length,
                                                                      validated[0].model)):
             problems.append(p)
-    if validated and not problems and model_dir is None:
+    if validated and not problems and model_dir is None and look_up_model:
         # A gated or private Hub model loads in the job only with the token --hf-secret has it read
         if p := hub_model_problem(validated[0], notes, data_checks, job_has_token=bool(validated[0].hf_secret)):
             problems.append(p)

@@ -530,6 +530,14 @@ def test_a_searched_hub_model_is_looked_up_too(capsys, cloud_env, hub):
     assert r.err.splitlines() == ["error: " + HUB_GATED.replace("--model meta", "--search model meta", 1).replace(
         "give --model DIR", "give DIR in its place (--search model=choice(DIR,...))")]
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    # each searched model asked once; the trial job's own --model, which no trial uses, not at all (it was, and a
+    # model searched too was asked twice)
+    hub.requests.clear()
+    r = run_cli(capsys, "tune", "--detach", "--task", "imdb", "--gpu", "T4", "--model", "org/unused", "--search",
+                "model=choice(bert-base-cased,google-bert/bert-base-cased)", "--dry-run")
+    assert r.code == 0, r.err
+    assert [p for p, _ in hub.requests] == ["/api/models/bert-base-cased", "/api/models/google-bert/bert-base-cased",
+                                            "/api/models/google-bert/bert-base-cased"]
 
 
 def test_a_hub_model_the_job_can_load_is_submitted(capsys, cloud_env, hub):
