@@ -18,16 +18,17 @@ from ftcli_trainer.errors import TrainerError
 
 log = logging.getLogger("ftcli_trainer")
 STEP_RE = re.compile(r"^step-(\d+)$")
+BEST_RE = re.compile(r"^best-(\d+)$")  # --keep-best: the best evaluation's weights, beside the checkpoints
 KEEP = 2
 
 
-def _list(root: str) -> list[tuple[int, str]]:
+def _list(root: str, pattern: re.Pattern = STEP_RE) -> list[tuple[int, str]]:
     if storage.is_gcs(root):
         names = storage.list_subdirs(root)
     else:
         p = Path(root)
         names = [d.name for d in p.iterdir() if d.is_dir()] if p.is_dir() else []
-    found = [(int(m.group(1)), n) for n in names if (m := STEP_RE.match(n))]
+    found = [(int(m.group(1)), n) for n in names if (m := pattern.match(n))]
     return sorted(found)
 
 
@@ -68,6 +69,65 @@ def save(root: str, step: int, model, state: dict) -> None:
             _remove(storage.join(root, name))
 
 
+def save_best(root: str, step: int, model, info: dict) -> None:
+    """--keep-best: the weights of the best evaluation so far, as `best-<step>` beside the checkpoints (never only in
+    memory: a preempted worker's restart exports them), staged and published whole as a checkpoint is. `info` (the
+    step, its metric) goes beside them in best.json, for whoever looks into the folder."""
+    import json
+
+    from safetensors.torch import save_model
+
+    still_held(root)  # never over another run's
+    name = f"best-{step:08d}"
+    staged = None
+    try:
+        staged = storage.local_tmp("best") if storage.is_gcs(root) else storage.staging_dir(Path(root), name)
+        save_model(model, str(staged / "model.safetensors"))
+        (staged / "best.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        storage.publish_dir(staged, storage.join(root, name), ours_only=False)
+    except Exception as e:
+        os_error = storage.os_error_of(e)
+        if os_error is None:
+            raise
+        where = storage.staged_where(root, staged) if staged is not None else root
+        raise TrainerError(storage.write_error(os_error, f"the best weights (step {step})", where)) from None
+    finally:
+        if staged is not None and staged.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def has_best(root: str, step: int) -> bool:
+    return _is_complete(storage.join(root, f"best-{step:08d}"))
+
+
+def load_best(root: str, step: int, model) -> None:
+    """Load the step's best weights (save_best) into `model`; a TrainerError when they are not there whole."""
+    from safetensors.torch import load_model
+
+    path = storage.join(root, f"best-{step:08d}")
+    if not _is_complete(path):
+        raise TrainerError(f"the best evaluation's weights (step {step}) are not in {path}: run again with another "
+                           "--output-dir, or without --keep-best / --early-stopping")
+    downloaded = None
+    try:
+        if storage.is_gcs(path):
+            downloaded = local = storage.download_dir(path, storage.local_tmp("best"))
+        else:
+            local = Path(path)
+        load_model(model, str(local / "model.safetensors"), strict=True)
+    finally:
+        if downloaded is not None:
+            shutil.rmtree(downloaded, ignore_errors=True)
+
+
+def prune_best(root: str, keep: set[int], above: int | None = None) -> None:
+    """Remove the best-<step> folders not in `keep` (the best steps that the kept checkpoints and the run still name);
+    with `above`, only those after that step (a restart's: they are evaluated again)."""
+    for step, name in _list(root, BEST_RE):
+        if step not in keep and (above is None or step > above):
+            _remove(storage.join(root, name))
+
+
 def _is_complete(path: str) -> bool:
     return storage.exists(storage.join(path, storage.COMPLETE_MARKER))
 
@@ -94,7 +154,7 @@ def clean_stale(root: str) -> None:
     gs:// transfer staging in the system temp folder). A live writer's folders are left alone."""
     storage.clean_stale_tmp()
     if not storage.is_gcs(root) and Path(root).is_dir():
-        storage.clean_stale_staging(Path(root), r"\.step-\d+")
+        storage.clean_stale_staging(Path(root), r"\.(?:step|best)-\d+")
 
 
 def load_latest(root: str, model) -> dict | None:

@@ -89,6 +89,15 @@ OPTIONS: tuple[Option, ...] = (
            metavar="N"),
     Option("save_every", int, 0, "Also checkpoint every N optimizer steps (0: at each epoch end only).",
            metavar="N"),
+    Option("keep_best", bool, False, "Export the weights of the evaluation with the best headline metric (the "
+           "task's own: accuracy, GLUE's Matthews, F1 or Pearson; micro-F1 for multi-label), not the last step's, as "
+           "the HF Trainer's load_best_model_at_end; candidates are every evaluation (--eval-every), else each "
+           "epoch's end. metrics.json names the step kept, and the last step's metrics beside it."),
+    Option("early_stopping", int, 0, "Stop after N evaluations in a row that do not improve the headline metric "
+           "(the HF Trainer's EarlyStoppingCallback patience); implies --keep-best. 0: off.", metavar="N"),
+    Option("early_stopping_threshold", float, 0.0, "With --early-stopping: an evaluation counts as an improvement "
+           "only when it beats the best by more than this (HF's early_stopping_threshold); the best weights are "
+           "kept on any improvement.", metavar="X"),
     Option("log_every", int, 0, "Log a line every N optimizer steps (0: about 20 lines a run).",
            metavar="N"),
     Option("output_dir", str, None, "Base output folder, like Vertex's base_output_dir: model/, "
@@ -178,6 +187,9 @@ class TrainConfig:
     precision: str = "auto"
     eval_every: int = 0
     save_every: int = 0
+    keep_best: bool = False
+    early_stopping: int = 0
+    early_stopping_threshold: float = 0.0
     log_every: int = 0
     output_dir: str | None = None
     train_file: str | None = None
@@ -424,7 +436,8 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     for name in ("epochs", "batch_size", "learning_rate", "max_length", "gradient_accumulation_steps",
                  "max_train_samples", "max_eval_samples"):
         positive(name)
-    for name in ("weight_decay", "max_grad_norm", "eval_every", "save_every", "log_every", "seed"):
+    for name in ("weight_decay", "max_grad_norm", "eval_every", "save_every", "log_every", "seed", "early_stopping",
+                 "early_stopping_threshold"):
         non_negative(name)
     in_unit("warmup_ratio", zero_ok=True)
     in_unit("fraction_of_train_data", zero_ok=False)
@@ -434,6 +447,10 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         problems.append(f"--eval-fraction must be between 0 and 1 (exclusive), got {v}")
     if cfg["max_length"] is not None and cfg["max_length"] > 8192:
         problems.append(f"--max-length {cfg['max_length']} is larger than any supported model (8192)")
+
+    problems += early_stopping_problems(cfg, given)
+    if isinstance(cfg["early_stopping"], int) and cfg["early_stopping"] > 0:
+        cfg["keep_best"] = True  # stopping early keeps the best evaluation, as HF requires load_best_model_at_end
 
     if given.get("max_train_samples") is not None and given.get("fraction_of_train_data") is not None:
         problems.append("--max-train-samples and --fraction-of-train-data both pick a subset: give one")
@@ -507,6 +524,25 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     if problems:
         raise ConfigError(problems)
     return TrainConfig(**cfg)
+
+
+def early_stopping_problems(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """--early-stopping N that could never stop a run: with no --eval-every the run evaluates once per epoch, and a
+    stop needs N + 1 evaluations (the best, then N without improvement) before the last one. (With --eval-every the
+    count depends on the data's size: the trainer says so in a line.)"""
+    patience, epochs, every = cfg.get("early_stopping"), cfg.get("epochs"), cfg.get("eval_every")
+    if given.get("early_stopping_threshold") is not None and not patience:
+        return ["--early-stopping-threshold applies to --early-stopping N: add it, or drop the threshold"]
+    if not isinstance(patience, int) or patience <= 0 or not isinstance(epochs, int) or epochs <= 0 or every:
+        return []
+    if epochs >= patience + 2:
+        return []
+    plural = "s" if patience != 1 else ""
+    times = "once" if epochs == 1 else f"{epochs} times"
+    return [f"--early-stopping {patience} stops after {patience} evaluation{plural} in a row without improvement, "
+            f"but --epochs {epochs} with no --eval-every evaluates {times} (at each epoch's end): it could never stop "
+            f"the run early; add --eval-every N (optimizer steps), give --epochs {patience + 2} or more, or use "
+            "--keep-best alone"]
 
 
 def output_dir_problems(output_dir: str) -> list[str]:

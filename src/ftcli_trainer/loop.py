@@ -334,6 +334,16 @@ class Trainer:
         self.stats = RunStats()
         self._stop_requested = False
         self.eval_callbacks: list = []  # called as f(global_step, eval results) after each evaluation
+        # --keep-best / --early-stopping: the best evaluation so far ({"step", "epoch", "value"}, its weights in the
+        # checkpoint folder's best-<step>), the evaluations since that did not improve (HF's patience counter), and
+        # the best steps the kept checkpoints name (their best-<step> folders stay while a resume may need them)
+        self.keep_best = cfg.keep_best or cfg.early_stopping > 0
+        self.best_key, self.best_greater = metrics.best_metric(self.task_metrics, multi_label, self.regression)
+        self.best: dict | None = None
+        self.bad_evals = 0
+        self.early_stopped = False
+        self._best_refs: list[int | None] = []
+        self.last_eval: dict = {}
         self.record_callbacks: list = []  # called as f(kind, global_step, values) for each metrics.jsonl row
         self._tb: SummaryWriter | Literal[False] | None = None  # None: not opened yet; False: none (or failed)
         self._jsonl: TextIO | None = None  # metrics.jsonl, on the main process
@@ -463,6 +473,7 @@ class Trainer:
         if state is None:
             # No complete checkpoint (a crash, or a VM gone during the first one's upload): the run starts over, and
             # the rows an earlier attempt logged are logged again
+            self._resume_best(None)
             self._forget_rows_after(0)
             return
         self.global_step = int(state["global_step"])
@@ -492,9 +503,9 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
             self.scaler.load_state_dict(state["scaler"])
             self._set_rng_state(state)
-        elif self.epoch < self.cfg.epochs:
-            # Only the last epoch's checkpoint goes without them (save_checkpoint), and the run's fingerprint fixes
-            # the number of epochs: this one was altered.
+        elif self.epoch < self.cfg.epochs and not state.get("early_stopped"):
+            # Only the last epoch's checkpoint (or an early stop's) goes without them (save_checkpoint), and the run's
+            # fingerprint fixes the number of epochs: this one was altered.
             raise TrainerError(f"the step {self.global_step} checkpoint in {self.paths.checkpoint_dir} has no "
                                f"optimizer state but the run is at epoch {self.epoch} of {self.cfg.epochs}: remove "
                                "that folder, or give another --output-dir")
@@ -506,7 +517,29 @@ class Trainer:
         self.stats.train_seconds = float(state["train_seconds"])
         self._loss_total = float(state["loss_total"])
         self._loss_count = int(state["loss_count"])
+        self.early_stopped = bool(state.get("early_stopped", False))
+        self._resume_best(state)
         self._forget_rows_after(self.global_step)
+
+    def _resume_best(self, state: dict | None) -> None:
+        """The best evaluation and the patience counter as the checkpoint recorded them. A best-<step> folder after the
+        checkpoint is an earlier attempt's, from steps trained again: removed (rank 0), as are all of them when the run
+        starts over."""
+        if not self.keep_best:
+            return
+        root = self.paths.checkpoint_dir
+        step = int(state["global_step"]) if state else 0
+        best = state.get("best") if state else None
+        if isinstance(best, dict) and not checkpoint.has_best(root, int(best["step"])):
+            log.warning("the best evaluation's weights (step %d) are not in %s: the best is looked for from step %d on",
+                        int(best["step"]), root, step)
+            best = None
+        if isinstance(best, dict):
+            self.best = {"step": int(best["step"]), "epoch": float(best["epoch"]), "value": float(best["value"])}
+            self.bad_evals = int(state.get("bad_evals", 0)) if state else 0
+        self._best_refs = [self.best["step"] if self.best else None]
+        if self.dist.is_main:
+            checkpoint.prune_best(root, {self.best["step"]} if self.best else set(), above=step)
 
     def _rng_state(self) -> dict:
         """This process's own random-number generators: the CPU's (dropout on a CPU) and its GPU's (dropout on a
@@ -606,7 +639,19 @@ class Trainer:
             "loss_total": self._loss_total + pending_sum,
             "loss_count": self._loss_count + pending_n,
         }
+        if self.early_stopped:
+            state["early_stopped"] = True  # a restart exports, it does not train on
+        if self.keep_best and self.best is not None:
+            state["best"] = dict(self.best)
+            state["bad_evals"] = self.bad_evals
         checkpoint.save(self.paths.checkpoint_dir, self.global_step, self.model, state)
+        if self.keep_best:
+            # The kept checkpoints' best weights stay (a resume from either needs its own); older ones go
+            self._best_refs = [*self._best_refs, self.best["step"] if self.best else None][-checkpoint.KEEP:]
+            checkpoint.prune_best(self.paths.checkpoint_dir, self._kept_best_steps())
+
+    def _kept_best_steps(self) -> set[int]:
+        return {s for s in self._best_refs if s is not None} | ({self.best["step"]} if self.best else set())
 
     # -- steps -------------------------------------------------------------------------------------
 
@@ -786,7 +831,55 @@ class Trainer:
             log.info("step %d/%d | epoch %.2f | loss %.4f | lr %.3e | %.1f samples/s | %.0f tokens/s",
                      self.global_step, self.total_steps, self._epoch_float(), loss, lr, sps, tps)
 
-    def _log_eval(self, results: dict) -> None:
+    def _evaluated(self, results: dict) -> None:
+        """After each evaluation, on every rank: the best kept (--keep-best), an early stop decided, the line logged."""
+        self.last_eval = results
+        note = self._keep_if_best(results)
+        self._log_eval(results, note)
+
+    def _keep_if_best(self, results: dict) -> str:
+        """--keep-best: keep this evaluation's weights when it is the best so far; --early-stopping: count it against
+        the patience. HF's rules (transformers 5.24): the patience counter compares with the best before this
+        evaluation, and only a strict improvement by more than the threshold resets it
+        (EarlyStoppingCallback.check_metric_value); the best weights are replaced on any strict improvement
+        (Trainer._determine_best_metric). Every rank decides alike (each holds the whole evaluation's metrics); rank 0
+        writes. Returns what the eval line adds."""
+        if not self.keep_best:
+            return ""
+        cfg = self.cfg
+        value = results.get(self.best_key)
+        value = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+        best = self.best["value"] if self.best is not None else None
+
+        def better(a: float, b: float) -> bool:
+            return a > b if self.best_greater else a < b
+
+        if best is None or (better(value, best) and abs(value - best) > cfg.early_stopping_threshold):
+            self.bad_evals = 0
+        else:
+            self.bad_evals += 1
+        note = ""
+        if not math.isnan(value) and (best is None or better(value, best)):
+            previous = self.best
+            self.best = {"step": self.global_step, "epoch": round(self._epoch_float(), 4), "value": value}
+            note = " | best so far"
+            if self.dist.is_main:
+                root = self.paths.checkpoint_dir
+                checkpoint.save_best(root, self.global_step, self.model, {**self.best, "metric": self.best_key})
+                if previous is not None and previous["step"] not in self._best_refs:
+                    checkpoint.prune_best(root, self._kept_best_steps())  # superseded before any checkpoint named it
+        elif self.best is not None:
+            note = f" | best {self.best['value']:.4f} at step {self.best['step']}"
+            if cfg.early_stopping:
+                note += f", {self.bad_evals}/{cfg.early_stopping} without improvement"
+        # A collective after rank 0's write: no rank reads the best weights before they are there
+        stop = any_rank(bool(cfg.early_stopping) and self.bad_evals >= cfg.early_stopping, self.dist, self.device)
+        if stop and not self.early_stopped:
+            self.early_stopped = True
+            note += "; stopping early"
+        return note
+
+    def _log_eval(self, results: dict, note: str = "") -> None:
         if not self.dist.is_main:
             return
         self._record("eval", {k: v for k, v in results.items() if isinstance(v, (int, float))})
@@ -799,7 +892,7 @@ class Trainer:
             values = " · ".join(f"{metrics.SHOWN[k]} {results[prefix + k]:.4f}" for k in (*shown, "loss")
                                 if k != "mse")  # the loss is the MSE
             parts.append(f"{name}: {values}")
-        log.info("eval @ step %d (epoch %.2f) | %s", self.global_step, self._epoch_float(), " | ".join(parts))
+        log.info("eval @ step %d (epoch %.2f) | %s%s", self.global_step, self._epoch_float(), " | ".join(parts), note)
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -825,10 +918,12 @@ class Trainer:
 
             bar = tqdm(total=self.total_steps, initial=self.global_step, unit="step", dynamic_ncols=True,
                        file=sys.stderr)
-        last_eval: dict = {}
+        self.last_eval = {}
+        if self.dist.is_main and (why := self._early_stopping_idle()):
+            log.warning("--early-stopping %d: %s", cfg.early_stopping, why)
         self._t0 = time.perf_counter()
         try:
-            while self.epoch < cfg.epochs:
+            while self.epoch < cfg.epochs and not self.early_stopped:
                 global_batches = [b for b in plan_batches(self.train_enc.lengths, self.global_batch, cfg.seed,
                                                           self.epoch) if len(b) >= self.dist.world_size]
                 batches = shard_batches(global_batches, self.dist)
@@ -848,7 +943,10 @@ class Trainer:
                         if time.monotonic() - self._logs_synced > storage.LOGS_SYNC_S:  # live TensorBoard between evals
                             self._pause(lambda: None)
                     if cfg.eval_every and self.global_step % cfg.eval_every == 0 and not at_epoch_end:
-                        self._pause(lambda: self._log_eval(self.evaluate()))
+                        self._pause(lambda: self._evaluated(self.evaluate()))
+                        if self.early_stopped:  # the run ends here: its checkpoint says so, for a restart
+                            self._pause(lambda: self.save_checkpoint(final=True), sync=False)
+                            break
                     saved = bool(cfg.save_every and self.global_step % cfg.save_every == 0 and not at_epoch_end)
                     if saved:
                         self._pause(self.save_checkpoint, sync=False)
@@ -858,16 +956,18 @@ class Trainer:
                         if not saved:
                             self._pause(self.save_checkpoint, sync=False)
                         self._stop()
+                if self.early_stopped:
+                    break
                 self.epoch += 1
-                last_eval = {}
+                self.last_eval = {}
 
                 def epoch_end():
-                    nonlocal last_eval
-                    last_eval = self.evaluate()
-                    self._log_eval(last_eval)
-                    self.save_checkpoint(final=self.epoch >= cfg.epochs)
+                    self._evaluated(self.evaluate())
+                    self.save_checkpoint(final=self.epoch >= cfg.epochs or self.early_stopped)
 
                 self._pause(epoch_end, sync=False)  # its checkpoint copies the logs, its evaluation's row too
+                if self.early_stopped:
+                    break
                 if self.epoch < cfg.epochs and any_rank(bool(self._stop_requested), self.dist, self.device):
                     self._stop()  # asked for during the evaluation or checkpoint: that checkpoint is the one
         finally:
@@ -882,14 +982,19 @@ class Trainer:
                 self._jsonl.close()
             if self._tb:
                 self._tb.close()
-        if not last_eval:  # resumed after the last epoch's checkpoint: evaluate what we have
+        last_eval = self.last_eval
+        if not last_eval:  # resumed after the last epoch's (or the early stop's) checkpoint: evaluate what we have
             last_eval = self.evaluate()
+        if self.dist.is_main and self.early_stopped and self.best is not None:
+            log.info("early stopping: %d evaluations in a row did not improve %s on %.4f (step %d); stopped at step "
+                     "%d of %d", self.bad_evals, self.best_key, self.best["value"], self.best["step"],
+                     self.global_step, self.total_steps)
         loss_sum, n = self._loss_window()
         self._loss_total += loss_sum
         self._loss_count += n
         secs = self.stats.train_seconds
         summary: dict[str, Any] = {
-            "epoch": float(cfg.epochs),
+            "epoch": round(self._epoch_float(), 4) if self.early_stopped else float(cfg.epochs),
             "global_step": self.global_step,
             "train_loss": self._loss_total / max(1, self._loss_count),
             "train_runtime": secs,
@@ -905,8 +1010,57 @@ class Trainer:
         summary["cuda_graphs"] = (self.static_steps.report() if self.static_steps is not None
                                   else {"off": self.graphs_reason or ("--cuda-graphs off" if cfg.cuda_graphs == "off"
                                                                       else "no CUDA GPU")})
-        summary.update(last_eval)
+        summary.update(self._kept(last_eval))
         return summary
+
+    def _kept(self, last_eval: dict) -> dict:
+        """The exported weights' evaluation: with --keep-best, the best evaluation's weights loaded back from their
+        folder (on every rank: the evaluation is a collective) and evaluated again, so that metrics.json, the
+        predictions and the exported model are the same model's; the last step's evaluation goes beside them."""
+        if not self.keep_best:
+            return last_eval
+        out: dict[str, Any] = {"metric_for_best_model": self.best_key}
+        if self.cfg.early_stopping:
+            out["early_stopping"] = {"patience": self.cfg.early_stopping,
+                                     "threshold": self.cfg.early_stopping_threshold, "stopped": self.early_stopped,
+                                     "evaluations_without_improvement": self.bad_evals}
+        if self.best is None:
+            log.warning("--keep-best: no evaluation gave a finite %s; the last step's weights are exported",
+                        self.best_key)
+            return {**last_eval, **out}
+        kept = last_eval
+        if self.best["step"] != self.global_step:
+            checkpoint.load_best(self.paths.checkpoint_dir, self.best["step"], self.model)
+            kept = self.evaluate()
+            if self.dist.is_main:
+                log.info("kept the weights of step %d (epoch %.2f): %s %.4f, against %.4f at the last step %d",
+                         self.best["step"], self.best["epoch"], self.best_key, kept.get(self.best_key, math.nan),
+                         last_eval.get(self.best_key, math.nan), self.global_step)
+                for callback in self.eval_callbacks:  # the tuning service's last report: the exported model's value
+                    callback(self.global_step, kept)
+        last = {k: v for k, v in last_eval.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out |= {"best_global_step": self.best["step"], "best_epoch": self.best["epoch"],
+                "best_metric": self.best["value"],
+                "last_eval": {"global_step": self.global_step, "epoch": round(self._epoch_float(), 4), **last}}
+        return {**kept, **out}
+
+    def _early_stopping_idle(self) -> str:
+        """Why --early-stopping N can never stop this run ("" when it can): it needs N + 1 evaluations before the last
+        one (the best, then N without improvement). (With no --eval-every, config refuses it before any work.)"""
+        cfg = self.cfg
+        if not cfg.early_stopping or not self.steps_per_epoch:
+            return ""
+        every = cfg.eval_every
+        if every:  # every N steps, and each epoch's end (once where both fall on one step)
+            both = math.lcm(every, self.steps_per_epoch)
+            count = self.total_steps // every + cfg.epochs - self.total_steps // both
+        else:
+            count = cfg.epochs
+        if count >= cfg.early_stopping + 2:
+            return ""
+        return (f"this run evaluates {count} time(s) ({self.total_steps} steps, --eval-every {every}, "
+                f"{cfg.epochs} epoch(s)), and a stop needs {cfg.early_stopping + 1} before the last: it cannot stop "
+                "early (a smaller --eval-every gives it more evaluations); the best evaluation is still kept")
 
     def _stop(self):
         """Raise Preempted for the stop asked for (a checkpoint of this step is written)."""
@@ -956,7 +1110,7 @@ class Trainer:
     def _prepare_static_steps(self) -> None:
         """--gpu-warmup: every width this run's batches use, and the update, warmed up on filler rows and captured
         before the training clock starts (cuda_graphs.StaticSteps.prepare), so the first steps replay."""
-        if self.static_steps is None or not self.cfg.gpu_warmup:
+        if self.static_steps is None or not self.cfg.gpu_warmup or self.early_stopped:
             return
         from ftcli_trainer.cuda_graphs import key_name, key_order
 

@@ -148,3 +148,13 @@ def headline(task_metrics: tuple[str, ...], multi_label: bool, regression: bool)
     if multi_label:
         return ("micro_f1", "macro_f1")
     return tuple(dict.fromkeys((*task_metrics, "accuracy", "macro_f1")))
+
+
+LOWER_IS_BETTER = ("mse", "loss")
+
+
+def best_metric(task_metrics: tuple[str, ...], multi_label: bool, regression: bool) -> tuple[str, bool]:
+    """(metrics.json key, greater is better) of the metric that --keep-best and --early-stopping judge evaluations by:
+    the headline's first (the task's own, as `ftcli tune` tunes by default), on the primary eval set."""
+    key = headline(task_metrics, multi_label, regression)[0]
+    return f"eval_{key}", key not in LOWER_IS_BETTER

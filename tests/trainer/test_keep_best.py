@@ -1,0 +1,300 @@
+"""--keep-best and --early-stopping: the exported model is the best evaluation's, a run stops after N evaluations
+without improvement, and both survive a restart. The run: the tiny BERT on the sentiment csvs with the learning rate
+warming up over the whole run to a rate too high for it (3e-2): its accuracy reaches 1.0 at step 21 and falls apart
+after step 45 (0.17 at the last step, 60)."""
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ftcli_trainer.config import parse_args  # noqa: E402
+from ftcli_trainer.task import main  # noqa: E402
+
+RISE_AND_FALL = ("--epochs", "4", "--warmup-ratio", "1", "--batch-size", "16", "--learning-rate", "3e-2",
+                 "--eval-every", "3", "--log-every", "100")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One CPU thread: these runs are a second each so, where two threads on a shared 2-core machine took 20-30."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _argv(csvs, tiny_model, out: Path, *args: str) -> list[str]:
+    train, test = csvs
+    return ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--output-dir", str(out), *RISE_AND_FALL, *args]
+
+
+def _evals(out: Path) -> list[dict]:
+    return [row for row in map(json.loads, (out / "logs" / "metrics.jsonl").open()) if row["type"] == "eval"]
+
+
+def _metrics(out: Path) -> dict:
+    return json.loads((out / "model" / "metrics.json").read_text())
+
+
+def _weights(path: Path) -> dict:
+    from safetensors.numpy import load_file
+
+    return load_file(path)
+
+
+def _trainer(tmp_path: Path, tiny_model, train: Path, *args: str):
+    """A Trainer of the tiny model on `train` (no eval set), its checkpoints in tmp_path/c."""
+    from ftcli_trainer.data import encode, load_task_data
+    from ftcli_trainer.loop import Paths, Trainer
+    from ftcli_trainer.model import load_model, load_tokenizer
+
+    cfg = parse_args(["--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--batch-size", "16",
+                      *args])
+    data = load_task_data(cfg)
+    tok = load_tokenizer(cfg.model)
+    model = load_model(cfg.model, data.label_names, False, cfg.threshold)
+    paths = Paths(str(tmp_path / "m"), str(tmp_path / "c"), str(tmp_path / "l"), tmp_path / "l")
+    return Trainer(cfg, model, encode(tok, data.train, 64), {}, data.label_names, False, torch.device("cpu"), "fp32",
+                   paths, 0)
+
+
+def _reevaluate(csvs, tiny_model, model_dir: Path) -> dict:
+    """The exported model evaluated again, apart from the run: loaded from its folder into a new Trainer."""
+    from transformers import AutoModelForSequenceClassification
+
+    from ftcli_trainer.data import encode, load_task_data
+    from ftcli_trainer.loop import Paths, Trainer
+    from ftcli_trainer.model import load_tokenizer
+
+    train, test = csvs
+    cfg = parse_args(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model",
+                      str(model_dir), *RISE_AND_FALL])
+    data = load_task_data(cfg)
+    tok = load_tokenizer(str(model_dir))
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir)
+    enc = {name: encode(tok, ex, cfg.max_length) for name, ex in data.evals.items()}
+    paths = Paths("m", "c", "l", model_dir.parent / "reeval-logs")
+    trainer = Trainer(cfg, model, encode(tok, data.train, cfg.max_length), enc, data.label_names, False,
+                      torch.device("cpu"), "fp32", paths, int(tok.pad_token_id))
+    return trainer.evaluate()
+
+
+def test_keep_best_exports_the_best_evaluations_weights_not_the_last(tmp_path, tiny_model, sentiment_csv):
+    out = tmp_path / "run"
+    assert main(_argv(sentiment_csv, tiny_model, out, "--keep-best")) == 0
+    evals = _evals(out)
+    accuracy = [e["eval_accuracy"] for e in evals]
+    best = evals[int(np.argmax(accuracy))]  # the first of the best: a tie is no improvement (HF's np.greater)
+    assert (best["step"], best["eval_accuracy"]) == (21, 1.0) and evals[-1]["step"] == 60
+    assert evals[-1]["eval_accuracy"] < 0.5  # the run fell apart: the last step is not the one to export
+
+    m = _metrics(out)
+    assert (m["best_global_step"], m["best_epoch"], m["metric_for_best_model"]) == (21, 1.4, "eval_accuracy")
+    assert m["best_metric"] == 1.0 and m["global_step"] == 60 and m["epoch"] == 4.0
+    # the exported model's own evaluation, bit for bit the one logged at step 21; the last step's beside it
+    for key in ("eval_accuracy", "eval_loss", "eval_macro_f1"):
+        assert m[key] == best[key], key
+    assert m["last_eval"] == {"global_step": 60, "epoch": 4.0, **{k: v for k, v in evals[-1].items()
+                                                                  if k not in ("type", "step", "epoch")}}
+    assert "early_stopping" not in m
+    # the exported weights are the best folder's, and evaluated apart from the run they give step 21's loss
+    kept = _weights(out / "checkpoints" / "best-00000021" / "model.safetensors")
+    exported = _weights(out / "model" / "model.safetensors")
+    assert kept.keys() <= exported.keys()
+    for name, w in kept.items():
+        np.testing.assert_array_equal(exported[name], w, err_msg=name)
+    again = _reevaluate(sentiment_csv, tiny_model, out / "model")
+    assert (again["eval_accuracy"], again["eval_loss"]) == (best["eval_accuracy"], best["eval_loss"])
+    # the predictions ftcli report draws are the exported model's too
+    with np.load(out / "model" / "eval_predictions.npz") as npz:
+        assert (npz["eval/predicted"] == npz["eval/labels"]).all()
+    run = json.loads((out / "model" / "ftcli_run.json").read_text())
+    assert run["keep_best"] is True and run["early_stopping"] == 0
+    # only the kept best folder is left, beside the last two checkpoints
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if not p.name.startswith((".", "run-"))) == [
+        "best-00000021", "step-00000045", "step-00000060"]
+    assert json.loads((out / "checkpoints" / "best-00000021" / "best.json").read_text()) == {
+        "step": 21, "epoch": 1.4, "value": 1.0, "metric": "eval_accuracy"}
+
+
+def test_early_stopping_stops_after_patience_evaluations_and_a_restart_exports_the_same(tmp_path, tiny_model,
+                                                                                        sentiment_csv, capsys):
+    out = tmp_path / "run"
+    assert main(_argv(sentiment_csv, tiny_model, out, "--early-stopping", "6")) == 0
+    said = capsys.readouterr().out
+    evals = _evals(out)
+    # 1.0 at step 21, then 6 evaluations that do not beat it (24 ... 39): stopped at step 39 of 60
+    assert [e["step"] for e in evals] == list(range(3, 40, 3))
+    m = _metrics(out)
+    assert m["global_step"] == 39 and m["epoch"] == 2.6
+    assert m["best_global_step"] == 21 and m["eval_loss"] == evals[6]["eval_loss"]
+    assert m["early_stopping"] == {"patience": 6, "threshold": 0.0, "stopped": True,
+                                   "evaluations_without_improvement": 6}
+    assert m["last_eval"]["global_step"] == 39 and m["last_eval"]["eval_loss"] == evals[-1]["eval_loss"]
+    assert "eval @ step 39 (epoch 2.60) | eval: accuracy 1.0000" in said
+    assert "best 1.0000 at step 21, 6/6 without improvement; stopping early" in said
+    assert "early stopping: 6 evaluations in a row did not improve eval_accuracy on 1.0000 (step 21); stopped at " \
+           "step 39 of 60" in said
+    run = json.loads((out / "model" / "ftcli_run.json").read_text())
+    assert run["keep_best"] is True and run["early_stopping"] == 6  # --early-stopping implies --keep-best
+
+    # Its last checkpoint says the run ended: the same command again (a worker restarted during the export) trains
+    # nothing, and exports the same model
+    last = out / "checkpoints" / "step-00000039"
+    state = torch.load(last / "trainer_state.pt", weights_only=True)
+    assert state["early_stopped"] is True and "optimizer" not in state
+    assert state["best"] == {"step": 21, "epoch": 1.4, "value": 1.0} and state["bad_evals"] == 6
+    first = _weights(out / "model" / "model.safetensors")
+    shutil.rmtree(out / "model")
+    assert main(_argv(sentiment_csv, tiny_model, out, "--early-stopping", "6")) == 0
+    said = capsys.readouterr().out
+    assert f"resuming from {last}" in said and "eval @" not in said
+    assert _evals(out) == evals
+    again = _metrics(out)
+    for key in ("global_step", "best_global_step", "eval_accuracy", "eval_loss", "early_stopping"):
+        assert again[key] == m[key], key
+    for name, w in first.items():
+        np.testing.assert_array_equal(_weights(out / "model" / "model.safetensors")[name], w, err_msg=name)
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("crash_after", [22, 40])
+def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_runs_result(tmp_path, tiny_model, sentiment_csv,
+                                                                       monkeypatch, crash_after):
+    # 22: killed after step 21's best was written but before any checkpoint named it (the last is step 20's, whose best
+    # is step 18): that best-00000021 is from steps trained again, and is written again. 40: killed after the step 40
+    # checkpoint, which names step 21's best (written 19 steps earlier) and 2 evaluations without improvement.
+    args = ("--early-stopping", "8", "--save-every", "10")
+    ref = tmp_path / "ref"
+    assert main(_argv(sentiment_csv, tiny_model, ref, *args)) == 0
+
+    from ftcli_trainer.loop import Trainer
+
+    train_step = Trainer.train_step
+
+    def crashing(self, *a, **k):
+        if self.global_step == crash_after:
+            raise _Crash  # (a kill: no checkpoint of this step)
+        return train_step(self, *a, **k)
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(Trainer, "train_step", crashing)
+    with pytest.raises(_Crash):
+        from ftcli_trainer.task import run
+
+        run(parse_args(_argv(sentiment_csv, tiny_model, out, *args)))
+    folders = sorted(p.name for p in (out / "checkpoints").glob("[bs]*-0*"))
+    if crash_after == 22:
+        # each kept checkpoint's best (3 and 18) stays while a resume may take that checkpoint, and the newest
+        assert folders == ["best-00000003", "best-00000018", "best-00000021", "step-00000015", "step-00000020"]
+        assert torch.load(out / "checkpoints" / "step-00000020" / "trainer_state.pt",
+                          weights_only=True)["best"]["step"] == 18
+    else:
+        assert folders == ["best-00000021", "step-00000030", "step-00000040"]
+        state = torch.load(out / "checkpoints" / "step-00000040" / "trainer_state.pt", weights_only=True)
+        assert state["best"]["step"] == 21 and state["bad_evals"] == 6
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    assert main(_argv(sentiment_csv, tiny_model, out, *args)) == 0
+
+    a, b = _metrics(ref), _metrics(out)
+    for key in ("global_step", "epoch", "best_global_step", "best_metric", "eval_accuracy", "eval_loss",
+                "early_stopping"):
+        assert b[key] == a[key], key
+    assert b["last_eval"]["eval_loss"] == a["last_eval"]["eval_loss"]
+    assert a["global_step"] == 45 and a["best_global_step"] == 21  # 8 evaluations after step 21: 24 ... 45
+    wa, wb = _weights(ref / "model" / "model.safetensors"), _weights(out / "model" / "model.safetensors")
+    for name, w in wa.items():
+        np.testing.assert_array_equal(wb[name], w, err_msg=name)
+    assert [e["step"] for e in _evals(out)] == [e["step"] for e in _evals(ref)]  # each evaluation logged once
+    assert sorted(p.name for p in (out / "checkpoints").glob("best-*")) == ["best-00000021"]
+
+
+def test_the_patience_counter_and_the_best_follow_the_hf_trainers_rules(tmp_path, tiny_model, sentiment_csv):
+    """The same sequence of metrics through transformers 5.24's EarlyStoppingCallback (its counter, compared with the
+    best before each evaluation) and Trainer._determine_best_metric (the best, on any strict improvement), and through
+    ours: the same counter after each evaluation, the same best, the same stop."""
+    from transformers.trainer_callback import EarlyStoppingCallback, TrainerControl
+
+
+    values = [0.5, 0.6, 0.6, 0.62, 0.66, 0.64, 0.7, 0.705, 0.71, 0.69]
+    threshold, patience = 0.03, 3
+    hf = EarlyStoppingCallback(early_stopping_patience=patience, early_stopping_threshold=threshold)
+    args = SimpleNamespace(metric_for_best_model="accuracy", greater_is_better=True)
+    state = SimpleNamespace(best_metric=None, best_global_step=None)
+    expected = []
+    for step, value in enumerate(values, 1):
+        control = TrainerControl()
+        hf.on_evaluate(args, state, control, metrics={"eval_accuracy": value})  # before the best is updated
+        if state.best_metric is None or value > state.best_metric:
+            state.best_metric, state.best_global_step = value, step
+        expected.append((hf.early_stopping_patience_counter, state.best_global_step, control.should_training_stop))
+        if control.should_training_stop:
+            break
+
+    train, _ = sentiment_csv
+    trainer = _trainer(tmp_path, tiny_model, train, "--eval-every", "1", "--early-stopping", str(patience),
+                                          "--early-stopping-threshold", str(threshold))
+    got = []
+    for step, value in enumerate(values, 1):
+        trainer.global_step = step
+        trainer._keep_if_best({"eval_accuracy": value})
+        got.append((trainer.bad_evals, trainer.best["step"], trainer.early_stopped))
+        if trainer.early_stopped:
+            break
+    assert got == expected
+    assert len(got) == 10 and got[-1] == (3, 9, True)  # stopped at the last: 0.705 and 0.71 beat the best by < 0.03
+    # each new best was written, and only the current one is left (no checkpoint names another)
+    assert sorted(p.name for p in Path(trainer.paths.checkpoint_dir).glob("best-*")) == [
+        f"best-{trainer.best['step']:08d}"]
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--epochs", "1", "--early-stopping", "1"],
+     "--early-stopping 1 stops after 1 evaluation in a row without improvement, but --epochs 1 with no --eval-every "
+     "evaluates once (at each epoch's end): it could never stop the run early; add --eval-every N (optimizer steps), "
+     "give --epochs 3 or more, or use --keep-best alone"),
+    (["--epochs", "3", "--early-stopping", "2"],
+     "--early-stopping 2 stops after 2 evaluations in a row without improvement, but --epochs 3 with no --eval-every "
+     "evaluates 3 times (at each epoch's end): it could never stop the run early; add --eval-every N (optimizer "
+     "steps), give --epochs 4 or more, or use --keep-best alone"),
+    (["--early-stopping-threshold", "0.01"],
+     "--early-stopping-threshold applies to --early-stopping N: add it, or drop the threshold"),
+    (["--early-stopping", "-2", "--eval-every", "5"], "--early-stopping must be 0 or more, got -2"),
+])
+def test_early_stopping_that_could_never_stop_is_refused_in_one_line(argv, says):
+    from ftcli_trainer.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        parse_args(argv)
+    assert e.value.problems == [says]
+
+
+def test_early_stopping_is_taken_where_it_can_stop():
+    assert parse_args(["--epochs", "4", "--early-stopping", "2"]).keep_best is True
+    cfg = parse_args(["--epochs", "1", "--eval-every", "50", "--early-stopping", "3"])
+    assert (cfg.keep_best, cfg.early_stopping, cfg.early_stopping_threshold) == (True, 3, 0.0)
+    assert parse_args([]).keep_best is False and parse_args(["--keep-best"]).keep_best is True
+
+
+def test_a_run_with_too_few_evaluations_to_stop_says_so(tmp_path, tiny_model, sentiment_csv):
+    train, _ = sentiment_csv
+    # 216 rows trained on (a tenth held out), batch 16: 14 steps an epoch; evaluated every 10 and at each epoch's end:
+    # 10, 14, 20, 28
+    trainer = _trainer(tmp_path, tiny_model, train, "--epochs", "2", "--eval-every", "10",
+                                 "--early-stopping", "3")
+    assert trainer._early_stopping_idle() == (
+        "this run evaluates 4 time(s) (28 steps, --eval-every 10, 2 epoch(s)), and a stop needs 4 before the last: it "
+        "cannot stop early (a smaller --eval-every gives it more evaluations); the best evaluation is still kept")
+    trainer = _trainer(tmp_path, tiny_model, train, "--epochs", "2", "--eval-every", "5",
+                                 "--early-stopping", "3")
+    assert trainer._early_stopping_idle() == ""  # 5, 10, 14, 15, 20, 25, 28
