@@ -261,3 +261,29 @@ def test_sigterm_to_the_launcher_stops_every_worker_after_the_checkpoint_said_on
     assert err.splitlines() == [f"stopped: SIGTERM: checkpoint written at step {step}; a restarted worker, or the "
                                 "same command, resumes from it"] + [  # said once for both workers (task.say_once)
         "stopped: SIGTERM, passed on to the workers (their lines above say where each stopped)"]
+
+
+def test_two_processes_stop_early_together_and_export_the_best_evaluations_weights(tmp_path, tiny_model,
+                                                                                    sentiment_csv):
+    # Each rank decides from the whole evaluation (gathered), and the stop goes through a collective: a rank that went
+    # on alone would hang in its next step's all-reduce (the run's timeout). Rank 0 writes the best weights; every rank
+    # loads them back for the evaluation of the exported model, a collective too.
+    out = tmp_path / "ddp"
+    r = _two_processes(sentiment_csv, tiny_model, out, "--epochs", "4", "--warmup-ratio", "1", "--learning-rate",
+                       "3e-2", "--eval-every", "3", "--log-every", "100", "--early-stopping", "6")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("stopping early") == 1 and r.stdout.count("kept the weights of step 21") == 1, r.stdout
+    m = json.loads((out / "model" / "metrics.json").read_text())
+    assert (m["global_step"], m["best_global_step"], m["early_stopping"]["stopped"]) == (39, 21, True)
+    evals = {row["step"]: row for row in map(json.loads, (out / "logs" / "metrics.jsonl").open())
+             if row["type"] == "eval"}
+    assert max(evals) == 39 and evals[21]["eval_accuracy"] == 1.0
+    assert m["eval_loss"] == evals[21]["eval_loss"] and m["last_eval"]["eval_loss"] == evals[39]["eval_loss"]
+    assert sum(map(sum, m["eval_confusion_matrix"])) == 60
+
+    from safetensors.numpy import load_file
+
+    kept = load_file(out / "checkpoints" / "best-00000021" / "model.safetensors")
+    exported = load_file(out / "model" / "model.safetensors")
+    for name, w in kept.items():
+        np.testing.assert_array_equal(exported[name], w, err_msg=name)
