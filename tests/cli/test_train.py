@@ -1012,6 +1012,28 @@ def test_an_unwritable_state_folder_is_found_before_any_upload(capsys, cloud_env
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+@pytest.mark.parametrize("command", ["train", "tune"])
+def test_early_stopping_that_could_never_stop_is_refused_before_any_upload(capsys, cloud_env, command):
+    gcs, vertex = cloud_env
+    search = ["--search", "learning_rate=loguniform(1e-5,1e-4)", "--trials", "2"] if command == "tune" else []
+    r = run_cli(capsys, command, "--detach", "--json", "--task", "imdb", "--epochs", "2", "--early-stopping", "1",
+                *search)
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    assert r.err.splitlines() == [
+        "error: --early-stopping 1 stops after 1 evaluation in a row without improvement, but --epochs 2 with no "
+        "--eval-every evaluates 2 times (at each epoch's end): it could never stop the run early; add --eval-every N "
+        "(optimizer steps), give --epochs 3 or more, or use --keep-best alone"]
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_keep_best_and_early_stopping_reach_the_job(capsys, cloud_env):
+    _, vertex = cloud_env
+    submitted(capsys, "--task", "imdb", "--eval-every", "500", "--early-stopping", "3",
+              "--early-stopping-threshold", "0.001", "--keep-best")
+    args = list(vertex.jobs[next(iter(vertex.jobs))].job_spec.worker_pool_specs[0].container_spec.args)
+    assert args == ["--task", "imdb", "--epochs", "1", "--eval-every", "500", "--keep-best", "--early-stopping", "3",
+                    "--early-stopping-threshold", "0.001"]
+
 
 # --- --smoke: the job's own start, here, before paying ------------------------------------------------------
 
