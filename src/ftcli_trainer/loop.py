@@ -1036,7 +1036,13 @@ class Trainer:
                 log.info("kept the weights of step %d (epoch %.2f): %s %.4f, against %.4f at the last step %d",
                          self.best["step"], self.best["epoch"], self.best_key, kept.get(self.best_key, math.nan),
                          last_eval.get(self.best_key, math.nan), self.global_step)
-                for callback in self.eval_callbacks:  # the tuning service's last report: the exported model's value
+                # The tuning service's last report: the exported model's value. A trial completed without a final
+                # measurement gets "a previously reported measurement" ("Otherwise, the service will auto-select a
+                # previously reported measurement as the final-measurement", CompleteTrialRequest.final_measurement,
+                # https://cloud.google.com/java/docs/reference/google-cloud-aiplatform/2.5.3/
+                # com.google.cloud.aiplatform.v1.CompleteTrialRequest, read 2026-11-27): which one is not said, and the
+                # collapsed last evaluation's must not be the one that stands for the trial.
+                for callback in self.eval_callbacks:
                     callback(self.global_step, kept)
         last = {k: v for k, v in last_eval.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         out |= {"best_global_step": self.best["step"], "best_epoch": self.best["epoch"],

@@ -298,3 +298,18 @@ def test_a_run_with_too_few_evaluations_to_stop_says_so(tmp_path, tiny_model, se
     trainer = _trainer(tmp_path, tiny_model, train, "--epochs", "2", "--eval-every", "5",
                                  "--early-stopping", "3")
     assert trainer._early_stopping_idle() == ""  # 5, 10, 14, 15, 20, 25, 28
+
+
+def test_the_tuning_services_last_report_is_the_exported_models(tmp_path, tiny_model, sentiment_csv, monkeypatch):
+    # A trial's measurement is one it reported ("Otherwise, the service will auto-select a previously reported
+    # measurement as the final-measurement"): with the best kept, its last report is the kept model's value, not the
+    # collapsed last evaluation's
+    report = tmp_path / "hp" / "output.metrics"
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(report))
+    out = tmp_path / "run"
+    assert main(_argv(sentiment_csv, tiny_model, out, "--keep-best", "--hypertune-metric", "eval_loss")) == 0
+    lines = [json.loads(x) for x in report.read_text().splitlines()]
+    evals = _evals(out)
+    assert [int(e["global_step"]) for e in lines] == [e["step"] for e in evals] + [60]
+    assert float(lines[-2]["eval_loss"]) == evals[-1]["eval_loss"]  # step 60's own evaluation
+    assert float(lines[-1]["eval_loss"]) == _metrics(out)["eval_loss"] == evals[6]["eval_loss"]  # step 21's weights
