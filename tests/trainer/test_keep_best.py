@@ -313,3 +313,39 @@ def test_the_tuning_services_last_report_is_the_exported_models(tmp_path, tiny_m
     assert [int(e["global_step"]) for e in lines] == [e["step"] for e in evals] + [60]
     assert float(lines[-2]["eval_loss"]) == evals[-1]["eval_loss"]  # step 60's own evaluation
     assert float(lines[-1]["eval_loss"]) == _metrics(out)["eval_loss"] == evals[6]["eval_loss"]  # step 21's weights
+
+
+def test_the_best_weights_live_in_the_bucket_beside_a_jobs_checkpoints(gcs, tiny_model, sentiment_csv, monkeypatch,
+                                                                        tmp_path):
+    # Inside Vertex every folder is gs://: the best weights are uploaded whole (marker last), superseded ones deleted,
+    # and a restarted worker downloads them for its export
+    train, test = sentiment_csv
+    gcs.create_bucket("vertex-out")
+    base = "gs://vertex-out/runs/job-1"
+    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            *RISE_AND_FALL, "--early-stopping", "6"]
+    assert main(argv) == 0
+    metrics = json.loads(gcs.read("vertex-out", "runs/job-1/model/metrics.json"))
+    assert (metrics["global_step"], metrics["best_global_step"]) == (39, 21)
+    best = sorted(o for o in gcs.list("vertex-out", "runs/job-1/checkpoints/best-"))
+    assert best == [f"runs/job-1/checkpoints/best-00000021/{name}"
+                    for name in ("_COMPLETE", "best.json", "model.safetensors")]
+    exported = gcs.read("vertex-out", "runs/job-1/model/model.safetensors")
+    kept = gcs.read("vertex-out", "runs/job-1/checkpoints/best-00000021/model.safetensors")
+    from safetensors.numpy import load
+
+    for name, w in load(kept).items():
+        np.testing.assert_array_equal(load(exported)[name], w, err_msg=name)
+
+    # A worker restarted after the run ended (during its export): nothing trained, the same model exported
+    assert main(argv) == 0
+    again = json.loads(gcs.read("vertex-out", "runs/job-1/model/metrics.json"))
+    assert (again["eval_loss"], again["best_global_step"]) == (metrics["eval_loss"], 21)
+    assert gcs.read("vertex-out", "runs/job-1/model/model.safetensors") == exported
+    assert not list(cwd.iterdir())  # nothing written locally
