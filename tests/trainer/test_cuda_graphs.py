@@ -1623,3 +1623,44 @@ def test_the_compile_never_falls_inside_a_capture(tmp_path, tiny_model, monkeypa
     assert [w for where, w in calls if where == "eager"] == [16, 32, 32]  # 16's first call: the proving one
     _train_both([compiled], ONE_MICRO)
     assert ss.counts["eager"] == 0
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA_MARKS)])
+def test_keep_best_on_the_graph_path_copies_the_weights_out_at_evaluation_and_leaves_the_step(tmp_path, tiny_model,
+                                                                                               device):
+    """--keep-best with the CUDA-graph path: the best evaluation's weights are copied out (best-<step>) at the
+    evaluation, outside the graphs; the captured step keeps its buffers and replays on; loaded back at the end (in
+    place) they are that evaluation's weights, and the step still replays on them."""
+    from ftcli_trainer import checkpoint
+
+    enc = _tiny_enc(tiny_model)
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    model = _no_dropout(load_model(str(tiny_model), labels, False, 0.5)).to(dev)
+    t = _make_trainer(tmp_path, tiny_model, model, enc, labels, extra=("--keep-best",))
+    t.device = dev
+    t._loss_acc = torch.zeros((), device=dev)
+    t._setup_static_steps(capture=device == "cuda")
+    buffers = [p.data_ptr() for p in model.parameters()]
+
+    def steps(groups):
+        for g in groups:
+            t.train_step(g)
+            t.global_step += 1
+
+    steps(GROUPS[:3])
+    t._keep_if_best({"eval_accuracy": 0.8})
+    at_best = _params(model)
+    steps(GROUPS[3:] + GROUPS[:2])
+    t._keep_if_best({"eval_accuracy": 0.75})  # not better: nothing written
+    assert not _same(_params(model), at_best)
+    assert sorted(p.name for p in Path(t.paths.checkpoint_dir).glob("best-*")) == ["best-00000003"]
+    checkpoint.load_best(t.paths.checkpoint_dir, 3, model)
+    assert _same(_params(model), at_best)
+    assert [p.data_ptr() for p in model.parameters()] == buffers
+    replays = t.static_steps.counts["replays"]
+    steps(GROUPS[2:4])
+    assert not _same(_params(model), at_best)  # trained on from the loaded weights
+    if device == "cuda":
+        assert t.static_steps.counts["replays"] > replays > 0
