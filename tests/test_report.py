@@ -166,3 +166,28 @@ def test_another_report_being_drawn_into_an_empty_folder_does_not_make_it_not_em
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_kept_best_step_is_said_and_drawn(tmp_path):
+    # --keep-best: the model (and metrics.json's eval_*) are step 10's; the last step's metrics are beside them
+    root = mnli_run(tmp_path / "run")
+    metrics = json.loads((root / "model" / "metrics.json").read_text())
+    metrics |= {"best_global_step": 10, "best_epoch": 1.0, "metric_for_best_model": "eval_accuracy",
+                "best_metric": 0.5, "early_stopping": {"patience": 1, "threshold": 0.0, "stopped": True,
+                                                       "evaluations_without_improvement": 1},
+                "last_eval": {"global_step": 20, "epoch": 2.0, "eval_accuracy": 0.25, "eval_loss": 1.5,
+                              "eval_macro_f1": 0.2}}
+    (root / "model" / "metrics.json").write_text(json.dumps(metrics))
+    run = load_run(root)
+    files = write_report(run, tmp_path / "out")
+    assert "learning_curves.png" in [f.name for f in files]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert ("The model is the weights of step 10 (epoch 1.00), the evaluation with the best accuracy (--keep-best): "
+            "the metrics above are its own. The last step, 20, had accuracy 0.2500 · macro-F1 0.2000 · loss 1.5000. "
+            "Stopped early (--early-stopping 1) at step 20, after 1 evaluation without improvement.") in md
+    assert "| last_eval |" not in md and "early_stopping" not in md.split("Stopped early")[0]
+    from ftcli.report import kept_line
+
+    del metrics["best_global_step"]
+    (root / "model" / "metrics.json").write_text(json.dumps(metrics))
+    assert kept_line(load_run(root)) is None

@@ -463,6 +463,11 @@ def _learning_curves(run: Run, path: Path) -> None:
         metric_ax.legend(fontsize=8)
     else:
         metric_ax.text(0.5, 0.5, "no evaluation yet", ha="center", va="center", transform=metric_ax.transAxes)
+    kept = (run.metrics or {}).get("best_global_step")
+    if isinstance(kept, int) and not isinstance(kept, bool):  # --keep-best: the step whose weights were exported
+        for ax in (loss_ax, metric_ax):
+            ax.axvline(kept, color="tab:green", ls="--", lw=1, label=f"kept: step {kept}")
+        metric_ax.legend(fontsize=8)
     lr_ax.set(title="learning rate", xlabel="optimizer step")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     for ax in (loss_ax, metric_ax, lr_ax):
@@ -562,6 +567,32 @@ def _cell(text) -> str:
     return _one_line(str(text).replace("\\", "\\\\").replace("|", "\\|"))
 
 
+def kept_line(run: Run) -> str | None:
+    """With --keep-best, which evaluation's weights the model is (the metrics above are theirs), what the last step
+    had, and where an early stop ended the run; None for a run that exported its last step."""
+    from ftcli_trainer.metrics import SHOWN
+
+    m = run.metrics or {}
+    step, key = m.get("best_global_step"), m.get("metric_for_best_model")
+    if not isinstance(step, int) or isinstance(step, bool) or not isinstance(key, str):
+        return None
+    name = key.removeprefix("eval_")
+    line = (f"The model is the weights of step {step}" + (f" (epoch {m['best_epoch']:.2f})" if isinstance(
+        m.get("best_epoch"), (int, float)) else "") + f", the evaluation with the best {SHOWN.get(name, name)} "
+            "(--keep-best): the metrics above are its own.")
+    last = m.get("last_eval")
+    if isinstance(last, dict) and isinstance(last.get("global_step"), int) and last["global_step"] != step:
+        shown = [k for k in (*run.headline(), "loss") if isinstance(last.get(f"eval_{k}"), (int, float))]
+        line += (f" The last step, {last['global_step']}, had " +
+                 " · ".join(f"{SHOWN.get(k, k)} {fmt(last[f'eval_{k}'])}" for k in dict.fromkeys(shown)) + ".")
+    stopped = m.get("early_stopping")
+    if isinstance(stopped, dict) and stopped.get("stopped"):
+        n = stopped.get("evaluations_without_improvement")
+        line += (f" Stopped early (--early-stopping {stopped.get('patience')}) at step {m.get('global_step')}, after "
+                 f"{n} evaluation{'' if n == 1 else 's'} without improvement.")
+    return line
+
+
 def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None) -> str:
     """report.md; `notes`: for a picture that leaves labels out, what it draws (the tables have every label)."""
     m = run.metrics or {}
@@ -582,6 +613,8 @@ def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None)
                   "|---|" + "---:|" * len(run.eval_sets)]
         lines += [f"| {k} | " + " | ".join(fmt(s[k]) if k in s else "" for s in per_set) + " |" for k in keys]
         lines.append("")
+    if kept := kept_line(run):
+        lines += [kept, ""]
     training = [(label, m[key]) for key, label in TRAINING_ROWS if isinstance(m.get(key), (int, float))]
     if training:
         lines += ["## Training", "", "| | |", "|---|---:|"] + [f"| {label} | {fmt(v)} |" for label, v in training]
