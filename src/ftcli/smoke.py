@@ -54,6 +54,11 @@ def smoke_options(trainer: dict[str, Any], output_dir: str) -> dict[str, Any]:
     paths = {k: absolute(v) for k, v in trainer.items()
              if k in ("train_file", "eval_file", "model") and isinstance(v, str) and not v.startswith("gs://")}
     kept = {k: v for k, v in trainer.items() if k not in LEFT_OUT}
+    if kept.pop("early_stopping", None):
+        # One epoch of a few rows cannot stop early (the trainer refuses an --early-stopping that could never stop):
+        # the smoke keeps the best instead, the export path an early stop takes
+        kept["keep_best"] = True
+    kept.pop("early_stopping_threshold", None)
     return {**kept, **paths, "max_train_samples": at_most("max_train_samples", SMOKE_TRAIN_ROWS),
             "max_eval_samples": at_most("max_eval_samples", SMOKE_EVAL_ROWS), "epochs": 1,
             "log_every": 1, "output_dir": output_dir}

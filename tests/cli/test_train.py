@@ -1052,6 +1052,18 @@ def test_smoke_runs_the_jobs_start_here_and_sends_nothing(capsys, cloud_env, tmp
     assert scratch and scratch.group(1).startswith(tempfile.gettempdir()) and not Path(scratch.group(1)).exists()
 
 
+def test_the_smoke_of_an_early_stopping_job_keeps_the_best_and_passes_the_trainers_checks(tmp_path):
+    # The smoke trains one epoch: an --early-stopping job's smoke was refused by the trainer's own check ("--epochs 1
+    # with no --eval-every ... could never stop the run early") for a job that was fine
+    from ftcli.smoke import smoke_options
+    from ftcli.trainer_options import validate
+
+    job = {"task": "imdb", "epochs": 4, "early_stopping": 2, "early_stopping_threshold": 0.01}
+    cfg, args = validate(smoke_options(job, str(tmp_path / "run")))
+    assert (cfg.epochs, cfg.keep_best, cfg.early_stopping, cfg.early_stopping_threshold) == (1, True, 0, 0.0)
+    assert "--keep-best" in args and "--early-stopping" not in args
+
+
 @pytest.mark.parametrize("command, name", [
     (["train", "--task", "imdb", "--gpu", "L4", "--smoke"], "ftcli train --smoke"),
     (["local", "--epochs", "1"], "ftcli local"),
