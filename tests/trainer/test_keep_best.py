@@ -349,3 +349,32 @@ def test_the_best_weights_live_in_the_bucket_beside_a_jobs_checkpoints(gcs, tiny
     assert (again["eval_loss"], again["best_global_step"]) == (metrics["eval_loss"], 21)
     assert gcs.read("vertex-out", "runs/job-1/model/model.safetensors") == exported
     assert not list(cwd.iterdir())  # nothing written locally
+
+
+def test_a_resume_whose_best_weights_are_gone_says_so_and_looks_for_the_best_again(tmp_path, tiny_model,
+                                                                                   sentiment_csv, monkeypatch, capsys):
+    from ftcli_trainer.loop import Trainer
+
+    train_step = Trainer.train_step
+
+    def crashing(self, *a, **k):
+        if self.global_step == 40:
+            raise _Crash
+        return train_step(self, *a, **k)
+
+    out = tmp_path / "out"
+    args = ("--keep-best", "--save-every", "10")
+    monkeypatch.setattr(Trainer, "train_step", crashing)
+    with pytest.raises(_Crash):
+        from ftcli_trainer.task import run
+
+        run(parse_args(_argv(sentiment_csv, tiny_model, out, *args)))
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    shutil.rmtree(out / "checkpoints" / "best-00000021")  # removed by hand
+    capsys.readouterr()
+    assert main(_argv(sentiment_csv, tiny_model, out, *args)) == 0
+    said = capsys.readouterr().out
+    assert (f"warning: the best evaluation's weights (step 21) are not in {out / 'checkpoints'}: the best is looked "
+            "for from step 40 on") in said
+    m = _metrics(out)
+    assert m["best_global_step"] == 42 and m["eval_accuracy"] == 1.0  # the first evaluation after the resume
