@@ -107,7 +107,7 @@ def load_best(root: str, step: int, model) -> None:
     path = storage.join(root, f"best-{step:08d}")
     if not _is_complete(path):
         raise TrainerError(f"the best evaluation's weights (step {step}) are not in {path}: run again with another "
-                           "--output-dir, or without --keep-best / --early-stopping")
+                           "--output-dir")  # (without --keep-best, these checkpoints are another run's)
     downloaded = None
     try:
         if storage.is_gcs(path):
@@ -241,6 +241,10 @@ def run_fingerprint(cfg) -> dict:
     if not fp.get("regression"):
         # Absent unless on: a classification run's checkpoints written before the option existed still resume.
         fp.pop("regression", None)
+    if cfg.keep_best:
+        # Which weights the export is (the best evaluation's, not the last step's): a finished --keep-best run run
+        # again without it exported its last step over the kept model. Absent unless on, as regression.
+        fp["keep_best"] = True
     task = TASKS[cfg.task]
     if cfg.train_file:
         fp["train_data"] = _digest(cfg.train_file)

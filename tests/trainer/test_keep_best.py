@@ -124,6 +124,26 @@ def test_keep_best_exports_the_best_evaluations_weights_not_the_last(tmp_path, t
         "step": 21, "epoch": 1.4, "value": 1.0, "metric": "eval_accuracy"}
 
 
+def test_a_finished_run_run_again_with_keep_best_toggled_is_refused_and_its_model_left_alone(tmp_path, tiny_model,
+                                                                                              sentiment_csv, capsys):
+    # The same command without --keep-best re-exported the last step's weights (accuracy 0.17) over the kept model
+    # (1.0); a plain run's again with --keep-best warned that no evaluation gave a finite accuracy (none was judged)
+    for first, second, name in ((("--keep-best",), (), "kept"), ((), ("--keep-best",), "plain")):
+        out = tmp_path / name
+        assert main(_argv(sentiment_csv, tiny_model, out, *first)) == 0
+        exported = (out / "model" / "model.safetensors").read_bytes()
+        metrics = (out / "model" / "metrics.json").read_bytes()
+        capsys.readouterr()
+        assert main(_argv(sentiment_csv, tiny_model, out, *second)) == 2
+        said = capsys.readouterr()
+        assert f"error: {out / 'checkpoints'} holds checkpoints of a different run (keep-best differs)" in said.err
+        assert "Traceback" not in said.err + said.out
+        assert (out / "model" / "model.safetensors").read_bytes() == exported
+        assert (out / "model" / "metrics.json").read_bytes() == metrics
+    # --early-stopping implies --keep-best: the kept run resumes with it (and exports the same model)
+    assert main(_argv(sentiment_csv, tiny_model, tmp_path / "kept", "--early-stopping", "100")) == 0
+
+
 def test_early_stopping_stops_after_patience_evaluations_and_a_restart_exports_the_same(tmp_path, tiny_model,
                                                                                         sentiment_csv, capsys):
     out = tmp_path / "run"
