@@ -863,6 +863,9 @@ class Trainer:
             previous = self.best
             self.best = {"step": self.global_step, "epoch": round(self._epoch_float(), 4), "value": value}
             note = " | best so far"
+            if cfg.early_stopping and self.bad_evals:  # kept, but it counts against the patience (HF's rules)
+                note += (f", but within --early-stopping-threshold {cfg.early_stopping_threshold:g} of the previous "
+                         f"best: {self.bad_evals}/{cfg.early_stopping} without improvement")
             if self.dist.is_main:
                 root = self.paths.checkpoint_dir
                 checkpoint.save_best(root, self.global_step, self.model, {**self.best, "metric": self.best_key})

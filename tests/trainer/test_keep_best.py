@@ -278,6 +278,22 @@ def test_the_patience_counter_and_the_best_follow_the_hf_trainers_rules(tmp_path
         f"best-{trainer.best['step']:08d}"]
 
 
+def test_a_new_best_within_the_threshold_says_it_counts_against_the_patience(tmp_path, tiny_model, sentiment_csv):
+    # Its line said "best so far" and nothing else: the next evaluation's "2/2 without improvement; stopping early"
+    # came one evaluation after the best, with no count said before it
+    train, _ = sentiment_csv
+    trainer = _trainer(tmp_path, tiny_model, train, "--eval-every", "1", "--early-stopping", "2",
+                       "--early-stopping-threshold", "0.05")
+    notes = []
+    for step, value in enumerate([0.5, 0.52, 0.53], 1):
+        trainer.global_step = step
+        notes.append(trainer._keep_if_best({"eval_accuracy": value}))
+    within = " | best so far, but within --early-stopping-threshold 0.05 of the previous best: "
+    assert notes == [" | best so far", within + "1/2 without improvement",
+                     within + "2/2 without improvement; stopping early"]
+    assert trainer.best["step"] == 3 and trainer.early_stopped
+
+
 @pytest.mark.parametrize("argv,says", [
     (["--epochs", "1", "--early-stopping", "1"],
      "--early-stopping 1 stops after 1 evaluation in a row without improvement, but --epochs 1 with no --eval-every "
