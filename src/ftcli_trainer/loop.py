@@ -877,7 +877,7 @@ class Trainer:
                 note += f", {self.bad_evals}/{cfg.early_stopping} without improvement"
         # A collective after rank 0's write: no rank reads the best weights before they are there
         stop = any_rank(bool(cfg.early_stopping) and self.bad_evals >= cfg.early_stopping, self.dist, self.device)
-        if stop and not self.early_stopped:
+        if stop and not self.early_stopped and self.global_step < self.total_steps:  # (the last ends the run anyway)
             self.early_stopped = True
             note += "; stopping early"
         return note

@@ -184,6 +184,24 @@ def test_early_stopping_stops_after_patience_evaluations_and_a_restart_exports_t
         np.testing.assert_array_equal(_weights(out / "model" / "model.safetensors")[name], w, err_msg=name)
 
 
+def test_patience_run_out_at_the_last_evaluation_is_no_early_stop(tmp_path, tiny_model, sentiment_csv, capsys):
+    # 1.0 at step 21, then 13 evaluations without improvement: the 13th is the last step's (60). It said "stopping
+    # early" and "stopped at step 60 of 60", metrics.json "stopped": true and report.md "Stopped early ... at step 60"
+    out = tmp_path / "run"
+    assert main(_argv(sentiment_csv, tiny_model, out, "--early-stopping", "13")) == 0
+    said = capsys.readouterr().out
+    m = _metrics(out)
+    assert m["global_step"] == 60 and m["epoch"] == 4.0 and m["best_global_step"] == 21
+    assert m["early_stopping"] == {"patience": 13, "threshold": 0.0, "stopped": False,
+                                   "evaluations_without_improvement": 13}
+    assert "best 1.0000 at step 21, 13/13 without improvement\n" in said
+    assert "stopping early" not in said and "early stopping:" not in said
+    # one evaluation fewer of patience stops at the one before: step 57
+    assert main(_argv(sentiment_csv, tiny_model, tmp_path / "stops", "--early-stopping", "12")) == 0
+    assert _metrics(tmp_path / "stops")["early_stopping"]["stopped"] is True
+    assert _metrics(tmp_path / "stops")["global_step"] == 57
+
+
 class _Crash(Exception):
     pass
 
