@@ -518,6 +518,13 @@ class Trainer:
         self._loss_total = float(state["loss_total"])
         self._loss_count = int(state["loss_count"])
         self.early_stopped = bool(state.get("early_stopped", False))
+        stopped_by = state.get("stopped_by")
+        if self.early_stopped and isinstance(stopped_by, dict) and stopped_by != self._stopped_by():
+            # Other options would export the stopped run and say they stopped it (metrics.json, ftcli report)
+            options = " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in stopped_by.items() if v)
+            raise TrainerError(f"the run in {self.paths.checkpoint_dir} stopped early at step {self.global_step} "
+                               f"with {options}, and trains no further: give the same options to export it again, "
+                               "or start over with another --output-dir")
         self._resume_best(state)
         self._forget_rows_after(self.global_step)
 
@@ -641,6 +648,7 @@ class Trainer:
         }
         if self.early_stopped:
             state["early_stopped"] = True  # a restart exports, it does not train on
+            state["stopped_by"] = self._stopped_by()
         if self.keep_best and self.best is not None:
             state["best"] = dict(self.best)
             state["bad_evals"] = self.bad_evals
@@ -649,6 +657,10 @@ class Trainer:
             # The kept checkpoints' best weights stay (a resume from either needs its own); older ones go
             self._best_refs = [*self._best_refs, self.best["step"] if self.best else None][-checkpoint.KEEP:]
             checkpoint.prune_best(self.paths.checkpoint_dir, self._kept_best_steps())
+
+    def _stopped_by(self) -> dict:
+        return {"early_stopping": self.cfg.early_stopping,
+                "early_stopping_threshold": self.cfg.early_stopping_threshold}
 
     def _kept_best_steps(self) -> set[int]:
         return {s for s in self._best_refs if s is not None} | ({self.best["step"]} if self.best else set())

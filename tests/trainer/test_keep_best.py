@@ -183,6 +183,19 @@ def test_early_stopping_stops_after_patience_evaluations_and_a_restart_exports_t
     for name, w in first.items():
         np.testing.assert_array_equal(_weights(out / "model" / "model.safetensors")[name], w, err_msg=name)
 
+    # Another patience (to train on) exported the stopped run again, and metrics.json and ftcli report said
+    # "Stopped early (--early-stopping 8) ... after 6 evaluations without improvement": refused, the model left alone
+    exported = (out / "model" / "model.safetensors").read_bytes()
+    for other in (("--early-stopping", "8"), ("--early-stopping", "6", "--early-stopping-threshold", "0.1"),
+                  ("--keep-best",)):
+        assert main(_argv(sentiment_csv, tiny_model, out, *other)) == 2
+        said = capsys.readouterr()
+        assert f"error: the run in {out / 'checkpoints'} stopped early at step 39 with --early-stopping 6, and " \
+               "trains no further: give the same options to export it again, or start over with another " \
+               "--output-dir" in said.err
+        assert "Traceback" not in said.err
+        assert (out / "model" / "model.safetensors").read_bytes() == exported
+
 
 def test_patience_run_out_at_the_last_evaluation_is_no_early_stop(tmp_path, tiny_model, sentiment_csv, capsys):
     # 1.0 at step 21, then 13 evaluations without improvement: the 13th is the last step's (60). It said "stopping
