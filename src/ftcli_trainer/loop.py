@@ -1001,9 +1001,9 @@ class Trainer:
         if not last_eval:  # resumed after the last epoch's (or the early stop's) checkpoint: evaluate what we have
             last_eval = self.evaluate()
         if self.dist.is_main and self.early_stopped and self.best is not None:
-            log.info("early stopping: %d evaluations in a row did not improve %s on %.4f (step %d); stopped at step "
-                     "%d of %d", self.bad_evals, self.best_key, self.best["value"], self.best["step"],
-                     self.global_step, self.total_steps)
+            log.info("early stopping: %d evaluation%s in a row did not improve %s on %.4f (step %d); stopped at "
+                     "step %d of %d", self.bad_evals, "" if self.bad_evals == 1 else "s", self.best_key,
+                     self.best["value"], self.best["step"], self.global_step, self.total_steps)
         loss_sum, n = self._loss_window()
         self._loss_total += loss_sum
         self._loss_count += n
