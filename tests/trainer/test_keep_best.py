@@ -93,7 +93,9 @@ def test_keep_best_exports_the_best_evaluations_weights_not_the_last(tmp_path, t
     accuracy = [e["eval_accuracy"] for e in evals]
     best = evals[int(np.argmax(accuracy))]  # the first of the best: a tie is no improvement (HF's np.greater)
     assert (best["step"], best["eval_accuracy"]) == (21, 1.0) and evals[-1]["step"] == 60
-    assert evals[-1]["eval_accuracy"] < 0.5  # the run fell apart: the last step is not the one to export
+    # the run fell apart (below 0.5 on torch 2.13, to the majority class's 0.62 on the job image's 2.7.1): the last
+    # step is not the one to export
+    assert evals[-1]["eval_accuracy"] <= 0.62
 
     m = _metrics(out)
     assert (m["best_global_step"], m["best_epoch"], m["metric_for_best_model"]) == (21, 1.4, "eval_accuracy")
