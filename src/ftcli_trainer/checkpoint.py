@@ -7,10 +7,12 @@ loading never unpickles arbitrary objects. It counts only once its completion ma
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from ftcli_trainer import storage
@@ -32,34 +34,40 @@ def _list(root: str, pattern: re.Pattern = STEP_RE) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+@contextlib.contextmanager
+def _staged(root: str, name: str, prefix: str, what: str, files: list) -> Iterator[Path]:
+    """A folder `name` staged (in a local temporary folder named `prefix` for gs://, else beside it), filled by the
+    with-block, then published whole under `root`: a reader sees all of it or none. A full disk or a read-only folder
+    is the environment, not a bug: one line that names `what` (an OSError recorded by one of `files`, the block's
+    RecordingFiles, names the cause); the last complete checkpoint is still there to resume from. The staging goes
+    either way."""
+    staged = None
+    try:
+        staged = storage.local_tmp(prefix) if storage.is_gcs(root) else storage.staging_dir(Path(root), name)
+        yield staged
+        storage.publish_dir(staged, storage.join(root, name), ours_only=False)
+    except Exception as e:
+        os_error = storage.os_error_of(e, *files)
+        if os_error is None:
+            raise
+        where = storage.staged_where(root, staged) if staged is not None else root
+        raise TrainerError(storage.write_error(os_error, what, where)) from None
+    finally:
+        if staged is not None and staged.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+
+
 def save(root: str, step: int, model, state: dict) -> None:
     import torch
     from safetensors.torch import save_model
 
     still_held(root)  # never over another run's checkpoints
-    target = storage.join(root, f"step-{step:08d}")
-    staged = state_file = None
-    try:
-        if storage.is_gcs(root):
-            staged = storage.local_tmp("ckpt")
-        else:
-            staged = storage.staging_dir(Path(root), f"step-{step:08d}")
+    files: list[storage.RecordingFile] = []
+    with _staged(root, f"step-{step:08d}", "ckpt", f"the step {step} checkpoint", files) as staged:
         save_model(model, str(staged / "model.safetensors"))
-        state_file = storage.RecordingFile(staged / "trainer_state.pt", "wb")
+        files.append(state_file := storage.RecordingFile(staged / "trainer_state.pt", "wb"))
         with state_file:
             torch.save(state, state_file)
-        storage.publish_dir(staged, target, ours_only=False)
-    except Exception as e:
-        # A full disk or a read-only folder is the environment, not a bug: one line; the last complete
-        # checkpoint is still there to resume from.
-        os_error = storage.os_error_of(e, state_file)
-        if os_error is None:
-            raise
-        where = storage.staged_where(root, staged) if staged is not None else root
-        raise TrainerError(storage.write_error(os_error, f"the step {step} checkpoint", where)) from None
-    finally:
-        if staged is not None and staged.exists():
-            shutil.rmtree(staged, ignore_errors=True)
     # Keep the newest KEEP complete checkpoints, and always this one; anything else (older, or torn by a crash)
     # goes. (Newer ones than this step are there when the resume could not read them: two of them took both places,
     # and the checkpoint just written was deleted.)
@@ -78,22 +86,9 @@ def save_best(root: str, step: int, model, info: dict) -> None:
     from safetensors.torch import save_model
 
     still_held(root)  # never over another run's
-    name = f"best-{step:08d}"
-    staged = None
-    try:
-        staged = storage.local_tmp("best") if storage.is_gcs(root) else storage.staging_dir(Path(root), name)
+    with _staged(root, f"best-{step:08d}", "best", f"the best weights (step {step})", []) as staged:
         save_model(model, str(staged / "model.safetensors"))
         (staged / "best.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        storage.publish_dir(staged, storage.join(root, name), ours_only=False)
-    except Exception as e:
-        os_error = storage.os_error_of(e)
-        if os_error is None:
-            raise
-        where = storage.staged_where(root, staged) if staged is not None else root
-        raise TrainerError(storage.write_error(os_error, f"the best weights (step {step})", where)) from None
-    finally:
-        if staged is not None and staged.exists():
-            shutil.rmtree(staged, ignore_errors=True)
 
 
 def has_best(root: str, step: int) -> bool:
