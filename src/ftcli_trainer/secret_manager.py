@@ -65,11 +65,6 @@ def read_secret(name: str, flag: str, what: str) -> str:
     return text
 
 
-def _is_true(value: str | None) -> bool:
-    # huggingface_hub's own reading of its switches (constants._is_true)
-    return (value or "").upper() in ("1", "ON", "YES", "TRUE")
-
-
 def use_hub_token(name: str) -> None:
     """Read the Hugging Face token in secret `name` and hand it to huggingface_hub (transformers' and datasets'
     downloads) as HF_TOKEN, in this process's environment only: "If set, this value will overwrite the token stored
@@ -80,7 +75,9 @@ def use_hub_token(name: str) -> None:
     local data), where no token would be sent."""
     if os.environ.get(HF_TOKEN_FROM) == name and os.environ.get("HF_TOKEN"):
         return  # read by the process that started this one
-    if _is_true(os.environ.get("HF_HUB_OFFLINE")):
+    from ftcli_trainer.model import hub_switch
+
+    if hub_switch("HF_HUB_OFFLINE"):
         log.info("--hf-secret not read: HF_HUB_OFFLINE is set, so nothing is downloaded from the Hugging Face Hub")
         return
     os.environ["HF_TOKEN"] = read_secret(name, "--hf-secret", "the Hugging Face token")
