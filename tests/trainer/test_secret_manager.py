@@ -3,12 +3,10 @@ runs, sent to the Hub (a local HTTP server posing as HF_ENDPOINT) and written no
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -33,49 +31,23 @@ def clean_hub_env(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
 
 
-class GatedHub(http.server.BaseHTTPRequestHandler):
-    """The Hub's answer for a gated model: 401 without a token, 403 with one that has no access (X-Error-Code
-    GatedRepo either way, which huggingface_hub turns into GatedRepoError)."""
+def test_the_token_from_the_secret_is_what_the_hub_receives(tmp_path, secret_manager, clean_hub_env, hub,
+                                                             sentiment_csv):
+    # In a process of its own, as in the job: huggingface_hub reads HF_ENDPOINT at its import. The Hub emulator
+    # (tests/emulators/hub.py) knows the token, which has no access to the gated model: 403 GatedRepo.
+    from tests.emulators.hub import HubModel
 
-    seen: list[tuple[str, str | None]] = []  # (path, Authorization header)
-
-    def _refuse(self):
-        auth = self.headers.get("Authorization")
-        GatedHub.seen.append((self.path, auth))
-        body = b'{"error": "Access to model org/gated-model is restricted."}'
-        self.send_response(403 if auth else 401)
-        self.send_header("X-Error-Code", "GatedRepo")
-        self.send_header("X-Error-Message", "Access to model org/gated-model is restricted.")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_GET = do_HEAD = _refuse
-
-    def log_message(self, *args):
-        pass
-
-
-def test_the_token_from_the_secret_is_what_the_hub_receives(tmp_path, secret_manager, clean_hub_env, sentiment_csv):
-    # In a process of its own, as in the job: huggingface_hub reads HF_ENDPOINT at its import.
     secret_manager.put(SECRET, TOKEN.encode() + b"\n")  # `gcloud secrets create --data-file` keeps a trailing newline
-    GatedHub.seen = []
-    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), GatedHub)
-    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    hub.models["org/gated-model"] = HubModel(gated="manual")
+    hub.tokens.add(TOKEN)
     train, _ = sentiment_csv
-    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{hub.server_port}", "HF_HOME": str(tmp_path / "hf"),
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0",
            "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
-    try:
-        done = subprocess.run([sys.executable, "-m", "ftcli_trainer.task", "--task", "csv", "--train-file", str(train),
-                               "--model", "org/gated-model", "--output-dir", str(tmp_path / "run"),
-                               "--hf-secret", SECRET], env=env, capture_output=True, text=True, timeout=300)
-    finally:
-        hub.shutdown()
-    # every request for the model carries the secret's token (huggingface_hub 2.4 also asks /api/agent-harnesses,
-    # with none)
-    assert {auth for path, auth in GatedHub.seen if "org/gated-model" in path} == {f"Bearer {TOKEN}"}
+    done = subprocess.run([sys.executable, "-m", "ftcli_trainer.task", "--task", "csv", "--train-file", str(train),
+                           "--model", "org/gated-model", "--output-dir", str(tmp_path / "run"),
+                           "--hf-secret", SECRET], env=env, capture_output=True, text=True, timeout=300)
+    # every request for the model carries the secret's token
+    assert {auth for path, auth in hub.requests if "org/gated-model" in path} == {f"Bearer {TOKEN}"}
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1] == (
         "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub, and the "
