@@ -540,10 +540,11 @@ def machine_hint(hw: Hardware, detail: str) -> str | None:
 
 
 def _check_gcs_data(sub: Submission, storage) -> None:
-    """gs:// data files read as the job will, before anything is uploaded: a small one whole (with the trainer's
-    readers, as a local file), a big one's header (its first HEAD_BYTES: the columns, the encoding, the format); a
-    wrong column failed the job after its machines had started. A local file beside it gives its header too (it was
-    read whole already, in `plan`): a multi-label eval file needs the training file's label columns."""
+    """gs:// data files read as the job will, before anything is uploaded: a missing one refused, a small one read
+    whole (with the trainer's readers, as a local file), a big one's header (its first HEAD_BYTES: the columns, the
+    encoding, the format); a wrong column failed the job after its machines had started. A local file beside it
+    gives its header too (it was read whole already, in `plan`): a multi-label eval file needs the training file's
+    label columns."""
     import tempfile
 
     from ftcli_trainer.data import HEAD_BYTES, check_files
@@ -559,8 +560,9 @@ def _check_gcs_data(sub: Submission, storage) -> None:
         for name, value in given.items():
             if value.startswith("gs://"):
                 head = storage.read_head(value, HEAD_BYTES + 1)  # one byte more: is that all of it?
-                if head is None:
-                    continue  # (looked up just before; gone since: the job says)
+                if head is None:  # read by the job: it would fail after its machines were paid for
+                    raise UsageError(f"--{name.replace('_', '-')} {value}: no such file in the bucket",
+                                     hint=f"gcloud storage ls {value.rsplit('/', 1)[0]}/ lists what is there")
                 if len(head) <= HEAD_BYTES:
                     # its name's endings (.csv, .jsonl, .gz) pick the reader; the rest may be too long for a file name
                     local = Path(tmp, name, "data" + "".join(Path(value.rsplit("/", 1)[-1]).suffixes[-2:]))
@@ -602,11 +604,6 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
         gateway = get_secrets(sub.settings.project)
         for name, variable in sub.secrets:
             gateway.check_exists(name, variable)
-    for name in DATA_OPTIONS:  # read by the job: a missing one would fail it after its machines were paid for
-        value = sub.trainer.get(name)
-        if value and str(value).startswith("gs://") and not storage.exists(str(value)):
-            raise UsageError(f"--{name.replace('_', '-')} {value}: no such file in the bucket",
-                             hint=f"gcloud storage ls {value.rsplit('/', 1)[0]}/ lists what is there")
     _check_gcs_data(sub, storage)
     sent = 0
     if not storage.exists(sub.package_uri):
