@@ -1,13 +1,19 @@
 """bench/gpu.py's own arithmetic (no GPU needed): how a profile's kernels are sorted into kinds."""
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 
 spec = importlib.util.spec_from_file_location("bench_gpu", Path(__file__).resolve().parents[1] / "bench" / "gpu.py")
 gpu = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu)
+_environ = dict(os.environ)
+try:
+    spec.loader.exec_module(gpu)
+finally:  # its offline switches (TRANSFORMERS_OFFLINE=1, ...) are for its own runs, not the later tests'
+    os.environ.clear()
+    os.environ.update(_environ)
 
 
 @pytest.mark.parametrize("kernel,kind", [
