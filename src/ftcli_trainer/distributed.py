@@ -13,8 +13,10 @@ gloo on CPUs.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -89,6 +91,58 @@ def relaunch_argv(argv: list[str], gpus: int, env=os.environ) -> list[str] | Non
     return [sys.executable, "-m", "ftcli_trainer.launcher", f"--nnodes={nodes}", f"--node-rank={node_rank}",
             f"--nproc-per-node={per_node}", f"--master-addr={addr}", f"--master-port={port}",
             "-m", "ftcli_trainer.task", *argv]
+
+
+# NCCL and /dev/shm. NCCL "creates shared memory segments, traditionally in /dev/shm ... If insufficient shared memory
+# is available, NCCL will fail to initialize"; "Docker containers default to limited shared and pinned memory
+# resources", the fix being e.g. `--shm-size=1g --ulimit memlock=-1` on the docker command line (NCCL User Guide,
+# "Runtime and MPI issues", https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting/
+# runtime_and_mpi_issues.html, read 2026-11-27). NCCL documents no minimum size: the segments depend on its version
+# and on the transports it picks (its proxy's operation pool, one per process, is in /dev/shm whatever
+# NCCL_SHM_DISABLE says, which turns off the SHM transport only: src/proxy.cc proxyProgressInit and
+# src/transport/shm.cc, NVIDIA/nccl v2.26.2-1, read 2026-11-27), so NCCL_SHM_DISABLE=1 is no sure fallback either.
+# Vertex AI: a CustomJob's containerSpec has imageUri, command, args and env, no shared-memory size (aiplatform_v1 and
+# v1beta1 types/custom_job.py, google-cloud-aiplatform 2.7.0); only a Model's serving container has
+# sharedMemorySizeMb, "The default shared memory size is 64MB" (https://cloud.google.com/vertex-ai/docs/predictions/
+# deploy-genai, read 2026-11-27). Vertex's training pages ("Custom containers overview", "Configure container
+# settings") give no /dev/shm size for a training container; users reported multi-GPU NCCL failing for want of it
+# (googleapis/python-aiplatform#3434, closed by its author as working in another job type; kubeflow/pipelines#9147;
+# both read 2026-11-27). Nothing firm, so nothing is checked before NCCL starts (a guessed floor could stop jobs that
+# work); when NCCL does fail on it, the run's line says so (shm_problem).
+# NCCL's own words when it cannot allocate one (src/misc/shmutils.cc, ncclShmOpen): "Error while creating shared memory
+# segment /dev/shm/nccl-XXXXXX (size N), error: No space left on device (28)", its last error, which torch's
+# DistBackendError carries after "Last error:" (torch/csrc/distributed/c10d/NCCLUtils.cpp, getNcclErrorDetailStr; a
+# whole one is quoted in gpustack/gpustack#3573; both read 2026-11-27).
+_NCCL_SHM_FULL = re.compile(rf"/dev/shm/nccl-\S*.*?error: [^\n]*\({errno.ENOSPC}\)")
+
+
+def shm_size(path: str = "/dev/shm", statvfs=os.statvfs) -> int | None:
+    """The size of /dev/shm in bytes (not what is free: every rank reads the same); None where it cannot be read."""
+    try:
+        st = statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def shm_problem(e: BaseException, env=os.environ, statvfs=os.statvfs) -> str | None:
+    """The run's line for NCCL failing to set up for want of room in /dev/shm, or None for any other error: the same
+    line on every rank of the machine (said once: task.say_once), where NCCL's own names a random segment file."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if _NCCL_SHM_FULL.search(str(e)):
+            break
+        e = e.__cause__ or e.__context__
+    else:
+        return None
+    processes = env.get("LOCAL_WORLD_SIZE")
+    size = shm_size(statvfs=statvfs)
+    held = f"; /dev/shm holds {size / 2**20:.0f} MiB here" if size is not None else ""
+    return (f"error: NCCL found no room in /dev/shm for the shared memory of "
+            f"{f'the {processes} GPU processes' if processes else 'the GPU processes'} on this machine{held}. NCCL "
+            "needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g), and a Vertex AI job has no "
+            "setting for it: put fewer GPUs on each machine (e.g. --gpu L4 --replicas 4 in place of --gpu L4x4)")
 
 
 def setup(device_type: str) -> Dist:

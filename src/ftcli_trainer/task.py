@@ -387,6 +387,11 @@ def _run(cfg: TrainConfig) -> int:
             say_once("error: out of memory; lower --batch-size or --max-length (raise "
                      "--gradient-accumulation-steps to keep the effective batch)")
             return 1
+        from ftcli_trainer.distributed import shm_problem
+
+        if line := shm_problem(e):  # NCCL's set-up, in a container with too small a /dev/shm
+            say_once(line)
+            return 1
         if os.environ.get("FTCLI_DEBUG") == "1":
             raise
         failed = storage.os_error_of(e)

@@ -9,11 +9,12 @@ import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from ftcli_trainer.distributed import Dist, master, relaunch_argv, shard_batches, vertex_nodes
+from ftcli_trainer.distributed import Dist, master, relaunch_argv, shard_batches, shm_problem, shm_size, vertex_nodes
 from tests.conftest import FILLER, sentiment_rows, write_csv
 
 SPEC = json.dumps({"cluster": {"workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
@@ -56,6 +57,90 @@ def test_shards_are_disjoint_similar_and_equal_in_count():
     assert len(shards[0]) == len(shards[1]) == 5  # the 1-example tail is dropped: every rank steps together
     flat = np.concatenate([np.concatenate(s) for s in shards])
     assert sorted(flat.tolist()) == list(range(40))
+
+
+# NCCL's failure for want of room in /dev/shm as torch raises it: a whole one, from a vLLM worker with NCCL 2.26.2, in
+# gpustack/gpustack#3573 (read 2026-11-27); its last line is ncclShmOpen's WARN (NVIDIA/nccl src/misc/shmutils.cc)
+NCCL_SHM_FULL = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled system error (run "
+                 "with NCCL_DEBUG=INFO for details), NCCL version 2.26.2\nncclSystemError: System call (e.g. socket, "
+                 "malloc) or external library call failed or device error. \nLast error:\nError while creating shared "
+                 "memory segment /dev/shm/nccl-OTWUcv (size 33030528), error: No space left on device (28)")
+
+
+def _statvfs(blocks, frsize=4096):
+    return lambda path: SimpleNamespace(f_blocks=blocks, f_frsize=frsize, f_bfree=0, f_bavail=0)
+
+
+def test_nccls_failure_for_want_of_shared_memory_is_one_line_with_the_size_found_and_the_way_out():
+    torch = pytest.importorskip("torch")
+    e = torch.distributed.DistBackendError(NCCL_SHM_FULL)
+    assert shm_problem(e, env={"LOCAL_WORLD_SIZE": "4"}, statvfs=_statvfs(16384)) == (
+        "error: NCCL found no room in /dev/shm for the shared memory of the 4 GPU processes on this machine; /dev/shm "
+        "holds 64 MiB here. NCCL needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g), and a "
+        "Vertex AI job has no setting for it: put fewer GPUs on each machine (e.g. --gpu L4 --replicas 4 in place of "
+        "--gpu L4x4)")
+    # every rank says the same line (said once), whatever segment file NCCL drew for it
+    other_rank = torch.distributed.DistBackendError(NCCL_SHM_FULL.replace("nccl-OTWUcv", "nccl-s0On3b"))
+    assert shm_problem(other_rank, env={"LOCAL_WORLD_SIZE": "4"}, statvfs=_statvfs(16384)) == shm_problem(
+        e, env={"LOCAL_WORLD_SIZE": "4"}, statvfs=_statvfs(16384))
+    try:  # found under what wraps it too
+        raise RuntimeError("DDP failed") from e
+    except RuntimeError as wrapped:
+        assert shm_problem(wrapped, env={}, statvfs=_statvfs(16384)).startswith(
+            "error: NCCL found no room in /dev/shm for the shared memory of the GPU processes on this machine; "
+            "/dev/shm holds 64 MiB here.")
+
+
+def test_other_nccl_and_shared_memory_errors_are_not_blamed_on_dev_shm():
+    for text in (
+        # NCCL's shared memory failing on a CUDA error, with room to spare (NVIDIA/nccl#1518, read 2026-11-27)
+        "Error while creating shared memory segment /dev/shm/nccl-NzwJ7O (size 9637888)",
+        # a peer that left (torch's interpretation of ncclRemoteError, NCCLUtils.cpp)
+        "NCCL error: remote process exited or there was a network error, NCCL version 2.26.2\nncclRemoteError: A call "
+        "failed possibly due to a network error or a remote process exiting prematurely.",
+        "[Errno 28] No space left on device: '/tmp/ckpt'",  # a full disk is the disk's line (task._run), not NCCL's
+        "DataLoader worker (pid 7579) is killed by signal: Bus error.",
+    ):
+        assert shm_problem(RuntimeError(text), env={}, statvfs=_statvfs(16384)) is None, text
+
+
+def test_dev_shm_size_is_its_whole_size_or_none():
+    assert shm_size(statvfs=_statvfs(262144)) == 2**30
+
+    def gone(path):
+        raise FileNotFoundError(path)
+    assert shm_size(statvfs=gone) is None
+    assert shm_problem(RuntimeError(NCCL_SHM_FULL), env={"LOCAL_WORLD_SIZE": "2"}, statvfs=gone).startswith(
+        "error: NCCL found no room in /dev/shm for the shared memory of the 2 GPU processes on this machine. NCCL "
+        "needs")
+
+
+def test_workers_whose_nccl_finds_no_room_in_dev_shm_say_so_once_not_in_tracebacks(tmp_path, tiny_model,
+                                                                                   sentiment_csv):
+    # NCCL's own failure (each rank's naming its own segment file), raised where the first collective would raise it:
+    # each worker printed it as a traceback, the cause on its last line, below "unhandled system error"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK'):\n"
+        "    from ftcli_trainer import distributed\n"
+        "    real = distributed.setup\n"
+        "    def setup(device_type):\n"
+        "        real(device_type)\n"
+        "        import torch.distributed as td\n"
+        f"        raise td.DistBackendError({NCCL_SHM_FULL!r}.replace('OTWUcv', 'rank' + os.environ['RANK']))\n"
+        "    distributed.setup = setup\n")
+    r = _two_processes(sentiment_csv, tiny_model, tmp_path / "run",
+                       env={"PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])})
+    size = shm_size()
+    held = f"; /dev/shm holds {size / 2**20:.0f} MiB here" if size is not None else ""
+    assert r.returncode == 1
+    assert [x for x in r.stderr.splitlines() if x.startswith(("error", "stopped"))] == [
+        f"error: NCCL found no room in /dev/shm for the shared memory of the 2 GPU processes on this machine{held}. "
+        "NCCL needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g), and a Vertex AI job has "
+        "no setting for it: put fewer GPUs on each machine (e.g. --gpu L4 --replicas 4 in place of --gpu L4x4)",
+        "stopped: worker(s) left with a non-zero status: rank 0 with 1, rank 1 with 1 (their lines above say why)"]
 
 
 def _free_port():
