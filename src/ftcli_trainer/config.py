@@ -115,7 +115,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("label_column", str, None, "Column with one label per row (single-label) [default: label].",
            metavar="NAME"),
     Option("label_columns", str, None, "Multi-label: 0/1 columns, comma-separated names or a glob "
-           "(e.g. 'toxic,insult' or '*').", metavar="A,B|GLOB"),
+           "(e.g. 'toxic,insult' or '*'), or a JSON list for names with a comma "
+           "('[\"toxic, severe\", \"insult\"]').", metavar="A,B|GLOB"),
     Option("label_names", str, None, "Label names in id order, comma-separated, or a JSON list for names with a "
            "comma ('[\"no\", \"yes, definitely\"]') [default: the task's, or sorted values seen in the training "
            "data].", metavar="A,B,C"),
@@ -275,24 +276,31 @@ def unknown_task(value: str) -> str:
     return f"unknown task {value!r}; choose one of {', '.join(TASKS)}"
 
 
-def label_names(raw: str | None, problems: list[str]) -> tuple[str, ...]:
-    """--label-names as a tuple: comma-separated (`neg,pos`), or a JSON list for names that hold a comma
+def name_list(raw: str, flag: str) -> tuple[str, ...]:
+    """A list option's names: comma-separated (`neg,pos`), or a JSON list for names that hold a comma
     (`'["no", "yes, definitely"]'`, the form a multi-label row's labels take in a JSON Lines file); a name with a
-    comma could not be given at all."""
-    if not raw:
-        return ()
+    comma could not be given at all. ValueError: the line that says what is wrong with a JSON list."""
     if not raw.lstrip().startswith("["):
         return tuple(x.strip() for x in raw.split(",") if x.strip())
     try:
         names = json.loads(raw)
     except ValueError as e:
-        problems.append(f"--label-names {raw!r} is not a valid JSON list ({e}); write it as '[\"a\", \"b, c\"]' or "
-                        "comma-separated a,b")
-        return ()
+        raise ValueError(f"{flag} {raw!r} is not a valid JSON list ({e}); write it as '[\"a\", \"b, c\"]' or "
+                         "comma-separated a,b") from None
     if not isinstance(names, list) or not names or not all(isinstance(x, str) and x.strip() for x in names):
-        problems.append(f"--label-names {raw!r} must be a JSON list of non-empty strings, e.g. '[\"a\", \"b, c\"]'")
-        return ()
+        raise ValueError(f"{flag} {raw!r} must be a JSON list of non-empty strings, e.g. '[\"a\", \"b, c\"]'")
     return tuple(names)
+
+
+def label_names(raw: str | None, problems: list[str]) -> tuple[str, ...]:
+    """--label-names as a tuple (see name_list)."""
+    if not raw:
+        return ()
+    try:
+        return name_list(raw, "--label-names")
+    except ValueError as e:
+        problems.append(str(e))
+        return ()
 
 
 def choice_problem(opt: Option, value: str) -> str:
@@ -464,6 +472,10 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         problems.append(f"--eval-fraction holds out training data when there is no eval set, but the eval set is "
                         f"{where}; drop --eval-fraction")
     if cfg["label_columns"] is not None:
+        try:  # the names are matched against the data's columns later; a broken JSON list is refused here
+            name_list(cfg["label_columns"], "--label-columns")
+        except ValueError as e:
+            problems.append(str(e))
         if "label_column" in given:
             problems.append("--label-column (single-label) and --label-columns (multi-label) exclude each other")
         if task.labels and not task.user_files:

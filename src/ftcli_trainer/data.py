@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import re
+import shlex
 import shutil
 import sys
 import zlib
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ftcli_trainer import storage
-from ftcli_trainer.config import TrainConfig
+from ftcli_trainer.config import TrainConfig, name_list
 from ftcli_trainer.errors import DataError
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task, bundled_sample_file
 
@@ -370,8 +371,9 @@ def _read_jsonl(f: io.TextIOBase, shown: str, fmt: str | None = None) -> list[di
 
 
 def _shown_columns(columns: list[str]) -> str:
-    # quoted when a name has spaces at its ends (`text, label`): otherwise they do not show
-    return ", ".join(repr(c) if c != c.strip() else c for c in columns)
+    # quoted when a name has spaces at its ends (`text, label`) or a comma (`toxic, severe`): otherwise they do not
+    # show, or one column reads as two
+    return ", ".join(repr(c) if c != c.strip() or "," in c else c for c in columns)
 
 
 def _column_fix(col: str, columns: list[str], csv_file: bool, fix: str | None, taken: Iterable[str] = ()) -> str:
@@ -401,7 +403,8 @@ def _require_columns(columns: list[str], wanted: list[str], shown: str, hint: di
 
 def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], shown: str,
                           csv_file: bool = True) -> list[str]:
-    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    # a JSON list names columns whose names hold a comma (config refused a broken one before any data was read)
+    parts = [p.strip() for p in name_list(spec, "--label-columns")]
     out: list[str] = []
     for p in parts:
         if p in columns:
@@ -415,8 +418,13 @@ def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], show
                 raise DataError(f"--label-columns {p!r} matches no column of {shown} (columns: {', '.join(columns)})")
             out += [c for c in matched if c not in out]
         else:
-            raise DataError(f"{shown} has no label column {p!r} (columns: {_shown_columns(columns)}); "
-                            f"{_column_fix(p, columns, csv_file, '--label-columns with the right names')}")
+            # 'toxic, severe,insult' split a column whose name holds a comma: say how to name it whole
+            whole = {x.strip(): c for c in columns if "," in c for x in c.split(",")}
+            named = list(dict.fromkeys(whole.get(q, q) for q in parts))
+            fix = (f"a column whose name holds a comma is named in a JSON list: --label-columns "
+                   f"{shlex.quote(json.dumps(named))}" if p in whole
+                   else _column_fix(p, columns, csv_file, '--label-columns with the right names'))
+            raise DataError(f"{shown} has no label column {p!r} (columns: {_shown_columns(columns)}); {fix}")
     if not out:
         raise DataError("--label-columns names no column")
     return out

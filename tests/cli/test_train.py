@@ -833,6 +833,27 @@ def test_label_names_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, tm
                                      "comma-separated a,b")
 
 
+def test_label_columns_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, tmp_path):
+    # comma-separated only, a column "toxic, severe" could not be named: it was split into 'toxic' and 'severe'
+    gcs, vertex = cloud_env
+    train = write_csv(tmp_path / "train.csv", ["text", "toxic, severe", "insult"],
+                      [("awful", 1, 1), ("fine", 0, 0), ("rude", 0, 1), ("vile", 1, 0)] * 2)
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), "--label-columns", "toxic, severe,insult")
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    assert r.err.splitlines()[0] == (
+        f"error: {train} has no label column 'toxic' (columns: text, 'toxic, severe', insult); a column whose name "
+        "holds a comma is named in a JSON list: --label-columns '[\"toxic, severe\", \"insult\"]'")
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    columns = '["toxic, severe", "insult"]'
+    submitted(capsys, "--task", "csv", "--train-file", str(train), "--label-columns", columns)
+    args = [r for m, r in vertex.requests if m == "CreateCustomJob"][0].custom_job.job_spec.worker_pool_specs[0] \
+        .container_spec.args
+    assert args[args.index("--label-columns") + 1] == columns
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), "--label-columns", '["insult"')
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines()[0].startswith("error: --label-columns '[\"insult\"' is not a valid JSON list (")
+
+
 def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, tmp_path, tiny_model):
     gcs, vertex = cloud_env
     model = tmp_path / "my-model"

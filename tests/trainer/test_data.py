@@ -58,6 +58,16 @@ def test_multi_label_columns_named_with_glob_characters(tmp_path):
     assert globbed.label_names == ["spam?", "spamX"]
 
 
+def test_multi_label_columns_with_a_comma_in_a_json_list(tmp_path):
+    # comma-separated only, 'toxic, severe' was split in two and could not be named at all
+    rows = [(f"comment {i}", i % 2, (i // 2) % 2) for i in range(40)]
+    path = write_csv(tmp_path / "m.csv", ["text", "toxic, severe", "insult"], rows)
+    data = load("--task", "csv", "--train-file", str(path), "--label-columns", '["toxic, severe", "insult"]')
+    assert data.label_names == ["toxic, severe", "insult"]
+    assert data.train.labels.shape == (36, 2)
+    assert load("--task", "csv", "--train-file", str(path), "--label-columns", "insult").label_names == ["insult"]
+
+
 @pytest.mark.parametrize("content,needle", [
     ("text,label\n\"unclosed,1\n", "is not valid CSV"),
     ("text,label\nfine,1\n,0\n", "line 3: empty text in column 'text'"),
