@@ -33,7 +33,7 @@ def test_default_search():
     ("learning_rate=uniform(1e-4,1e-5)", "LOW < HIGH"),
     ("batch_size=uniform(8,64)", "takes whole numbers"),
     ("learning_rate=int(1,2)", "is not a whole number"),
-    ("train_file=choice(a,b)", "not a tunable trainer option"),
+    ("train_file=choice(a,b)", "--search NAME must be one of learning_rate, "),
     ("learning_rate=normal(0,1)", "unknown distribution 'normal'"),
     ("learning_rate 1e-4", "write NAME=loguniform"),
     ("batch_size=choice(32)", "at least two values"),

@@ -486,12 +486,10 @@ class Outcome:
 
 def check_severity(severity: str | None) -> None:
     """Refuse a --severity that is no level --severity takes, with the one it most likely meant (`warn`: WARNING)."""
-    from ftcli_trainer.config import did_you_mean
+    from ftcli_trainer.config import choice_line
 
     if severity is not None and severity.upper() not in SEVERITIES:
-        near = did_you_mean(severity, SEVERITIES)
-        raise UsageError(f"--severity must be one of {', '.join(SEVERITIES)}, got {severity!r}"
-                         + (f": {near}" if near else ""))
+        raise UsageError(choice_line("--severity", severity, SEVERITIES))
 
 
 def follow_job(name: JobName, *, vertex, logs, events: Events, follow: bool = True, replica: str | None = None,

@@ -54,7 +54,9 @@ def parse_one(item: str, option_types: dict[str, type]) -> Param:
     name, dist, body = m.group(1).replace("-", "_"), m.group(2), m.group(3)
     what = f"--search {name}"
     if name not in TUNABLE:
-        raise UsageError(f"{what}: not a tunable trainer option; choose from {', '.join(TUNABLE)}")
+        from ftcli_trainer.config import choice_line
+
+        raise UsageError(choice_line("--search NAME", m.group(1), TUNABLE))
     kind = option_types[name]
     if dist in ("loguniform", "uniform"):
         if kind is not float:

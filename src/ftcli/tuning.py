@@ -56,7 +56,7 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     `trials_from`/`parallel_from` name where the two numbers were given."""
     from ftcli import submit
     from ftcli.trainer_options import validate
-    from ftcli_trainer.config import OPTIONS
+    from ftcli_trainer.config import OPTIONS, choice_line
     from ftcli_trainer.model import model_problem
 
     problems = tune.count_problems(trials, parallel, trials_from, parallel_from)
@@ -91,8 +91,7 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
         chosen = metric if metric and metric.startswith("eval_") else default_metric(cfg)
         if metric is not None and metric.startswith("eval_") and metric not in (names := metric_names(cfg)):
             # every trial would train to the end and report nothing the study can read
-            problems.append(f"--metric {metric!r} is not a metric this run reports; choose one of "
-                            f"{', '.join(names)}")
+            problems.append(choice_line("--metric", metric, names))
     except UsageError:
         chosen = metric if metric and metric.startswith("eval_") else "eval_accuracy"  # reported below
     checks: dict = {}  # the Hub's answers, shared by the trial job's --model and the searched models

@@ -304,8 +304,16 @@ def label_names(raw: str | None, problems: list[str]) -> tuple[str, ...]:
 
 
 def choice_problem(opt: Option, value: str) -> str:
-    near = did_you_mean(value, opt.choices or ())
-    return f"{opt.flag} must be one of {', '.join(opt.choices or ())}; got {value!r}" + (f": {near}" if near else "")
+    return choice_line(opt.flag, value, opt.choices or ())
+
+
+def choice_line(flag: str, value: str, choices: Iterable[str]) -> str:
+    """The one wording of a closed choice given wrong, the launcher's flags' too: `FLAG must be one of a, b, c; got
+    'x'`, then what it most likely meant. (--severity said "..., ERROR, CRITICAL, got 'warn'", which reads as one
+    more choice; tune's --search said "choose from", --dataset-config "is one of" with no word of what was given.)"""
+    choices = list(choices)
+    near = did_you_mean(value, choices)
+    return f"{flag} must be one of {', '.join(choices)}; got {value!r}" + (f": {near}" if near else "")
 
 
 def did_you_mean(value: str, choices: Iterable[str]) -> str | None:
@@ -525,11 +533,9 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     if metric is not None and not (metric.startswith("eval_") and metric[5:].replace("_", "").isalnum()):
         problems.append(f"--hypertune-metric {metric!r} is not an eval metric: name one of metrics.json's eval_* "
                         "keys, e.g. eval_accuracy or eval_macro_f1")
-    if task.name == "financial" and cfg["dataset_config"] not in (None, "sentences_allagree",
-                                                                   "sentences_75agree", "sentences_66agree",
-                                                                   "sentences_50agree"):
-        problems.append("--dataset-config for financial is one of sentences_allagree, sentences_75agree, "
-                        "sentences_66agree, sentences_50agree")
+    agree = ("sentences_allagree", "sentences_75agree", "sentences_66agree", "sentences_50agree")
+    if task.name == "financial" and cfg["dataset_config"] is not None and cfg["dataset_config"] not in agree:
+        problems.append(choice_line("--dataset-config for financial", cfg["dataset_config"], agree))
     if cfg["dataset_config"] and task.hf_dataset is None:
         problems.append(f"--dataset-config applies to Hub datasets, not --task {task.name}")
 

@@ -233,7 +233,8 @@ def test_a_wrong_severity_says_which_was_meant_before_any_job_is_looked_up(capsy
     monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", "127.0.0.1:9")  # nothing listens: no call may be made
     r = run_cli(capsys, "logs", "3", "--severity", "warn", "--project", "my-project")
     assert (r.code, r.out) == (2, "")
-    assert r.err.splitlines() == ["error: --severity must be one of DEBUG, INFO, NOTICE, WARNING, ERROR, CRITICAL, "
+    # "..., CRITICAL, got 'warn'" read as one more choice: said as every closed choice is ("; got")
+    assert r.err.splitlines() == ["error: --severity must be one of DEBUG, INFO, NOTICE, WARNING, ERROR, CRITICAL; "
                                   "got 'warn': did you mean WARNING?"]
 
 

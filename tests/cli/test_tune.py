@@ -84,7 +84,7 @@ def test_one_trial_needs_no_parallel_flag(capsys, monkeypatch, tmp_path):
     ("trails = 4\n", "unknown key trails"),
     ("trials = \"4\"\n", "trials must be a whole number"),
     ("[search]\nbatch_size = 16\n", "batch_size must be a string"),
-    ("[search]\ntrain_file = \"choice(a,b)\"\n", "not a tunable trainer option"),
+    ("[search]\ntrain_file = \"choice(a,b)\"\n", "--search NAME must be one of learning_rate, "),
 ])
 def test_a_bad_study_file_is_one_line(capsys, monkeypatch, tmp_path, text, needle):
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
@@ -110,19 +110,24 @@ def test_the_task_decides_the_default_metric(capsys, monkeypatch, tmp_path):
     assert r.code == 0, r.err
     r = run_cli(capsys, "tune", "--task", "stsb", "--metric", "eval_accuracy", "--project", "my-project",
                 "--bucket", "gs://b-1/x", "--dry-run")  # a regression has no accuracy
-    assert r.code == 2 and "choose one of eval_pearson, eval_spearmanr, eval_mse, eval_loss" in r.err
+    assert r.code == 2 and "--metric must be one of eval_pearson, eval_spearmanr, eval_mse, eval_loss; got " in r.err
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--search", "train_file=choice(a,b)"], "not a tunable trainer option"),
+    # every closed choice says it one way ("--search train_file: ... choose from ..." was another)
+    (["--search", "train_file=choice(a,b)"], "--search NAME must be one of learning_rate, batch_size, weight_decay, "
+     "warmup_ratio, epochs, max_length, gradient_accumulation_steps, max_grad_norm, seed, model; got 'train_file'"),
+    (["--search", "learning-rat=choice(1e-5,1e-4)"], "; got 'learning-rat': did you mean learning_rate?"),
     (["--search", "learning_rate=loguniform(0,1)"], "loguniform needs LOW > 0"),
     (["--search", "warmup_ratio=uniform(0,2)"], "--search warmup_ratio reaches 2.0"),
     (["--trials", "2", "--parallel", "3"], "--parallel must be between 1 and --trials (2), got 3"),
     (["--metric", "accuracy"], "--metric 'accuracy': name one of metrics.json's eval_* keys"),
     # every trial trained to the end and the study failed: metrics the run never reports
-    (["--metric", "eval_nope"], "--metric 'eval_nope' is not a metric this run reports; choose one of "
-     "eval_accuracy, eval_macro_f1, eval_loss"),
-    (["--metric", "eval_pearson"], "--metric 'eval_pearson' is not a metric this run reports"),
+    (["--metric", "eval_nope"], "--metric must be one of eval_accuracy, eval_macro_f1, eval_loss; got 'eval_nope'"),
+    (["--metric", "eval_acuracy"], "--metric must be one of eval_accuracy, eval_macro_f1, eval_loss; got "
+     "'eval_acuracy': did you mean eval_accuracy or eval_macro_f1?"),
+    (["--metric", "eval_pearson"], "--metric must be one of eval_accuracy, eval_macro_f1, eval_loss; got "
+     "'eval_pearson'"),
     (["--gpu", "T4x3"], "T4 comes in counts"),
     # two names of MiniLM: every trial of one choice trained the same model as the other's (a wasted dimension)
     (["--detach", "--search", "model=choice(minilm,all-MiniLM-L6-v2)"],

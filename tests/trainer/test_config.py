@@ -203,6 +203,16 @@ def test_one_column_in_two_roles_is_refused():
     assert parse_args(base + ["--text-column", "label", "--label-columns", "a,b"]).text_column == "label"
 
 
+def test_financial_dataset_config_is_refused_as_every_closed_choice_is():
+    # "--dataset-config for financial is one of ..." said neither what was given nor what it most likely meant
+    assert problems(["--task", "financial", "--dataset-config", "sentences_50agre"]) == [
+        "--dataset-config for financial must be one of sentences_allagree, sentences_75agree, sentences_66agree, "
+        "sentences_50agree; got 'sentences_50agre': did you mean sentences_50agree, sentences_75agree or "
+        "sentences_66agree?"]
+    assert parse_args(["--task", "financial", "--dataset-config", "sentences_50agree"]).dataset_config == (
+        "sentences_50agree")
+
+
 def test_eval_fraction_with_an_eval_set_is_refused_not_ignored():
     assert problems(["--task", "csv", "--train-file", "a.csv", "--eval-file", "b.csv", "--eval-fraction", "0.5"]) == [
         "--eval-fraction holds out training data when there is no eval set, but the eval set is --eval-file; drop "
