@@ -174,7 +174,16 @@ def _upload_local_models(p: tune.Param, sub: Submission) -> tune.Param:
     for value in p.spec["categoricalValueSpec"]["values"]:
         folder = Path(value).expanduser()
         if value not in MINILM_ALIASES and folder.is_dir():
+            given = value
             value, uploads = model_upload(sub.settings, folder, f"--search model {value}", sub.notes)
+            if "$(" in value or "$$" in value:
+                # Vertex appends a trial's values to the container's args, where it expands $(NAME) and reads $$ as $
+                # (spec.container_text); the trial job's own args are escaped, but a study's values are shown and
+                # recorded as they are: a bucket prefix with `$(AIP_MODEL_DIR)` sent the trials to a path that does
+                # not exist. (A lone $ is left as it is.)
+                raise UsageError(f"--search model {given}: a trial would get it as {value}, which Vertex expands in a "
+                                 "trial's arguments ($(NAME), $$), and a searched value cannot be escaped as the "
+                                 "job's own arguments are: use a --bucket prefix without '$'")
             sub.uploads += [u for u in uploads if u not in sub.uploads]
         values.append(value)
     # MiniLM's names (minilm, all-MiniLM-L6-v2, its Hub id) are one model: a trial dimension that changes nothing

@@ -240,6 +240,35 @@ def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, c
     assert mine != theirs
 
 
+def test_a_searched_model_path_that_vertex_would_expand_is_refused(capsys, cloud_env, monkeypatch, tmp_path,
+                                                                      tiny_model):
+    # Found by hand: with a bucket prefix holding `$(`, a searched model folder's /gcs/ path went into the study's
+    # categorical values as it was, while the trial job's own args double every $ (spec.container_text). Vertex
+    # appends a trial's values to the container's args, where $(AIP_MODEL_DIR) was expanded (runner.expand, as the
+    # emulated trials do) and the trial read the model from a path that does not exist; a trial's values are the
+    # study's, shown as they are, so they cannot be escaped: refused before anything is uploaded.
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/team$(AIP_MODEL_DIR)")
+    data = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(40, seed=1))
+    r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(data), "--gpu", "none", "--trials", "2",
+                "--detach", "--search", f"model=choice({tiny_model},bert-base-uncased)")
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    line = r.err.strip().splitlines()[-1]
+    assert line.startswith(f"error: --search model {tiny_model}: a trial would get it as /gcs/ftcli-test/"
+                           "team$(AIP_MODEL_DIR)/ftcli/models/"), r.err
+    assert line.endswith("which Vertex expands in a trial's arguments ($(NAME), $$), and a searched value cannot be "
+                         "escaped as the job's own arguments are: use a --bucket prefix without '$'")
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    # a lone $ is left as it is by the expansion: carried
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/team$1")
+    r = run_cli(capsys, "tune", "--task", "csv", "--train-file", str(data), "--gpu", "none", "--trials", "2",
+                "--detach", "--search", f"model=choice({tiny_model},bert-base-uncased)")
+    assert r.code == 0, r.err
+    (tj,) = vertex.tuning_jobs.values()
+    (spec,) = [p for p in tj.study_spec.parameters if p.parameter_id == "model"]
+    assert spec.categorical_value_spec.values[0].startswith("/gcs/ftcli-test/team$1/ftcli/models/")
+
+
 @pytest.fixture
 def tuned(cloud_env, running_vertex, cloud_logging, monkeypatch, capsys, tmp_path, tiny_model):
     gcs, _ = cloud_env
