@@ -7,6 +7,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from ftcli.cli.app import app
+from tests.cli.helpers import run_cli
 
 
 def _commands(cmd, path: tuple[str, ...] = ()):
@@ -68,6 +69,18 @@ def test_shell_completion_is_offered_and_completes():
     env = {"_FTCLI_COMPLETE": "complete_bash", "COMP_WORDS": "ftcli jobs li", "COMP_CWORD": "2"}
     r = CliRunner().invoke(app, [], prog_name="ftcli", env=env)
     assert r.exit_code == 0 and r.output.split() == ["list"]
+
+
+@pytest.mark.parametrize("flag", ["--install-completion", "--show-completion"])
+def test_a_shell_name_after_a_completion_flag_is_refused_not_ignored(capsys, monkeypatch, tmp_path, flag):
+    # `ftcli --install-completion zsh` typed in bash wrote bash completion and a line in ~/.bashrc, said "bash
+    # completion installed" and exited 0: Typer detects the shell and takes no name
+    monkeypatch.setenv("HOME", str(tmp_path))
+    r = run_cli(capsys, flag, "zsh")
+    assert (r.code, r.out) == (2, "")
+    assert r.err.splitlines() == [f"error: {flag} takes no shell name ('zsh'): it sets up the shell it is run from; "
+                                  f"run `ftcli {flag}` in zsh"]
+    assert list(tmp_path.iterdir()) == []
 
 
 LEAVES = [p for p, c in ALL if not hasattr(c, "commands")]

@@ -63,6 +63,24 @@ def os_error_line(e: OSError) -> str:
     return f"{line}; {fix}" if fix else line
 
 
+COMPLETION_FLAGS = ("--install-completion", "--show-completion")
+
+
+def check_completion_args(argv: list[str]) -> None:
+    """Typer's --install-completion and --show-completion detect the shell they run from and take no shell name
+    (a name is read only under a Typer test switch): `ftcli --install-completion zsh` typed in bash wrote bash
+    completion and a line in ~/.bashrc, said "bash completion installed" and exited 0. A word after either flag is
+    refused before anything is written."""
+    from ftcli.errors import UsageError
+
+    for i, word in enumerate(argv[:-1]):
+        if word in COMPLETION_FLAGS and not argv[i + 1].startswith("-"):
+            given = argv[i + 1]
+            shell = given if given.lower() in ("bash", "zsh", "fish", "powershell", "pwsh") else "the shell you want"
+            raise UsageError(f"{word} takes no shell name ({given!r}): it sets up the shell it is run from; run "
+                             f"`ftcli {word}` in {shell}")
+
+
 def main() -> None:
     from ftcli.errors import FtcliError
     from ftcli.output import route_trainer_warnings
@@ -75,6 +93,7 @@ def main() -> None:
         # is ASCII either way.
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
+        check_completion_args(sys.argv[1:])
         app()
     except FtcliError as e:
         if os.environ.get("FTCLI_DEBUG") == "1":
