@@ -4,7 +4,7 @@ import pytest
 
 from ftcli.errors import UsageError
 from ftcli.gcp.vertex import tuning_to_proto as to_proto
-from ftcli.tune import build_tuning_job, count_problems, goal, parse_search
+from ftcli.tune import build_tuning_job, count_problems, goal, load_study_file, parse_search
 from ftcli_trainer.config import OPTIONS
 
 TYPES = {o.name: o.type for o in OPTIONS}
@@ -26,6 +26,22 @@ def test_search_specs():
 
 def test_default_search():
     assert [p.name for p in parse_search([], TYPES)] == ["learning_rate", "batch_size"]
+
+
+def test_a_choice_of_values_with_a_comma_is_a_json_list(tmp_path):
+    # choice(A,B) split every value on its commas: a model folder `runs/a,b` (or a study file's list naming it)
+    # became two folders that do not exist
+    (model,) = parse_search(['model=choice(["runs/a,b", "roberta-base"])'], TYPES)
+    assert model.spec["categoricalValueSpec"]["values"] == ["runs/a,b", "roberta-base"]
+    (bs,) = parse_search(["batch_size=choice([32, 16])"], TYPES)
+    assert bs.spec["discreteValueSpec"]["values"] == [16.0, 32.0]
+    study = tmp_path / "study.toml"
+    study.write_text('[search]\nmodel = ["runs/a,b", "roberta-base"]\nbatch_size = [16, 32]\n')
+    (model, bs) = parse_search(list(load_study_file(str(study)).search), TYPES)
+    assert model.extremes == ("runs/a,b", "roberta-base") and bs.extremes == (16, 32)
+    with pytest.raises(UsageError) as e:
+        parse_search(['model=choice(["a,b", 1e400 x])'], TYPES)
+    assert e.value.message.startswith("--search model: choice([\"a,b\", 1e400 x]) is not a valid JSON list (")
 
 
 @pytest.mark.parametrize(("item", "needle"), [

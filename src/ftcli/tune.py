@@ -10,6 +10,7 @@ accepts next to `--learning-rate`; the trainer reports the study's metric after 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -76,11 +77,12 @@ def parse_one(item: str, option_types: dict[str, type]) -> Param:
                             "scaleType": "UNIT_LINEAR_SCALE"}, (low, high))
     if dist == "choice":
         values: list[str] | list[float] | list[int]
+        items = _choice_items(body, what)
         if kind is str:
-            values = [v.strip() for v in body.split(",") if v.strip()]
+            values = items
             spec = {"parameterId": name, "categoricalValueSpec": {"values": values}}
         else:
-            numbers = sorted(set(_numbers(body, kind, what)))
+            numbers = sorted(set(_numbers(",".join(items), kind, what)))
             spec = {"parameterId": name, "discreteValueSpec": {"values": [float(v) for v in numbers]}}
             if len(numbers) > MAX_DISCRETE_VALUES:
                 raise UsageError(f"{what}: choice takes at most {MAX_DISCRETE_VALUES} numbers (Vertex's limit), got "
@@ -95,6 +97,22 @@ def parse_one(item: str, option_types: dict[str, type]) -> Param:
             raise UsageError(f"{what}: choice needs at least two values")
         return Param(name, spec, tuple(values))
     raise UsageError(f"--search {item!r}: unknown distribution {dist!r}; use loguniform, uniform, int or choice")
+
+
+def _choice_items(body: str, what: str) -> list[str]:
+    """choice(A,B,...)'s values, or choice(["A", "B"]), a JSON list, for values that hold a comma (a model folder
+    `runs/a,b`), which the plain form splits; a study file's list is written so."""
+    if not body.lstrip().startswith("["):
+        return [v.strip() for v in body.split(",") if v.strip()]
+    try:
+        items = json.loads(body)
+    except ValueError as e:
+        raise UsageError(f"{what}: choice({body}) is not a valid JSON list ({e}); write choice(A,B) or "
+                         "choice([\"A\", \"B, C\"])") from None
+    if not isinstance(items, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                              and str(v).strip() for v in items):
+        raise UsageError(f"{what}: choice({body}) must be a JSON list of values, e.g. choice([\"A\", \"B, C\"])")
+    return [str(v).strip() for v in items]
 
 
 def _pair(values: list, what: str) -> tuple:
@@ -137,6 +155,8 @@ def _as_item(name: str, value: Any, where: str) -> str:
         return f"{name}={value}"
     if isinstance(value, list) and value and all(isinstance(v, (int, float, str)) and not isinstance(v, bool)
                                                  for v in value):
+        if any("," in str(v) for v in value):  # the plain form would split it
+            return f"{name}=choice({json.dumps(value)})"
         return f"{name}=choice({','.join(str(v) for v in value)})"
     raise UsageError(f"{where}: {name} must be a string like \"loguniform(1e-5,1e-4)\" or a list of values "
                      f"(a choice), got {value!r}")
