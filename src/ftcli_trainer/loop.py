@@ -543,7 +543,8 @@ class Trainer:
             best = None
         if isinstance(best, dict):
             self.best = {"step": int(best["step"]), "epoch": float(best["epoch"]), "value": float(best["value"])}
-            self.bad_evals = int(state.get("bad_evals", 0)) if state else 0
+        if state and (best is not None or "best" not in state):  # (a best whose weights are gone: counted anew)
+            self.bad_evals = int(state.get("bad_evals", 0))
         self._best_refs = [self.best["step"] if self.best else None]
         if self.dist.is_main:
             checkpoint.prune_best(root, {self.best["step"]} if self.best else set(), above=step)
@@ -649,9 +650,10 @@ class Trainer:
         if self.early_stopped:
             state["early_stopped"] = True  # a restart exports, it does not train on
             state["stopped_by"] = self._stopped_by()
-        if self.keep_best and self.best is not None:
-            state["best"] = dict(self.best)
-            state["bad_evals"] = self.bad_evals
+        if self.keep_best:
+            if self.best is not None:
+                state["best"] = dict(self.best)
+            state["bad_evals"] = self.bad_evals  # (NaN evaluations count before any best too)
         checkpoint.save(self.paths.checkpoint_dir, self.global_step, self.model, state)
         if self.keep_best:
             # The kept checkpoints' best weights stay (a resume from either needs its own); older ones go
@@ -855,7 +857,11 @@ class Trainer:
         evaluation, and only a strict improvement by more than the threshold resets it
         (EarlyStoppingCallback.check_metric_value); the best weights are replaced on any strict improvement
         (Trainer._determine_best_metric). Every rank decides alike (each holds the whole evaluation's metrics); rank 0
-        writes. Returns what the eval line adds."""
+        writes. Returns what the eval line adds.
+
+        A value that is not a number (a NaN loss, an undefined Pearson) is never kept and always counts against the
+        patience, as in HF (np.greater with NaN is False) except at the first evaluation, where HF's counter stays 0
+        (its best is still None there) and ours counts it: a NaN sets no best."""
         if not self.keep_best:
             return ""
         cfg = self.cfg
@@ -866,12 +872,19 @@ class Trainer:
         def better(a: float, b: float) -> bool:
             return a > b if self.best_greater else a < b
 
-        if best is None or (better(value, best) and abs(value - best) > cfg.early_stopping_threshold):
+        if not math.isnan(value) and (best is None or (better(value, best)
+                                                       and abs(value - best) > cfg.early_stopping_threshold)):
             self.bad_evals = 0
         else:
             self.bad_evals += 1
         note = ""
-        if not math.isnan(value) and (best is None or better(value, best)):
+        if math.isnan(value):
+            note = f" | {self.best_key} is not a number: not kept"
+            if self.best is not None:
+                note += f" (best {self.best['value']:.4f} at step {self.best['step']})"
+            if cfg.early_stopping:
+                note += f", {self.bad_evals}/{cfg.early_stopping} without improvement"
+        elif best is None or better(value, best):
             previous = self.best
             self.best = {"step": self.global_step, "epoch": round(self._epoch_float(), 4), "value": value}
             note = " | best so far"
@@ -1004,6 +1017,10 @@ class Trainer:
             log.info("early stopping: %d evaluation%s in a row did not improve %s on %.4f (step %d); stopped at "
                      "step %d of %d", self.bad_evals, "" if self.bad_evals == 1 else "s", self.best_key,
                      self.best["value"], self.best["step"], self.global_step, self.total_steps)
+        elif self.dist.is_main and self.early_stopped:
+            log.info("early stopping: %d evaluation%s in a row gave no number for %s; stopped at step %d of %d",
+                     self.bad_evals, "" if self.bad_evals == 1 else "s", self.best_key, self.global_step,
+                     self.total_steps)
         loss_sum, n = self._loss_window()
         self._loss_total += loss_sum
         self._loss_count += n

@@ -311,6 +311,69 @@ def test_the_patience_counter_and_the_best_follow_the_hf_trainers_rules(tmp_path
         f"best-{trainer.best['step']:08d}"]
 
 
+def test_a_nan_metric_is_never_kept_and_never_an_improvement(tmp_path, tiny_model, sentiment_csv):
+    """A NaN (a diverged loss, an undefined correlation) through transformers 5.24's own EarlyStoppingCallback and
+    Trainer._determine_best_metric, and through ours: never kept, and counted against the patience; the one difference
+    is before any number came (HF's counter stays 0 at its first evaluation, where its best is None; ours counts it).
+    A run that evaluated NaN from the start never stopped: each NaN reset the counter while no best was set."""
+    from transformers import Trainer as HFTrainer
+    from transformers.trainer_callback import EarlyStoppingCallback, TrainerControl
+    from transformers.trainer_utils import SaveStrategy
+
+    nan = float("nan")
+    values = [nan, nan, 0.5, nan, 0.6, nan, nan]
+    hf = EarlyStoppingCallback(early_stopping_patience=3)
+    hf_trainer = SimpleNamespace(
+        args=SimpleNamespace(metric_for_best_model="accuracy", greater_is_better=True,
+                             save_strategy=SaveStrategy.STEPS),
+        state=SimpleNamespace(best_metric=None, best_global_step=None, global_step=0))
+    expected = []
+    for step, value in enumerate(values, 1):
+        hf_trainer.state.global_step = step
+        hf.on_evaluate(hf_trainer.args, hf_trainer.state, TrainerControl(), metrics={"eval_accuracy": value})
+        HFTrainer._determine_best_metric(hf_trainer, {"eval_accuracy": value}, None)
+        expected.append((hf.early_stopping_patience_counter, hf_trainer.state.best_global_step))
+    assert expected == [(0, None), (1, None), (0, 3), (1, 3), (0, 5), (1, 5), (2, 5)]
+
+    train, _ = sentiment_csv
+    trainer = _trainer(tmp_path, tiny_model, train, "--eval-every", "1", "--early-stopping", "3")
+    got, notes = [], []
+    for step, value in enumerate(values, 1):
+        trainer.global_step = step
+        notes.append(trainer._keep_if_best({"eval_accuracy": value}))
+        got.append((trainer.bad_evals, trainer.best["step"] if trainer.best else None))
+    assert got[2:] == expected[2:]  # once a number came, as HF
+    assert got[:2] == [(1, None), (2, None)]  # before it, each NaN counts
+    assert notes[:3] == [" | eval_accuracy is not a number: not kept, 1/3 without improvement",
+                         " | eval_accuracy is not a number: not kept, 2/3 without improvement", " | best so far"]
+    assert notes[6] == " | eval_accuracy is not a number: not kept (best 0.6000 at step 5), 2/3 without improvement"
+    assert not trainer.early_stopped and trainer.best["value"] == 0.6
+    assert sorted(p.name for p in Path(trainer.paths.checkpoint_dir).glob("best-*")) == ["best-00000005"]
+
+    # Only NaNs: the patience runs out (it reset at every evaluation, and the run never stopped)
+    trainer = _trainer(tmp_path / "nan", tiny_model, train, "--eval-every", "1", "--early-stopping", "2")
+    for step in (1, 2):
+        trainer.global_step = step
+        note = trainer._keep_if_best({"eval_accuracy": nan})
+    assert note.endswith("2/2 without improvement; stopping early") and trainer.early_stopped
+    assert trainer.best is None and not list(Path(trainer.paths.checkpoint_dir).glob("best-*"))
+
+
+def test_nan_evaluations_before_any_best_count_across_a_resume(tmp_path, tiny_model, sentiment_csv):
+    # the checkpoint kept the count only beside a best: a restart after NaN evaluations counted from 0 again
+    train, _ = sentiment_csv
+    args = ("--eval-every", "1", "--early-stopping", "3")
+    trainer = _trainer(tmp_path, tiny_model, train, *args)
+    trainer._loss_acc, trainer._loss_acc_n, trainer._loss_total, trainer._loss_count = torch.zeros(()), 0, 0.0, 0
+    for step in (1, 2):
+        trainer.global_step = step
+        trainer._keep_if_best({"eval_accuracy": float("nan")})
+    trainer.save_checkpoint()
+    again = _trainer(tmp_path, tiny_model, train, *args)
+    again.resume()
+    assert (again.global_step, again.best, again.bad_evals) == (2, None, 2)
+
+
 def test_a_new_best_within_the_threshold_says_it_counts_against_the_patience(tmp_path, tiny_model, sentiment_csv):
     # Its line said "best so far" and nothing else: the next evaluation's "2/2 without improvement; stopping early"
     # came one evaluation after the best, with no count said before it
