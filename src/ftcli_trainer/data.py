@@ -843,11 +843,11 @@ def _warn_thin_labels(train_ex: Examples, evals: dict[str, Examples], names: lis
 
 def _warn_constant_eval_targets(evals: dict[str, Examples]) -> None:
     """An eval set whose targets are all one value: Pearson and Spearman are undefined there (metrics.pearson reads
-    0 for it, as for a model that predicts one value), so the run's scores would say nothing. Said before training;
+    NaN for it, as for a model that predicts one value), so the run's scores would say nothing. Said before training;
     the MSE still scores it."""
     for name, ex in evals.items():
         if (value := _the_one_target(ex.labels)) is not None:
-            log.warning("every target in the %s set is %g: Pearson and Spearman cannot score it (they read 0 whatever "
+            log.warning("every target in the %s set is %g: Pearson and Spearman cannot score it (they are NaN whatever "
                         "the model predicts; the MSE still counts); give --eval-file with targets that vary, or a "
                         "larger --eval-fraction", name, value)
 

@@ -81,12 +81,14 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
-    """Pearson correlation; 0 when either side is constant (undefined there: scipy says NaN, which is not
-    JSON, and a model that predicts one value for everything has learnt no relation)."""
+    """Pearson correlation; NaN when either side is constant, where it is undefined (scipy.stats.pearsonr's NaN, and
+    so run_glue's for STS-B). It read 0 there, a number: a diverged model predicting one value for every row was kept
+    by --keep-best over an earlier one with a real, negative correlation. (A NaN is written as JSON's NaN, as a NaN
+    loss is; ftcli report, jobs and Python's json read it.)"""
     a = a.astype(np.float64) - a.mean(dtype=np.float64)
     b = b.astype(np.float64) - b.mean(dtype=np.float64)
     denominator = np.sqrt((a @ a) * (b @ b))
-    return float(np.clip((a @ b) / denominator, -1.0, 1.0)) if denominator > 0 else 0.0
+    return float(np.clip((a @ b) / denominator, -1.0, 1.0)) if denominator > 0 else float("nan")
 
 
 def regression(predicted: np.ndarray, targets: np.ndarray) -> dict:

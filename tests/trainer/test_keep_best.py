@@ -374,6 +374,38 @@ def test_nan_evaluations_before_any_best_count_across_a_resume(tmp_path, tiny_mo
     assert (again.global_step, again.best, again.bad_evals) == (2, None, 2)
 
 
+def test_a_collapsed_regression_models_undefined_pearson_is_not_kept_over_a_real_negative_one(tmp_path, tiny_model):
+    # A diverged model that predicts one value for every row has no correlation: its Pearson read 0.0 and was kept
+    # over an earlier evaluation's real -0.4
+    from ftcli_trainer import metrics
+    from ftcli_trainer.data import encode, load_task_data
+    from ftcli_trainer.loop import Paths, Trainer
+    from ftcli_trainer.model import load_model, load_tokenizer
+
+    rng = np.random.default_rng(0)
+    train = tmp_path / "scores.csv"
+    train.write_text("text,label\n" + "".join(f"row {i},{v:.2f}\n" for i, v in enumerate(rng.uniform(0, 5, 40))))
+    cfg = parse_args(["--task", "csv", "--regression", "--train-file", str(train), "--model", str(tiny_model),
+                      "--eval-every", "1", "--early-stopping", "3"])
+    data = load_task_data(cfg)
+    model = load_model(cfg.model, data.label_names, False, cfg.threshold, True)
+    paths = Paths(str(tmp_path / "m"), str(tmp_path / "c"), str(tmp_path / "l"), tmp_path / "l")
+    trainer = Trainer(cfg, model, encode(load_tokenizer(cfg.model), data.train, 64), {}, data.label_names, False,
+                      torch.device("cpu"), "fp32", paths, 0)
+    assert trainer.best_key == "eval_pearson"
+    truth = data.evals["eval"].labels.astype(np.float64)
+    noise = np.random.default_rng(1).normal(size=len(truth))
+    anti = metrics.prefixed(metrics.regression(-truth + noise, truth), "eval", True)
+    collapsed = metrics.prefixed(metrics.regression(np.full(len(truth), 2.5), truth), "eval", True)
+    assert -1 < anti["eval_pearson"] < 0 and np.isnan(collapsed["eval_pearson"])
+    trainer.global_step = 1
+    trainer._keep_if_best(anti)
+    trainer.global_step = 2
+    note = trainer._keep_if_best(collapsed)
+    assert trainer.best == {"step": 1, "epoch": trainer.best["epoch"], "value": anti["eval_pearson"]}
+    assert trainer.bad_evals == 1 and note.startswith(" | eval_pearson is not a number: not kept (best -0.")
+
+
 def test_a_new_best_within_the_threshold_says_it_counts_against_the_patience(tmp_path, tiny_model, sentiment_csv):
     # Its line said "best so far" and nothing else: the next evaluation's "2/2 without improvement; stopping early"
     # came one evaluation after the best, with no count said before it

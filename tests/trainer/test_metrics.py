@@ -96,10 +96,15 @@ def test_pearson_and_spearman_match_scipy(ties):
     np.testing.assert_array_equal(metrics._ranks(p32), stats.rankdata(p32))
 
 
-def test_correlation_of_a_constant_prediction_is_zero_not_nan():
+def test_correlation_of_a_constant_prediction_is_undefined_nan_as_scipy_says():
+    # it read 0.0, a number that --keep-best ranked above a real negative correlation
     m = metrics.regression(np.full(10, 2.5), np.arange(10.0))
-    assert m["pearson"] == 0.0 and m["spearmanr"] == 0.0
+    assert np.isnan(m["pearson"]) and np.isnan(m["spearmanr"])
     assert m["mse"] == pytest.approx(np.mean((np.arange(10) - 2.5) ** 2))
+    assert np.isnan(metrics.regression(np.arange(10.0), np.full(10, 1.0))["pearson"])  # constant targets too
+    stats = pytest.importorskip("scipy.stats")
+    with pytest.warns(stats.ConstantInputWarning):
+        assert np.isnan(stats.pearsonr(np.full(10, 2.5), np.arange(10.0))[0])
 
 
 def test_headline_metrics_put_glues_first():
