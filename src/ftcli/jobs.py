@@ -140,6 +140,23 @@ def scalar_metrics(metrics: Mapping | None) -> dict[str, float]:
     return {k: v for k, v in (metrics or {}).items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
+def kept_step(metrics: Mapping | None) -> str | None:
+    """With --keep-best, which step's weights the job exported (its metrics.json's eval_* are theirs, not the last
+    step's): "kept step 21 of 60 (best acc=1.0000)", and where an early stop ended the run; None without."""
+    m = metrics or {}
+    step, total, key = m.get("best_global_step"), m.get("global_step"), m.get("metric_for_best_model")
+    if not isinstance(step, int) or isinstance(step, bool) or not isinstance(key, str):
+        return None
+    best = m.get("best_metric")
+    value = f"={best:.4f}" if isinstance(best, int | float) and not isinstance(best, bool) else ""
+    text = f"kept step {step}" + (f" of {total}" if isinstance(total, int) else "") + \
+        f" (best {metric_label(key)}{value}); the metrics are its own"
+    stopped = m.get("early_stopping")
+    if isinstance(stopped, dict) and stopped.get("stopped"):
+        text += f"; stopped early (--early-stopping {stopped.get('patience')})"
+    return text
+
+
 def read_metrics(storage, job: Job) -> dict | None:
     """The job's exported metrics.json, or None (not finished, not from ftcli, or no such file)."""
     if job.state != "SUCCEEDED" or not job.model_dir:

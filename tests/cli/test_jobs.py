@@ -208,6 +208,27 @@ def test_describe_shows_gpu_machine_output_and_metrics(capsys, cloud_env):
     assert obj["resource"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"] == "n1-standard-8"
 
 
+def test_describe_says_the_metrics_are_the_kept_steps(capsys, cloud_env):
+    # With --keep-best the metrics shown are the best evaluation's weights', not the last step's: describe did not say
+    gcs, vertex = cloud_env
+    kept = submit(capsys, "--task", "imdb", "--gpu", "T4", "--early-stopping", "6", "--eval-every", "3")
+    finish(gcs, vertex, kept, {"eval_accuracy": 1.0, "eval_loss": 0.01, "global_step": 39, "best_global_step": 21,
+                               "best_epoch": 1.4, "metric_for_best_model": "eval_accuracy", "best_metric": 1.0,
+                               "last_eval": {"global_step": 39, "eval_accuracy": 0.5},
+                               "early_stopping": {"patience": 6, "threshold": 0.0, "stopped": True,
+                                                  "evaluations_without_improvement": 6}})
+    plain = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    finish(gcs, vertex, plain, {"eval_accuracy": 0.9, "global_step": 60})
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert r.code == 0, r.err
+    lines = [" ".join(line.split()) for line in r.out.splitlines()]
+    row = lines.index("weights kept step 21 of 39 (best acc=1.0000); the metrics are its own; stopped early "
+                      "(--early-stopping 6)")
+    assert lines[row + 1].startswith("metrics accuracy 1 · loss 0.01")
+    r = run_cli(capsys, "jobs", "describe", "2")
+    assert r.code == 0 and "accuracy 0.9" in r.out and "kept" not in r.out
+
+
 def test_describe_says_what_the_job_cost_at_the_users_rates(capsys, cloud_env, tmp_path, monkeypatch):
     gcs, vertex = cloud_env
     three_jobs(capsys, gcs, vertex)
