@@ -342,6 +342,7 @@ class Trainer:
         self.best: dict | None = None
         self.bad_evals = 0
         self.early_stopped = False
+        self._stop_said = False  # a restart of a run that stopped early: its stop was said then
         self._best_refs: list[int | None] = []
         self.last_eval: dict = {}
         self.record_callbacks: list = []  # called as f(kind, global_step, values) for each metrics.jsonl row
@@ -527,6 +528,13 @@ class Trainer:
                                "or start over with another --output-dir")
         self._resume_best(state)
         self._forget_rows_after(self.global_step)
+        if self.early_stopped:
+            # (its stop was said by the run that stopped: said again, it read as a second stop at the same step)
+            self._stop_said = True
+            if self.dist.is_main:
+                log.info("the run had already stopped early at step %d of %d (--early-stopping %d): nothing to "
+                         "train; exporting it again", self.global_step, self.total_steps,
+                         self.cfg.early_stopping)
 
     def _resume_best(self, state: dict | None) -> None:
         """The best evaluation and the patience counter as the checkpoint recorded them. A best-<step> folder after the
@@ -1013,14 +1021,15 @@ class Trainer:
         last_eval = self.last_eval
         if not last_eval:  # resumed after the last epoch's (or the early stop's) checkpoint: evaluate what we have
             last_eval = self.evaluate()
-        if self.dist.is_main and self.early_stopped and self.best is not None:
-            log.info("early stopping: %d evaluation%s in a row did not improve %s on %.4f (step %d); stopped at "
-                     "step %d of %d", self.bad_evals, "" if self.bad_evals == 1 else "s", self.best_key,
-                     self.best["value"], self.best["step"], self.global_step, self.total_steps)
-        elif self.dist.is_main and self.early_stopped:
-            log.info("early stopping: %d evaluation%s in a row gave no number for %s; stopped at step %d of %d",
-                     self.bad_evals, "" if self.bad_evals == 1 else "s", self.best_key, self.global_step,
-                     self.total_steps)
+        if self.dist.is_main and self.early_stopped and not self._stop_said:
+            if self.best is not None:
+                log.info("early stopping: %d evaluation%s in a row did not improve %s on %.4f (step %d); stopped at "
+                         "step %d of %d", self.bad_evals, "" if self.bad_evals == 1 else "s", self.best_key,
+                         self.best["value"], self.best["step"], self.global_step, self.total_steps)
+            else:
+                log.info("early stopping: %d evaluation%s in a row gave no number for %s; stopped at step %d of %d",
+                         self.bad_evals, "" if self.bad_evals == 1 else "s", self.best_key, self.global_step,
+                         self.total_steps)
         loss_sum, n = self._loss_window()
         self._loss_total += loss_sum
         self._loss_count += n

@@ -178,6 +178,11 @@ def test_early_stopping_stops_after_patience_evaluations_and_a_restart_exports_t
     assert main(_argv(sentiment_csv, tiny_model, out, "--early-stopping", "6")) == 0
     said = capsys.readouterr().out
     assert f"resuming from {last}" in said and "eval @" not in said
+    # said once, as what it is: the earlier run's "early stopping: 6 evaluations in a row ..." line came again, as
+    # though this run had stopped
+    assert said.count("the run had already stopped early at step 39 of 60 (--early-stopping 6): nothing to train; "
+                      "exporting it again") == 1
+    assert "early stopping:" not in said and "stopping early" not in said
     assert _evals(out) == evals
     again = _metrics(out)
     for key in ("global_step", "best_global_step", "eval_accuracy", "eval_loss", "early_stopping"):
