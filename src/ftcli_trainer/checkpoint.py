@@ -92,7 +92,10 @@ def save_best(root: str, step: int, model, info: dict) -> None:
 
 
 def has_best(root: str, step: int) -> bool:
-    return _is_complete(storage.join(root, f"best-{step:08d}"))
+    """The step's best weights are there whole: marked complete, and their file not lost since (removed by hand, an
+    object deleted from the bucket), which load_best read as a FileNotFoundError traceback."""
+    path = storage.join(root, f"best-{step:08d}")
+    return _is_complete(path) and storage.exists(storage.join(path, "model.safetensors"))
 
 
 def load_best(root: str, step: int, model) -> None:
@@ -100,7 +103,7 @@ def load_best(root: str, step: int, model) -> None:
     from safetensors.torch import load_model
 
     path = storage.join(root, f"best-{step:08d}")
-    if not _is_complete(path):
+    if not has_best(root, step):
         raise TrainerError(f"the best evaluation's weights (step {step}) are not in {path}: run again with another "
                            "--output-dir")  # (without --keep-best, these checkpoints are another run's)
     downloaded = None

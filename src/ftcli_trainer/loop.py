@@ -343,6 +343,7 @@ class Trainer:
         self.bad_evals = 0
         self.early_stopped = False
         self._stop_said = False  # a restart of a run that stopped early: its stop was said then
+        self._lost_best: int | None = None  # the step of a best whose weights were gone at the resume
         self._best_refs: list[int | None] = []
         self.last_eval: dict = {}
         self.record_callbacks: list = []  # called as f(kind, global_step, values) for each metrics.jsonl row
@@ -546,8 +547,20 @@ class Trainer:
         step = int(state["global_step"]) if state else 0
         best = state.get("best") if state else None
         if isinstance(best, dict) and not checkpoint.has_best(root, int(best["step"])):
+            if state and (self.epoch >= self.cfg.epochs or state.get("early_stopped")):
+                # Nothing left to train, so no evaluation to find a best in: the last step's weights would be exported
+                # (over a kept model/) under a warning that no evaluation gave a finite metric.
+                kept = int(best["step"])
+                where = storage.join(root, f"best-{kept:08d}")
+                raise TrainerError(
+                    f"the best evaluation's weights (step {kept}, {self.best_key} "
+                    f"{float(best['value']):.4f}) are not in {where}, "
+                    f"and the run ended at step {step}: nothing is left to train to find another best, and the last "
+                    "step's weights are not the model --keep-best asked for; put that folder back to export it, or "
+                    "train again with another --output-dir (ftcli local: --restart)")
             log.warning("the best evaluation's weights (step %d) are not in %s: the best is looked for from step %d on",
                         int(best["step"]), root, step)
+            self._lost_best = int(best["step"])
             best = None
         if isinstance(best, dict):
             self.best = {"step": int(best["step"]), "epoch": float(best["epoch"]), "value": float(best["value"])}
@@ -1066,8 +1079,13 @@ class Trainer:
                                      "threshold": self.cfg.early_stopping_threshold, "stopped": self.early_stopped,
                                      "evaluations_without_improvement": self.bad_evals}
         if self.best is None:
-            log.warning("--keep-best: no evaluation gave a finite %s; the last step's weights are exported",
-                        self.best_key)
+            if self._lost_best is not None:
+                log.warning("--keep-best: the best evaluation's weights (step %d) were gone at the resume, and no "
+                            "evaluation since gave a finite %s; the last step's weights are exported",
+                            self._lost_best, self.best_key)
+            else:
+                log.warning("--keep-best: no evaluation gave a finite %s; the last step's weights are exported",
+                            self.best_key)
             return {**last_eval, **out}
         kept = last_eval
         if self.best["step"] != self.global_step:

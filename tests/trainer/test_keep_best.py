@@ -547,3 +547,41 @@ def test_a_resume_whose_best_weights_are_gone_says_so_and_looks_for_the_best_aga
             "for from step 40 on") in said
     m = _metrics(out)
     assert m["best_global_step"] == 42 and m["eval_accuracy"] == 1.0  # the first evaluation after the resume
+
+
+@pytest.mark.parametrize("lost", ["folder", "weights"])
+def test_a_finished_run_whose_best_weights_are_gone_is_refused_and_its_model_left_alone(tmp_path, tiny_model,
+                                                                                        sentiment_csv, capsys, lost):
+    # The same command again (a worker restarted during the export) with best-00000021 removed by hand, or its weights
+    # lost from the bucket: it warned "the best is looked for from step 60 on" (nothing was left to train) and "no
+    # evaluation gave a finite eval_accuracy", and exported the collapsed last step over the kept model (or, with only
+    # the weights gone, a FileNotFoundError traceback)
+    out = tmp_path / "run"
+    assert main(_argv(sentiment_csv, tiny_model, out, "--keep-best")) == 0
+    exported = (out / "model" / "model.safetensors").read_bytes()
+    best = out / "checkpoints" / "best-00000021"
+    if lost == "folder":
+        shutil.rmtree(best)
+    else:
+        (best / "model.safetensors").unlink()
+    capsys.readouterr()
+    assert main(_argv(sentiment_csv, tiny_model, out, "--keep-best")) == 2
+    said = capsys.readouterr()
+    assert (f"error: the best evaluation's weights (step 21, eval_accuracy 1.0000) are not in {best}, and the run "
+            "ended at step 60: nothing is left to train to find another best, and the last step's weights are not "
+            "the model --keep-best asked for; put that folder back to export it, or train again with another "
+            "--output-dir (ftcli local: --restart)\n") in said.err
+    assert "Traceback" not in said.err + said.out and "finite" not in said.err + said.out
+    assert (out / "model" / "model.safetensors").read_bytes() == exported
+
+
+def test_no_best_after_a_resume_that_lost_it_says_so_not_only_no_finite_metric(tmp_path, tiny_model, sentiment_csv,
+                                                                              caplog):
+    train, _ = sentiment_csv
+    trainer = _trainer(tmp_path, tiny_model, train, "--keep-best")
+    trainer._lost_best = 21  # gone at the resume (the warning then said so), and no number since
+    out = trainer._kept({"eval_accuracy": float("nan"), "eval_loss": 0.7})
+    assert out["metric_for_best_model"] == "eval_accuracy" and "best_global_step" not in out
+    assert [r.getMessage() for r in caplog.records if "--keep-best" in r.getMessage()] == [
+        "--keep-best: the best evaluation's weights (step 21) were gone at the resume, and no evaluation since gave a "
+        "finite eval_accuracy; the last step's weights are exported"]
