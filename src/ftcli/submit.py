@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,12 +297,16 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str],
 
 
 def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = None,
-                         say: Callable[[str], None] | None = None) -> list[str]:
+                         say: Callable[[str], None] | None = None,
+                         searched: AbstractSet[str] = frozenset()) -> list[str]:
     """Read local data files with the trainer's own readers (columns, labels, encoding): a wrong column shows up
-    here, not after the GPUs are billed. `done` keeps the answer for the next candidate of `--gpu L4,T4`: each
-    read a 1 GB file again (20 s more per candidate) and said its warnings again."""
+    here, not after the GPUs are billed; and with the number of rows trained on, an --early-stopping that --eval-every
+    leaves no room to stop with any number of GPUs (unless `searched`, a tuning job's, varies what counts the steps).
+    `done` keeps the answer for the next candidate of `--gpu L4,T4`: each read a 1 GB file again (20 s more per
+    candidate) and said its warnings again."""
     import dataclasses
 
+    from ftcli_trainer.config import early_stopping_data_problem
     from ftcli_trainer.data import SAY_READING_BYTES, check_files, size_text
     from ftcli_trainer.errors import TrainerError
 
@@ -317,10 +322,14 @@ def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = 
         say(f"reading {', '.join(f'{p.name} ({size_text(n)})' for p, n in sizes.items())} with the trainer's readers, "
             f"to check {'it' if len(sizes) == 1 else 'them'} before anything is uploaded")
     try:
-        check_files(cfg, {k: str(v) for k, v in local_files.items()})
+        rows = check_files(cfg, {k: str(v) for k, v in local_files.items()})
         problems = []
     except TrainerError as e:
-        problems = [str(e)]
+        rows, problems = None, [str(e)]
+    counting = {"early_stopping", "eval_every", "epochs", "batch_size", "gradient_accumulation_steps",
+                "max_train_samples", "fraction_of_train_data", "eval_fraction"}
+    if rows is not None and not searched & counting and (p := early_stopping_data_problem(cfg, rows)):
+        problems.append(p)  # (a job would only warn, its machines billed, and train to the end)
     if done is not None:
         done[key] = problems
     return problems
@@ -353,10 +362,11 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
          project: str | None, region: str | None, bucket: str | None, service_account: str | None,
          flex_start: bool = False, max_wait: str | None = None, reservation: str | None = None,
          data_checks: dict | None = None, say: Callable[[str], None] | None = None,
-         look_up_model: bool = True) -> Submission:
+         look_up_model: bool = True, searched: AbstractSet[str] = frozenset()) -> Submission:
     """Everything that needs no cloud account: resolve, validate (all problems at once), build the CustomJob; a Hub
     --model is looked up on the Hugging Face Hub (`hub_model_problem`) once everything else passes, unless
     `look_up_model` is False (a tuning job's model search: its trials never use the trial job's own --model).
+    `searched`: the options a tuning job's trials vary (their values here are not the trials').
     `data_checks` carries what reading the local data files found (and their hashes) from one candidate's plan to
     the next. `say(message)` hears what takes a while (reading big local data)."""
     from ftcli import catalog
@@ -443,7 +453,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         if p := hub_model_problem(validated[0], notes, data_checks, job_has_token=bool(validated[0].hf_secret)):
             problems.append(p)
     if validated and not problems:
-        problems += _local_data_problems(validated[0], local_files, data_checks, say)
+        problems += _local_data_problems(validated[0], local_files, data_checks, say, searched)
     if problems:
         raise_problems(problems, "options")
     assert settings and validated and hardware and timeout_s

@@ -97,7 +97,8 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     checks: dict = {}  # the Hub's answers, shared by the trial job's --model and the searched models
     try:
         sub = submit.plan(trainer={**trainer, "hypertune_metric": chosen}, data_checks=checks,
-                          look_up_model=not any(p.name == "model" for p in params), **train)
+                          look_up_model=not any(p.name == "model" for p in params),
+                          searched={p.name for p in params}, **train)
     except UsageError as e:
         raise UsageError(f"{len(problems) + len(e.problems or [e.message])} problems with the options:",
                          problems=problems + (e.problems or [e.message])) if problems else e from None

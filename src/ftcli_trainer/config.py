@@ -563,6 +563,49 @@ def early_stopping_problems(cfg: dict[str, Any], given: dict[str, Any]) -> list[
             "--keep-best alone"]
 
 
+def steps_per_epoch(train_rows: int, batch_size: int, gradient_accumulation_steps: int, processes: int = 1) -> int:
+    """The optimizer steps an epoch of `train_rows` examples takes, as the trainer plans them (data.plan_batches: a
+    batch of batch_size x processes rows, the last one shorter; distributed.shard_batches drops a last one too small
+    to give each process a row)."""
+    rows_per_batch = batch_size * processes
+    batches = -(-train_rows // rows_per_batch)
+    if processes > 1 and 0 < train_rows % rows_per_batch < processes:
+        batches -= 1
+    return -(-batches // gradient_accumulation_steps)
+
+
+def evaluation_count(steps: int, epochs: int, eval_every: int) -> int:
+    """The evaluations of a run of `steps` optimizer steps an epoch: every `eval_every` steps and at each epoch's end,
+    once where both fall on one step."""
+    if not eval_every or steps <= 0:
+        return epochs
+    total = steps * epochs
+    return total // eval_every + epochs - total // math.lcm(eval_every, steps)
+
+
+def early_stopping_data_problem(cfg: TrainConfig, train_rows: int, processes: int | None = None) -> str:
+    """--early-stopping N with --eval-every that this data can never stop early ("" when it can): a stop needs N + 1
+    evaluations before the last. `processes` None: not known yet (`ftcli train`: more GPUs or machines make fewer,
+    larger steps), so only what no number of them changes is refused: the count with one process, and every
+    --eval-every multiple counted apart from the epoch ends, is at most that."""
+    patience, every = cfg.early_stopping, cfg.eval_every
+    if not patience or not every or train_rows <= 0:
+        return ""  # (no --eval-every: early_stopping_problems, with no data)
+    steps = steps_per_epoch(train_rows, cfg.batch_size, cfg.gradient_accumulation_steps, processes or 1)
+    if processes is None:
+        count, how = steps * cfg.epochs // every + cfg.epochs, "at most"
+        per = f"{steps} step(s) an epoch with one GPU, fewer with more"
+    else:
+        count, how = evaluation_count(steps, cfg.epochs, every), "only"
+        per = f"{steps} step(s) an epoch"
+    if count >= patience + 2:
+        return ""
+    return (f"--early-stopping {patience} needs {patience + 1} evaluations before the last one, but this run "
+            f"evaluates {how} {count} time(s) ({train_rows} training rows at --batch-size {cfg.batch_size}: {per}; "
+            f"--eval-every {every}, --epochs {cfg.epochs}): it could never stop the run early; give a smaller "
+            "--eval-every or more --epochs, or use --keep-best alone")
+
+
 def output_dir_problems(output_dir: str) -> list[str]:
     """A local --output-dir must be a folder that can be written, or one that can be created: found now, not
     after the data and the model are loaded. Nothing is created here (a probe file is removed at once)."""

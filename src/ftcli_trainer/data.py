@@ -1013,12 +1013,14 @@ def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[l
 
 
 def check_files(cfg: TrainConfig, files: dict[str, str], heads: dict[str, tuple[str, bytes]] | None = None,
-                shown: dict[str, str] | None = None) -> None:
+                shown: dict[str, str] | None = None) -> int | None:
     """Read local data files exactly as the job will (columns, label values, encoding, `--label-columns`
     globs, train and eval labels consistent) and raise the job's DataError now: the launcher calls this before
     anything is uploaded. `files` maps "train_file"/"eval_file" to local paths; `heads` maps them to (path, first
     bytes) of files too big to read here (gs://), whose header (columns) only is checked; `shown` names them in
-    errors (default: their paths)."""
+    errors (default: their paths). Returns the number of rows the job trains on (after the held-out share and
+    --max-train-samples or --fraction-of-train-data, as load_task_data takes them) when the training file was read
+    here, else None."""
     task = TASKS[cfg.task]
     fmt = "jsonl" if task.name == "jsonl" else ("csv" if task.name == "csv" else None)
     names: list[str] | None = None if cfg.multi_label else (list(cfg.label_names or task.labels) or None)
@@ -1054,3 +1056,13 @@ def check_files(cfg: TrainConfig, files: dict[str, str], heads: dict[str, tuple[
         train, evals = (read["train_file"], {"eval": read["eval_file"]}) if "eval_file" in read else \
             _hold_out(read["train_file"], cfg)
         _warn_thin_labels(train, evals, names)
+    if "train_file" not in read:
+        return None
+    n = len(read["train_file"])
+    if not cfg.eval_file:  # (_hold_out's share)
+        n -= max(1, round(n * cfg.eval_fraction))
+    if cfg.max_train_samples is not None:
+        return min(n, cfg.max_train_samples)
+    if cfg.fraction_of_train_data is not None:
+        return max(1, round(n * cfg.fraction_of_train_data))
+    return n

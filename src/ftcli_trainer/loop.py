@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 import numpy as np
 
 from ftcli_trainer import checkpoint, metrics, storage
-from ftcli_trainer.config import TrainConfig
+from ftcli_trainer.config import TrainConfig, evaluation_count
 from ftcli_trainer.data import Encoded, collate, plan_batches
 from ftcli_trainer.distributed import Dist, add_up, any_rank, gather_rows, gather_to_main, shard_batches, spread
 from ftcli_trainer.errors import TrainerError
@@ -1116,11 +1116,7 @@ class Trainer:
         if not cfg.early_stopping or not self.steps_per_epoch:
             return ""
         every = cfg.eval_every
-        if every:  # every N steps, and each epoch's end (once where both fall on one step)
-            both = math.lcm(every, self.steps_per_epoch)
-            count = self.total_steps // every + cfg.epochs - self.total_steps // both
-        else:
-            count = cfg.epochs
+        count = evaluation_count(self.steps_per_epoch, cfg.epochs, every)  # (as a run outside Vertex is refused)
         if count >= cfg.early_stopping + 2:
             return ""
         return (f"this run evaluates {count} time(s) ({self.total_steps} steps, --eval-every {every}, "

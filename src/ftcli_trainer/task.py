@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ftcli_trainer import __version__, storage
-from ftcli_trainer.config import ConfigError, TrainConfig, parse_args
+from ftcli_trainer.config import ConfigError, TrainConfig, early_stopping_data_problem, parse_args
 from ftcli_trainer.errors import TrainerError
 
 log = logging.getLogger("ftcli_trainer")
@@ -199,6 +199,12 @@ def run(cfg: TrainConfig) -> dict:
                          storage.join(paths.logs_dir, "metrics.jsonl"))
     set_seed(cfg.seed)
     data = load_task_data(cfg)
+    if not os.environ.get("CLOUD_ML_JOB_ID"):
+        # Outside a Vertex job (ftcli local, or by hand) an --early-stopping that this data can never stop is refused
+        # before the model loads; a job, whose machines are up already, says so in a warning and keeps the best.
+        # (CLOUD_ML_JOB_ID: set by Vertex in a custom job's containers; see lease.py.)
+        if problem := early_stopping_data_problem(cfg, len(data.train), dist.world_size):
+            raise TrainerError(problem)
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)

@@ -1047,6 +1047,33 @@ def test_early_stopping_that_could_never_stop_is_refused_before_any_upload(capsy
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+@pytest.mark.parametrize("command", ["train", "tune"])
+def test_early_stopping_that_a_local_files_eval_every_leaves_no_room_for_is_refused_before_any_upload(
+        capsys, cloud_env, tmp_path, command):
+    # 200 rows, a tenth held out: 180 trained on, 6 steps an epoch at --batch-size 32 with one GPU (fewer with more),
+    # so --eval-every 4 over 2 epochs evaluates at most 12 // 4 + 2 = 5 times, and a stop needs 5 before the last:
+    # only a warning in the job, after its machines were billed, and a run to the end
+    gcs, vertex = cloud_env
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], [("good", "pos"), ("bad", "neg")] * 100)
+    search = ["--search", "learning_rate=loguniform(1e-5,1e-4)", "--trials", "2"] if command == "tune" else []
+    args = ("--task", "csv", "--train-file", str(train), "--epochs", "2", "--eval-every", "4", "--gpu", "T4")
+    r = run_cli(capsys, command, "--detach", "--json", *args, "--early-stopping", "4", *search)
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    assert r.err.splitlines() == [
+        "error: --early-stopping 4 needs 5 evaluations before the last one, but this run evaluates at most 5 time(s) "
+        "(180 training rows at --batch-size 32: 6 step(s) an epoch with one GPU, fewer with more; --eval-every 4, "
+        "--epochs 2): it could never stop the run early; give a smaller --eval-every or more --epochs, or use "
+        "--keep-best alone"]
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+    # one fewer of patience can stop (with one GPU): taken; a search over the batch size leaves it to the job
+    r = run_cli(capsys, command, "--detach", "--json", *args, "--early-stopping", "3", *search)
+    assert r.code == 0, r.err
+    if command == "tune":
+        r = run_cli(capsys, "tune", "--detach", "--json", *args, "--early-stopping", "4", "--search",
+                    "batch_size=choice(4,32)", "--trials", "2")
+        assert r.code == 0, r.err
+
+
 def test_keep_best_and_early_stopping_reach_the_job(capsys, cloud_env):
     _, vertex = cloud_env
     submitted(capsys, "--task", "imdb", "--eval-every", "500", "--early-stopping", "3",

@@ -143,7 +143,7 @@ def test_a_finished_run_run_again_with_keep_best_toggled_is_refused_and_its_mode
         assert (out / "model" / "model.safetensors").read_bytes() == exported
         assert (out / "model" / "metrics.json").read_bytes() == metrics
     # --early-stopping implies --keep-best: the kept run resumes with it (and exports the same model)
-    assert main(_argv(sentiment_csv, tiny_model, tmp_path / "kept", "--early-stopping", "100")) == 0
+    assert main(_argv(sentiment_csv, tiny_model, tmp_path / "kept", "--early-stopping", "13")) == 0
 
 
 def test_early_stopping_stops_after_patience_evaluations_and_a_restart_exports_the_same(tmp_path, tiny_model,
@@ -467,6 +467,37 @@ def test_a_run_with_too_few_evaluations_to_stop_says_so(tmp_path, tiny_model, se
     trainer = _trainer(tmp_path, tiny_model, train, "--epochs", "2", "--eval-every", "5",
                                  "--early-stopping", "3")
     assert trainer._early_stopping_idle() == ""  # 5, 10, 14, 15, 20, 25, 28
+
+
+def test_an_early_stopping_this_data_leaves_no_room_for_is_refused_outside_a_job(tmp_path, tiny_model,
+                                                                               sentiment_csv, capsys, monkeypatch):
+    # ftcli local (or the trainer by hand) knows the data: it warned, trained to the end and kept the best; refused
+    # now in one line before the model loads. A Vertex job (CLOUD_ML_JOB_ID) still warns: its machines are up.
+    from ftcli_trainer import config
+
+    monkeypatch.delenv("CLOUD_ML_JOB_ID", raising=False)
+    out = tmp_path / "run"
+    argv = [*_argv(sentiment_csv, tiny_model, out), "--epochs", "2", "--eval-every", "10", "--early-stopping", "3"]
+    assert main(argv) == 2
+    said = capsys.readouterr()
+    assert said.err.splitlines()[-1] == (
+        "error: --early-stopping 3 needs 4 evaluations before the last one, but this run evaluates only 4 time(s) "
+        "(240 training rows at --batch-size 16: 15 step(s) an epoch; --eval-every 10, --epochs 2): it could never "
+        "stop the run early; give a smaller --eval-every or more --epochs, or use --keep-best alone")
+    assert "Traceback" not in said.err and not (out / "model").exists() and not (out / "logs").exists()
+    # the count the trainer itself makes (216 rows after the held-out tenth: 14 steps; 10, 14, 20, 28)
+    trainer = _trainer(tmp_path, tiny_model, sentiment_csv[0], "--epochs", "2", "--eval-every", "10",
+                       "--early-stopping", "3")
+    assert config.steps_per_epoch(216, 16, 1) == trainer.steps_per_epoch == 14
+    assert config.evaluation_count(14, 2, 10) == 4 and config.evaluation_count(14, 2, 5) == 7
+    assert config.steps_per_epoch(216, 16, 2, processes=3) == 3  # 5 batches of 48, the last 24 rows
+    assert config.steps_per_epoch(97, 16, 1, processes=2) == 3  # 4 batches of 32: the 97th row alone is dropped
+    assert config.early_stopping_data_problem(trainer.cfg, 216) == (
+        "--early-stopping 3 needs 4 evaluations before the last one, but this run evaluates at most 4 time(s) (216 "
+        "training rows at --batch-size 16: 14 step(s) an epoch with one GPU, fewer with more; --eval-every 10, "
+        "--epochs 2): it could never stop the run early; give a smaller --eval-every or more --epochs, or use "
+        "--keep-best alone")
+    assert config.early_stopping_data_problem(trainer.cfg, 300) == ""  # 19 steps: at most 3 + 2 = 5
 
 
 def test_the_tuning_services_last_report_is_the_exported_models(tmp_path, tiny_model, sentiment_csv, monkeypatch):
