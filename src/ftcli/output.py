@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,8 +98,20 @@ def reader_gone(stream) -> bool:
 
 
 def emit_json(obj: Any) -> None:
-    """One JSON value on one line of stdout, flushed (a reader may be waiting for it)."""
-    print(json.dumps(obj, default=str), flush=True)
+    """One JSON value on one line of stdout, flushed (a reader may be waiting for it). A number that is not finite (a
+    NaN loss, an undefined Pearson in a job's metrics.json) is null: Python wrote a bare NaN, which is not JSON, and
+    jq and other strict readers refused the whole line."""
+    print(json.dumps(_finite(obj), default=str, allow_nan=False), flush=True)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 # --- results -----------------------------------------------------------------------------------------------------

@@ -229,6 +229,24 @@ def test_describe_says_the_metrics_are_the_kept_steps(capsys, cloud_env):
     assert r.code == 0 and "accuracy 0.9" in r.out and "kept" not in r.out
 
 
+def test_describe_json_gives_a_metric_that_is_not_a_number_as_null(capsys, cloud_env):
+    # A NaN in metrics.json (a diverged loss, an undefined Pearson) came out of --json as a bare NaN, which is not JSON:
+    # jq and other strict readers refused the whole line.
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "stsb", "--gpu", "T4")
+    finish(gcs, vertex, job, {"eval_pearson": float("nan"), "eval_loss": 0.5, "global_step": 10})
+
+    def strict(text: str):
+        raise AssertionError(f"not JSON: {text}")
+
+    for args in (("jobs", "describe", "1", "--json"), ("jobs", "list", "--json")):
+        r = run_cli(capsys, *args)
+        assert r.code == 0, r.err
+        obj = json.loads(r.out.splitlines()[0], parse_constant=strict)
+        if args[1] == "describe":
+            assert obj["metrics"] == {"eval_pearson": None, "eval_loss": 0.5, "global_step": 10}
+
+
 def test_describe_says_what_the_job_cost_at_the_users_rates(capsys, cloud_env, tmp_path, monkeypatch):
     gcs, vertex = cloud_env
     three_jobs(capsys, gcs, vertex)
