@@ -24,6 +24,7 @@ for, so a lease released by a holder that had lost it would have deleted the new
 
 from __future__ import annotations
 
+import re
 import sys
 from http import HTTPStatus
 
@@ -33,6 +34,7 @@ from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers import objects
 
 _insert, _upload_partial, _delete = objects.insert, objects.upload_partial, objects.delete
+RESUME_INCOMPLETE = objects.GoogleHTTPStatus.RESUME_INCOMPLETE  # 308 "Resume Incomplete"
 
 
 def _live_generation(storage, bucket: str, name: str) -> str:
@@ -82,7 +84,36 @@ def insert(request, response, storage, *args, **kwargs):
 def upload_partial(request, response, storage, *args, **kwargs):
     if "upload_id" in request.query and _refused(request, response, storage, *_session_target(storage, request)):
         return None
+    if _nothing_held(request, storage):
+        _ = request.data
+        response.status = RESUME_INCOMPLETE  # and no Range: no byte is persisted
+        return None
     return _upload_partial(request, response, storage, *args, **kwargs)
+
+
+def _nothing_held(request, storage) -> bool:
+    """A status query (`Content-Range: bytes */SIZE`) of a known session that holds no byte yet. Cloud Storage answers
+    308 with no Range header ("a 308 response that does not contain a Range header should interpret as GCS having
+    received no data", googleapis/java-storage#2182 on "Perform resumable uploads", status check, read 2026-11-27;
+    google-cloud-storage's ResumableUpload.recover reads it so: "the upload has not begun"). gcp-storage-emulator
+    answered `Range: bytes=0-0`, one byte held: a client resuming from it would skip the file's first byte."""
+    content_range = (request.get_header("Content-Range", "") or "").strip()
+    if not re.fullmatch(r"bytes \*/(\d+|\*)", content_range) or "upload_id" not in request.query:
+        return False
+    upload_id = request.query["upload_id"][0]
+    try:
+        storage.get_resumable_file_obj(upload_id)
+    except NotFound:
+        return False  # the emulator answers an unknown session itself (404)
+    return storage.get_resumable_byte_count(upload_id) == 0
+
+
+def _expire_uploads(request, response, storage, *args, **kwargs):
+    """Tests only (like the emulator's own /wipe): forget every unfinished resumable session, as Cloud Storage does a
+    week after it began; a request to one is then answered 404."""
+    for upload_id in list(storage.resumable):
+        storage.delete_resumable_file_obj(upload_id)
+    response.write("OK")
 
 
 def delete(request, response, storage, *args, **kwargs):
@@ -94,6 +125,7 @@ def delete(request, response, storage, *args, **kwargs):
 def _install() -> None:
     # the router's own fallback reads objects.insert
     objects.insert, objects.upload_partial, objects.delete = insert, upload_partial, delete
+    server.HANDLERS = ((r"^/expire-uploads$", {server.GET: _expire_uploads}), *server.HANDLERS)
     ours = {_insert: insert, _upload_partial: upload_partial, _delete: delete}
     for _, handlers in server.HANDLERS:
         for method, handler in list(handlers.items()):

@@ -209,6 +209,12 @@ class GcsEmulator:
                 break
         return sorted(names)
 
+    def expire_uploads(self) -> None:
+        """Forget every unfinished resumable upload session, as Cloud Storage does a week after it began."""
+        status, _ = self._request("GET", "/expire-uploads")
+        if status != 200:
+            raise RuntimeError(f"expire-uploads: HTTP {status}")
+
     def reset(self, keep_buckets: bool = False) -> None:
         """Delete every object (and, unless keep_buckets, every bucket): a fresh store for the next test."""
         status, _ = self._request("GET", "/wipe" + ("?keep-buckets=1" if keep_buckets else ""))

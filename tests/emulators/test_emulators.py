@@ -109,6 +109,28 @@ def test_gcs_generation_preconditions_on_create_update_and_delete(gcs: GcsEmulat
     assert gcs.list("bkt") == []
 
 
+def test_a_resumable_sessions_status_query_answers_as_cloud_storage_does(gcs: GcsEmulator) -> None:
+    """`PUT SESSION` with `Content-Range: bytes */SIZE` and no body: 308 with no Range while nothing is held (the
+    emulator said `bytes=0-0`), `Range: bytes=0-N` once N + 1 bytes are, 404 once the session is forgotten."""
+    import requests
+
+    gcs.create_bucket("bkt")
+    url = gcs.client().bucket("bkt").blob("big.bin").create_resumable_upload_session(size=1024 * 1024)
+
+    def status() -> requests.Response:
+        return requests.put(url, data=b"", headers={"Content-Range": f"bytes */{1024 * 1024}"}, timeout=10)
+
+    empty = status()
+    assert empty.status_code == 308 and "Range" not in empty.headers
+    chunk = requests.put(url, data=b"x" * 256 * 1024, timeout=10,
+                         headers={"Content-Range": f"bytes 0-{256 * 1024 - 1}/{1024 * 1024}"})
+    assert chunk.status_code == 308 and chunk.headers["Range"] == f"bytes=0-{256 * 1024 - 1}"
+    held = status()
+    assert held.status_code == 308 and held.headers["Range"] == f"bytes=0-{256 * 1024 - 1}"
+    gcs.expire_uploads()
+    assert status().status_code == 404
+
+
 @pytest.mark.parametrize("status", [503, None], ids=["503", "dropped-connection"])
 def test_resumable_upload_through_faults_keeps_the_bytes(gcs: GcsEmulator, status: int | None) -> None:
     gcs.create_bucket("bkt")
