@@ -143,9 +143,11 @@ def use_price_file(tmp_path: Path, monkeypatch, text: str = T4_RATES) -> Path:
 @pytest.fixture(autouse=True)
 def _no_user_price_file(tmp_path, monkeypatch):
     """The developer's own config and prices.toml never change what a test sees: tests that want rates write one
-    (or point FTCLI_CONFIG elsewhere)."""
+    (or point FTCLI_CONFIG elsewhere). Nor does a test write the developer's state folder (the history, the upload
+    sessions a big upload keeps)."""
     monkeypatch.delenv("FTCLI_PRICES", raising=False)
     monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "user-config" / "config.toml"))
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "user-state"))
 
 
 # The emulators (real wire protocols): gcs (gcp-storage-emulator over HTTP), vertex (JobService over gRPC),

@@ -264,6 +264,44 @@ def test_a_refused_upload_chunk_says_so_without_the_upload_session(capsys, cloud
     assert vertex.requests == []
 
 
+def test_a_train_file_upload_that_failed_part_way_is_resumed_by_the_next_train(capsys, cloud_env, tmp_path,
+                                                                               monkeypatch):
+    """`ftcli train` whose big --train-file upload failed after some chunks: the same command again sends only the
+    rest of the file (it said so), and the job gets the file's bytes."""
+    from ftcli.gcp import storage
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    chunk = 256 * 1024
+    monkeypatch.setattr(storage, "CHUNK_BYTES", chunk)
+    big = tmp_path / "big.csv"
+    big.write_text("text,label\n" + "".join(f"row number {i} with some words,{i % 2}\n" for i in range(40_000)))
+    size = big.stat().st_size
+    chunks: list[int] = []
+    refuse = [True]
+
+    def third_chunk(method: str, target: str, n: int) -> bool:
+        if method == "PUT" and "upload_id=" in target and refuse[0]:
+            chunks.append(n)
+            return len(chunks) == 3  # the trainer wheel goes in one request: these are big.csv's
+        return False
+
+    with FaultyProxy(gcs.url, fail_when=third_chunk, status=403) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(big), "--gpu", "T4")
+        assert r.code == 1 and "permission denied" in r.err and vertex.requests == []
+        refuse[0] = False
+        first = proxy.seen
+        r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(big), "--gpu", "T4")
+        assert r.code == 0, r.err
+        sent = sum(q.body_size for q in proxy.requests[first:] if q.method == "PUT")
+    assert f"uploading big.csv: resuming at 524.3 kB of {size / 1e6:.1f} MB (the upload an earlier run began)" in r.err
+    assert sent == size - 2 * chunk
+    (data,) = [o for o in gcs.list("ftcli-test") if o.endswith("/big.csv")]
+    assert gcs.read("ftcli-test", data) == big.read_bytes()
+    assert len(vertex.jobs) == 1
+
+
 @pytest.mark.parametrize("code,needle,hint", [
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "quota exceeded (custom_model_training_nvidia_t4_gpus)",
      "iam-admin/quotas?project=test-project"),

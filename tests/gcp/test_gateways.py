@@ -571,3 +571,225 @@ def test_ctrl_c_ends_a_download_under_way_at_its_next_chunk(gcs, monkeypatch, tm
         took = time.monotonic() - start
     assert took < 2.5, took  # the whole download: 4 s
     assert target.stat().st_size < 40 * TRICKLE_PIECE
+
+
+# --- a big upload interrupted, then resumed by the next run ------------------------------------------------------
+
+CHUNK = 256 * 1024  # the smallest chunk Cloud Storage takes (a multiple of 256 KiB)
+
+
+def _big_file(path, chunks: float = 4.5, seed: int = 0):
+    import random
+
+    path.write_bytes(random.Random(seed).randbytes(int(chunks * CHUNK)))
+    return path
+
+
+def _crc32c(data: bytes) -> str:
+    import base64
+
+    import google_crc32c
+
+    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
+
+
+def _chunk_bytes(requests) -> int:
+    """The bytes the data requests of resumable sessions carried (a status query carries none)."""
+    return sum(r.body_size for r in requests if r.method == "PUT" and "upload_id=" in r.target)
+
+
+def _interrupted(local, uri, after: int) -> None:
+    """Upload until `after` bytes are in, then Ctrl-C (as a progress callback hears it)."""
+    from ftcli.gcp.storage import StorageGateway
+
+    def ctrl_c_at(done, _total):
+        if done >= after:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        StorageGateway("p").upload_if_absent(local, uri, progress=ctrl_c_at)
+
+
+def _kept_sessions() -> int:
+    import sqlite3
+    from contextlib import closing
+
+    from ftcli import upload_sessions
+
+    with closing(sqlite3.connect(upload_sessions.db_path())) as db:
+        return db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+
+
+@pytest.fixture
+def proxied(gcs, monkeypatch, small_chunks):
+    """Bucket `bkt`, reached through a FaultyProxy that counts the requests (both runs through the same one: a
+    session's URL names the host that began it)."""
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("bkt")
+    with FaultyProxy(gcs.url) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        yield proxy
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    from ftcli.gcp import storage
+
+    monkeypatch.setattr(storage, "CHUNK_BYTES", CHUNK)
+
+
+def test_an_interrupted_big_upload_resumes_where_it_stopped(gcs, proxied, tmp_path):
+    """A big upload stopped part way (Ctrl-C, a lid closed, the network gone past the retries) started again from
+    byte 0 on the next run: a 3 GB file on a slow link was sent whole each time. Now the next run asks Cloud Storage
+    where the session stands and sends only the rest; the object is the file's bytes, made once, create-only."""
+    import stat
+
+    from ftcli import upload_sessions
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    size, uri = local.stat().st_size, "gs://bkt/d/big.csv"
+    _interrupted(local, uri, after=2 * CHUNK)
+    assert gcs.list("bkt") == []  # an unfinished session makes no object
+    assert _chunk_bytes(proxied.requests) == 2 * CHUNK and _kept_sessions() == 1
+    assert stat.S_IMODE(upload_sessions.db_path().stat().st_mode) == 0o600  # the session URL is a write credential
+    first = proxied.seen
+    notes: list[str] = []
+    sent = StorageGateway("p", notify=notes.append).upload_if_absent(local, uri)
+    second = proxied.requests[first:]
+    assert sent == size - 2 * CHUNK
+    assert _chunk_bytes(second) == size - 2 * CHUNK  # without the fix: the whole file again
+    puts = [r for r in second if r.method == "PUT"]
+    assert (puts[0].headers["content-range"], puts[0].status) == (f"bytes */{size}", 308)
+    assert puts[1].headers["content-range"] == f"bytes {2 * CHUNK}-{3 * CHUNK - 1}/{size}"
+    assert all("ifGenerationMatch=0" in r.target for r in puts)  # still create-only
+    assert not any(r.method == "POST" for r in second)  # no new session
+    assert notes == ["uploading big.csv: resuming at 524.3 kB of 1.2 MB (the upload an earlier run began)"]
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes()
+    (obj,) = StorageGateway("p").list_objects("gs://bkt/d")
+    assert obj.crc32c == _crc32c(local.read_bytes())
+    assert _kept_sessions() == 0  # the finished session is forgotten
+    assert StorageGateway("p").upload_if_absent(local, uri) == 0
+
+
+def test_a_session_cloud_storage_forgot_starts_afresh(gcs, proxied, tmp_path):
+    """A session older than a week (or cancelled) answers 404: the next run begins a new one and sends the file
+    whole, instead of failing."""
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    _interrupted(local, "gs://bkt/d/big.csv", after=2 * CHUNK)
+    gcs.expire_uploads()
+    first = proxied.seen
+    notes: list[str] = []
+    sent = StorageGateway("p", notify=notes.append).upload_if_absent(local, "gs://bkt/d/big.csv")
+    second = proxied.requests[first:]
+    assert [r.status for r in second if r.method == "PUT"][0] == 404
+    assert sent == local.stat().st_size == _chunk_bytes(second)
+    assert notes == [] and gcs.read("bkt", "d/big.csv") == local.read_bytes() and _kept_sessions() == 0
+
+
+def test_a_session_holding_nothing_yet_is_resumed_from_its_first_byte(gcs, proxied, tmp_path):
+    """Stopped after the session began but before its first chunk was taken: Cloud Storage's status answer has no
+    Range (nothing held). The emulator said `bytes=0-0`, one byte held; resuming from it would skip the first byte."""
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    _interrupted(local, "gs://bkt/d/big.csv", after=0)
+    first = proxied.seen
+    assert StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv") == local.stat().st_size
+    status = next(r for r in proxied.requests[first:] if r.method == "PUT")
+    assert (status.headers["content-range"], status.status) == (f"bytes */{local.stat().st_size}", 308)
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes()
+
+
+def test_a_changed_file_never_resumes_into_the_old_session(gcs, proxied, tmp_path):
+    """The file changed between the runs: its session declared the old bytes' CRC32C, so it is not taken up (an object
+    stitched from two versions of a file); the new bytes go whole in a new session."""
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv", seed=1)
+    _interrupted(local, "gs://bkt/d/big.csv", after=2 * CHUNK)
+    (old_session,) = {r.target.split("upload_id=")[1] for r in proxied.requests if r.method == "PUT"}
+    first = proxied.seen
+    _big_file(local, seed=2)  # same size, other bytes
+    assert StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv") == local.stat().st_size
+    assert not any(old_session in r.target for r in proxied.requests[first:])
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes()
+
+
+def test_a_lost_chunk_answer_asks_where_the_session_stands_before_sending_again(gcs, monkeypatch, tmp_path,
+                                                                                small_chunks):
+    """A chunk reached Cloud Storage but its answer was lost: the retry asks the session what it holds and goes on
+    from there, rather than sending again bytes the session already took."""
+    from ftcli.gcp.storage import StorageGateway
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("bkt")
+    local = _big_file(tmp_path / "big.csv")
+    size = local.stat().st_size
+    notes: list[str] = []
+
+    def second_chunk(method: str, target: str, n: int) -> bool:
+        return method == "PUT" and "upload_id=" in target and n == 4  # GET (exists?), POST, chunk 1, chunk 2
+
+    with FaultyProxy(gcs.url, fail_when=second_chunk, forward_failed=True, status=503) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        assert StorageGateway("p", notify=notes.append).upload_if_absent(local, "gs://bkt/d/big.csv") == size
+    ranges = [r.headers["content-range"] for r in proxy.requests if r.method == "PUT"]
+    assert ranges[:4] == [f"bytes 0-{CHUNK - 1}/{size}", f"bytes {CHUNK}-{2 * CHUNK - 1}/{size}", f"bytes */{size}",
+                          f"bytes {2 * CHUNK}-{3 * CHUNK - 1}/{size}"]
+    assert notes == ["Cloud Storage did not answer uploading big.csv (503 ServiceUnavailable); retrying"]
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes()
+
+
+def test_a_second_upload_of_the_same_file_under_way_keeps_to_its_own_session(gcs, proxied, tmp_path):
+    """Two `ftcli train` with the same big file at once: the second does not write into the session the first is
+    still sending (it begins its own), and the first's session stays remembered for it."""
+    import os
+    import threading
+
+    from ftcli import upload_sessions
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    size, uri = local.stat().st_size, "gs://bkt/d/big.csv"
+    place = f"{uri} at {os.environ['STORAGE_EMULATOR_HOST']}"
+    seen = []
+
+    def other_upload_midway(done, _total):
+        if done == 2 * CHUNK and not seen:
+            other = threading.Thread(target=lambda: seen.append(
+                upload_sessions.claim(place, size, _crc32c(local.read_bytes()))))
+            other.start()
+            other.join()
+
+    assert StorageGateway("p").upload_if_absent(local, uri, progress=other_upload_midway) == size
+    assert seen == [upload_sessions.BUSY]
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes()
+
+
+def test_a_file_changed_during_its_upload_makes_no_object(gcs, proxied, tmp_path):
+    """The session declares the CRC32C of the file as it was when the upload began: a file rewritten part way (or
+    two runs' halves of different versions) is refused when the upload ends, instead of becoming an object that
+    is neither version."""
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    data = bytearray(local.read_bytes())
+
+    def rewrite_the_end(done, _total):
+        if done == 2 * CHUNK:
+            data[-10:] = b"0123456789"
+            local.write_bytes(bytes(data))
+
+    with pytest.raises(FtcliError) as info:
+        StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv", progress=rewrite_the_end)
+    assert info.value.message == ("big.csv changed while it was being uploaded: Cloud Storage refused bytes that no "
+                                  "longer match the file the upload began with")
+    assert gcs.list("bkt") == []
+    initiation = next(r for r in proxied.requests if r.method == "POST")
+    assert initiation.status == 200 and _kept_sessions() == 1

@@ -1,12 +1,14 @@
 """Cloud Storage gateway: check the bucket, upload create-only-if-absent, list, read and download objects.
 
 Transfers report their bytes through a `progress(done, total)` callback the caller passes in (the command draws
-the bar); retries are reported through `notify`. Objects come back as (name, size) pairs.
+the bar); retries, and an upload resumed where an earlier run stopped, are reported through `notify`. Objects come
+back as (name, size) pairs.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -18,6 +20,11 @@ from ftcli.gcp import Notify, account_problem, guard, retry_notice
 from ftcli_trainer.storage import split_gcs as split_uri
 
 TRANSFER_WORKERS = 8
+# A file over this goes up in a resumable session, in chunks of this size: Google's clients use 8 MiB (gsutil's
+# resumable_threshold, "Resumable uploads", https://cloud.google.com/storage/docs/resumable-uploads, read 2026-11-27),
+# and a chunk must be a multiple of 256 KiB (google-cloud-storage 3.17's ResumableUpload refuses any other, read
+# 2026-11-27). Tests set it smaller.
+CHUNK_BYTES = 8 * 1024 * 1024
 T = TypeVar("T")
 Progress = Callable[[int, int | None], None]  # (bytes done, bytes in all or None)
 EMULATOR_VAR = "STORAGE_EMULATOR_HOST"
@@ -107,6 +114,57 @@ def _run_batch(tasks: list[Callable[[], T]], stop: threading.Event) -> list[T]:
     return [f.result() for f in futures]
 
 
+class _SessionGone(Exception):
+    """A resumable session Cloud Storage no longer knows (404, 410): expired, cancelled or finished long ago."""
+
+
+class _PreconditionFailed(Exception):
+    """412: the create-only upload found an object already there."""
+
+
+def _read_answer(resp) -> int | dict:
+    """What a resumable session's answer says: the bytes it holds (308), or the object's resource (200, 201)."""
+    from google.api_core import exceptions as gexc
+
+    if resp.status_code == 308:
+        held = resp.headers.get("Range")
+        if held is None:  # nothing persisted yet
+            return 0
+        match = re.fullmatch(r"bytes=0-(\d+)", held.strip())
+        if match is None:
+            raise gexc.from_http_response(resp)
+        return int(match.group(1)) + 1
+    if resp.status_code in (200, 201):
+        return resp.json()
+    if resp.status_code in (404, 410):
+        raise _SessionGone
+    if resp.status_code == 412:
+        raise _PreconditionFailed
+    raise gexc.from_http_response(resp)  # a transient one (429, 5xx) is retried by the caller's policy
+
+
+def _crc32c(f) -> str:
+    """The file's CRC32C, base64 of the big-endian digest, as Cloud Storage keeps it ("Hashes and ETags",
+    https://cloud.google.com/storage/docs/hashes-etags, read 2026-11-27)."""
+    import base64
+
+    import google_crc32c
+
+    checksum = google_crc32c.Checksum()
+    f.seek(0)
+    while block := f.read(4 * 1024 * 1024):
+        checksum.update(block)
+    return base64.b64encode(checksum.digest()).decode("ascii")
+
+
+def _amount(n: int) -> str:
+    """Bytes as a person reads them: 1.2 GB, 840.0 MB, 12.3 kB."""
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
 class StoredObject(NamedTuple):
     name: str
     size: int
@@ -123,11 +181,12 @@ class StorageGateway:
         if self.endpoint:
             from google.auth.credentials import AnonymousCredentials
 
-            self.client = storage.Client(project=project, credentials=AnonymousCredentials())
+            self._credentials = AnonymousCredentials()
         else:
             from ftcli.gcp import credentials
 
-            self.client = storage.Client(project=project, credentials=credentials())
+            self._credentials = credentials()
+        self.client = storage.Client(project=project, credentials=self._credentials)
 
     def _context(self, what: str) -> dict:
         return dict(service="storage", project=self.project, what=what, endpoint=self.endpoint,
@@ -253,7 +312,8 @@ class StorageGateway:
 
         Objects are content-addressed by their names, so an existing object is the same bytes. The upload
         is create-only (if_generation_match=0) and retried on transient errors; a resumable upload in
-        chunks either completes or leaves no object behind.
+        chunks (a file over CHUNK_BYTES) either completes or leaves no object behind, and one stopped part way is
+        taken up where it stopped by the next upload of the same file (`_upload_resumable`).
         """
         if self.exists(uri):
             return 0
@@ -262,9 +322,11 @@ class StorageGateway:
     def _upload(self, local: Path, uri: str, progress: Progress | None, stop: threading.Event | None = None) -> int:
         from google.api_core import exceptions as gexc
 
-        bucket, name = split_uri(uri)
         size = local.stat().st_size
-        blob = self.client.bucket(bucket).blob(name, chunk_size=8 * 1024 * 1024 if size > 8 * 1024 * 1024 else None)
+        if size > CHUNK_BYTES:
+            return self._upload_resumable(local, uri, size, progress, stop)
+        bucket, name = split_uri(uri)
+        blob = self.client.bucket(bucket).blob(name)
         with guard(**self._context(uri)):
             try:
                 with open(local, "rb") as f:
@@ -274,6 +336,176 @@ class StorageGateway:
             except gexc.PreconditionFailed:
                 return 0  # someone uploaded the same content-addressed object meanwhile
         return size
+
+    def _upload_resumable(self, local: Path, uri: str, size: int, progress: Progress | None,
+                          stop: threading.Event | None) -> int:
+        """A big file in a resumable session, in chunks; return the bytes sent by this run. The session is remembered
+        (upload_sessions) until it ends, so a run that stopped part way (Ctrl-C, a lid closed, a network gone past the
+        retries) is resumed by the next one where Cloud Storage says it stands, instead of from byte 0.
+
+        google-cloud-storage has no public way to take up a session begun by another process (its ResumableUpload
+        learns its URL only from its own initiate()), so the session is begun with the public
+        Blob.create_resumable_upload_session and its chunks are sent here, as its _media/_upload.py does: PUT with
+        `Content-Range: bytes START-END/SIZE`, answered 308 with `Range: bytes=0-N` (what is persisted) until the last
+        one's 200/201; the status query is the same PUT with no body and `bytes */SIZE` (google-cloud-storage 3.17,
+        ResumableUpload._prepare_request, _process_resumable_response, recover; read 2026-11-27). A 308 with no Range
+        means nothing is persisted yet (Cloud Storage's "Perform resumable uploads", status check, as
+        googleapis/java-storage#2182 quotes it, read 2026-11-27). A session that is gone (404, 410: "the only choice is
+        to restart the operation", googleapis/python-storage#26, read 2026-11-27) or any other doubt starts afresh.
+
+        The create-only precondition (ifGenerationMatch=0) travels in the session URL and is held against the data
+        requests, not the session's start (googleapis/google-cloud-java#201; fake-gcs-server#1967: the server "includes
+        the original preconditions in the query string of the returned location"; both read 2026-11-27), so a resumed
+        session still never overwrites. The session declares the whole file's CRC32C (as google-cloud-storage's own
+        crc32c_checksum_value does): "Cloud Storage performs server-side validation ... When you supply an object's
+        MD5 or CRC32C hash in an object upload request", a mismatch "rejected with a BadRequestException: 400 error"
+        ("Data validation and change detection", https://cloud.google.com/storage/docs/data-validation, read
+        2026-11-27 in a stored copy): an object stitched from two runs is the file's bytes or is not made."""
+        from google.api_core import exceptions as gexc
+
+        from ftcli import upload_sessions
+
+        bucket, name = split_uri(uri)
+        what = f"uploading {local.name}"
+        # An emulator's sessions are kept apart from Cloud Storage's: a session URL is only ever sent to where it began.
+        place = uri if self.endpoint is None else f"{uri} at {self.endpoint}"
+        with guard(**self._context(uri)), open(local, "rb") as f:
+            crc32c = _crc32c(f)
+            http = self._authorized_session()
+            url = upload_sessions.claim(place, size, crc32c)
+            keep = url != upload_sessions.BUSY  # else another upload under way holds it: this one goes alone
+            url = url if keep else None
+            try:
+                for attempt in range(2):  # the remembered session (if any), then one begun now
+                    offset = self._persisted(http, url, size, what) if url else None
+                    if offset is None:
+                        if url and keep:
+                            upload_sessions.forget(place, size)
+                        blob = self.client.bucket(bucket).blob(name)
+                        blob.crc32c = crc32c  # declared in the session's object metadata
+                        try:
+                            url = blob.create_resumable_upload_session(
+                                size=size, if_generation_match=0, timeout=60, retry=self._retry(what))
+                        except gexc.PreconditionFailed:
+                            return 0
+                        if keep:
+                            upload_sessions.hold(place, size, crc32c, url)
+                        offset = 0
+                    elif isinstance(offset, dict):  # that session had made the object already
+                        upload_sessions.forget(place, size)
+                        return 0
+                    elif offset and self.notify:
+                        self.notify(f"{what}: resuming at {_amount(offset)} of {_amount(size)} (the upload an "
+                                    "earlier run began)")
+                    touch = partial(upload_sessions.touch, place, size) if keep else None
+                    try:
+                        done = self._send_chunks(http, url, f, offset, size, progress, stop, what, touch)
+                    except gexc.ClientError:
+                        if _crc32c(f) != crc32c:  # what made Cloud Storage refuse the bytes
+                            raise FtcliError(f"{local.name} changed while it was being uploaded: Cloud Storage "
+                                             "refused bytes that no longer match the file the upload began with",
+                                             hint="leave the file as it is while ftcli uploads it, and run again"
+                                             ) from None
+                        raise
+                    except _SessionGone:
+                        if keep:
+                            upload_sessions.forget(place, size)
+                        url = None
+                        if attempt:
+                            raise FtcliError(f"Cloud Storage ended the upload session of {uri} while it was under "
+                                             "way", hint="run the command again") from None
+                        continue
+                    if keep:
+                        upload_sessions.forget(place, size)
+                    if done is None:  # 412: someone uploaded the same content-addressed object meanwhile
+                        return 0
+                    if done.get("crc32c") not in (None, crc32c):
+                        self._remove_mismatch(uri, done)
+                        raise FtcliError(f"{local.name} arrived in {uri} with other bytes (CRC32C "
+                                         f"{done.get('crc32c')}, the file's is {crc32c}); the object was removed",
+                                         hint="check that nothing writes the file during the upload, and run again")
+                    return size - offset
+            finally:
+                if keep:  # stopped part way (Ctrl-C, an error): the next run may take the session up
+                    upload_sessions.release(place, size)
+        raise AssertionError("unreachable")
+
+    def _authorized_session(self):
+        from google.auth.transport.requests import AuthorizedSession
+
+        return AuthorizedSession(self._credentials)
+
+    def _persisted(self, http, url: str, size: int, what: str) -> int | dict | None:
+        """How many bytes the session holds (its object's resource when it already finished), or None when it is gone
+        or its answer leaves any doubt."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            return self._retry(what)(self._status)(http, url, size)
+        except (_SessionGone, _PreconditionFailed, gexc.GoogleAPIError):
+            return None
+
+    def _status(self, http, url: str, size: int) -> int | dict:
+        resp = http.put(url, data=b"", headers={"Content-Range": f"bytes */{size}"}, timeout=60)
+        return _read_answer(resp)
+
+    def _send_chunks(self, http, url: str, f, offset: int, size: int, progress: Progress | None,
+                     stop: threading.Event | None, what: str, touch: Callable[[], None] | None) -> dict | None:
+        """Send the file from `offset` on; return the object's resource, or None on 412 (the object is there).
+        `touch()` hears of each chunk the session took."""
+        state = {"offset": offset, "doubt": False}
+
+        def next_chunk() -> dict | None | int:
+            if stop is not None and stop.is_set():
+                raise Stopped
+            if state["doubt"]:  # an answer was lost: ask where the session stands before sending again
+                got = self._status(http, url, size)
+                state["doubt"] = False
+                if isinstance(got, dict):
+                    return got
+                state["offset"] = got
+            start = state["offset"]
+            if start >= size:  # it holds every byte: the empty request that declares the size ends it
+                got = self._status(http, url, size)
+                if not isinstance(got, dict):
+                    raise _SessionGone  # still not made: take no chances with it
+                return got
+            f.seek(start)
+            data = f.read(min(CHUNK_BYTES, size - start))
+            state["doubt"] = True
+            resp = http.put(url, data=data, timeout=60,
+                            headers={"Content-Range": f"bytes {start}-{start + len(data) - 1}/{size}"})
+            got = _read_answer(resp)
+            state["doubt"] = False
+            return got
+
+        if progress:
+            progress(offset, size)
+        retry = self._retry(what, timeout=300)
+        while True:
+            try:
+                got = retry(next_chunk)()
+            except _PreconditionFailed:
+                return None
+            if isinstance(got, dict):
+                if progress:
+                    progress(size, size)
+                return got
+            state["offset"] = got
+            if touch:
+                touch()
+            if progress:
+                progress(got, size)
+
+    def _remove_mismatch(self, uri: str, resource: dict) -> None:
+        """Delete the object this upload just made with the wrong bytes (that generation only: never another's)."""
+        bucket, name = split_uri(uri)
+        generation = resource.get("generation")
+        try:
+            self.client.bucket(bucket).blob(name).delete(
+                if_generation_match=int(generation) if generation else None, timeout=30)
+        except Exception:  # noqa: BLE001 - the error said is the mismatch
+            pass
 
     def upload_many(self, pairs: list[tuple[Path, str]], *, progress: Progress | None = None) -> int:
         """`upload_if_absent` for each (local file, gs:// URI), TRANSFER_WORKERS at a time (a model folder of many
