@@ -590,6 +590,68 @@ def _check_gcs_data(sub: Submission, storage) -> None:
             raise UsageError(str(e)) from None
 
 
+# The account a job runs as, unless --service-account names another: "When you create a CustomJob,
+# HyperparameterTuningJob, or a custom TrainingPipeline, the training container runs using your Google Cloud project's
+# ... Custom Code Service Agent by default" ("Use a custom service account",
+# https://cloud.google.com/vertex-ai/docs/general/custom-service-account, read 2026-11-27), whose e-mail is
+# service-PROJECT_NUMBER@gcp-sa-aiplatform-cc.iam.gserviceaccount.com ("Service agents",
+# https://cloud.google.com/iam/docs/service-agents, read 2026-11-27). "By default, a custom training job can access any
+# Cloud Storage bucket within the same Google Cloud project by using the Vertex AI Custom Code Service Agent"; for
+# read and write access to a bucket it names roles/storage.objectAdmin ("Use Cloud Storage as a mounted file system",
+# https://cloud.google.com/vertex-ai/docs/training/cloud-storage-file-system, read 2026-11-27); a bucket of another
+# project needs a grant ("if it is not part of the project you are using to run AI Platform Training, you must
+# explicitly grant access to the AI Platform Training service accounts", the predecessor's "Working with Cloud
+# Storage", https://cloud.google.com/ml-engine/docs/scikit/working-with-cloud-storage, read 2026-11-27). The job reads
+# its trainer wheel from /gcs/BUCKET, so without one it fails once its machines are up.
+#
+# Only a note, never a refusal: "The effective allow policy for a resource is the union of the allow policy set at
+# that resource and the allow policy inherited from its parent" ("Using resource hierarchy for access control",
+# https://cloud.google.com/iam/docs/resource-hierarchy-access-control, read 2026-11-27), and ftcli reads the bucket's
+# own policy only: a role granted on the bucket's project, folder or organization is invisible to it.
+CUSTOM_CODE_AGENT = "service-{}@gcp-sa-aiplatform-cc.iam.gserviceaccount.com"
+OBJECT_ROLE = "roles/storage.objectAdmin"
+
+
+def bucket_access_note(settings: Settings, storage, bucket_number: str | None) -> str | None:
+    """One line when the staging bucket belongs to another project than the job and its IAM policy does not show
+    that the job's default account (the project's Custom Code Service Agent) may use it, or when ftcli cannot tell;
+    None when the bucket is the job project's, or names that account, or the job runs as --service-account (whose
+    grants are its owner's to know)."""
+    if settings.service_account or bucket_number is None:
+        return None
+    project, bucket = settings.project, settings.bucket_name
+    job_number = project if project.isdigit() else storage.project_number(project)
+    if job_number == bucket_number:
+        return None
+
+    def grant(number: str) -> str:
+        return (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
+                f"--member=serviceAccount:{CUSTOM_CODE_AGENT.format(number)} --role={OBJECT_ROLE}")
+
+    fails = f"the job will fail reading /gcs/{bucket} once its machines are up"
+    or_sa = "or give --service-account an account that may use the bucket"
+    if job_number is None:
+        return (f"note: cannot tell whether gs://{bucket} (project number {bucket_number}) is in the job's project "
+                f"{project} (listing {project}'s buckets, storage.buckets.list, was denied); if it is not, {fails} "
+                f"unless the project's Custom Code Service Agent, the account the job runs as, was granted access: "
+                f"{grant('PROJECT_NUMBER')} with {project}'s number (`gcloud projects describe {project}` shows it), "
+                f"{or_sa}")
+    if not job_number:  # the project has no bucket, so not this one
+        return (f"warning: gs://{bucket} belongs to project number {bucket_number}, not to the job's project "
+                f"{project}: {fails} unless the project's Custom Code Service Agent, the account the job runs as, "
+                f"was granted access: {grant('PROJECT_NUMBER')} with {project}'s number (`gcloud projects describe "
+                f"{project}` shows it), {or_sa}")
+    agent = CUSTOM_CODE_AGENT.format(job_number)
+    members = storage.bucket_members(bucket)
+    if members is not None and f"serviceAccount:{agent}" in members:
+        return None
+    policy = ("its IAM policy does not name" if members is not None
+              else "ftcli cannot read its IAM policy (storage.buckets.getIamPolicy) to see whether it names")
+    return (f"warning: gs://{bucket} belongs to project number {bucket_number}, not to the job's project {project} "
+            f"({job_number}), and {policy} the account the job runs as, {agent}: unless that account holds a role on "
+            f"the bucket's project, folder or organization, {fails}; grant it access: {grant(job_number)}, {or_sa}")
+
+
 def stage(sub: Submission, *, notify=None, uploading=None) -> int:
     """Everything before the create call: the history is writable, the bucket is there and in the job's region,
     the secret the job reads exists, the trainer wheel and local inputs are uploaded (what is missing only).
@@ -607,7 +669,9 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
 
     history.ensure_writable()  # found before anything is uploaded, not after the job exists
     storage = get_storage(sub.settings.project, notify)
-    storage.check_bucket(sub.settings.bucket_name, sub.settings.region)
+    bucket_number = storage.check_bucket(sub.settings.bucket_name, sub.settings.region)
+    if notify is not None and (access := bucket_access_note(sub.settings, storage, bucket_number)) is not None:
+        notify(access)
     if sub.secrets:
         from ftcli.gcp.secrets import get_secrets
 

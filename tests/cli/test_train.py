@@ -714,6 +714,94 @@ def test_a_requester_pays_bucket_is_refused(capsys, cloud_env, monkeypatch):
     assert vertex.requests == [] and gcs.list("shared-data") == []
 
 
+AGENT = "service-1234@gcp-sa-aiplatform-cc.iam.gserviceaccount.com"  # test-project's (the emulator's number, 1234)
+GRANT = (f"gcloud storage buckets add-iam-policy-binding gs://other-team --member=serviceAccount:{AGENT} "
+         "--role=roles/storage.objectAdmin")
+OR_SA = "or give --service-account an account that may use the bucket"
+FAILS = "the job will fail reading /gcs/other-team once its machines are up"
+
+
+def test_a_bucket_of_another_project_is_named_with_the_grant_the_job_needs(capsys, cloud_env, monkeypatch):
+    # Accepted without a word: the job runs as the project's Custom Code Service Agent, which reaches only its own
+    # project's buckets by default, so it failed reading its trainer from /gcs/ once its machines were up. A grant
+    # on the bucket's project would not show in the bucket's policy: a warning, and the job is still created.
+    gcs, vertex = cloud_env
+    gcs.create_bucket("other-team", project="5678")
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://other-team")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 0 and "Traceback" not in r.err
+    line = (f"warning: gs://other-team belongs to project number 5678, not to the job's project test-project (1234), "
+            f"and its IAM policy does not name the account the job runs as, {AGENT}: unless that account holds a role "
+            f"on the bucket's project, folder or organization, {FAILS}; grant it access: {GRANT}, {OR_SA}")
+    assert line in r.err.splitlines(), r.err
+    assert len(vertex.jobs) == 1 and gcs.list("other-team")  # warned, not refused: the grant may be elsewhere
+
+    # granted on the bucket (what the line says to run): nothing said
+    gcs.set_iam_policy("other-team", [{"role": "roles/storage.objectAdmin", "members": [f"serviceAccount:{AGENT}"]}])
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 0 and "gcp-sa-aiplatform-cc" not in r.err and len(vertex.jobs) == 2
+
+    # another project's agent named: still the warning; a job that runs as its own service account: nothing said
+    other = "serviceAccount:service-999999@gcp-sa-aiplatform-cc.iam.gserviceaccount.com"
+    gcs.set_iam_policy("other-team", [{"role": "roles/storage.objectAdmin", "members": [other]}])
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 0 and line in r.err.splitlines(), r.err
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--service-account", "trainer@test-project.iam.gserviceaccount.com")
+    assert r.code == 0 and "gcp-sa-aiplatform-cc" not in r.err and len(vertex.jobs) == 4
+
+
+def test_a_bucket_of_the_jobs_own_project_needs_no_grant(capsys, cloud_env, monkeypatch):
+    gcs, vertex = cloud_env
+    gcs.create_bucket("mine", project="1234")
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://mine")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 0 and "gcp-sa-aiplatform-cc" not in r.err and "warning" not in r.err
+    gcs.create_bucket("numbered", project="987654321012")
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://numbered")
+    monkeypatch.setenv("FTCLI_PROJECT", "987654321012")  # the project given by its number: compared as it is
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 0 and "gcp-sa-aiplatform-cc" not in r.err and len(vertex.jobs) == 2
+
+
+def test_a_bucket_of_another_project_whose_policy_or_project_cannot_be_read_is_a_note(capsys, cloud_env,
+                                                                                     monkeypatch):
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    gcs.create_bucket("other-team", project="5678")
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://other-team")
+    with FaultyProxy(gcs.url, status=403, fail_when=lambda m, t, n: t.split("?")[0].endswith("/iam")) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, "--task", "imdb")
+    line = (f"warning: gs://other-team belongs to project number 5678, not to the job's project test-project (1234), "
+            f"and ftcli cannot read its IAM policy (storage.buckets.getIamPolicy) to see whether it names the account "
+            f"the job runs as, {AGENT}: unless that account holds a role on the bucket's project, folder or "
+            f"organization, {FAILS}; grant it access: {GRANT}, {OR_SA}")
+    assert r.code == 0 and line in r.err.splitlines(), r.err
+
+    listing = "/storage/v1/b?"  # buckets.list of the job's project: its number cannot be learnt
+    with FaultyProxy(gcs.url, status=403, fail_when=lambda m, t, n: t.startswith(listing)) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, "--task", "imdb")
+    line = ("note: cannot tell whether gs://other-team (project number 5678) is in the job's project test-project "
+            "(listing test-project's buckets, storage.buckets.list, was denied); if it is not, "
+            f"{FAILS} unless the project's Custom Code Service Agent, the account the job runs as, was granted access: "
+            f"{GRANT.replace('1234', 'PROJECT_NUMBER')} with test-project's number (`gcloud projects describe "
+            f"test-project` shows it), {OR_SA}")
+    assert r.code == 0 and line in r.err.splitlines(), r.err
+    assert len(vertex.jobs) == 2
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+    gcs.reset()  # the job's project has no bucket at all: the bucket is another project's, its number unknown
+    gcs.create_bucket("other-team", project="5678")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    line = ("warning: gs://other-team belongs to project number 5678, not to the job's project test-project: "
+            f"{FAILS} unless the project's Custom Code Service Agent, the account the job runs as, was granted access: "
+            f"{GRANT.replace('1234', 'PROJECT_NUMBER')} with test-project's number (`gcloud projects describe "
+            f"test-project` shows it), {OR_SA}")
+    assert r.code == 0 and line in r.err.splitlines(), r.err
+
+
 def test_bucket_metadata_denied_names_a_role_that_grants_it(capsys, cloud_env, monkeypatch):
     from tests.emulators.gcs import FaultyProxy
 

@@ -435,3 +435,16 @@ def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tm
     assert r.code == 0, r.err
     assert r.err.startswith("reading train.csv (0 MB) with the trainer's readers, to check it before anything is "
                             "uploaded\n"), r.err
+
+
+def test_a_bucket_of_another_project_is_named_with_the_grant_the_trials_need(capsys, cloud_env, monkeypatch):
+    # a tuning job's trials run as the project's Custom Code Service Agent too, reading /gcs/BUCKET
+    gcs, vertex = cloud_env
+    gcs.create_bucket("other-team", project="5678")
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://other-team")
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "L4", "--trials", "2", "--detach")
+    assert r.code == 0 and len(vertex.tuning_jobs) == 1, r.err
+    grant = ("gcloud storage buckets add-iam-policy-binding gs://other-team --member=serviceAccount:"
+             "service-1234@gcp-sa-aiplatform-cc.iam.gserviceaccount.com --role=roles/storage.objectAdmin")
+    (line,) = [x for x in r.err.splitlines() if x.startswith("warning: gs://other-team belongs to project number 5678")]
+    assert grant in line

@@ -20,6 +20,16 @@ the object's current generation matches the given value" (googleapis.storage.v1.
 https://cloud.google.com/workflows/docs/reference/googleapis/storage/v1/objects/delete, read 2026-11-27), with the
 same 412 when it does not hold (the page above). gcp-storage-emulator deleted the object whatever generation was asked
 for, so a lease released by a holder that had lost it would have deleted the new holder's (lease.py).
+
+Buckets belong to projects. A bucket's projectNumber is "The project number of the project the bucket belongs to"
+(Cloud Storage JSON API, Bucket resource, as Google's generated storage/v1 client documents it:
+https://pub.dev/documentation/googleapis/latest/storage_v1/Bucket/projectNumber.html, read 2026-11-27), and
+buckets.list "Retrieves a list of buckets for a given project" (its `project` parameter, with `prefix` and
+`maxResults`: https://hackage.haskell.org/package/gogol-storage-0.5.0/docs/Network-Google-Resource-Storage-Buckets-List.html,
+generated from the same API description, read 2026-11-27). gcp-storage-emulator gives every bucket one project number
+and lists every bucket whatever project is asked for. Here a bucket inserted with `?project=NUMBER` (digits) belongs to
+that project; any other `project` (an id) stands for the emulator's own project (its number, 1234 by default); and a
+list returns the buckets of the project asked for, honouring prefix and maxResults.
 """
 
 from __future__ import annotations
@@ -31,10 +41,11 @@ from http import HTTPStatus
 from gcp_storage_emulator import server
 from gcp_storage_emulator.__main__ import main
 from gcp_storage_emulator.exceptions import NotFound
-from gcp_storage_emulator.handlers import objects
+from gcp_storage_emulator.handlers import buckets, objects
 
 _insert, _upload_partial, _delete = objects.insert, objects.upload_partial, objects.delete
 RESUME_INCOMPLETE = objects.GoogleHTTPStatus.RESUME_INCOMPLETE  # 308 "Resume Incomplete"
+_bucket_insert, _bucket_ls = buckets.insert, buckets.ls
 
 
 def _live_generation(storage, bucket: str, name: str) -> str:
@@ -122,11 +133,38 @@ def delete(request, response, storage, *args, **kwargs):
     return _delete(request, response, storage, *args, **kwargs)
 
 
+def _project_number(storage, project: str | None) -> str:
+    """The number of the project a request names: a number as it is, an id the emulator's own project."""
+    return project if project and project.isdigit() else str(storage.project_number)
+
+
+def bucket_insert(request, response, storage, *args, **kwargs):
+    _bucket_insert(request, response, storage, *args, **kwargs)
+    name = request.data.get("name") if isinstance(request.data, dict) else None
+    project = (request.query.get("project") or [None])[0]
+    bucket = storage.buckets.get(name) if name and response.status == HTTPStatus.OK else None
+    if bucket is not None and project and project.isdigit():
+        bucket["projectNumber"] = project
+        storage.create_bucket(name, bucket)
+        response.json(bucket)
+
+
+def bucket_ls(request, response, storage, *args, **kwargs):
+    query = {k: (v or [None])[0] for k, v in request.query.items()}
+    number = _project_number(storage, query.get("project"))
+    items = [b for name, b in sorted(storage.buckets.items())
+             if str(b.get("projectNumber")) == number and name.startswith(query.get("prefix") or "")]
+    if (most := query.get("maxResults")) and most.isdigit():
+        items = items[:int(most)]
+    response.json({"kind": "storage#buckets", "items": items})
+
+
 def _install() -> None:
     # the router's own fallback reads objects.insert
     objects.insert, objects.upload_partial, objects.delete = insert, upload_partial, delete
     server.HANDLERS = ((r"^/expire-uploads$", {server.GET: _expire_uploads}), *server.HANDLERS)
-    ours = {_insert: insert, _upload_partial: upload_partial, _delete: delete}
+    ours = {_insert: insert, _upload_partial: upload_partial, _delete: delete, _bucket_insert: bucket_insert,
+            _bucket_ls: bucket_ls}
     for _, handlers in server.HANDLERS:
         for method, handler in list(handlers.items()):
             if handler in ours:

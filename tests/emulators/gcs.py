@@ -39,6 +39,8 @@ EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 # google-cloud-storage >= 3.x fires a background GET /storage/v1/b/{bucket} on a bucket's first use (a metadata
 # cache for tracing). It races the real requests, making request logs non-deterministic; this turns it off.
 NO_BUCKET_METADATA_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
+# gcp-storage-emulator's own project (every project id names it): the projectNumber of its buckets
+PROJECT_NUMBER = "1234"
 
 
 def free_port() -> int:
@@ -83,7 +85,7 @@ class GcsEmulator:
             self._log = tempfile.TemporaryFile()
             # gcp-storage-emulator with Cloud Storage's ifGenerationMatch on uploads (see _gcs_server.py)
             cmd = [sys.executable, str(Path(__file__).with_name("_gcs_server.py")), "start", "--host", HOST,
-                   "--port", str(self.port), "--in-memory", "--quiet"]
+                   "--port", str(self.port), "--in-memory", "--quiet", "--project-number", PROJECT_NUMBER]
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
             if self._wait_ready():
                 atexit.register(self.stop)  # no orphaned emulator if a caller never reaches stop()
@@ -158,12 +160,14 @@ class GcsEmulator:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def create_bucket(self, name: str, location: str = "US-CENTRAL1", **metadata: Any) -> None:
+    def create_bucket(self, name: str, location: str = "US-CENTRAL1", *, project: str | None = None,
+                      **metadata: Any) -> None:
         """Create ``name`` in ``location`` (GCS reports locations in upper case: a region such as US-CENTRAL1,
         a multi-region such as US), with more of the JSON API's bucket fields (``retentionPolicy={...}``) if given;
-        an existing bucket is fine."""
+        an existing bucket is fine. ``project``: the number of another project to create it in (any project id is
+        the emulator's own project, number PROJECT_NUMBER; see _gcs_server.py)."""
         body = json.dumps({"name": name}).encode()
-        status, body = self._request("POST", f"/storage/v1/b?project={self.project}", body,
+        status, body = self._request("POST", f"/storage/v1/b?project={project or self.project}", body,
                                      {"Content-Type": "application/json"})
         if status not in (200, 409):
             raise RuntimeError(f"create bucket {name}: HTTP {status} {body[:200]!r}")
@@ -172,6 +176,14 @@ class GcsEmulator:
         status, body = self._request("PATCH", f"/storage/v1/b/{name}", fields, {"Content-Type": "application/json"})
         if status != 200:
             raise RuntimeError(f"set location of bucket {name}: HTTP {status} {body[:200]!r}")
+
+    def set_iam_policy(self, bucket: str, bindings: list[dict[str, Any]]) -> None:
+        """Replace the bucket's IAM policy with ``bindings`` ([{"role": ..., "members": [...]}]), as
+        buckets.setIamPolicy does (the emulator stores it; it enforces nothing)."""
+        body = json.dumps({"bindings": bindings}).encode()
+        status, body = self._request("PUT", f"/storage/v1/b/{bucket}/iam", body, {"Content-Type": "application/json"})
+        if status != 200:
+            raise RuntimeError(f"set IAM policy of gs://{bucket}: HTTP {status} {body[:200]!r}")
 
     def write(self, bucket: str, name: str, data: bytes, content_type: str = "application/octet-stream") -> None:
         """Seed an object without going through the client under test."""

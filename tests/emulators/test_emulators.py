@@ -88,6 +88,27 @@ def test_gcs_reset_empties_the_store(gcs: GcsEmulator) -> None:
         gcs.list("bkt")
 
 
+def test_gcs_buckets_belong_to_projects_and_keep_their_iam_policy(gcs: GcsEmulator) -> None:
+    # what ftcli's check of the job's access to its bucket reads: a bucket's projectNumber, the buckets of a project
+    # (an id stands for the emulator's own project), and the bucket's IAM policy
+    from tests.emulators.gcs import PROJECT_NUMBER
+
+    gcs.create_bucket("ours-b")
+    gcs.create_bucket("ours-a")
+    gcs.create_bucket("theirs", project="567890123")
+    client = gcs.client()
+    assert client.get_bucket("theirs").project_number == 567890123
+    assert client.get_bucket("ours-a").project_number == int(PROJECT_NUMBER)
+    assert [b.name for b in client.list_buckets(project="any-project-id")] == ["ours-a", "ours-b"]
+    assert [b.name for b in client.list_buckets(project="any-project-id", max_results=1)] == ["ours-a"]
+    assert [b.name for b in client.list_buckets(project="any-project-id", prefix="ours-b")] == ["ours-b"]
+    assert [b.name for b in client.list_buckets(project="567890123")] == ["theirs"]
+    assert list(client.list_buckets(project="111111111")) == []
+    gcs.set_iam_policy("theirs", [{"role": "roles/storage.objectAdmin", "members": ["serviceAccount:a@b.c"]}])
+    assert client.bucket("theirs").get_iam_policy().bindings == [
+        {"role": "roles/storage.objectAdmin", "members": {"serviceAccount:a@b.c"}}]
+
+
 def test_gcs_generation_preconditions_on_create_update_and_delete(gcs: GcsEmulator) -> None:
     # what a lease in a bucket is built on (ftcli_trainer/lease.py): create-only, generation-matched update and delete
     gcs.create_bucket("bkt")

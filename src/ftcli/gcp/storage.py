@@ -201,9 +201,10 @@ class StorageGateway:
         return Retry(predicate=DEFAULT_RETRY._predicate, initial=1.0, maximum=60.0, multiplier=2.0, timeout=timeout,
                      on_error=retry_notice("storage", what, self.notify))
 
-    def check_bucket(self, bucket: str, region: str | None = None) -> None:
+    def check_bucket(self, bucket: str, region: str | None = None) -> str | None:
         """Fail before anything is uploaded when the bucket is missing, unreadable, not in the job's region, keeps
-        its objects under a retention policy, or bills its requesters.
+        its objects under a retention policy, or bills its requesters. Returns the number of the project the bucket
+        belongs to (its projectNumber), or None when the answer had none.
 
         "For Vertex AI training jobs, buckets must be regional", in the region where the job runs ("Vertex AI
         locations", https://docs.cloud.google.com/vertex-ai/docs/general/locations, read 2026-11-26). Reading the
@@ -272,6 +273,40 @@ class StorageGateway:
                              "in the bucket's project",
                              hint=f"turn it off: gcloud storage buckets update gs://{bucket} --no-requester-pays, "
                                   "or use another bucket for --bucket")
+        return str(found.project_number) if found.project_number is not None else None
+
+    # A bucket's projectNumber is "The project number of the project the bucket belongs to", and buckets.list
+    # "Retrieves a list of buckets for a given project" (Cloud Storage JSON API, as Google's generated storage/v1
+    # clients document them: https://pub.dev/documentation/googleapis/latest/storage_v1/Bucket/projectNumber.html,
+    # https://hackage.haskell.org/package/gogol-storage-0.5.0/docs/Network-Google-Resource-Storage-Buckets-List.html,
+    # read 2026-11-27). Resource Manager, which maps a project id to its number, is no part of ftcli; any bucket of the
+    # project tells it too.
+    def project_number(self, project: str) -> str | None:
+        """The number of `project` (an id), read from one of its buckets; "" when it has no bucket at all; None when
+        its buckets cannot be listed (storage.buckets.list denied, or any other error: nothing depends on it)."""
+        try:
+            with guard(**self._context(f"the buckets of project {project}")):
+                found = list(self.client.list_buckets(project=project, max_results=1, timeout=30,
+                                                      retry=self._retry(f"listing the buckets of {project}")))
+        except FtcliError:  # (every Google error, as guard words it)
+            return None
+        if not found:
+            return ""
+        return str(found[0].project_number) if found[0].project_number is not None else None
+
+    def bucket_members(self, bucket: str) -> frozenset[str] | None:
+        """Every member that the bucket's own IAM policy binds to a role (`serviceAccount:EMAIL`, `user:...`), or None
+        when the policy cannot be read (buckets.getIamPolicy takes storage.buckets.getIamPolicy: "Storage Admin
+        (roles/storage.admin)" has it, "Set and manage IAM policies on buckets",
+        https://cloud.google.com/storage/docs/access-control/using-iam-permissions, read 2026-11-27). Grants on the
+        bucket's project, folder or organization are not in it."""
+        try:
+            with guard(**self._context(f"gs://{bucket}'s IAM policy")):
+                policy = self.client.bucket(bucket).get_iam_policy(
+                    timeout=30, retry=self._retry(f"reading gs://{bucket}'s IAM policy"))
+        except FtcliError:  # (every Google error, as guard words it)
+            return None
+        return frozenset(m for binding in policy.bindings for m in binding.get("members", ()))
 
     def exists(self, uri: str) -> bool:
         bucket, name = split_uri(uri)
