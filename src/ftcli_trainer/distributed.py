@@ -129,11 +129,12 @@ def shm_problem(e: BaseException, env=os.environ, statvfs=os.statvfs) -> str | N
     """The run's line for NCCL failing to set up for want of room in /dev/shm, or None for any other error: the same
     line on every rank of the machine (said once: task.say_once), where NCCL's own names a random segment file."""
     seen: set[int] = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if _NCCL_SHM_FULL.search(str(e)):
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if _NCCL_SHM_FULL.search(str(cur)):
             break
-        e = e.__cause__ or e.__context__
+        cur = cur.__cause__ or cur.__context__
     else:
         return None
     processes = env.get("LOCAL_WORLD_SIZE")

@@ -203,8 +203,8 @@ def run(cfg: TrainConfig) -> dict:
         # Outside a Vertex job (ftcli local, or by hand) an --early-stopping that this data can never stop is refused
         # before the model loads; a job, whose machines are up already, says so in a warning and keeps the best.
         # (CLOUD_ML_JOB_ID: set by Vertex in a custom job's containers; see lease.py.)
-        if problem := early_stopping_data_problem(cfg, len(data.train), dist.world_size):
-            raise TrainerError(problem)
+        if never_stops := early_stopping_data_problem(cfg, len(data.train), dist.world_size):
+            raise TrainerError(never_stops)
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
     model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)

@@ -433,6 +433,7 @@ class StorageGateway:
                         self.notify(f"{what}: resuming at {_amount(offset)} of {_amount(size)} (the upload an "
                                     "earlier run began)")
                     touch = partial(upload_sessions.touch, place, size) if keep else None
+                    assert url is not None  # (remembered, or begun just above)
                     try:
                         done = self._send_chunks(http, url, f, offset, size, progress, stop, what, touch)
                     except gexc.ClientError:
