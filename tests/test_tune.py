@@ -44,6 +44,19 @@ def test_a_choice_of_values_with_a_comma_is_a_json_list(tmp_path):
     assert e.value.message.startswith("--search model: choice([\"a,b\", 1e400 x]) is not a valid JSON list (")
 
 
+def test_a_number_with_a_comma_in_a_json_choice_is_refused_not_split(tmp_path):
+    # choice(["1,000", 5]) was joined and split again on its commas: seeds 0, 1 and 5, three trials' values where two
+    # were given, without a word; a study file's list ["1,000", 5] went the same way
+    with pytest.raises(UsageError) as e:
+        parse_search(['seed=choice(["1,000", 5])'], TYPES)
+    assert e.value.message == "--search seed: expected int values, got '1,000'"
+    study = tmp_path / "study.toml"
+    study.write_text('[search]\nlearning_rate = ["1e-5,2e-5", 3e-5]\n')
+    with pytest.raises(UsageError) as e:
+        parse_search(list(load_study_file(str(study)).search), TYPES)
+    assert e.value.message == "--search learning_rate: expected float values, got '1e-5,2e-5'"
+
+
 @pytest.mark.parametrize(("item", "needle"), [
     ("learning_rate=loguniform(0,1e-4)", "loguniform needs LOW > 0"),
     ("learning_rate=uniform(1e-4,1e-5)", "LOW < HIGH"),

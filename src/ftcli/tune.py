@@ -46,6 +46,13 @@ def _numbers(text: str, kind: type, what: str) -> list:
         raise UsageError(f"{what}: expected {kind.__name__} values, got {text!r}") from None
 
 
+def _number(text: str, kind: type, what: str):
+    try:
+        return kind(text.strip())
+    except ValueError:
+        raise UsageError(f"{what}: expected {kind.__name__} values, got {text!r}") from None
+
+
 def parse_one(item: str, option_types: dict[str, type]) -> Param:
     """`learning_rate=loguniform(1e-5,1e-4)`, `uniform(a,b)`, `int(a,b)` or `choice(v1,v2,...)`."""
     m = SEARCH_RE.match(item)
@@ -82,7 +89,8 @@ def parse_one(item: str, option_types: dict[str, type]) -> Param:
             values = items
             spec = {"parameterId": name, "categoricalValueSpec": {"values": values}}
         else:
-            numbers = sorted(set(_numbers(",".join(items), kind, what)))
+            # each value alone: a JSON list's "1,000" is one value (refused), not 1 and 0
+            numbers = sorted({_number(v, kind, what) for v in items})
             spec = {"parameterId": name, "discreteValueSpec": {"values": [float(v) for v in numbers]}}
             if len(numbers) > MAX_DISCRETE_VALUES:
                 raise UsageError(f"{what}: choice takes at most {MAX_DISCRETE_VALUES} numbers (Vertex's limit), got "
