@@ -632,6 +632,28 @@ def test_predict_prints_one_line_per_text_whatever_the_label_names_hold(capsys, 
     assert json.loads(r.out)["label"] in names.values()  # --json: the label as it is
 
 
+def test_a_multi_label_name_with_a_comma_is_quoted_in_the_list_of_labels(capsys, tmp_path, tiny_model):
+    # --label-columns' JSON list names a column 'toxic, severe': predict's comma-separated labels printed
+    # "toxic, severe 0.487, insult 0.501", which reads as a label "toxic" without a score and one named "severe"
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    config = json.loads((model / "config.json").read_text())
+    names = {"0": "toxic, severe", "1": "insult"}
+    config.update(id2label=names, label2id={v: int(k) for k, v in names.items()},
+                  problem_type="multi_label_classification")
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "ftcli_run.json").write_text(json.dumps({"text_column": "text", "text_pair_column": None}))
+    r = run_cli(capsys, "predict", str(model), "good film", "--threshold", "0.01")
+    assert r.code == 0, r.err
+    shown, text = r.out.rstrip("\n").split("\t")
+    labels = json.loads(run_cli(capsys, "predict", str(model), "good film", "--threshold", "0.01", "--json").out)
+    quoted = {"toxic, severe": "'toxic, severe'", "insult": "insult"}
+    assert text == "good film" and shown == ", ".join(f"{quoted[x['label']]} {x['score']:.3f}"
+                                                      for x in labels["labels"])
+    assert len(labels["labels"]) == 2
+
+
 def test_predict_cuts_inputs_where_the_run_did(tmp_path, tiny_model):
     # Predict cut at the tokenizer's limit while the run trained and evaluated at --max-length: the same eval row
     # scored 0.1519 in predict and 0.1685 in the run's own evaluation.

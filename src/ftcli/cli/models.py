@@ -141,7 +141,7 @@ def predict(
         for r in chunk:
             given = "\t".join(_one_line(r[k]) for k in ("text", "text_pair") if k in r)
             if "labels" in r:
-                shown = ", ".join(f"{_one_line(x['label'])} {x['score']:.3f}" for x in r["labels"]) or "(none)"
+                shown = ", ".join(f"{_listed(x['label'])} {x['score']:.3f}" for x in r["labels"]) or "(none)"
                 print(f"{shown}\t{given}")
             elif "label" not in r:  # regression: the predicted value
                 print(f"{r['score']:.3f}\t{given}")
@@ -149,6 +149,13 @@ def predict(
                 # a label name can hold a tab or a line break too (a quoted CSV cell): escaped like the text
                 print(f"{_one_line(r['label'])}\t{r['score']:.3f}\t{given}")
         sys.stdout.flush()  # out now, not when a pipe's or a file's buffer fills
+
+
+def _listed(label: str) -> str:
+    """A multi-label prediction's label in its comma-separated list: quoted when it holds a comma (a column named
+    with --label-columns' JSON list), as the trainer's column lists quote it; `toxic, severe 0.487` read as two
+    labels, one of them without a score."""
+    return repr(label) if "," in label else _one_line(label)
 
 
 _SHOWN_ESCAPED = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
