@@ -127,7 +127,9 @@ def shm_size(path: str = "/dev/shm", statvfs=os.statvfs) -> int | None:
 
 def shm_problem(e: BaseException, env=os.environ, statvfs=os.statvfs) -> str | None:
     """The run's line for NCCL failing to set up for want of room in /dev/shm, or None for any other error: the same
-    line on every rank of the machine (said once: task.say_once), where NCCL's own names a random segment file."""
+    line on every rank of the machine (said once: task.say_once), where NCCL's own names a random segment file. Its
+    way out is a Vertex job's (fewer GPUs a machine) inside one (CLOUD_ML_JOB_ID, as task.run tells), else a local
+    run's."""
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
@@ -140,10 +142,13 @@ def shm_problem(e: BaseException, env=os.environ, statvfs=os.statvfs) -> str | N
     processes = env.get("LOCAL_WORLD_SIZE")
     size = shm_size(statvfs=statvfs)
     held = f"; /dev/shm holds {size / 2**20:.0f} MiB here" if size is not None else ""
-    return (f"error: NCCL found no room in /dev/shm for the shared memory of "
+    line = (f"error: NCCL found no room in /dev/shm for the shared memory of "
             f"{f'the {processes} GPU processes' if processes else 'the GPU processes'} on this machine{held}. NCCL "
-            "needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g), and a Vertex AI job has no "
-            "setting for it: put fewer GPUs on each machine (e.g. --gpu L4 --replicas 4 in place of --gpu L4x4)")
+            "needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g)")
+    if not env.get("CLOUD_ML_JOB_ID"):  # ftcli local (or by hand) on a machine of several GPUs: no --gpu to change
+        return f"{line}: give this machine's container a larger one, or train on one GPU (CUDA_VISIBLE_DEVICES=0)"
+    return (f"{line}, and a Vertex AI job has no setting for it: put fewer GPUs on each machine (e.g. --gpu L4 "
+            "--replicas 4 in place of --gpu L4x4)")
 
 
 def setup(device_type: str) -> Dist:

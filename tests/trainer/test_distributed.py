@@ -74,21 +74,33 @@ def _statvfs(blocks, frsize=4096):
 def test_nccls_failure_for_want_of_shared_memory_is_one_line_with_the_size_found_and_the_way_out():
     torch = pytest.importorskip("torch")
     e = torch.distributed.DistBackendError(NCCL_SHM_FULL)
-    assert shm_problem(e, env={"LOCAL_WORLD_SIZE": "4"}, statvfs=_statvfs(16384)) == (
+    job = {"LOCAL_WORLD_SIZE": "4", "CLOUD_ML_JOB_ID": "7100000000000000001"}  # (Vertex sets it in a job)
+    assert shm_problem(e, env=job, statvfs=_statvfs(16384)) == (
         "error: NCCL found no room in /dev/shm for the shared memory of the 4 GPU processes on this machine; /dev/shm "
         "holds 64 MiB here. NCCL needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g), and a "
         "Vertex AI job has no setting for it: put fewer GPUs on each machine (e.g. --gpu L4 --replicas 4 in place of "
         "--gpu L4x4)")
     # every rank says the same line (said once), whatever segment file NCCL drew for it
     other_rank = torch.distributed.DistBackendError(NCCL_SHM_FULL.replace("nccl-OTWUcv", "nccl-s0On3b"))
-    assert shm_problem(other_rank, env={"LOCAL_WORLD_SIZE": "4"}, statvfs=_statvfs(16384)) == shm_problem(
-        e, env={"LOCAL_WORLD_SIZE": "4"}, statvfs=_statvfs(16384))
+    assert shm_problem(other_rank, env=job, statvfs=_statvfs(16384)) == shm_problem(e, env=job,
+                                                                                     statvfs=_statvfs(16384))
     try:  # found under what wraps it too
         raise RuntimeError("DDP failed") from e
     except RuntimeError as wrapped:
         assert shm_problem(wrapped, env={}, statvfs=_statvfs(16384)).startswith(
             "error: NCCL found no room in /dev/shm for the shared memory of the GPU processes on this machine; "
             "/dev/shm holds 64 MiB here.")
+
+
+def test_outside_a_vertex_job_the_way_out_of_a_small_dev_shm_is_a_local_runs():
+    # ftcli local on a machine of several GPUs (one process each, under torchrun) was told to change --gpu and
+    # --replicas, which it does not take, and that "a Vertex AI job has no setting for it"
+    torch = pytest.importorskip("torch")
+    e = torch.distributed.DistBackendError(NCCL_SHM_FULL)
+    assert shm_problem(e, env={"LOCAL_WORLD_SIZE": "4"}, statvfs=_statvfs(16384)) == (
+        "error: NCCL found no room in /dev/shm for the shared memory of the 4 GPU processes on this machine; /dev/shm "
+        "holds 64 MiB here. NCCL needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g): give "
+        "this machine's container a larger one, or train on one GPU (CUDA_VISIBLE_DEVICES=0)")
 
 
 def test_other_nccl_and_shared_memory_errors_are_not_blamed_on_dev_shm():
@@ -138,8 +150,8 @@ def test_workers_whose_nccl_finds_no_room_in_dev_shm_say_so_once_not_in_tracebac
     assert r.returncode == 1
     assert [x for x in r.stderr.splitlines() if x.startswith(("error", "stopped"))] == [
         f"error: NCCL found no room in /dev/shm for the shared memory of the 2 GPU processes on this machine{held}. "
-        "NCCL needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g), and a Vertex AI job has "
-        "no setting for it: put fewer GPUs on each machine (e.g. --gpu L4 --replicas 4 in place of --gpu L4x4)",
+        "NCCL needs a larger /dev/shm (its troubleshooting guide: docker run --shm-size=1g): give this machine's "
+        "container a larger one, or train on one GPU (CUDA_VISIBLE_DEVICES=0)",  # (outside a Vertex job)
         "stopped: worker(s) left with a non-zero status: rank 0 with 1, rank 1 with 1 (their lines above say why)"]
 
 
