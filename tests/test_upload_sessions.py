@@ -76,3 +76,20 @@ def test_a_store_that_cannot_be_written_is_an_empty_one(monkeypatch, tmp_path):
     sessions.release(URI, SIZE)
     sessions.forget(URI, SIZE)
     assert sessions.claim(URI, SIZE, CRC) is None
+
+
+def test_sessions_past_their_week_are_dropped_whatever_file_they_were_for(monkeypatch, tmp_path):
+    # A session whose file was edited afterwards (a new gs:// name) was never claimed again, and its URL stayed in the
+    # store for good.
+    import sqlite3
+    from contextlib import closing
+
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    sessions.hold(URI, SIZE, CRC, "URL")
+    sessions.release(URI, SIZE)
+    _set(started=time.time() - sessions.LIFETIME_S - 1)
+    sessions.hold("gs://b/ftcli/data/def/big.csv", SIZE, CRC, "URL2")
+    sessions.release("gs://b/ftcli/data/def/big.csv", SIZE)
+    assert sessions.claim("gs://b/ftcli/data/xyz/other.csv", 10, CRC) is None
+    with closing(sqlite3.connect(sessions.db_path())) as db:
+        assert db.execute("SELECT uri FROM sessions").fetchall() == [("gs://b/ftcli/data/def/big.csv",)]

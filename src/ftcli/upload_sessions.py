@@ -99,6 +99,10 @@ def claim(uri: str, size: int, crc32c: str) -> str | None:
         with closing(_connect()) as db:
             db.execute("BEGIN IMMEDIATE")
             try:
+                # Sessions Cloud Storage has let go of (a week old) are of no use to any upload, and their URLs are not
+                # kept longer than needed: one whose file was edited since (a new content address) or whose object
+                # another machine finished was never asked about again, and stayed.
+                db.execute("DELETE FROM sessions WHERE started <= ?", (now - LIFETIME_S,))
                 row = db.execute("SELECT url, crc32c, started, holder, touched FROM sessions "
                                  "WHERE uri = ? AND size = ?", (uri, size)).fetchone()
                 if row is None:
