@@ -609,54 +609,140 @@ def _check_gcs_data(sub: Submission, storage) -> None:
 # https://cloud.google.com/iam/docs/resource-hierarchy-access-control, read 2026-11-27), and ftcli reads the bucket's
 # own policy only: a role granted on the bucket's project, folder or organization is invisible to it.
 CUSTOM_CODE_AGENT = "service-{}@gcp-sa-aiplatform-cc.iam.gserviceaccount.com"
-OBJECT_ROLE = "roles/storage.objectAdmin"
+OBJECT_ROLE = "roles/storage.objectAdmin"  # the staging bucket: the job reads its wheel and writes its outputs there
+# A bucket the job only reads (a gs:// --train-file/--eval-file's): roles/storage.objectViewer "Grants access to view
+# objects and their metadata ... Can also list the objects" ("IAM roles for Cloud Storage",
+# https://cloud.google.com/storage/docs/access-control/iam-roles, read 2026-11-27); the trainer only gets objects there.
+READ_ROLE = "roles/storage.objectViewer"
+
+# --service-account: the job runs as that account instead. An account reaches a bucket only through a role binding in
+# the bucket's allow policy or in its project's, folder's or organization's (the union above). The principals a
+# bucket's policy can name are a Google account, a service account, a Google group, a domain, allUsers,
+# allAuthenticatedUsers, and the project convenience values projectOwner/projectEditor/projectViewer:PROJECT
+# (com.google.cloud.Identity, Google's Java reference for IAM policies,
+# https://docs.cloud.google.com/java/docs/reference/google-cloud-core/latest/com.google.cloud.Identity, read
+# 2026-11-27): a group, a domain, allUsers or allAuthenticatedUsers may include the account without naming it (so
+# nothing firm is said then); a convenience value includes it only through a basic role on that project, which is a
+# project grant the note already allows for. "User-managed service accounts are service accounts that you create in
+# your projects", named `service-account-name@project-id.iam.gserviceaccount.com` ("Service account types",
+# https://docs.cloud.google.com/iam/docs/service-account-types, read 2026-11-27), and Vertex's set-up of a custom
+# service account has you grant it the roles it needs after creating it ("Use a custom service account", step 2, read
+# in its zh-cn version https://docs.cloud.google.com/vertex-ai/docs/general/custom-service-account?hl=zh-cn,
+# 2026-11-27). A default service account is another matter: "When a default service account is created, it is
+# automatically granted the Editor role (roles/editor) on your project" ("Restrict IAM service account usage",
+# https://docs.cloud.google.com/organization-policy/restrict-service-accounts, read 2026-11-27); only an account of
+# the user-managed form above is spoken of.
+USER_MANAGED_SA = re.compile(r"[a-z][a-z0-9-]*@[a-z][a-z0-9-]*\.iam\.gserviceaccount\.com")
+COVERS_ANY = ("group:", "domain:", "allUsers", "allAuthenticatedUsers", "principalSet:", "principal:")
 
 
-def bucket_access_note(settings: Settings, storage, bucket_number: str | None) -> str | None:
-    """One line when the staging bucket belongs to another project than the job and its IAM policy does not show
-    that the job's default account (the project's Custom Code Service Agent) may use it, or when ftcli cannot tell;
-    None when the bucket is the job project's, or names that account, or the job runs as --service-account (whose
-    grants are its owner's to know)."""
-    if settings.service_account or bucket_number is None:
-        return None
-    project, bucket = settings.project, settings.bucket_name
-    job_number = project if project.isdigit() else storage.project_number(project)
-    if job_number == bucket_number:
-        return None
+def _grant(bucket: str, account: str, role: str) -> str:
+    return (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:{account} "
+            f"--role={role}")
 
-    def grant(number: str) -> str:
-        return (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
-                f"--member=serviceAccount:{CUSTOM_CODE_AGENT.format(number)} --role={OBJECT_ROLE}")
 
-    fails = f"the job will fail reading /gcs/{bucket} once its machines are up"
-    or_sa = "or give --service-account an account that may use the bucket"
-    if job_number is None:
-        return (f"note: cannot tell whether gs://{bucket} (project number {bucket_number}) is in the job's project "
-                f"{project} (listing {project}'s buckets, storage.buckets.list, was denied); if it is not, {fails} "
-                f"unless the project's Custom Code Service Agent, the account the job runs as, was granted access: "
-                f"{grant('PROJECT_NUMBER')} with {project}'s number (`gcloud projects describe {project}` shows it), "
-                f"{or_sa}")
-    if not job_number:  # the project has no bucket, so not this one
-        return (f"warning: gs://{bucket} belongs to project number {bucket_number}, not to the job's project "
-                f"{project}: {fails} unless the project's Custom Code Service Agent, the account the job runs as, "
-                f"was granted access: {grant('PROJECT_NUMBER')} with {project}'s number (`gcloud projects describe "
-                f"{project}` shows it), {or_sa}")
-    agent = CUSTOM_CODE_AGENT.format(job_number)
-    members = storage.bucket_members(bucket)
-    if members is not None and f"serviceAccount:{agent}" in members:
-        return None
-    policy = ("its IAM policy does not name" if members is not None
-              else "ftcli cannot read its IAM policy (storage.buckets.getIamPolicy) to see whether it names")
-    return (f"warning: gs://{bucket} belongs to project number {bucket_number}, not to the job's project {project} "
-            f"({job_number}), and {policy} the account the job runs as, {agent}: unless that account holds a role on "
-            f"the bucket's project, folder or organization, {fails}; grant it access: {grant(job_number)}, {or_sa}")
+def _job_buckets(sub: Submission) -> dict[str, list[str]]:
+    """Every bucket the job reads or writes, staging bucket first, each with the gs:// data options read from it."""
+    from ftcli_trainer.storage import split_gcs
+
+    buckets: dict[str, list[str]] = {sub.settings.bucket_name: []}
+    for name in DATA_OPTIONS:
+        value = str(sub.trainer.get(name) or "")
+        if value.startswith("gs://"):
+            buckets.setdefault(split_gcs(value)[0], []).append(f"--{name.replace('_', '-')} {value}")
+    return buckets
+
+
+def bucket_access_notes(sub: Submission, storage, staging_number: str | None, memo: dict | None = None) -> list[str]:
+    """One line for each bucket the job touches (the staging bucket, a gs:// data file's) that the account it runs as
+    may not reach, from what the bucket's project and its own IAM policy show; none where nothing firm can be said.
+    The default account (the job project's Custom Code Service Agent) reaches its own project's buckets: a bucket of
+    another project whose policy does not name it gets a warning, or a note when ftcli cannot tell. A --service-account
+    of the user-managed kind reaches none by default: a bucket whose readable policy names neither it nor a principal
+    that may include it gets a note (it may hold a role on the project, which the bucket's policy does not show).
+    `staging_number`: the staging bucket's project number, as `check_bucket` read it. `memo` keeps what was learnt
+    (the job project's number, each bucket's project and members, the lines said) from one candidate to the next: no
+    request is made twice and no line said twice."""
+    memo = {} if memo is None else memo
+    settings = sub.settings
+    project, account = settings.project, settings.service_account
+    known = memo.setdefault("numbers", {})
+    known.setdefault(settings.bucket_name, staging_number)
+    members_of = memo.setdefault("members", {})
+    said = memo.setdefault("said", set())
+
+    def members(bucket: str) -> frozenset[str] | None:
+        if bucket not in members_of:
+            members_of[bucket] = storage.bucket_members(bucket)
+        return members_of[bucket]
+
+    def covered(bucket: str, member: str) -> bool | None:
+        """Does the bucket's own policy name `member` or a principal that may include it? None: unreadable."""
+        found = members(bucket)
+        if found is None:
+            return None
+        return member in found or any(m.startswith(COVERS_ANY) for m in found)
+
+    def job_number() -> str | None:
+        if "job" not in memo:
+            memo["job"] = project if project.isdigit() else storage.project_number(project)
+        return memo["job"]
+
+    lines = []
+    for bucket, reads in _job_buckets(sub).items():
+        staging = bucket == settings.bucket_name
+        role = OBJECT_ROLE if staging else READ_ROLE
+        what = " and ".join(([f"/gcs/{bucket}"] if staging else []) + reads)
+        fails = f"the job will fail reading {what} once its machines are up"
+        line = None
+        if account:
+            if USER_MANAGED_SA.fullmatch(account) and covered(bucket, f"serviceAccount:{account}") is False:
+                line = (f"note: gs://{bucket}'s IAM policy names neither {account}, the account the job runs as "
+                        f"(--service-account), nor a group or domain that could include it: unless that account holds "
+                        f"a role on the bucket's project, folder or organization, {fails}; grant it access: "
+                        f"{_grant(bucket, account, role)}")
+        else:
+            if bucket not in known:
+                known[bucket] = storage.bucket_project(bucket)
+            number = known[bucket]
+            or_sa = "or give --service-account an account that may use the bucket"
+            agent_grant = _grant(bucket, CUSTOM_CODE_AGENT.format('PROJECT_NUMBER'), role)
+            ours = None if number is None else job_number()
+            if number is None or ours == number:
+                pass
+            elif ours is None:
+                line = (f"note: cannot tell whether gs://{bucket} (project number {number}) is in the job's project "
+                        f"{project} (listing {project}'s buckets, storage.buckets.list, was denied); if it is not, "
+                        f"{fails} unless the project's Custom Code Service Agent, the account the job runs as, was "
+                        f"granted access: {agent_grant} with {project}'s number (`gcloud projects describe {project}` "
+                        f"shows it), {or_sa}")
+            elif not ours:  # the project has no bucket, so not this one
+                line = (f"warning: gs://{bucket} belongs to project number {number}, not to the job's project "
+                        f"{project}: {fails} unless the project's Custom Code Service Agent, the account the job runs "
+                        f"as, was granted access: {agent_grant} with {project}'s number (`gcloud projects describe "
+                        f"{project}` shows it), {or_sa}")
+            else:
+                agent = CUSTOM_CODE_AGENT.format(ours)
+                seen = covered(bucket, f"serviceAccount:{agent}")
+                if not seen:
+                    policy = ("its IAM policy does not name" if seen is False else
+                              "ftcli cannot read its IAM policy (storage.buckets.getIamPolicy) to see whether it names")
+                    line = (f"warning: gs://{bucket} belongs to project number {number}, not to the job's project "
+                            f"{project} ({ours}), and {policy} the account the job runs as, {agent}: unless that "
+                            f"account holds a role on the bucket's project, folder or organization, {fails}; grant it "
+                            f"access: {_grant(bucket, agent, role)}, {or_sa}")
+        if line is not None and line not in said:
+            said.add(line)
+            lines.append(line)
+    return lines
 
 
 def stage(sub: Submission, *, notify=None, uploading=None) -> int:
     """Everything before the create call: the history is writable, the bucket is there and in the job's region,
     the secret the job reads exists, the trainer wheel and local inputs are uploaded (what is missing only).
-    Returns the bytes uploaded. `notify(message)` hears about retries; `uploading(description)` is a context
-    manager that yields a `progress(done, total)` callback (or None) for one upload, or for the local files' batch."""
+    Returns the bytes uploaded. `notify(message)` hears about retries and the buckets the job may not reach
+    (`bucket_access_notes`); `uploading(description)` is a context manager that yields a `progress(done, total)`
+    callback (or None) for one upload, or for the local files' batch."""
     import contextlib
     import tempfile
 
@@ -670,8 +756,6 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
     history.ensure_writable()  # found before anything is uploaded, not after the job exists
     storage = get_storage(sub.settings.project, notify)
     bucket_number = storage.check_bucket(sub.settings.bucket_name, sub.settings.region)
-    if notify is not None and (access := bucket_access_note(sub.settings, storage, bucket_number)) is not None:
-        notify(access)
     if sub.secrets:
         from ftcli.gcp.secrets import get_secrets
 
@@ -679,6 +763,9 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
         for name, variable in sub.secrets:
             gateway.check_exists(name, variable)
     _check_gcs_data(sub, storage)
+    if notify is not None:  # (after the data files are found: nothing is said of a submission refused)
+        for line in bucket_access_notes(sub, storage, bucket_number):
+            notify(line)
     sent = 0
     if not storage.exists(sub.package_uri):
         with tempfile.TemporaryDirectory(prefix="ftcli-pkg-") as tmp:

@@ -803,6 +803,125 @@ def test_a_bucket_of_another_project_whose_policy_or_project_cannot_be_read_is_a
     assert r.code == 0 and line in r.err.splitlines(), r.err
 
 
+def test_data_files_in_another_projects_bucket_are_named_once_for_their_bucket(capsys, cloud_env, monkeypatch,
+                                                                              tmp_path):
+    # Only the staging bucket was checked: a gs:// --train-file in a bucket of another project got no word, and the
+    # job, running as the project's Custom Code Service Agent, failed reading it once its machines were up.
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    gcs.create_bucket("their-data", project="5678")
+    gcs.write("their-data", "in/train.csv", b"text,label\n" + b"good,pos\nbad,neg\n" * 5)
+    gcs.write("their-data", "in/eval.csv", b"text,label\nfine,pos\nawful,neg\n")
+    gcs.write("ftcli-test", "in/eval.csv", b"text,label\nfine,pos\nawful,neg\n")
+    files = ["--task", "csv", "--train-file", "gs://their-data/in/train.csv"]
+    with FaultyProxy(gcs.url) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, *files, "--eval-file", "gs://their-data/in/eval.csv")
+    assert r.code == 0 and len(vertex.jobs) == 1, r.err
+    grant = (f"gcloud storage buckets add-iam-policy-binding gs://their-data --member=serviceAccount:{AGENT} "
+             "--role=roles/storage.objectViewer")  # read only: the job writes nothing there
+    line = ("warning: gs://their-data belongs to project number 5678, not to the job's project test-project (1234), "
+            f"and its IAM policy does not name the account the job runs as, {AGENT}: unless that account holds a role "
+            "on the bucket's project, folder or organization, the job will fail reading --train-file "
+            "gs://their-data/in/train.csv and --eval-file gs://their-data/in/eval.csv once its machines are up; grant "
+            f"it access: {grant}, {OR_SA}")
+    assert [x for x in r.err.splitlines() if "gs://their-data belongs" in x] == [line], r.err  # one line, two files
+    assert "gs://ftcli-test belongs" not in r.err  # the job project's own staging bucket: nothing said
+    asked = [q.path for q in proxy.requests if q.method == "GET"]
+    # the job project's number once (one of its buckets), the data bucket's project and policy once each; the
+    # staging bucket's project from its own check, and its policy not read at all (it is the job project's)
+    assert asked.count("/storage/v1/b") == 1 and asked.count("/storage/v1/b/their-data") == 1
+    assert asked.count("/storage/v1/b/their-data/iam") == 1 and "/storage/v1/b/ftcli-test/iam" not in asked
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+
+    # granted to the agent on the bucket, as said: nothing; a data file in the job project's bucket: nothing
+    gcs.set_iam_policy("their-data", [{"role": "roles/storage.objectViewer", "members": [f"serviceAccount:{AGENT}"]}])
+    r = run_cli(capsys, *BASE, *files, "--eval-file", "gs://ftcli-test/in/eval.csv")
+    assert r.code == 0 and "belongs to project number" not in r.err and len(vertex.jobs) == 2, r.err
+
+    # its metadata unreadable (storage.buckets.get denied): nothing firm, nothing said, the job is created
+    gcs.set_iam_policy("their-data", [])
+    with FaultyProxy(gcs.url, status=403,
+                     fail_when=lambda m, t, n: t.split("?")[0] == "/storage/v1/b/their-data") as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, *files)
+    assert r.code == 0 and "their-data" not in r.err and len(vertex.jobs) == 3, r.err
+
+
+def test_a_data_file_in_a_staging_bucket_of_another_project_shares_its_line(capsys, cloud_env, monkeypatch):
+    gcs, vertex = cloud_env
+    gcs.create_bucket("other-team", project="5678")
+    gcs.write("other-team", "in/train.csv", b"text,label\n" + b"good,pos\nbad,neg\n" * 5)
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://other-team")
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", "gs://other-team/in/train.csv")
+    assert r.code == 0, r.err
+    line = ("warning: gs://other-team belongs to project number 5678, not to the job's project test-project (1234), "
+            f"and its IAM policy does not name the account the job runs as, {AGENT}: unless that account holds a role "
+            "on the bucket's project, folder or organization, the job will fail reading /gcs/other-team and "
+            f"--train-file gs://other-team/in/train.csv once its machines are up; grant it access: {GRANT}, {OR_SA}")
+    assert [x for x in r.err.splitlines() if "gs://other-team" in x] == [line], r.err
+
+
+SA = "trainer@test-project.iam.gserviceaccount.com"
+
+
+def test_a_service_account_the_buckets_policy_does_not_name_gets_the_grant_it_needs(capsys, cloud_env, monkeypatch):
+    # --service-account was taken on trust: a user-managed service account reaches a bucket only through a role
+    # granted to it, and one granted nothing failed reading /gcs/BUCKET once its machines were up. Its grants on the
+    # project do not show in the bucket's policy: a note, never a refusal, and quiet where nothing firm can be said.
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    gcs.create_bucket("their-data", project="5678")
+    gcs.write("their-data", "in/train.csv", b"text,label\n" + b"good,pos\nbad,neg\n" * 5)
+    # a bucket's default policy names its project's basic roles only: the account needs one of them, on the project
+    gcs.set_iam_policy("ftcli-test", [{"role": "roles/storage.legacyBucketOwner",
+                                       "members": ["projectEditor:test-project", "projectOwner:test-project"]}])
+    args = [*BASE, "--task", "csv", "--train-file", "gs://their-data/in/train.csv", "--service-account", SA]
+    with FaultyProxy(gcs.url) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *args)
+    assert r.code == 0 and len(vertex.jobs) == 1, r.err
+    unless = "unless that account holds a role on the bucket's project, folder or organization"
+    assert [x for x in r.err.splitlines() if SA in x] == [
+        f"note: gs://ftcli-test's IAM policy names neither {SA}, the account the job runs as (--service-account), nor "
+        f"a group or domain that could include it: {unless}, the job will fail reading /gcs/ftcli-test once its "
+        "machines are up; grant it access: gcloud storage buckets add-iam-policy-binding gs://ftcli-test "
+        f"--member=serviceAccount:{SA} --role=roles/storage.objectAdmin",
+        f"note: gs://their-data's IAM policy names neither {SA}, the account the job runs as (--service-account), nor "
+        f"a group or domain that could include it: {unless}, the job will fail reading --train-file "
+        "gs://their-data/in/train.csv once its machines are up; grant it access: gcloud storage buckets "
+        f"add-iam-policy-binding gs://their-data --member=serviceAccount:{SA} --role=roles/storage.objectViewer",
+    ], r.err
+    assert "gcp-sa-aiplatform-cc" not in r.err  # the agent does not run this job
+    asked = [q.path for q in proxy.requests if q.method == "GET"]
+    # the policies only: which project a bucket is in says nothing of this account's access
+    assert "/storage/v1/b" not in asked and "/storage/v1/b/their-data" not in asked
+    assert asked.count("/storage/v1/b/ftcli-test/iam") == 1 and asked.count("/storage/v1/b/their-data/iam") == 1
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+
+    # named on the bucket, or a group / allAuthenticatedUsers that may include it: nothing said of that bucket
+    gcs.set_iam_policy("ftcli-test", [{"role": "roles/storage.objectAdmin", "members": [f"serviceAccount:{SA}"]}])
+    gcs.set_iam_policy("their-data", [{"role": "roles/storage.objectViewer", "members": ["group:ml@example.com"]}])
+    r = run_cli(capsys, *args)
+    assert r.code == 0 and SA not in r.err, r.err
+    gcs.set_iam_policy("their-data", [{"role": "roles/storage.objectViewer", "members": ["allAuthenticatedUsers"]}])
+    r = run_cli(capsys, *args)
+    assert r.code == 0 and SA not in r.err, r.err
+
+    # a policy it cannot read, or a default service account (given Editor on its project when created): nothing
+    gcs.set_iam_policy("ftcli-test", [])
+    with FaultyProxy(gcs.url, status=403, fail_when=lambda m, t, n: t.split("?")[0].endswith("/iam")) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *args)
+    assert r.code == 0 and SA not in r.err, r.err
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+    default = "1234-compute@developer.gserviceaccount.com"
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--service-account", default)
+    assert r.code == 0 and default not in r.err and "IAM policy" not in r.err and len(vertex.jobs) == 5, r.err
+
+
 def test_bucket_metadata_denied_names_a_role_that_grants_it(capsys, cloud_env, monkeypatch):
     from tests.emulators.gcs import FaultyProxy
 

@@ -294,6 +294,17 @@ class StorageGateway:
             return ""
         return str(found[0].project_number) if found[0].project_number is not None else None
 
+    def bucket_project(self, bucket: str) -> str | None:
+        """The number of the project `bucket` belongs to (its projectNumber), or None when its metadata cannot be read
+        (storage.buckets.get denied, no such bucket, or any other error: nothing depends on it). For a bucket the job
+        only reads from (a gs:// data file's); the staging bucket's comes from `check_bucket`."""
+        try:
+            with guard(**self._context(f"gs://{bucket}")):
+                found = self.client.get_bucket(bucket, timeout=30, retry=self._retry(f"reading gs://{bucket}"))
+        except FtcliError:  # (every Google error, as guard words it)
+            return None
+        return str(found.project_number) if found.project_number is not None else None
+
     def bucket_members(self, bucket: str) -> frozenset[str] | None:
         """Every member that the bucket's own IAM policy binds to a role (`serviceAccount:EMAIL`, `user:...`), or None
         when the policy cannot be read (buckets.getIamPolicy takes storage.buckets.getIamPolicy: "Storage Admin
