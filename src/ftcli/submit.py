@@ -737,12 +737,13 @@ def bucket_access_notes(sub: Submission, storage, staging_number: str | None, me
     return lines
 
 
-def stage(sub: Submission, *, notify=None, uploading=None) -> int:
+def stage(sub: Submission, *, notify=None, uploading=None, access: dict | None = None) -> int:
     """Everything before the create call: the history is writable, the bucket is there and in the job's region,
     the secret the job reads exists, the trainer wheel and local inputs are uploaded (what is missing only).
     Returns the bytes uploaded. `notify(message)` hears about retries and the buckets the job may not reach
-    (`bucket_access_notes`); `uploading(description)` is a context manager that yields a `progress(done, total)`
-    callback (or None) for one upload, or for the local files' batch."""
+    (`bucket_access_notes`, whose `memo` is `access`: one dict for all the tries of one command);
+    `uploading(description)` is a context manager that yields a `progress(done, total)` callback (or None) for one
+    upload, or for the local files' batch."""
     import contextlib
     import tempfile
 
@@ -764,7 +765,7 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
             gateway.check_exists(name, variable)
     _check_gcs_data(sub, storage)
     if notify is not None:  # (after the data files are found: nothing is said of a submission refused)
-        for line in bucket_access_notes(sub, storage, bucket_number):
+        for line in bucket_access_notes(sub, storage, bucket_number, access):
             notify(line)
     sent = 0
     if not storage.exists(sub.package_uri):
@@ -777,11 +778,11 @@ def stage(sub: Submission, *, notify=None, uploading=None) -> int:
     return sent
 
 
-def submit(sub: Submission, *, notify=None, uploading=None) -> tuple[Any, int, int]:
+def submit(sub: Submission, *, notify=None, uploading=None, access: dict | None = None) -> tuple[Any, int, int]:
     """Stage (see `stage`), then create the job. Returns (job, short id, bytes uploaded)."""
     from ftcli.gcp.vertex import get_vertex
 
-    sent = stage(sub, notify=notify, uploading=uploading)
+    sent = stage(sub, notify=notify, uploading=uploading, access=access)
     vertex = get_vertex(sub.settings.project, sub.settings.region, notify)
     sub.create_sent = True
     try:
@@ -909,12 +910,15 @@ def _varlen_left_out(pairs: list[tuple[str, str | None]], trainer: dict[str, Any
     return {g for g, reason in why.items() if reason}
 
 
-def submit_first(candidates: list[Candidate], *, notify=None, uploading=None, start: int = 0):
+def submit_first(candidates: list[Candidate], *, notify=None, uploading=None, start: int = 0,
+                 access: dict | None = None):
     """Submit candidates in order from `start` until one is created; a used-up quota moves on to the next, and
-    says so. Returns (job, short id, bytes uploaded, index of the candidate that ran)."""
+    says so. Returns (job, short id, bytes uploaded, index of the candidate that ran). `access`: see `stage` (one
+    for every try of the command: a bucket's note is said once, not once per candidate)."""
+    access = {} if access is None else access
     for i in range(start, len(candidates)):
         try:
-            job, n, sent = submit(candidates[i].sub, notify=notify, uploading=uploading)
+            job, n, sent = submit(candidates[i].sub, notify=notify, uploading=uploading, access=access)
             return job, n, sent, i
         except NoCapacity as e:
             if i + 1 == len(candidates) or notify is None:

@@ -61,6 +61,27 @@ def test_a_used_up_quota_moves_on_to_the_next_gpu(capsys, cloud_env):
     assert json.loads(r.out)["short_id"] == 1
 
 
+def test_a_bucket_of_another_project_is_said_once_for_all_the_candidates(capsys, cloud_env, monkeypatch):
+    # Each candidate tried staged again: the warning for a staging bucket of another project came once per GPU
+    # tried, and its project and policy were asked for again each time.
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    gcs.create_bucket("other-team", project="5678")
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://other-team")
+    vertex.fail_next("CreateCustomJob", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                     message="The following quota metrics exceed quota limits: "
+                             "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus")
+    with FaultyProxy(gcs.url) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = run_cli(capsys, *BASE, "--gpu", "L4,T4")
+    assert r.code == 0 and "trying T4 in us-central1" in r.err and len(vertex.jobs) == 1, r.err
+    warned = [x for x in r.err.splitlines() if x.startswith("warning: gs://other-team belongs to project number 5678")]
+    assert len(warned) == 1, r.err
+    asked = [q.path for q in proxy.requests if q.method == "GET"]
+    assert asked.count("/storage/v1/b") == 1 and asked.count("/storage/v1/b/other-team/iam") == 1
+
+
 def test_the_last_candidate_out_of_quota_is_the_error(capsys, cloud_env):
     gcs, vertex = cloud_env
     vertex.fail_next("CreateCustomJob", grpc.StatusCode.RESOURCE_EXHAUSTED, times=2, message="quota")
@@ -90,6 +111,16 @@ def test_a_job_without_machines_is_submitted_again_on_the_next_candidate(capsys,
     first, second = created_jobs(vertex)
     assert first.labels["ftcli_gpu"] == "l4" and second.labels["ftcli_gpu"] == "t4"
     assert "submitted job #1" in r.out and "submitted job #2" in r.out
+
+
+def test_a_resubmission_on_the_next_candidate_does_not_warn_again(capsys, following, monkeypatch):
+    gcs, vertex = following
+    gcs.create_bucket("other-team", project="5678")
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://other-team")
+    vertex.next_scripts = [[("FAILED", "Resources are insufficient in region: us-central1.")], ["RUNNING", "SUCCEEDED"]]
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4,T4")
+    assert r.code == 0 and len(created_jobs(vertex)) == 2, r.err + r.out
+    assert sum(x.startswith("warning: gs://other-team belongs to project") for x in r.err.splitlines()) == 1, r.err
 
 
 def test_a_trainer_failure_is_not_retried(capsys, following):

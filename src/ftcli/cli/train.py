@@ -88,9 +88,11 @@ def train(
                     f"{uploads}[/]")
         return
     start = 0
+    access: dict = {}  # what the bucket access check learnt and said, for every candidate tried
     while True:
         with submitting([c.sub for c in cands[start:]]):
-            created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start)
+            created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start,
+                                                          access=access)
         sub = cands[start].sub
         code = _report_and_follow(created, n, sent, sub, detach=bool(detach), json_out=json_out)
         if code == 3 and start + 1 < len(cands):
