@@ -696,10 +696,21 @@ def bucket_access_notes(sub: Submission, storage, staging_number: str | None, me
         fails = f"the job will fail reading {what} once its machines are up"
         line = None
         if account:
-            if USER_MANAGED_SA.fullmatch(account) and covered(bucket, f"serviceAccount:{account}") is False:
-                line = (f"note: gs://{bucket}'s IAM policy names neither {account}, the account the job runs as "
-                        f"(--service-account), nor a group or domain that could include it: unless that account holds "
-                        f"a role on the bucket's project, folder or organization, {fails}; grant it access: "
+            # Only a bucket of another project than the account's own is spoken of: the usual set-up grants a custom
+            # service account its roles on its own project ("Use a custom service account", above), which the
+            # bucket's policy does not show, so a same-project bucket that does not name it says nothing firm. What
+            # is known: the account's project (its e-mail names it) is the job's, and the bucket's number is not the
+            # job project's.
+            home = account.partition("@")[2].partition(".")[0]
+            if bucket not in known:
+                known[bucket] = storage.bucket_project(bucket)
+            elsewhere = (USER_MANAGED_SA.fullmatch(account) is not None and home == project
+                         and known[bucket] is not None and job_number() not in (None, known[bucket]))
+            if elsewhere and covered(bucket, f"serviceAccount:{account}") is False:
+                line = (f"note: gs://{bucket} belongs to project number {known[bucket]}, not to {project}, the "
+                        f"project of {account}, the account the job runs as (--service-account), and its IAM policy "
+                        f"names neither that account nor a group or domain that could include it: unless the account "
+                        f"holds a role on the bucket's project, folder or organization, {fails}; grant it access: "
                         f"{_grant(bucket, account, role)}")
         else:
             if bucket not in known:

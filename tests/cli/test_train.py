@@ -868,8 +868,9 @@ SA = "trainer@test-project.iam.gserviceaccount.com"
 
 def test_a_service_account_the_buckets_policy_does_not_name_gets_the_grant_it_needs(capsys, cloud_env, monkeypatch):
     # --service-account was taken on trust: a user-managed service account reaches a bucket only through a role
-    # granted to it, and one granted nothing failed reading /gcs/BUCKET once its machines were up. Its grants on the
-    # project do not show in the bucket's policy: a note, never a refusal, and quiet where nothing firm can be said.
+    # granted to it, and one granted nothing failed reading /gcs/BUCKET once its machines were up. Its grants on its
+    # own project do not show in a bucket's policy, so only a bucket of another project than the account's is spoken
+    # of: a note, never a refusal, and quiet where nothing firm can be said.
     from tests.emulators.gcs import FaultyProxy
 
     gcs, vertex = cloud_env
@@ -883,23 +884,24 @@ def test_a_service_account_the_buckets_policy_does_not_name_gets_the_grant_it_ne
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
         r = run_cli(capsys, *args)
     assert r.code == 0 and len(vertex.jobs) == 1, r.err
-    unless = "unless that account holds a role on the bucket's project, folder or organization"
-    assert [x for x in r.err.splitlines() if SA in x] == [
-        f"note: gs://ftcli-test's IAM policy names neither {SA}, the account the job runs as (--service-account), nor "
-        f"a group or domain that could include it: {unless}, the job will fail reading /gcs/ftcli-test once its "
-        "machines are up; grant it access: gcloud storage buckets add-iam-policy-binding gs://ftcli-test "
-        f"--member=serviceAccount:{SA} --role=roles/storage.objectAdmin",
-        f"note: gs://their-data's IAM policy names neither {SA}, the account the job runs as (--service-account), nor "
-        f"a group or domain that could include it: {unless}, the job will fail reading --train-file "
-        "gs://their-data/in/train.csv once its machines are up; grant it access: gcloud storage buckets "
-        f"add-iam-policy-binding gs://their-data --member=serviceAccount:{SA} --role=roles/storage.objectViewer",
+    unless = "unless the account holds a role on the bucket's project, folder or organization"
+    assert [x for x in r.err.splitlines() if SA in x] == [  # the staging bucket is the account's project's: quiet
+        f"note: gs://their-data belongs to project number 5678, not to test-project, the project of {SA}, the account "
+        "the job runs as (--service-account), and its IAM policy names neither that account nor a group or domain "
+        f"that could include it: {unless}, the job will fail reading --train-file gs://their-data/in/train.csv once "
+        "its machines are up; grant it access: gcloud storage buckets add-iam-policy-binding gs://their-data "
+        f"--member=serviceAccount:{SA} --role=roles/storage.objectViewer",
     ], r.err
     assert "gcp-sa-aiplatform-cc" not in r.err  # the agent does not run this job
     asked = [q.path for q in proxy.requests if q.method == "GET"]
-    # the policies only: which project a bucket is in says nothing of this account's access
-    assert "/storage/v1/b" not in asked and "/storage/v1/b/their-data" not in asked
-    assert asked.count("/storage/v1/b/ftcli-test/iam") == 1 and asked.count("/storage/v1/b/their-data/iam") == 1
+    # only the other project's bucket's policy is read, once
+    assert asked.count("/storage/v1/b/ftcli-test/iam") == 0 and asked.count("/storage/v1/b/their-data/iam") == 1
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+
+    # an account of another project than the job's: its project's number is not known, nothing firm: quiet
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", "gs://their-data/in/train.csv", "--service-account",
+                "trainer@elsewhere.iam.gserviceaccount.com")
+    assert r.code == 0 and "IAM policy" not in r.err, r.err
 
     # named on the bucket, or a group / allAuthenticatedUsers that may include it: nothing said of that bucket
     gcs.set_iam_policy("ftcli-test", [{"role": "roles/storage.objectAdmin", "members": [f"serviceAccount:{SA}"]}])
@@ -919,7 +921,7 @@ def test_a_service_account_the_buckets_policy_does_not_name_gets_the_grant_it_ne
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
     default = "1234-compute@developer.gserviceaccount.com"
     r = run_cli(capsys, *BASE, "--task", "imdb", "--service-account", default)
-    assert r.code == 0 and default not in r.err and "IAM policy" not in r.err and len(vertex.jobs) == 5, r.err
+    assert r.code == 0 and default not in r.err and "IAM policy" not in r.err and len(vertex.jobs) == 6, r.err
 
 
 def test_bucket_metadata_denied_names_a_role_that_grants_it(capsys, cloud_env, monkeypatch):
