@@ -480,11 +480,11 @@ def _exit(status: int) -> None:
                 pass
         os._exit(status)
     if all(t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
-        # Nothing left that Python's own shutdown would wait for: leave without it. Its teardown of the ~3,000
-        # modules torch and transformers bring (their objects freed one by one, then C++'s static destructors) took
-        # 1.2-1.4 s of CPU after the run's last line, every run (MiniLM-L6 on the 2-core VM, 2026-11-27; 0.07 s
-        # this way). What that shutdown does that matters still happens: the atexit hooks (logging's flush, W&B's,
-        # temporary folders' clean-up) and the streams flushed. Files the run wrote are closed by now.
+        # Nothing left that Python's own shutdown would wait for: leave without it. Its teardown of the ~2,900
+        # modules that torch and transformers bring took 1.2-1.4 s of CPU after the run's last line, every run
+        # (MiniLM-L6 on the 2-core VM, 2026-11-27; 0.07 s this way: bench/README.md). What that shutdown does that
+        # matters still happens: the atexit hooks (logging's flush, W&B's, temporary folders' clean-up) and the
+        # streams flushed. Files the run wrote are closed by now.
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             try:
