@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -258,10 +259,46 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     host = url.hostname
     try:
         port = url.port or (80 if url.scheme == "http" else 443)
-        socket.create_connection((host, port), timeout=timeout).close()
+        deadline = time.monotonic() + timeout
+        addresses = _resolve(host, port, timeout)
+        for i, (family, kind, proto, _, address) in enumerate(addresses):
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                try:
+                    sock.connect(address)
+                    return None
+                except OSError:
+                    if i + 1 == len(addresses) or time.monotonic() >= deadline:
+                        raise
     except (OSError, ValueError) as e:
         return f"{host}: {getattr(e, 'strerror', None) or e}"
-    return None
+    return f"{host}: no address"
+
+
+def _resolve(host: str, port: int, timeout: float) -> list:
+    """getaddrinfo for `host`, within `timeout`. The socket timeout does not cover the name lookup: with a DNS server
+    that does not answer, the probe of "a few seconds at most" waited the resolver's own 5 s per try, per server and
+    per address family (resolv.conf(5): timeout:5, attempts:2) before saying anything. The lookup runs in a daemon
+    thread, left to finish on its own when it takes too long."""
+    import socket
+    import threading
+
+    found: dict = {}
+
+    def look_up() -> None:
+        try:
+            found["addresses"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as e:
+            found["error"] = e
+
+    worker = threading.Thread(target=look_up, name="ftcli-hub-dns", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if "error" in found:
+        raise found["error"]
+    if "addresses" not in found:
+        raise TimeoutError(f"no answer to the DNS lookup in {timeout:g} s")
+    return found["addresses"]
 
 
 def check_hub(cfg, say: Callable[[str], None]) -> bool:

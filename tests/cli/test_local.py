@@ -464,6 +464,34 @@ def test_the_hub_probe_trusts_a_proxy(monkeypatch):
     assert hub_unreachable() is None
 
 
+def test_the_hub_probe_bounds_a_dns_lookup_that_does_not_answer(monkeypatch):
+    # A DNS server that does not answer held the probe of "a few seconds at most" for the resolver's own timeouts
+    # (5 s a try, per server and address family): the socket's timeout does not cover the name lookup.
+    import socket
+    import threading
+    import time
+
+    from ftcli.local import hub_unreachable
+
+    released = threading.Event()
+
+    def stalled(*args, **kwargs):
+        released.wait(30)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example")
+    monkeypatch.setattr(socket, "getaddrinfo", stalled)
+    began = time.monotonic()
+    try:
+        why = hub_unreachable(timeout=0.5)
+    finally:
+        released.set()
+    assert time.monotonic() - began < 2
+    assert why == "hub.example: no answer to the DNS lookup in 0.5 s"
+
+
 @pytest.mark.parametrize("ended, says, code", [
     (dict(code=1), "hint: its output is above; it stopped before logging anything, and left no run folder", 3),
     (dict(code=1, keep=True), "hint: its output is above; run folder: {base}", 3),
