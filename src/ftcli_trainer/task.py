@@ -16,8 +16,10 @@ import shutil
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 
 from ftcli_trainer import __version__, storage
 from ftcli_trainer.config import ConfigError, TrainConfig, early_stopping_data_problem, parse_args
@@ -472,27 +474,26 @@ def _exit(status: int) -> None:
     2.13 here, destroy_process_group (and the group's shutdown or abort) left gloo's threads running while a DDP model
     held the group. Everything the run wrote is closed by now; the streams are flushed here."""
     if "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(status)
+        _leave_now(status, logging.shutdown)
     if all(t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         # Nothing left that Python's own shutdown would wait for: leave without it. Its teardown of the ~2,900
         # modules that torch and transformers bring took 1.2-1.4 s of CPU after the run's last line, every run
         # (MiniLM-L6 on the 2-core VM, 2026-11-27; 0.07 s this way: bench/README.md). What that shutdown does that
         # matters still happens: the atexit hooks (logging's flush, W&B's, temporary folders' clean-up) and the
         # streams flushed. Files the run wrote are closed by now.
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(status)
+        _leave_now(status, atexit._run_exitfuncs)
     sys.exit(status)
+
+
+def _leave_now(status: int, first: Callable[[], object]) -> NoReturn:
+    """Leave without Python's shutdown: what of it still matters (`first`), the streams flushed, then os._exit."""
+    first()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 if __name__ == "__main__":
