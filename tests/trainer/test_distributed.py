@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -232,10 +233,13 @@ def test_workers_failing_on_the_same_bad_row_say_it_once(tmp_path, tiny_model, s
     bad = write_csv(tmp_path / "eval.csv", ["text", "label"], [("fine", "great")])
     r = _two_processes((train, bad), tiny_model, tmp_path / "run")
     assert r.returncode == 2
-    assert [x for x in r.stderr.splitlines() if x.startswith(("error", "stopped"))] == [
-        f"error: {bad} line 2: label 'great' is not in the label set (negative, positive); fix the row or pass "
-        "--label-names with every label",
-        "stopped: worker(s) left with a non-zero status: rank 0 with 2, rank 1 with 2 (their lines above say why)"]
+    said = [x for x in r.stderr.splitlines() if x.startswith(("error", "stopped"))]
+    assert said[0] == (f"error: {bad} line 2: label 'great' is not in the label set (negative, positive); fix the row "
+                       "or pass --label-names with every label")
+    # Each rank fails on the row alone, without a collective: under load one may leave before the other reaches it,
+    # and torchrun then stops that one itself and names only the ranks that had left (CI, torch 2.7.1, 2026-11-28).
+    assert len(said) == 2 and re.fullmatch(r"stopped: worker\(s\) left with a non-zero status: rank [01] with 2"
+                                           r"(, rank 1 with 2)? \(their lines above say why\)", said[1]), said
 
 
 def test_a_line_another_worker_said_is_not_said_again_a_different_one_is(tmp_path, monkeypatch, capsys):
