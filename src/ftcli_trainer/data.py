@@ -759,10 +759,24 @@ def _subset_idx(n: int, k: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).permutation(n)[:k])
 
 
+def _eval_share(n: int, cfg: TrainConfig) -> int:
+    """How many of `n` training rows are held out for eval when there is no eval set (--eval-fraction)."""
+    return max(1, round(n * cfg.eval_fraction))
+
+
+def _kept_train_rows(n: int, cfg: TrainConfig) -> int:
+    """How many of `n` training rows are trained on: --max-train-samples, or --fraction-of-train-data (not both)."""
+    if cfg.max_train_samples is not None:
+        return min(n, cfg.max_train_samples)
+    if cfg.fraction_of_train_data is not None:
+        return max(1, round(n * cfg.fraction_of_train_data))
+    return n
+
+
 def _hold_out(train: Examples, cfg: TrainConfig) -> tuple[Examples, dict[str, Examples]]:
     """No eval set: a seeded share of the training data is held out (never trained on)."""
     n = len(train)
-    n_eval = max(1, round(n * cfg.eval_fraction))
+    n_eval = _eval_share(n, cfg)
     if n - n_eval < 1:
         raise DataError(f"only {n} training example(s): too few to hold out an eval set; pass --eval-file")
     perm = np.random.default_rng(cfg.seed + 1).permutation(n)
@@ -793,10 +807,7 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         _warn_constant_eval_targets(evals)
     else:
         _warn_thin_labels(train, evals, names)
-    if cfg.max_train_samples is not None and cfg.max_train_samples < len(train):
-        train = train.subset(_subset_idx(len(train), cfg.max_train_samples, cfg.seed))
-    elif cfg.fraction_of_train_data is not None:
-        k = max(1, round(len(train) * cfg.fraction_of_train_data))
+    if (k := _kept_train_rows(len(train), cfg)) < len(train):
         train = train.subset(_subset_idx(len(train), k, cfg.seed))
     if cfg.max_eval_samples is not None:
         k = cfg.max_eval_samples
@@ -1059,10 +1070,4 @@ def check_files(cfg: TrainConfig, files: dict[str, str], heads: dict[str, tuple[
     if "train_file" not in read:
         return None
     n = len(read["train_file"])
-    if not cfg.eval_file:  # (_hold_out's share)
-        n -= max(1, round(n * cfg.eval_fraction))
-    if cfg.max_train_samples is not None:
-        return min(n, cfg.max_train_samples)
-    if cfg.fraction_of_train_data is not None:
-        return max(1, round(n * cfg.fraction_of_train_data))
-    return n
+    return _kept_train_rows(n if cfg.eval_file else n - _eval_share(n, cfg), cfg)
