@@ -653,106 +653,116 @@ def _job_buckets(sub: Submission) -> dict[str, list[str]]:
     return buckets
 
 
-def bucket_access_notes(sub: Submission, storage, staging_number: str | None, memo: dict | None = None) -> list[str]:
-    """One line for each bucket the job touches (the staging bucket, a gs:// data file's) that the account it runs as
-    may not reach, from what the bucket's project and its own IAM policy show; none where nothing firm can be said.
-    The default account (the job project's Custom Code Service Agent) reaches its own project's buckets: a bucket of
-    another project whose policy does not name it gets a warning, or a note when ftcli cannot tell. A --service-account
-    of the user-managed kind reaches none by default: a bucket whose readable policy names neither it nor a principal
-    that may include it gets a note (it may hold a role on the project, which the bucket's policy does not show).
-    `staging_number`: the staging bucket's project number, as `check_bucket` read it. `memo` keeps what was learnt
-    (the job project's number, each bucket's project and members, the lines said) from one candidate to the next: no
-    request is made twice and no line said twice."""
-    memo = {} if memo is None else memo
-    settings = sub.settings
-    project, account = settings.project, settings.service_account
-    known = memo.setdefault("numbers", {})
-    known.setdefault(settings.bucket_name, staging_number)
-    members_of = memo.setdefault("members", {})
-    said = memo.setdefault("said", set())
+@dataclass
+class BucketFacts:
+    """What the bucket access check learnt, kept for every candidate of one command (`--gpu L4,T4`, a resubmission):
+    no request is made twice and no line said twice."""
 
-    def members(bucket: str) -> frozenset[str] | None:
-        if bucket not in members_of:
-            members_of[bucket] = storage.bucket_members(bucket)
-        return members_of[bucket]
+    numbers: dict[str, str | None] = field(default_factory=dict)  # bucket -> its project's number (None: unknown)
+    members: dict[str, frozenset[str] | None] = field(default_factory=dict)  # bucket -> its policy's members
+    job_numbers: dict[str, str | None] = field(default_factory=dict)  # job project -> its number ("": no bucket)
+    said: set[str] = field(default_factory=set)
 
-    def covered(bucket: str, member: str) -> bool | None:
+    def number(self, storage, bucket: str) -> str | None:
+        if bucket not in self.numbers:
+            self.numbers[bucket] = storage.bucket_project(bucket)
+        return self.numbers[bucket]
+
+    def job_number(self, storage, project: str) -> str | None:
+        if project not in self.job_numbers:
+            self.job_numbers[project] = project if project.isdigit() else storage.project_number(project)
+        return self.job_numbers[project]
+
+    def covers(self, storage, bucket: str, member: str) -> bool | None:
         """Does the bucket's own policy name `member` or a principal that may include it? None: unreadable."""
-        found = members(bucket)
+        if bucket not in self.members:
+            self.members[bucket] = storage.bucket_members(bucket)
+        found = self.members[bucket]
         if found is None:
             return None
         return member in found or any(m.startswith(COVERS_ANY) for m in found)
 
-    def job_number() -> str | None:
-        if "job" not in memo:
-            memo["job"] = project if project.isdigit() else storage.project_number(project)
-        return memo["job"]
 
+def bucket_access_notes(sub: Submission, storage, staging_number: str | None,
+                        facts: BucketFacts | None = None) -> list[str]:
+    """One line for each bucket the job touches (the staging bucket, a gs:// data file's) that the account it runs as
+    may not reach, from what the bucket's project and its own IAM policy show; none where nothing firm can be said
+    (`_agent_line`, `_account_line`). `staging_number`: the staging bucket's project number, as `check_bucket` read
+    it."""
+    facts = BucketFacts() if facts is None else facts
+    settings = sub.settings
+    facts.numbers.setdefault(settings.bucket_name, staging_number)
     lines = []
     for bucket, reads in _job_buckets(sub).items():
         staging = bucket == settings.bucket_name
         role = OBJECT_ROLE if staging else READ_ROLE
         what = " and ".join(([f"/gcs/{bucket}"] if staging else []) + reads)
         fails = f"the job will fail reading {what} once its machines are up"
-        line = None
-        if account:
-            # Only a bucket of another project than the account's own is spoken of: the usual set-up grants a custom
-            # service account its roles on its own project ("Use a custom service account", above), which the
-            # bucket's policy does not show, so a same-project bucket that does not name it says nothing firm. What
-            # is known: the account's project (its e-mail names it) is the job's, and the bucket's number is not the
-            # job project's.
-            home = account.partition("@")[2].partition(".")[0]
-            if bucket not in known:
-                known[bucket] = storage.bucket_project(bucket)
-            elsewhere = (USER_MANAGED_SA.fullmatch(account) is not None and home == project
-                         and known[bucket] is not None and job_number() not in (None, known[bucket]))
-            if elsewhere and covered(bucket, f"serviceAccount:{account}") is False:
-                line = (f"note: gs://{bucket} belongs to project number {known[bucket]}, not to {project}, the "
-                        f"project of {account}, the account the job runs as (--service-account), and its IAM policy "
-                        f"names neither that account nor a group or domain that could include it: unless the account "
-                        f"holds a role on the bucket's project, folder or organization, {fails}; grant it access: "
-                        f"{_grant(bucket, account, role)}")
-        else:
-            if bucket not in known:
-                known[bucket] = storage.bucket_project(bucket)
-            number = known[bucket]
-            or_sa = "or give --service-account an account that may use the bucket"
-            agent_grant = _grant(bucket, CUSTOM_CODE_AGENT.format('PROJECT_NUMBER'), role)
-            ours = None if number is None else job_number()
-            if number is None or ours == number:
-                pass
-            elif ours is None:
-                line = (f"note: cannot tell whether gs://{bucket} (project number {number}) is in the job's project "
-                        f"{project} (listing {project}'s buckets, storage.buckets.list, was denied); if it is not, "
-                        f"{fails} unless the project's Custom Code Service Agent, the account the job runs as, was "
-                        f"granted access: {agent_grant} with {project}'s number (`gcloud projects describe {project}` "
-                        f"shows it), {or_sa}")
-            elif not ours:  # the project has no bucket, so not this one
-                line = (f"warning: gs://{bucket} belongs to project number {number}, not to the job's project "
-                        f"{project}: {fails} unless the project's Custom Code Service Agent, the account the job runs "
-                        f"as, was granted access: {agent_grant} with {project}'s number (`gcloud projects describe "
-                        f"{project}` shows it), {or_sa}")
-            else:
-                agent = CUSTOM_CODE_AGENT.format(ours)
-                seen = covered(bucket, f"serviceAccount:{agent}")
-                if not seen:
-                    policy = ("its IAM policy does not name" if seen is False else
-                              "ftcli cannot read its IAM policy (storage.buckets.getIamPolicy) to see whether it names")
-                    line = (f"warning: gs://{bucket} belongs to project number {number}, not to the job's project "
-                            f"{project} ({ours}), and {policy} the account the job runs as, {agent}: unless that "
-                            f"account holds a role on the bucket's project, folder or organization, {fails}; grant it "
-                            f"access: {_grant(bucket, agent, role)}, {or_sa}")
-        if line is not None and line not in said:
-            said.add(line)
+        line = (_account_line(settings, storage, facts, bucket, role, fails) if settings.service_account else
+                _agent_line(settings, storage, facts, bucket, role, fails))
+        if line is not None and line not in facts.said:
+            facts.said.add(line)
             lines.append(line)
     return lines
 
 
-def stage(sub: Submission, *, notify=None, uploading=None, access: dict | None = None) -> int:
+def _agent_line(settings: Settings, storage, facts: BucketFacts, bucket: str, role: str, fails: str) -> str | None:
+    """The default account, the job project's Custom Code Service Agent, reaches its own project's buckets: a bucket
+    of another project whose policy does not name it gets a warning, or a note when ftcli cannot tell."""
+    project = settings.project
+    number = facts.number(storage, bucket)
+    if number is None:
+        return None
+    ours = facts.job_number(storage, project)
+    if ours == number:
+        return None
+    or_sa = "or give --service-account an account that may use the bucket"
+    if not ours:  # None: the project's buckets cannot be listed; "": it has none, so not this one
+        agent_grant = _grant(bucket, CUSTOM_CODE_AGENT.format("PROJECT_NUMBER"), role)
+        unless = (f"unless the project's Custom Code Service Agent, the account the job runs as, was granted access: "
+                  f"{agent_grant} with {project}'s number (`gcloud projects describe {project}` shows it), {or_sa}")
+        if ours is None:
+            return (f"note: cannot tell whether gs://{bucket} (project number {number}) is in the job's project "
+                    f"{project} (listing {project}'s buckets, storage.buckets.list, was denied); if it is not, {fails} "
+                    f"{unless}")
+        return f"warning: gs://{bucket} belongs to project number {number}, not to the job's project {project}: " \
+            f"{fails} {unless}"
+    agent = CUSTOM_CODE_AGENT.format(ours)
+    seen = facts.covers(storage, bucket, f"serviceAccount:{agent}")
+    if seen:
+        return None
+    policy = ("its IAM policy does not name" if seen is False else
+              "ftcli cannot read its IAM policy (storage.buckets.getIamPolicy) to see whether it names")
+    return (f"warning: gs://{bucket} belongs to project number {number}, not to the job's project {project} ({ours}), "
+            f"and {policy} the account the job runs as, {agent}: unless that account holds a role on the bucket's "
+            f"project, folder or organization, {fails}; grant it access: {_grant(bucket, agent, role)}, {or_sa}")
+
+
+def _account_line(settings: Settings, storage, facts: BucketFacts, bucket: str, role: str, fails: str) -> str | None:
+    """--service-account: a user-managed account reaches no bucket by default, but the usual set-up grants it its
+    roles on its own project ("Use a custom service account", above), which a bucket's policy does not show. So only a
+    bucket of another project than the account's is spoken of, where that is known: the account's project (its e-mail
+    names it) is the job's, and the bucket's number is not the job project's; and its readable policy names neither
+    the account nor a principal that may include it."""
+    project, account = settings.project, settings.service_account or ""
+    if USER_MANAGED_SA.fullmatch(account) is None or account.partition("@")[2].partition(".")[0] != project:
+        return None
+    number = facts.number(storage, bucket)
+    if number is None or facts.job_number(storage, project) in (None, number):
+        return None
+    if facts.covers(storage, bucket, f"serviceAccount:{account}") is not False:
+        return None
+    return (f"note: gs://{bucket} belongs to project number {number}, not to {project}, the project of {account}, "
+            "the account the job runs as (--service-account), and its IAM policy names neither that account nor a "
+            "group or domain that could include it: unless the account holds a role on the bucket's project, folder "
+            f"or organization, {fails}; grant it access: {_grant(bucket, account, role)}")
+
+
+def stage(sub: Submission, *, notify=None, uploading=None, access: BucketFacts | None = None) -> int:
     """Everything before the create call: the history is writable, the bucket is there and in the job's region,
     the secret the job reads exists, the trainer wheel and local inputs are uploaded (what is missing only).
     Returns the bytes uploaded. `notify(message)` hears about retries and the buckets the job may not reach
-    (`bucket_access_notes`, whose `memo` is `access`: one dict for all the tries of one command);
+    (`bucket_access_notes`, with `access`: one BucketFacts for all the tries of one command);
     `uploading(description)` is a context manager that yields a `progress(done, total)` callback (or None) for one
     upload, or for the local files' batch."""
     import contextlib
@@ -789,7 +799,7 @@ def stage(sub: Submission, *, notify=None, uploading=None, access: dict | None =
     return sent
 
 
-def submit(sub: Submission, *, notify=None, uploading=None, access: dict | None = None) -> tuple[Any, int, int]:
+def submit(sub: Submission, *, notify=None, uploading=None, access: BucketFacts | None = None) -> tuple[Any, int, int]:
     """Stage (see `stage`), then create the job. Returns (job, short id, bytes uploaded)."""
     from ftcli.gcp.vertex import get_vertex
 
@@ -922,11 +932,11 @@ def _varlen_left_out(pairs: list[tuple[str, str | None]], trainer: dict[str, Any
 
 
 def submit_first(candidates: list[Candidate], *, notify=None, uploading=None, start: int = 0,
-                 access: dict | None = None):
+                 access: BucketFacts | None = None):
     """Submit candidates in order from `start` until one is created; a used-up quota moves on to the next, and
     says so. Returns (job, short id, bytes uploaded, index of the candidate that ran). `access`: see `stage` (one
     for every try of the command: a bucket's note is said once, not once per candidate)."""
-    access = {} if access is None else access
+    access = BucketFacts() if access is None else access
     for i in range(start, len(candidates)):
         try:
             job, n, sent = submit(candidates[i].sub, notify=notify, uploading=uploading, access=access)

@@ -88,7 +88,7 @@ def train(
                     f"{uploads}[/]")
         return
     start = 0
-    access: dict = {}  # what the bucket access check learnt and said, for every candidate tried
+    access = submit.BucketFacts()  # what the bucket access check learnt and said, for every candidate tried
     while True:
         with submitting([c.sub for c in cands[start:]]):
             created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start,
