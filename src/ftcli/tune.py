@@ -40,17 +40,14 @@ class Param:
 
 
 def _numbers(text: str, kind: type, what: str) -> list:
-    try:
-        return [kind(x) for x in (p.strip() for p in text.split(",")) if x]
-    except ValueError:
-        raise UsageError(f"{what}: expected {kind.__name__} values, got {text!r}") from None
+    return [_number(p, kind, what) for p in text.split(",") if p.strip()]
 
 
 def _number(text: str, kind: type, what: str):
     try:
         return kind(text.strip())
     except ValueError:
-        raise UsageError(f"{what}: expected {kind.__name__} values, got {text!r}") from None
+        raise UsageError(f"{what}: expected {kind.__name__} values, got {text.strip()!r}") from None
 
 
 def parse_one(item: str, option_types: dict[str, type]) -> Param:
