@@ -130,14 +130,9 @@ def shm_problem(e: BaseException, env=os.environ, statvfs=os.statvfs) -> str | N
     line on every rank of the machine (said once: task.say_once), where NCCL's own names a random segment file. Its
     way out is a Vertex job's (fewer GPUs a machine) inside one (CLOUD_ML_JOB_ID, as task.run tells), else a local
     run's."""
-    seen: set[int] = set()
-    cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if _NCCL_SHM_FULL.search(str(cur)):
-            break
-        cur = cur.__cause__ or cur.__context__
-    else:
+    from ftcli_trainer.errors import causes
+
+    if not any(_NCCL_SHM_FULL.search(str(cause)) for cause in causes(e)):
         return None
     processes = env.get("LOCAL_WORLD_SIZE")
     size = shm_size(statvfs=statvfs)

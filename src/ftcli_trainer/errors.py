@@ -1,5 +1,9 @@
 """Errors the trainer reports as one line (no traceback unless FTCLI_DEBUG=1)."""
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+
 
 class TrainerError(Exception):
     """A problem with the run's input that the user can fix; the message says how."""
@@ -9,3 +13,14 @@ class TrainerError(Exception):
 
 class DataError(TrainerError):
     """Unreadable or inconsistent training data."""
+
+
+def causes(e: BaseException) -> Iterator[BaseException]:
+    """`e` and the exceptions it was raised from or during, each once (transformers re-raises huggingface_hub's; torch's
+    DistBackendError may come wrapped)."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        yield cause
+        cause = cause.__cause__ or cause.__context__

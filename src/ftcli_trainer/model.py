@@ -8,9 +8,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterator
 
-from ftcli_trainer.errors import TrainerError
+from ftcli_trainer.errors import TrainerError, causes
 from ftcli_trainer.tasks import MINILM
 
 MINILM_ALIASES = {MINILM, "all-MiniLM-L6-v2", "minilm"}
@@ -234,22 +233,12 @@ def _one_line(e: BaseException) -> str:
 INVALID_TOKEN = "Invalid credentials in Authorization header"
 
 
-def _causes(e: BaseException) -> Iterator[BaseException]:
-    """`e` and the exceptions it was raised from or during, each once (transformers re-raises huggingface_hub's)."""
-    seen: set[int] = set()
-    cause: BaseException | None = e
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        yield cause
-        cause = cause.__cause__ or cause.__context__
-
-
 def _hub_error(e: BaseException) -> str | None:
     """The huggingface_hub error loading failed on, by its class name (transformers re-raises it as an OSError from
     it): GatedRepoError (a gated model without a token that has access), RepositoryNotFoundError (a missing id, or a
     private model the token sent, if any, cannot read); "InvalidToken" for a token the Hub refuses as invalid; None
     for any other failure."""
-    for cause in _causes(e):
+    for cause in causes(e):
         if type(cause).__name__ in ("GatedRepoError", "RepositoryNotFoundError"):
             return type(cause).__name__
         response = getattr(cause, "response", None)
@@ -266,7 +255,7 @@ def _http_answer(e: BaseException) -> str | None:
     LocalEntryNotFoundError raised from the HEAD request's HfHubHTTPError): a rate limit (429: "we enforce rate limits
     on all requests made to the Hugging Face Hub", https://huggingface.co/docs/hub/rate-limits, read 2026-11-27), an
     outage (5xx), or a proxy's refusal were said as a network that is down."""
-    for cause in _causes(e):
+    for cause in causes(e):
         response = getattr(cause, "response", None)
         status = getattr(response, "status_code", None)
         if isinstance(status, int) and status >= 400 and status != 404:
