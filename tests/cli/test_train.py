@@ -27,6 +27,13 @@ def submitted(capsys, *args):
     return json.loads(r.out)
 
 
+def sent_arg(vertex, flag: str) -> str:
+    """The value of `flag` in the container args of the first CustomJob the server was asked to create."""
+    args = [r for m, r in vertex.requests if m == "CreateCustomJob"][0].custom_job.job_spec.worker_pool_specs[0] \
+        .container_spec.args
+    return args[args.index(flag) + 1]
+
+
 def test_dry_run_prints_the_job_and_touches_nothing(capsys, monkeypatch, tmp_path):
     # unreachable endpoints and no credentials: a dry run must not need them
     monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", "http://127.0.0.1:9")
@@ -1071,9 +1078,7 @@ def test_label_names_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, tm
                       [("good", "yes"), ("bad", "no"), ("fine, I guess", "yes, definitely")] * 2)
     names = '["no", "yes", "yes, definitely"]'
     submitted(capsys, "--task", "csv", "--train-file", str(train), "--label-names", names)
-    args = [r for m, r in vertex.requests if m == "CreateCustomJob"][0].custom_job.job_spec.worker_pool_specs[0] \
-        .container_spec.args
-    assert args[args.index("--label-names") + 1] == names
+    assert sent_arg(vertex, "--label-names") == names
     r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), "--label-names", '["no", "yes"')
     assert r.code == 2 and not r.out
     assert r.err.splitlines()[0] == ("error: --label-names '[\"no\", \"yes\"' is not a valid JSON list (Expecting ',' "
@@ -1094,9 +1099,7 @@ def test_label_columns_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, 
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
     columns = '["toxic, severe", "insult"]'
     submitted(capsys, "--task", "csv", "--train-file", str(train), "--label-columns", columns)
-    args = [r for m, r in vertex.requests if m == "CreateCustomJob"][0].custom_job.job_spec.worker_pool_specs[0] \
-        .container_spec.args
-    assert args[args.index("--label-columns") + 1] == columns
+    assert sent_arg(vertex, "--label-columns") == columns
     r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), "--label-columns", '["insult"')
     assert r.code == 2 and not r.out
     assert r.err.splitlines()[0].startswith("error: --label-columns '[\"insult\"' is not a valid JSON list (")
@@ -1111,9 +1114,7 @@ def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, t
     uploaded = sorted(o.split("/", 4)[4] for o in objects if o.startswith("team/ftcli/models/"))
     assert uploaded == sorted(str(p.relative_to(model)) for p in model.rglob("*") if p.is_file())
     digest = next(o for o in objects if o.startswith("team/ftcli/models/")).split("/")[3]
-    args = [r for m, r in vertex.requests if m == "CreateCustomJob"][0].custom_job.job_spec.worker_pool_specs[0] \
-        .container_spec.args
-    assert args[args.index("--model") + 1] == f"/gcs/ftcli-test/team/ftcli/models/{digest}"
+    assert sent_arg(vertex, "--model") == f"/gcs/ftcli-test/team/ftcli/models/{digest}"
     # the same folder again: nothing new uploaded
     again = submitted(capsys, "--task", "imdb", "--max-length", "128", "--model", str(model))
     assert again["uploaded_bytes"] == 0 and gcs.list("ftcli-test") == objects
