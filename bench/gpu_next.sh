@@ -51,7 +51,8 @@ part() { echo; echo "== [$SECONDS s] $*"; }
 tests() { # tests LIMIT LOG -k EXPR: the GPU tests under faulthandler, the log kept whole
   local t=$1 log=$2; shift 2
   PYTHONPATH="${PYTHONPATH:-}:src:." timeout -s ABRT -k 5 "$t" python3 -X faulthandler -m pytest -v \
-    -p no:cacheprovider -rs --durations=6 -o faulthandler_timeout=$((t - 5)) -m gpu tests "$@" > "$log" 2>&1
+    -p no:cacheprovider -rs --durations=6 -o faulthandler_timeout=$((t - 5)) --continue-on-collection-errors \
+    -m gpu tests "$@" > "$log" 2>&1  # (the lent machine has no google-cloud libraries: their tests cannot import)
   echo "pytest exit status $? (124: its ${t} s limit; 134/139: abort/segfault; the log names the last test begun)"
   grep -E "FAILED|ERROR|Fatal Python error|Segmentation|Aborted|Timeout|^E " "$log" | head -20
   tail -1 "$log"

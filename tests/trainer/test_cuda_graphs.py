@@ -1306,11 +1306,20 @@ def test_varlen_attention_on_a_gpu_is_the_padded_attention(tiny_model):
         with torch.autocast("cuda", torch.bfloat16):
             logits = model(input_ids=ids, attention_mask=mask).logits.float()
         logits.pow(2).sum().backward()
-        out[name] = logits.detach(), [p.grad.float().flatten() for p in model.parameters() if p.grad is not None]
+        out[name] = logits.detach(), {n: p.grad.float().flatten() for n, p in model.named_parameters()
+                                      if p.grad is not None}
     torch.testing.assert_close(out["varlen"][0], out["sdpa"][0], rtol=3e-2, atol=3e-2)
-    for ga, gb in zip(out["sdpa"][1], out["varlen"][1], strict=True):
-        if ga.norm() > 0:
-            assert torch.nn.functional.cosine_similarity(ga, gb, dim=0) > 0.99
+    grads_sdpa, grads_varlen = out["sdpa"][1], out["varlen"][1]
+    assert grads_sdpa.keys() == grads_varlen.keys()
+    scale = max(g.abs().max() for g in grads_sdpa.values())
+    for n, ga in grads_sdpa.items():
+        gb = grads_varlen[n]
+        if n.endswith("attention.self.key.bias"):
+            # zero in exact arithmetic (a key bias adds q·b to every score of a query's row, and softmax drops a
+            # constant), so both kernels leave rounding noise there, ~1e-10 on an H100 (2026-11-28): no direction
+            assert ga.abs().max() < 1e-5 * scale and gb.abs().max() < 1e-5 * scale, n
+        elif ga.norm() > 0:
+            assert torch.nn.functional.cosine_similarity(ga, gb, dim=0) > 0.99, n
 
 
 @cuda
