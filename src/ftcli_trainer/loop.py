@@ -124,10 +124,12 @@ SAME_CTRL_C_S = 1.0
 # --compile on the CUDA-graph path compiles the model's layers inside the captured step (cuda_graphs.CompiledBlocks).
 # Measured on an H100 (bench/README.md, 2026-11-26: bench/gpu.py's profile, BERT-base, 32 full 512-token rows, bf16,
 # weight copies): with --varlen-attention 37.3 ms a step against 43.3 ms for the same path uncompiled (25.3 % MFU
-# against 21.8 %), after 23.4 s of warm-up against 0.8 s (a cold compile of one layer's code, its captures). With
-# SDPA attention inside the compiled layers the capture failed, so the compiled layers go only with
-# --varlen-attention. Below 512 tokens the saving is unmeasured: it is taken as proportional to the tokens trained
-# on, counted without their padding, and must repay the compile twice over, so the rule errs towards not compiling.
+# against 21.8 %), after 23.4 s of warm-up against 0.8 s (a cold compile of one layer's code, its captures). On
+# 2026-11-28 (bench/README.md, the H100 again), with the attention left out of the trace: SDPA 39.4 against 44.8 ms
+# (5.4 ms saved), with --unmask-full-batches and the fused projections 34.2 against 41.7 (7.5 ms); at 128 tokens,
+# with --varlen-attention, 12.5 against 14.4 ms (1.9 ms a step of 4,096 tokens: 7.6 ms per 16,384, more than in
+# proportion). The saving is taken as proportional to the tokens trained on, counted without their padding, at
+# 6.0 ms per 32 x 512, and must repay the compile twice over, so the rule errs towards not compiling.
 COMPILED_GRAPHS_COST_S = 23.0
 COMPILED_GRAPHS_SAVED_S_PER_TOKEN = 6.0e-3 / (32 * 512)
 COMPILED_GRAPHS_MARGIN = 2.0
@@ -138,18 +140,14 @@ def compiled_graphs_min_tokens() -> int:
     return math.ceil(COMPILED_GRAPHS_MARGIN * COMPILED_GRAPHS_COST_S / COMPILED_GRAPHS_SAVED_S_PER_TOKEN)
 
 
-def compile_skip_reason(total_steps: int, cuda_graphs: bool, device_type: str = "cuda", varlen: bool = False,
-                        tokens: int = 0) -> str:
+def compile_skip_reason(total_steps: int, cuda_graphs: bool, device_type: str = "cuda", tokens: int = 0) -> str:
     """Why --compile would make this run slower end to end ("" when it may pay off). With `cuda_graphs`, the
-    compile is of the layers inside the captured step: `varlen` is whether --varlen-attention is in use, `tokens`
-    the tokens the run trains on (every epoch's, without padding)."""
+    compile is of the layers inside the captured step: `tokens` the tokens the run trains on (every epoch's,
+    without padding)."""
     if device_type == "cpu":
         return ("on a CPU the compiled steps measured no faster than plain ones (0.95-1.44x their time, "
                 "bench/cpu_compile.py), after about a minute of compiling")
     if cuda_graphs:
-        if not varlen:
-            return ("with the CUDA-graph path on, the layers compile inside the graphs only with "
-                    "--varlen-attention (with SDPA attention inside them, their capture failed on an H100)")
         need = compiled_graphs_min_tokens()
         if tokens < need:
             return (f"{tokens / 1e6:,.1f}M tokens to train on would save about "
@@ -277,15 +275,16 @@ class Trainer:
         self.warmup = warmup_steps(self.total_steps, cfg.warmup_ratio)
         from ftcli_trainer import cuda_graphs
 
-        self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, precision,
-                                                                 self.dist.world_size)
+        self.use_graphs, self.graphs_reason = cuda_graphs.decide(cfg.cuda_graphs, device.type, self.dist.world_size)
         self.static_steps: StaticSteps | None = None  # built in fit(), after a resume, around the on-device loss sum
         # --compile with the graphs on: the model's layers torch.compile'd inside the forward the graphs capture
         # (cuda_graphs.CompiledBlocks: one dynamic-shape compile for every layer and width), where the run is long
         # enough (compile_skip_reason); bench/gpu.py's profile sets it itself.
         self.compile_in_graphs = False
-        self.compile_eager_attention = False  # and with it, the self-attention modules left out (bench-only)
-        self.fused_projections = False  # query, key and value as one GEMM on the weight copies (bench-only)
+        # and with it, the self-attention modules left out of the trace (bench/gpu.py's profile; the fused
+        # projections leave them out themselves, StaticSteps)
+        self.compile_eager_attention = False
+        self.fused_projections = cfg.fused_projections  # query, key and value as one GEMM on the weight copies
         self.gpu_warmup: dict = {}  # what --gpu-warmup did (task.run's prewarm, fit's prepare), when it ran
         train_model = model
         if self.dist.enabled:
@@ -295,11 +294,8 @@ class Trainer:
         skip_compile = ""
         blocks: list = []
         if cfg.compile:
-            from ftcli_trainer.model import VARLEN_ATTENTION
-
-            varlen = getattr(model.config, "_attn_implementation", None) == VARLEN_ATTENTION
             tokens = int(train.lengths.sum()) * cfg.epochs // self.dist.world_size
-            skip_compile = compile_skip_reason(self.total_steps, self.use_graphs, device.type, varlen, tokens)
+            skip_compile = compile_skip_reason(self.total_steps, self.use_graphs, device.type, tokens)
             blocks = cuda_graphs.repeated_blocks(model)
             if not skip_compile and self.use_graphs and not blocks:
                 skip_compile = ("the model has no list of repeated layers, and only those were measured compiled "
@@ -1161,11 +1157,16 @@ class Trainer:
             unmask_full=self.cfg.unmask_full_batches, shared_casts=self.cfg.shared_casts,
             compile_model=self.compile_in_graphs, eager_attention=self.compile_eager_attention,
             fused_projections=self.fused_projections, scaler=self.scaler)
+        ss = self.static_steps
+        if self.cfg.shared_casts and ss.shared_casts is None and ss.fused and not ss.compile_model \
+                and self.dist.is_main:
+            log.info("--shared-casts left off: the fused projections cast the input they share once already")
         if capture and self.dist.is_main:
-            ss = self.static_steps
-            log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s%s",
+            log.info("CUDA graphs on: each step padded to one of widths %s and replayed as a graph%s%s%s",
                      ",".join(map(str, ss.widths)),
-                     f"; the forward reads bf16 copies of {len(ss.copies)} weights" if ss.copies is not None else "",
+                     f"; the forward reads {self.precision} copies of {len(ss.copies)} weights"
+                     if ss.copies is not None else "",
+                     f"; query, key and value as one GEMM in {ss.fused} layers" if ss.fused else "",
                      "; a Linear input read by several layers is cast once" if ss.shared_casts is not None else "")
 
     def _prepare_static_steps(self) -> None:

@@ -311,7 +311,7 @@ def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, prec
                 {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()})
 
     # Only ahead of the graph path (one CUDA GPU, what --gpu-warmup was measured with): eager runs stay as they were.
-    if not cfg.gpu_warmup or not cuda_graphs.decide(cfg.cuda_graphs, device.type, precision, dist.world_size)[0]:
+    if not cfg.gpu_warmup or not cuda_graphs.decide(cfg.cuda_graphs, device.type, dist.world_size)[0]:
         return (*encode_all(), None)
     from concurrent.futures import ThreadPoolExecutor
 
