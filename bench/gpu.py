@@ -8,7 +8,7 @@ come from local paths.
 
 `--assets` is what bench/prepare_gpu_assets.py builds: minilm/ (fp16 weights, loaded as float32 by both
 contenders), bert-base/config.json (BERT-base is built here with a seeded random init, for speed only, with
-MiniLM's tokenizer: the same uncased 30,522-token WordPiece vocabulary), data/*.csv.gz.
+MiniLM's tokenizer: the same uncased 30,522-token WordPiece vocabulary), data/*.csv.xz.
 
 Sections run one after another, each in its own child process with its own time limit, so that one failure
 or hang never loses the others; sections that no longer fit `--budget` seconds are skipped, and the table is
@@ -24,8 +24,9 @@ printed last whatever happened:
   runs     per case, the contenders (`--contenders`, in that order), interleaved `--repeat` times:
              ftcli_graphs  ftcli --cuda-graphs on --no-gpu-warmup --no-weight-copies
              ftcli_warm    ftcli --cuda-graphs on --gpu-warmup --no-weight-copies (by default in the MiniLM case only)
-             ftcli_copies  ftcli --cuda-graphs on --gpu-warmup --weight-copies: the trainer's defaults (only when
-                           named in --contenders)
+             ftcli_copies  ftcli --cuda-graphs on --gpu-warmup --weight-copies: the trainer's defaults, the fused
+                           projections included since 2026-11-28 (only when named in --contenders)
+             ftcli_nofused  ftcli_copies with --no-fused-projections (the defaults before; only when named)
              ftcli_unmasked  ftcli_copies with --unmask-full-batches (only when named)
              ftcli_varlen  ftcli_copies with --varlen-attention (only when named)
              ftcli_shared  ftcli_copies with --shared-casts (only when named)
@@ -71,6 +72,7 @@ import argparse
 import csv
 import gzip
 import json
+import lzma
 import math
 import os
 import shutil
@@ -95,14 +97,16 @@ CASES = {  # name -> model, data, rows, max length, learning rate
 }
 # In the order they run within a repetition: the graph path first (the headline), the HF Trainer, eager last
 # (the slowest, known from the issue). ftcli_graphs is the graph path alone, ftcli_warm adds --gpu-warmup,
-# ftcli_copies --weight-copies too (both the trainer's defaults since the H100 runs), ftcli_unmasked adds
+# ftcli_copies --weight-copies too (both the trainer's defaults since the H100 runs, and with them the fused
+# projections since 2026-11-28), ftcli_nofused the copies without the fused projections, ftcli_unmasked adds
 # --unmask-full-batches, ftcli_varlen --varlen-attention, ftcli_shared --shared-casts.
-CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared", "hf",
-              "ftcli_eager", "ftcli_fp16", "ftcli_fp16_eager")
+CONTENDERS = ("ftcli_graphs", "ftcli_warm", "ftcli_copies", "ftcli_nofused", "ftcli_unmasked", "ftcli_varlen",
+              "ftcli_shared", "hf", "ftcli_eager", "ftcli_fp16", "ftcli_fp16_eager")
 # Each contender against the one it adds a switch to: the paired notes under the table
-PAIRED = (("ftcli_graphs", "ftcli_warm"), ("ftcli_warm", "ftcli_copies"), ("ftcli_copies", "ftcli_unmasked"),
+PAIRED = (("ftcli_graphs", "ftcli_warm"), ("ftcli_warm", "ftcli_copies"), ("ftcli_nofused", "ftcli_copies"),
+          ("ftcli_copies", "ftcli_unmasked"),
           ("ftcli_copies", "ftcli_varlen"), ("ftcli_copies", "ftcli_shared"), ("ftcli_fp16_eager", "ftcli_fp16"))
-NAMED_ONLY = ("ftcli_copies", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared", "ftcli_fp16",
+NAMED_ONLY = ("ftcli_copies", "ftcli_nofused", "ftcli_unmasked", "ftcli_varlen", "ftcli_shared", "ftcli_fp16",
               "ftcli_fp16_eager")  # run only when named
 # Without --contenders: ftcli_warm only where its question is open (the MiniLM case: short steps, where the
 # first-use costs weigh most), so that the default full run keeps to its budget.
@@ -110,6 +114,7 @@ DEFAULT_CONTENDERS = {"minilm_sst2_128": tuple(c for c in CONTENDERS if c not in
 BATCH = 32
 # The profile's modes: name -> (--cuda-graphs, more trainer flags)
 PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]), "copies": ("on", ["--weight-copies"]),
+                 "nofused": ("on", ["--weight-copies", "--no-fused-projections"]),
                  "unmasked": ("on", ["--weight-copies", "--unmask-full-batches"]),
                  "varlen": ("on", ["--weight-copies", "--varlen-attention"]),
                  "shared": ("on", ["--weight-copies", "--shared-casts"]),
@@ -123,8 +128,13 @@ PROFILE_MODES = {"eager": ("off", []), "graphs": ("on", ["--no-weight-copies"]),
                  # and the whole self-attention module (projections, attention, heads merged) left out of the trace
                  "compiled+varlen+eagerattn": ("on", ["--weight-copies", "--varlen-attention"]),
                  "compiled+unmasked+eagerattn": ("on", ["--weight-copies", "--unmask-full-batches"]),
-                 # query, key and value as one GEMM on the weight copies (WeightCopies.fuse_projections)
+                 # query, key and value as one GEMM on the weight copies (WeightCopies.fuse_projections; in the
+                 # profile only with +fusedqkv, while a run takes them by default); compiled, they leave the
+                 # attention modules out of the trace themselves (+eagerattn implied)
                  "copies+fusedqkv": ("on", ["--weight-copies"]),
+                 "compiled+fusedqkv": ("on", ["--weight-copies"]),
+                 "compiled+unmasked+fusedqkv": ("on", ["--weight-copies", "--unmask-full-batches"]),
+                 "compiled+varlen+fusedqkv": ("on", ["--weight-copies", "--varlen-attention"]),
                  "compiled+unmasked+eagerattn+fusedqkv": ("on", ["--weight-copies", "--unmask-full-batches"])}
 FIRST = 60
 SEED = 42
@@ -149,7 +159,7 @@ def work_dir(args) -> Path:
 
 
 def read_csv(path: Path) -> tuple[list[str], list[int]]:
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     with opener(path, "rt", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     return [r["text"] for r in rows], [int(r["label"]) for r in rows]
@@ -313,7 +323,8 @@ def _case_files(args, case: str) -> tuple[Path, Path]:
 def child_ftcli(args, case: str, contender: str) -> dict:
     """ftcli_eager: --cuda-graphs off; ftcli_graphs: on, --no-gpu-warmup; ftcli_warm: on with --gpu-warmup (the
     first-use costs paid while the CPU tokenizes, every width warmed up and captured in `fit` before the training
-    clock); ftcli_copies: ftcli_warm reading bf16 copies of the Linear weights (--weight-copies)."""
+    clock); ftcli_copies: ftcli_warm reading bf16 copies of the Linear weights (--weight-copies), the fused
+    projections with them; ftcli_nofused: without those."""
     import ftcli_trainer.loop as loop
     from ftcli_trainer import task
     from ftcli_trainer.config import parse_args
@@ -711,7 +722,7 @@ def child_profile(args, setup: dict) -> dict:
     from ftcli_trainer.data import Examples, encode
     from ftcli_trainer.model import load_tokenizer
 
-    texts, labels = read_csv(Path(args.assets) / "data" / "imdb_8k.csv.gz")
+    texts, labels = read_csv(Path(args.assets) / "data" / "imdb_8k.csv.xz")
     tok = load_tokenizer(str(model_dir(args, "bert-base")))
     max_len = min(args.profile_length, 128) if args.tiny_bert else args.profile_length
     enc = encode(tok, Examples(texts[:3000], None, np.array(labels[:3000])), max_len)  # ~14 % fill 512 tokens
@@ -937,9 +948,9 @@ class Parent:
     def prepare_data(self) -> None:
         """The same rows for every contender: plain CSV files per case (the parent needs no torch)."""
         data = Path(self.args.assets) / "data"
-        sst2, sst2_y = read_csv(data / "sst2_train.csv.gz")
-        val, val_y = read_csv(data / "sst2_validation.csv.gz")
-        imdb, imdb_y = read_csv(data / "imdb_8k.csv.gz")
+        sst2, sst2_y = read_csv(data / "sst2_train.csv.xz")
+        val, val_y = read_csv(data / "sst2_validation.csv.xz")
+        imdb, imdb_y = read_csv(data / "imdb_8k.csv.xz")
         for case, spec in CASES.items():
             rows = min(spec["rows"], self.args.rows or spec["rows"])
             if spec["data"] == "sst2":
@@ -960,7 +971,7 @@ class Parent:
     def contenders(self, case: str) -> list[str]:
         if self.args.contenders:
             return [c.strip() for c in self.args.contenders.split(",") if c.strip()]
-        return list(DEFAULT_CONTENDERS.get(case, [c for c in CONTENDERS if c != "ftcli_warm"]))
+        return list(DEFAULT_CONTENDERS.get(case, [c for c in CONTENDERS if c != "ftcli_warm" and c not in NAMED_ONLY]))
 
     def main(self) -> None:
         a = self.args

@@ -29,12 +29,12 @@ backward): ~150 small cast kernels each way for BERT-base become one fused copy 
 autocast would cast those weights to the same bf16 values, the GEMMs and their bf16 gradients are unchanged, and
 with one micro-batch a step the fp32 gradient is that bf16 gradient exactly.
 
-With `unmask_full` (`--unmask-full-batches`, off until measured), a micro-batch whose rows all fill its width
+With `unmask_full` (`--unmask-full-batches`, off by default), a micro-batch whose rows all fill its width
 (every row cut at --max-length) runs without the attention mask, under its own key `(width, FULL)`: an all-ones
 mask changes no number, and HF's eager path drops it too (after looking at its values, which a graph cannot do),
 so the attention runs on the kernels without a mask (H200: 1.9 + 2.9 ms a step instead of 2.9 + 4.1 at 32 x 512).
 
-With `shared_casts` (`--shared-casts`, off until measured), an fp32 activation that several nn.Linear layers read
+With `shared_casts` (`--shared-casts`, off by default), an fp32 activation that several nn.Linear layers read
 in turn (BERT's Q, K and V) is cast to bf16 once (`SharedCasts`), each reader's gradient still cast back on its own:
 bit-identical. With `fused_projections` (`--fused-projections`, on by default with the weight copies), each
 self-attention module's query, key and value run as one GEMM over their copies laid end to end
