@@ -1558,6 +1558,34 @@ def test_compiled_layers_can_leave_their_self_attention_module_out_of_the_trace(
         torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_compiled_layers_with_the_fused_projections_train_as_the_plain_fused_run(tmp_path, tiny_model, monkeypatch):
+    """--compile's default on the graph path in bf16: the weight copies with query, key and value fused (on by
+    default), the self-attention modules left out of the trace, the fused GEMM running inside them as they run
+    eagerly. Both widths go through the compiled layers without a recompile, and the run follows the plain fused
+    one up to bf16 rounding (dropout off)."""
+    import torch._dynamo
+
+    (plain, compiled), calls = _compiled_pair(tmp_path, tiny_model, monkeypatch, precision="bf16")
+    assert plain.static_steps.fused == compiled.static_steps.fused == 2
+    start = _params(plain.model)
+    short = np.flatnonzero(compiled.train_enc.lengths <= 16)[:4]
+    groups = [[short], [short], *GROUPS]  # (the first forward proves the weight copies, plain: eager)
+    _train_both([plain], groups)
+    _train_both([compiled], groups[:2])
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for g in groups[2:]:
+        compiled.train_step(g)
+    cb = compiled.static_steps.compiled
+    assert compiled.static_steps.eager_attention and len(cb.eager) == len(cb) == 2
+    assert len(calls) == sum(len(g) for g in groups) - 1 and len({width for _, width in calls}) == 2
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    a, b = _params(plain.model), _params(compiled.model)
+    moved = sum((a[n] - start[n]).float().pow(2).sum() for n in a).sqrt()
+    gap = sum((b[n] - a[n]).float().pow(2).sum() for n in a).sqrt()
+    assert moved > 0 and gap / moved < 0.01, (gap / moved).item()
+    torch.testing.assert_close(compiled._loss_acc, plain._loss_acc, rtol=2e-2, atol=1e-3)
+
+
 def test_compiled_blocks_run_only_inside_the_training_forward(tmp_path, tiny_model, monkeypatch):
     """Evaluation (eval mode, inference mode) runs the plain blocks: no compiled call, no second compile; and no
     block keeps a compiled forward, so the saved model is the plain one."""
