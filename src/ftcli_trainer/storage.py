@@ -317,7 +317,21 @@ def join(base: str, *parts: str) -> str:
     return str(Path(base, *parts))
 
 
+# One client a process (and emulator setting): "it is safe to share instances across threads. In multiprocessing
+# scenarios, best practice is to create client instances *after* ... os.fork" (googleapis/python-storage,
+# docs/index.rst, read 2026-11-28). A client made at each call fetched credentials and opened connections anew.
+_CLIENTS: dict[tuple, object] = {}
+
+
 def _client():
+    key = (os.getpid(), os.environ.get("STORAGE_EMULATOR_HOST"), os.environ.get("GOOGLE_CLOUD_PROJECT"))
+    client = _CLIENTS.get(key)
+    if client is None:
+        client = _CLIENTS[key] = _new_client()
+    return client
+
+
+def _new_client():
     from google.cloud import storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):

@@ -25,10 +25,16 @@ def test_gs_data_in_gs_outputs_out_then_resume_from_gs(gcs, tiny_model, sentimen
     monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
     monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
     monkeypatch.chdir(tmp_path)
+    from ftcli_trainer import storage
+
+    made, new_client = [], storage._new_client
+    monkeypatch.setattr(storage, "_CLIENTS", {})
+    monkeypatch.setattr(storage, "_new_client", lambda: made.append(1) or new_client())
     argv = ["--task", "csv", "--train-file", "gs://vertex-out/data/train.csv", "--eval-file",
             "gs://vertex-out/data/test.csv", "--model", str(tiny_model), "--epochs", "2", "--batch-size", "16",
             "--learning-rate", "3e-3"]
     assert main(argv) == 0
+    assert len(made) == 1  # one storage client for the whole run: reading, checkpoints, logs, the export
     objects = gcs.list("vertex-out", "runs/job-1/")
     model = [o for o in objects if o.startswith("runs/job-1/model/")]
     for name in ("config.json", "model.safetensors", "tokenizer.json", "metrics.json", "ftcli_run.json", "_COMPLETE"):

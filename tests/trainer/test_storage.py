@@ -77,6 +77,23 @@ def test_download_dir_refuses_an_escaping_name_before_writing_anything(gcs, tmp_
     assert not target.exists() and list(dest.iterdir()) == []
 
 
+def test_one_storage_client_a_process_and_emulator(gcs, monkeypatch):
+    """Shared across calls (and threads); a new one after a fork (the client's docs: make them after os.fork) and
+    for another emulator or project, so that a setting changed later is never talked past."""
+    monkeypatch.setattr(storage, "_CLIENTS", {})
+    first = storage._client()
+    assert storage._client() is first
+    pid = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: pid + 1)  # a forked child
+    child = storage._client()
+    assert child is not first and storage._client() is child
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "another")
+    assert storage._client() is not child and storage._client().project == "another"
+    gcs.create_bucket("b")  # and the shared client works
+    storage.write_text("gs://b/x.txt", "hi")
+    assert gcs.read("b", "x.txt") == b"hi"
+
+
 def test_download_dir_and_upload_dir_round_trip(gcs, tmp_path):
     gcs.create_bucket("b")
     src = tmp_path / "src"
