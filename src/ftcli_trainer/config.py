@@ -139,10 +139,10 @@ OPTIONS: tuple[Option, ...] = (
            "first 60 steps went from 7.6x to 1.0x the steady step, and runs ended 1.06-1.17x sooner."),
     Option("hypertune_metric", str, None, "Report this eval metric (e.g. eval_accuracy) to Vertex AI's "
            "hyperparameter tuning service after each evaluation (ftcli tune sets it).", metavar="NAME"),
-    Option("weight_copies", bool, True, "With CUDA graphs on and bf16: the forward reads a bf16 copy of each "
-           "nn.Linear weight, refreshed by one fused copy after each update, instead of casting every weight (and "
-           "its gradient back) at every step. Bit-identical results (checked on an H100, where steady steps got "
-           "3-4.5 percent faster); one micro-batch a step only."),
+    Option("weight_copies", bool, True, "With CUDA graphs on and bf16 or fp16: the forward reads a bf16 (fp16) "
+           "copy of each nn.Linear weight, refreshed by one fused copy after each update, instead of casting every "
+           "weight (and its gradient back) at every step. Bit-identical results (checked on an H100, where steady "
+           "steps got 3-4.5 percent faster); one micro-batch a step only."),
     Option("fused_projections", bool, True, "With CUDA graphs on and --weight-copies: each attention's query, key "
            "and value projections run as one GEMM over one low-precision copy of their three weights, one GEMM "
            "where there were three, forward and backward; the fp32 weights, the optimizer and the exported model "
