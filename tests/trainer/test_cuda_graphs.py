@@ -918,8 +918,10 @@ def test_fp16_captured_steps_skip_and_rescale_as_the_eager_loss_scaler_does_on_a
     the scale's update all replay without a host sync, and follow the eager GradScaler: 3 steps at a scale that
     overflows by far (skipped, the scale halved each time), then 9 at a scale far from overflow (2^8, set in place
     where the graphs read it), which train. Weights within fp16 rounding; on a GPU the two paths' other padding
-    runs other kernels, so an overflow near the limit could go either way: the scales keep clear of it."""
+    runs other kernels, so an overflow near the limit could go either way: the scales keep clear of it. With
+    copies, the fused projections too (the defaults)."""
     eager, graphs = _fp16_trainers(tmp_path, tiny_model, copies, device="cuda", capture=True)
+    assert graphs.static_steps.fused == (2 if copies else 0)
     seen = []
     for i, group in enumerate(ONE_MICRO * 3):
         if i == 3:
@@ -934,8 +936,14 @@ def test_fp16_captured_steps_skip_and_rescale_as_the_eager_loss_scaler_does_on_a
     assert [scale for (scale, _), _ in seen] == [FP16_SCALE / 2, FP16_SCALE / 4, FP16_SCALE / 8] + [2.0**8] * 9
     taken = [int(s["step"]) for s in graphs.optimizer.state.values()]
     assert taken == [int(s["step"]) for s in eager.optimizer.state.values()] and taken[0] == 9
+    lr = eager.cfg.learning_rate
     for (name, pa), pb in zip(eager.model.named_parameters(), graphs.model.parameters(), strict=True):
-        torch.testing.assert_close(pb, pa, rtol=1e-3, atol=1e-4, msg=name)
+        # A key bias's gradient is zero in exact arithmetic (softmax drops the q.b it adds to each of a query's
+        # scores): rounding noise, which AdamW turns into steps of up to the learning rate in no set direction.
+        # With the fused projections (on by default with the copies) the noise is another GEMM's: on an H200
+        # (2026-11-28) layer 1's key bias ended 1.5e-4 apart, every other weight within the bounds below.
+        atol = lr if name.endswith("attention.self.key.bias") else 1e-4
+        torch.testing.assert_close(pb, pa, rtol=1e-3, atol=atol, msg=name)
 
 
 def test_fp16_a_capture_that_fails_inside_the_update_goes_on_eagerly(tmp_path, tiny_model, monkeypatch):
