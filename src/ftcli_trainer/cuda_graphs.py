@@ -699,8 +699,10 @@ class StaticSteps:
             out = self.copies.forward(inputs)
         except (RuntimeError, TypeError) as e:
             _set_rng_state(self.torch, self.device, rng)
-            log.warning("--weight-copies off: this model's forward fails on bf16 copies of its Linear weights "
-                        "(%s: %s); autocast casts them at each step instead", type(e).__name__,
+            log.warning("--weight-copies off%s: this model's forward fails on %s copies of its Linear weights "
+                        "(%s: %s); autocast casts them at each step instead",
+                        " (and with them --fused-projections)" if self.copies.fused else "",
+                        "fp16" if self.autocast_dtype == self.torch.float16 else "bf16", type(e).__name__,
                         (str(e).strip().splitlines() or [""])[0][:200])
             self.copies = None
             return self.model(**inputs)

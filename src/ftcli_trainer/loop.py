@@ -1145,8 +1145,10 @@ class Trainer:
         if copies and self.cfg.gradient_accumulation_steps > 1:
             copies = False
             if self.dist.is_main:
-                log.info("--weight-copies off: with several micro-batches a step, bf16 gradients would not add up "
-                         "as fp32 ones do")
+                # (fp16 on T4 and V100 takes the graph path too; the fused projections, on by default, need the copies)
+                log.info("--weight-copies off%s: with several micro-batches a step, %s gradients would not add up "
+                         "as fp32 ones do", " (and with them --fused-projections)" if self.fused_projections else "",
+                         self.precision)
 
         self.static_steps = StaticSteps(
             model=self.model, optimizer=self.optimizer, clip_and_step=self._clip_and_step, enc=self.train_enc,

@@ -1102,13 +1102,22 @@ def test_shared_casts_give_way_to_the_fused_projections_with_a_line(tmp_path, ti
     assert said == ["--shared-casts left off: the fused projections cast the input they share once already"]
 
 
+ACCUMULATION_LINE = ("--weight-copies off{}: with several micro-batches a step, {} gradients would not add up as fp32 "
+                     "ones do")
+WITH_FUSED = " (and with them --fused-projections)"
+
+
 @pytest.mark.parametrize("precision,extra,why", [
     ("fp32", (), None),  # nothing to say: fp32 training casts nothing
-    ("bf16", ("--gradient-accumulation-steps", "2"), "with several micro-batches a step"),
+    ("bf16", ("--gradient-accumulation-steps", "2"), ACCUMULATION_LINE.format(WITH_FUSED, "bf16")),
+    ("fp16", ("--gradient-accumulation-steps", "2"), ACCUMULATION_LINE.format(WITH_FUSED, "fp16")),  # T4, V100
+    ("bf16", ("--gradient-accumulation-steps", "2", "--no-fused-projections"), ACCUMULATION_LINE.format("", "bf16")),
     ("bf16", ("--no-weight-copies",), None),
 ])
 def test_weight_copies_stay_off_where_they_would_change_the_numbers(tmp_path, tiny_model, caplog, precision, extra,
                                                                      why):
+    """Off, and said in one line where the user did not turn them off: the fused projections, on by default, go
+    with them; the line names the run's precision (fp16 takes the graph path too)."""
     enc = _enc(n=16)
     enc.labels = enc.labels % 2
     t = _make_trainer(tmp_path, tiny_model, load_model(str(tiny_model), ["a", "b"], False, 0.5), enc, ["a", "b"],
@@ -1116,14 +1125,17 @@ def test_weight_copies_stay_off_where_they_would_change_the_numbers(tmp_path, ti
     assert parse_args([]).weight_copies is True
     with caplog.at_level(logging.INFO, logger="ftcli_trainer"):
         t._setup_static_steps(capture=False)
-    assert t.static_steps.copies is None
-    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--weight-copies off: ")]
-    assert (said == []) if why is None else (len(said) == 1 and why in said[0])
+    assert t.static_steps.copies is None and t.static_steps.fused == 0
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--weight-copies off")]
+    assert said == ([] if why is None else [why])
 
 
-def test_a_model_that_fails_on_bf16_copies_trains_on_casts_with_one_line(tmp_path, tiny_model, caplog):
-    """A model that runs a Linear outside autocast (here: its classifier, on fp32 inputs) fails on a bf16 weight at
-    the first, eager forward: the copies go off with one line, and the run is the one autocast's casts make."""
+@pytest.mark.parametrize("precision,fused", [("bf16", False), ("bf16", True), ("fp16", True)])
+def test_a_model_that_fails_on_bf16_copies_trains_on_casts_with_one_line(tmp_path, tiny_model, caplog, precision,
+                                                                           fused):
+    """A model that runs a Linear outside autocast (here: its classifier, on fp32 inputs) fails on a bf16 (fp16)
+    weight at the first, eager forward: the copies go off, the fused projections with them, with one line that
+    names the run's precision, and the run is the one autocast's casts make."""
     class Fp32Head(torch.nn.Module):
         def __init__(self, linear):
             super().__init__()
@@ -1133,17 +1145,21 @@ def test_a_model_that_fails_on_bf16_copies_trains_on_casts_with_one_line(tmp_pat
             with torch.autocast("cpu", enabled=False):
                 return self.linear(x.float())
 
-    casts, copies = _copies_pair(tmp_path, tiny_model)
+    casts, copies = _pair(tmp_path, tiny_model, (("casts", ("--no-weight-copies",)),
+                                                 ("copies", () if fused else ("--no-fused-projections",))),
+                          precision=precision)
     for t in (casts, copies):
         t.model.classifier = Fp32Head(t.model.classifier)
     copies.static_steps = None
     with caplog.at_level(logging.WARNING, logger="ftcli_trainer"):
         copies._setup_static_steps(capture=False)
-        assert copies.static_steps.copies is not None
+        assert copies.static_steps.copies is not None and copies.static_steps.fused == (2 if fused else 0)
         _train_both([casts, copies], ONE_MICRO)
-    assert copies.static_steps.copies is None
+    assert copies.static_steps.copies is None and copies.static_steps.fused == 0
     (line,) = [r.getMessage() for r in caplog.records if "--weight-copies off" in r.getMessage()]
-    assert "fails on bf16 copies" in line and "\n" not in line
+    assert line.startswith(f"--weight-copies off{WITH_FUSED if fused else ''}: this model's forward fails on "
+                           f"{precision} copies of its Linear weights (RuntimeError: ")
+    assert "\n" not in line
     assert _same(_params(copies.model), _params(casts.model))
 
 
