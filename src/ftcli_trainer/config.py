@@ -139,9 +139,9 @@ OPTIONS: tuple[Option, ...] = (
            "first 60 steps went from 7.6x to 1.0x the steady step, and runs ended 1.06-1.17x sooner."),
     Option("hypertune_metric", str, None, "Report this eval metric (e.g. eval_accuracy) to Vertex AI's "
            "hyperparameter tuning service after each evaluation (ftcli tune sets it).", metavar="NAME"),
-    Option("weight_copies", bool, True, "With CUDA graphs on and bf16 or fp16: the forward reads a bf16 (fp16) "
-           "copy of each nn.Linear weight, refreshed by one fused copy after each update, instead of casting every "
-           "weight (and its gradient back) at every step. Bit-identical results (checked on an H100, where steady "
+    Option("weight_copies", bool, True, "With CUDA graphs on and bf16 or fp16: the forward reads a bf16 (fp16) copy "
+           "of each nn.Linear weight, refreshed by one fused copy after each update, instead of casting every weight "
+           "(and its gradient back) at every step. Bit-identical results (checked in bf16 on an H100, where steady "
            "steps got 3-4.5 percent faster); one micro-batch a step only."),
     Option("fused_projections", bool, True, "With CUDA graphs on and --weight-copies: each attention's query, key "
            "and value projections run as one GEMM over one low-precision copy of their three weights, one GEMM "
@@ -156,7 +156,7 @@ OPTIONS: tuple[Option, ...] = (
            "layers read in turn (BERT's query, key and value read the same LayerNorm output) is cast to bf16 once, "
            "not once per layer; each layer's gradient still goes back to fp32 on its own. Bit-identical results "
            "(checked on CPU); off by default: on an H100 within one run's noise (1.6 percent shorter steps at 512 "
-           "tokens)."),
+           "tokens). Gives way to --fused-projections (on by default), which cast that input once themselves."),
     Option("varlen_attention", bool, False, "On a CUDA GPU (compute capability 8.0+) in bf16 or fp16: attention "
            "runs torch's flash kernel over each row's own tokens (variable-length, dropout included) instead of "
            "SDPA with a padding mask, which takes cuDNN's slower padded-mask kernels; no padding is moved. The "

@@ -1100,6 +1100,9 @@ def test_shared_casts_give_way_to_the_fused_projections_with_a_line(tmp_path, ti
     assert t.static_steps.fused == 2 and t.static_steps.shared_casts is None
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--shared-casts left off")]
     assert said == ["--shared-casts left off: the fused projections cast the input they share once already"]
+    from ftcli_trainer.config import OPTIONS_BY_NAME  # and its --help says so
+
+    assert "Gives way to --fused-projections (on by default)" in OPTIONS_BY_NAME["shared_casts"].help
 
 
 ACCUMULATION_LINE = ("--weight-copies off{}: with several micro-batches a step, {} gradients would not add up as fp32 "
@@ -1126,6 +1129,10 @@ def test_weight_copies_stay_off_where_they_would_change_the_numbers(tmp_path, ti
     with caplog.at_level(logging.INFO, logger="ftcli_trainer"):
         t._setup_static_steps(capture=False)
     assert t.static_steps.copies is None and t.static_steps.fused == 0
+    from ftcli_trainer.config import OPTIONS_BY_NAME  # (fp16's copies are fp16: --help says so)
+
+    assert OPTIONS_BY_NAME["weight_copies"].help.startswith("With CUDA graphs on and bf16 or fp16: the forward reads "
+                                                            "a bf16 (fp16) copy")
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--weight-copies off")]
     assert said == ([] if why is None else [why])
 
