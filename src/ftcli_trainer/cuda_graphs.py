@@ -187,28 +187,36 @@ class Layout:
 def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: int, scale: float) -> int:
     """Write one micro-batch into `block` (int64, `layout.size`): token ids padded with `pad_id`, the
     attention mask, token types, labels, a 0/1 loss weight per row and the loss scale (a float64's bits).
-    Rows past the batch are filler: weight 0 and one attended pad token (a fully masked row would make
-    SDPA's softmax NaN, and 0 x NaN is NaN). Returns the tokens the step computes on (rows x width)."""
+    Rows past the batch are filler, of loss weight 0: copies of the batch's first row (in a batch of filler only,
+    as `prepare` loads, of the data's shortest row, which fits every width the run's batches use), so that what a
+    model checks of its inputs holds for them as for real rows (BART's classification head asks every row for
+    the same number of <eos> tokens: rows of padding had none, and the run stopped), and each attends to a token
+    (a fully masked row would make SDPA's softmax NaN, and 0 x NaN is NaN). Returns the tokens the step computes
+    on (rows x width)."""
     rows, width = layout.rows, layout.width
     k = len(idx)
     if k > rows:
         raise ValueError(f"{k} rows do not fit a buffer of {rows}")
-    starts = enc.offsets[idx]
-    lengths = enc.offsets[idx + 1] - starts
+    lengths_all = np.diff(enc.offsets)
+    template = idx[:1] if k else np.argmin(lengths_all, keepdims=True) if len(lengths_all) else idx
+    every = np.concatenate([idx, np.repeat(template, rows - k)]).astype(np.int64)
+    n = len(every)  # every row but where the data has no row at all: filler of padding then
+    starts = enc.offsets[every]
+    lengths = enc.offsets[every + 1] - starts
     cols = np.arange(width)
     real = cols[None, :] < lengths[:, None]
     gather = np.minimum(starts[:, None] + cols[None, :], max(0, len(enc.ids) - 1))
     ids = block[layout.ids].reshape(rows, width)
-    ids[:k] = np.where(real, enc.ids[gather], pad_id)
-    ids[k:] = pad_id
+    ids[:n] = np.where(real, enc.ids[gather], pad_id)
+    ids[n:] = pad_id
     mask = block[layout.mask].reshape(rows, width)
-    mask[:k] = real
-    mask[k:] = 0
-    mask[k:, 0] = 1
+    mask[:n] = real
+    mask[n:] = 0
+    mask[k:, 0] = 1  # (a filler row cut at 0 tokens, or of padding: one attended token all the same)
     if layout.types is not None:
         types = block[layout.types].reshape(rows, width)
-        types[:k] = np.where(real, enc.type_ids[gather], 0)
-        types[k:] = 0
+        types[:n] = np.where(real, enc.type_ids[gather], 0)
+        types[n:] = 0
     labels = block[layout.labels].reshape(rows, -1)
     if layout.regression:
         labels[:k, 0] = enc.labels[idx].astype(np.float64).view(np.int64)
@@ -987,6 +995,7 @@ def prewarm(model, widths: tuple[int, ...], rows: int, device, autocast_dtype, s
 
     started = time.perf_counter()
     token = min(1000, getattr(model.config, "vocab_size", 1001) - 1)
+    eos = getattr(model.config, "eos_token_id", None)
     rng = _rng_state(torch, device)
     was_training = model.training
     model.train()
@@ -997,6 +1006,8 @@ def prewarm(model, widths: tuple[int, ...], rows: int, device, autocast_dtype, s
             ids = torch.full((rows, width), token, dtype=torch.long, device=device)
             mask = torch.ones_like(ids)
             mask[:, width // 2:] = 0  # padded rows, as real batches have: the masked attention kernels
+            if isinstance(eos, int):  # each row ends as a tokenizer ends it (BART's head asks for one <eos> a row)
+                ids[:, width // 2 - 1] = eos
             ctx = (nullcontext() if autocast_dtype is None
                    else torch.autocast(device.type, dtype=autocast_dtype, cache_enabled=False))
             with ctx:

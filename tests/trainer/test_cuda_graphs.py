@@ -86,9 +86,60 @@ def test_fill_block_matches_collate_and_pads_with_zero_weight_rows(pairs, multi)
     np.testing.assert_array_equal(labels[:3].reshape(ref["labels"].shape), ref["labels"])
     assert (labels[3:] == 0).all()
     np.testing.assert_array_equal(block[lay.weight], [1, 1, 1, 0, 0])
-    assert (mask[3:, 0] == 1).all() and (mask[3:, 1:] == 0).all()  # one attended token: no NaN softmax
+    # filler rows: the first row again (what a model checks of its inputs holds for them), loss weight 0
+    for part in (ids, mask, *([block[lay.types].reshape(5, width)] if pairs else [])):
+        assert (part[3:] == part[0]).all()
     assert block[lay.scale:lay.scale + 1].view(np.float64)[0] == 1 / 3
     assert lay.size == lay.scale + 1 and lay.weight.stop == lay.scale
+    # a batch of filler only (prepare's): the data's shortest row, which fits every width a run's batches use
+    shortest = int(np.argmin(np.diff(enc.offsets)))
+    cg.fill_block(block, lay, enc, np.zeros(0, np.int64), pad_id=0, scale=1.0)
+    one = collate(enc, np.array([shortest]), pad_id=0)
+    w = one["input_ids"].shape[1]
+    assert (ids[:, :w] == one["input_ids"]).all() and (ids[:, w:] == 0).all()
+    assert (mask[:, :w] == 1).all() and (mask[:, w:] == 0).all()
+    assert (block[lay.weight] == 0).all() and (block[lay.labels] == 0).all()
+
+
+def test_a_bart_like_model_trains_on_the_graph_path_where_filler_rows_pad_a_batch(tmp_path):
+    """BART's classification head asks every row for the same number of <eos> tokens: filler rows of padding (a
+    short batch's, and prepare's batches of filler only) had none, and the run stopped with a ValueError the eager
+    path never raised (and --gpu-warmup's prewarm, whose rows had none either, was skipped with a warning).
+    Filler rows are real rows again now: prewarm and prepare warm up every width, and a short batch trains as the
+    eager path does (fp32, dropout off)."""
+    from transformers import BartConfig, BartForSequenceClassification
+
+    cfg = BartConfig(vocab_size=100, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                     decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+                     pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, num_labels=2,
+                     dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, classifier_dropout=0.0)
+    torch.manual_seed(0)
+    base = BartForSequenceClassification(cfg)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(4, 30, 12)
+    rows = [np.concatenate([[0], rng.integers(5, 100, n - 2), [2]]) for n in lengths]  # "<s> ... </s>"
+    enc = Encoded(ids=np.concatenate(rows).astype(np.int32), offsets=np.concatenate([[0], np.cumsum(lengths)]),
+                  type_ids=None, labels=rng.integers(0, 2, 12))
+    argv = ["--task", "csv", "--train-file", "unused.csv", "--batch-size", "8", "--learning-rate", "1e-3"]
+    assert cg.prewarm(copy.deepcopy(base), cg.bucket_widths(32, 64), 8, torch.device("cpu"), None) > 0
+    ts = []
+    for name in ("eager", "graphs"):
+        paths = Paths(str(tmp_path / name / "m"), str(tmp_path / name / "c"), "l", tmp_path / name / "logs")
+        t = Trainer(parse_args(argv), copy.deepcopy(base), enc, {}, ["a", "b"], False, torch.device("cpu"), "fp32",
+                    paths, cfg.pad_token_id)
+        t._loss_total, t._loss_count = 0.0, 0
+        t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+        ts.append(t)
+    eager, graphs = ts
+    graphs._setup_static_steps(capture=False)
+    graphs.static_steps.prepare(graphs.step_widths())  # batches of filler only, every width
+    assert graphs.static_steps.counts["warmup"] > 0
+    group = [np.arange(5)]  # 5 rows of 8: 3 filler rows
+    for t in ts:
+        t.train_step(group)
+    assert graphs.static_steps.counts["eager"] > 0
+    for (name, pa), pb in zip(eager.model.named_parameters(), graphs.model.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_weighted_loss_is_loss_sum_over_the_real_rows():
