@@ -307,8 +307,9 @@ def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = 
     import dataclasses
 
     from ftcli_trainer.config import early_stopping_data_problem
-    from ftcli_trainer.data import SAY_READING_BYTES, check_files, size_text
+    from ftcli_trainer.data import SAY_READING_BYTES, check_files
     from ftcli_trainer.errors import TrainerError
+    from ftcli_trainer.storage import size_text
 
     if not local_files:
         return []

@@ -689,11 +689,6 @@ def bundled_sample_available() -> bool:
 SAY_READING_BYTES = 64 * 1024 * 1024
 
 
-def size_text(n: int) -> str:
-    """A file's size as the reading lines say it: 1.0 GB, 64 MB."""
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-
-
 def _say_reading(path: str) -> None:
     try:
         if storage.is_gcs(path):
@@ -705,7 +700,7 @@ def _say_reading(path: str) -> None:
     except Exception:  # noqa: BLE001 - only a progress line: reading the file says what is wrong with it
         return
     if size is not None and size >= SAY_READING_BYTES:
-        log.info("reading %s (%s)", path, size_text(size))
+        log.info("reading %s (%s)", path, storage.size_text(size))
 
 
 def _load_files(cfg: TrainConfig, task: Task, train_path: str, eval_paths: dict[str, str],

@@ -300,6 +300,14 @@ def write_error(e: OSError, what: str, where: str) -> str:
     return f"cannot write {what} to {where}: {reason}{named}{fix}"
 
 
+def size_text(n: int) -> str:
+    """Bytes as a person reads them: 1.2 GB, 840.0 MB, 12.3 kB, 812 bytes (the reading lines, the upload's notes)."""
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def is_gcs(path: str | os.PathLike | None) -> bool:
     return isinstance(path, str) and path.startswith("gs://")
 

@@ -1880,8 +1880,9 @@ def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tm
     r = run_cli(capsys, *args, "--eval-file", str(evals))
     assert r.code == 0, r.err
     said = [x for x in r.err.splitlines() if "with the trainer's readers" in x]
-    assert said == ["reading train.csv (0 MB), eval.csv (0 MB) with the trainer's readers, to check them before "
-                    "anything is uploaded"]  # once for both candidates, first
+    # once for both candidates, first
+    assert said == [f"reading train.csv ({train.stat().st_size} bytes), eval.csv ({evals.stat().st_size} bytes) with "
+                    "the trainer's readers, to check them before anything is uploaded"]
     assert r.err.index(said[0]) < r.err.index("candidates, in order")
 
 

@@ -433,8 +433,8 @@ def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tm
                 "learning_rate=loguniform(1e-5,1e-4)", "--project", "my-project", "--bucket", "gs://my-bucket/x",
                 "--dry-run")
     assert r.code == 0, r.err
-    assert r.err.startswith("reading train.csv (0 MB) with the trainer's readers, to check it before anything is "
-                            "uploaded\n"), r.err
+    assert r.err.startswith(f"reading train.csv ({train.stat().st_size / 1e3:.1f} kB) with the trainer's readers, to "
+                            "check it before anything is uploaded\n"), r.err
 
 
 def test_a_bucket_of_another_project_is_named_with_the_grant_the_trials_need(capsys, cloud_env, monkeypatch):

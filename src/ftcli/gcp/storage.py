@@ -17,6 +17,7 @@ from typing import NamedTuple, TypeVar
 
 from ftcli.errors import FtcliError
 from ftcli.gcp import Notify, account_problem, guard, retry_notice
+from ftcli_trainer.storage import size_text
 from ftcli_trainer.storage import split_gcs as split_uri
 
 TRANSFER_WORKERS = 8
@@ -155,14 +156,6 @@ def _crc32c(f) -> str:
     while block := f.read(4 * 1024 * 1024):
         checksum.update(block)
     return base64.b64encode(checksum.digest()).decode("ascii")
-
-
-def _amount(n: int) -> str:
-    """Bytes as a person reads them: 1.2 GB, 840.0 MB, 12.3 kB."""
-    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} bytes"
 
 
 class StoredObject(NamedTuple):
@@ -441,7 +434,7 @@ class StorageGateway:
                         upload_sessions.forget(place, size)
                         return 0
                     elif offset and self.notify:
-                        self.notify(f"{what}: resuming at {_amount(offset)} of {_amount(size)} (the upload an "
+                        self.notify(f"{what}: resuming at {size_text(offset)} of {size_text(size)} (the upload an "
                                     "earlier run began)")
                     touch = partial(upload_sessions.touch, place, size) if keep else None
                     assert url is not None  # (remembered, or begun just above)
