@@ -197,8 +197,11 @@ def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: 
     k = len(idx)
     if k > rows:
         raise ValueError(f"{k} rows do not fit a buffer of {rows}")
-    lengths_all = np.diff(enc.offsets)
-    template = idx[:1] if k else np.argmin(lengths_all, keepdims=True) if len(lengths_all) else idx
+    if k:
+        template = idx[:1]
+    else:  # (prepare's only: every row's length is read here, never for a training batch)
+        lengths_all = np.diff(enc.offsets)
+        template = np.argmin(lengths_all, keepdims=True) if len(lengths_all) else idx
     every = np.concatenate([idx, np.repeat(template, rows - k)]).astype(np.int64)
     n = len(every)  # every row but where the data has no row at all: filler of padding then
     starts = enc.offsets[every]
