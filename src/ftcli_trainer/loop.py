@@ -32,6 +32,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("ftcli_trainer")
 
 
+EVAL_STOP_EVERY = 8  # with several ranks: evaluation batches between two looks for a stop (a collective)
+
+
+class EvalCut(Exception):
+    """SIGTERM (or a first Ctrl-C) arrived during an evaluation: it stops there, every rank at the same batch, so that
+    the checkpoint fits in the seconds a preempted VM has left (an epoch's evaluation can take minutes: the whole
+    epoch was lost with it). The checkpoint says the evaluation is still to do, and the restart does it first."""
+
+
 class Preempted(Exception):
     """SIGTERM (or a first Ctrl-C) arrived; a checkpoint was written. Exiting non-zero lets Vertex restart the
     worker; the exit status is the signal's (143, 130)."""
@@ -329,6 +338,7 @@ class Trainer:
         self.epoch = 0
         self.stats = RunStats()
         self._stop_requested = False
+        self._eval_pending = False  # resumed from a checkpoint whose evaluation a stop cut short (EvalCut)
         self.eval_callbacks: list = []  # called as f(global_step, eval results) after each evaluation
         # --keep-best / --early-stopping: the best evaluation so far ({"step", "epoch", "value"}, its weights in the
         # checkpoint folder's best-<step>), the evaluations since that did not improve (HF's patience counter), and
@@ -476,6 +486,7 @@ class Trainer:
             return
         self.global_step = int(state["global_step"])
         self.epoch = int(state["epoch"])
+        self._eval_pending = bool(state.get("eval_pending", False))
         if "optimizer" in state:
             written_by = int(state.get("world_size", self.dist.world_size))  # (absent: written before it was kept)
             if written_by != self.dist.world_size:
@@ -524,7 +535,7 @@ class Trainer:
                                f"with {options}, and trains no further: give the same options to export it again, "
                                "or start over with another --output-dir")
         self._resume_best(state)
-        self._forget_rows_after(self.global_step)
+        self._forget_rows_after(self.global_step, eval_too=self._eval_pending)
         if self.early_stopped:
             # (its stop was said by the run that stopped: said again, it read as a second stop at the same step)
             self._stop_said = True
@@ -593,10 +604,11 @@ class Trainer:
         if "rng_cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng_cuda"])
 
-    def _forget_rows_after(self, step: int) -> None:
+    def _forget_rows_after(self, step: int, eval_too: bool = False) -> None:
         """metrics.jsonl without the rows an earlier attempt logged after the checkpoint this run resumes from: they
         are trained again (the same math) and logged again, so the file had them twice and out of order (t20 t22
-        t24 t22 t24 ...). A line cut off by the kill is dropped too. Written whole (storage.write_text)."""
+        t24 t22 t24 ...). A line cut off by the kill is dropped too. Written whole (storage.write_text). `eval_too`:
+        the checkpoint's evaluation is done again first (EvalCut), so an evaluation row at its step goes as well."""
         if self._jsonl is None or not self._metrics_file.is_file():
             return  # (a device or pipe is not an earlier attempt's rows: /dev/full read on without end)
         lines = self._metrics_file.read_text(encoding="utf-8").splitlines()
@@ -608,7 +620,8 @@ class Trainer:
                 if i < len(lines) - 1:
                     kept.append(line)  # not ours to judge; only a last line cut short is dropped
                 continue
-            if not isinstance(row_step, int) or row_step <= step:
+            if not isinstance(row_step, int) or row_step < step or row_step == step and not (
+                    eval_too and json.loads(line).get("type") == "eval"):
                 kept.append(line)
         if len(kept) == len(lines):
             return
@@ -626,10 +639,11 @@ class Trainer:
             log.info("no complete checkpoint: starting over; the %d metrics.jsonl row(s) of the earlier attempt are "
                      "logged again", dropped)
 
-    def save_checkpoint(self, final: bool = False) -> None:
+    def save_checkpoint(self, final: bool = False, eval_pending: bool = False) -> None:
         """`final`: after the last epoch, where a restart only evaluates and exports: the weights and the run's
         position, without the optimizer state (twice the weights' size) that no step will use again. For
-        BERT-base 0.44 GB written (or uploaded) instead of 1.3 GB, just before the export writes the model."""
+        BERT-base 0.44 GB written (or uploaded) instead of 1.3 GB, just before the export writes the model.
+        `eval_pending`: a stop cut this step's evaluation short (EvalCut): the restart evaluates it first."""
         pending_sum, pending_n = self._loss_window()  # a collective: before the ranks part
         rng = None if final else gather_to_main(self._rng_state(), self.dist)  # every rank's, a collective too
         if not self.dist.is_main:
@@ -664,6 +678,8 @@ class Trainer:
             "loss_total": self._loss_total + pending_sum,
             "loss_count": self._loss_count + pending_n,
         }
+        if eval_pending:
+            state["eval_pending"] = True
         if self.early_stopped:
             state["early_stopped"] = True  # a restart exports, it does not train on
             state["stopped_by"] = self._stopped_by()
@@ -774,12 +790,20 @@ class Trainer:
         self.model.eval()
         started = time.perf_counter()
         n_total = 0
+        # A stop asked for (SIGTERM, Ctrl-C) is looked for before every batch; with several ranks every
+        # EVAL_STOP_EVERY batches, in a collective, at batches that every rank has (their shares differ by a row)
+        every = EVAL_STOP_EVERY if self.dist.enabled else 1
         with torch.inference_mode():
             for i, (name, enc) in enumerate(self.evals.items()):
                 logits = np.zeros((len(enc), len(self.label_names)), dtype=np.float32)
                 order = np.argsort(-enc.lengths, kind="stable")[self.dist.rank::self.dist.world_size]
                 bs = self.cfg.batch_size * 2
-                for idx in (order[j:j + bs] for j in range(0, len(order), bs)):
+                common = -(-(len(enc) // self.dist.world_size) // bs)
+                for j, start in enumerate(range(0, len(order), bs)):
+                    if j < common and j % every == 0 and any_rank(bool(self._stop_requested), self.dist, self.device):
+                        self.model.train()
+                        raise EvalCut
+                    idx = order[start:start + bs]
                     batch = self._to_device(collate(enc, idx, self.pad_id, self.multiple_of))
                     batch.pop("labels")
                     with self._autocast():
@@ -968,6 +992,16 @@ class Trainer:
             log.warning("--early-stopping %d: %s", cfg.early_stopping, why)
         self._t0 = time.perf_counter()
         try:
+            if self._eval_pending:  # the evaluation a stop cut short, before anything else
+                self._eval_pending = False
+                if self.dist.is_main:
+                    log.info("evaluating step %d first: a stop cut its evaluation short", self.global_step)
+                try:
+                    self._pause(lambda: self._evaluated(self.evaluate()))
+                except EvalCut:
+                    self._stop()  # (the checkpoint it resumed from still says so)
+                if self.early_stopped:  # the run ends here: its checkpoint says so, for a restart
+                    self._pause(lambda: self.save_checkpoint(final=True), sync=False)
             while self.epoch < cfg.epochs and not self.early_stopped:
                 global_batches = [b for b in plan_batches(self.train_enc.lengths, self.global_batch, cfg.seed,
                                                           self.epoch) if len(b) >= self.dist.world_size]
@@ -988,7 +1022,11 @@ class Trainer:
                         if time.monotonic() - self._logs_synced > storage.LOGS_SYNC_S:  # live TensorBoard between evals
                             self._pause(lambda: None)
                     if cfg.eval_every and self.global_step % cfg.eval_every == 0 and not at_epoch_end:
-                        self._pause(lambda: self._evaluated(self.evaluate()))
+                        try:
+                            self._pause(lambda: self._evaluated(self.evaluate()))
+                        except EvalCut:
+                            self._pause(lambda: self.save_checkpoint(eval_pending=True), sync=False)
+                            self._stop()
                         if self.early_stopped:  # the run ends here: its checkpoint says so, for a restart
                             self._pause(lambda: self.save_checkpoint(final=True), sync=False)
                             break
@@ -1007,10 +1045,18 @@ class Trainer:
                 self.last_eval = {}
 
                 def epoch_end():
-                    self._evaluated(self.evaluate())
-                    self.save_checkpoint(final=self.epoch >= cfg.epochs or self.early_stopped)
+                    last = self.epoch >= cfg.epochs
+                    try:
+                        self._evaluated(self.evaluate())
+                    except EvalCut:
+                        self.save_checkpoint(final=last, eval_pending=True)
+                        raise
+                    self.save_checkpoint(final=last or self.early_stopped)
 
-                self._pause(epoch_end, sync=False)  # its checkpoint copies the logs, its evaluation's row too
+                try:
+                    self._pause(epoch_end, sync=False)  # its checkpoint copies the logs, its evaluation's row too
+                except EvalCut:
+                    self._stop()
                 if self.early_stopped:
                     break
                 if self.epoch < cfg.epochs and any_rank(bool(self._stop_requested), self.dist, self.device):

@@ -388,3 +388,37 @@ def test_two_processes_stop_early_together_and_export_the_best_evaluations_weigh
     exported = load_file(out / "model" / "model.safetensors")
     for name, w in kept.items():
         np.testing.assert_array_equal(exported[name], w, err_msg=name)
+
+
+def test_sigterm_during_an_evaluation_stops_every_worker_at_the_same_batch_and_the_restart_evaluates_first(
+        tmp_path, tiny_model):
+    """Two workers cut an evaluation short together (a collective every few batches, at batches both have): one that
+    went on alone would hang in the gather of predictions. The restart, two workers again, evaluates that step first;
+    each evaluation row is logged once."""
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(240, seed=1))
+    test = write_csv(tmp_path / "test.csv", ["text", "label"], sentiment_rows(40001, seed=2))  # ~2 s to evaluate
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    argv = _two_processes_argv((train, test), tiny_model, out, "--epochs", "2", "--log-every", "1")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # SIGTERM as soon as the first epoch's last step is logged: its evaluation follows
+        if line.startswith("step 15/30") or time.monotonic() > deadline:
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert err.splitlines()[0] == ("stopped: SIGTERM: checkpoint written at step 15; a restarted worker, or the same "
+                                   "command, resumes from it")
+    torch = pytest.importorskip("torch")
+    state = torch.load(out / "checkpoints" / "step-00000015" / "trainer_state.pt", weights_only=True)
+    assert state["eval_pending"] is True and len(state["rng"]) == 2
+    rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["type"], r["step"]) for r in rows if r["type"] == "eval"] == []
+
+    again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "evaluating step 15 first: a stop cut its evaluation short" in again.stdout
+    rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["type"] == "eval"] == [15, 30]
+    assert (out / "model" / "model.safetensors").is_file()

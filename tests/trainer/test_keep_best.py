@@ -204,6 +204,47 @@ def test_early_stopping_stops_after_patience_evaluations_and_a_restart_exports_t
         assert (out / "model" / "model.safetensors").read_bytes() == exported
 
 
+def test_a_sigterm_during_the_evaluation_that_stops_the_run_early_stops_it_after_the_restart(
+        tmp_path, tiny_model, sentiment_csv, monkeypatch, capsys):
+    """A SIGTERM during the evaluation that runs out the patience (step 39) cuts it short (loop.EvalCut): the
+    checkpoint says it is still to do, the restart does it first, stops early there, and exports what the run never
+    stopped exports: the same evaluations, the best step's weights."""
+    import os
+    import signal
+
+    from ftcli_trainer.loop import Trainer
+
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    assert main(_argv(sentiment_csv, tiny_model, ref, "--early-stopping", "6")) == 0
+    evaluate = Trainer.evaluate
+
+    def sigterm_at_step_39(self):
+        if self.global_step == 39:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(self)
+
+    monkeypatch.setattr(Trainer, "evaluate", sigterm_at_step_39)
+    assert main(_argv(sentiment_csv, tiny_model, out, "--early-stopping", "6")) == 143
+    monkeypatch.undo()
+    state = torch.load(out / "checkpoints" / "step-00000039" / "trainer_state.pt", weights_only=True)
+    assert state["eval_pending"] is True and "optimizer" in state and state["bad_evals"] == 5
+    assert [e["step"] for e in _evals(out)] == list(range(3, 37, 3))
+    capsys.readouterr()
+
+    assert main(_argv(sentiment_csv, tiny_model, out, "--early-stopping", "6")) == 0
+    said = capsys.readouterr().out
+    assert "evaluating step 39 first: a stop cut its evaluation short" in said
+    assert said.count("stopping early") == 1
+    state = torch.load(out / "checkpoints" / "step-00000039" / "trainer_state.pt", weights_only=True)
+    assert state["early_stopped"] is True and "optimizer" not in state and "eval_pending" not in state
+    assert [e["step"] for e in _evals(out)] == [e["step"] for e in _evals(ref)]
+    for key in ("global_step", "best_global_step", "eval_accuracy", "early_stopping"):
+        assert _metrics(out)[key] == _metrics(ref)[key], key
+    kept = _weights(ref / "model" / "model.safetensors")
+    for name, w in _weights(out / "model" / "model.safetensors").items():
+        np.testing.assert_allclose(w, kept[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_patience_run_out_at_the_last_evaluation_is_no_early_stop(tmp_path, tiny_model, sentiment_csv, capsys):
     # 1.0 at step 21, then 13 evaluations without improvement: the 13th is the last step's (60). It said "stopping
     # early" and "stopped at step 60 of 60", metrics.json "stopped": true and report.md "Stopped early ... at step 60"

@@ -251,3 +251,75 @@ def test_a_checkpoint_whose_weight_decay_groups_differ_is_refused_in_one_line(tm
         f"[{len(decay['params']) - 1}, {len(no_decay['params']) + 1}] now): finish the run with the ftcli version "
         "that started it, or start over with another --output-dir"], r.stderr
     assert not (out / "model").exists()
+
+
+@pytest.mark.parametrize("at,extra,stop", [
+    ("an epoch's evaluation", (), 30),
+    ("the last epoch's evaluation", (), 60),
+    ("an --eval-every evaluation", ("--eval-every", "20"), 20),
+])
+def test_a_sigterm_during_an_evaluation_cuts_it_short_and_the_restart_evaluates_first(
+        tmp_path, tiny_model, sentiment_csv, monkeypatch, capsys, at, extra, stop):
+    """A preempted Spot VM has ~30 s after its SIGTERM; an epoch's evaluation can take minutes (IMDB's 25k reviews on
+    a T4). The evaluation ran to its end before the checkpoint, the VM went first, and the restart began the epoch
+    again. Now the evaluation stops at the next batch, the checkpoint says it is still to do, and the restart does it
+    first: the same rows in metrics.jsonl, each once, and the same model as a run never stopped."""
+    from ftcli_trainer import loop
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    argv = [*_argv(train, test, tiny_model, tmp_path / "ref")[3:], *extra]  # 2 epochs of 30 steps, 4 eval batches
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert main(argv) == 0
+    out = tmp_path / "run"
+    argv[argv.index("--output-dir") + 1] = str(out)
+
+    evaluate, collate = loop.Trainer.evaluate, loop.collate
+    eval_batches = []
+
+    def evaluating(self):
+        eval_batches.append(self.global_step)
+        try:
+            return evaluate(self)
+        finally:
+            eval_batches.append(None)
+
+    def sigterm_at_the_second_batch(enc, idx, *args):
+        if eval_batches and eval_batches[-1] is not None:  # (inside evaluate)
+            if eval_batches[-1] == stop and eval_batches.count(stop) == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+            eval_batches.append(eval_batches[-1])
+        return collate(enc, idx, *args)
+
+    monkeypatch.setattr(loop.Trainer, "evaluate", evaluating)
+    monkeypatch.setattr(loop, "collate", sigterm_at_the_second_batch)
+    assert main(argv) == 143
+    assert f"SIGTERM: checkpoint written at step {stop};" in capsys.readouterr().err
+    assert eval_batches.count(stop) == 3  # the call, then 2 of its 4 batches: cut at the third
+    monkeypatch.undo()
+
+    state = torch.load(out / "checkpoints" / f"step-{stop:08d}" / "trainer_state.pt", weights_only=True)
+    assert state["eval_pending"] is True
+    assert ("optimizer" in state) == (stop < 60)  # the last epoch's checkpoint has none: nothing left to train
+    metrics_file = out / "logs" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+    assert rows[-1]["step"] == stop and [r for r in rows if r["type"] == "eval" and r["step"] == stop] == []
+    # An attempt before this one that evaluated it and was then stopped (again) left its row: logged once, not twice
+    with metrics_file.open("a") as f:
+        f.write(json.dumps({"type": "eval", "step": stop, "epoch": 0.0, "eval_accuracy": 0.0}) + "\n")
+
+    assert main(argv) == 0
+    assert f"evaluating step {stop} first: a stop cut its evaluation short" in capsys.readouterr().out
+
+    def shown(run):
+        return [(r["type"], r["step"]) for r in map(json.loads, (run / "logs" / "metrics.jsonl").read_text()
+                                                    .splitlines())]
+
+    assert shown(out) == shown(tmp_path / "ref")
+    ma = json.loads((tmp_path / "ref" / "model" / "metrics.json").read_text())
+    mb = json.loads((out / "model" / "metrics.json").read_text())
+    assert mb["eval_accuracy"] == ma["eval_accuracy"]
+    assert mb["eval_loss"] == pytest.approx(ma["eval_loss"], rel=1e-5)
+    a, b = load_file(tmp_path / "ref" / "model" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
