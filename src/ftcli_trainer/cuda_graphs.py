@@ -708,15 +708,16 @@ class StaticSteps:
         rng = _rng_state(self.torch, self.device)  # a failed forward may have drawn dropout masks: draw them again
         try:  # the first call, always eager: a model that runs a Linear outside autocast fails here, on bf16
             out = self.copies.forward(inputs)
-        except (RuntimeError, TypeError) as e:
+        except Exception as e:  # (any class: a model may check its weights' dtype itself, a ValueError)
             _set_rng_state(self.torch, self.device, rng)
+            out = self.model(**inputs)  # a failure of the model's own (not of the copies) is raised from here, as is
             log.warning("--weight-copies off%s: this model's forward fails on %s copies of its Linear weights "
                         "(%s: %s); autocast casts them at each step instead",
                         " (and with them --fused-projections)" if self.copies.fused else "",
                         "fp16" if self.autocast_dtype == self.torch.float16 else "bf16", type(e).__name__,
                         (str(e).strip().splitlines() or [""])[0][:200])
             self.copies = None
-            return self.model(**inputs)
+            return out
         self.copies.proven = True
         return out
 

@@ -1188,26 +1188,41 @@ def test_weight_copies_stay_off_where_they_would_change_the_numbers(tmp_path, ti
     assert said == ([] if why is None else [why])
 
 
-@pytest.mark.parametrize("precision,fused", [("bf16", False), ("bf16", True), ("fp16", True)])
+class Fp32Head(torch.nn.Module):
+    """A classifier run outside autocast, on fp32 inputs: a bf16 weight fails its matmul (RuntimeError)."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x):
+        with torch.autocast("cpu", enabled=False):
+            return self.linear(x.float())
+
+
+class CheckingHead(Fp32Head):
+    """A classifier that checks its weight's dtype itself (ValueError), as some remote-code models do."""
+
+    def forward(self, x):
+        if self.linear.weight.dtype != torch.float32:
+            raise ValueError(f"the classifier's weight must be float32, not {self.linear.weight.dtype}")
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("precision,fused,head", [("bf16", False, Fp32Head), ("bf16", True, Fp32Head),
+                                                  ("fp16", True, Fp32Head), ("bf16", True, CheckingHead)])
 def test_a_model_that_fails_on_bf16_copies_trains_on_casts_with_one_line(tmp_path, tiny_model, caplog, precision,
-                                                                           fused):
+                                                                           fused, head):
     """A model that runs a Linear outside autocast (here: its classifier, on fp32 inputs) fails on a bf16 (fp16)
     weight at the first, eager forward: the copies go off, the fused projections with them, with one line that
-    names the run's precision, and the run is the one autocast's casts make."""
-    class Fp32Head(torch.nn.Module):
-        def __init__(self, linear):
-            super().__init__()
-            self.linear = linear
-
-        def forward(self, x):
-            with torch.autocast("cpu", enabled=False):
-                return self.linear(x.float())
+    names the run's precision, and the run is the one autocast's casts make. So does one that refuses the weight
+    itself, whatever the error's class (a ValueError stopped the run)."""
 
     casts, copies = _pair(tmp_path, tiny_model, (("casts", ("--no-weight-copies",)),
                                                  ("copies", () if fused else ("--no-fused-projections",))),
                           precision=precision)
     for t in (casts, copies):
-        t.model.classifier = Fp32Head(t.model.classifier)
+        t.model.classifier = head(t.model.classifier)
     copies.static_steps = None
     with caplog.at_level(logging.WARNING, logger="ftcli_trainer"):
         copies._setup_static_steps(capture=False)
@@ -1216,9 +1231,29 @@ def test_a_model_that_fails_on_bf16_copies_trains_on_casts_with_one_line(tmp_pat
     assert copies.static_steps.copies is None and copies.static_steps.fused == 0
     (line,) = [r.getMessage() for r in caplog.records if "--weight-copies off" in r.getMessage()]
     assert line.startswith(f"--weight-copies off{WITH_FUSED if fused else ''}: this model's forward fails on "
-                           f"{precision} copies of its Linear weights (RuntimeError: ")
+                           f"{precision} copies of its Linear weights ({head is Fp32Head and 'Runtime' or 'Value'}"
+                           "Error: ")
     assert "\n" not in line
     assert _same(_params(copies.model), _params(casts.model))
+
+
+def test_a_model_whose_forward_fails_anyway_stops_with_its_own_error_not_a_weight_copies_line(tmp_path, tiny_model,
+                                                                                               caplog):
+    """The copies' first forward failing says nothing of the cause: the model's own forward runs next, and a
+    failure of its own (here: a classifier that always refuses) is raised as it is, without a line blaming the
+    copies."""
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("this classifier is broken")
+
+    (copies,) = _pair(tmp_path, tiny_model, (("copies", ()),), precision="bf16")
+    copies.model.classifier = Broken()
+    copies.static_steps = None
+    with caplog.at_level(logging.WARNING, logger="ftcli_trainer"):
+        copies._setup_static_steps(capture=False)
+        with pytest.raises(ValueError, match="^this classifier is broken$"):
+            _train_both([copies], ONE_MICRO)
+    assert [r.getMessage() for r in caplog.records if "--weight-copies" in r.getMessage()] == []
 
 
 @cuda
