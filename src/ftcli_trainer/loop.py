@@ -1132,7 +1132,12 @@ class Trainer:
         kept = last_eval
         if self.best["step"] != self.global_step:
             checkpoint.load_best(self.paths.checkpoint_dir, self.best["step"], self.model)
-            kept = self.evaluate()
+            try:
+                kept = self.evaluate()
+            except EvalCut:
+                # A stop asked for during the last (or the early stop's) checkpoint: written, it is the one to resume
+                # from, and the restart evaluates the best weights again (this evaluation can take minutes)
+                self._stop()
             if self.dist.is_main:
                 log.info("kept the weights of step %d (epoch %.2f): %s %.4f, against %.4f at the last step %d",
                          self.best["step"], self.best["epoch"], self.best_key, kept.get(self.best_key, math.nan),

@@ -245,6 +245,50 @@ def test_a_sigterm_during_the_evaluation_that_stops_the_run_early_stops_it_after
         np.testing.assert_allclose(w, kept[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.parametrize("args,stop", [(("--keep-best",), 60), (("--early-stopping", "6"), 39)])
+def test_a_sigterm_during_the_last_checkpoint_stops_before_the_best_is_evaluated_again(
+        tmp_path, tiny_model, sentiment_csv, monkeypatch, capsys, args, stop):
+    """A SIGTERM (a Spot VM's preemption) during the run's last checkpoint: the last epoch's, or the early stop's. The
+    best weights' evaluation after it (minutes on a real eval set) met the stop and raised loop.EvalCut: a traceback
+    and exit status 1. Now it stops there with the checkpoint just written, and the restart evaluates the best
+    weights and exports what the run never stopped exports."""
+    import os
+    import signal
+
+    from ftcli_trainer import checkpoint
+
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    assert main(_argv(sentiment_csv, tiny_model, ref, *args)) == 0
+    capsys.readouterr()
+    save = checkpoint.save
+
+    def sigterm_while_saving(root, step, model, state):
+        if step == stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+        save(root, step, model, state)
+
+    monkeypatch.setattr(checkpoint, "save", sigterm_while_saving)
+    assert main(_argv(sentiment_csv, tiny_model, out, *args)) == 143
+    assert capsys.readouterr().err.splitlines() == [
+        f"stopped: SIGTERM: checkpoint written at step {stop}; a restarted worker, or the same command, resumes from "
+        "it"]
+    monkeypatch.undo()
+    assert not (out / "model").exists()
+    assert (out / "checkpoints" / f"step-{stop:08d}" / "_COMPLETE").exists()
+
+    assert main(_argv(sentiment_csv, tiny_model, out, *args)) == 0
+    # each evaluation logged once, in order, with the uninterrupted run's values
+    assert [(e["step"], e["eval_accuracy"]) for e in _evals(out)] == [(e["step"], e["eval_accuracy"])
+                                                                      for e in _evals(ref)]
+    a, b = _metrics(ref), _metrics(out)
+    for key in ("global_step", "best_global_step", "eval_accuracy", "eval_loss"):
+        assert b[key] == a[key], key
+    assert b["last_eval"]["eval_loss"] == a["last_eval"]["eval_loss"]
+    kept = _weights(ref / "model" / "model.safetensors")
+    for name, w in _weights(out / "model" / "model.safetensors").items():
+        np.testing.assert_array_equal(w, kept[name], err_msg=name)
+
+
 def test_patience_run_out_at_the_last_evaluation_is_no_early_stop(tmp_path, tiny_model, sentiment_csv, capsys):
     # 1.0 at step 21, then 13 evaluations without improvement: the 13th is the last step's (60). It said "stopping
     # early" and "stopped at step 60 of 60", metrics.json "stopped": true and report.md "Stopped early ... at step 60"
