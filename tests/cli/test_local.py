@@ -512,6 +512,26 @@ def test_how_a_run_ended_names_only_what_is_there(capsys, monkeypatch, tmp_path,
     assert r.code == code and says.format(base=base) in r.err and "resumes" not in r.err
 
 
+@pytest.mark.parametrize("ended, how", [(dict(code=143, signal=15), "stopped by SIGTERM"),
+                                        (dict(code=130), "interrupted")])
+def test_a_gs_run_folder_stopped_after_its_checkpoints_says_the_same_command_resumes(capsys, monkeypatch, gcs, ended,
+                                                                                       how):
+    # --output-dir gs://b/run: its checkpoints were looked for in the local folder gs:/b/run/checkpoints (Path() of
+    # the URI), never there, and a run stopped at step 3 said "before the first checkpoint; nothing to resume"
+    from ftcli import local
+    from tests.cli.helpers import run_cli
+
+    gcs.create_bucket("b")
+    for name in ("run/checkpoints/step-00000003/model.safetensors", "run/checkpoints/step-00000003/_COMPLETE"):
+        gcs.client().bucket("b").blob(name).upload_from_string(b"x")
+    monkeypatch.setattr(local, "run_local", lambda *a, **k: local.LocalRun(base="gs://b/run", **ended))
+    r = run_cli(capsys, "local", "--epochs", "1")
+    assert r.code == ended["code"]
+    assert f"{how}; checkpoints are in gs://b/run/checkpoints: the same command with --output-dir gs://b/run " \
+           "resumes" in r.err, r.err
+    assert "nothing to resume" not in r.err
+
+
 def test_the_launcher_imports_where_the_platform_has_no_sighup_or_sigquit():
     # Windows defines neither: `ftcli predict`, `ftcli local` and `ftcli train --smoke` import ftcli.local, and
     # naming them there was an AttributeError traceback before anything ran.

@@ -52,11 +52,12 @@ def local(
             note(f"load it: {pipeline_recipe(run.model)}")
         return
     if (run.signal is not None and run.signal != signal.SIGINT) or run.code in (130, -signal.SIGINT):
-        from ftcli_trainer import checkpoint
+        from ftcli_trainer import checkpoint, storage
 
         stopped_by = None if run.signal in (None, signal.SIGINT) else run.signal
         how = "interrupted" if stopped_by is None else f"stopped by {signal.Signals(stopped_by).name}"
-        if checkpoint.has_complete(str(Path(run.base) / "checkpoints")):
+        # (storage.join: Path() made gs://b/run's checkpoints gs:/b/run/checkpoints, a local folder that is never there)
+        if checkpoint.has_complete(storage.join(run.base, "checkpoints")):
             err().print(f"{how}; checkpoints are in {run.base}/checkpoints: the same command with "
                         f"--output-dir {run.base} resumes", markup=False)
         else:
