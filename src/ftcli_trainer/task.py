@@ -13,6 +13,7 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import sys
 import threading
 import traceback
@@ -369,12 +370,36 @@ def main(argv: list[str] | None = None) -> int:
         log.info("launching %s", " ".join(relaunch[1:]))
         sys.stdout.flush()
         os.execv(relaunch[0], relaunch)  # torchrun takes over this process: signals reach it directly
+    previous = _stop_outside_training()
     try:
         return _run(cfg)
     finally:
         from ftcli_trainer import checkpoint
 
+        if previous is not None:  # (first: a SIGTERM now is no Terminated raised out of main)
+            signal.signal(signal.SIGTERM, previous)
         checkpoint.unlock()  # a gs:// folder's lease: the next run there need not wait for it to expire
+
+
+class Terminated(BaseException):
+    """SIGTERM outside the training loop (which checkpoints and stops: loop.Trainer.install_stop_handlers): while the
+    data, tokenizer or model load, or after the last checkpoint (the export). A BaseException, as KeyboardInterrupt is,
+    so that no `except Exception` on the way takes it for a failure to carry on from."""
+
+
+def _stop_outside_training():
+    """SIGTERM, outside the training loop, leaves at once as it did, but through _run: one line, exit status 143, and
+    the gs:// folder's lease given back (main's finally). Killed by the signal, the run said nothing and left its
+    lease, and the same command (ftcli local --output-dir gs://...) was refused for up to lease.TTL_S as "in use by
+    another run". A second SIGTERM kills at once. Returns the handler it replaces (None: not the main thread)."""
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    try:
+        return signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread
+        return None
 
 
 def _run(cfg: TrainConfig) -> int:
@@ -387,6 +412,10 @@ def _run(cfg: TrainConfig) -> int:
     except KeyboardInterrupt:
         say_once("interrupted")
         return 130
+    except Terminated:
+        say_once("stopped: SIGTERM; a restarted worker, or the same command, goes on from the newest complete "
+                 "checkpoint (from the start if there is none)")
+        return 143
     except Exception as e:  # noqa: BLE001
         from ftcli_trainer.loop import Preempted
 

@@ -197,3 +197,47 @@ def test_a_preempted_vm_switched_off_around_its_checkpoint_leaves_each_step_logg
     assert main(argv) == 0  # the restarted worker resumes at step 7, or starts over
     rows = [json.loads(r) for r in gcs.read("vertex-out", "runs/job-4/logs/metrics.jsonl").decode().splitlines()]
     assert [r["step"] for r in rows if r["type"] == "train"] == list(range(1, 31))
+
+
+SIGTERM_AT = """
+import os, signal, sys
+from ftcli_trainer import {module}, task
+real = {module}.{function}
+
+def preempted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # the preemption notice
+    return real(*args, **kwargs)
+
+{module}.{function} = preempted
+task._exit(task.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("module,function", [("data", "load_task_data"), ("export", "export_model")],
+                         ids=["while_the_data_loads", "during_the_export"])
+def test_a_sigterm_outside_the_training_loop_says_so_and_gives_the_buckets_lock_back(gcs, tiny_model, sentiment_csv,
+                                                                                      tmp_path, module, function):
+    """Outside the training loop (the data, tokenizer and model loading; the export after the last checkpoint) a
+    SIGTERM killed the trainer at once: no line, and its lock on the gs:// checkpoint folder left there, so the same
+    command (ftcli local --output-dir gs://..., not a Vertex job's restarted worker) was refused for up to 5 minutes
+    as "in use by another run". It still leaves at once, now with one line, 143 and the lock given back."""
+    train, test = sentiment_csv
+    gcs.create_bucket("b")
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "16", "--output-dir", "gs://b/run"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    code = SIGTERM_AT.format(module=module, function=function)
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=300)
+    assert r.returncode == 143, r.stderr
+    assert r.stderr.splitlines() == ["stopped: SIGTERM; a restarted worker, or the same command, goes on from the "
+                                     "newest complete checkpoint (from the start if there is none)"]
+    objects = gcs.list("b", "run/")
+    assert "run/checkpoints/.run.lock" not in objects
+    assert not [o for o in objects if o.startswith("run/model/")]
+    assert ("run/checkpoints/step-00000015/_COMPLETE" in objects) == (module == "export")
+
+    again = subprocess.run([sys.executable, "-m", "ftcli_trainer.task", *argv], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "run/model/_COMPLETE" in gcs.list("b", "run/model/")
