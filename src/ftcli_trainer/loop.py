@@ -1075,7 +1075,10 @@ class Trainer:
                 self._tb.close()
         last_eval = self.last_eval
         if not last_eval:  # resumed after the last epoch's (or the early stop's) checkpoint: evaluate what we have
-            last_eval = self.evaluate()
+            try:
+                last_eval = self.evaluate()
+            except EvalCut:  # (a stop asked for while the loop's handlers were on: that checkpoint is the one)
+                self._stop()
         if self.dist.is_main and self.early_stopped and not self._stop_said:
             if self.best is not None:
                 log.info("early stopping: %d evaluation%s in a row did not improve %s on %.4f (step %d); stopped at "

@@ -342,3 +342,32 @@ def _cut_an_evaluation_then_restart(tmp_path, tiny_model, sentiment_csv, monkeyp
     a, b = load_file(tmp_path / "ref" / "model" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_a_sigterm_as_a_finished_run_resumes_to_export_stops_in_one_line(tmp_path, tiny_model, sentiment_csv,
+                                                                          monkeypatch, capsys):
+    """A run resumed after its last checkpoint (the worker restarted during the export) only evaluates and exports;
+    a SIGTERM taken by the loop's handler there cut that evaluation short (loop.EvalCut) out of fit: a traceback and
+    exit status 1. It stops as any stop: one line, 143, the checkpoint left for the next restart."""
+    from ftcli_trainer.loop import Trainer
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = [*_argv(train, test, tiny_model, out)[3:], "--epochs", "1"]
+    assert main(argv) == 0
+    shutil.rmtree(out / "model")
+    capsys.readouterr()
+
+    def sigterm(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # once the loop's handlers are on, before the evaluation
+        return None
+
+    monkeypatch.setattr(Trainer, "_early_stopping_idle", sigterm)
+    assert main(argv) == 143
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines() == ["stopped: SIGTERM: checkpoint written at step 30; a restarted worker, or the same "
+                                "command, resumes from it"]
+    monkeypatch.undo()
+    assert main(argv) == 0 and (out / "model" / "model.safetensors").is_file()
