@@ -339,6 +339,7 @@ class Trainer:
         self.stats = RunStats()
         self._stop_requested = False
         self._eval_pending = False  # resumed from a checkpoint whose evaluation a stop cut short (EvalCut)
+        self._evaluating = False  # inside evaluate(): a first Ctrl-C says it stops at the next batch
         self.eval_callbacks: list = []  # called as f(global_step, eval results) after each evaluation
         # --keep-best / --early-stopping: the best evaluation so far ({"step", "epoch", "value"}, its weights in the
         # checkpoint folder's best-<step>), the evaluations since that did not improve (HF's patience counter), and
@@ -450,7 +451,9 @@ class Trainer:
                 raise KeyboardInterrupt
             first_sigint.append(now)
             self._stop_requested = signal.SIGINT
-            os.write(2, b"\nCtrl-C: finishing this step and writing a checkpoint (Ctrl-C again stops at once)\n")
+            what = b"evaluation batch" if getattr(self, "_evaluating", False) else b"step"  # (EvalCut)
+            os.write(2, b"\nCtrl-C: finishing this " + what + b" and writing a checkpoint (Ctrl-C again stops at "
+                        b"once)\n")
 
         previous = {}
         try:
@@ -793,34 +796,37 @@ class Trainer:
         # A stop asked for (SIGTERM, Ctrl-C) is looked for before every batch; with several ranks every
         # EVAL_STOP_EVERY batches, in a collective, at batches that every rank has (their shares differ by a row)
         every = EVAL_STOP_EVERY if self.dist.enabled else 1
-        with torch.inference_mode():
-            for i, (name, enc) in enumerate(self.evals.items()):
-                logits = np.zeros((len(enc), len(self.label_names)), dtype=np.float32)
-                order = np.argsort(-enc.lengths, kind="stable")[self.dist.rank::self.dist.world_size]
-                bs = self.cfg.batch_size * 2
-                common = -(-(len(enc) // self.dist.world_size) // bs)
-                for j, start in enumerate(range(0, len(order), bs)):
-                    if j < common and j % every == 0 and any_rank(bool(self._stop_requested), self.dist, self.device):
-                        self.model.train()
-                        raise EvalCut
-                    idx = order[start:start + bs]
-                    batch = self._to_device(collate(enc, idx, self.pad_id, self.multiple_of))
-                    batch.pop("labels")
-                    with self._autocast():
-                        logits[idx] = self.model(**batch).logits.float().cpu().numpy()
-                if self.dist.enabled:  # every prediction gathered exactly once (small: rows x labels floats)
-                    logits = gather_rows(logits[order], order, len(enc), self.dist)
-                if self.regression:
-                    m = metrics.regression(logits[:, 0], enc.labels)
-                elif self.multi_label:
-                    m = metrics.multi_label(logits, enc.labels, self.label_names, self.cfg.threshold)
-                else:
-                    m = metrics.single_label(logits, enc.labels, self.label_names, self.task_metrics)
-                m["loss"] = eval_loss(logits, enc.labels, self.multi_label, self.regression)
-                out.update(metrics.prefixed(m, name, primary=i == 0))
-                self.predictions[name] = (enc.labels, logits)
-                n_total += len(enc)
-        self.model.train()
+        self._evaluating = True
+        try:
+            with torch.inference_mode():
+                for i, (name, enc) in enumerate(self.evals.items()):
+                    logits = np.zeros((len(enc), len(self.label_names)), dtype=np.float32)
+                    order = np.argsort(-enc.lengths, kind="stable")[self.dist.rank::self.dist.world_size]
+                    bs = self.cfg.batch_size * 2
+                    common = -(-(len(enc) // self.dist.world_size) // bs)
+                    for j, start in enumerate(range(0, len(order), bs)):
+                        if j < common and j % every == 0 and self._stop_wanted():
+                            raise EvalCut
+                        idx = order[start:start + bs]
+                        batch = self._to_device(collate(enc, idx, self.pad_id, self.multiple_of))
+                        batch.pop("labels")
+                        with self._autocast():
+                            logits[idx] = self.model(**batch).logits.float().cpu().numpy()
+                    if self.dist.enabled:  # every prediction gathered exactly once (small: rows x labels floats)
+                        logits = gather_rows(logits[order], order, len(enc), self.dist)
+                    if self.regression:
+                        m = metrics.regression(logits[:, 0], enc.labels)
+                    elif self.multi_label:
+                        m = metrics.multi_label(logits, enc.labels, self.label_names, self.cfg.threshold)
+                    else:
+                        m = metrics.single_label(logits, enc.labels, self.label_names, self.task_metrics)
+                    m["loss"] = eval_loss(logits, enc.labels, self.multi_label, self.regression)
+                    out.update(metrics.prefixed(m, name, primary=i == 0))
+                    self.predictions[name] = (enc.labels, logits)
+                    n_total += len(enc)
+        finally:
+            self._evaluating = False
+            self.model.train()
         seconds = time.perf_counter() - started
         out["eval_runtime"] = seconds
         out["eval_samples_per_second"] = n_total / seconds if seconds > 0 else 0.0
@@ -1035,7 +1041,7 @@ class Trainer:
                         self._pause(self.save_checkpoint, sync=False)
                     # After the save: a stop asked for while it ran stops with it, not one step and checkpoint later
                     # (Vertex gives a preempted worker seconds, not two uploads)
-                    if any_rank(bool(self._stop_requested), self.dist, self.device):
+                    if self._stop_wanted():
                         if not saved:
                             self._pause(self.save_checkpoint, sync=False)
                         self._stop()
@@ -1059,7 +1065,7 @@ class Trainer:
                     self._stop()
                 if self.early_stopped:
                     break
-                if self.epoch < cfg.epochs and any_rank(bool(self._stop_requested), self.dist, self.device):
+                if self.epoch < cfg.epochs and self._stop_wanted():
                     self._stop()  # asked for during the evaluation or checkpoint: that checkpoint is the one
         finally:
             self.restore_stop_handlers(stop_handlers)
@@ -1172,6 +1178,10 @@ class Trainer:
         return (f"this run evaluates {count} time(s) ({self.total_steps} steps, --eval-every {every}, "
                 f"{cfg.epochs} epoch(s)), and a stop needs {cfg.early_stopping + 1} before the last: it cannot stop "
                 "early (a smaller --eval-every gives it more evaluations); the best evaluation is still kept")
+
+    def _stop_wanted(self) -> bool:
+        """A stop asked for (SIGTERM, a first Ctrl-C) on any rank: a collective with several."""
+        return any_rank(bool(self._stop_requested), self.dist, self.device)
 
     def _stop(self):
         """Raise Preempted for the stop asked for (a checkpoint of this step is written)."""

@@ -315,6 +315,25 @@ def test_the_same_ctrl_c_twice_is_one_and_a_later_one_stops_at_once(monkeypatch,
     assert capfd.readouterr().err.count("Ctrl-C: finishing this step") == 1
 
 
+def test_a_ctrl_c_during_an_evaluation_says_it_finishes_the_batch(monkeypatch, capfd):
+    # An evaluation stops at its next batch (loop.EvalCut): "finishing this step" named a step that was not running.
+    import os
+    import signal
+    from types import SimpleNamespace
+
+    from ftcli_trainer import loop
+
+    state = SimpleNamespace(_stop_requested=None, _evaluating=True)
+    previous = loop.Trainer.install_stop_handlers(state)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        loop.Trainer.restore_stop_handlers(previous)
+    assert state._stop_requested == signal.SIGINT
+    assert capfd.readouterr().err == ("\nCtrl-C: finishing this evaluation batch and writing a checkpoint (Ctrl-C "
+                                      "again stops at once)\n")
+
+
 def test_the_logged_learning_rate_is_the_one_each_step_used(tmp_path, tiny_model, sentiment_csv):
     # The train rows showed the next step's rate (get_last_lr() after the scheduler's step): 1/warmup of the peak at
     # step 1, which trained at 0, and 0 at the last step. The HF Trainer logs the rate the step used.
