@@ -1,4 +1,8 @@
-"""Shared by the trainer's data tests: load a task's data from trainer arguments, or get its one-line error."""
+"""Shared by the trainer's tests: load a task's data from trainer arguments, or get its one-line error; a SIGTERM at
+a chosen evaluation."""
+
+import os
+import signal
 
 import pytest
 
@@ -18,3 +22,17 @@ def error_of(*argv) -> str:
     msg = str(e.value)
     assert "\n" not in msg
     return msg
+
+
+def sigterm_when_evaluating(monkeypatch, step: int) -> None:
+    """The trainer's evaluation at `step` begins with a SIGTERM to this process (Vertex preempting the VM)."""
+    from ftcli_trainer.loop import Trainer
+
+    evaluate = Trainer.evaluate
+
+    def evaluating(self):
+        if self.global_step == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(self)
+
+    monkeypatch.setattr(Trainer, "evaluate", evaluating)

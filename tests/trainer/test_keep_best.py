@@ -209,21 +209,11 @@ def test_a_sigterm_during_the_evaluation_that_stops_the_run_early_stops_it_after
     """A SIGTERM during the evaluation that runs out the patience (step 39) cuts it short (loop.EvalCut): the
     checkpoint says it is still to do, the restart does it first, stops early there, and exports what the run never
     stopped exports: the same evaluations, the best step's weights."""
-    import os
-    import signal
-
-    from ftcli_trainer.loop import Trainer
+    from tests.trainer.helpers import sigterm_when_evaluating
 
     ref, out = tmp_path / "ref", tmp_path / "run"
     assert main(_argv(sentiment_csv, tiny_model, ref, "--early-stopping", "6")) == 0
-    evaluate = Trainer.evaluate
-
-    def sigterm_at_step_39(self):
-        if self.global_step == 39:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return evaluate(self)
-
-    monkeypatch.setattr(Trainer, "evaluate", sigterm_at_step_39)
+    sigterm_when_evaluating(monkeypatch, 39)
     assert main(_argv(sentiment_csv, tiny_model, out, "--early-stopping", "6")) == 143
     monkeypatch.undo()
     state = torch.load(out / "checkpoints" / "step-00000039" / "trainer_state.pt", weights_only=True)

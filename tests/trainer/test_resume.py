@@ -13,6 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from safetensors.torch import load_file  # noqa: E402
 
+from tests.trainer.helpers import sigterm_when_evaluating  # noqa: E402
+
 
 def _argv(train, test, tiny_model, out):
     return [sys.executable, "-m", "ftcli_trainer.task", "--task", "csv", "--train-file", str(train),
@@ -187,21 +189,13 @@ def test_a_sigterm_during_a_checkpoint_stops_with_that_checkpoint(tmp_path, tiny
     checkpoint (or a --save-every checkpoint) were running trained one more step and wrote a second checkpoint
     before it stopped: twice the upload in those seconds, and a torn second one if the VM went first."""
     from ftcli_trainer import checkpoint
-    from ftcli_trainer.loop import Trainer
     from ftcli_trainer.task import main
 
     train, test = sentiment_csv
     out = tmp_path / "run"
     argv = [*_argv(train, test, tiny_model, out)[3:], "--epochs", "3"]  # 30 steps an epoch
     if during == "the epoch's evaluation":
-        evaluate = Trainer.evaluate
-
-        def sigterm_while_evaluating(self):
-            if self.global_step == 30:
-                os.kill(os.getpid(), signal.SIGTERM)
-            return evaluate(self)
-
-        monkeypatch.setattr(Trainer, "evaluate", sigterm_while_evaluating)
+        sigterm_when_evaluating(monkeypatch, 30)
         stop = 30
     else:
         argv += ["--save-every", "10"]
