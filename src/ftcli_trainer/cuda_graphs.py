@@ -332,7 +332,7 @@ class WeightCopies:
         biases) laid end to end, its output split three ways, so a step runs one GEMM instead of three forward,
         one instead of three for the input's gradient (and the two sums of theirs) and one for the weights'. The
         same dot products; the fp32 weights, the optimizer and the export see three Linears as before. Returns how
-        many modules it fused."""
+        many modules it fused (a cross-attention among them runs unfused once `find_inputs` has found it out)."""
         torch = self.torch
         for module_name, module in self.model.named_modules():
             trio = qkv_names(module)
@@ -359,6 +359,14 @@ class WeightCopies:
             self.fused.append(FusedProjections(torch, linears, leaves[0], leaves[1] if biases else None, sizes))
         self._targets = [c.detach() for c in self.copies.values()]
         return len(self.fused)
+
+    def find_inputs(self, inputs: dict) -> None:
+        """Which fused modules read one input (FusedProjections.one_input): one forward without gradients, before
+        the first training forward (eager, never captured), so that every step runs the projections one way. The
+        caller restores the generator's state (dropout)."""
+        if any(group.one_input is None for group in self.fused):
+            with self.torch.no_grad():
+                self.forward(inputs)
 
     def _grad(self, name: str):
         """The gradient of the copy `name` after a backward (None: it got none): a fused copy's is its rows of
@@ -389,20 +397,44 @@ class WeightCopies:
 class FusedProjections:
     """One module's query, key and value projections as one GEMM (`WeightCopies.fuse_projections`): while
     `active`, each of the three nn.Linear runs `project`, which computes the fused product once for the input
-    they share and hands each its part (a view: no copy)."""
+    they share and hands each its part (a view: no copy).
+
+    Only where the three read one input: a cross-attention (BART's decoder `encoder_attn`, named q_proj, k_proj and
+    v_proj as its self-attentions are) projects its queries from the decoder's states and its keys and values from
+    the encoder's, and the fused GEMM would run twice, at three times the width, for one part each time (BART-large:
+    ~10 % more GEMM work a step, counted from its shapes). A forward that trains nothing finds that out before the
+    first step's (`WeightCopies.find_inputs`); a module found reading two inputs runs its three projections on their
+    own rows of the fused copy (`one_input` False): the GEMMs the model runs without the fusion."""
 
     def __init__(self, torch, linears: list, weight, bias, sizes: list[int]):
         self.torch = torch
         self.linears = linears
         self.weight, self.bias, self.sizes = weight, bias, sizes
+        ends = np.cumsum(sizes).tolist()
+        self.rows = list(zip([0, *ends[:-1]], ends, strict=True))  # each projection's rows of the fused copy
+        self.one_input: bool | None = None  # None until a forward has run it
         self._x = None
         self._parts: tuple = ()
+        self._served: set[int] = set()  # the parts handed out of the current fused product
 
     def project(self, i: int, x):
-        if self._x is not x:  # (a cross-attention's keys read another input: computed again for it)
+        if self.one_input is False:  # (reads two inputs: each projection on its own rows, as unfused)
+            start, end = self.rows[i]
+            return self.torch.nn.functional.linear(x, self.weight[start:end],
+                                                   None if self.bias is None else self.bias[start:end])
+        if self._x is not x:
+            self._learn()
             self._x = x
             self._parts = self.torch.nn.functional.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
+        self._served.add(i)
         return self._parts[i]
+
+    def _learn(self) -> None:
+        """In the first forward that runs this module: a fused product of which a part went unused means that the
+        three projections read more than one input."""
+        if self.one_input is None and self._x is not None and len(self._served) < len(self.linears):
+            self.one_input = False
+        self._served = set()
 
     @contextmanager
     def active(self):
@@ -413,6 +445,10 @@ class FusedProjections:
         finally:
             for lin in self.linears:
                 del lin.forward
+            ran = self._x is not None or self.one_input is False
+            self._learn()
+            if ran and self.one_input is None:
+                self.one_input = True
             self._x, self._parts = None, ()  # no activation held between forwards
 
 
@@ -649,8 +685,8 @@ class StaticSteps:
     @property
     def fused(self) -> int:
         """How many self-attention modules run their query, key and value as one GEMM (none once the weight
-        copies are off)."""
-        return len(self.copies.fused) if self.copies is not None else 0
+        copies are off; a module found reading two inputs, a cross-attention, is not one)."""
+        return sum(g.one_input is not False for g in self.copies.fused) if self.copies is not None else 0
 
     @property
     def side(self):
@@ -707,6 +743,9 @@ class StaticSteps:
             return self._model_call(inputs)
         rng = _rng_state(self.torch, self.device)  # a failed forward may have drawn dropout masks: draw them again
         try:  # the first call, always eager: a model that runs a Linear outside autocast fails here, on bf16
+            if self.copies.fused:
+                self.copies.find_inputs(inputs)
+                _set_rng_state(self.torch, self.device, rng)
             out = self.copies.forward(inputs)
         except Exception as e:  # (any class: a model may check its weights' dtype itself, a ValueError)
             _set_rng_state(self.torch, self.device, rng)

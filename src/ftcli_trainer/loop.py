@@ -1232,7 +1232,8 @@ class Trainer:
                      ",".join(map(str, ss.widths)),
                      f"; the forward reads {self.precision} copies of {len(ss.copies)} weights"
                      if ss.copies is not None else "",
-                     f"; query, key and value as one GEMM in {ss.fused} layers" if ss.fused else "",
+                     # (no count: a cross-attention among them is found out, and left unfused, at the first forward)
+                     "; query, key and value as one GEMM in each self-attention" if ss.fused else "",
                      "; a Linear input read by several layers is cast once" if ss.shared_casts is not None else "")
 
     def _prepare_static_steps(self) -> None:

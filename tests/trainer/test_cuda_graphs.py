@@ -1081,8 +1081,9 @@ def test_fused_projections_run_one_gemm_for_query_key_and_value(tmp_path, tiny_m
     assert plain.static_steps.fused == 0 and plain.static_steps.report()["fused_projections"] == 0
     calls = {}
     for t in (plain, fused):
+        t.train_step(ONE_MICRO[0])  # (the first one also finds which modules read one input: a forward more)
         calls[t] = _linear_calls(monkeypatch)
-        t.train_step(ONE_MICRO[0])
+        t.train_step(ONE_MICRO[1])
         monkeypatch.undo()
     assert calls[fused].count((3 * hidden, hidden)) == layers
     assert calls[plain].count((hidden, hidden)) == calls[fused].count((hidden, hidden)) + 3 * layers
@@ -1837,3 +1838,93 @@ def test_keep_best_on_the_graph_path_copies_the_weights_out_at_evaluation_and_le
     assert not _same(_params(model), at_best)  # trained on from the loaded weights
     if device == "cuda":
         assert t.static_steps.counts["replays"] > replays > 0
+
+
+# -- the graph path across architectures (tiny models built offline from their configs) --------------------------
+
+
+def _bart_enc(n: int = 24) -> Encoded:
+    """Rows as BART's tokenizer makes them: "<s> ... </s>" (its head pools each row's last <eos>)."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(4, 30, n)
+    rows = [np.concatenate([[0], rng.integers(5, 100, k - 2), [2]]) for k in lengths]
+    return Encoded(ids=np.concatenate(rows).astype(np.int32), offsets=np.concatenate([[0], np.cumsum(lengths)]),
+                   type_ids=None, labels=rng.integers(0, 2, n))
+
+
+def _bart_trainers(tmp_path, runs, precision="bf16", dropout=True):
+    """Static-step trainers (capture off) on one tiny BART (1 encoder and 1 decoder layer), one per (name, flags)."""
+    from transformers import BartConfig, BartForSequenceClassification
+
+    p = 0.1 if dropout else 0.0
+    cfg = BartConfig(vocab_size=100, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                     decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+                     pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, num_labels=2,
+                     dropout=p, attention_dropout=p, activation_dropout=p, classifier_dropout=p)
+    torch.manual_seed(0)
+    base = BartForSequenceClassification(cfg)
+    enc = _bart_enc()
+    ts = []
+    for name, extra in runs:
+        argv = ["--task", "csv", "--train-file", "unused.csv", "--batch-size", "8", "--learning-rate", "1e-3", *extra]
+        paths = Paths(str(tmp_path / name / "m"), str(tmp_path / name / "c"), "l", tmp_path / name / "logs")
+        t = Trainer(parse_args(argv), copy.deepcopy(base), enc, {}, ["a", "b"], False, torch.device("cpu"), precision,
+                    paths, cfg.pad_token_id)
+        t._loss_total, t._loss_count = 0.0, 0
+        t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+        t.model.train()
+        t._setup_static_steps(capture=False)
+        ts.append(t)
+    return ts
+
+
+BART_STEPS = [[np.arange(0, 8)], [np.arange(8, 13)], [np.arange(13, 21)], [np.arange(16, 24)]]
+
+
+def test_fused_projections_leave_a_cross_attention_unfused(tmp_path, monkeypatch):
+    """BART's decoder cross-attention (`encoder_attn`) has q_proj, k_proj and v_proj too, but projects its queries
+    from the decoder's states and its keys and values from the encoder's: fused, it ran the three-wide GEMM twice
+    (once for the queries, once for the keys and values), two thirds of each thrown away, and metrics.json counted
+    it as fused. Now a forward that trains nothing finds it out before the first step: it runs its three projections
+    on their own rows of the fused copy (the GEMMs of the unfused run), the two self-attentions stay fused, and the
+    run follows the unfused one (dropout on)."""
+    plain, fused = _bart_trainers(tmp_path, (("plain", ("--no-fused-projections",)), ("fused", ())))
+    d = fused.model.config.d_model
+    calls = {}
+    for t in (plain, fused):
+        torch.manual_seed(123)
+        t.train_step(BART_STEPS[0])
+        calls[t] = _linear_calls(monkeypatch)
+        t.train_step(BART_STEPS[1])
+        monkeypatch.undo()
+    for t in (plain, fused):
+        torch.manual_seed(7)
+        for g in BART_STEPS[2:]:
+            t.train_step(g)
+    assert fused.static_steps.fused == 2 and fused.static_steps.report()["fused_projections"] == 2
+    assert [g.one_input for g in fused.static_steps.copies.fused] == [True, True, False]
+    assert calls[fused].count((3 * d, d)) == 2  # one GEMM for each self-attention, none for the cross-attention
+    assert len(calls[plain]) == len(calls[fused]) + 2 * 2
+    a, b = _params(plain.model), _params(fused.model)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=2e-2, atol=2e-3, msg=name)
+    start = _params(_bart_trainers(tmp_path / "start", (("s", ()),))[0].model)
+    cross = [n for n in b if ".encoder_attn." in n and n.split(".")[-2] in ("q_proj", "k_proj", "v_proj")]
+    assert len(cross) == 6 and all(not torch.equal(b[n], start[n]) for n in cross)
+    params = dict(fused.model.named_parameters())
+    assert all(torch.equal(c, params[n].detach().to(torch.bfloat16))
+               for n, c in fused.static_steps.copies.copies.items())
+
+
+def test_finding_the_cross_attention_leaves_prepare_bit_identical(tmp_path):
+    """The forward that finds which fused modules read one input trains nothing and draws no dropout mask: a BART
+    run with --gpu-warmup's prepare() (whose warm-up finds it) is bit-identical to one without (dropout on)."""
+    lazy, prepared = _bart_trainers(tmp_path, (("lazy", ()), ("prepared", ())))
+    rng = torch.get_rng_state()
+    before = _params(prepared.model)
+    prepared.static_steps.prepare(prepared.step_widths())
+    assert torch.equal(torch.get_rng_state(), rng) and _same(_params(prepared.model), before)
+    assert [g.one_input for g in prepared.static_steps.copies.fused] == [True, True, False]
+    _train_both([lazy, prepared], BART_STEPS)
+    assert _same(_params(prepared.model), _params(lazy.model))
+    assert torch.equal(prepared._loss_acc, lazy._loss_acc)
