@@ -743,10 +743,26 @@ class StaticSteps:
             return self._model_call(inputs)
         rng = _rng_state(self.torch, self.device)  # a failed forward may have drawn dropout masks: draw them again
         try:  # the first call, always eager: a model that runs a Linear outside autocast fails here, on bf16
-            if self.copies.fused:
-                self.copies.find_inputs(inputs)
+            try:
+                if self.copies.fused:
+                    self.copies.find_inputs(inputs)
+                    _set_rng_state(self.torch, self.device, rng)
+                out = self.copies.forward(inputs)
+            except Exception as e:
+                fused = [group for group in self.copies.fused if group.one_input is not False]
+                if not fused:
+                    raise
+                # The fused product split three ways: autograd refuses a model that modifies a projection in place
+                # (Longformer's `query_vectors /=`) on split()'s views. Each projection then runs on its own rows of
+                # the fused copy, the copies kept. (Not slices for every model: a slice's backward writes a
+                # zero-filled gradient of the whole width for each part, where split()'s is one cat.)
                 _set_rng_state(self.torch, self.device, rng)
-            out = self.copies.forward(inputs)
+                for group in fused:
+                    group.one_input = False
+                out = self.copies.forward(inputs)
+                log.info("--fused-projections off: this model's forward fails on the parts of the fused product "
+                         "(%s: %s); query, key and value run as three GEMMs", type(e).__name__,
+                         (str(e).strip().splitlines() or [""])[0][:200])
         except Exception as e:  # (any class: a model may check its weights' dtype itself, a ValueError)
             _set_rng_state(self.torch, self.device, rng)
             out = self.model(**inputs)  # a failure of the model's own (not of the copies) is raised from here, as is

@@ -1928,3 +1928,42 @@ def test_finding_the_cross_attention_leaves_prepare_bit_identical(tmp_path):
     _train_both([lazy, prepared], BART_STEPS)
     assert _same(_params(prepared.model), _params(lazy.model))
     assert torch.equal(prepared._loss_acc, lazy._loss_acc)
+
+
+def test_fused_projections_give_way_for_a_model_that_scales_its_queries_in_place(tmp_path, caplog):
+    """Longformer divides its projected queries in place (`query_vectors /= sqrt(head_dim)`): on split()'s views of
+    the fused product autograd refuses that ("a view ... of a function that returns multiple views"), so the first
+    forward failed and the weight copies went off, with a line blaming them. Now only the fusion goes, in one line:
+    each projection on its own rows of the fused copy, the copies kept, and the run follows the unfused one. (Found
+    by the session's review of the graph path across architectures.)"""
+    from transformers import LongformerConfig, LongformerForSequenceClassification
+
+    cfg = LongformerConfig(vocab_size=100, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=66, attention_window=[8, 8], pad_token_id=1,
+                           bos_token_id=0, eos_token_id=2, num_labels=2, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    base = LongformerForSequenceClassification(cfg)
+    enc = _bart_enc()  # "<s> ... </s>" rows, as RoBERTa's tokenizer makes them
+    ts = []
+    for name, extra in (("plain", ("--no-fused-projections",)), ("fused", ())):
+        argv = ["--task", "csv", "--train-file", "unused.csv", "--batch-size", "8", "--learning-rate", "1e-3", *extra]
+        paths = Paths(str(tmp_path / name / "m"), str(tmp_path / name / "c"), "l", tmp_path / name / "logs")
+        t = Trainer(parse_args(argv), copy.deepcopy(base), enc, {}, ["a", "b"], False, torch.device("cpu"), "bf16",
+                    paths, cfg.pad_token_id)
+        t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
+        t._setup_static_steps(capture=False)
+        ts.append(t)
+    plain, fused = ts
+    with caplog.at_level(logging.INFO, logger="ftcli_trainer"):
+        _train_both(ts, BART_STEPS)
+    said = [r.getMessage() for r in caplog.records if "--weight-copies off" in r.getMessage()
+            or "--fused-projections off" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("--fused-projections off: this model's forward fails on the parts "
+                                                 "of the fused product (RuntimeError: ")
+    assert said[0].endswith("); query, key and value run as three GEMMs") and "\n" not in said[0]
+    assert fused.static_steps.copies is not None and fused.static_steps.fused == 0
+    assert fused.static_steps.report()["fused_projections"] == 0
+    a, b = _params(plain.model), _params(fused.model)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=2e-2, atol=2e-3, msg=name)
