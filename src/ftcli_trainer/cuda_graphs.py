@@ -27,7 +27,9 @@ With `weight_copies` (`--weight-copies`, on by default), the forward reads a bf1
 backward): ~150 small cast kernels each way for BERT-base become one fused copy of the gradients into the fp32
 `.grad`s before the update and one of the updated weights into the copies after it. The numbers are the same:
 autocast would cast those weights to the same bf16 values, the GEMMs and their bf16 gradients are unchanged, and
-with one micro-batch a step the fp32 gradient is that bf16 gradient exactly.
+with one micro-batch a step the fp32 gradient is that bf16 gradient exactly. (A Linear that one forward runs several
+times, ALBERT's shared layer, sums its uses' gradients in bf16 either way, autocast's cached cast too, but not
+always in the same order: the same to within bf16's rounding there, not bitwise.)
 
 With `unmask_full` (`--unmask-full-batches`, off by default), a micro-batch whose rows all fill its width
 (every row cut at --max-length) runs without the attention mask, under its own key `(width, FULL)`: an all-ones
