@@ -423,8 +423,7 @@ def _run(cfg: TrainConfig) -> int:
             say_once(f"stopped: {e}")
             return e.exit_code
         if _is_oom(e):
-            say_once("error: out of memory; lower --batch-size or --max-length (raise "
-                     "--gradient-accumulation-steps to keep the effective batch)")
+            say_once(oom_line(cfg))
             return 1
         from ftcli_trainer.distributed import shm_problem
 
@@ -487,6 +486,29 @@ def _relaunch_argv(argv: list[str]) -> list[str] | None:
 def _may_have_gpus() -> bool:
     # Cheap check before importing torch (seconds): no NVIDIA driver, no GPUs.
     return os.path.exists("/proc/driver/nvidia") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def oom_line(cfg: TrainConfig) -> str:
+    """Out of memory, in one line that says at what and gives the options to run again with: half the batch, twice
+    the accumulation, so that a step still trains on as many examples (the same math, but for the weight copies'
+    casts, which go off with several micro-batches a step)."""
+    where = ""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            where = f" on {props.name} ({props.total_memory / 2**30:.0f} GiB)"
+    except Exception:  # noqa: BLE001 - only the line's detail
+        pass
+    line = f"error: out of memory at --batch-size {cfg.batch_size} and --max-length {cfg.max_length}{where}"
+    if cfg.batch_size < 2:
+        return f"{line}; lower --max-length"
+    smaller, steps = cfg.batch_size // 2, cfg.gradient_accumulation_steps * 2
+    now = cfg.batch_size * cfg.gradient_accumulation_steps
+    then = (f"still trains on {now} examples a step" if smaller * steps == now else
+            f"trains on {smaller * steps} examples a step ({now} now)")
+    return f"{line}; lower either: --batch-size {smaller} --gradient-accumulation-steps {steps} {then}"
 
 
 def _is_oom(e: BaseException) -> bool:

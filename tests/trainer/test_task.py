@@ -394,3 +394,52 @@ def test_a_roberta_like_model_without_a_tokenizer_limit_is_held_to_its_positions
     assert err.endswith(f"error: --max-length 130 is longer than {folder} takes (128 tokens): give --max-length 128 "
                         "or less") and "Traceback" not in err
     assert main([*argv, "--max-length", "128", "--output-dir", str(tmp_path / "o2")]) == 0
+
+
+@pytest.mark.parametrize("args,says", [
+    ((), "--batch-size 8 and --max-length 64; lower either: --batch-size 4 --gradient-accumulation-steps 2 still "
+         "trains on 8 examples a step"),
+    (("--batch-size", "5", "--gradient-accumulation-steps", "3"),
+     "--batch-size 5 and --max-length 64; lower either: --batch-size 2 --gradient-accumulation-steps 6 trains on 12 "
+     "examples a step (15 now)"),
+    (("--batch-size", "1"), "--batch-size 1 and --max-length 64; lower --max-length"),
+])
+def test_out_of_memory_says_at_what_and_the_options_to_run_again_with(tmp_path, tiny_model, sentiment_csv, capsys,
+                                                                     monkeypatch, args, says):
+    """It said only "lower --batch-size or --max-length": not the values the run had, nor a batch that keeps the
+    examples a step (the same math: half the batch, twice the accumulation). One line, exit status 1."""
+    from ftcli_trainer.loop import Trainer
+    from ftcli_trainer.task import main
+
+    def out_of_memory(self, *a, **k):
+        import torch
+
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 MiB")
+
+    import torch
+
+    monkeypatch.setattr(Trainer, "train_step", out_of_memory)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # (the card's name is the next test's)
+    train, test = sentiment_csv
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--batch-size", "8", "--max-length", "64", "--output-dir", str(tmp_path / "run"), *args]
+    assert main(argv) == 1
+    assert capsys.readouterr().err.splitlines() == [f"error: out of memory at {says}"]
+
+
+def test_out_of_memory_on_a_gpu_names_the_card(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    from ftcli_trainer.config import parse_args
+    from ftcli_trainer.task import oom_line
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(name="Tesla T4", total_memory=15 * 2**30 + 2**29))
+    cfg = parse_args(["--task", "imdb", "--batch-size", "32", "--max-length", "512"])
+    assert oom_line(cfg) == ("error: out of memory at --batch-size 32 and --max-length 512 on Tesla T4 (16 GiB); "
+                             "lower either: --batch-size 16 --gradient-accumulation-steps 2 still trains on 32 "
+                             "examples a step")
