@@ -314,23 +314,35 @@ def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, prec
     # Only ahead of the graph path (one CUDA GPU, what --gpu-warmup was measured with): eager runs stay as they were.
     if not cfg.gpu_warmup or not cuda_graphs.decide(cfg.cuda_graphs, device.type, dist.world_size)[0]:
         return (*encode_all(), None)
-    from concurrent.futures import ThreadPoolExecutor
-
     import torch
 
     widths = cuda_graphs.bucket_widths(cfg.max_length, getattr(model.config, "max_position_embeddings", None))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    with ThreadPoolExecutor(1, thread_name_prefix="ftcli-tokenize") as pool:
-        encoded = pool.submit(encode_all)
-        seconds = None
+    encoded: list = []  # encode_all's result, or what it raised
+
+    def encode_into():
         try:
-            # Until the tokens are ready: the widths a run's batches use are known only then (fit warms those).
-            seconds = cuda_graphs.prewarm(model, widths, cfg.batch_size, device, dtype, stop=encoded.done)
-            log.debug("GPU warmed up in %.2f s", seconds)
-        except Exception as e:  # noqa: BLE001 - only a head start: the run pays the costs itself then
-            log.warning("GPU warm-up skipped (%s: %s)", type(e).__name__,
-                        str(e).splitlines()[0][:200] if str(e) else "")
-        train_enc, evals_enc = encoded.result()
+            encoded.append(encode_all())
+        except BaseException as e:  # noqa: BLE001 - raised again in this thread
+            encoded.append(e)
+
+    # A daemon thread, not a ThreadPoolExecutor: a SIGTERM here (Terminated) waited for the whole tokenization, in the
+    # executor's exit and then in Python's (which joins its thread; _exit leaves at once when only daemons are left)
+    worker = threading.Thread(target=encode_into, name="ftcli-tokenize", daemon=True)
+    worker.start()
+    seconds = None
+    try:
+        # Until the tokens are ready: the widths a run's batches use are known only then (fit warms those).
+        seconds = cuda_graphs.prewarm(model, widths, cfg.batch_size, device, dtype,
+                                      stop=lambda: not worker.is_alive())
+        log.debug("GPU warmed up in %.2f s", seconds)
+    except Exception as e:  # noqa: BLE001 - only a head start: the run pays the costs itself then
+        log.warning("GPU warm-up skipped (%s: %s)", type(e).__name__,
+                    str(e).splitlines()[0][:200] if str(e) else "")
+    worker.join()
+    if isinstance(encoded[0], BaseException):
+        raise encoded[0]
+    train_enc, evals_enc = encoded[0]
     return train_enc, evals_enc, seconds
 
 

@@ -755,6 +755,51 @@ def test_the_warm_up_runs_on_the_training_thread_while_a_worker_tokenizes(tiny_m
         assert seconds is None and len(train) == 30 and "prewarm" not in threads, (cfg_, device, precision)
 
 
+def test_a_sigterm_during_the_warm_up_leaves_without_waiting_for_the_tokenizer(tiny_model, monkeypatch):
+    """A SIGTERM while the tokenizer's worker runs (task.Terminated, raised in this thread) left only once the whole
+    tokenization was done: the executor's exit waited for it, and Python's exit for its (non-daemon) thread, where
+    a preempted Spot VM has 30 s and the run was to leave at once with its line and the bucket's lock given back."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from ftcli_trainer import data as data_mod
+    from ftcli_trainer import task
+    from ftcli_trainer.distributed import Dist
+
+    threads = {}
+    real_encode = data_mod.encode
+
+    def slow_encode(*a, **kw):  # a large data set's tokenization
+        threads["encode"] = threading.current_thread()
+        time.sleep(5)
+        return real_encode(*a, **kw)
+
+    def prewarm(model, widths, rows, device, dtype, stop=None):
+        os.kill(os.getpid(), signal.SIGTERM)  # the preemption notice, during the warm-up
+        while not stop():
+            time.sleep(0.01)
+        return 0.25
+
+    monkeypatch.setattr(data_mod, "encode", slow_encode)
+    monkeypatch.setattr(cg, "prewarm", prewarm)
+    tok = load_tokenizer(str(tiny_model))
+    model = load_model(str(tiny_model), ["negative", "positive"], False, 0.5)
+    data = type("D", (), {"train": Examples(["a good film"] * 4, None, np.zeros(4, np.int64)), "evals": {}})
+    cfg = parse_args(["--gpu-warmup", "--max-length", "64", "--batch-size", "8"])
+    previous = task._stop_outside_training()
+    started = time.monotonic()
+    try:
+        with pytest.raises(task.Terminated):
+            task._encode_while_warming(model, tok, data, cfg, torch.device("cuda"), "bf16", Dist())
+        took = time.monotonic() - started
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert took < 2, took
+    assert threads["encode"].daemon  # (task._exit leaves without Python's shutdown, which joins the others)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only machine's behaviour (exact equality, no prewarm)")
 def test_a_gpu_warmup_run_end_to_end_equals_one_without(tmp_path, tiny_model, sentiment_csv, monkeypatch, capsys):
     """The whole trainer with the graph path forced on here (captures faked): --gpu-warmup says what it captured
