@@ -618,13 +618,14 @@ class Trainer:
         kept = []
         for i, line in enumerate(lines):
             try:
-                row_step = json.loads(line).get("step")
+                row = json.loads(line)
+                row_step, row_type = row.get("step"), row.get("type")
             except (ValueError, AttributeError):
                 if i < len(lines) - 1:
                     kept.append(line)  # not ours to judge; only a last line cut short is dropped
                 continue
-            if not isinstance(row_step, int) or row_step < step or row_step == step and not (
-                    eval_too and json.loads(line).get("type") == "eval"):
+            if not isinstance(row_step, int) or row_step < step or (
+                    row_step == step and not (eval_too and row_type == "eval")):
                 kept.append(line)
         if len(kept) == len(lines):
             return
