@@ -66,6 +66,8 @@ from typing import Any
 
 import numpy as np
 
+from ftcli_trainer.errors import first_line
+
 log = logging.getLogger("ftcli_trainer")
 
 # Short texts get narrow widths (SST-2: 72 % of length-bucketed batches fit 16 tokens; below that a replayed
@@ -745,26 +747,7 @@ class StaticSteps:
             return self._model_call(inputs)
         rng = _rng_state(self.torch, self.device)  # a failed forward may have drawn dropout masks: draw them again
         try:  # the first call, always eager: a model that runs a Linear outside autocast fails here, on bf16
-            try:
-                if self.copies.fused:
-                    self.copies.find_inputs(inputs)
-                    _set_rng_state(self.torch, self.device, rng)
-                out = self.copies.forward(inputs)
-            except Exception as e:
-                fused = [group for group in self.copies.fused if group.one_input is not False]
-                if not fused:
-                    raise
-                # The fused product split three ways: autograd refuses a model that modifies a projection in place
-                # (Longformer's `query_vectors /=`) on split()'s views. Each projection then runs on its own rows of
-                # the fused copy, the copies kept. (Not slices for every model: a slice's backward writes a
-                # zero-filled gradient of the whole width for each part, where split()'s is one cat.)
-                _set_rng_state(self.torch, self.device, rng)
-                for group in fused:
-                    group.one_input = False
-                out = self.copies.forward(inputs)
-                log.info("--fused-projections off: this model's forward fails on the parts of the fused product "
-                         "(%s: %s); query, key and value run as three GEMMs", type(e).__name__,
-                         (str(e).strip().splitlines() or [""])[0][:200])
+            out = self._first_copies_forward(inputs, rng)
         except Exception as e:  # (any class: a model may check its weights' dtype itself, a ValueError)
             _set_rng_state(self.torch, self.device, rng)
             out = self.model(**inputs)  # a failure of the model's own (not of the copies) is raised from here, as is
@@ -772,11 +755,38 @@ class StaticSteps:
                         "(%s: %s); autocast casts them at each step instead",
                         " (and with them --fused-projections)" if self.copies.fused else "",
                         "fp16" if self.autocast_dtype == self.torch.float16 else "bf16", type(e).__name__,
-                        (str(e).strip().splitlines() or [""])[0][:200])
+                        first_line(e))
             self.copies = None
             return out
         self.copies.proven = True
         return out
+
+    def _first_copies_forward(self, inputs: dict, rng):
+        """The first forward on the weight copies: which fused modules read one input found first (find_inputs),
+        and, where the fused product fails the model, once more with each projection on its own rows."""
+        copies = self.copies
+        assert copies is not None
+        try:
+            if copies.fused:
+                copies.find_inputs(inputs)
+                _set_rng_state(self.torch, self.device, rng)
+            return copies.forward(inputs)
+        except Exception as e:
+            fused = [group for group in copies.fused if group.one_input is not False]
+            if not fused:
+                raise
+            # The fused product split three ways: autograd refuses a model that modifies a projection in place
+            # (Longformer's `query_vectors /=`) on split()'s views. Each projection then runs on its own rows of the
+            # fused copy, the copies kept. (Not slices for every model: a slice's backward writes a zero-filled
+            # gradient of the whole width for each part, where split()'s is one cat.)
+            _set_rng_state(self.torch, self.device, rng)
+            for group in fused:
+                group.one_input = False
+            out = copies.forward(inputs)
+            log.info("--fused-projections off: this model's forward fails on the parts of the fused product (%s: %s); "
+                     "query, key and value run as three GEMMs", type(e).__name__,
+                     first_line(e))
+            return out
 
     def _model_call(self, inputs: dict):
         """The model's forward: on the weight copies when they are on; with compile_model, through its compiled
@@ -892,7 +902,7 @@ class StaticSteps:
                     records.clear()
             log.warning("CUDA graphs: capturing %s%s failed (%s: %s); eager steps from here on",
                         f"width {key_name(key)}" if key != "update" else "the update", when, type(e).__name__,
-                        (str(e).strip().splitlines() or [""])[0][:200])
+                        first_line(e))
             return None
         self.capture_seconds += time.perf_counter() - started
         self.graphs[key] = graph

@@ -24,3 +24,8 @@ def causes(e: BaseException) -> Iterator[BaseException]:
         seen.add(id(cause))
         yield cause
         cause = cause.__cause__ or cause.__context__
+
+
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """An error's message as a one-line log line quotes it: its first line, cut at `limit` ("" for none)."""
+    return (str(e).strip().splitlines() or [""])[0][:limit]

@@ -14,7 +14,7 @@ import time
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TextIO
 
 import numpy as np
 
@@ -1003,10 +1003,8 @@ class Trainer:
                 self._eval_pending = False
                 if self.dist.is_main:
                     log.info("evaluating step %d first: a stop cut its evaluation short", self.global_step)
-                try:
-                    self._pause(lambda: self._evaluated(self.evaluate()))
-                except EvalCut:
-                    self._stop()  # (the checkpoint it resumed from still says so)
+                # (cut short again: the checkpoint it resumed from still says so)
+                self._pause(lambda: self._evaluated(self._evaluate_or_stop()))
                 if self.early_stopped:  # the run ends here: its checkpoint says so, for a restart
                     self._pause(lambda: self.save_checkpoint(final=True), sync=False)
             while self.epoch < cfg.epochs and not self.early_stopped:
@@ -1029,11 +1027,7 @@ class Trainer:
                         if time.monotonic() - self._logs_synced > storage.LOGS_SYNC_S:  # live TensorBoard between evals
                             self._pause(lambda: None)
                     if cfg.eval_every and self.global_step % cfg.eval_every == 0 and not at_epoch_end:
-                        try:
-                            self._pause(lambda: self._evaluated(self.evaluate()))
-                        except EvalCut:
-                            self._pause(lambda: self.save_checkpoint(eval_pending=True), sync=False)
-                            self._stop()
+                        self._pause(lambda: self._evaluated(self._evaluate_or_stop(checkpoint=True)))
                         if self.early_stopped:  # the run ends here: its checkpoint says so, for a restart
                             self._pause(lambda: self.save_checkpoint(final=True), sync=False)
                             break
@@ -1053,17 +1047,10 @@ class Trainer:
 
                 def epoch_end():
                     last = self.epoch >= cfg.epochs
-                    try:
-                        self._evaluated(self.evaluate())
-                    except EvalCut:
-                        self.save_checkpoint(final=last, eval_pending=True)
-                        raise
+                    self._evaluated(self._evaluate_or_stop(checkpoint=True, final=last))
                     self.save_checkpoint(final=last or self.early_stopped)
 
-                try:
-                    self._pause(epoch_end, sync=False)  # its checkpoint copies the logs, its evaluation's row too
-                except EvalCut:
-                    self._stop()
+                self._pause(epoch_end, sync=False)  # its checkpoint copies the logs, its evaluation's row too
                 if self.early_stopped:
                     break
                 if self.epoch < cfg.epochs and self._stop_wanted():
@@ -1082,10 +1069,8 @@ class Trainer:
                 self._tb.close()
         last_eval = self.last_eval
         if not last_eval:  # resumed after the last epoch's (or the early stop's) checkpoint: evaluate what we have
-            try:
-                last_eval = self.evaluate()
-            except EvalCut:  # (a stop asked for while the loop's handlers were on: that checkpoint is the one)
-                self._stop()
+            # (cut short by a stop asked for while the loop's handlers were on: that checkpoint is the one)
+            last_eval = self._evaluate_or_stop()
         if self.dist.is_main and self.early_stopped and not self._stop_said:
             if self.best is not None:
                 log.info("early stopping: %d evaluation%s in a row did not improve %s on %.4f (step %d); stopped at "
@@ -1142,12 +1127,9 @@ class Trainer:
         kept = last_eval
         if self.best["step"] != self.global_step:
             checkpoint.load_best(self.paths.checkpoint_dir, self.best["step"], self.model)
-            try:
-                kept = self.evaluate()
-            except EvalCut:
-                # A stop asked for during the last (or the early stop's) checkpoint: written, it is the one to resume
-                # from, and the restart evaluates the best weights again (this evaluation can take minutes)
-                self._stop()
+            # (cut short by a stop asked for during the last, or the early stop's, checkpoint: written, it is the one
+            # to resume from, and the restart evaluates the best weights again; this evaluation can take minutes)
+            kept = self._evaluate_or_stop()
             if self.dist.is_main:
                 log.info("kept the weights of step %d (epoch %.2f): %s %.4f, against %.4f at the last step %d",
                          self.best["step"], self.best["epoch"], self.best_key, kept.get(self.best_key, math.nan),
@@ -1180,11 +1162,22 @@ class Trainer:
                 f"{cfg.epochs} epoch(s)), and a stop needs {cfg.early_stopping + 1} before the last: it cannot stop "
                 "early (a smaller --eval-every gives it more evaluations); the best evaluation is still kept")
 
+    def _evaluate_or_stop(self, checkpoint: bool = False, final: bool = False) -> dict:
+        """evaluate(), or, when a stop asked for cuts it short (EvalCut), the run's stop (Preempted): with
+        `checkpoint`, after a checkpoint of this step (`final` as save_checkpoint's) that says the evaluation is
+        still to do; without, from the checkpoint already written."""
+        try:
+            return self.evaluate()
+        except EvalCut:
+            if checkpoint:
+                self.save_checkpoint(final=final, eval_pending=True)
+            self._stop()
+
     def _stop_wanted(self) -> bool:
         """A stop asked for (SIGTERM, a first Ctrl-C) on any rank: a collective with several."""
         return any_rank(bool(self._stop_requested), self.dist, self.device)
 
-    def _stop(self):
+    def _stop(self) -> NoReturn:
         """Raise Preempted for the stop asked for (a checkpoint of this step is written)."""
         if self._stop_requested == signal.SIGINT:
             raise Preempted(f"Ctrl-C: checkpoint written at step {self.global_step}; the same command resumes from "

@@ -9,7 +9,7 @@ import os
 import re
 import threading
 
-from ftcli_trainer.errors import TrainerError, causes
+from ftcli_trainer.errors import TrainerError, causes, first_line
 from ftcli_trainer.tasks import MINILM
 
 MINILM_ALIASES = {MINILM, "all-MiniLM-L6-v2", "minilm"}
@@ -221,8 +221,7 @@ def align_padding(model, tokenizer, name: str) -> str:
 
 
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    return first_line(e, 300) or type(e).__name__
 
 
 # The Hub's answer to a token it does not know (revoked, expired, mistyped), for any model, public ones too: 401 with

@@ -24,7 +24,7 @@ from typing import NoReturn
 
 from ftcli_trainer import __version__, storage
 from ftcli_trainer.config import ConfigError, TrainConfig, early_stopping_data_problem, parse_args
-from ftcli_trainer.errors import TrainerError
+from ftcli_trainer.errors import TrainerError, first_line
 
 log = logging.getLogger("ftcli_trainer")
 
@@ -337,8 +337,7 @@ def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, prec
                                       stop=lambda: not worker.is_alive())
         log.debug("GPU warmed up in %.2f s", seconds)
     except Exception as e:  # noqa: BLE001 - only a head start: the run pays the costs itself then
-        log.warning("GPU warm-up skipped (%s: %s)", type(e).__name__,
-                    str(e).splitlines()[0][:200] if str(e) else "")
+        log.warning("GPU warm-up skipped (%s: %s)", type(e).__name__, first_line(e))
     worker.join()
     if isinstance(encoded[0], BaseException):
         raise encoded[0]
