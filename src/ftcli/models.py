@@ -512,8 +512,9 @@ def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | N
         clf = pipeline("text-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(str(path)),
                        top_k=None)
     except Exception as e:  # noqa: BLE001 - a damaged folder fails in many ways deep inside transformers
-        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        raise FtcliError(f"cannot load the model in {path}: {detail}",
+        from ftcli_trainer.errors import one_line
+
+        raise FtcliError(f"cannot load the model in {path}: {one_line(e)}",
                          hint="download it again into a new folder (ftcli download JOB DIR), or give another "
                               "model folder") from None
     if missing := info.get("missing_keys"):

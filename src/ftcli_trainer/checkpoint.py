@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ftcli_trainer import storage
-from ftcli_trainer.errors import TrainerError
+from ftcli_trainer.errors import TrainerError, one_line
 
 log = logging.getLogger("ftcli_trainer")
 STEP_RE = re.compile(r"^step-(\d+)$")
@@ -177,7 +177,7 @@ def load_latest(root: str, model) -> dict | None:
             state = torch.load(local / "trainer_state.pt", map_location="cpu", weights_only=True)
             load_model(model, str(local / "model.safetensors"), strict=True)
         except Exception as e:  # noqa: BLE001 - any damage means: not this one
-            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            why = one_line(e)
             if downloaded is not None:  # the checkpoint's own gs:// name, not the temporary copy's
                 why = why.replace(str(downloaded), path)
             log.warning("ignoring checkpoint %s: %s", path, why)

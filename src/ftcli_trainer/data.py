@@ -28,7 +28,7 @@ import numpy as np
 
 from ftcli_trainer import storage
 from ftcli_trainer.config import TrainConfig, name_list
-from ftcli_trainer.errors import DataError
+from ftcli_trainer.errors import DataError, first_line, one_line
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task, bundled_sample_file
 
 TRUE_VALUES = {"1", "1.0", "true", "yes"}
@@ -176,7 +176,8 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
             try:
                 local = storage.download_file(path, tmp / Path(path).name)
             except Exception as e:  # noqa: BLE001 - any storage failure is reported as one line
-                raise DataError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+                said = first_line(e, 300)
+                raise DataError(f"cannot read {path}: {type(e).__name__}" + (f": {said}" if said else "")) from None
         else:
             local = Path(path).expanduser()
             if not local.is_file():
@@ -732,7 +733,7 @@ def _load_hub(cfg: TrainConfig, task: Task) -> tuple[Examples, dict[str, Example
         try:
             loaded[split] = load_dataset(task.hf_dataset, config_name, split=split)
         except Exception as e:  # noqa: BLE001 - network, auth or missing-dataset errors: all one line
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = one_line(e)
             raise DataError(
                 f"could not load the {task.name} dataset ({task.hf_dataset}"
                 f"{'/' + config_name if config_name else ''}, split {split}) from the Hugging Face Hub: "

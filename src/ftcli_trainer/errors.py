@@ -29,3 +29,8 @@ def causes(e: BaseException) -> Iterator[BaseException]:
 def first_line(e: BaseException, limit: int = 200) -> str:
     """An error's message as a one-line log line quotes it: its first line, cut at `limit` ("" for none)."""
     return (str(e).strip().splitlines() or [""])[0][:limit]
+
+
+def one_line(e: BaseException, limit: int = 300) -> str:
+    """`first_line`, or the error's type when its message says nothing (TimeoutError(), a bare KeyError())."""
+    return first_line(e, limit) or type(e).__name__

@@ -9,7 +9,7 @@ import os
 import re
 import threading
 
-from ftcli_trainer.errors import TrainerError, causes, first_line
+from ftcli_trainer.errors import TrainerError, causes, one_line
 from ftcli_trainer.tasks import MINILM
 
 MINILM_ALIASES = {MINILM, "all-MiniLM-L6-v2", "minilm"}
@@ -220,10 +220,6 @@ def align_padding(model, tokenizer, name: str) -> str:
     return said
 
 
-def _one_line(e: BaseException) -> str:
-    return first_line(e, 300) or type(e).__name__
-
-
 # The Hub's answer to a token it does not know (revoked, expired, mistyped), for any model, public ones too: 401 with
 # this X-Error-Message (huggingface_hub 2.4's utils/_http.py hf_raise_for_status; "the download fails with a 401 error
 # "Invalid credentials in Authorization header" even if the repo is public",
@@ -280,7 +276,7 @@ def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> Traine
             wait = ": the Hub's rate limit, wait and run again" if answer.startswith("HTTP 429") else ""
             return TrainerError(f"cannot load {subject}: the Hugging Face Hub answered {answer}{wait}, and the files "
                                 f"are not in this machine's Hugging Face cache. {fix}")
-        return TrainerError(f"cannot load {subject}: {_one_line(e).rstrip('.')}. {fix}")
+        return TrainerError(f"cannot load {subject}: {one_line(e).rstrip('.')}. {fix}")
     sent = token_source()
     if hub_error == "InvalidToken" and sent:
         if secret := os.environ.get(HF_TOKEN_FROM):
@@ -644,7 +640,7 @@ def _varlen_attention(module, query, key, value, attention_mask, dropout: float 
                          scaling)
             return out.view(rows, width, heads, dim), None
         except RuntimeError as e:  # the kernel's own checks (this GPU, build or shape): SDPA from now on, said once
-            _FLASH_REFUSED.append(_one_line(e))
+            _FLASH_REFUSED.append(one_line(e))
             logging.getLogger("ftcli_trainer").warning(
                 "--varlen-attention off: torch's flash kernel refused this model's attention (%s); SDPA from now on",
                 _FLASH_REFUSED[0])

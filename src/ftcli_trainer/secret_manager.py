@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ftcli_trainer.errors import TrainerError
+from ftcli_trainer.errors import TrainerError, one_line
 
 log = logging.getLogger("ftcli_trainer")
 ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"  # http://host:port: a plaintext emulator (tests)
@@ -47,7 +47,7 @@ def read_secret(name: str, flag: str, what: str) -> str:
         raise TrainerError(f"reading {flag} needs google-cloud-secret-manager: pip install "
                            "google-cloud-secret-manager") from None
     except Exception as e:  # noqa: BLE001 - not found, denied, unreachable: one line with the fix
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = one_line(e)
         # Outside a Vertex job (`ftcli local`) the reader is the user's own account, not a service account of a job.
         # CLOUD_ML_JOB_ID: "The name given to the training job" (google-cloud-aiplatform's aiplatform/training_utils/
         # environment_variables.py, as lease.py reads it).

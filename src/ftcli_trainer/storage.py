@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from ftcli_trainer.errors import one_line
+
 COMPLETE_MARKER = "_COMPLETE"
 TRANSFER_WORKERS = 8
 # Staging folders are named `<stem>.tmp-<pid>-<mkdtemp's 8 characters>`: the pid tells a dead writer's leftovers
@@ -80,7 +82,7 @@ def redact_urls(text: str) -> str:
 def error_line(e: BaseException) -> str:
     """The first line of a storage error, for a warning: its upload session and signatures redacted (redact_urls),
     or the error's type when it says nothing."""
-    return redact_urls(str(e).splitlines()[0]) if str(e) else type(e).__name__
+    return redact_urls(one_line(e))
 
 
 def staging_dir(parent: Path, name: str) -> Path:

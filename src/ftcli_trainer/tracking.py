@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from ftcli_trainer.errors import TrainerError
+from ftcli_trainer.errors import TrainerError, one_line
 from ftcli_trainer.secret_manager import read_secret
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ class WandbTracker:
                                   dir=os.environ.get("WANDB_DIR"), id=self.run_id,
                                   resume="allow" if self.run_id else None)
         except Exception as e:  # noqa: BLE001 - a bad key or project is the user's to fix: one line
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise TrainerError(f"Weights & Biases refused the run ({cfg.wandb_project}): {first[:200]}") from None
+            raise TrainerError(f"Weights & Biases refused the run ({cfg.wandb_project}): {one_line(e, 200)}") \
+                from None
         log.info("W&B: logging to project %s (run %s%s)", cfg.wandb_project, self.run.name,
                  f", resumed at step {self.run.starting_step}" if self.run.resumed else "")
 

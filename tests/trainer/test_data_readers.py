@@ -646,3 +646,17 @@ def test_a_head_only_file_is_checked_for_its_columns_and_the_label_columns_of_th
         check_files(cfg, {}, {"train_file": ("gs://b/t.csv", train.read_bytes()), "eval_file": ("gs://b/e.csv", head)})
     check_files(cfg, {}, {"train_file": ("gs://b/t.csv", train.read_bytes()),
                           "eval_file": ("gs://b/e.csv", b"text,insult,toxic\n")})
+
+
+def test_a_gs_file_that_fails_to_download_with_no_message_is_one_line(tmp_path, monkeypatch):
+    # A download that failed with an exception saying nothing (TimeoutError(), as a socket timeout raises it) ended
+    # the run in an IndexError traceback from the line meant to quote its message.
+    from ftcli_trainer import storage
+
+    def times_out(src, dest):
+        raise TimeoutError()
+
+    monkeypatch.setattr(storage, "download_file", times_out)
+    small = write_csv(tmp_path / "e.csv", ["text", "label"], [("fine", "pos"), ("awful", "neg")])
+    msg = error_of("--task", "csv", "--train-file", "gs://data/in/t.csv", "--eval-file", str(small))
+    assert msg == "cannot read gs://data/in/t.csv: TimeoutError"
