@@ -1,5 +1,7 @@
 """The one error handler: whatever goes wrong is one line and a non-zero exit, never a traceback."""
 
+import pytest
+
 from tests.cli.helpers import run_cli
 
 
@@ -120,3 +122,31 @@ def test_ctrl_c_in_any_command_says_interrupted_and_exits_130(capsys, tmp_path, 
     monkeypatch.delenv("FTCLI_DEBUG")
     r = run_cli(capsys, "config", "get", "no-such-key")  # another exit is left as it is
     assert r.code != 130 and "interrupted" not in r.err
+
+
+@pytest.mark.parametrize("args,says,see", [
+    (["train", "--gpuu", "T4"], "no such option: --gpuu (Possible options: --gpu, --gpu-warmup)", "ftcli train"),
+    (["local", "--epochs", "x"], "invalid value for '--epochs': Input should be a valid integer, unable to parse "
+                                 "string as an integer", "ftcli local"),
+    (["lgos"], "no such command 'lgos'. Did you mean 'logs'?", "ftcli"),
+    (["jobs", "describe"], "missing argument 'job'", "ftcli jobs describe"),
+    (["config", "sett"], "no such command 'sett'. Did you mean 'set', 'unset'?", "ftcli config"),
+    (["--versio"], "no such option: --versio (Possible options: --version)", "ftcli"),
+])
+def test_a_usage_error_is_one_line_and_a_hint(capsys, tmp_path, monkeypatch, args, says, see):
+    # Click said these in three lines and a blank one ("Usage: ftcli train [OPTIONS]", "Try 'ftcli train -h' for
+    # help.", "", "Error: No such option: --gpuu ..."), unlike every other error of ftcli's.
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, *args)
+    assert r.code == 2 and not r.out
+    error, hint = r.err.splitlines()
+    # (under pytest click names the program "python -m pytest.ftcli")
+    assert error == f"error: {says}" and hint.startswith("hint: see ") and hint.endswith(f"{see} -h")
+
+
+@pytest.mark.parametrize("args", [[], ["jobs"], ["config"]])
+def test_a_group_alone_still_shows_its_help(capsys, args):
+    r = run_cli(capsys, *args)
+    assert r.code == 2 and not r.out
+    assert r.err.startswith("Usage: ") and f"{' '.join(['ftcli', *args])} [OPTIONS] COMMAND [ARGS]...\n" in r.err
+    assert "error:" not in r.err

@@ -5,14 +5,60 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import typer
+import typer.core
+from typer._click import exceptions as click_errors  # typer 0.29 carries its own click (pinned <0.30: pyproject)
 
 from ftcli import __version__
 from ftcli.cli import config, jobs, local, logs, models, report, train, tune
 
+
+class _UsageLine(click_errors.UsageError):
+    """A usage error shown as ftcli's own errors are: `error: ...` and a hint, not click's three lines (the usage, a
+    "Try 'ftcli train -h' for help." line, a blank one, then the error)."""
+
+    def show(self, file=None) -> None:
+        from ftcli.output import error
+
+        message = self.format_message()
+        if message[:2].istitle():  # click's "No such option: ..." reads as ftcli's lower-case lines do
+            message = message[0].lower() + message[1:]
+        if message.endswith(".") and not message.endswith(".."):
+            message = message[:-1]
+        error(message, hint=f"see {self.ctx.command_path} -h" if self.ctx is not None else None)
+
+
+@contextmanager
+def _usage_lines() -> Iterator[None]:
+    try:
+        yield
+    except click_errors.NoArgsIsHelpError:
+        raise  # `ftcli` alone, `ftcli jobs` alone: the help, as click shows it
+    except click_errors.UsageError as e:
+        if isinstance(e, _UsageLine):
+            raise
+        raise _UsageLine(e.format_message(), e.ctx) from e
+
+
+class _Group(typer.core.TyperGroup):
+    """The root command: click's usage errors, from parsing its own options or any subcommand's (a mistyped option,
+    a value of the wrong type, an unknown command), are raised as _UsageLine."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _usage_lines():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx):
+        with _usage_lines():
+            return super().invoke(ctx)
+
+
 app = typer.Typer(
     name="ftcli",
+    cls=_Group,
     help="Fine-tune transformer text classifiers on Google Vertex AI, or on this machine.\n\n"
     "Example: ftcli local --epochs 1",
     no_args_is_help=True,
