@@ -755,6 +755,34 @@ def child_profile(args, setup: dict) -> dict:
     return out
 
 
+UNTRACED_ROUNDS = 4  # the profiled steps run again untraced, this many times over
+
+
+def _untraced_step_ms(args, t, active: list) -> float:
+    """The step time without the profiler: the profiled wall above also holds what tracing every kernel costs
+    (CUPTI) and the first step's start, when the GPU waits for the host to fill and copy its batch, spread over only
+    five steps. Here the steps run UNTRACED_ROUNDS times over; on a GPU, CUDA events after the first of them and
+    after the last time the steps in between as the GPU ran them, its queue already fed (the steady state MFU is
+    quoted at: inter-kernel gaps and any wait on the host are in, the start is not)."""
+    import torch
+
+    steps = [g for _ in range(UNTRACED_ROUNDS) for g in active]
+    if args.device != "cuda":
+        started = time.perf_counter()
+        for g in steps:
+            t.train_step(g)
+        return 1000 * (time.perf_counter() - started) / len(steps)
+    sync(args.device)
+    t.train_step(steps[0])
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for g in steps[1:]:
+        t.train_step(g)
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / (len(steps) - 1)
+
+
 def _profile_one(args, name: str, ctx: dict) -> dict:
     import torch
     from torch.autograd import DeviceType
@@ -804,6 +832,7 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
         sync(args.device)
         wall = time.perf_counter() - t0
     step_ms = 1000 * wall / len(active)
+    untraced_ms = _untraced_step_ms(args, t, active)
     averages = prof.key_averages()
     kernels = [e for e in averages if getattr(e, "device_type", None) == DeviceType.CUDA] if cuda else []
     busy = sum(e.self_device_time_total for e in kernels) / 1e3  # ms
@@ -818,6 +847,8 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
            "kernel_ms_per_step": busy / len(active), "kernels_per_step": launches,
            "by_kind_share": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda x: -x[1])} if busy else {},
            "mfu": ctx["step_flops"] / (step_ms / 1000) / (peak * 1e12) if peak else None,
+           "untraced_step_ms": untraced_ms,
+           "untraced_mfu": ctx["step_flops"] / (untraced_ms / 1000) / (peak * 1e12) if peak else None,
            "graphs": t.static_steps.report() if t.static_steps is not None else None,
            "warm_seconds": round(warm_s, 1), "attention": attention_in_use(model)}
     sort = "self_device_time_total" if cuda else "self_cpu_time_total"
@@ -830,7 +861,9 @@ def _profile_one(args, name: str, ctx: dict) -> dict:
         f"== {name}: {what}, {BATCH} x {ctx['max_len']}, {precision}, {len(active)} steps profiled: "
         f"{step_ms:.1f} ms/step, kernels {busy / len(active):.1f} ms/step (GPU busy {100 * res['gpu_busy']:.0f} %, "
         f"{launches:.0f} kernels a step)"
-        + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else "") + f"; {len(warm)} warm-up steps {warm_s:.1f} s"
+        + (f", MFU {100 * res['mfu']:.1f} %" if res["mfu"] else "")
+        + f"; untraced {untraced_ms:.1f} ms/step" + (f", MFU {100 * res['untraced_mfu']:.1f} %" if peak else "")
+        + f"; {len(warm)} warm-up steps {warm_s:.1f} s"
         + (f" ({res['graphs']['compiled_blocks']} layers compiled, the compile included)"
            if res["graphs"] and res["graphs"]["compiled_blocks"] else "") + f"; attention {res['attention']}"
         + (f"; query, key and value fused in {res['graphs'].get('fused_projections', 0)} layers"
@@ -1073,6 +1106,9 @@ class Parent:
                 kinds = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(p["by_kind_share"].items())[:6])
                 mfu = f", MFU {100 * p['mfu']:.1f} %" if p.get("mfu") else ""
                 launches = f" ({p['kernels_per_step']:.0f} kernels)" if p.get("kernels_per_step") else ""
+                if p.get("untraced_step_ms"):
+                    mfu += (f"; untraced {p['untraced_step_ms']:.1f} ms/step"
+                            + (f", MFU {100 * p['untraced_mfu']:.1f} %" if p.get("untraced_mfu") else ""))
                 lines.append(f"profile {prof['shape']} {name}: {p['step_ms']:.1f} ms/step{mfu}, GPU busy "
                              f"{100 * p['gpu_busy']:.0f} %{launches}, warm-up {p.get('warm_seconds', '-')} s: {kinds}")
         elif prof:
