@@ -138,6 +138,9 @@ REFUSED = [
     (job(_reserved(pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
                    "projects/p/zones/europe-west4-a/reservations/r/reservationBlocks/b")),
      "Reservation zone europe-west4-a is not in the job's region us-central1"),
+    # Spot VMs consume no reservation (Compute Engine "Consume reservations"): the pair was accepted
+    (job(_reserved(pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8), "projects/p/zones/us-central1-b/reservations/r"),
+         scheduling={"strategy": "SPOT"}), "Spot VMs cannot consume a reservation"),
     # display name and labels
     ({**job(pool()), "displayName": "x" * 129},
      "CustomJob.display_name is too long: 129 characters, at most 128 allowed."),
@@ -232,7 +235,12 @@ def test_accepted_variants(vertex):
     reserved = pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8, diskSpec={"bootDiskType": "hyperdisk-balanced"})
     reserved["machineSpec"]["reservationAffinity"] = {"reservationAffinityType": "ANY_RESERVATION"}
     create(vertex, job(reserved))
-    assert len(vertex.jobs) == 2
+    # Spot with ANY_RESERVATION: a Compute Engine VM's default affinity, which a Spot VM simply does not consume
+    create(vertex, job(copy.deepcopy(reserved), scheduling={"strategy": "SPOT"}))
+    # a specific reservation on demand
+    create(vertex, job(_reserved(pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
+                                 "projects/p/zones/us-central1-b/reservations/r")))
+    assert len(vertex.jobs) == 4
 
 
 def test_a_prebuilt_image_as_a_custom_container_is_refused_only_after_its_end_of_availability():

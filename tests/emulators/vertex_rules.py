@@ -110,6 +110,17 @@ NEEDS_CAPACITY = {"a3-ultragpu-8g", "a4-highgpu-8g"}
 # compute.googleapis.com/reservation-name ("Use reservations with training",
 # https://docs.cloud.google.com/vertex-ai/docs/training/use-reservations, read 2026-11-26).
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+# Spot VMs take no reservation: "You can't consume a reservation to create the following Compute Engine resources:
+# Spot VMs or preemptible instances; Sole-tenant nodes" (Compute Engine "Consume reservations", Limitations,
+# https://docs.cloud.google.com/compute/docs/instances/reservations-consume, read 2026-11-28 in its stored es-419, pt
+# and ja copies; "All Spot VMs limitations apply when using Spot VMs with Vertex AI", "Use Spot VMs with prediction",
+# https://cloud.google.com/vertex-ai/docs/predictions/use-spot-vms, read 2026-11-28). So SPOT with a
+# SPECIFIC_RESERVATION is refused; ANY_RESERVATION only "falls back to on-demand" (ReservationAffinity.Type, aiplatform
+# v1 reference, https://docs.cloud.google.com/dotnet/docs/reference/Google.Cloud.AIPlatform.V1/latest/
+# Google.Cloud.AIPlatform.V1.ReservationAffinity.Types.Type, read 2026-11-28), as a Compute Engine VM's default
+# ANY_RESERVATION does not stop it being Spot, so that one is not refused here (ftcli refuses both combinations
+# itself, catalog.provisioning_problems). Documented as ambiguous: Vertex's own training pages do not say whether the
+# create call or the provisioning refuses it; the emulator refuses at create, the earliest Google could.
 _CE = r"[a-z](?:[-a-z0-9]*[a-z0-9])?"
 RESERVATION = re.compile(rf"projects/[^/]+/zones/(?P<zone>(?P<region>[a-z]+-[a-z]+\d+)-[a-z])/reservations/{_CE}"
                          rf"(?:/reservationBlocks/{_CE})?")
@@ -260,6 +271,8 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
                         "reservation or reservation block")
             if m["region"] != location:
                 return f"Reservation zone {m['zone']} is not in the job's region {location}"
+            if strategy == Strategy.SPOT:
+                return "Spot VMs cannot consume a reservation: drop the SPECIFIC_RESERVATION or the SPOT strategy"
         if machine in SPOT_OR_FLEX and strategy not in (Strategy.SPOT, Strategy.FLEX_START):
             return f"{machine} can only be provisioned as Spot or Flex-start"
         if machine in NEEDS_CAPACITY and not (reserved or strategy in (Strategy.SPOT, Strategy.FLEX_START)):
