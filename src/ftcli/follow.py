@@ -56,8 +56,10 @@ class Line:
 
 def job_filter(job_id: str, replica: str | None = None, severity: str | None = None,
                since: dt.datetime | None = None) -> str:
-    # The filter gcloud's `ai custom-jobs stream-logs` builds: resource type ml_job with label job_id (the team's
-    # notes/vertex-facts.md); task_name names the replica (workerpool0-0, ...).
+    # The filter gcloud's `ai custom-jobs stream-logs` builds: 'resource.type="ml_job"', 'resource.labels.job_id="ID"'
+    # and, for one replica, 'resource.labels.task_name="NAME"' (workerpool0-0, ...), joined with AND (Google Cloud
+    # SDK's lib/googlecloudsdk/command_lib/ai/log_util.py, _LogFilters, as mirrored in
+    # https://github.com/google-cloud-sdk-unofficial/google-cloud-sdk, commit 01f043c2; read 2026-11-28).
     parts = ['resource.type="ml_job"', f'resource.labels.job_id="{job_id}"']
     if replica:
         parts.append(f'resource.labels.task_name="{replica}"')
