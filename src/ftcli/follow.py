@@ -84,7 +84,12 @@ def clean_text(text: str) -> str:
 
 def display_severity(entry_severity: str, text: str) -> str:
     """Vertex files every stderr line as ERROR. Trust the line's own level when it states one, and show
-    ERROR only for what looks like one; otherwise the line is plain output."""
+    ERROR only for what looks like one; otherwise the line is plain output.
+
+    Vertex documents no severity for a container's output; what it does is reported in GoogleCloudPlatform/vertex-ai-
+    samples#242 ("Google cloud logging type ERROR for regular training progress output": tqdm bars and "Configuration
+    saved in ..." logged as ERROR, a printed dict as INFO; https://github.com/GoogleCloudPlatform/vertex-ai-samples/
+    issues/242, read 2026-11-28)."""
     m = LEVEL_RE.match(text)
     if m:
         word = (m.group(1) or m.group(2) or "").upper()
