@@ -127,6 +127,9 @@ REFUSED = [
      'Machine type "e2-highcpu-8" is not supported for custom training (workerPoolSpecs[0]).'),
     (job(pool("n1-standard-2", count=0)), 'Machine type "n1-standard-2" is not supported'),
     (job(pool("n2d-standard-8", count=0)), 'Machine type "n2d-standard-8" is not supported'),
+    # an accelerator-optimized machine without its GPUs (configure-compute marks them "must be used with certain GPUs")
+    (job(pool("a2-highgpu-1g", count=0)), 'Machine type "a2-highgpu-1g" must be used with its GPUs'),
+    (job(pool("g2-standard-8", "NVIDIA_L4", 0)), 'Machine type "g2-standard-8" must be used with its GPUs'),
     # pd-standard: A3 High and A3 Mega list no Standard Persistent Disk
     (job(pool("a3-highgpu-8g", "NVIDIA_H100_80GB", 8, diskSpec={"bootDiskType": "pd-standard"})),
      "a3-highgpu-8g does not support pd-standard boot disks"),

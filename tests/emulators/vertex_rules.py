@@ -235,6 +235,11 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
             return f'Machine type "{machine}" is not supported for custom training (workerPoolSpecs[{i}]).'
         accel = pool.machine_spec.accelerator_type.name
         count = pool.machine_spec.accelerator_count
+        # CONFIGURE_COMPUTE's "Machine types" list marks its a2/a3/a4/g2/g4 entries "*" ("must be used with certain
+        # GPUs or TPUs", read 2026-11-27, as CPU_MACHINES above): one of them without its GPUs was accepted here.
+        if machine in GPU_MACHINES and not (count and accel != "ACCELERATOR_TYPE_UNSPECIFIED"):
+            return (f'Machine type "{machine}" must be used with its GPUs: set acceleratorType and acceleratorCount '
+                    f"(workerPoolSpecs[{i}]).")
         if count and accel != "ACCELERATOR_TYPE_UNSPECIFIED":
             counts = GPU_TABLE.get(machine, {}).get(accel)
             if counts is None:
