@@ -6,6 +6,11 @@ updated 2026-04-10; read 2026-11-26), table "Available accelerators per region".
 entries marked only "*" (not for inference) or "‡" (not for Workbench notebooks) are in: e.g. every RTX PRO 6000,
 "us-east1 ... RTX PRO 6000 ‡" (its six rows re-read 2026-11-27). The page also lists regions for custom training
 that have no GPUs at all (the second set below): CPU jobs run there.
+
+The region set as a whole (both sets together, 39 regions) is exactly gcloud's own list of "Available regions
+specifically for training, including custom-jobs and hp-tuning-jobs", SUPPORTED_TRAINING_REGIONS in Google Cloud SDK's
+lib/googlecloudsdk/command_lib/ai/constants.py (as mirrored in https://github.com/google-cloud-sdk-unofficial/
+google-cloud-sdk, commit 01f043c2; read 2026-11-28), which gcloud keeps as a fallback for its region lookups.
 """
 
 from __future__ import annotations
