@@ -152,6 +152,9 @@ REFUSED = [
     ({**job(pool()), "labels": {"team": "a" * 65}}, "Invalid label value"),
     ({**job(pool()), "labels": {"1team": "a"}}, "Invalid label key '1team'"),
     ({**job(pool()), "labels": {f"k{i}": "v" for i in range(65)}}, "has 65 labels; at most 64 are allowed."),
+    # the first pool is the one primary replica
+    (job({**pool(), "replicaCount": "2"}),
+     "workerPoolSpecs[0] is the primary replica: its replicaCount must be 1, not 2"),
     # only the later worker pools may be skipped with an empty spec
     (job({}, pool()), "workerPoolSpecs[0] (the primary replica) cannot be empty"),
     # environment variables: at most 100 per container, each name a C identifier

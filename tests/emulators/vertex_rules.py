@@ -192,6 +192,14 @@ def refusal(job: custom_job.CustomJob, location: str, today: dt.date | None = No
     if first is not None and not (first.machine_spec.machine_type or first.container_spec.image_uri
             or first.python_package_spec.executor_image_uri):
         return "workerPoolSpecs[0] (the primary replica) cannot be empty: only the later worker pools may be skipped."
+    # The first worker pool is the primary replica: "Exactly one replica is designated the primary replica"
+    # ("Distributed training", https://docs.cloud.google.com/vertex-ai/docs/training/distributed-training, read
+    # 2026-11-28), and Google's SDK refuses more ("Chief spec replica count cannot be greater than 1.",
+    # google/cloud/aiplatform/utils/worker_spec_utils.py in google-cloud-aiplatform 2.7.0, read 2026-11-28). Two were
+    # accepted here. An unset count (0) is left alone: WorkerPoolSpec.replica_count is "Optional".
+    if first is not None and first.replica_count > 1:
+        return (f"workerPoolSpecs[0] is the primary replica: its replicaCount must be 1, not {first.replica_count}; "
+                "put the other machines in workerPoolSpecs[1].")
     strategy = job.job_spec.scheduling.strategy
     if strategy == Strategy.FLEX_START:
         configs = {(p.machine_spec.machine_type, p.machine_spec.accelerator_type, p.machine_spec.accelerator_count)
