@@ -220,6 +220,8 @@ class VertexEmulator(GrpcEmulator):
         if not m:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid parent: {request.parent!r}")
         job = CustomJob(request.custom_job)
+        # CustomJob.display_name and CustomJobSpec.worker_pool_specs: "Required." (aiplatform_v1 types/custom_job.py,
+        # google-cloud-aiplatform 2.7.0, read 2026-11-28).
         if not job.display_name:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "CustomJob.display_name is required.")
         if not job.job_spec.worker_pool_specs:
@@ -302,6 +304,8 @@ class VertexEmulator(GrpcEmulator):
         if not m:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid parent: {request.parent!r}")
         job = TuningJob(request.hyperparameter_tuning_job)
+        # "Required." on each of these (docstrings of the installed google-cloud-aiplatform 2.7.0's aiplatform_v1
+        # types/hyperparameter_tuning_job.py, study.py and custom_job.py, read 2026-11-28).
         required = {"display_name": job.display_name, "study_spec.metrics": job.study_spec.metrics,
                     "study_spec.parameters": job.study_spec.parameters, "max_trial_count": job.max_trial_count,
                     "parallel_trial_count": job.parallel_trial_count,
@@ -309,6 +313,10 @@ class VertexEmulator(GrpcEmulator):
         for field, value in required.items():
             if not value:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"HyperparameterTuningJob.{field} is required.")
+        # Documented as ambiguous: no Google page read (HyperparameterTuningJob reference, the REST
+        # HyperparameterTuningJobSpec, read 2026-11-28) says a parallel count above the total is refused; it only
+        # describes "The desired number of Trials to run in parallel". The emulator refuses it, as ftcli does before
+        # any upload (tune.count_problems), so no ftcli path depends on which way Vertex goes.
         if job.parallel_trial_count > job.max_trial_count:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "parallel_trial_count exceeds max_trial_count.")
         problem = vertex_rules.tuning_refusal(job, m["location"])
