@@ -287,6 +287,13 @@ class VertexEmulator(GrpcEmulator):
         with self._lock:
             key = self._lookup(request.name, context)
             job = self._jobs[key]
+            # Documented as ambiguous: CancelCustomJob says only "The server makes a best effort to cancel the job, but
+            # success is not guaranteed" (aiplatform_v1 JobServiceClient.cancel_custom_job, google-cloud-aiplatform
+            # 2.7.0, read 2026-11-28), nothing about a finished job. FAILED_PRECONDITION is gRPC's code for "the system
+            # is not in a state required for the operation's execution" (google/rpc/code.proto), which Vertex answers
+            # for other operations that are no longer cancellable (GoogleCloudPlatform/vertex-ai-samples#18, "is not
+            # cancellable.", read 2026-11-28); ftcli reads the job before and after the call (jobs._cancel), so a
+            # silent no-op shows the finished state too.
             if job.state in TERMINAL:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               f"Cannot cancel CustomJob {job.name} in state {job.state.name}.")
