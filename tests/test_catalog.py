@@ -366,7 +366,7 @@ def test_provisioning_problems(spec, kw, message):
 
 @pytest.mark.parametrize(("region", "mirror"), [
     ("us-central1", "us"), ("us-east4", "us"), ("northamerica-northeast1", "us"), ("southamerica-east1", "us"),
-    ("me-west1", "us"), ("africa-south1", "us"),
+    ("me-west1", "europe"), ("me-central2", "europe"), ("africa-south1", "europe"),
     ("europe-west4", "europe"), ("europe-southwest1", "europe"), ("EUROPE-WEST1", "europe"),
     ("asia-northeast1", "asia"), ("asia-southeast1", "asia"), ("australia-southeast1", "asia"),
 ])

@@ -533,9 +533,11 @@ REDUCTION_SERVER_MACHINE = "n1-highcpu-16"
 
 
 def image_mirror(region: str) -> str:
-    """The Artifact Registry multi-region nearest to `region`: us, europe or asia."""
+    """The Artifact Registry multi-region nearest to `region`: us, europe or asia. The Middle East (me-west1 Tel Aviv,
+    me-central1 Doha, me-central2 Dammam) and africa-south1 (Johannesburg) are nearer Europe than the US (the same
+    order as ftcli.regions' _NEXT_AREAS): they took the us image."""
     geo = region.strip().lower().split("-", 1)[0]
-    if geo == "europe":
+    if geo in ("europe", "me", "africa"):
         return "europe"
     if geo in ("asia", "australia"):
         return "asia"
