@@ -151,8 +151,20 @@ def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceT
 # not billed either), never an "about".
 
 
+# A reservation: "When you use Compute Engine reservations, you're billed for: Compute Engine prices for the Compute
+# Engine resources, including any applicable committed use discounts (CUDs) ... Vertex AI serverless training
+# management fees in addition to your infrastructure usage", and the reserved resources are "charged ... at the same
+# on-demand rate as running VMs ... until the reservation is deleted. A VM consuming a reservation doesn't incur
+# separate charges" ("Use reservations with training", https://docs.cloud.google.com/vertex-ai/docs/training/
+# use-reservations, "Billing" and its introduction, read 2026-11-28 in its stored ja and zh-cn copies). So the Vertex
+# on-demand rates in the price file are neither "about" nor "at most" what a --reservation job costs.
+
+
 def billed_note(provisioning: str) -> str:
-    """Why a Spot or Flex-start job's amount is only a ceiling, in a few words."""
+    """Why a Spot or Flex-start job's amount is only a ceiling, or a reservation's not its bill, in a few words."""
+    if provisioning == "Reservation":
+        return ("a reservation's machines are billed by Compute Engine for as long as the reservation exists, at its "
+                "prices less any committed use discounts, plus Vertex's training management fee")
     if provisioning == "Low-cost":  # the deprecated LOW_COST strategy: "potential use of spot resources" (vertex.py)
         return "Low-cost may run on Spot machines, billed at lower Spot prices, not in your price file"
     return f"{provisioning} is billed at lower {provisioning} prices, not in your price file"

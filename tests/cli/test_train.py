@@ -1625,6 +1625,23 @@ T4 = 0.25
 """
 
 
+def test_a_reservation_job_is_not_priced_as_an_on_demand_one(capsys, monkeypatch, tmp_path):
+    # A reservation is billed by Compute Engine (and Vertex adds its management fee): the line said "about $0.75 an
+    # hour, at most $7.50", as if the job ran on demand.
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    use_price_file(tmp_path, monkeypatch, PRICES)
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--reservation",
+                "projects/p/zones/us-central1-b/reservations/t4-pool", "--project", "my-project",
+                "--bucket", "gs://my-bucket", "--dry-run", "--timeout", "10h")
+    assert r.code == 0, r.err
+    lines = r.err.splitlines()
+    at = lines.index("cost: 1 x T4 on n1-standard-8 for at most 10h (--timeout): up to 10 GPU-hours")
+    assert lines[at + 1].strip() == (
+        "$0.75 an hour, $7.50 in all (on-demand rates, not this job's bill: a reservation's machines are billed by "
+        "Compute Engine for as long as the reservation exists, at its prices less any committed use discounts, plus "
+        "Vertex's training management fee; us-central1 rates from our 2026 contract, appendix B, read 2026-11-02)")
+
+
 def test_the_users_price_file_gives_amounts_for_each_candidate(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
     use_price_file(tmp_path, monkeypatch, PRICES)

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 
 def provisioning(job: dict) -> str | None:
-    """"Spot" or "Flex-start" from the job options (--spot, --flex-start); None: on-demand."""
-    return "Spot" if job.get("spot") else "Flex-start" if job.get("flex_start") else None
+    """"Spot", "Flex-start" or "Reservation" from the job options (--spot, --flex-start, --reservation); None:
+    on-demand."""
+    if job.get("spot"):
+        return "Spot"
+    if job.get("flex_start"):
+        return "Flex-start"
+    return "Reservation" if job.get("reservation") else None
 
 
 def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", trials: int | None = None,
@@ -33,13 +38,19 @@ def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", t
     from ftcli.prices import billed_note
 
     t = cost.table
-    rates = f"on-demand rates, a ceiling: {billed_note(discounted)}; " if discounted else "on-demand rates: "
-    per_hour, most, in_all = ("at most", "", " in all") if discounted else ("about", "at most ", "")
+    if discounted == "Reservation":  # neither about nor at most: another bill (prices.billed_note)
+        rates = f"on-demand rates, not this job's bill: {billed_note(discounted)}; "
+        per_hour, most, in_all = ("", "", " in all")
+    elif discounted:
+        rates = f"on-demand rates, a ceiling: {billed_note(discounted)}; "
+        per_hour, most, in_all = ("at most ", "", " in all")
+    else:
+        rates, per_hour, most, in_all = "on-demand rates: ", "about ", "at most ", ""
     if trials:
-        amount = (f"{per_hour} ${cost.per_hour * at_once:,.2f} an hour with {at_once} running, {most}"
+        amount = (f"{per_hour}${cost.per_hour * at_once:,.2f} an hour with {at_once} running, {most}"
                   f"${cost.at_most * trials:,.2f} for {trials} trials")
     else:
-        amount = f"{per_hour} ${cost.per_hour:,.2f} an hour, {most}${cost.at_most:,.2f}{in_all}"
+        amount = f"{per_hour}${cost.per_hour:,.2f} an hour, {most}${cost.at_most:,.2f}{in_all}"
     lines.append(f"{pad}{amount} ({rates}{t.region} rates from {t.source}, read {t.read})")
     return lines
 
