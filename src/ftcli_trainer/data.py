@@ -100,7 +100,35 @@ def _utf8_error(path: Path, shown: str) -> DataError:
     in blocks, which know no lines): an error's path only. A UTF-8 sequence never holds a newline byte, so each
     line decodes on its own."""
     with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as raw:
+        if other := _other_format(raw.read(8), shown):
+            return other
+        raw.seek(0)
         return _utf8_error_in(raw, shown)
+
+
+# A file that is not text at all, told by its first bytes (the formats' magic numbers): "re-save it as UTF-8", what a
+# text file in another encoding is told, is no way out for a Parquet file or a workbook. An .xlsx is a zip archive;
+# an .xls an OLE2 compound file; UTF-16 text (Excel's "Unicode Text" export) starts with its byte order mark.
+_NOT_TEXT = (
+    (b"PAR1", "a Parquet file", "pandas.read_parquet(PATH).to_csv('train.csv', index=False)"),
+    (b"ARROW1", "an Arrow/Feather file", "pandas.read_feather(PATH).to_csv('train.csv', index=False)"),
+    (b"PK\x03\x04", "a zip archive (an Excel .xlsx is one)",
+     "save the sheet as 'CSV UTF-8' (pandas: read_excel(PATH).to_csv('train.csv', index=False)), or unzip it "
+     "and give the CSV inside"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an Excel .xls workbook",
+     "save the sheet as 'CSV UTF-8' (pandas: read_excel(PATH).to_csv('train.csv', index=False))"),
+)
+
+
+def _other_format(head: bytes, shown: str) -> DataError | None:
+    """The one line for a file whose first bytes say it is no CSV or JSON Lines (nor UTF-8 text), else None."""
+    for magic, what, fix in _NOT_TEXT:
+        if head.startswith(magic):
+            fix = fix.replace("PATH", repr(shown))
+            return DataError(f"{shown} is {what}, not CSV or JSON Lines; convert it: {fix}")
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return DataError(f"{shown} is UTF-16 text, not UTF-8; re-save it as UTF-8 (in Excel: Save As 'CSV UTF-8')")
+    return None
 
 
 def _utf8_error_in(lines: Iterable[bytes], shown: str, cut: bool = False) -> DataError:
@@ -999,7 +1027,7 @@ def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[l
     try:
         text = codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=False)
     except UnicodeDecodeError:
-        raise _utf8_error_in(head.split(b"\n"), shown, cut=True) from None
+        raise _other_format(head, shown) or _utf8_error_in(head.split(b"\n"), shown, cut=True) from None
     text = text[:text.rfind("\n") + 1]  # whole lines only
     if not text:
         return None

@@ -660,3 +660,24 @@ def test_a_gs_file_that_fails_to_download_with_no_message_is_one_line(tmp_path, 
     small = write_csv(tmp_path / "e.csv", ["text", "label"], [("fine", "pos"), ("awful", "neg")])
     msg = error_of("--task", "csv", "--train-file", "gs://data/in/t.csv", "--eval-file", str(small))
     assert msg == "cannot read gs://data/in/t.csv: TimeoutError"
+@pytest.mark.parametrize(("name", "head", "said"), [
+    ("t.parquet", b"PAR1\x15\x04\x15\x9a\x01",
+     "is a Parquet file, not CSV or JSON Lines; convert it: pandas.read_parquet("),
+    ("t.feather", b"ARROW1\x00\x00\xff\xff", "is an Arrow/Feather file, not CSV or JSON Lines; convert it: "),
+    ("t.xlsx", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\x9b", "is a zip archive (an Excel .xlsx is one)"),
+    ("t.xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1\x00\x00\x93", "is an Excel .xls workbook, not CSV or JSON Lines"),
+    ("t.csv", "text\tlabel\na\tpos\n".encode("utf-16"), "is UTF-16 text, not UTF-8; re-save it as UTF-8"),
+])
+def test_a_file_that_is_no_text_says_what_it_is(tmp_path, name, head, said):
+    # A Parquet file (or a workbook) given as --train-file was "not UTF-8 (byte 0x9a on line 1); re-save it as UTF-8":
+    # no way out for a file that is not text at all.
+    from ftcli_trainer.data import head_columns
+
+    path = tmp_path / name
+    path.write_bytes(head + bytes(range(256)) * 4)
+    for task in ("csv", "jsonl"):
+        msg = error_of("--task", task, "--train-file", str(path))
+        assert msg.startswith(f"{path} {said}") and "byte 0x" not in msg
+    with pytest.raises(DataError) as e:
+        head_columns(path.read_bytes(), name, f"gs://b/{name}", "csv")
+    assert str(e.value).startswith(f"gs://b/{name} {said}")
