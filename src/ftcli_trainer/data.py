@@ -414,7 +414,9 @@ def _column_fix(col: str, columns: list[str], csv_file: bool, fix: str | None, t
     close = difflib.get_close_matches(col, [c for c in columns if c not in set(taken)], n=1)
     if close and fix and "NAME" in fix:
         flag = fix.split(" (")[0]  # "--label-column NAME (or --label-columns ...)": the alternative is noise here
-        return f"did you mean {close[0]!r}? pass {flag.replace('NAME', close[0])}"
+        # quoted as a shell reads it: "pass --text-column Review Text" (or 'Text ', whose space does not show) named
+        # another column when copied
+        return f"did you mean {close[0]!r}? pass {flag.replace('NAME', shlex.quote(close[0]))}"
     if close:
         return f"did you mean {close[0]!r}?"
     if fix and not fix.startswith("--"):

@@ -419,6 +419,11 @@ def test_row_errors_after_blank_lines_and_multi_line_fields_name_the_right_line(
                             "lable"),
     (["txt", "label"], [], "has no column 'text' (columns: txt, label); did you mean 'txt'? pass --text-column txt"),
     (["sentence", "label"], [], "has no column 'text' (columns: sentence, label); pass --text-column NAME"),
+    # the column to pass, quoted as a shell reads it: unquoted, a name with a space named another column when copied
+    (["the text", "label"], [], "has no column 'text' (columns: the text, label); did you mean 'the text'? "
+                                "pass --text-column 'the text'"),
+    (["Text ", "label"], [], "has no column 'text' (columns: 'Text ', label); did you mean 'Text '? pass --text-column "
+                             "'Text '"),
     (["text", "label "], [], "has no column 'label' (columns: text, 'label '); column names must not start or end "
                              "with spaces: remove the spaces around the commas in the header"),
     (["text", "toxic", "insult"], ["--label-columns", "toxic,insul"],
