@@ -502,6 +502,13 @@ def label_key(value) -> tuple[str, str]:
 KIND_WORDS = {"number": "numbers", "name": "names", "boolean": "booleans"}
 
 
+def _missing(value) -> bool:
+    """A label cell with nothing in it: absent, null, blank, or NaN (a spreadsheet's or pandas' empty cell)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    return isinstance(value, str) and value.strip().lower() in ("", "nan")
+
+
 def _label_value(value, where: str, col: str):
     """A single-label value, or the one-line reason it cannot be one."""
     if value is None:
@@ -690,6 +697,14 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
         return Examples(texts, pairs, labels), label_cols
     col = cfg.label_column
     values = [r.get(col) for r in rows]
+    if len(rows) > 1 and all(_missing(v) for v in values):
+        # (a spreadsheet column left empty, or the wrong column): "line 2: empty label ...; fill it in or remove the
+        # row" sent the user to fix rows one at a time
+        what = "targets" if cfg.regression else "labels"
+        others = any(c not in (cfg.text_column, cfg.text_pair_column, col) for c in columns)
+        fix = (f"pass --label-column with the column that holds the {what} (columns: {_shown_columns(columns)})"
+               if others else f"fill in the {what}")
+        raise DataError(f"{shown}: column {col!r} is empty in all {len(rows)} rows; {fix}")
     if cfg.regression:
         targets = np.array([_target(v, wheres[i], col) for i, v in enumerate(values)], dtype=np.float32)
         return Examples(texts, pairs, targets), [col]

@@ -686,3 +686,22 @@ def test_a_file_that_is_no_text_says_what_it_is(tmp_path, name, head, said):
     with pytest.raises(DataError) as e:
         head_columns(path.read_bytes(), name, f"gs://b/{name}", "csv")
     assert str(e.value).startswith(f"gs://b/{name} {said}")
+
+
+def test_a_label_column_empty_in_every_row_is_said_once_for_the_column(tmp_path):
+    # A label column left empty (or the wrong column) was "line 2: empty label in column 'label'; fill it in or remove
+    # the row", as if one row were wrong.
+    path = write_csv(tmp_path / "t.csv", ["text", "label", "stars"], [("a", "", "5"), ("b", "nan", "1")] * 3)
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path}: column 'label' is empty in all 6 rows; pass --label-column with the column that holds the labels "
+        "(columns: text, label, stars)")
+    assert error_of("--task", "csv", "--train-file", str(path), "--regression") == (
+        f"{path}: column 'label' is empty in all 6 rows; pass --label-column with the column that holds the targets "
+        "(columns: text, label, stars)")
+    path = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": None}, {"text": "b", "label": float("nan")}])
+    assert error_of("--task", "jsonl", "--train-file", str(path)) == (
+        f"{path}: column 'label' is empty in all 2 rows; fill in the labels")
+    # one row empty among labelled ones is still that row's line
+    path = write_csv(tmp_path / "u.csv", ["text", "label"], [("a", "pos"), ("b", ""), ("c", "neg")])
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} line 3: empty label in column 'label'; fill it in or remove the row")
