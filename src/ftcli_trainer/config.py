@@ -261,7 +261,7 @@ def _convert(opt: Option, raw: str, problems: list[str]) -> Any:
     return raw
 
 
-DATA_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson", ".gz")
+DATA_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".ndjson", ".gz")
 
 
 def unknown_task(value: str) -> str:

@@ -193,6 +193,12 @@ def _is_jsonl(path: str) -> bool:
     return name.endswith((".jsonl", ".json", ".ndjson"))
 
 
+def _separator(path: str) -> str:
+    """The field separator of a CSV-format file: a tab in a .tsv (GLUE's files, a spreadsheet's "Tab delimited"
+    export), else a comma. Quoted as CSV is (pandas' to_csv(sep="\t") writes it so)."""
+    return "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
+
+
 def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) -> tuple[list[str], list[dict]]:
     """(columns, rows) of a CSV or JSON Lines file; `fmt` forces "csv" or "jsonl"; `shown` names the file in
     errors (default: its path)."""
@@ -216,7 +222,7 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
                 rows = _read_jsonl(f, shown, fmt)
             else:
                 _refuse_json_lines_as_csv(f, shown, fmt)
-                rows = _read_csv(f, shown)
+                rows = _read_csv(f, shown, _separator(path))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)  # the rows are read: the downloaded copy is not needed
@@ -275,13 +281,13 @@ def _csv_error(shown: str, e: csv.Error, start: int, line: int) -> DataError:
     return DataError(f"{shown} is not valid CSV (line {line}: {why}){fix}")
 
 
-def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
+def _read_csv(f: io.TextIOBase, shown: str, sep: str = ",") -> list[dict]:
     if csv.field_size_limit() < CSV_FIELD_LIMIT:
         csv.field_size_limit(CSV_FIELD_LIMIT)
-    reader = csv.reader(f, strict=True)
+    reader = csv.reader(f, strict=True, delimiter=sep)
     start = 1  # the line the record being read starts on (csv.DictReader's line_num lags a record behind)
     try:
-        header = _csv_header(reader, shown)
+        header = _csv_header(reader, shown, sep)
         start = reader.line_num + 1
         records, lines = [], []
         rows: list[dict] = []
@@ -294,7 +300,7 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
                 continue
             if len(record) > len(header):
                 raise DataError(f"{shown} line {line}: more fields than the header's "
-                                f"{len(header)}; quote text that contains commas")
+                                f"{len(header)}; quote text that contains {SEPARATOR_NAMES[sep]}s")
             if len(record) < len(header):
                 raise DataError(f"{shown} line {line}: fewer fields than the header's {len(header)}")
             if direct:
@@ -310,16 +316,25 @@ def _read_csv(f: io.TextIOBase, shown: str) -> list[dict]:
             for record, line in zip(_drop_unnamed(header, records, shown), lines, strict=True)]
 
 
-def _csv_header(reader, shown: str) -> list[str]:
-    """The header row of a CSV reader, or the DataError that says what is wrong with it."""
+SEPARATOR_NAMES = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe"}
+
+
+def _csv_header(reader, shown: str, sep: str = ",") -> list[str]:
+    """The header row of a CSV reader (fields separated by `sep`), or the DataError that says what is wrong with it."""
     header = next(reader, None)
     if not header:
         raise DataError(f"{shown} is empty: expected a header row, then one row per example")
-    if len(header) == 1 and (sep := next((s for s in (";", "\t", "|") if s in header[0]), None)):
+    if len(header) == 1 and (other := next((s for s in SEPARATOR_NAMES if s != sep and s in header[0]), None)):
         # one column holding the separators: the hints below (no column 'text', quote commas) mislead
-        name = {"\t": "tab", ";": "semicolon", "|": "pipe"}[sep]
-        raise DataError(f"{shown} looks {name}-separated (its header is one column, {header[0]!r}); ftcli "
-                        "reads comma-separated CSV: save it with commas, or as JSON Lines")
+        if other == "\t":
+            fix = "name it .tsv (a .tsv file's fields are separated by tabs), or save it with commas"
+        elif other == ",":
+            fix = "name it .csv, or save it with tabs"
+        else:
+            fix = f"save it with {SEPARATOR_NAMES[sep]}s, or as JSON Lines"
+        reads = "comma-separated CSV" if sep == "," else "a .tsv as tab-separated"
+        raise DataError(f"{shown} looks {SEPARATOR_NAMES[other]}-separated (its header is one column, "
+                        f"{header[0]!r}); ftcli reads {reads}: {fix}")
     if not any(c.strip() for c in header):
         raise DataError(f"{shown}: its first line names no column; expected a header row (e.g. text,label), then "
                         "one row per example")
@@ -1058,7 +1073,8 @@ def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[l
     f = io.StringIO(text)
     _refuse_json_lines_as_csv(f, shown, fmt)
     try:
-        header = _csv_header(csv.reader(f, strict=True), shown)
+        sep = _separator(path)
+        header = _csv_header(csv.reader(f, strict=True, delimiter=sep), shown, sep)
     except csv.Error:
         return None  # a quoted header that runs past the head (or is broken: the job's reader says where)
     return (header, True) if all(c.strip() for c in header) else None

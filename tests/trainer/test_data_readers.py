@@ -705,3 +705,43 @@ def test_a_label_column_empty_in_every_row_is_said_once_for_the_column(tmp_path)
     path = write_csv(tmp_path / "u.csv", ["text", "label"], [("a", "pos"), ("b", ""), ("c", "neg")])
     assert error_of("--task", "csv", "--train-file", str(path)) == (
         f"{path} line 3: empty label in column 'label'; fill it in or remove the row")
+
+
+def test_a_tsv_file_is_read_with_tabs(tmp_path):
+    # GLUE's files and a spreadsheet's "Tab delimited" export are .tsv: they were refused ("looks tab-separated ...;
+    # save it with commas, or as JSON Lines"). A .tsv (.tsv.gz) is read with tabs, quoted as pandas writes it.
+    import csv
+
+    import pandas as pd
+
+    from ftcli_trainer.data import head_columns
+
+    rows = [("a\tgood, \"fine\"\nfilm", "positive"), ("bad", "negative"), ("ok, I guess", "positive"),
+            ("dull", "negative")] * 3
+    path = tmp_path / "t.tsv"
+    pd.DataFrame(rows, columns=["text", "label"]).to_csv(path, sep="\t", index=False)
+    (tmp_path / "t.tsv.gz").write_bytes(gzip.compress(path.read_bytes()))
+    for name in ("t.tsv", "t.tsv.gz"):
+        for task in ("csv", "sst2"):  # --task csv, and a named task whose files' format the extension picks
+            data = load("--task", task, "--train-file", str(tmp_path / name), "--eval-file", str(path),
+                        "--text-column", "text")
+            got = sorted(zip(data.train.texts, (data.label_names[i] for i in data.train.labels), strict=True))
+            assert got == sorted(rows)
+    assert head_columns(path.read_bytes()[:20], "t.tsv", "gs://b/t.tsv", "csv") == (["text", "label"], True)
+    # a .tsv whose lines hold commas, not tabs: the other way round
+    comma = tmp_path / "c.tsv"
+    with open(comma, "w", newline="") as f:
+        csv.writer(f).writerows([("text", "label"), ("a", "pos"), ("b", "neg")])
+    assert error_of("--task", "csv", "--train-file", str(comma)) == (
+        f"{comma} looks comma-separated (its header is one column, 'text,label'); ftcli reads a .tsv as "
+        "tab-separated: name it .csv, or save it with tabs")
+    # and a .csv whose lines hold tabs says to name it .tsv
+    tabs = tmp_path / "t.csv"
+    tabs.write_bytes(path.read_bytes())
+    assert error_of("--task", "csv", "--train-file", str(tabs)) == (
+        f"{tabs} looks tab-separated (its header is one column, 'text\\tlabel'); ftcli reads comma-separated CSV: "
+        "name it .tsv (a .tsv file's fields are separated by tabs), or save it with commas")
+    too_many = tmp_path / "m.tsv"
+    too_many.write_text("text\tlabel\na\tpos\tx\n")
+    assert error_of("--task", "csv", "--train-file", str(too_many)) == (
+        f"{too_many} line 2: more fields than the header's 2; quote text that contains tabs")
