@@ -214,8 +214,10 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
                 raise DataError(f"cannot read {path}: {type(e).__name__}" + (f": {said}" if said else "")) from None
         else:
             local = Path(path).expanduser()
+            if local.is_dir():
+                raise _folder_error(local, path)
             if not local.is_file():
-                raise DataError(f"data file {path} does not exist" + (" (it is a folder)" if local.is_dir() else ""))
+                raise DataError(f"data file {path} does not exist")
         jsonl = fmt == "jsonl" if fmt else _is_jsonl(path)
         with open_text(local, shown) as f:
             if jsonl:
@@ -230,6 +232,23 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
         raise DataError(f"{shown} has no data rows")
     columns = list(rows[0].keys())
     return columns, rows
+
+
+def _folder_error(folder: Path, path: str) -> DataError:
+    """A folder given as a data file ("does not exist (it is a folder)" said neither): the data files in it to pick
+    from (a dataset's folder, train.csv and validation.csv)."""
+    kinds = (".csv", ".tsv", ".jsonl", ".json", ".ndjson")
+    try:
+        found = sorted(f.name for f in folder.iterdir() if f.is_file() and not f.name.startswith(".")
+                       and f.name.lower().removesuffix(".gz").endswith(kinds))
+    except OSError:
+        found = []
+    if not found:
+        return DataError(f"data file {path} is a folder, and holds no .csv, .tsv or .jsonl file; give a data file")
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    example = next((f for f in found if "train" in f.lower()), found[0])
+    return DataError(f"data file {path} is a folder; give one file in it ({shown}), e.g. "
+                     f"{shlex.quote(str(Path(path) / example))}")
 
 
 def _use_format(fmt: str | None, wanted: str) -> str:

@@ -745,3 +745,18 @@ def test_a_tsv_file_is_read_with_tabs(tmp_path):
     too_many.write_text("text\tlabel\na\tpos\tx\n")
     assert error_of("--task", "csv", "--train-file", str(too_many)) == (
         f"{too_many} line 2: more fields than the header's 2; quote text that contains tabs")
+
+
+def test_a_folder_given_as_a_data_file_names_the_files_in_it(tmp_path):
+    # "data file d does not exist (it is a folder)": it exists, and the files to give were not named.
+    folder = tmp_path / "sst2"
+    folder.mkdir()
+    assert error_of("--task", "csv", "--train-file", str(folder)) == (
+        f"data file {folder} is a folder, and holds no .csv, .tsv or .jsonl file; give a data file")
+    for name in ("validation.csv", "train.csv", "notes.txt", ".hidden.csv", "extra.jsonl.gz"):
+        (folder / name).write_text("text,label\n")
+    assert error_of("--task", "csv", "--train-file", str(folder)) == (
+        f"data file {folder} is a folder; give one file in it (extra.jsonl.gz, train.csv, validation.csv), e.g. "
+        f"{folder / 'train.csv'}")
+    assert error_of("--task", "csv", "--train-file", str(tmp_path / "nope.csv")) == (
+        f"data file {tmp_path / 'nope.csv'} does not exist")
