@@ -760,3 +760,37 @@ def test_a_folder_given_as_a_data_file_names_the_files_in_it(tmp_path):
         f"{folder / 'train.csv'}")
     assert error_of("--task", "csv", "--train-file", str(tmp_path / "nope.csv")) == (
         f"data file {tmp_path / 'nope.csv'} does not exist")
+
+
+def test_an_eval_file_that_is_training_data_is_said(tmp_path, caplog):
+    # --eval-file given the training file (or an overlapping split) ran silently, and its scores were on trained text.
+    from ftcli_trainer.config import parse_args
+    from ftcli_trainer.data import check_files
+
+    rows = [(f"text {i}", "pos" if i % 2 else "neg") for i in range(40)]
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], rows)
+    other = write_csv(tmp_path / "eval.csv", ["text", "label"], rows[:3] + [(f"new {i}", "neg") for i in range(37)])
+    pairs = write_csv(tmp_path / "pairs.csv", ["text", "hyp", "label"], [(t, "same", lab) for t, lab in rows])
+    flipped = write_csv(tmp_path / "pairs2.csv", ["text", "hyp", "label"], [(t, "other", lab) for t, lab in rows])
+
+    def said(*argv) -> list[str]:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ftcli_trainer"):
+            load("--task", "csv", *argv)
+        return [r.getMessage() for r in caplog.records if "also in the training data" in r.getMessage()]
+
+    assert said("--train-file", str(train), "--eval-file", str(train)) == [
+        "40 of 40 eval examples (100%) are also in the training data: their scores are on text it trained on, and "
+        "overstate the model; give an --eval-file of other examples, or none (a share of the training data is then "
+        "held out)"]
+    assert said("--train-file", str(train), "--eval-file", str(other)) == []  # 3 of 40: real splits share a few
+    assert said("--train-file", str(train)) == []  # the held-out share
+    # a pair is the same example only with the same second text
+    assert len(said("--train-file", str(pairs), "--eval-file", str(pairs), "--text-pair-column", "hyp")) == 1
+    assert said("--train-file", str(pairs), "--eval-file", str(flipped), "--text-pair-column", "hyp") == []
+    # and the launcher says it before anything is uploaded
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        check_files(parse_args(["--task", "csv", "--train-file", str(train), "--eval-file", str(train)]),
+                    {"train_file": str(train), "eval_file": str(train)})
+    assert any("40 of 40 eval examples (100%)" in r.getMessage() for r in caplog.records)
