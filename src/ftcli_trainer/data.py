@@ -10,6 +10,7 @@ import codecs
 import csv
 import difflib
 import fnmatch
+import functools
 import gzip
 import io
 import json
@@ -536,6 +537,25 @@ def label_key(value) -> tuple[str, str]:
 KIND_WORDS = {"number": "numbers", "name": "names", "boolean": "booleans"}
 
 
+def _empty(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _first_of_several(rows: list[dict], idx: list[int], check: Callable[[int], object]) -> None:
+    """Raise the DataError that `check` raises for row idx[0], saying how many more rows (idx[1:]) have the same
+    problem, so that they are not found one run at a time (a scraped file with 300 empty texts took 300 runs)."""
+    if not idx:
+        return
+    try:
+        check(idx[0])
+    except DataError as e:
+        if len(idx) < 2:
+            raise
+        more = ", ".join(row_position(rows, i) for i in idx[1:4]) + (", ..." if len(idx) > 4 else "")
+        n = len(idx) - 1
+        raise DataError(f"{e} ({'so is 1 more row' if n == 1 else f'so are {n} more rows'}: {more})") from None
+
+
 def _missing(value) -> bool:
     """A label cell with nothing in it: absent, null, blank, or NaN (a spreadsheet's or pandas' empty cell)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -706,6 +726,9 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
     csv_file = bool(rows) and (isinstance(rows[0], CsvRow) or not isinstance(rows[0], Row))
     _check_columns(columns, cfg, shown, csv_file)
     wheres = [f"{shown} {row_position(rows, i)}" for i in range(len(rows))]
+    for c in filter(None, (cfg.text_column, cfg.text_pair_column)):
+        _first_of_several(rows, [i for i, r in enumerate(rows) if _empty(r.get(c))],
+                          functools.partial(lambda i, col: _text(rows[i].get(col), wheres[i], col), col=c))
     texts = [_text(r.get(cfg.text_column), wheres[i], cfg.text_column) for i, r in enumerate(rows)]
     pairs = None
     if cfg.text_pair_column:
@@ -739,6 +762,8 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
         fix = (f"pass --label-column with the column that holds the {what} (columns: {_shown_columns(columns)})"
                if others else f"fill in the {what}")
         raise DataError(f"{shown}: column {col!r} is empty in all {len(rows)} rows; {fix}")
+    _first_of_several(rows, [i for i, v in enumerate(values) if _missing(v)],
+                      lambda i: (_target if cfg.regression else _label_value)(values[i], wheres[i], col))
     if cfg.regression:
         targets = np.array([_target(v, wheres[i], col) for i, v in enumerate(values)], dtype=np.float32)
         return Examples(texts, pairs, targets), [col]

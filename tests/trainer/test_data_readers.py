@@ -794,3 +794,22 @@ def test_an_eval_file_that_is_training_data_is_said(tmp_path, caplog):
         check_files(parse_args(["--task", "csv", "--train-file", str(train), "--eval-file", str(train)]),
                     {"train_file": str(train), "eval_file": str(train)})
     assert any("40 of 40 eval examples (100%)" in r.getMessage() for r in caplog.records)
+
+
+def test_rows_missing_a_text_or_a_label_are_counted_not_found_one_run_at_a_time(tmp_path):
+    # Only the first empty text (or label) was named: a file with many of them took a run for each.
+    rows = [("a", "pos"), ("", "neg"), ("c", "pos"), (" ", "neg"), ("e", ""), ("", "pos"), ("g", "neg"), ("", "pos"),
+            ("", "neg"), ("j", "pos")]
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], rows)
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} line 3: empty text in column 'text'; remove the row or fill it in (so are 4 more rows: line 5, "
+        "line 7, line 9, ...)")
+    path = write_csv(tmp_path / "u.csv", ["text", "label"], [(t.strip() or "x", lab) for t, lab in rows[:5]] +
+                     [("y", "nan"), ("z", "")])
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        f"{path} line 6: empty label in column 'label'; fill it in or remove the row (so are 2 more rows: line 7, "
+        "line 8)")
+    pairs = write_csv(tmp_path / "p.csv", ["text", "hyp", "label"],
+                      [("a", "", "pos"), ("b", "", "neg"), ("c", "x", "pos")])
+    assert error_of("--task", "csv", "--train-file", str(pairs), "--text-pair-column", "hyp") == (
+        f"{pairs} line 2: empty text in column 'hyp'; remove the row or fill it in (so is 1 more row: line 3)")
