@@ -927,6 +927,14 @@ MIN_TRAIN_EXAMPLES = 3  # fewer examples of a label than this: said before train
 _NAMED = 5  # labels named in such a warning; the rest are counted
 
 
+def _looks_continuous(names: list[str]) -> bool:
+    """Whether class names read off the data are a measurement's values rather than classes: more than 10 numbers,
+    some not whole (ratings 1..10 are classes as well as numbers; 0.002, 0.014, ... are not)."""
+    keys = [label_key(n) for n in names]
+    return (len(names) > 10 and all(kind == "number" for kind, _ in keys)
+            and any(not key.lstrip("+-").isdigit() for _, key in keys))
+
+
 def _warn_thin_labels(train_ex: Examples, evals: dict[str, Examples], names: list[str]) -> None:
     """Say which labels have (almost) nothing to learn from, or nothing to be scored on in the first eval set: a
     label with one row trained silently, and the split could leave it out of the held-out rows altogether."""
@@ -939,6 +947,10 @@ def _warn_thin_labels(train_ex: Examples, evals: dict[str, Examples], names: lis
         shown = ", ".join(f"{names[i]!r} ({what(i)})" for i in idx[:_NAMED])
         return shown + (f" and {len(idx) - _NAMED} more" if len(idx) > _NAMED else "")
 
+    if train_ex.labels.ndim == 1 and _looks_continuous(names):
+        # a score column without --regression: hundreds of one-row classes, and only "too few to learn" said
+        log.warning("the %d labels are numbers that are not all whole (%s, ...): each value is learned as a class of "
+                    "its own; to learn a number, pass --regression", k, ", ".join(names[:3]))
     train = counts(train_ex)
     eval_name, first = next(iter(evals.items()))
     scored = counts(first)

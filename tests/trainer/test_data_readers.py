@@ -813,3 +813,21 @@ def test_rows_missing_a_text_or_a_label_are_counted_not_found_one_run_at_a_time(
                       [("a", "", "pos"), ("b", "", "neg"), ("c", "x", "pos")])
     assert error_of("--task", "csv", "--train-file", str(pairs), "--text-pair-column", "hyp") == (
         f"{pairs} line 2: empty text in column 'hyp'; remove the row or fill it in (so is 1 more row: line 3)")
+
+
+def test_a_score_column_without_regression_is_said(tmp_path, caplog):
+    # A column of scores (0.31, 2.75, ...) given as the label without --regression trained hundreds of one-row
+    # classes, and the only warning was that each had too few examples.
+    scores = write_csv(tmp_path / "s.csv", ["text", "score"], [(f"t {i}", f"{i * 0.37:.2f}") for i in range(30)])
+    stars = write_csv(tmp_path / "r.csv", ["text", "stars"], [(f"t {i}", str(1 + i % 12)) for i in range(60)])
+
+    def said(path, col) -> list[str]:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ftcli_trainer"):
+            load("--task", "csv", "--train-file", str(path), "--label-column", col)
+        return [r.getMessage() for r in caplog.records if "--regression" in r.getMessage()]
+
+    assert said(scores, "score") == [
+        "the 30 labels are numbers that are not all whole (0, 0.37, 0.74, ...): each value is learned as a class of "
+        "its own; to learn a number, pass --regression"]
+    assert said(stars, "stars") == []  # whole numbers: star ratings are classes as well as numbers
