@@ -225,7 +225,7 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
                 rows = _read_jsonl(f, shown, fmt)
             else:
                 _refuse_json_lines_as_csv(f, shown, fmt)
-                rows = _read_csv(f, shown, _separator(path))
+                rows = _read_tsv(f, shown) if _separator(path) == "\t" else _read_csv(f, shown)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)  # the rows are read: the downloaded copy is not needed
@@ -301,10 +301,24 @@ def _csv_error(shown: str, e: csv.Error, start: int, line: int) -> DataError:
     return DataError(f"{shown} is not valid CSV (line {line}: {why}){fix}")
 
 
-def _read_csv(f: io.TextIOBase, shown: str, sep: str = ",") -> list[dict]:
+def _read_tsv(f: io.TextIOBase, shown: str) -> list[dict]:
+    """A .tsv's rows: quoted as CSV is (pandas' to_csv(sep="\t")), or else with no quoting at all, as GLUE's files
+    are (MNLI's hypothesis `"Hi" is a greeting.` opens a quote that CSV's rules cannot close; pandas reads those
+    with quoting=csv.QUOTE_NONE). The second reading is tried only when the first fails, and says nothing."""
+    try:
+        return _read_csv(f, shown, "\t")
+    except DataError as e:
+        f.seek(0)
+        try:
+            return _read_csv(f, shown, "\t", quoting=False)
+        except DataError:
+            raise e from None
+
+
+def _read_csv(f: io.TextIOBase, shown: str, sep: str = ",", quoting: bool = True) -> list[dict]:
     if csv.field_size_limit() < CSV_FIELD_LIMIT:
         csv.field_size_limit(CSV_FIELD_LIMIT)
-    reader = csv.reader(f, strict=True, delimiter=sep)
+    reader = csv.reader(f, strict=True, delimiter=sep, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
     start = 1  # the line the record being read starts on (csv.DictReader's line_num lags a record behind)
     try:
         header = _csv_header(reader, shown, sep)

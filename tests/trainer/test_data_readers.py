@@ -831,3 +831,19 @@ def test_a_score_column_without_regression_is_said(tmp_path, caplog):
         "the 30 labels are numbers that are not all whole (0, 0.37, 0.74, ...): each value is learned as a class of "
         "its own; to learn a number, pass --regression"]
     assert said(stars, "stars") == []  # whole numbers: star ratings are classes as well as numbers
+
+
+def test_a_tsv_without_quoting_as_glue_writes_it(tmp_path):
+    # GLUE's .tsv files quote nothing: MNLI's `"Hi" is a greeting.` opened a CSV quote that never closed, and the file
+    # was "not valid CSV". A .tsv that CSV's quoting rules cannot read is read with no quoting (pandas' QUOTE_NONE).
+    rows = [("He said hi.", '"Hi" is a greeting.', "entailment"), ('"No," she said', "She agreed.", "contradiction"),
+            ("A cat sat.", "An animal sat.", "entailment"), ("Rain fell.", 'It was "dry".', "contradiction")] * 3
+    path = tmp_path / "dev.tsv"
+    path.write_text("premise\thypothesis\tlabel\n" + "".join("\t".join(r) + "\n" for r in rows))
+    data = load("--task", "csv", "--train-file", str(path), "--eval-file", str(path), "--text-column", "premise",
+                "--text-pair-column", "hypothesis")
+    assert sorted(zip(data.train.texts, data.train.pairs, strict=True)) == sorted((p, h) for p, h, _ in rows)
+    # a .csv is not read so: its broken quote is still the one line that says where
+    bad = tmp_path / "dev.csv"
+    bad.write_text("text,label\n\"Hi\" is a greeting.,pos\n")
+    assert "is not valid CSV (line 2: " in error_of("--task", "csv", "--train-file", str(bad))
