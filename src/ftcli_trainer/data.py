@@ -988,9 +988,12 @@ EVAL_IN_TRAIN_WARN = 0.10
 def _warn_eval_in_train(train: Examples, evals: dict[str, Examples]) -> None:
     """Say when much of an --eval-file is training data (the training file given again, or overlapping splits): the
     run scores what it trained on, and the scores look better than the model is."""
-    seen = set(zip(train.texts, train.pairs or train.texts, strict=True))
     for name, ex in evals.items():
-        both = sum((t, p) in seen for t, p in zip(ex.texts, ex.pairs or ex.texts, strict=True))
+        # a set of the eval examples, not of the training data's (often far more rows): what of it is in the training
+        # data is found in one pass over that
+        wanted = set(zip(ex.texts, ex.pairs or ex.texts, strict=True))
+        found = {x for x in zip(train.texts, train.pairs or train.texts, strict=True) if x in wanted}
+        both = sum(x in found for x in zip(ex.texts, ex.pairs or ex.texts, strict=True))
         if len(ex) and both / len(ex) > EVAL_IN_TRAIN_WARN:
             log.warning("%d of %d %s examples (%.0f%%) are also in the training data: their scores are on text it "
                         "trained on, and overstate the model; give an --eval-file of other examples, or none (a share "
