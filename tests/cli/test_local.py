@@ -363,6 +363,20 @@ def test_a_run_that_fails_on_its_data_leaves_no_folder_behind(tmp_path, tiny_mod
     assert not (tmp_path / "ftcli-runs").exists() or not any((tmp_path / "ftcli-runs").iterdir())
 
 
+def test_a_parquet_file_is_one_line_that_says_how_to_convert_it_and_leaves_no_folder(tmp_path, tiny_model):
+    # It was "not UTF-8 (byte 0x.. on line 1); re-save it as UTF-8": no way out for a file that is not text.
+    pq = tmp_path / "train.parquet"
+    pq.write_bytes(b"PAR1\x15\x04\x15\x9a\x01" + bytes(range(256)))
+    out = tmp_path / "run"
+    r = ftcli("local", "--task", "csv", "--train-file", str(pq), "--model", str(tiny_model), "--output-dir", str(out),
+              cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {pq} is a Parquet file, not CSV or JSON Lines; convert it: "
+                      f"pandas.read_parquet({str(pq)!r}).to_csv('train.csv', index=False)"]
+    assert not out.exists()
+
+
 def test_a_failed_run_keeps_the_tensorboard_files_that_were_in_logs_before(tmp_path, tiny_model):
     """--output-dir . in a project whose logs/ holds someone else's TensorBoard files (no metrics.jsonl): a run that
     fails before logging removes only what it wrote (it deleted every events.out.tfevents.* there)."""
