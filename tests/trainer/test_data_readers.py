@@ -665,6 +665,8 @@ def test_a_gs_file_that_fails_to_download_with_no_message_is_one_line(tmp_path, 
     small = write_csv(tmp_path / "e.csv", ["text", "label"], [("fine", "pos"), ("awful", "neg")])
     msg = error_of("--task", "csv", "--train-file", "gs://data/in/t.csv", "--eval-file", str(small))
     assert msg == "cannot read gs://data/in/t.csv: TimeoutError"
+
+
 @pytest.mark.parametrize(("name", "head", "said"), [
     ("t.parquet", b"PAR1\x15\x04\x15\x9a\x01",
      "is a Parquet file, not CSV or JSON Lines; convert it: pandas.read_parquet("),
