@@ -766,12 +766,13 @@ def _untraced_step_ms(args, t, active: list) -> float:
     quoted at: inter-kernel gaps and any wait on the host are in, the start is not)."""
     import torch
 
-    steps = [g for _ in range(UNTRACED_ROUNDS) for g in active]
-    if args.device != "cuda":
+    if args.device != "cuda":  # (a CPU dry run: once over, inside the child's time limit)
+        steps = list(active)
         started = time.perf_counter()
         for g in steps:
             t.train_step(g)
         return 1000 * (time.perf_counter() - started) / len(steps)
+    steps = [g for _ in range(UNTRACED_ROUNDS) for g in active]
     sync(args.device)
     t.train_step(steps[0])
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
