@@ -197,6 +197,24 @@ def test_stderr_lines_are_not_errors_unless_they_say_so(capsys, logs_env):
                    ("WARNING: something odd", "WARNING"), ("Traceback (most recent call last):", "ERROR")]
 
 
+def test_a_line_cloud_logging_holds_as_a_warning_is_shown_as_one(capsys, logs_env):
+    # Found by hand: Cloud Logging's severity reached the follower as a number ("400"), never as WARNING, so a line
+    # logged at WARNING (a structured log line's own level) was shown as plain output, listed or tailed.
+    vertex, logs, job = logs_env
+    logs.write_line(job["id"], "workerpool0-0", "disk 95% full", severity="WARNING")
+
+    def produce():
+        assert logs.wait_for_tails(1, timeout=10)
+        logs.write_line(job["id"], "workerpool0-0", "eval set is tiny", severity="WARNING")
+        logs.write_line(job["id"], "workerpool0-0", "lost the GPU", severity="CRITICAL")
+        time.sleep(0.3)
+        vertex.set_state(job["name"], "SUCCEEDED")
+
+    r = run_while(capsys, produce, vertex, "logs", "1", "--json")
+    got = [(x["text"], x["severity"]) for x in json_lines(r.out) if "text" in x]
+    assert got == [("disk 95% full", "WARNING"), ("eval set is tiny", "WARNING"), ("lost the GPU", "CRITICAL")]
+
+
 def test_polling_fallback_when_tail_is_unavailable(capsys, logs_env):
     vertex, logs, job = logs_env
     logs.tail_unavailable = True

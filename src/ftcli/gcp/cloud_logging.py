@@ -48,7 +48,14 @@ def to_entry(entry) -> LogEntry:
             MessageToDict(pb.json_payload), ensure_ascii=False)
     else:
         text = ""
-    severity = entry.severity.name if hasattr(entry.severity, "name") else str(entry.severity)
+    # LogEntry.severity is a protobuf enum, not a proto-plus one: it comes back as its number (400), which the follower
+    # never took for WARNING, so a line Cloud Logging holds at WARNING showed as plain output
+    from google.logging.type import log_severity_pb2  # type: ignore[import-untyped]
+
+    try:
+        severity = log_severity_pb2.LogSeverity.Name(pb.severity)
+    except ValueError:  # a number the enum does not name
+        severity = str(pb.severity)
     received = pb.receive_timestamp.ToDatetime(tzinfo=dt.UTC) if pb.HasField("receive_timestamp") else ts
     return LogEntry(ts, pb.resource.labels.get("task_name", ""), severity, text,
                     pb.insert_id or f"{ts.isoformat()}:{text}", received)
