@@ -51,6 +51,21 @@ def test_a_malformed_resource_name_is_said_as_one():
     assert "projects/PROJECT/locations/REGION/customJobs/ID (ID all digits)" in info.value.hint
 
 
+def test_a_display_name_of_a_job_from_this_machine_names_it():
+    # Found by hand: `ftcli logs ftcli-csv-20261128-065633-3d46`, the name `ftcli train` printed, was "not a job
+    # reference".
+    history.record(NAME.format(111111111), "ftcli-csv-20261128-065633-3d46")
+    history.record(NAME.format(222222222), "twice")
+    history.record(NAME.format(333333333), "twice")
+    assert history.resolve("ftcli-csv-20261128-065633-3d46") == NAME.format(111111111)
+    with pytest.raises(UsageError, match="2 jobs submitted from this machine are named 'twice'") as info:
+        history.resolve("twice")
+    assert info.value.hint == "give one's short id: #2, #3"
+    with pytest.raises(UsageError, match="is not a job reference") as info:
+        history.resolve("ftcli-csv-20261128-065633-3d47")
+    assert "display name of a job submitted from this machine" in info.value.hint
+
+
 def test_extra_fields_are_kept():
     history.record(NAME.format(1), "a", project="p", region="us-central1", base_output_dir="gs://b/x/")
     (e,) = history.entries()

@@ -256,10 +256,19 @@ def resolve(ref: str, project: str | None = None, region: str | None = None, *, 
         if not (project and region):
             raise UsageError(f"job {ref}: a numeric id needs --project and --region (or a full resource name)")
         return f"projects/{project}/locations/{region}/customJobs/{ref}"
+    # The display name `ftcli train` prints ("submitted job #3 ftcli-imdb-20261128-..."), and the console shows: it
+    # was "not a job reference". Only this machine's jobs: Vertex does not keep display names unique.
+    named = [e for e in entries() if e.get("display_name") == ref]
+    if len(named) == 1:
+        return named[0]["name"]
+    if named:
+        raise UsageError(f"{len(named)} jobs submitted from this machine are named {ref!r}",
+                         hint="give one's short id: " + ", ".join(f"#{e['n']}" for e in named))
     if folder_too:  # predict, report: a mistyped path or name is said as one
         what = f"{ref!r} is a file, not a folder" if Path(ref).expanduser().exists() else f"{ref!r}: no such folder"
         raise UsageError(f"{what}, and not a job reference",
                          hint="check the path, or give a job: a short id (3), `last`, a numeric job id, or "
                               "projects/P/locations/R/customJobs/ID")
     raise UsageError(f"{ref!r} is not a job reference",
-                     hint="use a short id (3), `last`, a numeric job id, or projects/P/locations/R/customJobs/ID")
+                     hint="use a short id (3), `last`, a numeric job id, projects/P/locations/R/customJobs/ID, or the "
+                          "display name of a job submitted from this machine")

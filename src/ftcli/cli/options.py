@@ -20,7 +20,8 @@ ServiceAccountOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     rich_help_panel=PANEL)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 JobArg = Annotated[str, typer.Argument(
-    help="Job: short id (3), last, numeric id, or projects/P/locations/R/customJobs/ID.")]
+    help="Job: short id (3), last, numeric id, projects/P/locations/R/customJobs/ID, or the display name of a job "
+         "submitted from this machine.")]
 
 # The machines and how they are obtained: `ftcli train` and `ftcli tune` (whose trials are train's job) alike.
 HW = "Hardware"
