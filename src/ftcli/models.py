@@ -179,14 +179,18 @@ def _crc32c(path: Path) -> str:
     return base64.b64encode(checksum.digest()).decode()
 
 
-def _holds(dest: Path, files: list[tuple[str, PurePosixPath, int]], sums: dict[str, str | None]) -> bool:
+def _holds(dest: Path, files: list[tuple[str, PurePosixPath, int]], sums: dict[str, str | None],
+           others: bool = False) -> bool:
     """Whether `dest` already holds exactly this model: the same files, sizes and CRC32C checksums (the same command
-    run twice was refused as "not empty"). Anything more or less, or another model, is not it."""
+    run twice was refused as "not empty"). Anything more or less, or another model, is not it; with `others` (--force,
+    which keeps the folder's other files) files of other names may be there too: the same `--force` command run twice
+    downloaded the whole model again."""
     if not dest.is_dir() or dest.is_symlink():
         return False
     try:
         here = {p.relative_to(dest).as_posix(): p for p in dest.rglob("*") if p.is_file() or p.is_symlink()}
-        if set(here) != {rel.as_posix() for _, rel, _ in files}:
+        wanted = {rel.as_posix() for _, rel, _ in files}
+        if not (wanted <= set(here) if others else set(here) == wanted):
             return False
         if any(here[rel.as_posix()].is_symlink() or here[rel.as_posix()].stat().st_size != size
                for _, rel, size in files):
@@ -215,7 +219,7 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     where = Path(os.path.abspath(dest))
     clear_staging_inside(where, INSIDE_STAGING)  # a folder that exists is staged in (staging_for)
     sums = {o.name: o.crc32c for o in objects}
-    if not force and _holds(dest, files, sums):
+    if _holds(dest, files, sums, others=force):
         return Downloaded(dest, job, len(files), 0, already=True)
     check_destination(dest, force)
     staging = staging_for(where, INSIDE_STAGING)

@@ -145,6 +145,17 @@ def test_force_writes_only_the_model_files_and_keeps_the_rest(capsys, job, tmp_p
     assert got == {**before, **MODEL}  # the user's files are all there; config.json is the model's now
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # the staging sibling is gone
 
+    # The same command again: the model's files are there as the bucket has them, so nothing is downloaded (it
+    # downloaded the whole model again); a file of the model changed here is downloaded again.
+    r = run_cli(capsys, "download", job, ".", "--force", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["already_there"] is True and json.loads(r.out)["bytes"] == 0
+    weights = next(n for n in MODEL if n.endswith(".safetensors"))
+    (tmp_path / "work" / weights).write_bytes(bytes(b ^ 1 for b in MODEL[weights]))
+    r = run_cli(capsys, "download", job, ".", "--force", "--json")
+    assert r.code == 0 and json.loads(r.out)["already_there"] is False, r.err
+    assert tree(tmp_path / "work") == {**before, **MODEL}
+
 
 def test_force_refuses_a_model_path_that_is_a_user_folder(capsys, job, tmp_path):
     before = user_folder(tmp_path / "out")
