@@ -295,3 +295,60 @@ def test_a_gated_hub_model_downloads_in_the_job_with_the_token_it_reads_from_sec
     written = gcs.list("ftcli-test", base)
     assert f"{base}/model/model.safetensors" in written
     assert not [f for f in written if token.encode() in gcs.read("ftcli-test", f)]
+
+
+TWO_REPLICAS_FAIL = r"""
+import json, os, sys, time
+pool = json.loads(os.environ["CLUSTER_SPEC"])["task"]["type"]
+print("step 1/9 | loss 0.69", flush=True)
+if pool == "workerpool1":
+    raise ValueError("bad row 17 in shard 1: 'n/a'")
+time.sleep(2)  # the chief fails after the worker, on the connection the worker closed
+print("Traceback (most recent call last):", file=sys.stderr)
+print("RuntimeError: Connection closed by peer. This is typically caused by a remote worker crashing.", file=sys.stderr)
+print("stopped: worker(s) left with a non-zero status: rank 0 with 1", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def test_a_failed_worker_is_named_and_its_traceback_said_last(capsys, e2e):
+    """A worker of a two-machine job fails on a bad row; the chief then fails on the connection it closed. Vertex names
+    the replica that failed first, with the end of its stderr, in the job's error and in a "service" log line: the
+    emulator named the chief (listed first) with no traceback, and `ftcli logs` ended on the chief's consequence
+    ('Connection closed by peer') instead of the worker's cause; the error's traceback and link filled the FAILED
+    line and `jobs describe`."""
+    gcs, vertex, logs = e2e
+    image = "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    pool = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+            "container_spec": {"image_uri": image, "command": ["python", "-c", TWO_REPLICAS_FAIL]}}
+    with vertex.client() as client:
+        job = client.create_custom_job(parent="projects/test-project/locations/us-central1", custom_job={
+            "display_name": "two-replicas", "job_spec": {"worker_pool_specs": [pool, pool]}})
+    done = vertex.wait(job.name, timeout=120)
+    job_id = job.name.rsplit("/", 1)[-1]
+    assert done.state.name == "JOB_STATE_FAILED"
+    # As Vertex words it: the replica, its status, its stderr's last traceback, a link to its logs; and logged so
+    error = done.error.message
+    assert error.startswith("The replica workerpool1-0 exited with a non-zero status of 1. Termination reason: "
+                            "Error. \nTraceback (most recent call last):\n"), error
+    link = f"https://console.cloud.google.com/logs/viewer?project=test-project&resource=ml_job%2Fjob_id%2F{job_id}"
+    assert "ValueError: bad row 17 in shard 1: 'n/a'\n\nTo find out more about why your job exited please check the " \
+           f"logs: {link}" in error
+    assert [e.text_payload for e in logs.entries if e.resource.labels["task_name"] == "service"] == [error]
+
+    r = run_cli(capsys, "logs", job.name)
+    assert r.code == 3, r.err
+    said = r.err.strip().splitlines()
+    assert f"job {job_id} FAILED: The replica workerpool1-0 exited with a non-zero status of 1. Termination reason: " \
+           "Error." in said
+    assert said[-1].strip() == "ValueError: bad row 17 in shard 1: 'n/a'"  # the cause, last
+    assert "last lines of workerpool1-0:" in said and "To find out more" not in r.err
+    # Vertex's own line is named as such, each of its lines with the prefix, at its own level
+    assert any(line.endswith("service ERROR The replica workerpool1-0 exited with a non-zero status of 1. "
+                             "Termination reason: Error.") for line in r.out.splitlines()), r.out
+    assert any(line.endswith("service ERROR ValueError: bad row 17 in shard 1: 'n/a'") for line in r.out.splitlines())
+
+    r = run_cli(capsys, "jobs", "describe", job.name)
+    assert r.code == 0, r.err
+    assert ("error     The replica workerpool1-0 exited with a non-zero status of 1. Termination reason: Error. (its "
+            f"last lines: ftcli logs {job_id} --no-follow)") in " ".join(r.out.split("\n  ")), r.out

@@ -299,6 +299,27 @@ def test_a_failed_job_shows_the_replica_vertex_names_even_past_a_long_traceback(
     assert outcome.last_lines[-1].text == "OSError: cannot download the model"
 
 
+def test_a_failed_job_ends_on_the_traceback_vertex_kept_not_on_a_restarted_containers_lines():
+    # Vertex restarts a failed replica's container before it ends the job ("these containers may produce logs"): a
+    # real job's log went on with pip's lines after the traceback, which the summary showed as the last lines instead
+    # of the cause. Vertex's error carries the end of the failed replica's stderr: that is what is shown.
+    logs = FakeLogs()
+    logs.write("Traceback (most recent call last):", "workerpool0-0", at=T0, severity="ERROR")
+    logs.write("ModuleNotFoundError: No module named 'ultralytics'", "workerpool0-0", at=T0, severity="ERROR")
+    for i in range(12):
+        logs.write(f"Collecting package{i}", "workerpool0-0", at=T0 + dt.timedelta(seconds=5 + i))
+    error = ("The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: Error. \n"
+             "Traceback (most recent call last):\n  File \"task.py\", line 261, in __init__\n"
+             "ModuleNotFoundError: No module named 'ultralytics'\n\nTo find out more about why your job exited please "
+             "check the logs: https://console.cloud.google.com/logs/viewer?project=1&resource=ml_job%2Fjob_id%2F9")
+    outcome, rec = follow(FakeVertex(job("RUNNING"), job("FAILED", error)), logs)
+    assert outcome.exit_code == 3 and outcome.failing_replica == "workerpool0-0"
+    assert [x.text for x in outcome.last_lines] == ["Traceback (most recent call last):",
+                                                    '  File "task.py", line 261, in __init__',
+                                                    "ModuleNotFoundError: No module named 'ultralytics'"]
+    assert outcome.last_lines[0].severity == "ERROR"
+
+
 def test_a_replica_the_job_does_not_have_is_refused_with_its_replicas():
     with pytest.raises(UsageError) as e:
         follow(FakeVertex(job("RUNNING", replicas=2)), FakeLogs(), replica="workerpool0-1", label="3")

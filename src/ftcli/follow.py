@@ -41,6 +41,12 @@ LEVEL_RE = re.compile(r"^\s*(?:\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
 # 2026-11-27). A long traceback pushes its "Traceback" line out of the last lines kept, and the other replicas of a
 # distributed job log on: that replica's lines are the ones to show.
 FAILED_REPLICA_RE = re.compile(r"\bThe replica (workerpool\d+-\d+) exited\b")
+# That error goes on: "Termination reason: Error. ", then the end of the replica's stderr (its traceback), a blank line
+# and "To find out more about why your job exited please check the logs: https://console.cloud.google.com/logs/...";
+# Vertex also logs it as an ERROR entry of its own, task_name "service" (`gcloud ai custom-jobs stream-logs` output of
+# a failed job, 2026-02-23, in a public repository's notes; AI Platform's of 2019 and 2020 the same; read 2026-11-28).
+LOGS_LINK = "To find out more about why your job exited"
+SERVICE = "service"  # the task_name of the lines Vertex itself logs about the job
 CLOCK_MARGIN = dt.timedelta(minutes=10)  # how far before a job's creation its log lines are still looked for
 OVERLAP = dt.timedelta(seconds=30)  # re-read this much before the newest line after a reconnect or poll
 
@@ -101,7 +107,24 @@ def display_severity(entry_severity: str, text: str) -> str:
 
 def to_line(entry: LogEntry) -> Line:
     text = clean_text(entry.text)
-    return Line(entry.timestamp, entry.replica, display_severity(entry.severity, text), text, entry.insert_id)
+    # Vertex's own lines (a replica's failure) are at the level Vertex gives them; only a replica's stderr is all ERROR
+    severity = entry.severity if entry.replica == SERVICE else display_severity(entry.severity, text)
+    return Line(entry.timestamp, entry.replica, severity, text, entry.insert_id)
+
+
+def error_parts(error: str | None) -> tuple[str | None, list[str]]:
+    """A job's error as its first line and the lines it goes on with: for Vertex's error of a failed replica, the
+    end of that replica's stderr as Vertex kept it (the traceback, the cause last), without the link to the console's
+    logs (`ftcli logs` reads the same logs)."""
+    if not error or not error.strip():
+        return error, []
+    first, *rest = error.strip("\n").splitlines()
+    kept = [x.rstrip() for x in rest if not x.startswith(LOGS_LINK)]
+    while kept and not kept[-1].strip():
+        kept.pop()
+    while kept and not kept[0].strip():
+        kept.pop(0)
+    return first.rstrip(), kept
 
 
 @dataclass
@@ -535,11 +558,21 @@ def follow_job(name: JobName, *, vertex, logs, events: Events, follow: bool = Tr
 
 def _ended(state: str, job: Job, follower: Follower) -> Outcome:
     """The outcome of a job that ended in `state`: for a failed one, the replica Vertex's error names (else the one
-    that logged an error, else the first that logged) and its last lines."""
-    if state == "SUCCEEDED":
+    that logged an error, else the first that logged) and its last lines: those Vertex's error carries when it
+    does (what the replica wrote last before it failed), else the last ones it logged."""
+    if state != "FAILED":
         return Outcome(state, job)
-    failing = [r for r in follower.last_lines if r] or list(follower.last_lines)
-    if state != "FAILED" or not failing:
+    _, said = error_parts(job.error)
+    vertex_named = FAILED_REPLICA_RE.match(job.error or "")
+    if vertex_named and said:
+        # Not the lines logged last: "If any containers restart before Vertex AI shuts down the entire job, these
+        # containers may produce logs" ("Understand the custom training service", Vertex AI docs, read 2026-11-28),
+        # and a restarted container's start (pip's lines) came after the traceback that says why.
+        rep, at = vertex_named[1], job.ended or dt.datetime.now(dt.UTC)
+        return Outcome(state, job, rep, [Line(at, rep, display_severity("ERROR", text), text, "")
+                                         for text in said][-10:])
+    failing = [r for r in follower.last_lines if r and r != SERVICE] or list(follower.last_lines)
+    if not failing:
         return Outcome(state, job)
     named = [r for r in FAILED_REPLICA_RE.findall(job.error or "") if r in follower.last_lines]
     errors = [r for r in failing if any(x.severity == "ERROR" for x in follower.last_lines[r])]

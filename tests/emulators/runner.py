@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import grpc
@@ -38,6 +39,20 @@ from .gcs import free_port, storage_client
 from .vertex import CustomJob, JobState, VertexEmulator, _now
 
 CANCEL_GRACE_S = 10.0
+# How Vertex says a replica failed, in the job's error and in an ERROR entry of the job's log whose task_name is
+# "service": the replica and its exit status, "Termination reason: Error.", the end of what it wrote to stderr (its
+# traceback), a blank line, then a link to the logs. Seen in `gcloud ai custom-jobs stream-logs` output of a failed
+# Vertex job (2026-02-23: "ERROR ... service The replica workerpool0-0 exited with a non-zero status of 1. Termination
+# reason: Error.", the traceback, "To find out more about why your job exited please check the logs: https://console
+# .cloud.google.com/logs/viewer?project=NUMBER&resource=ml_job%2Fjob_id%2FID&advancedFilter=..."), and in AI Platform's
+# from 2019 and 2020 the same way (public repositories' notes, found with the code search, read 2026-11-28). Vertex
+# documents neither the message nor how much stderr it keeps: the emulator keeps the last traceback, else the last
+# TAIL_LINES lines.
+FAILURE = ("The replica {replica} exited with a non-zero status of {code}. Termination reason: Error. \n{tail}\n"
+           "To find out more about why your job exited please check the logs: https://console.cloud.google.com/logs/"
+           "viewer?project={project}&resource=ml_job%2Fjob_id%2F{job_id}&advancedFilter=resource.type%3D%22ml_job%22"
+           "%0Aresource.labels.job_id%3D%22{job_id}%22")
+TAIL_LINES = 10
 # The emulated registry: image -> the Python minor version of its `python` (pytorch/pytorch's runtime images are
 # built with conda Python 3.11). Tests add images with `RunningVertexEmulator.images[uri] = "3.10"`.
 IMAGES = {
@@ -102,6 +117,16 @@ class Replica:
         self.recorded: subprocess.Popen | None = None  # the process whose exit is already in exit_codes
         self.preempted = False  # SIGTERM-ed by preempt(): restart it when the job allows
         self.variables: dict[str, str] = {}  # what $(VAR_NAME) in its command and args can name (`expand`)
+        self.stderr: deque[str] = deque(maxlen=200)  # the end of what its process wrote to stderr (`failure`)
+        self.exited_at: float | None = None  # when its process ended (time.monotonic), set by its waiter thread
+
+    def failure(self, job_id: str, project: str) -> str:
+        """Vertex's error for this replica's non-zero exit (FAILURE)."""
+        lines = list(self.stderr)
+        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+        tail = lines[starts[-1]:] if starts else lines[-TAIL_LINES:]
+        return FAILURE.format(replica=self.task_name, code=self.exit_codes[-1], tail="".join(f"{x}\n" for x in tail),
+                              project=project, job_id=job_id)
 
 
 class JobRun(threading.Thread):
@@ -207,13 +232,24 @@ class JobRun(threading.Thread):
         for raw in stream:
             text = raw.rstrip("\n")
             if text:
+                if severity == "ERROR":
+                    replica.stderr.append(text)
                 self.emulator.logs.write_line(self.job_id, replica.task_name, text, severity=severity)
 
     def _start(self, replica: Replica, env: dict[str, str]) -> list[threading.Thread]:
         spec = self.job.job_spec.worker_pool_specs[replica.pool].container_spec
         argv = [self._gcs(expand(a, replica.variables)) for a in (*spec.command, *spec.args)]
-        replica.proc = subprocess.Popen(argv, env=env, cwd=self.workdir, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+        replica.stderr.clear()
+        replica.exited_at = None
+        proc = replica.proc = subprocess.Popen(argv, env=env, cwd=self.workdir, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, text=True)
+
+        def wait() -> None:
+            proc.wait()
+            if replica.proc is proc:
+                replica.exited_at = time.monotonic()
+
+        threading.Thread(target=wait, daemon=True).start()
         pumps = [threading.Thread(target=self._pump, args=(replica.proc.stdout, replica, "INFO"), daemon=True),
                  # Vertex files every stderr line as ERROR; ftcli must not show them all as errors
                  threading.Thread(target=self._pump, args=(replica.proc.stderr, replica, "ERROR"), daemon=True)]
@@ -258,6 +294,8 @@ class JobRun(threading.Thread):
                     p.join(timeout=10)
                 r.recorded = r.proc
                 r.exit_codes.append(code)
+                if r.exited_at is None:  # its waiter thread has not said yet
+                    r.exited_at = time.monotonic()
                 if code != 0 and restart and r.preempted and not self.cancelled.is_set():
                     self._restart_all(pumps, envs)
                     running = True
@@ -267,11 +305,15 @@ class JobRun(threading.Thread):
             time.sleep(0.1)
         if self.cancelled.is_set():
             return
-        failed = [r for r in self.replicas if r.exit_codes and r.exit_codes[-1] != 0]
+        # The replica that failed first is the one Vertex names: in a distributed job the others then fail too, on
+        # the connection it closed (gloo's "Connection closed by peer"), and naming the chief for its list order
+        # showed that consequence as the job's error instead of the worker's own.
+        failed = sorted((r for r in self.replicas if r.exit_codes and r.exit_codes[-1] != 0),
+                        key=lambda r: r.exited_at if r.exited_at is not None else math.inf)
         if failed:
-            r = failed[0]
-            self.emulator._finish(self.job.name, JobState.JOB_STATE_FAILED,
-                                  f"The replica {r.task_name} exited with a non-zero status of {r.exit_codes[-1]}.")
+            message = failed[0].failure(self.job_id, self.job.name.split("/")[1])
+            self.emulator.logs.write_line(self.job_id, "service", message, severity="ERROR")
+            self.emulator._finish(self.job.name, JobState.JOB_STATE_FAILED, message)
         else:
             self.emulator._finish(self.job.name, JobState.JOB_STATE_SUCCEEDED)
 

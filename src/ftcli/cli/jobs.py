@@ -144,6 +144,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     Example: ftcli jobs describe last
     """
     from ftcli import jobs, prices
+    from ftcli.follow import error_parts
     from ftcli.output import escape, note, show_one, span
     from ftcli.values import TuningName
 
@@ -177,7 +178,9 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         ("output", lambda r: r["output_dir"]),
         ("weights", lambda r: jobs.kept_step(metrics)),
         ("metrics", lambda r: _metrics_line(r["metrics"])),
-        ("error", lambda r: r["error"] and f"{r['error']} (its last lines: ftcli logs {shown} --no-follow)"),
+        # the first line: Vertex's error of a failed replica goes on with its traceback and a link (--json has it all)
+        ("error", lambda r: r["error"] and f"{error_parts(r['error'])[0]} (its last lines: ftcli logs {shown} "
+                                           "--no-follow)"),
         ("console", lambda r: r["console_url"]),
     )
     show_one(row, fields, json_out=json_out, title=f"[bold]{escape(j.display_name)}[/]  {j.state}")

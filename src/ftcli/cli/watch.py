@@ -36,6 +36,7 @@ class FollowView(Events):
 
         self.shown = shown
         self.multi = False
+        self.replicas: set[str] = set()
         self.json_out = json_out
         self.out = out or output.out()
         self.err = err or output.err()
@@ -43,6 +44,7 @@ class FollowView(Events):
 
     def start(self, job: Job) -> None:
         self.multi = len(job.replica_names) > 1
+        self.replicas = set(job.replica_names)
 
     def line(self, line: Line) -> None:
         from ftcli.output import emit_json, escape
@@ -52,9 +54,14 @@ class FollowView(Events):
                        "text": line.text, "insert_id": line.insert_id})
             return
         t = line.timestamp.astimezone().strftime("%H:%M:%S")
-        who = f" [cyan]{escape(line.replica)}[/]" if self.multi and line.replica else ""
+        # Vertex's own lines ("service") are named even in a one-replica job: they are not the trainer's
+        named = line.replica and (self.multi or line.replica not in self.replicas)
+        who = f" [cyan]{escape(line.replica)}[/]" if named else ""
         sev = f" [{COLORS[line.severity]}]{line.severity}[/]" if line.severity in COLORS else ""
-        self.out.print(f"[dim]{t}[/]{who}{sev} {escape(line.text)}")
+        # one entry of several lines (Vertex's error of a failed replica) as several lines, each with the prefix, as
+        # gcloud shows it: `grep workerpool1-0` and `cut` see every one
+        for text in line.text.splitlines() or [""]:
+            self.out.print(f"[dim]{t}[/]{who}{sev} {escape(text.rstrip())}")
 
     def state(self, state: str, error: str | None) -> None:
         from ftcli.output import emit_json
@@ -86,6 +93,7 @@ class FollowView(Events):
         return reader_gone(self.out.file)
 
     def ended(self, outcome: Outcome) -> None:
+        from ftcli.follow import FAILED_REPLICA_RE, error_parts
         from ftcli.images import pull_failure_hint
         from ftcli.output import escape
 
@@ -98,7 +106,10 @@ class FollowView(Events):
             return
         job = outcome.job
         error = job.error
-        e.print(f"[red]job {self.shown} {outcome.state}[/]" + (f": {escape(error)}" if error else ""))
+        # Vertex's error of a failed replica goes on with that replica's traceback and a link to the logs: its first
+        # line here, the traceback as the last lines below, so the cause is the last line said
+        said = error_parts(error)[0] if error and FAILED_REPLICA_RE.match(error) else error
+        e.print(f"[red]job {self.shown} {outcome.state}[/]" + (f": {escape(said)}" if said else ""))
         if outcome.last_lines:
             e.print(f"last lines of {outcome.failing_replica or 'the job'}:")
             for line in outcome.last_lines:
