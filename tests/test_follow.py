@@ -320,6 +320,25 @@ def test_a_failed_job_ends_on_the_traceback_vertex_kept_not_on_a_restarted_conta
     assert outcome.last_lines[0].severity == "ERROR"
 
 
+def test_a_failed_job_of_two_machines_shows_the_replica_that_failed_first():
+    # Found by hand: a worker failed on a bad row; the chief failed next on the connection it closed, its process
+    # ended first, and Vertex's error named the chief: the summary ended on gloo's "Connection reset by peer".
+    logs = FakeLogs()
+    logs.write("step 3/6", "workerpool0-0", at=T0)
+    logs.write("Traceback (most recent call last):", "workerpool1-0", at=T0 + dt.timedelta(seconds=1),
+               severity="ERROR")
+    logs.write("ValueError: bad row 17", "workerpool1-0", at=T0 + dt.timedelta(seconds=1), severity="ERROR")
+    logs.write("Traceback (most recent call last):", "workerpool0-0", at=T0 + dt.timedelta(seconds=1.2),
+               severity="ERROR")
+    logs.write("RuntimeError: Connection reset by peer", "workerpool0-0", at=T0 + dt.timedelta(seconds=1.2),
+               severity="ERROR")
+    error = ("The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: Error. \n"
+             "Traceback (most recent call last):\nRuntimeError: Connection reset by peer\n")
+    outcome, rec = follow(FakeVertex(job("RUNNING", replicas=2), job("FAILED", error, replicas=2)), logs)
+    assert outcome.failing_replica == "workerpool1-0"
+    assert [x.text for x in outcome.last_lines] == ["Traceback (most recent call last):", "ValueError: bad row 17"]
+
+
 def test_a_replica_the_job_does_not_have_is_refused_with_its_replicas():
     with pytest.raises(UsageError) as e:
         follow(FakeVertex(job("RUNNING", replicas=2)), FakeLogs(), replica="workerpool0-1", label="3")

@@ -47,6 +47,7 @@ FAILED_REPLICA_RE = re.compile(r"\bThe replica (workerpool\d+-\d+) exited\b")
 # a failed job, 2026-02-23, in a public repository's notes; AI Platform's of 2019 and 2020 the same; read 2026-11-28).
 LOGS_LINK = "To find out more about why your job exited"
 SERVICE = "service"  # the task_name of the lines Vertex itself logs about the job
+FAILURE_START_RE = re.compile(r"^(Traceback \(most recent call last\)|error: )")
 CLOCK_MARGIN = dt.timedelta(minutes=10)  # how far before a job's creation its log lines are still looked for
 OVERLAP = dt.timedelta(seconds=30)  # re-read this much before the newest line after a reconnect or poll
 
@@ -374,12 +375,17 @@ class Follower:
     def __post_init__(self) -> None:
         self._seen: set[str] = set()
         self.job: Job | None = None  # the last one read
+        # replica -> when its last failure began (a traceback's first line, the trainer's "error: ..."): in a job of
+        # several machines, the replica that failed first is the cause; the others fail on the connection it closed
+        self.failed_at: dict[str, dt.datetime] = {}
 
     def _accept(self, line: Line) -> bool:
         if line.insert_id in self._seen:
             return False
         self._seen.add(line.insert_id)
         self.last_lines.setdefault(line.replica, deque(maxlen=15)).append(line)
+        if line.replica != SERVICE and FAILURE_START_RE.match(line.text):
+            self.failed_at[line.replica] = line.timestamp
         return True
 
     def snapshot(self) -> None:
@@ -564,6 +570,13 @@ def _ended(state: str, job: Job, follower: Follower) -> Outcome:
         return Outcome(state, job)
     _, said = error_parts(job.error)
     vertex_named = FAILED_REPLICA_RE.match(job.error or "")
+    failed = follower.failed_at
+    if len(failed) > 1 and vertex_named and min(failed, key=lambda r: failed[r]) != vertex_named[1]:
+        # Vertex names the replica whose process ended first; the chief's can end before the worker whose bad row
+        # closed the connection it then failed on ("Connection reset by peer"). The one whose failure began first
+        # says why.
+        rep = min(failed, key=lambda r: failed[r])
+        return Outcome(state, job, rep, list(follower.last_lines[rep])[-10:])
     if vertex_named and said:
         # Not the lines logged last: "If any containers restart before Vertex AI shuts down the entire job, these
         # containers may produce logs" ("Understand the custom training service", Vertex AI docs, read 2026-11-28),

@@ -111,7 +111,9 @@ class FollowView(Events):
         said = error_parts(error)[0] if error and FAILED_REPLICA_RE.match(error) else error
         e.print(f"[red]job {self.shown} {outcome.state}[/]" + (f": {escape(said)}" if said else ""))
         if outcome.last_lines:
-            e.print(f"last lines of {outcome.failing_replica or 'the job'}:")
+            named = FAILED_REPLICA_RE.match(error or "")
+            first = ", which failed first" if named and outcome.failing_replica not in (None, named[1]) else ""
+            e.print(f"last lines of {outcome.failing_replica or 'the job'}{first}:")
             for line in outcome.last_lines:
                 e.print(f"  {escape(line.text)}")
         if job.pools and (hint := pull_failure_hint(error, job.pools[0].image, _project_id(job.name.project),
