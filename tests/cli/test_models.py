@@ -933,6 +933,33 @@ def test_predict_batches_texts_of_a_length_and_yields_results_chunk_by_chunk(tin
     assert [n for n, _ in widths] == [2, 2, 1] and widths[0][1] < widths[1][1] < widths[2][1]
 
 
+@pytest.mark.parametrize("json_out", [False, True], ids=["lines", "json"])
+def test_predict_prints_each_chunk_before_the_next_is_scored(capsys, monkeypatch, tiny_model, json_out):
+    """`ftcli predict MODEL --file big.txt --json` held every result, in memory, until the last line was scored: a
+    100,000-line file printed nothing for hours (the plain lines were already printed chunk by chunk). What stdout
+    holds each time the next chunk is asked for is read here: the earlier chunks' lines, each once."""
+    import ftcli.models
+
+    scored = ftcli.models.predict_chunks
+    before: list[str] = []  # stdout as each chunk is asked for (read, so each line is counted once)
+
+    def two_at_a_time(*args, **kwargs):
+        for chunk in scored(*args, **{**kwargs, "chunk": 2}):
+            before.append(capsys.readouterr().out)
+            yield chunk
+
+    monkeypatch.setattr(ftcli.models, "predict_chunks", two_at_a_time)
+    texts = ["a wonderful film", "a dull film", "superb", "awful", "fine"]
+    r = run_cli(capsys, "predict", str(tiny_model), *texts, *(["--json"] if json_out else []))
+    assert r.code == 0, r.err
+    printed = [*before, r.out]
+    assert printed[0] == ""
+    assert [len(p.splitlines()) for p in printed] == [0, 2, 2, 1]
+    shown = [json.loads(line)["text"] if json_out else line.split("\t")[-1]
+             for p in printed for line in p.splitlines()]
+    assert shown == texts
+
+
 @pytest.mark.parametrize("existing", [False, True], ids=["new_folder", "empty_folder"])
 def test_two_downloads_of_one_job_into_one_folder_both_get_the_model(job, tmp_path, existing):
     """`ftcli download 3 m & ftcli download 3 m &` (two terminals, two CI steps): the second one failed although the

@@ -132,11 +132,13 @@ def predict(
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
     chunks = models.predict_chunks(path, items, threshold, pairs=pair or None, text_column=text_column,
                                    text_pair_column=text_pair_column)
+    # Each chunk is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything (with
+    # --json too: its JSON Lines were all held, in memory, until the last line was scored).
     if json_out:
-        show_list([r for chunk in chunks for r in chunk], (), json_out=True)
+        for chunk in chunks:
+            show_list(chunk, (), json_out=True)
         return
-    # Plain print, not Rich: Rich turns tabs into spaces, and these lines are tab-separated for `cut -f`. Each chunk
-    # is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything.
+    # Plain print, not Rich: Rich turns tabs into spaces, and these lines are tab-separated for `cut -f`.
     for chunk in chunks:
         for r in chunk:
             given = "\t".join(_one_line(r[k]) for k in ("text", "text_pair") if k in r)
