@@ -532,7 +532,10 @@ def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | N
                               "(tokenizer.save_pretrained)")
     config = clf.model.config
     multi = config.problem_type == "multi_label_classification"
-    regression = config.problem_type == "regression"
+    # A model from elsewhere (a plain save_pretrained folder) may have one output and no problem_type: transformers
+    # trains that as regression (BertForSequenceClassification.forward, transformers 5.24: `if
+    # self.config.problem_type is None: if self.num_labels == 1: self.config.problem_type = "regression"`).
+    regression = config.problem_type == "regression" or (config.problem_type is None and config.num_labels == 1)
     if threshold is not None and not multi:
         kind = "a regression model (its output is the score)" if regression else \
             "single-label (the top label is the answer)"

@@ -471,6 +471,37 @@ def test_predict_on_a_model_without_a_trained_head_is_refused(capsys):
     assert "RUN/model from ftcli local" in r.err
 
 
+def test_predict_on_a_one_output_model_from_elsewhere_gives_its_score(capsys, tmp_path, tiny_model):
+    """A plain save_pretrained folder with one output and no problem_type (a Hub cross-encoder, a model another tool
+    trained on scores): transformers trains that as regression, and ftcli took it for single-label, so a softmax over
+    one output printed `LABEL_0 1.000` for every text. Its output is the score, as for ftcli's own regression."""
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    model = tmp_path / "scorer"
+    shutil.copytree(tiny_model, model)
+    config = BertConfig.from_pretrained(tiny_model, num_labels=1)
+    assert config.problem_type is None
+    torch.manual_seed(1)
+    scorer = BertForSequenceClassification(config)
+    with torch.no_grad():
+        scorer.classifier.weight.mul_(300)  # scores well apart (a random head's are all near 0)
+    scorer.save_pretrained(model)
+    texts = ["superb wonderful great film", "awful dull terrible film"]
+    r = run_cli(capsys, "predict", str(model), *texts, "--json")
+    assert r.code == 0, r.err
+    got = [json.loads(line) for line in r.out.splitlines()]
+    assert [set(g) for g in got] == [{"text", "score"}] * 2
+    net, tok = BertForSequenceClassification.from_pretrained(model).eval(), AutoTokenizer.from_pretrained(model)
+    with torch.no_grad():
+        raw = [net(**tok(t, return_tensors="pt")).logits.item() for t in texts]
+    assert [g["score"] for g in got] == pytest.approx(raw, abs=1e-3) and raw[0] != pytest.approx(raw[1], abs=1e-3)
+    r = run_cli(capsys, "predict", str(model), texts[0])
+    assert r.code == 0 and r.out.split("\t") == [f"{raw[0]:.3f}", f"{texts[0]}\n"]
+
+
 @pytest.mark.parametrize("value", ["5", "-1", "0", "nan"])
 def test_predict_threshold_is_a_probability(capsys, tmp_path, value):
     # 5 and -1 were taken (every label shown, or none), before any model was read.
