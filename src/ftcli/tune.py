@@ -196,13 +196,31 @@ def load_study_file(path: str) -> StudyFile:
                      data.get("trials"), data.get("parallel"))
 
 
+def search_name(item: str) -> str:
+    """The option a --search item varies (`batch-size=choice(16,32)`: batch_size)."""
+    return item.split("=", 1)[0].strip().replace("-", "_")
+
+
 def merge_search(from_file: tuple[str, ...] | list[str], flags: list[str]) -> list[str]:
     """The file's search, with a --search for the same option replacing the file's."""
-    def name(item: str) -> str:
-        return item.split("=", 1)[0].strip().replace("-", "_")
+    given = {search_name(i) for i in flags}
+    return [i for i in from_file if search_name(i) not in given] + list(flags)
 
-    given = {name(i) for i in flags}
-    return [i for i in from_file if name(i) not in given] + list(flags)
+
+def without_fixed(search: list[str], fixed: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(the search to run, problems), given the options fixed by their own flags (`fixed`: name → the flag and its
+    value, "--learning-rate 3e-05"). A trial's value is appended after the job's arguments, so it wins: a fixed value
+    was dropped without a word. The default search leaves a fixed option out; a search the user wrote that varies
+    one is refused."""
+    if not search:
+        left = [item for item in DEFAULT_SEARCH if search_name(item) not in fixed]
+        if not left:
+            flags = " and ".join(fixed[search_name(item)] for item in DEFAULT_SEARCH)
+            return [], [f"{flags} fix every option the default search varies: nothing is left to tune; give "
+                        "--search NAME=... for what to tune (e.g. --search 'weight_decay=uniform(0,0.1)')"]
+        return left, []
+    return search, [f"--search {search_name(item)} varies what {fixed[search_name(item)]} fixes: drop one of them"
+                    for item in search if search_name(item) in fixed]
 
 
 def default_metric(multi_label: bool) -> str:

@@ -60,6 +60,11 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     from ftcli_trainer.model import model_problem
 
     problems = tune.count_problems(trials, parallel, trials_from, parallel_from)
+    # (--model with a model search is the trial job's own model, checked and uploaded as `ftcli train`'s)
+    fixed = {o.name: f"{o.flag} {trainer[o.name]}" for o in OPTIONS
+             if o.name in tune.TUNABLE and o.name != "model" and trainer.get(o.name) is not None}
+    search, clashes = tune.without_fixed(search, fixed)
+    problems += clashes
     params: list[tune.Param] = []
     try:
         params = tune.parse_search(search, {o.name: o.type for o in OPTIONS})

@@ -78,6 +78,29 @@ def test_one_trial_needs_no_parallel_flag(capsys, monkeypatch, tmp_path):
     assert "--parallel" not in r.err
 
 
+def test_an_option_given_as_a_flag_is_not_searched_behind_its_back(capsys, monkeypatch, tmp_path):
+    """`ftcli tune --learning-rate 3e-5` searched the learning rate anyway (the default search's): each trial's value
+    is appended after the job's own arguments, so it won, and the rate typed was dropped without a word. The default
+    search leaves an option fixed by its flag out; a --search that varies one is refused."""
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    common = ("tune", "--task", "mnli", "--project", "my-project", "--bucket", "gs://b-1/x", "--dry-run")
+    r = run_cli(capsys, *common, "--learning-rate", "3e-5")
+    assert r.code == 0, r.err
+    job = json.loads(r.out)
+    assert [p["parameterId"] for p in job["studySpec"]["parameters"]] == ["batch_size"]
+    args = job["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"]
+    assert args[args.index("--learning-rate") + 1] == "3e-05"
+    assert "over batch_size" in r.err
+    r = run_cli(capsys, *common, "--batch-size", "8", "--search", "batch-size=choice(16,32)",
+                "--search", "learning_rate=loguniform(1e-5,1e-4)")
+    assert r.code == 2 and r.out == "" and "Traceback" not in r.err
+    assert r.err.splitlines()[0] == "error: --search batch_size varies what --batch-size 8 fixes: drop one of them"
+    r = run_cli(capsys, *common, "--learning-rate", "3e-5", "--batch-size", "16")
+    assert r.code == 2 and r.out == ""
+    assert r.err.startswith("error: --learning-rate 3e-05 and --batch-size 16 fix every option the default search "
+                            "varies: nothing is left to tune; give --search NAME=...")
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     (None, "no such file"),
     ("trials = \n", "not valid TOML"),
