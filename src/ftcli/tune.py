@@ -243,12 +243,19 @@ def count_problems(trials: int, parallel: int, trials_from: str = "--trials",
 
 
 def build_tuning_job(custom_job: dict[str, Any], params: list[Param], metric: str, trials: int,
-                     parallel: int) -> dict[str, Any]:
-    """The HyperparameterTuningJob whose trials run `custom_job` (from `spec.build_custom_job`)."""
+                     parallel: int, best_measurement: bool = False) -> dict[str, Any]:
+    """The HyperparameterTuningJob whose trials run `custom_job` (from `spec.build_custom_job`). `best_measurement`:
+    each trial is judged by its best evaluation, not its last (a trial that exports the best evaluation's weights).
+    Unset, Vertex takes the last: "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED: Will be treated as LAST_MEASUREMENT"
+    (StudySpec.MeasurementSelectionType, the installed google-cloud-aiplatform 2.7.0's aiplatform_v1/types/study.py,
+    read 2026-11-28)."""
+    study: dict[str, Any] = {"metrics": [{"metricId": metric, "goal": goal(metric)}],
+                             "parameters": [p.spec for p in params]}
+    if best_measurement:
+        study["measurementSelectionType"] = "BEST_MEASUREMENT"
     job: dict[str, Any] = {
         "displayName": custom_job["displayName"],
-        "studySpec": {"metrics": [{"metricId": metric, "goal": goal(metric)}],
-                      "parameters": [p.spec for p in params]},
+        "studySpec": study,
         "maxTrialCount": trials,
         "parallelTrialCount": parallel,
         "trialJobSpec": custom_job["jobSpec"],

@@ -113,7 +113,15 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
         raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the options:",
                          problems=problems if len(problems) > 1 else None)
     params = [_upload_local_models(p, sub) if p.name == "model" else p for p in params]
-    job = tune.build_tuning_job(sub.job, params, chosen, trials, parallel)
+    # A trial that keeps its best evaluation's weights (--keep-best, --early-stopping) is judged by that evaluation,
+    # when the study's metric is the one it keeps by: by its last (Vertex's default), the study ranked the trials by
+    # evaluations whose weights no trial exported (an early stop's last evaluation is, by its rule, not the best).
+    from ftcli_trainer.metrics import best_metric
+    from ftcli_trainer.tasks import TASKS
+
+    cfg, _ = validate(trainer)  # (valid by now: the trial job was planned)
+    keeps = cfg.keep_best and chosen == best_metric(TASKS[cfg.task].metrics, cfg.multi_label, cfg.regression)[0]
+    job = tune.build_tuning_job(sub.job, params, chosen, trials, parallel, best_measurement=keeps)
     job.setdefault("labels", {})[KIND_LABEL] = "tune"
     return TuningSubmission(sub, job, params, chosen)
 

@@ -101,6 +101,20 @@ def test_an_option_given_as_a_flag_is_not_searched_behind_its_back(capsys, monke
                             "varies: nothing is left to tune; give --search NAME=...")
 
 
+def test_a_trial_that_keeps_its_best_evaluation_is_judged_by_it(capsys, monkeypatch, tmp_path):
+    """With --keep-best (or --early-stopping, which keeps the best) each trial exports its best evaluation's weights,
+    but the study judged it by its last evaluation (Vertex's default, LAST_MEASUREMENT): the best trial named, and
+    downloaded, by metrics that were not its model's. BEST_MEASUREMENT when the study's metric is the one kept by."""
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    common = ("tune", "--task", "mnli", "--project", "my-project", "--bucket", "gs://b-1/x", "--dry-run")
+    for extra, selection in (((), None), (("--keep-best",), "BEST_MEASUREMENT"),
+                             (("--early-stopping", "2", "--eval-every", "100"), "BEST_MEASUREMENT"),
+                             (("--keep-best", "--metric", "eval_loss"), None)):  # kept by accuracy, not the loss
+        r = run_cli(capsys, *common, *extra)
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["studySpec"].get("measurementSelectionType") == selection, extra
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     (None, "no such file"),
     ("trials = \n", "not valid TOML"),

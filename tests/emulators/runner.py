@@ -434,7 +434,7 @@ class TuningRun(threading.Thread):
             self.current = run
             run.start()
             run.join()
-            value = _last_metric(run.workdir / "hypertune" / "output.metrics", metric)
+            value = _final_metric(run.workdir / "hypertune" / "output.metrics", metric, self.job.study_spec)
             done = emulator.job(trial_job.name).state == JobState.JOB_STATE_SUCCEEDED and value is not None
             succeeded += done
             trial.state = study.Trial.State.SUCCEEDED if done else study.Trial.State.INFEASIBLE
@@ -451,13 +451,23 @@ class TuningRun(threading.Thread):
             emulator._finish_tuning(name, JobState.JOB_STATE_FAILED, "All trials failed.")
 
 
-def _last_metric(path: Path, tag: str) -> float | None:
+def _final_metric(path: Path, tag: str, spec) -> float | None:
+    """The trial's final measurement from the values it reported: the last one, or the best with BEST_MEASUREMENT
+    ("MEASUREMENT_SELECTION_TYPE_UNSPECIFIED: Will be treated as LAST_MEASUREMENT", StudySpec.MeasurementSelectionType
+    in the installed google-cloud-aiplatform 2.7.0's aiplatform_v1/types/study.py, read 2026-11-28)."""
+    from google.cloud.aiplatform_v1.types import study
+
     try:
         lines = path.read_text().splitlines()
     except OSError:
         return None
-    values = [json.loads(x)[tag] for x in lines if x.strip() and tag in json.loads(x)]
-    return float(values[-1]) if values else None
+    values = [float(json.loads(x)[tag]) for x in lines if x.strip() and tag in json.loads(x)]
+    if not values:
+        return None
+    if spec.measurement_selection_type == study.StudySpec.MeasurementSelectionType.BEST_MEASUREMENT:
+        goal = spec.metrics[0].goal
+        return min(values) if goal == study.StudySpec.MetricSpec.GoalType.MINIMIZE else max(values)
+    return values[-1]
 
 
 class RunningVertexEmulator(VertexEmulator):

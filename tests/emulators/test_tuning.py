@@ -3,6 +3,8 @@ command line, and reads back the metric the trainer reports."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ftcli.catalog import resolve_gpu
@@ -53,3 +55,19 @@ def test_trials_run_with_their_values_and_report_the_metric(gcs, running_vertex,
     assert shown.count("peak lr ") == 2 and "peak lr 1e-09" not in shown  # each trial trained at its own rate
     for trial in job.trials:  # each trial's model in its own folder, BASE/TRIAL_ID/model
         assert f"runs/t/{trial.id}/model/_COMPLETE" in gcs.list("tune-bkt", f"runs/t/{trial.id}/model/")
+
+
+def test_a_trials_final_measurement_is_its_last_value_or_its_best_as_the_study_says(tmp_path):
+    from google.cloud.aiplatform_v1.types import study
+
+    from tests.emulators.runner import _final_metric
+
+    metrics = tmp_path / "output.metrics"
+    metrics.write_text("".join(json.dumps({"eval_accuracy": str(v), "global_step": str(i)}) + "\n"
+                               for i, v in enumerate((0.5, 0.8, 0.6))))
+    spec = study.StudySpec(metrics=[study.StudySpec.MetricSpec(metric_id="eval_accuracy", goal="MAXIMIZE")])
+    assert _final_metric(metrics, "eval_accuracy", spec) == 0.6  # unspecified: the last
+    spec.measurement_selection_type = study.StudySpec.MeasurementSelectionType.BEST_MEASUREMENT
+    assert _final_metric(metrics, "eval_accuracy", spec) == 0.8
+    spec.metrics[0].goal = study.StudySpec.MetricSpec.GoalType.MINIMIZE
+    assert _final_metric(metrics, "eval_accuracy", spec) == 0.5
