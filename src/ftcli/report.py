@@ -193,6 +193,18 @@ def _describe(run: Run) -> None:
             run.label_names = [str(id2label[k]) for k in sorted(id2label, key=int)]
 
 
+def per_label(run: Run, i: int) -> dict | None:
+    """metrics.json's per-label scores of eval set i, in the labels' own order (the model's ids: the data's columns)
+    where the run names its labels: metrics.json is written with sorted keys, and the table and the bars listed
+    GoEmotions' or Jigsaw's labels alphabetically."""
+    scores = (run.metrics or {}).get(run.prefix(i) + "per_label")
+    if not isinstance(scores, dict) or not scores:
+        return None
+    if set(run.label_names) == set(scores):
+        return {name: scores[name] for name in run.label_names}
+    return scores
+
+
 def set_metrics(run: Run, i: int) -> dict[str, float]:
     """The scalar metrics of eval set i from metrics.json, keyed without the prefix."""
     prefix = run.prefix(i)
@@ -366,8 +378,8 @@ def _plan(run: Run) -> list[Picture]:
     for i, name in enumerate(run.eval_sets):
         truth, predicted = p.get(f"{name}/labels"), p.get(f"{name}/predicted")
         cm = (run.metrics or {}).get(run.prefix(i) + "confusion_matrix")
-        per_label = (run.metrics or {}).get(run.prefix(i) + "per_label")
-        table = f"Per label ({name})" if isinstance(per_label, dict) and per_label else None
+        scores = per_label(run, i)
+        table = f"Per label ({name})" if scores else None
         if run.kind == "regression" and truth is not None and predicted is not None:
             plan.append(Picture(f"predicted_vs_true{run.suffix(i)}.png", partial(_scatter, run, i, truth, predicted)))
         elif run.kind == "single_label" and run.label_names and (truth is not None or cm is not None):
@@ -376,12 +388,12 @@ def _plan(run: Run) -> list[Picture]:
                 run.label_names, cm=cm)
             plan.append(Picture(f"confusion_matrix{run.suffix(i)}.png", partial(_confusion, run, i, matrix),
                                 matrix.labels, matrix.names[:-1] if matrix.pooled else [], table))
-        elif run.kind == "multi_label" and isinstance(per_label, dict) and per_label:
-            names = list(per_label)
+        elif run.kind == "multi_label" and scores:
+            names = list(scores)
             if len(names) > MAX_DRAWN:
-                names = [names[j] for j in top_by_support([_support(per_label[n]) for n in names])]
-            plan.append(Picture(f"per_label_f1{run.suffix(i)}.png", partial(_f1_bars, run, i, per_label, names),
-                                len(per_label), names if len(names) < len(per_label) else [], table))
+                names = [names[j] for j in top_by_support([_support(scores[n]) for n in names])]
+            plan.append(Picture(f"per_label_f1{run.suffix(i)}.png", partial(_f1_bars, run, i, scores, names),
+                                len(scores), names if len(names) < len(scores) else [], table))
     return plan
 
 
@@ -620,12 +632,12 @@ def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None)
         lines += ["## Training", "", "| | |", "|---|---:|"] + [f"| {label} | {fmt(v)} |" for label, v in training]
         lines.append("")
     for i, name in enumerate(run.eval_sets):
-        per_label = m.get(run.prefix(i) + "per_label")
-        if isinstance(per_label, dict) and per_label:  # every label, however many (one line each)
+        scores = per_label(run, i)
+        if scores:  # every label, however many (one line each)
             lines += [f"## Per label ({name})", "", "| label | precision | recall | F1 | support |",
                       "|---|---:|---:|---:|---:|"]
             lines += [f"| {_cell(label)} | {fmt(v.get('precision'))} | {fmt(v.get('recall'))} | {fmt(v.get('f1'))} | "
-                      f"{fmt(v.get('support'))} |" for label, v in per_label.items() if isinstance(v, dict)]
+                      f"{fmt(v.get('support'))} |" for label, v in scores.items() if isinstance(v, dict)]
             lines.append("")
     if pictures:
         lines += ["## Pictures", ""]

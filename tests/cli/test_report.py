@@ -163,7 +163,13 @@ def test_report_of_a_multi_label_run_draws_f1_bars(capsys, multi_label_run, tmp_
     md = (out / "report.md").read_text()
     assert list(table(md, "Metrics"))[:2] == ["micro_f1", "macro_f1"]
     per_label = table(md, "Per label (eval)")
-    assert set(per_label) == set(m["eval_per_label"])
+    # in the data's (the model's) order, table and bars: metrics.json's sorted keys listed them alphabetically
+    columns = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
+    assert list(m["eval_per_label"]) == sorted(columns) and list(per_label) == columns
+    from ftcli.report import _plan, load_run
+
+    (bars,) = [p for p in _plan(load_run(run)) if p.name == "per_label_f1.png"]
+    assert bars.draw.args[-1] == columns  # the labels drawn, top to bottom
     assert per_label["toxic"] == [fmt(m["eval_per_label"]["toxic"][k]) for k in ("precision", "recall", "f1",
                                                                                "support")]
 
