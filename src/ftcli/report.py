@@ -163,6 +163,11 @@ def load_run(path: Path, source: str | None = None) -> Run:
               predictions=_read_predictions(model / "eval_predictions.npz"), config=_read_json(model / "config.json"),
               run_config=_read_json(model / "ftcli_run.json"), skipped_lines=skipped)
     if run.metrics is None and not run.history:
+        if model == path and run.run_config is None and not logs.is_dir():
+            # a model folder from elsewhere (a plain save_pretrained, a Hub snapshot): no run of ftcli's, no "yet"
+            raise UsageError(f"{path} is a model folder without ftcli's metrics (no metrics.json, no ftcli_run.json): "
+                             "ftcli report draws what ftcli's trainer logged",
+                             hint="give the run folder of the ftcli local run, or the job, that trained it")
         raise UsageError(f"{path} holds no metrics yet (no model/metrics.json, no logs/metrics.jsonl)",
                          hint="run the report once the run has logged its first steps")
     _describe(run)

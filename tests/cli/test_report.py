@@ -203,6 +203,9 @@ def test_a_model_folder_alone_gives_the_pictures_it_can(capsys, single_run, tmp_
 @pytest.mark.parametrize("setup,needle", [
     (lambda p: p.mkdir(), "is not an ftcli run folder"),
     (lambda p: (p / "logs").mkdir(parents=True), "holds no metrics yet"),
+    # a plain save_pretrained folder (another tool's model) was said to hold "no metrics yet", as a run not yet begun
+    (lambda p: (p.mkdir(), (p / "config.json").write_text('{"model_type": "bert"}')),
+     "is a model folder without ftcli's metrics (no metrics.json, no ftcli_run.json)"),
 ])
 def test_not_a_run_is_one_line(capsys, tmp_path, setup, needle):
     setup(tmp_path / "x")
