@@ -253,17 +253,18 @@ def _children(pid: int) -> list[int]:
 
 
 def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str, group: bool = False,
-                       stdin_closed: bool = False):
+                       stdin_closed: bool = False, to_trainer: bool = False, extra: tuple[str, ...] = ()):
     """`ftcli local` on 500 epochs, sent `signum` once a stdout line starts with `after`: (exit status, stderr,
     the trainer's pid). `group`: ftcli leads a process group of its own, with no terminal, and the signal goes
     to the whole group (`kill -INT -PGID`, a CI runner or a shell script stopping its job). `stdin_closed`: ftcli
-    starts with no stdin at all (`<&-`)."""
+    starts with no stdin at all (`<&-`). `to_trainer`: the signal goes to the trainer alone (the kernel's
+    out-of-memory killer)."""
     import threading
 
     closed = ["sh", "-c", 'exec "$@" <&-', "sh"] if stdin_closed else []  # exec: the same pid, no shell between
     proc = subprocess.Popen([*closed, *FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model",
                              str(tiny_model), "--epochs", "500", "--log-every", "1",
-                             "--output-dir", str(tmp_path / "run")],
+                             "--output-dir", str(tmp_path / "run"), *extra],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=group, env={**os.environ, "COLUMNS": "200"})
     guard = threading.Timer(300, proc.kill)  # if the trainer never logs a step, fail instead of training 500 epochs
@@ -273,7 +274,9 @@ def _signal_a_long_run(tmp_path, tiny_model, train, signum, after: str, group: b
             if line.startswith(after):
                 break
         (child,) = _children(proc.pid)
-        if group:
+        if to_trainer:
+            os.kill(child, signum)
+        elif group:
             os.killpg(proc.pid, signum)
         else:
             proc.send_signal(signum)
@@ -338,6 +341,21 @@ def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, ti
         time.sleep(0.1)
     assert not Path(f"/proc/{child}").exists(), "the trainer outlived ftcli"
     assert list((tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE"))  # it checkpointed on the way out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_trainer_killed_by_the_out_of_memory_killer_is_said_so_with_the_way_on(tmp_path, tiny_model, sentiment_csv):
+    # The kernel's out-of-memory killer SIGKILLs the trainer alone: ftcli said "the trainer exited with status -9".
+    import signal
+
+    code, err, _ = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGKILL, "step 6/",
+                                      to_trainer=True, extra=("--save-every", "2"))
+    assert code != 0 and "Traceback" not in err and "status -9" not in err, err
+    assert ("error: the trainer was killed by SIGKILL (not from ftcli: most often the kernel's out-of-memory "
+            "killer)\n") in err
+    assert (f"hint: if memory ran out (`dmesg` says so), lower --batch-size or --max-length; the same command with "
+            f"--output-dir {tmp_path / 'run'} resumes from its last checkpoint") in err
+    assert list((tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE"))
 
 
 def test_the_trainer_command_shown_is_quoted_as_a_shell_reads_it(tmp_path, tiny_model):

@@ -67,9 +67,30 @@ def local(
         raise typer.Exit(2)
     # A run that failed before logging anything leaves no folder (ftcli.local._unclaim): name one only if it is there.
     kept = run.base.startswith("gs://") or Path(run.base).exists()
-    raise JobFailed(f"the trainer exited with status {run.code}",
-                    hint=f"its output is above; run folder: {run.base}" if kept else
-                    "its output is above; it stopped before logging anything, and left no run folder")
+    hint = (f"its output is above; run folder: {run.base}" if kept else
+            "its output is above; it stopped before logging anything, and left no run folder")
+    if run.code < 0:  # a signal ftcli did not pass on ("exited with status -9" said neither which nor why)
+        raise JobFailed(*_killed(-run.code, run.base, kept))
+    raise JobFailed(f"the trainer exited with status {run.code}", hint=hint)
+
+
+def _killed(signum: int, base: str, kept: bool) -> tuple[str, str]:
+    """(the line, the hint) for a trainer killed by a signal that did not come through ftcli: a SIGKILL nobody here
+    sent is most often the kernel's out-of-memory killer (a model or batch too big for the machine's memory)."""
+    from ftcli_trainer import checkpoint, storage
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    line = f"the trainer was killed by {name}"
+    fix = ""
+    if signum == signal.SIGKILL:
+        line += " (not from ftcli: most often the kernel's out-of-memory killer)"
+        fix = "if memory ran out (`dmesg` says so), lower --batch-size or --max-length; "
+    if kept and checkpoint.has_complete(storage.join(base, "checkpoints")):
+        return line, f"{fix}the same command with --output-dir {base} resumes from its last checkpoint"
+    return line, f"{fix}run folder: {base}" if kept else f"{fix}it left no run folder"
 
 
 def register(app: typer.Typer) -> None:
