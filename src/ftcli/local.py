@@ -157,6 +157,33 @@ def _claim(base: str, cfg) -> bool:
                               "checkpoints and logs aside in this folder (nothing is deleted)") from None
 
 
+def finished(base: str) -> str | None:
+    """What to say when this run (its fingerprint matched, by _claim) has already finished in `base`: its model
+    exported whole (`_COMPLETE`) from its newest checkpoint, which only the run's end does (a stopped run exports
+    nothing). The same command again evaluated and exported the same model once more (~40 s for MiniLM on 2 cores);
+    it now says so and shows the result. None: not finished (the trainer resumes)."""
+    import json
+
+    from ftcli_trainer import checkpoint, storage
+
+    model = storage.join(base, "model")
+    if not storage.exists(storage.join(model, storage.COMPLETE_MARKER)):
+        return None
+    from ftcli.jobs import headline
+
+    try:
+        metrics = json.loads(storage.read_text(storage.join(model, "metrics.json")) or "{}")
+        step = metrics.get("global_step")
+    except (ValueError, AttributeError):
+        return None
+    newest = checkpoint.newest_complete_step(storage.join(base, "checkpoints"))
+    if step is None or step != newest:
+        return None
+    scored = f" ({head[0]} {head[1]:.4f})" if (head := headline(metrics)) else ""
+    return (f"this run finished at step {step}{scored}: its model is in {model}; nothing to do (--restart sets it "
+            "aside and trains again)")
+
+
 def _event_files(base: str) -> set[Path]:
     return set((Path(base) / "logs").glob("events.out.tfevents.*"))
 
@@ -340,6 +367,9 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         if aside:
             say(f"--restart: the earlier run is in {aside}")
     claimed = _claim(base, cfg)
+    if not claimed and (done := finished(base)):
+        say(done)
+        return LocalRun(0, base)
     events_before = _event_files(base) if claimed and not storage.is_gcs(base) else set()
     env = dict(os.environ)
     # The same variables Vertex sets with base_output_dir, pointing at the local folders (or gs:// ones).

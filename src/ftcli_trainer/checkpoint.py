@@ -135,6 +135,12 @@ def _complete(root: str) -> list[str]:
     return [name for _, name in _list(root) if _is_complete(storage.join(root, name))]
 
 
+def newest_complete_step(root: str) -> int | None:
+    """The step of `root`'s newest complete checkpoint, the one a run resumes from (None: none)."""
+    steps = [step for step, name in _list(root) if _is_complete(storage.join(root, name))]
+    return steps[-1] if steps else None
+
+
 def has_complete(root: str) -> bool:
     """Whether `root` holds a checkpoint that a run would resume from."""
     return bool(_complete(root))

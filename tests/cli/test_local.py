@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -105,12 +106,30 @@ def test_same_output_dir_with_other_data_refuses_instead_of_resuming(tmp_path, t
     assert sorted(labels.values()) == ["x", "y"]
 
 
-def test_same_run_again_resumes(tmp_path, tiny_model, sentiment_csv):
+def test_a_finished_run_run_again_says_so_and_shows_its_result(tmp_path, tiny_model, sentiment_csv):
+    # The same command after the run had finished evaluated and exported the same model again (~40 s for MiniLM on
+    # 2 cores), the model folder replaced by an identical one.
     train, _ = sentiment_csv
-    assert _tiny_run(tmp_path, tiny_model, train).returncode == 0
+    first = _tiny_run(tmp_path, tiny_model, train)
+    assert first.returncode == 0, first.stderr
+    model = tmp_path / "run" / "model"
+    before = {p: p.stat().st_mtime_ns for p in sorted(model.rglob("*"))}
+    metrics = json.loads((model / "metrics.json").read_text())
+    step = metrics["global_step"]
     r = _tiny_run(tmp_path, tiny_model, train, "--log-every", "5")  # logging cadence does not change the math
     assert r.returncode == 0, r.stderr
-    assert "resuming from" in r.stdout
+    assert "running:" not in r.stderr  # no trainer started
+    assert (f"this run finished at step {step} (eval_accuracy {metrics['eval_accuracy']:.4f}): its model is in "
+            f"{model}; nothing to do (--restart") in r.stderr
+    assert {p: p.stat().st_mtime_ns for p in sorted(model.rglob("*"))} == before
+    assert f"run folder: {tmp_path / 'run'}" in r.stdout
+
+    r = _tiny_run(tmp_path, tiny_model, train, "--epochs", "2")  # another run: refused as before
+    assert r.returncode == 2 and "--restart" in r.stderr
+    shutil.rmtree(model)  # stopped before its export (published whole, or not at all): resumed, evaluated, exported
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 0, r.stderr
+    assert "resuming from" in r.stdout and (model / "_COMPLETE").is_file()
 
 
 def test_a_model_folder_ftcli_did_not_write_is_never_replaced(tmp_path, tiny_model, sentiment_csv):
