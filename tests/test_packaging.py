@@ -54,6 +54,19 @@ def test_wheel_holds_only_the_trainer(tmp_path):
     assert 'datasets>=3; extra == "hub"' in requires
 
 
+@pytest.mark.parametrize("digest", ["043222604127" + "0" * 52, "a43222604127" + "0" * 52, "000000000001" + "f" * 52])
+def test_the_wheel_is_named_as_expected_whatever_its_hash(tmp_path, monkeypatch, digest):
+    # A content hash whose first 12 hex digits were all decimal, from a 0 (043222604127...), made a local version that
+    # setuptools normalizes (+43222604127): the wheel "came out as" another name than expected, and `ftcli train`
+    # failed before uploading anything, for every run of that code.
+    import ftcli.packaging
+
+    monkeypatch.setattr(ftcli.packaging, "content_hash", lambda root=None: digest)
+    root = _copy(tmp_path)
+    wheel = build_wheel(tmp_path / "dist", root)
+    assert wheel.name == TrainerPackage.current(root).filename
+
+
 def test_a_symlinked_module_is_refused(tmp_path):
     # A `creds.py` link to a key file was packed and uploaded; a link is now an error, nothing is built.
     root = _copy(tmp_path)

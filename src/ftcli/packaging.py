@@ -111,7 +111,12 @@ class TrainerPackage:
 
     @classmethod
     def current(cls, root: Path | None = None) -> TrainerPackage:
-        version = f"{TRAINER_VERSION}+{content_hash(root)[:12]}"
+        from packaging.version import Version
+
+        # As setuptools writes it (normalized, PEP 440): a hash whose first 12 hex digits are all decimal digits is a
+        # number, and one that starts with 0 lost it ("came out as ...+43222604127, expected ...+043222604127": every
+        # `ftcli train` of that code failed before upload)
+        version = str(Version(f"{TRAINER_VERSION}+{content_hash(root)[:12]}"))
         return cls(version=version, filename=f"ftcli_trainer-{version}-py3-none-any.whl")
 
 
