@@ -113,6 +113,25 @@ def to_line(entry: LogEntry) -> Line:
     return Line(entry.timestamp, entry.replica, severity, text, entry.insert_id)
 
 
+# A cancelled job's error is Vertex's note of the cancel: "On successful cancellation, the CustomJob is not deleted;
+# instead it becomes a job with a CustomJob.error value with a google.rpc.Status.code of 1, corresponding to
+# Code.CANCELLED" (JobServiceClient.cancel_custom_job, google-cloud-aiplatform 2.7.0, read 2026-11-28), its message
+# "CANCELED" (prefect-gcp's Vertex worker treats an error message with "CANCELED" in it as a cancel, not a failure:
+# PrefectHQ/prefect-gcp PR #213, prefect_gcp/workers/vertex.py, read 2026-11-28). Said after the state it only
+# repeated it: "job 6 CANCELLED: CANCELED".
+CANCEL_NOTES = frozenset({"CANCELED", "CANCELLED"})
+
+
+def said_error(state: str | None, error: str | None) -> str | None:
+    """The job's error as worth saying next to its state: nothing for a cancelled job's note of the cancel (any other
+    message on a cancelled job, a reason Vertex gives, is kept)."""
+    if not error or not error.strip():
+        return None
+    if state == "CANCELLED" and error.strip().strip(".").upper() in CANCEL_NOTES:
+        return None
+    return error
+
+
 def error_parts(error: str | None) -> tuple[str | None, list[str]]:
     """A job's error as its first line and the lines it goes on with: for Vertex's error of a failed replica, the
     end of that replica's stderr as Vertex kept it (the traceback, the cause last), without the link to the console's

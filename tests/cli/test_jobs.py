@@ -283,6 +283,23 @@ def test_cancelling_a_finished_job_is_one_line_and_sends_nothing(capsys, cloud_e
     assert not vertex.calls("CancelCustomJob")
 
 
+def test_a_cancelled_jobs_description_has_no_error_that_repeats_its_state(capsys, cloud_env):
+    # Vertex's error of a cancelled job is its note of the cancel (code CANCELLED, "CANCELED"): describe showed it as
+    # "error  CANCELED (its last lines: ftcli logs 1 --no-follow)", a failure to look into. A reason given with a
+    # cancel is still said.
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    assert run_cli(capsys, "jobs", "cancel", "1", "--yes").code == 0
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert r.code == 0, r.err
+    assert r.out.split()[1] == "CANCELLED" and "error" not in r.out and "CANCELED" not in r.out, r.out
+    r = run_cli(capsys, "jobs", "describe", "1", "--json")
+    assert json.loads(r.out)["error"] == "CANCELED"  # --json keeps Vertex's value
+    vertex.set_state(job["name"], "CANCELLED", "Job exceeded its maximum wait time.")
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert "error     Job exceeded its maximum wait time." in r.out, r.out
+
+
 def test_cancel_with_stdin_closed_cancels_without_asking(capsys, cloud_env):
     # `ftcli jobs cancel 1 <&-` (a script or daemon with no stdin): sys.stdin is None there, and asking it isatty()
     # was an AttributeError traceback, with the job left running.

@@ -173,6 +173,8 @@ def test_failed_and_cancelled_jobs_exit_non_zero_with_a_summary(capsys, logs_env
     assert r.code == code, r.err
     assert "step 10/100 | loss 0.5" in r.out
     assert f"job 1 {state}" in r.err
+    if state == "CANCELLED":  # Vertex's error of a cancelled job (code CANCELLED, "CANCELED") is not said again
+        assert "job 1 CANCELLED" in r.err.splitlines() and "CANCELED" not in r.err, r.err
     if state == "FAILED":
         assert "exited with a non-zero status of 2" in r.err
         assert "last lines of workerpool0-0" in r.err and "has no column 'text'" in r.err.split("last lines")[1]

@@ -190,6 +190,9 @@ class VertexEmulator(GrpcEmulator):
         if state == JobState.JOB_STATE_FAILED:
             job.error = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=error_message or DEFAULT_FAILURE)
         elif state == JobState.JOB_STATE_CANCELLED:
+            # "an error value with a google.rpc.Status.code of 1, corresponding to Code.CANCELLED" (CancelCustomJob in
+            # google-cloud-aiplatform 2.7.0's aiplatform_v1, read 2026-11-28), message "CANCELED" (what prefect-gcp's
+            # Vertex worker finds in a cancelled job's error: PrefectHQ/prefect-gcp PR #213, read 2026-11-28)
             job.error = status_pb2.Status(code=code_pb2.CANCELLED, message=error_message or "CANCELED")
         elif error_message:
             job.error = status_pb2.Status(code=code_pb2.UNKNOWN, message=error_message)

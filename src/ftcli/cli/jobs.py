@@ -144,7 +144,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     Example: ftcli jobs describe last
     """
     from ftcli import jobs, prices
-    from ftcli.follow import error_parts
+    from ftcli.follow import error_parts, said_error
     from ftcli.output import escape, note, show_one, span
     from ftcli.values import TuningName
 
@@ -179,8 +179,8 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         ("weights", lambda r: jobs.kept_step(metrics)),
         ("metrics", lambda r: _metrics_line(r["metrics"])),
         # the first line: Vertex's error of a failed replica goes on with its traceback and a link (--json has it all)
-        ("error", lambda r: r["error"] and f"{error_parts(r['error'])[0]} (its last lines: ftcli logs {shown} "
-                                           "--no-follow)"),
+        ("error", lambda r: said_error(r["state"], r["error"]) and f"{error_parts(r['error'])[0]} (its last lines: "
+                                                                f"ftcli logs {shown} --no-follow)"),
         ("console", lambda r: r["console_url"]),
     )
     show_one(row, fields, json_out=json_out, title=f"[bold]{escape(j.display_name)}[/]  {j.state}")
@@ -200,6 +200,7 @@ def _spent_line(spent, why: str | None, span, of: str = "") -> str | None:
 def _describe_tuning(name, json_out: bool) -> None:
     """A tuning job: the study, and its trials best first."""
     from ftcli import jobs, prices, tuning
+    from ftcli.follow import said_error
     from ftcli.output import Column, escape, note, out, show_list, show_one, span
 
     tj = tuning.get(name, note)
@@ -218,7 +219,7 @@ def _describe_tuning(name, json_out: bool) -> None:
         ("best", lambda r: f"trial {r['best_trial']}: {r['metric']['value']:.4f}" if r["best_trial"] else None),
         ("cost", lambda r: _spent_line(spent, why, span, "of trials")),
         ("output", lambda r: r["output_dir"] and f"{r['output_dir']}/TRIAL_ID/model/"),
-        ("error", lambda r: r["error"]),
+        ("error", lambda r: said_error(r["state"], r["error"])),
         ("console", lambda r: r["console_url"]),
     )
     show_one(row, fields, json_out=False, title=f"[bold]{escape(tj.display_name)}[/]  {tj.state}")

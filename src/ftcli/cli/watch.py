@@ -104,8 +104,10 @@ class FollowView(Events):
             pair = escape(_pair_hint(outcome.job))  # a column's name: "[/]" in it broke Rich's markup
             e.print(f"next: [bold]ftcli download {n}[/]   ·   ftcli predict {n} \"text\"{pair}")
             return
+        from ftcli.follow import said_error
+
         job = outcome.job
-        error = job.error
+        error = said_error(outcome.state, job.error)
         # Vertex's error of a failed replica goes on with that replica's traceback and a link to the logs: its first
         # line here, the traceback as the last lines below, so the cause is the last line said
         said = error_parts(error)[0] if error and FAILED_REPLICA_RE.match(error) else error
