@@ -352,3 +352,39 @@ def test_a_failed_worker_is_named_and_its_traceback_said_last(capsys, e2e):
     assert r.code == 0, r.err
     assert ("error     The replica workerpool1-0 exited with a non-zero status of 1. Termination reason: Error. (its "
             f"last lines: ftcli logs {job_id} --no-follow)") in " ".join(r.out.split("\n  ")), r.out
+
+
+WORKER_FAILS_CHIEF_WAITS = r"""
+import json, os, time
+pool = json.loads(os.environ["CLUSTER_SPEC"])["task"]["type"]
+if pool == "workerpool1":
+    time.sleep(1)
+    raise ValueError("bad row 17 in shard 1: 'n/a'")
+print("waiting for the worker at the all-reduce", flush=True)
+time.sleep(600)  # a collective whose peer has gone: it never returns on its own
+"""
+
+
+def test_a_failed_worker_shuts_the_whole_job_down(capsys, e2e):
+    """Vertex "shuts down the entire job" when a worker fails with a common error; the emulator waited for the other
+    replicas, so a chief blocked on the failed worker kept the job RUNNING until its own timeout."""
+    gcs, vertex, logs = e2e
+    image = "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    pool = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+            "container_spec": {"image_uri": image, "command": ["python", "-c", WORKER_FAILS_CHIEF_WAITS]}}
+    with vertex.client() as client:
+        job = client.create_custom_job(parent="projects/test-project/locations/us-central1", custom_job={
+            "display_name": "worker-fails", "job_spec": {"worker_pool_specs": [pool, pool]}})
+    done = vertex.wait(job.name, timeout=90)
+    assert done.state.name == "JOB_STATE_FAILED"
+    assert done.error.message.startswith("The replica workerpool1-0 exited with a non-zero status of 1."), \
+        done.error.message
+    chief, worker = vertex.runs[job.name].replicas
+    assert worker.exit_codes == [1] and chief.exit_codes == [-15]  # the chief was stopped (SIGTERM), not waited for
+    assert chief.proc.poll() is not None
+
+    r = run_cli(capsys, "logs", job.name)
+    assert r.code == 3, r.err
+    assert "last lines of workerpool1-0:" in r.err
+    assert r.err.strip().splitlines()[-1].strip() == "ValueError: bad row 17 in shard 1: 'n/a'"
+

@@ -9,8 +9,9 @@ Vertex gives a custom container (AIP_* folders under base_output_dir, CLUSTER_SP
 RANK: Vertex documents those for its prebuilt containers only), pip kept off the network (PIP_NO_INDEX: what
 the "image" lacks fails to install, as a missing wheel would on a real one). Each replica's stdout/stderr lines
 go to the Logging emulator as ml_job entries. The job moves PENDING -> RUNNING -> SUCCEEDED / FAILED (with the
-replica's exit status in the error); CancelCustomJob sends SIGTERM, then kills; `preempt()` SIGTERMs a replica
-and, when the job asked for restart on worker restart, restarts the whole job, every replica (they should resume).
+replica's exit status in the error; a replica's failure stops the others: Vertex shuts the whole job down);
+CancelCustomJob sends SIGTERM, then kills; `preempt()` SIGTERMs a replica and, when the job asked for restart on
+worker restart, restarts the whole job, every replica (they should resume).
 """
 
 from __future__ import annotations
@@ -296,9 +297,19 @@ class JobRun(threading.Thread):
                 r.exit_codes.append(code)
                 if r.exited_at is None:  # its waiter thread has not said yet
                     r.exited_at = time.monotonic()
-                if code != 0 and restart and r.preempted and not self.cancelled.is_set():
+                # a replica that fails on a preempted one (the chief, when its worker stopped) is part of that restart
+                if code != 0 and restart and any(x.preempted for x in self.replicas) and not self.cancelled.is_set():
                     self._restart_all(pumps, envs)
                     running = True
+                    break
+                if code != 0 and not self.cancelled.is_set():
+                    # "If a worker fails due to a common error, it is treated as a permanent error, and Vertex AI shuts
+                    # down the entire job" ("Understand the custom training service", https://cloud.google.com/
+                    # vertex-ai/docs/training/understanding-training-service, read 2026-11-28). The emulator waited
+                    # for the other replicas instead: a chief blocked in a collective on the failed worker kept the
+                    # job RUNNING (and billed) until its own timeout.
+                    self._stop_all(pumps)
+                    running = False
                     break
             if not running:
                 break
@@ -317,10 +328,9 @@ class JobRun(threading.Thread):
         else:
             self.emulator._finish(self.job.name, JobState.JOB_STATE_SUCCEEDED)
 
-    def _restart_all(self, pumps: dict, envs: dict) -> None:
-        """restartJobOnWorkerRestart: "Restarts the entire CustomJob if a worker gets restarted" (Scheduling, see
-        ftcli.spec): every replica stops (SIGTERM, then a kill after the grace period) and starts again with its
-        command and environment. Restarting only the preempted one left it waiting for the others to join, forever."""
+    def _stop_all(self, pumps: dict) -> None:
+        """Every replica still running stops (SIGTERM, then a kill after the grace period); each exit is recorded, at
+        the time it came (the replica that failed first stays the first)."""
         self.signal_all(signal.SIGTERM)
         deadline = time.monotonic() + CANCEL_GRACE_S
         while time.monotonic() < deadline and any(r.proc.poll() is None for r in self.replicas):
@@ -333,6 +343,14 @@ class JobRun(threading.Thread):
             if r.recorded is not r.proc:
                 r.recorded = r.proc
                 r.exit_codes.append(code)
+                if r.exited_at is None:
+                    r.exited_at = time.monotonic()
+
+    def _restart_all(self, pumps: dict, envs: dict) -> None:
+        """restartJobOnWorkerRestart: "Restarts the entire CustomJob if a worker gets restarted" (Scheduling, see
+        ftcli.spec): every replica stops and starts again with its command and environment. Restarting only the
+        preempted one left it waiting for the others to join, forever."""
+        self._stop_all(pumps)
         if self.cancelled.is_set():
             return
         for r in self.replicas:
