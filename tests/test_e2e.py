@@ -4,6 +4,7 @@ ftcli logs shows its lines -> the model lands under base_output_dir -> ftcli dow
 import csv
 import gzip
 import json
+import threading
 import time
 from importlib import resources
 
@@ -388,3 +389,42 @@ def test_a_failed_worker_shuts_the_whole_job_down(capsys, e2e):
     assert "last lines of workerpool1-0:" in r.err
     assert r.err.strip().splitlines()[-1].strip() == "ValueError: bad row 17 in shard 1: 'n/a'"
 
+
+def _queued_job(vertex, command: str) -> str:
+    """A one-replica job of `command` that Vertex holds QUEUED (no quota, no capacity yet) until released."""
+    vertex.hold = True
+    image = "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    with vertex.client() as client:
+        job = client.create_custom_job(parent="projects/test-project/locations/us-central1", custom_job={
+            "display_name": "queued", "job_spec": {"worker_pool_specs": [{
+                "machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+                "container_spec": {"image_uri": image, "command": ["python", "-c", command]}}]}})
+    assert job.state.name == "JOB_STATE_QUEUED"
+    return job.name
+
+
+def test_a_queued_job_is_followed_through_its_wait_and_cancelled_before_it_runs(capsys, e2e):
+    """The emulator went to RUNNING within seconds and never showed QUEUED: what ftcli says while a job waits (for
+    quota, for Spot or Flex-start capacity), and a cancel of a job that never got machines, went untested."""
+    gcs, vertex, logs = e2e
+    name = _queued_job(vertex, "print('hello from the replica')")
+    job_id = name.rsplit("/", 1)[-1]
+    time.sleep(0.5)
+    assert vertex.job(name).state.name == "JOB_STATE_QUEUED"
+    threading.Timer(2.0, vertex.release, [name]).start()
+    r = run_cli(capsys, "logs", name)
+    assert r.code == 0, r.err
+    said = r.err.splitlines()
+    assert said[0] == (f"job {job_id}: QUEUED (queued by Vertex: a long wait means the project lacks custom-training "
+                       f"quota for it; Ctrl-C detaches, ftcli jobs cancel {job_id} cancels it)"), said
+    assert "hello from the replica" in r.out and f"job {job_id}: SUCCEEDED" in said  # followed to its end
+
+    name = _queued_job(vertex, "print('never')")
+    job_id = name.rsplit("/", 1)[-1]
+    r = run_cli(capsys, "jobs", "cancel", job_id, "--yes")
+    assert r.code == 0, r.err
+    assert r.out.startswith(f"cancel requested for job {job_id} ({job_id}); it is CANCELL"), r.out
+    assert vertex.wait(name, timeout=30).state.name == "JOB_STATE_CANCELLED"
+    assert vertex.runs[name].replicas == []  # it never got a machine
+    r = run_cli(capsys, "logs", job_id)
+    assert r.code == 4 and r.err.splitlines()[-1] == f"job {job_id} CANCELLED", r.err

@@ -80,6 +80,27 @@ def test_a_log_that_asks_for_colours_gets_no_spinner_or_bar(monkeypatch, env):
         assert progress is None  # no bar: the upload says what it sent when it is done
 
 
+def test_a_job_without_machines_says_what_it_waits_for():
+    # "job 3: PENDING" and "waiting for machines" said nothing of why a Flex-start job can wait a day, or that a long
+    # QUEUED wait is the project's quota; nor that the wait need not be watched
+    out, _ = console(False)
+    buf = io.StringIO()
+    err = Console(file=buf, width=200, highlight=False)
+    view = FollowView("3", json_out=False, out=out, err=err)
+    view.start(Job(NAME, "run", "PENDING", provisioning="Flex-start"))
+    view.state("PENDING", None)
+    view.state("RUNNING", None)
+    assert buf.getvalue().splitlines() == [
+        "job 3: PENDING (waiting for Flex-start GPUs, up to its maximum wait (--max-wait; 1 day by default); Ctrl-C "
+        "detaches, ftcli jobs cancel 3 cancels it)", "job 3: RUNNING"]
+    err, buf = console(False)
+    view = FollowView("4", json_out=False, out=out, err=err)
+    view.start(Job(NAME, "run", "PENDING"))
+    view.state("PENDING", None)
+    assert buf.getvalue() == ("job 4: PENDING (waiting for machines; Ctrl-C detaches, ftcli jobs cancel 4 cancels "
+                              "it)\n")
+
+
 def test_success_says_what_to_run_next():
     out, _ = console(False)
     err, buf = console(False)

@@ -143,6 +143,9 @@ class JobRun(threading.Thread):
         self.extra_env = dict(extra_env or {})  # e.g. a tuning trial's CLOUD_ML_TRIAL_ID
         self.image: tuple[str, bool] | None = None  # the image's stand-in Python, and whether it shares our packages
         self.gcs_root: Path | None = None  # what /gcs/ maps to
+        self.released = threading.Event()  # set: the job may leave the queue (RunningVertexEmulator.hold)
+        if not getattr(emulator, "hold", False):  # (a test's stand-in emulator has no queue)
+            self.released.set()
 
     # -- set-up --------------------------------------------------------------------------------------------------
 
@@ -265,6 +268,18 @@ class JobRun(threading.Thread):
             self.emulator._finish(self.job.name, JobState.JOB_STATE_FAILED, f"emulator: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
+        # QUEUED until it may start ("the job might remain in the JOB_STATE_QUEUED state for some time before Vertex AI
+        # runs it ... if your Google Cloud project does not have sufficient remaining custom training quotas for your
+        # job, then Vertex AI keeps the job queued"), PENDING while its machines are readied ("The service is preparing
+        # to run the job", JobState), RUNNING "When all the workers are available" ("Understand the custom training
+        # service", https://cloud.google.com/vertex-ai/docs/training/understanding-training-service; JobState,
+        # https://cloud.google.com/vertex-ai/docs/reference/rest/v1/JobState; both read 2026-11-28).
+        while not self.released.wait(0.1):
+            if self.cancelled.is_set():
+                return
+        if self.cancelled.is_set():
+            return
+        self.emulator._finish(self.job.name, JobState.JOB_STATE_PENDING)
         try:
             self.image = self._container()
             self.gcs_root = self._mount_gcs()
@@ -504,6 +519,8 @@ class RunningVertexEmulator(VertexEmulator):
         # points the job at the Hub emulator (HF_HUB_OFFLINE="0", HF_ENDPOINT, HF_HOME) and, for --hf-secret, at the
         # Secret Manager emulator (FTCLI_SECRETMANAGER_ENDPOINT).
         self.job_env: dict[str, str] = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+        # True: jobs created from now on stay QUEUED (no quota, no Spot or Flex-start capacity yet) until `release`
+        self.hold = False
 
     def _finish(self, name: str, state: JobState, message: str | None = None) -> None:
         with self._lock:
@@ -521,6 +538,8 @@ class RunningVertexEmulator(VertexEmulator):
 
     def _create(self, request: job_service.CreateCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
         job = super()._create(request, context)
+        with self._lock:  # created into the queue (JobRun._run)
+            self._jobs[job.name].state = job.state = JobState.JOB_STATE_QUEUED
         run = JobRun(self, job)
         self.runs[job.name] = run
         run.start()
@@ -585,6 +604,10 @@ class RunningVertexEmulator(VertexEmulator):
         if run is not None:
             run.cancel()
         return out
+
+    def release(self, name: str) -> None:
+        """A job held QUEUED (`hold`) leaves the queue: it gets its machines and runs."""
+        self.runs[self._resolve(name)].released.set()
 
     def preempt(self, name: str, task_name: str = "workerpool0-0") -> None:
         """What a Spot preemption does to a replica: SIGTERM (the trainer checkpoints and exits)."""

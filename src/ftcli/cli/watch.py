@@ -30,6 +30,19 @@ def timing_from_env() -> Timing:
     return Timing().scaled(factor)
 
 
+def waiting_for(state: str, provisioning: str | None) -> str:
+    """What a job that has no machines yet waits for. QUEUED: "if your Google Cloud project does not have sufficient
+    remaining custom training quotas for your job, then Vertex AI keeps the job queued until you have sufficient
+    quotas" ("Understand the custom training service"); PENDING: "The service is preparing to run the job" (JobState);
+    Flex-start: the job waits for its GPUs up to scheduling.maxWaitDuration, "The default value is 1 day" ("Schedule
+    training jobs based on resource availability"; the three at cloud.google.com/vertex-ai/docs, read 2026-11-28)."""
+    if provisioning == "Flex-start":
+        return "waiting for Flex-start GPUs, up to its maximum wait (--max-wait; 1 day by default)"
+    if state == "QUEUED":
+        return "queued by Vertex: a long wait means the project lacks custom-training quota for it"
+    return "waiting for machines"
+
+
 class FollowView(Events):
     def __init__(self, shown: str, *, json_out: bool, out=None, err=None):
         from ftcli import output
@@ -41,8 +54,10 @@ class FollowView(Events):
         self.out = out or output.out()
         self.err = err or output.err()
         self.wait = output.Waiting(self.err)
+        self.provisioning: str | None = None
 
     def start(self, job: Job) -> None:
+        self.provisioning = job.provisioning
         self.multi = len(job.replica_names) > 1
         self.replicas = set(job.replica_names)
 
@@ -68,6 +83,10 @@ class FollowView(Events):
 
         if self.json_out:
             emit_json({"event": "state", "state": state, "error": error})
+        elif state in WAITING_STATES:
+            # what it waits for, and that nobody has to watch it wait (a Flex-start job can wait a day)
+            self.err.print(f"[bold]job {self.shown}: {state}[/] ({waiting_for(state, self.provisioning)}; Ctrl-C "
+                           f"detaches, ftcli jobs cancel {self.shown} cancels it)")
         else:
             self.err.print(f"[bold]job {self.shown}: {state}[/]")
 
