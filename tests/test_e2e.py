@@ -312,6 +312,16 @@ sys.exit(1)
 """
 
 
+def _two_replica_job(vertex, name: str, script: str):
+    """A CustomJob of two machines (the chief's pool and one worker's) that each run `script`, created directly."""
+    image = "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    pool = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+            "container_spec": {"image_uri": image, "command": ["python", "-c", script]}}
+    with vertex.client() as client:
+        return client.create_custom_job(parent="projects/test-project/locations/us-central1", custom_job={
+            "display_name": name, "job_spec": {"worker_pool_specs": [pool, pool]}})
+
+
 def test_a_failed_worker_is_named_and_its_traceback_said_last(capsys, e2e):
     """A worker of a two-machine job fails on a bad row; the chief then fails on the connection it closed. Vertex names
     the replica that failed first, with the end of its stderr, in the job's error and in a "service" log line: the
@@ -319,12 +329,7 @@ def test_a_failed_worker_is_named_and_its_traceback_said_last(capsys, e2e):
     ('Connection closed by peer') instead of the worker's cause; the error's traceback and link filled the FAILED
     line and `jobs describe`."""
     gcs, vertex, logs = e2e
-    image = "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
-    pool = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
-            "container_spec": {"image_uri": image, "command": ["python", "-c", TWO_REPLICAS_FAIL]}}
-    with vertex.client() as client:
-        job = client.create_custom_job(parent="projects/test-project/locations/us-central1", custom_job={
-            "display_name": "two-replicas", "job_spec": {"worker_pool_specs": [pool, pool]}})
+    job = _two_replica_job(vertex, "two-replicas", TWO_REPLICAS_FAIL)
     done = vertex.wait(job.name, timeout=120)
     job_id = job.name.rsplit("/", 1)[-1]
     assert done.state.name == "JOB_STATE_FAILED"
@@ -370,12 +375,7 @@ def test_a_failed_worker_shuts_the_whole_job_down(capsys, e2e):
     """Vertex "shuts down the entire job" when a worker fails with a common error; the emulator waited for the other
     replicas, so a chief blocked on the failed worker kept the job RUNNING until its own timeout."""
     gcs, vertex, logs = e2e
-    image = "docker.io/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
-    pool = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
-            "container_spec": {"image_uri": image, "command": ["python", "-c", WORKER_FAILS_CHIEF_WAITS]}}
-    with vertex.client() as client:
-        job = client.create_custom_job(parent="projects/test-project/locations/us-central1", custom_job={
-            "display_name": "worker-fails", "job_spec": {"worker_pool_specs": [pool, pool]}})
+    job = _two_replica_job(vertex, "worker-fails", WORKER_FAILS_CHIEF_WAITS)
     done = vertex.wait(job.name, timeout=90)
     assert done.state.name == "JOB_STATE_FAILED"
     assert done.error.message.startswith("The replica workerpool1-0 exited with a non-zero status of 1."), \
