@@ -376,9 +376,8 @@ class Text:
 
 
 def is_table(file: Path) -> bool:
-    """Whether --file is read as a CSV (.tsv: tab-separated) or JSON Lines file's rows (by its extension), as the
-    trainer reads them, not line by line."""
-    return file.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".jsonl", ".json", ".ndjson"))
+    """Whether --file is read as a CSV or JSON Lines file's rows (by its extension), not line by line."""
+    return file.name.lower().removesuffix(".gz").endswith((".csv", ".jsonl", ".json", ".ndjson"))
 
 
 def read_inputs(file: Path) -> list[Text]:

@@ -544,12 +544,6 @@ def test_predict_reads_a_csv_or_jsonl_file_by_its_columns(capsys, tmp_path, tiny
     lines.write_text("".join(json.dumps({"review": t, "label": "x"}) + "\n" for t in texts) + "\n")
     r = run_cli(capsys, "predict", str(model), "--file", str(lines), "--json")
     assert r.code == 0 and r.out == expected.out
-    # a .tsv, which the trainer reads by its columns too: it was read line by line, its header row classified and each
-    # label part of its text
-    tabs = tmp_path / "reviews.tsv"
-    tabs.write_text("".join(f"{t}\tx\n" for t in ["review\tlabel", *texts]).replace("label\tx", "label"))
-    r = run_cli(capsys, "predict", str(model), "--file", str(tabs), "--json")
-    assert r.code == 0 and r.out == expected.out, r.err
     table.write_text('review,label\nfine,pos\n"the best" film,pos\n')  # a stray quote on line 3
     r = run_cli(capsys, "predict", str(model), "--file", str(table))
     assert r.code == 2 and f"--file {table} is not valid CSV (line 3: " in r.err

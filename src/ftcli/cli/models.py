@@ -78,8 +78,8 @@ def predict(
     texts: Annotated[Optional[list[str]], typer.Argument(help="Texts to classify.")] = None,  # noqa: UP045
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
-        "TEXT<TAB>PAIR lines), or every row of a .csv, .tsv or .jsonl file (the text in the column the model was "
-        "trained on, or --text-column's); UTF-8, optionally .gz.")] = None,
+        "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file (the text in the column the model was trained "
+        "on, or --text-column's); UTF-8, optionally .gz.")] = None,
     text_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--text-column", metavar="NAME", help="The column of a .csv or .jsonl --file that holds the text "
         "[default: the one the model was trained on].")] = None,
