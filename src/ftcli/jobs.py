@@ -285,6 +285,7 @@ def record(job: Job, short_id: int | None = None, metrics: Mapping | None = None
         "started": _iso(job.started),
         "ended": _iso(job.ended),
         "duration_s": None if (d := job.duration_s(now)) is None else round(d),
+        "provisioning": job.provisioning,  # Spot, Flex-start, Low-cost, Reservation; None: on-demand
         "metric": {"name": head[0], "value": head[1]} if head else None,
         "output_dir": job.output_dir,
         "error": job.error,

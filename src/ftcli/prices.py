@@ -196,7 +196,10 @@ class Spent:
 
     @property
     def shown(self) -> str:
-        """'about $1.25' (on-demand), or 'at most $1.25' (Spot, Flex-start: the on-demand amount is a ceiling)."""
+        """'about $1.25' (on-demand), 'at most $1.25' (Spot, Flex-start: the on-demand amount is a ceiling), or '$1.25'
+        (a reservation's: neither, another bill; ceiling_note says which)."""
+        if self.provisioning == "Reservation":
+            return f"${self.amount:,.2f}"
         return f"{'at most' if self.provisioning else 'about'} ${self.amount:,.2f}"
 
 

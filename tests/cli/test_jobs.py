@@ -194,6 +194,26 @@ def test_a_spot_jobs_cost_is_an_on_demand_ceiling_in_list_describe_and_json(caps
     assert obj["cost_usd"] is None and obj["cost_usd_on_demand"] == pytest.approx(spot_row["cost_usd_on_demand"])
 
 
+def test_a_reservation_jobs_cost_is_not_said_as_its_bill(capsys, cloud_env, tmp_path, monkeypatch):
+    # A --reservation job was listed and described as an on-demand one ("$0.05", "about $0.05", cost_usd set), though
+    # Compute Engine bills the reservation for its life, not the job at Vertex's on-demand rates.
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4", "--reservation",
+                 "projects/test-project/zones/us-central1-b/reservations/t4-pool")
+    finish(gcs, vertex, job, None)
+    use_price_file(tmp_path, monkeypatch)
+    (row,) = [json.loads(line) for line in run_cli(capsys, "jobs", "list", "--json").out.splitlines()]
+    assert row["provisioning"] == "Reservation" and row["cost_usd"] is None and row["cost_usd_on_demand"] is not None
+    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "100"})
+    assert r.returncode == 0, r.stderr
+    header, line = r.stdout.splitlines()[:2]
+    assert "COST" in header and line.rstrip().endswith(" -") and "$" not in line, r.stdout
+    text = " ".join(run_cli(capsys, "jobs", "describe", "1").out.split())
+    assert "about $" not in text and "at most $" not in text
+    assert "on-demand; a reservation's machines are billed by Compute Engine for as long as the reservation exists" \
+        in text, text
+
+
 def test_describe_shows_gpu_machine_output_and_metrics(capsys, cloud_env):
     gcs, vertex = cloud_env
     imdb, _, _ = three_jobs(capsys, gcs, vertex)

@@ -56,10 +56,13 @@ def _columns(now: dt.datetime, cost: bool = False):
 
 
 def _cost_cell(row: dict) -> str:
-    """$1.25 (on-demand), ≤$1.25 (Spot, Flex-start: the on-demand amount is a ceiling), - (no rate)."""
+    """$1.25 (on-demand), ≤$1.25 (Spot, Flex-start: the on-demand amount is a ceiling), - (no rate; or a reservation's
+    job, billed by Compute Engine for the reservation, not at these rates: `describe` says so)."""
     if row["cost_usd"] is not None:
         return f"${row['cost_usd']:,.2f}"
-    return "-" if row["cost_usd_on_demand"] is None else f"≤${row['cost_usd_on_demand']:,.2f}"
+    if row["cost_usd_on_demand"] is None or row.get("provisioning") == "Reservation":
+        return "-"
+    return f"≤${row['cost_usd_on_demand']:,.2f}"
 
 
 def _add_costs(rows: list[dict], costs) -> None:

@@ -61,8 +61,18 @@ def _pools(spec) -> tuple[Pool, ...]:
 PROVISIONING = {"SPOT": "Spot", "FLEX_START": "Flex-start", "LOW_COST": "Low-cost"}
 
 
+# A job that consumes a reservation (--reservation: reservationAffinity ANY_RESERVATION or SPECIFIC_RESERVATION on its
+# machines) is billed by Compute Engine for the reservation's life, not at Vertex's on-demand rates ("Use reservations
+# with training", Billing, read 2026-11-28: prices.billed_note); `jobs list` and `describe` took it for on-demand.
+RESERVED = ("ANY_RESERVATION", "SPECIFIC_RESERVATION")
+
+
 def _provisioning(spec) -> str | None:
-    return PROVISIONING.get(spec.scheduling.strategy.name)
+    named = PROVISIONING.get(spec.scheduling.strategy.name)
+    if named is None and any(p.machine_spec.reservation_affinity.reservation_affinity_type.name in RESERVED
+                             for p in spec.worker_pool_specs):
+        return "Reservation"
+    return named
 
 
 def to_tuning(proto) -> TuningJob:
