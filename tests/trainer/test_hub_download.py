@@ -157,9 +157,10 @@ def test_torchruns_workers_load_the_gated_model_with_the_token_read_once(models,
     assert r.returncode == 0, r.stderr[-3000:]
     assert "8 × 1 accumulation × 2 process(es) = 16 examples per step" in r.stdout
     calls = _model_calls(models, "org/tiny-gated")
-    # both workers asked the Hub about the model (transformers names its process in its User-Agent: session_id/...),
-    # each with the token; the files the first downloaded, the other may read from the shared cache
-    assert len({agent.split("session_id/")[1].split(";")[0] for *_, agent in calls if "session_id/" in agent}) == 2
+    # the workers asked the Hub about the model (transformers names its process in its User-Agent: session_id/...),
+    # each with the token. The files the first downloaded, the other may read from the shared cache without asking
+    # anything: one session or two, by timing (one in 2 of 3 fresh-clone CI runs on 2026-11-28, two before).
+    assert 1 <= len({agent.split("session_id/")[1].split(";")[0] for *_, agent in calls if "session_id/" in agent}) <= 2
     assert {auth for _, _, auth, _ in calls} == {f"Bearer {ACCESS}"}
     assert [m for m, _ in secret_manager.requests] == ["AccessSecretVersion"]  # read once, by the first process
     assert ACCESS not in r.stdout + r.stderr
