@@ -52,14 +52,10 @@ def local(
             note(f"load it: {pipeline_recipe(run.model)}")
         return
     if (run.signal is not None and run.signal != signal.SIGINT) or run.code in (130, -signal.SIGINT):
-        from ftcli_trainer import checkpoint, storage
-
         stopped_by = None if run.signal in (None, signal.SIGINT) else run.signal
         how = "interrupted" if stopped_by is None else f"stopped by {signal.Signals(stopped_by).name}"
-        # (storage.join: Path() made gs://b/run's checkpoints gs:/b/run/checkpoints, a local folder that is never there)
-        if checkpoint.has_complete(storage.join(run.base, "checkpoints")):
-            err().print(f"{how}; checkpoints are in {run.base}/checkpoints: the same command with "
-                        f"--output-dir {run.base} resumes", markup=False)
+        if resumes := _resumes(run.base):
+            err().print(f"{how}; checkpoints are in {run.base}/checkpoints: {resumes}", markup=False)
         else:
             err().print(f"{how} before the first checkpoint; nothing to resume", markup=False)
         raise typer.Exit(130 if stopped_by is None else 128 + stopped_by)
@@ -67,18 +63,26 @@ def local(
         raise typer.Exit(2)
     # A run that failed before logging anything leaves no folder (ftcli.local._unclaim): name one only if it is there.
     kept = run.base.startswith("gs://") or Path(run.base).exists()
-    hint = (f"its output is above; run folder: {run.base}" if kept else
-            "its output is above; it stopped before logging anything, and left no run folder")
     if run.code < 0:  # a signal ftcli did not pass on ("exited with status -9" said neither which nor why)
         raise JobFailed(*_killed(-run.code, run.base, kept))
-    raise JobFailed(f"the trainer exited with status {run.code}", hint=hint)
+    raise JobFailed(f"the trainer exited with status {run.code}",
+                    hint=f"its output is above; run folder: {run.base}" if kept else
+                    "its output is above; it stopped before logging anything, and left no run folder")
+
+
+def _resumes(base: str) -> str | None:
+    """'the same command with --output-dir BASE resumes' where a complete checkpoint is there to resume, else None."""
+    from ftcli_trainer import checkpoint, storage
+
+    # (storage.join: Path() made gs://b/run's checkpoints gs:/b/run/checkpoints, a local folder that is never there)
+    if checkpoint.has_complete(storage.join(base, "checkpoints")):
+        return f"the same command with --output-dir {base} resumes"
+    return None
 
 
 def _killed(signum: int, base: str, kept: bool) -> tuple[str, str]:
     """(the line, the hint) for a trainer killed by a signal that did not come through ftcli: a SIGKILL nobody here
     sent is most often the kernel's out-of-memory killer (a model or batch too big for the machine's memory)."""
-    from ftcli_trainer import checkpoint, storage
-
     try:
         name = signal.Signals(signum).name
     except ValueError:
@@ -88,8 +92,8 @@ def _killed(signum: int, base: str, kept: bool) -> tuple[str, str]:
     if signum == signal.SIGKILL:
         line += " (not from ftcli: most often the kernel's out-of-memory killer)"
         fix = "if memory ran out (`dmesg` says so), lower --batch-size or --max-length; "
-    if kept and checkpoint.has_complete(storage.join(base, "checkpoints")):
-        return line, f"{fix}the same command with --output-dir {base} resumes from its last checkpoint"
+    if kept and (resumes := _resumes(base)):
+        return line, f"{fix}{resumes} from its last checkpoint"
     return line, f"{fix}run folder: {base}" if kept else f"{fix}it left no run folder"
 
 
