@@ -353,7 +353,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     """Run the trainer here with Vertex's environment; `say` hears what ftcli does on the way. With
     `quiet_stdout` the trainer's own output goes to stderr (stdout is kept for a --json result)."""
     from ftcli_trainer import storage
-    from ftcli_trainer.task import new_run_id
+    from ftcli_trainer.task import STOPS_SAID_BY_VAR, new_run_id
 
     cfg, argv = validate(trainer)
     require_train_extra("ftcli local")
@@ -377,6 +377,8 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         AIP_MODEL_DIR=storage.join(base, "model") + "/",
         AIP_CHECKPOINT_DIR=storage.join(base, "checkpoints") + "/",
         AIP_TENSORBOARD_LOG_DIR=storage.join(base, "logs") + "/",
+        # ftcli says how a stopped run resumes (cli/local.py), in terms of the command the user typed
+        **{STOPS_SAID_BY_VAR: "1"},
     )
     if offline or not needs_hub(cfg):
         # Set before transformers is imported: later, a Hub id retries DNS for ~20 s before failing.

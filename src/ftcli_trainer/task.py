@@ -421,17 +421,17 @@ def _run(cfg: TrainConfig) -> int:
         say_once(f"error: {e}")
         return e.exit_code
     except KeyboardInterrupt:
-        say_once("interrupted")
+        _say_stop("interrupted")
         return 130
     except Terminated:
-        say_once("stopped: SIGTERM; a restarted worker, or the same command, goes on from the newest complete "
-                 "checkpoint (from the start if there is none)")
+        _say_stop("stopped: SIGTERM; a restarted worker, or the same command, goes on from the newest complete "
+                  "checkpoint (from the start if there is none)")
         return 143
     except Exception as e:  # noqa: BLE001
         from ftcli_trainer.loop import Preempted
 
         if isinstance(e, Preempted):
-            say_once(f"stopped: {e}")
+            _say_stop(f"stopped: {e}")
             return e.exit_code
         if _is_oom(e):
             say_once(oom_line(cfg))
@@ -458,6 +458,17 @@ def _run(cfg: TrainConfig) -> int:
 
 
 SAID_DIR_VAR = "FTCLI_SAID_DIR"  # set by ftcli_trainer.launcher for its workers
+# Set by `ftcli local`, which says itself how a stopped run goes on, in its user's terms (its own command, the run
+# folder it chose): the trainer's line said it a second time, as "the same command" (python -m ftcli_trainer.task ...,
+# which the user never typed), under ftcli's.
+STOPS_SAID_BY_VAR = "FTCLI_STOPS_SAID_BY_LAUNCHER"
+
+
+def _say_stop(line: str) -> None:
+    """The line of a run stopped by a signal (Ctrl-C, SIGTERM), unless the program that started the trainer says it."""
+    if os.environ.get(STOPS_SAID_BY_VAR) != "1":
+        say_once(line)
+
 
 
 def say_once(line: str) -> None:

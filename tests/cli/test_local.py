@@ -319,9 +319,14 @@ def test_ctrl_c_checkpoints_like_sigterm_and_says_how_to_resume(tmp_path, tiny_m
     code, err, _ = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGINT, "step 3/", group)
     assert code == 130, err
     assert "Ctrl-C: finishing this step and writing a checkpoint" in err and "Traceback" not in err
-    assert f"interrupted; checkpoints are in {tmp_path / 'run'}/checkpoints: the same command with --output-dir" in err
     (ckpt,) = (tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE")
-    assert int(ckpt.parent.name.removeprefix("step-")) >= 3  # the steps done are kept (resuming: test_resume.py)
+    step = int(ckpt.parent.name.removeprefix("step-"))
+    assert step >= 3  # the steps done are kept (resuming: test_resume.py)
+    # One line says how to go on, in the terms of the command typed: the trainer's own ("stopped: Ctrl-C: checkpoint
+    # written at step N; the same command resumes from it") came before it, saying it twice
+    assert err.rstrip().splitlines()[-1] == (f"interrupted; the same command with --output-dir {tmp_path / 'run'} "
+                                             f"resumes from its checkpoint at step {step}")
+    assert "resumes" not in err.rstrip().rpartition("\n")[0], err
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
@@ -352,9 +357,10 @@ def test_sigterm_is_forwarded_and_the_trainer_checkpoints_and_stops(tmp_path, ti
 
     code, err, child = _signal_a_long_run(tmp_path, tiny_model, sentiment_csv[0], signal.SIGTERM, "step ")
     assert code == 143, err
-    assert "stopped by SIGTERM" in err and "resumes" in err
-    # the trainer's own line fits a run by hand as well as a Vertex worker (it said "exiting so the worker restarts")
-    assert "a restarted worker, or the same command, resumes from it" in err
+    last = err.rstrip().splitlines()[-1]
+    assert last.startswith(f"stopped by SIGTERM; the same command with --output-dir {tmp_path / 'run'} resumes from "
+                           "its checkpoint at step "), err
+    assert "resumes" not in err.rstrip().rpartition("\n")[0], err  # (the trainer's own line too was there)
     deadline = time.monotonic() + 10
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -373,7 +379,7 @@ def test_a_trainer_killed_by_the_out_of_memory_killer_is_said_so_with_the_way_on
     assert ("error: the trainer was killed by SIGKILL (not from ftcli: most often the kernel's out-of-memory "
             "killer)\n") in err
     assert (f"hint: if memory ran out (`dmesg` says so), lower --batch-size or --max-length; the same command with "
-            f"--output-dir {tmp_path / 'run'} resumes from its last checkpoint") in err
+            f"--output-dir {tmp_path / 'run'} resumes from its checkpoint at step ") in err
     assert list((tmp_path / "run" / "checkpoints").glob("step-*/_COMPLETE"))
 
 
@@ -548,6 +554,9 @@ def test_the_hub_probe_bounds_a_dns_lookup_that_does_not_answer(monkeypatch):
     (dict(code=1, keep=True), "hint: its output is above; run folder: {base}", 3),
     (dict(code=-15, signal=15), "stopped by SIGTERM before the first checkpoint; nothing to resume", 143),
     (dict(code=130), "interrupted before the first checkpoint; nothing to resume", 130),
+    # a SIGTERM sent to the trainer alone: the trainer stops (143) and leaves the line to ftcli, which said "the
+    # trainer exited with status 143"
+    (dict(code=143), "stopped by SIGTERM before the first checkpoint; nothing to resume", 143),
 ])
 def test_how_a_run_ended_names_only_what_is_there(capsys, monkeypatch, tmp_path, ended, says, code):
     # A failed run named a run folder that had just been removed, and SIGTERM before the first checkpoint said
@@ -578,8 +587,7 @@ def test_a_gs_run_folder_stopped_after_its_checkpoints_says_the_same_command_res
     monkeypatch.setattr(local, "run_local", lambda *a, **k: local.LocalRun(base="gs://b/run", **ended))
     r = run_cli(capsys, "local", "--epochs", "1")
     assert r.code == ended["code"]
-    assert f"{how}; checkpoints are in gs://b/run/checkpoints: the same command with --output-dir gs://b/run " \
-           "resumes" in r.err, r.err
+    assert f"{how}; the same command with --output-dir gs://b/run resumes from its checkpoint at step 3" in r.err, r.err
     assert "nothing to resume" not in r.err
 
 

@@ -51,14 +51,13 @@ def local(
 
             note(f"load it: {pipeline_recipe(run.model)}")
         return
-    if (run.signal is not None and run.signal != signal.SIGINT) or run.code in (130, -signal.SIGINT):
-        stopped_by = None if run.signal in (None, signal.SIGINT) else run.signal
-        how = "interrupted" if stopped_by is None else f"stopped by {signal.Signals(stopped_by).name}"
-        if resumes := _resumes(run.base):
-            err().print(f"{how}; checkpoints are in {run.base}/checkpoints: {resumes}", markup=False)
-        else:
-            err().print(f"{how} before the first checkpoint; nothing to resume", markup=False)
-        raise typer.Exit(130 if stopped_by is None else 128 + stopped_by)
+    if stopped_by := _stop_signal(run):
+        how = "interrupted" if stopped_by == signal.SIGINT else f"stopped by {signal.Signals(stopped_by).name}"
+        # The one line of a stopped run: the trainer leaves it to ftcli (STOPS_SAID_BY_VAR), whose command it is
+        resumes = _resumes(run.base)
+        err().print(f"{how}; {resumes}" if resumes else f"{how} before the first checkpoint; nothing to resume",
+                    markup=False)
+        raise typer.Exit(128 + stopped_by)
     if run.code == 2:  # the trainer already printed its one-line error
         raise typer.Exit(2)
     # A run that failed before logging anything leaves no folder (ftcli.local._unclaim): name one only if it is there.
@@ -70,14 +69,25 @@ def local(
                     "its output is above; it stopped before logging anything, and left no run folder")
 
 
+def _stop_signal(run) -> int | None:
+    """The signal that stopped the run, if one did: one ftcli passed on, or the trainer's exit status for a stop it
+    made itself (130 Ctrl-C, 143 SIGTERM: a signal sent to the trainer alone, not through ftcli)."""
+    if run.signal is not None and run.signal != signal.SIGINT:
+        return run.signal
+    # (a Ctrl-C ftcli passed on that the trainer finished anyway, exit 0, or failed on, is not a stop)
+    return {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM}.get(run.code)
+
+
 def _resumes(base: str) -> str | None:
-    """'the same command with --output-dir BASE resumes' where a complete checkpoint is there to resume, else None."""
+    """'the same command with --output-dir BASE resumes from its checkpoint at step N' where a complete checkpoint is
+    there to resume, else None."""
     from ftcli_trainer import checkpoint, storage
 
     # (storage.join: Path() made gs://b/run's checkpoints gs:/b/run/checkpoints, a local folder that is never there)
-    if checkpoint.has_complete(storage.join(base, "checkpoints")):
-        return f"the same command with --output-dir {base} resumes"
-    return None
+    step = checkpoint.newest_complete_step(storage.join(base, "checkpoints"))
+    if step is None:
+        return None
+    return f"the same command with --output-dir {base} resumes from its checkpoint at step {step}"
 
 
 def _killed(signum: int, base: str, kept: bool) -> tuple[str, str]:
@@ -93,7 +103,7 @@ def _killed(signum: int, base: str, kept: bool) -> tuple[str, str]:
         line += " (not from ftcli: most often the kernel's out-of-memory killer)"
         fix = "if memory ran out (`dmesg` says so), lower --batch-size or --max-length; "
     if kept and (resumes := _resumes(base)):
-        return line, f"{fix}{resumes} from its last checkpoint"
+        return line, f"{fix}{resumes}"
     return line, f"{fix}run folder: {base}" if kept else f"{fix}it left no run folder"
 
 
