@@ -170,6 +170,14 @@ def billed_note(provisioning: str) -> str:
     return f"{provisioning} is billed at lower {provisioning} prices, not in your price file"
 
 
+def on_demand_amount(usd: float, provisioning: str | None) -> str:
+    """An amount at the price file's (on-demand) rates, as it reads for a job provisioned so: 'about $1.25' (on-demand:
+    what is billed), 'at most $1.25' (Spot, Flex-start, Low-cost: billed below, a ceiling) or '$1.25' (a reservation:
+    neither, another bill; billed_note says which)."""
+    qualifier = "" if provisioning == "Reservation" else "at most " if provisioning else "about "
+    return f"{qualifier}${usd:,.2f}"
+
+
 @dataclass(frozen=True)
 class Spent:
     """What a job has cost at the user's rates: its machine-hours from start to end (to now while it runs). For a
@@ -196,11 +204,8 @@ class Spent:
 
     @property
     def shown(self) -> str:
-        """'about $1.25' (on-demand), 'at most $1.25' (Spot, Flex-start: the on-demand amount is a ceiling), or '$1.25'
-        (a reservation's: neither, another bill; ceiling_note says which)."""
-        if self.provisioning == "Reservation":
-            return f"${self.amount:,.2f}"
-        return f"{'at most' if self.provisioning else 'about'} ${self.amount:,.2f}"
+        """The amount, worded for the job's provisioning (on_demand_amount)."""
+        return on_demand_amount(self.amount, self.provisioning)
 
 
 def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str | None]:

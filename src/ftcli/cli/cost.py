@@ -35,22 +35,24 @@ def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", t
         lines.append(f"{pad}no dollar amounts: {cost.missing}. Rates: {PRICE_PAGE} (put yours in a price file: "
                      "README 'What a job costs')")
         return lines
-    from ftcli.prices import billed_note
+    from ftcli.prices import billed_note, on_demand_amount
 
     t = cost.table
-    if discounted == "Reservation":  # neither about nor at most: another bill (prices.billed_note)
+    if discounted == "Reservation":  # another bill (prices.billed_note)
         rates = f"on-demand rates, not this job's bill: {billed_note(discounted)}; "
-        per_hour, most, in_all = ("", "", " in all")
     elif discounted:
         rates = f"on-demand rates, a ceiling: {billed_note(discounted)}; "
-        per_hour, most, in_all = ("at most ", "", " in all")
     else:
-        rates, per_hour, most, in_all = "on-demand rates: ", "about ", "at most ", ""
+        rates = "on-demand rates: "
+    # The hourly rate reads as any amount at these rates does (on_demand_amount). The total is --timeout's bound: "at
+    # most" on demand; where the rate already says "at most" (or is another bill), the amount "in all".
+    most = "" if discounted else "at most "
     if trials:
-        amount = (f"{per_hour}${cost.per_hour * at_once:,.2f} an hour with {at_once} running, {most}"
-                  f"${cost.at_most * trials:,.2f} for {trials} trials")
+        amount = (f"{on_demand_amount(cost.per_hour * at_once, discounted)} an hour with {at_once} running, "
+                  f"{most}${cost.at_most * trials:,.2f} for {trials} trials")
     else:
-        amount = f"{per_hour}${cost.per_hour:,.2f} an hour, {most}${cost.at_most:,.2f}{in_all}"
+        amount = (f"{on_demand_amount(cost.per_hour, discounted)} an hour, {most}${cost.at_most:,.2f}"
+                  + (" in all" if discounted else ""))
     lines.append(f"{pad}{amount} ({rates}{t.region} rates from {t.source}, read {t.read})")
     return lines
 
