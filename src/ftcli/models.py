@@ -380,16 +380,21 @@ def is_table(file: Path) -> bool:
     return file.name.lower().removesuffix(".gz").endswith((".csv", ".jsonl", ".json", ".ndjson"))
 
 
-def read_inputs(file: Path) -> list[Text]:
-    """The texts of --file: a CSV or JSON Lines file's rows (by extension, read by the trainer's own readers; the
-    model's text columns are taken from them), else every non-empty line (a pair model's: TEXT<TAB>PAIR). Either
-    may be .gz."""
+def is_tsv(file: Path) -> bool:
+    """A .tsv --file: read by its columns when its first line names them (tsv_inputs), else line by line."""
+    return file.name.lower().removesuffix(".gz").endswith(".tsv")
+
+
+def read_inputs(file: Path, by_columns: bool = False) -> list[Text]:
+    """The texts of --file: a CSV or JSON Lines file's rows (by extension, or `by_columns`: read by the trainer's own
+    readers; the model's text columns are taken from them), else every non-empty line (a pair model's:
+    TEXT<TAB>PAIR). Either may be .gz."""
     from ftcli_trainer import data
     from ftcli_trainer.errors import DataError
 
     shown = f"--file {file}"
     try:
-        if is_table(file):
+        if by_columns or is_table(file):
             _, rows = data.read_rows(str(file), shown=shown)
             return [Text("", f"{file} {data.row_position(rows, i)}", dict(row)) for i, row in enumerate(rows)]
         # Lines end at \n, \r\n or \r only: str.splitlines() also cut a text at U+2028, U+0085 or a form feed (in
@@ -399,6 +404,36 @@ def read_inputs(file: Path) -> list[Text]:
     except DataError as e:
         raise UsageError(str(e)) from None
     return [Text(line, f"{file} line {n}") for n, line in enumerate(lines, 1) if line.strip()]
+
+
+def tsv_inputs(path: Path, file: Path, lines: list[Text], text_column: str | None = None,
+               text_pair_column: str | None = None) -> list[Text]:
+    """A .tsv --file's texts for the model in `path`, from its `lines` (read_inputs): its rows, by the trainer's
+    reader, when its first line names the text's column (--text-column's, or the one the model was trained on: GLUE's
+    dev.tsv starts "sentence<TAB>label"), else its lines (a pair model's TEXT<TAB>PAIR lines have no such line).
+    Read line by line, a header was classified as a text, and for a single-text model each line's label with its
+    text. So a single-text model's TAB-separated lines without such a first line are refused, as --text-column or
+    --text-pair-column naming a column that line does not have."""
+    run = run_config(path)
+    if not lines:
+        return lines
+    header = lines[0].text.split("\t")
+    wanted = text_column or _text_column(run)
+    if wanted in header:
+        return read_inputs(file, by_columns=True)
+    if text_column or text_pair_column:
+        flag, name = ("--text-column", text_column) if text_column else ("--text-pair-column", text_pair_column)
+        raise UsageError(f"{file}'s first line does not name the column {name!r} ({flag}): a .tsv is read by its "
+                         "columns when its first line names them",
+                         hint="start the file with a line of its columns' names, TAB-separated")
+    if _pairs_of(run) is False and (tabbed := next((x for x in lines if "\t" in x.text), None)):
+        fields = len(tabbed.text.split("\t"))
+        raise UsageError(f"{tabbed.where} has {fields} TAB-separated fields, and {path} classifies one text (it was "
+                         f"trained on single texts): a .tsv is read by its columns when its first line names the "
+                         f"text's ({wanted!r})",
+                         hint="name the text's column with --text-column NAME, or start the file with a line of its "
+                              "columns' names, TAB-separated")
+    return lines
 
 
 def _column(item: Text, column: str, flag: str, given: bool) -> str:

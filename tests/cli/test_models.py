@@ -439,6 +439,68 @@ def test_pairs_for_a_single_text_model_are_refused(capsys, tmp_path, tiny_model)
     assert pair_up(model, ["a\tb"], None) == (["a\tb"], [None])
 
 
+def _model_trained_on(tmp_path, tiny_model, text_column: str, pair_column: str | None = None) -> Path:
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    (model / "ftcli_run.json").write_text(json.dumps({"task": "csv", "text_column": text_column,
+                                                       "text_pair_column": pair_column}))
+    return model
+
+
+def test_a_tsv_whose_first_line_names_the_text_column_is_read_by_its_columns(capsys, tmp_path, tiny_model):
+    # GLUE's dev.tsv ("sentence<TAB>label"): read line by line, its header was classified as a text and each review
+    # with its label ("great movie<TAB>1"), exit 0: the answers were wrong and nothing said so
+    model = _model_trained_on(tmp_path, tiny_model, "sentence")
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence\tlabel\na wonderful film\t1\na dull film\t0\n")
+    r = run_cli(capsys, "predict", str(model), "--file", str(dev), "--json")
+    assert r.code == 0, r.err
+    got = [json.loads(line) for line in r.out.splitlines()]
+    assert [x["text"] for x in got] == ["a wonderful film", "a dull film"]
+    r = run_cli(capsys, "predict", str(model), "a wonderful film", "a dull film", "--json")
+    assert [json.loads(line) for line in r.out.splitlines()] == got  # the same texts, the same answers
+    # another column, named by --text-column; the TEXT arguments go first, as with a .csv
+    dev.write_text("id\treview\n7\ta wonderful film\n")
+    r = run_cli(capsys, "predict", str(model), "a dull film", "--file", str(dev), "--text-column", "review", "--json")
+    assert r.code == 0, r.err
+    assert [json.loads(line)["text"] for line in r.out.splitlines()] == ["a dull film", "a wonderful film"]
+
+
+def test_a_tsv_without_the_text_column_for_a_single_text_model_is_refused(capsys, tmp_path, tiny_model):
+    model = _model_trained_on(tmp_path, tiny_model, "text")
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("a wonderful film\t1\na dull film\t0\n")  # no header: each label went in with its text
+    r = run_cli(capsys, "predict", str(model), "--file", str(dev))
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    error, hint = r.err.splitlines()
+    assert error == (f"error: {dev} line 1 has 2 TAB-separated fields, and {model} classifies one text (it was "
+                     "trained on single texts): a .tsv is read by its columns when its first line names the text's "
+                     "('text')")
+    assert "--text-column NAME" in hint
+    r = run_cli(capsys, "predict", str(model), "--file", str(dev), "--text-column", "review")
+    assert r.code == 2 and not r.out
+    assert r.err.startswith(f"error: {dev}'s first line does not name the column 'review' (--text-column)")
+    dev.write_text("a wonderful film\na dull film\n")  # one text a line, no TAB: read line by line, as a .txt
+    r = run_cli(capsys, "predict", str(model), "--file", str(dev), "--json")
+    assert r.code == 0 and [json.loads(x)["text"] for x in r.out.splitlines()] == ["a wonderful film", "a dull film"]
+
+
+def test_a_pair_models_tsv_is_read_by_its_columns_or_as_text_tab_pair_lines(capsys, tmp_path, tiny_model):
+    model = _model_trained_on(tmp_path, tiny_model, "sentence1", "sentence2")
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("index\tsentence1\tsentence2\tlabel\n0\ta man plays\tmusic\tentailment\n")
+    r = run_cli(capsys, "predict", str(model), "--file", str(dev), "--json")
+    assert r.code == 0, r.err
+    (row,) = (json.loads(line) for line in r.out.splitlines())
+    assert (row["text"], row["text_pair"]) == ("a man plays", "music")
+    dev.write_text("a man plays\tmusic\n")  # TEXT<TAB>PAIR lines, as documented
+    r = run_cli(capsys, "predict", str(model), "--file", str(dev), "--json")
+    assert r.code == 0, r.err
+    assert [(x["text"], x["text_pair"]) for x in map(json.loads, r.out.splitlines())] == [("a man plays", "music")]
+
+
 @pytest.mark.parametrize(("state", "says", "hint"), [
     ("RUNNING", "; the job is RUNNING", "ftcli logs {ref} to see how it is going"),
     ("SUCCEEDED", "the job SUCCEEDED but exported no complete model in",
@@ -596,7 +658,7 @@ def test_predict_reads_a_file_whose_columns_are_named_otherwise(capsys, tmp_path
     for args in (["a film"], ["--file", str(plain)]):
         r = run_cli(capsys, "predict", str(model), *args, "--text-column", "tweet")
         assert r.code == 2 and not r.out
-        assert r.err.splitlines()[0].startswith("error: --text-column names a column of a .csv or .jsonl --file")
+        assert r.err.splitlines()[0].startswith("error: --text-column names a column of a .csv, .tsv or .jsonl --file")
     assert f"; {plain} is read line by line" in r.err
     r = run_cli(capsys, "predict", str(model), "--file", str(table), "--text-column", "")
     assert r.code == 2 and r.err.startswith("error: --text-column is empty\n")

@@ -62,15 +62,15 @@ def download(
         note(f'next: ftcli predict {shlex.quote(where)} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))
 
 
-def _load_texts(texts: list[str], file: Path | None) -> list:
+def _load_texts(texts: list[str], file: Path | None) -> tuple[list, list]:
+    """(the TEXT arguments, --file's texts), read before the model is downloaded: bad input is said first."""
     from ftcli.models import Text, read_inputs
 
-    out = [Text(t, f"text {i}") for i, t in enumerate(texts, 1)]
-    if file is not None:
-        out += read_inputs(file)
-    if not out:
+    given = [Text(t, f"text {i}") for i, t in enumerate(texts, 1)]
+    from_file = read_inputs(file) if file is not None else []
+    if not given and not from_file:
         raise UsageError("no text to classify", hint='pass texts as arguments or --file texts.txt (one per line)')
-    return out
+    return given, from_file
 
 
 def predict(
@@ -78,14 +78,15 @@ def predict(
     texts: Annotated[Optional[list[str]], typer.Argument(help="Texts to classify.")] = None,  # noqa: UP045
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
-        "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file (the text in the column the model was trained "
-        "on, or --text-column's); UTF-8, optionally .gz.")] = None,
+        "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file, or of a .tsv file whose first line names "
+        "its columns (the text in the column the model was trained on, or --text-column's); UTF-8, optionally "
+        ".gz.")] = None,
     text_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--text-column", metavar="NAME", help="The column of a .csv or .jsonl --file that holds the text "
+        "--text-column", metavar="NAME", help="The column of a .csv, .tsv or .jsonl --file that holds the text "
         "[default: the one the model was trained on].")] = None,
     text_pair_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--text-pair-column", metavar="NAME", help="A model trained on sentence pairs: the column of a .csv or "
-        ".jsonl --file that holds each row's second text [default: the one the model was trained on].")] = None,
+        "--text-pair-column", metavar="NAME", help="A model trained on sentence pairs: the column of a .csv, .tsv "
+        "or .jsonl --file that holds each row's second text [default: the one the model was trained on].")] = None,
     pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--pair", help="A model trained on sentence pairs (MNLI, MRPC, STS-B, ...): the second text of each TEXT, "
         "once per TEXT, in order.")] = None,
@@ -116,8 +117,8 @@ def predict(
         raise UsageError("--pair pairs the TEXT arguments, not the lines of --file",
                          hint="in --file, put each pair on one line: TEXT<TAB>PAIR")
     for flag, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column)):
-        if column is not None and (file is None or not models.is_table(file)):
-            raise UsageError(f"{flag} names a column of a .csv or .jsonl --file" +
+        if column is not None and (file is None or not (models.is_table(file) or models.is_tsv(file))):
+            raise UsageError(f"{flag} names a column of a .csv, .tsv or .jsonl --file" +
                              (f"; {file} is read line by line" if file is not None else ""),
                              hint=f"give --file ROWS.csv (or .jsonl), or drop {flag}")
         if column is not None and not column.strip():
@@ -127,9 +128,12 @@ def predict(
                          "columns", hint="name the column that holds each row's second text")
     if threshold is not None and not 0 < threshold <= 1:  # a probability, as the trainer's --threshold
         raise UsageError(f"--threshold is a probability in (0, 1], got {threshold}")
-    items = _load_texts(texts or [], file)
+    arguments, from_file = _load_texts(texts or [], file)
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
+    if file is not None and models.is_tsv(file):  # by its columns or its lines: the model's text column says
+        from_file = models.tsv_inputs(path, file, from_file, text_column, text_pair_column)
+    items = arguments + from_file
     chunks = models.predict_chunks(path, items, threshold, pairs=pair or None, text_column=text_column,
                                    text_pair_column=text_pair_column)
     # Each chunk is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything (with
