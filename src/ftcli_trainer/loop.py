@@ -218,17 +218,6 @@ def loss_sum(logits, labels, multi_label: bool, regression: bool = False):
     return F.cross_entropy(logits, labels, reduction="sum")
 
 
-def eval_loss(logits: np.ndarray, labels: np.ndarray, multi_label: bool, regression: bool = False) -> float:
-    x = logits.astype(np.float64)
-    if regression:
-        return float(np.mean((x[:, 0] - labels) ** 2))
-    if multi_label:
-        # mean over labels of log(1 + e^-x) for positives, log(1 + e^x) for negatives
-        return float(np.mean(np.logaddexp(0, x) - x * labels))
-    lse = np.logaddexp.reduce(x, axis=1)
-    return float(np.mean(lse - x[np.arange(len(x)), labels]))
-
-
 @dataclass
 class Paths:
     model_dir: str
@@ -815,13 +804,9 @@ class Trainer:
                             logits[idx] = self.model(**batch).logits.float().cpu().numpy()
                     if self.dist.enabled:  # every prediction gathered exactly once (small: rows x labels floats)
                         logits = gather_rows(logits[order], order, len(enc), self.dist)
-                    if self.regression:
-                        m = metrics.regression(logits[:, 0], enc.labels)
-                    elif self.multi_label:
-                        m = metrics.multi_label(logits, enc.labels, self.label_names, self.cfg.threshold)
-                    else:
-                        m = metrics.single_label(logits, enc.labels, self.label_names, self.task_metrics)
-                    m["loss"] = eval_loss(logits, enc.labels, self.multi_label, self.regression)
+                    m = metrics.of_logits(logits, enc.labels, self.label_names, self.task_metrics,
+                                          is_multi_label=self.multi_label, is_regression=self.regression,
+                                          threshold=self.cfg.threshold)
                     out.update(metrics.prefixed(m, name, primary=i == 0))
                     self.predictions[name] = (enc.labels, logits)
                     n_total += len(enc)

@@ -121,6 +121,32 @@ def multi_label(logits: np.ndarray, labels: np.ndarray, names: list[str], thresh
     }
 
 
+def eval_loss(logits: np.ndarray, labels: np.ndarray, multi_label: bool, regression: bool = False) -> float:
+    x = logits.astype(np.float64)
+    if regression:
+        return float(np.mean((x[:, 0] - labels) ** 2))
+    if multi_label:
+        # mean over labels of log(1 + e^-x) for positives, log(1 + e^x) for negatives
+        return float(np.mean(np.logaddexp(0, x) - x * labels))
+    lse = np.logaddexp.reduce(x, axis=1)
+    return float(np.mean(lse - x[np.arange(len(x)), labels]))
+
+
+def of_logits(logits: np.ndarray, labels: np.ndarray, names: list[str], task_metrics: tuple[str, ...] = (), *,
+              is_multi_label: bool, is_regression: bool, threshold: float) -> dict:
+    """An evaluation's metrics from the model's outputs (rows x labels) and the truth: a regression's, a multi-label
+    model's at `threshold`, or a single-label model's with the task's own (`task_metrics`); and the loss. The
+    trainer's evaluation and `ftcli evaluate` both."""
+    if is_regression:
+        m = regression(logits[:, 0], labels)
+    elif is_multi_label:
+        m = multi_label(logits, labels, names, threshold)
+    else:
+        m = single_label(logits, labels, names, task_metrics)
+    m["loss"] = eval_loss(logits, labels, is_multi_label, is_regression)
+    return m
+
+
 def prefixed(metrics: dict, eval_name: str, primary: bool) -> dict:
     """`eval_accuracy` for the primary eval set, `eval_<name>_accuracy` for the others."""
     prefix = "eval_" if primary else f"eval_{eval_name}_"

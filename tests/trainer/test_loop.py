@@ -232,7 +232,8 @@ def test_compile_compiles_the_layers_once_for_training_only(tmp_path, tiny_model
 def test_regression_loss_is_transformers_mse_and_accumulates_exactly(tmp_path, tiny_model):
     """The summed squared error over the accumulation group, divided by its examples, is the MSELoss that
     transformers applies to a one-output regression head over the whole batch; N micro-batches make its update."""
-    from ftcli_trainer.loop import eval_loss, loss_sum
+    from ftcli_trainer.loop import loss_sum
+    from ftcli_trainer.metrics import eval_loss
     from tests.conftest import write_csv
 
     torch.manual_seed(0)

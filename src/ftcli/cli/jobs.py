@@ -184,7 +184,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         # the first line: Vertex's error of a failed replica goes on with its traceback and a link (--json has it
         # all); the job's own last lines are in its logs, which a job that never started (a Flex-start job past its
         # maximum wait, one cancelled while queued) does not have
-        ("error", lambda r: said_error(r["state"], r["error"]) and error_parts(r["error"])[0] + (
+        ("error", lambda r: said_error(r["state"], r["error"]) and f"{error_parts(r['error'])[0]}" + (
             f" (its last lines: ftcli logs {shown} --no-follow)" if r["started"] else "")),
         ("console", lambda r: r["console_url"]),
     )
