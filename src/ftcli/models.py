@@ -534,78 +534,98 @@ def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | N
     model trained on sentence pairs takes `pairs` (or TAB-separated texts, see pair_up); each result then has
     "text_pair" too. A CSV / JSON Lines row's text is in `text_column` (and `text_pair_column`) where given, else in
     the model's own columns."""
-    from ftcli.local import require_train_extra
-    from ftcli_trainer.model import vocabulary_problem
-
     run = run_config(path)  # read once: the columns and the length the model was trained at
     texts, seconds = _pair_up(path, run, texts, pairs, text_column, text_pair_column)
-    require_train_extra("ftcli predict")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(str(path), output_loading_info=True)
-        clf = pipeline("text-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(str(path)),
-                       top_k=None)
-    except Exception as e:  # noqa: BLE001 - a damaged folder fails in many ways deep inside transformers
-        from ftcli_trainer.errors import one_line
-
-        raise FtcliError(f"cannot load the model in {path}: {one_line(e)}",
-                         hint="download it again into a new folder (ftcli download JOB DIR), or give another "
-                              "model folder") from None
-    if missing := info.get("missing_keys"):
-        # A base model (no classification head): transformers makes one up at random, and says so only in a
-        # warning the verbosity above hides. Its labels would be noise.
-        raise FtcliError(f"{path} holds no trained classifier: {', '.join(sorted(missing)[:3])} would be random",
-                         hint="give a fine-tuned model folder: RUN/model from ftcli local, or ftcli download JOB")
-    if problem := vocabulary_problem(clf.tokenizer):
-        raise FtcliError(f"{path}: {problem}; its predictions would be noise",
-                         hint="save the tokenizer the model was trained with into the folder "
-                              "(tokenizer.save_pretrained)")
-    config = clf.model.config
-    multi = config.problem_type == "multi_label_classification"
-    # A model from elsewhere (a plain save_pretrained folder) may have one output and no problem_type: transformers
-    # trains that as regression (BertForSequenceClassification.forward, transformers 5.24: `if
-    # self.config.problem_type is None: if self.num_labels == 1: self.config.problem_type = "regression"`).
-    regression = config.problem_type == "regression" or (config.problem_type is None and config.num_labels == 1)
-    if threshold is not None and not multi:
-        kind = "a regression model (its output is the score)" if regression else \
-            "single-label (the top label is the answer)"
-        raise UsageError(f"--threshold applies to multi-label models; {path} is {kind}",
-                         hint="leave --threshold out")
-    cut = threshold if threshold is not None else getattr(config, "ftcli_threshold", 0.5)
+    c = _Classifier(path, run, threshold)
     # A regression head's one output is the prediction: a softmax over one output would always read 1.0.
-    fn = "none" if regression else ("sigmoid" if multi else "softmax")
-    inputs = [t if b is None else {"text": t, "text_pair": b} for t, b in zip(texts, seconds, strict=True)]
-    # Cut where the run trained and evaluated; a model from elsewhere at what its tokenizer and positions allow (a
-    # tokenizer without a limit says 1e30: a long text then overran the position embeddings).
-    tokenizer = clf.tokenizer
-    assert tokenizer is not None  # given to pipeline() above
-    cut_at = _max_length(run) or min(tokenizer.model_max_length,
-                                     getattr(config, "max_position_embeddings", None) or 10**9)
-    for start in range(0, len(inputs), chunk):
-        part = range(start, min(start + chunk, len(inputs)))
-        # Batched in length order, so that each batch pads to its own longest text, not a short one to a long one's.
-        order = sorted(part, key=lambda i: len(texts[i]) + len(seconds[i] or ""))
-        # transformers annotates one dict per input and lists of one kind; with top_k=None each input gets every
-        # label's score, and a list of texts or of {"text", "text_pair"} dicts (one kind here, but not to mypy) is
-        # what it takes
-        scored = cast(list[list[dict[str, Any]]],
-                      clf([inputs[i] for i in order], function_to_apply=fn, truncation=True,  # type: ignore[arg-type]
-                          max_length=cut_at, batch_size=PREDICT_BATCH))
-        by_index = dict(zip(order, scored, strict=True))
+    fn = "none" if c.regression else ("sigmoid" if c.multi else "softmax")
+    for start in range(0, len(texts), chunk):
+        part = range(start, min(start + chunk, len(texts)))
+        by_index = c.scores(texts, seconds, part, fn)
         out = []
         for i in part:
             text, second, scores = texts[i], seconds[i], sorted(by_index[i], key=lambda s: -s["score"])
             given = {"text": text} if second is None else {"text": text, "text_pair": second}
-            if regression:
+            if c.regression:
                 out.append({**given, "score": round(scores[0]["score"], 4)})
-            elif multi:
-                labels = [{"label": s["label"], "score": round(s["score"], 4)} for s in scores if s["score"] >= cut]
+            elif c.multi:
+                labels = [{"label": s["label"], "score": round(s["score"], 4)} for s in scores
+                          if s["score"] >= c.threshold]
                 out.append({**given, "labels": labels})
             else:
                 out.append({**given, "label": scores[0]["label"], "score": round(scores[0]["score"], 4)})
         yield out
+
+
+class _Classifier:
+    """The model in `path` as a transformers text-classification pipeline, checked (a damaged folder, a base model
+    without a trained head, a tokenizer that does not match), with what it is: multi-label (its `threshold`: the
+    one given, else the model's own), regression, or single-label."""
+
+    def __init__(self, path: Path, run: dict | None, threshold: float | None = None):
+        from ftcli.local import require_train_extra
+        from ftcli_trainer.model import vocabulary_problem
+
+        require_train_extra("ftcli predict")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            model, info = AutoModelForSequenceClassification.from_pretrained(str(path), output_loading_info=True)
+            clf = pipeline("text-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(str(path)),
+                           top_k=None)
+        except Exception as e:  # noqa: BLE001 - a damaged folder fails in many ways deep inside transformers
+            from ftcli_trainer.errors import one_line
+
+            raise FtcliError(f"cannot load the model in {path}: {one_line(e)}",
+                             hint="download it again into a new folder (ftcli download JOB DIR), or give another "
+                                  "model folder") from None
+        if missing := info.get("missing_keys"):
+            # A base model (no classification head): transformers makes one up at random, and says so only in a
+            # warning the verbosity above hides. Its labels would be noise.
+            raise FtcliError(f"{path} holds no trained classifier: {', '.join(sorted(missing)[:3])} would be random",
+                             hint="give a fine-tuned model folder: RUN/model from ftcli local, or ftcli download JOB")
+        if problem := vocabulary_problem(clf.tokenizer):
+            raise FtcliError(f"{path}: {problem}; its predictions would be noise",
+                             hint="save the tokenizer the model was trained with into the folder "
+                                  "(tokenizer.save_pretrained)")
+        config = clf.model.config
+        self.clf = clf
+        id2label = cast(dict[int, str], config.id2label or {})
+        self.names = [str(id2label.get(i, f"LABEL_{i}")) for i in range(int(config.num_labels or 0))]
+        self.multi = config.problem_type == "multi_label_classification"
+        # A model from elsewhere (a plain save_pretrained folder) may have one output and no problem_type:
+        # transformers trains that as regression (BertForSequenceClassification.forward, transformers 5.24: `if
+        # self.config.problem_type is None: if self.num_labels == 1: self.config.problem_type = "regression"`).
+        self.regression = config.problem_type == "regression" or (config.problem_type is None
+                                                                  and config.num_labels == 1)
+        if threshold is not None and not self.multi:
+            kind = "a regression model (its output is the score)" if self.regression else \
+                "single-label (the top label is the answer)"
+            raise UsageError(f"--threshold applies to multi-label models; {path} is {kind}",
+                             hint="leave --threshold out")
+        self.threshold = threshold if threshold is not None else getattr(config, "ftcli_threshold", 0.5)
+        # Cut where the run trained and evaluated; a model from elsewhere at what its tokenizer and positions allow
+        # (a tokenizer without a limit says 1e30: a long text then overran the position embeddings).
+        tokenizer = clf.tokenizer
+        assert tokenizer is not None  # given to pipeline() above
+        self.cut_at = _max_length(run) or min(tokenizer.model_max_length,
+                                              getattr(config, "max_position_embeddings", None) or 10**9)
+
+    def scores(self, texts: Sequence[str], seconds: Sequence[str | None], part: range, fn: str
+               ) -> dict[int, list[dict[str, Any]]]:
+        """Every label's score ({"label", "score"}) for each input in `part`, after `fn` ("softmax", "sigmoid",
+        "none": the logits)."""
+        inputs = [texts[i] if seconds[i] is None else {"text": texts[i], "text_pair": seconds[i]} for i in part]
+        # Batched in length order, so that each batch pads to its own longest text, not a short one to a long one's.
+        order = sorted(range(len(inputs)), key=lambda j: len(texts[part[j]]) + len(seconds[part[j]] or ""))
+        # transformers annotates one dict per input and lists of one kind; with top_k=None each input gets every
+        # label's score, and a list of texts or of {"text", "text_pair"} dicts (one kind here, but not to mypy) is
+        # what it takes
+        scored = cast(list[list[dict[str, Any]]],
+                      self.clf([inputs[j] for j in order], function_to_apply=fn,  # type: ignore[arg-type]
+                               truncation=True, max_length=self.cut_at, batch_size=PREDICT_BATCH))
+        return {part[j]: s for j, s in zip(order, scored, strict=True)}
