@@ -629,3 +629,68 @@ class _Classifier:
                       self.clf([inputs[j] for j in order], function_to_apply=fn,  # type: ignore[arg-type]
                                truncation=True, max_length=self.cut_at, batch_size=PREDICT_BATCH))
         return {part[j]: s for j, s in zip(order, scored, strict=True)}
+
+
+def read_table(file: str) -> tuple[list[str], list[dict]]:
+    """(columns, rows) of a labelled --file for `ftcli evaluate`: a .csv, .tsv or .jsonl file (optionally .gz, local or
+    gs://), read by the trainer's own reader before any model is downloaded."""
+    from ftcli_trainer import data
+    from ftcli_trainer.errors import DataError
+
+    try:
+        return data.read_rows(file)
+    except DataError as e:
+        raise UsageError(str(e)) from None
+
+
+def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, text_column: str | None = None,
+             text_pair_column: str | None = None, label_column: str | None = None,
+             threshold: float | None = None, notify: Notify | None = None) -> dict:
+    """The model in `path` scored on labelled rows (read_table's): the metrics its own run's evaluation reports
+    (metrics.of_logits: accuracy, macro-F1 and the task's own, per-label scores and the confusion matrix; micro/macro-F1
+    multi-label; Pearson, Spearman and MSE for a regression), with the loss. The rows are read as the trainer reads an
+    eval file, with the model's columns (or the ones given) and its labels in its own id order: a label the model does
+    not have is refused, naming the row; whole numbers are ids, as in a Hub dataset."""
+    import numpy as np
+
+    from ftcli_trainer import data, metrics
+    from ftcli_trainer.config import TrainConfig
+    from ftcli_trainer.errors import DataError
+    from ftcli_trainer.tasks import TASKS
+
+    run = run_config(path) or {}
+    c = _Classifier(path, run, threshold)
+    trained_pairs = _pairs_of(run)
+    if text_pair_column is not None and trained_pairs is False:
+        raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --text-pair-column")
+    task = str(run.get("task")) if run.get("task") in TASKS else "csv"
+    by_columns = c.multi and bool(run.get("label_columns"))  # --label-columns: a 0/1 column per label
+    if label_column is not None and by_columns:
+        raise UsageError(f"{path} was trained on label columns ({', '.join(c.names)}), one 0/1 column per label",
+                         hint="drop --label-column: each row needs those columns")
+    cfg = TrainConfig(task=task, text_column=text_column or _text_column(run),
+                      text_pair_column=text_pair_column or (trained_pairs[1] if trained_pairs else None),
+                      label_column=label_column or str(run.get("label_column") or "label"),
+                      label_columns=",".join(c.names) if by_columns else None, regression=c.regression,
+                      label_names=() if c.regression else tuple(c.names))
+    try:
+        examples, _ = data.rows_to_examples(rows, columns, cfg, file, None if c.regression else c.names,
+                                            lists=c.multi and not by_columns)
+    except DataError as e:
+        raise UsageError(str(e)) from None
+    n = len(examples)
+    if notify:  # (a big file on a CPU: minutes)
+        notify(f"scoring {n:,} example{'s' if n != 1 else ''} of {file}")
+    seconds: list[str | None] = list(examples.pairs) if examples.pairs is not None else [None] * n
+    index = {name: i for i, name in enumerate(c.names)}
+    logits = np.zeros((n, len(c.names)), dtype=np.float32)
+    for start in range(0, n, PREDICT_CHUNK):
+        part = range(start, min(start + PREDICT_CHUNK, n))
+        for i, scores in c.scores(examples.texts, seconds, part, "none").items():
+            for s in scores:
+                logits[i, index[s["label"]]] = s["score"]
+    found = metrics.of_logits(logits, examples.labels, c.names, TASKS[task].metrics if task in TASKS else (),
+                              is_multi_label=c.multi, is_regression=c.regression, threshold=c.threshold)
+    return {"model": str(path), "file": file, "examples": n,
+            **({"labels": c.names} if not c.regression else {}),
+            **({"threshold": c.threshold} if c.multi else {}), **found}

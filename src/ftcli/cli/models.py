@@ -1,9 +1,11 @@
-"""`ftcli download JOB [DIR]` and `ftcli predict MODEL_OR_JOB TEXT...`: parse, call `ftcli.models`, render."""
+"""`ftcli download JOB [DIR]`, `ftcli predict MODEL_OR_JOB TEXT...` and `ftcli evaluate MODEL_OR_JOB FILE`: parse, call
+`ftcli.models`, render."""
 
 from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -173,6 +175,75 @@ def _one_line(text: str) -> str:
     return text.translate(_SHOWN_ESCAPED)
 
 
+def evaluate(
+    model: Annotated[str, typer.Argument(help="A model folder, or a job (short id, last, id or resource name).")],
+    file: Annotated[str, typer.Argument(
+        help="Labelled rows: a .csv, .tsv or .jsonl file, optionally .gz, local or gs://, with the model's text "
+        "and label columns (or those the options name).", show_default=False)],
+    text_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--text-column", metavar="NAME", help="The column that holds the text [default: the one the model was "
+        "trained on].")] = None,
+    text_pair_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--text-pair-column", metavar="NAME", help="A model trained on sentence pairs: the column that holds each "
+        "row's second text [default: the one the model was trained on].")] = None,
+    label_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--label-column", metavar="NAME", help="The column that holds the label (a regression's target) [default: "
+        "the one the model was trained on].")] = None,
+    threshold: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        "--threshold", help="Multi-label: a label is predicted at or above this probability [default: the "
+        "model's].")] = None,
+    trial: TrialOpt = None,
+    json_out: JsonOpt = False,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+) -> None:
+    """Score a model on a labelled file: the metrics its training run reports (accuracy, macro-F1 and the
+    task's own; multi-label: micro- and macro-F1; regression: Pearson, Spearman and MSE), the loss, and each label's
+    precision, recall and F1. --json prints one object, with the confusion matrix.
+
+    The rows are read as the trainer reads an eval file; the labels must be the model's (whole numbers are its ids).
+
+    Examples:
+
+      ftcli evaluate ftcli-runs/20261125-120000-ab12/model test.csv
+
+      ftcli evaluate last gs://my-bucket/data/test.jsonl --json
+    """
+    from ftcli import models
+    from ftcli.output import Column, escape, note, show_list, show_one, transfer
+    from ftcli_trainer import metrics
+
+    if threshold is not None and not 0 < threshold <= 1:  # a probability, as the trainer's --threshold
+        raise UsageError(f"--threshold is a probability in (0, 1], got {threshold}")
+    for flag, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column),
+                         ("--label-column", label_column)):
+        if column is not None and not column.strip():
+            raise UsageError(f"{flag} is empty", hint="give the name of a column of FILE")
+    columns, rows = models.read_table(file)  # before the model is downloaded: a bad file is said first
+    with transfer("downloading the model") as progress:
+        path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
+    result = models.evaluate(path, file, columns, rows, text_column=text_column, text_pair_column=text_pair_column,
+                             label_column=label_column, threshold=threshold, notify=note)
+    if json_out:
+        show_one(result, (), json_out=True)
+        return
+    multi, regression = "threshold" in result, "labels" not in result
+    names = metrics.scalar_names(tuple(k for k in ("matthews_correlation", "f1") if k in result), multi, regression)
+    def number(key: str) -> Callable[[dict], str]:
+        return lambda r: f"{r[key]:.4f}"
+
+    show_one(result, [(metrics.SHOWN.get(k, k.replace("_", " ")), number(k)) for k in names], json_out=False,
+             title=f"{escape(file)}: {result['examples']:,} examples, model {escape(str(path))}")
+    if not regression:
+        per = [{"label": name, **scores} for name, scores in result["per_label"].items()]
+        show_list(per, [Column("LABEL", lambda r: r["label"]),
+                        *(Column(h, number(k), justify="right", shrink=False)
+                          for h, k in (("PRECISION", "precision"), ("RECALL", "recall"), ("F1", "f1"))),
+                        Column("SUPPORT", lambda r: f"{r['support']:,}", justify="right", shrink=False)],
+                  json_out=False)
+
+
 def register(app: typer.Typer) -> None:
     app.command("download")(download)
     app.command("predict")(predict)
+    app.command("evaluate")(evaluate)

@@ -1,0 +1,116 @@
+"""`ftcli evaluate MODEL FILE`: a model scored on labelled rows, with the metrics its own run's evaluation reports."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import run_cli
+from tests.conftest import NEGATIVE, POSITIVE, write_csv
+
+
+def _train(tmp_path: Path, tiny_model: Path, train: Path, dev: Path, *args: str, epochs: int = 6
+           ) -> tuple[Path, dict]:
+    """A run of the trainer (here, in this process) with `dev` as its eval file: its model folder and metrics."""
+    from ftcli_trainer.task import main
+
+    out = tmp_path / "run"
+    assert main(["--task", "csv", "--train-file", str(train), "--eval-file", str(dev), "--model", str(tiny_model),
+                 "--epochs", str(epochs), "--batch-size", "16", "--learning-rate", "3e-3", "--output-dir", str(out),
+                 *args]) == 0
+    return out / "model", json.loads((out / "model" / "metrics.json").read_text())
+
+
+def test_a_model_scored_on_its_own_eval_file_gives_its_runs_metrics(capsys, tmp_path, tiny_model, sentiment_csv):
+    # The same rows, labels, columns and length as the run's own evaluation: the same numbers, from a model folder
+    train, dev = sentiment_csv
+    model, m = _train(tmp_path, tiny_model, train, dev)
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert (got["examples"], got["labels"]) == (60, m["label_names"])
+    assert got["accuracy"] == m["eval_accuracy"] and got["macro_f1"] == pytest.approx(m["eval_macro_f1"], abs=1e-12)
+    assert got["accuracy"] >= 0.9  # learned: both sides of the matrix are filled, not one constant answer
+    assert got["loss"] == pytest.approx(m["eval_loss"], rel=1e-4)
+    assert got["confusion_matrix"] == m["eval_confusion_matrix"]
+    for name, scores in m["eval_per_label"].items():
+        assert got["per_label"][name] == pytest.approx(scores), name
+
+    # The same file with the labels written as the model's ids (a Hub dataset's), and as a .tsv: the same scores
+    rows = [line.rsplit(",", 1) for line in dev.read_text().splitlines()[1:]]
+    ids = tmp_path / "dev_ids.tsv"
+    ids.write_text("text\tlabel\n" + "".join(f"{t}\t{m['label_names'].index(y)}\n" for t, y in rows))
+    r = run_cli(capsys, "evaluate", str(model), str(ids), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["confusion_matrix"] == got["confusion_matrix"]
+
+    r = run_cli(capsys, "evaluate", str(model), str(dev))  # the table: each metric, then each label's scores
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0] == f"{dev}: 60 examples, model {model}"
+    assert lines[1].split() == ["accuracy", f"{got['accuracy']:.4f}"]
+    assert lines[4].split() == ["LABEL", "PRECISION", "RECALL", "F1", "SUPPORT"]
+    negative = got["per_label"]["negative"]
+    assert lines[5].split() == ["negative", *(f"{negative[k]:.4f}" for k in ("precision", "recall", "f1")),
+                                str(negative["support"])]
+
+
+def test_rows_the_model_cannot_be_scored_on_are_one_line(capsys, tmp_path, tiny_model, sentiment_csv):
+    train, dev = sentiment_csv
+    model, _ = _train(tmp_path, tiny_model, train, dev, epochs=1)
+    other = write_csv(tmp_path / "other.csv", ["review", "sentiment"], [("a fine film", "neutral")])
+    r = run_cli(capsys, "evaluate", str(model), str(other))
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    assert r.err.startswith(f"error: {other} has no column 'text'")
+    r = run_cli(capsys, "evaluate", str(model), str(other), "--text-column", "review", "--label-column", "sentiment")
+    assert r.code == 2 and not r.out
+    assert r.err.startswith(f"error: {other} line 2: label 'neutral' is not in the label set (negative, positive)")
+    r = run_cli(capsys, "evaluate", str(model), str(tmp_path / "missing.csv"))
+    assert r.code == 2 and r.err.startswith("error: data file") and "does not exist" in r.err
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--threshold", "0.3")
+    assert r.code == 2 and "--threshold applies to multi-label models" in r.err
+
+
+def _topics(n: int, seed: int) -> list[tuple[str, int, int]]:
+    """Multi-label rows: 'good' words set column `pos`, 'bad' words `neg`, either, both or neither."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        pos, neg = rng.random() < 0.5, rng.random() < 0.5
+        words = ["the", "film", "was"] + (rng.sample(POSITIVE, 2) if pos else []) + (rng.sample(NEGATIVE, 2) if neg
+                                                                                      else [])
+        rng.shuffle(words)
+        rows.append((" ".join(words), int(pos), int(neg)))
+    return rows
+
+
+def test_a_multi_label_model_is_scored_as_its_run_scored_it(capsys, tmp_path, tiny_model):
+    train = write_csv(tmp_path / "train.csv", ["text", "pos", "neg"], _topics(200, 1))
+    dev = write_csv(tmp_path / "dev.csv", ["text", "pos", "neg"], _topics(50, 2))
+    model, m = _train(tmp_path, tiny_model, train, dev, "--label-columns", "pos,neg")
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert got["threshold"] == 0.5 and got["labels"] == ["pos", "neg"]
+    for key in ("micro_f1", "macro_f1", "subset_accuracy"):
+        assert got[key] == pytest.approx(m[f"eval_{key}"], abs=1e-12), key
+    assert got["loss"] == pytest.approx(m["eval_loss"], rel=1e-4)
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--json", "--threshold", "0.99")
+    assert r.code == 0 and json.loads(r.out)["micro_recall"] <= got["micro_recall"]
+
+
+def test_a_regression_model_is_scored_by_its_correlations(capsys, tmp_path, tiny_model):
+    from tests.trainer.test_tasks import train_stsb
+
+    out, m = train_stsb(tmp_path, tiny_model)
+    r = run_cli(capsys, "evaluate", str(out / "model"), str(tmp_path / "dev.csv"), "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert "labels" not in got and "per_label" not in got
+    for key in ("pearson", "spearmanr", "mse"):
+        assert got[key] == pytest.approx(m[f"eval_{key}"], rel=1e-4), key
+    r = run_cli(capsys, "evaluate", str(out / "model"), str(tmp_path / "dev.csv"))
+    assert r.code == 0 and [x.split()[0] for x in r.out.splitlines()[1:]] == ["Pearson", "Spearman", "MSE", "loss"]
