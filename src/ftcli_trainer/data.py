@@ -887,14 +887,51 @@ def _kept_train_rows(n: int, cfg: TrainConfig) -> int:
     return n
 
 
+def _held_out_per_label(counts: np.ndarray, n_eval: int, rng: np.random.Generator) -> np.ndarray:
+    """How many of each label's rows are held out: `n_eval` shared in proportion to the labels' rows by largest
+    remainder (ties in a seeded order), every label keeping at least one training row (a one-row label none held out)
+    while the total allows it. Each label's count is within one row of its exact share unless that cap binds."""
+    n = int(counts.sum())
+    keep_one = np.maximum(counts - 1, 0)
+    take = np.minimum(n_eval * counts // n, keep_one)
+    order = np.lexsort((rng.random(len(counts)), -(n_eval * counts % n)))  # largest remainder first
+    left = n_eval - int(take.sum())
+    for cap in (keep_one, counts):  # the second only when held-out rows outnumber what the labels can spare
+        while left and (take < cap).any():
+            for k in order:
+                if left and take[k] < cap[k]:
+                    take[k] += 1
+                    left -= 1
+    return take
+
+
 def _hold_out(train: Examples, cfg: TrainConfig) -> tuple[Examples, dict[str, Examples]]:
-    """No eval set: a seeded share of the training data is held out (never trained on)."""
+    """No eval set: a seeded share of the training data is held out (never trained on), each part in the data's order.
+
+    Single-label classification is split by label (stratified, as scikit-learn's train_test_split(stratify=y)): each
+    label's share of the held-out rows is its share of the data, so a 5 % label is scored on its 5 % whatever the
+    seed, rather than on 0 to 3 times that. Multi-label rows (no one label to split by) and --regression targets are
+    held out by a plain seeded permutation."""
     n = len(train)
     n_eval = _eval_share(n, cfg)
     if n - n_eval < 1:
         raise DataError(f"only {n} training example(s): too few to hold out an eval set; pass --eval-file")
-    perm = np.random.default_rng(cfg.seed + 1).permutation(n)
-    return train.subset(np.sort(perm[n_eval:])), {"eval": train.subset(np.sort(perm[:n_eval]))}
+    rng = np.random.default_rng(cfg.seed + 1)
+    perm = rng.permutation(n)
+    if cfg.regression or train.labels.ndim == 2:
+        held = perm[:n_eval]
+    else:
+        # the first `take` rows of each label in the permutation's order: its rank among its label's rows, in one pass
+        labels = train.labels[perm]
+        counts = np.bincount(labels)
+        take = _held_out_per_label(counts, n_eval, rng)
+        by_label = np.argsort(labels, kind="stable")
+        rank = np.empty(n, dtype=np.int64)
+        rank[by_label] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+        held = perm[rank < take[labels]]
+    mask = np.zeros(n, dtype=bool)
+    mask[held] = True
+    return train.subset(np.flatnonzero(~mask)), {"eval": train.subset(np.flatnonzero(mask))}
 
 
 def load_task_data(cfg: TrainConfig) -> TaskData:

@@ -1,4 +1,5 @@
 import gzip
+import json
 
 import numpy as np
 import pytest
@@ -121,6 +122,75 @@ def test_subsets_are_seeded_random_not_the_head(tmp_path):
     b = load("--task", "csv", "--train-file", str(path), "--max-train-samples", "40")
     assert len(a.train) == 40 and a.train.texts == b.train.texts
     assert 10 < int(a.train.labels.sum()) < 30
+
+
+def _parts(data, rows):
+    """The held-out texts and the training texts, each checked to keep the file's order, and both the whole file."""
+    held, kept = data.evals["eval"].texts, data.train.texts
+    order = {text: i for i, (text, *_) in enumerate(rows)}
+    assert [order[t] for t in held] == sorted(order[t] for t in held)
+    assert [order[t] for t in kept] == sorted(order[t] for t in kept)
+    assert sorted(held + kept) == sorted(order) and not set(held) & set(kept)
+    return held, kept
+
+
+def test_held_out_rows_follow_each_labels_share_whatever_the_seed(tmp_path):
+    # A seeded permutation held out 0 to 3 of a 5 % label's 10 rows (of 20): its scores swung from seed to seed
+    rows = [(f"common {i}", "common") for i in range(190)] + [(f"rare {i}", "rare") for i in range(10)]
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], rows)
+    chosen = set()
+    for seed in range(30):
+        data = load("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.1", "--seed", str(seed))
+        held, _ = _parts(data, rows)
+        assert dict(zip(data.label_names, np.bincount(data.evals["eval"].labels, minlength=2).tolist(),
+                        strict=True)) == {"common": 19, "rare": 1}
+        chosen.add(tuple(held))
+    assert len(chosen) > 25  # still a random draw within each label
+
+
+def test_held_out_rows_of_many_uneven_labels_and_one_row_labels(tmp_path):
+    sizes = [400, 120, 60, 20, 20, 15, 12, 9, 7, 5, 5, 3, 2, 1, 1]
+    rows = [(f"label{k} row {i}", f"label{k}") for k, size in enumerate(sizes) for i in range(size)]
+    rows = [rows[i] for i in np.random.default_rng(7).permutation(len(rows))]  # labels interleaved, as in a file
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], rows)
+    for seed in range(10):
+        data = load("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.2", "--seed", str(seed))
+        _parts(data, rows)
+        k = len(data.label_names)
+        held = np.bincount(data.evals["eval"].labels, minlength=k)
+        kept = np.bincount(data.train.labels, minlength=k)
+        assert held.sum() == round(len(rows) * 0.2)  # the same total as before, which `ftcli train` counts
+        for name, h, t in zip(data.label_names, held, kept, strict=True):
+            size = sizes[int(name.removeprefix("label"))]
+            assert h + t == size
+            assert abs(h - size * held.sum() / len(rows)) < 1, (name, h)  # largest remainder: within one row
+            assert t >= 1  # every label keeps a training row; a one-row label is not held out
+    again = load("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.2", "--seed", str(seed))
+    assert again.evals["eval"].texts == data.evals["eval"].texts and again.train.texts == data.train.texts
+    other = load("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.2", "--seed", str(seed + 1))
+    assert other.evals["eval"].texts != data.evals["eval"].texts
+
+
+@pytest.mark.parametrize("kind", ["label-columns", "json-lists", "regression"])
+def test_multi_label_and_regression_hold_out_the_rows_they_did(tmp_path, kind):
+    # No one label to split by (multi-label) or none at all (regression): the plain seeded permutation of earlier
+    # trainers, so a run they started and this one resumes holds out the rows it held out before
+    n, seed = 60, 4
+    if kind == "label-columns":
+        path = write_csv(tmp_path / "m.csv", ["text", "a", "b"], [(f"t{i}", int(i < 5), i % 2) for i in range(n)])
+        args = ["--task", "csv", "--label-columns", "a,b"]
+    elif kind == "json-lists":
+        path = tmp_path / "m.jsonl"
+        path.write_text("".join(json.dumps({"text": f"t{i}", "label": ["a"] if i < 5 else ["b"]}) + "\n"
+                                for i in range(n)))
+        args = ["--task", "jsonl"]
+    else:
+        path = write_csv(tmp_path / "r.csv", ["text", "label"], [(f"t{i}", 9.5 if i < 5 else i / 7) for i in range(n)])
+        args = ["--task", "csv", "--regression"]
+    data = load(*args, "--train-file", str(path), "--eval-fraction", "0.25", "--seed", str(seed))
+    perm = np.random.default_rng(seed + 1).permutation(n)
+    assert data.evals["eval"].texts == [f"t{i}" for i in sorted(perm[:15])]
+    assert data.train.texts == [f"t{i}" for i in sorted(perm[15:])]
 
 
 @pytest.mark.skipif(not bundled_sample_available(), reason="bundled sample not installed")
