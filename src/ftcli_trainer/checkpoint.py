@@ -250,6 +250,12 @@ def run_fingerprint(cfg) -> dict:
         # again without it exported its last step over the kept model. Absent unless on, as regression.
         fp["keep_best"] = True
     task = TASKS[cfg.task]
+    if not (cfg.eval_file or (not cfg.train_file and task.eval_splits) or cfg.regression or cfg.multi_label):
+        # Which rows are held out for eval (data._hold_out splits single-label classes by label; earlier trainers
+        # drew them at random): a run started by one of those would train on some of its held-out rows. Absent where
+        # nothing is held out or the split is still the random one (--label-columns, --regression), so those resume
+        # (JSON lists of labels, seen only in the data, carry it).
+        fp["held_out_by_label"] = True
     if cfg.train_file:
         fp["train_data"] = _digest(cfg.train_file)
         fp["eval_data"] = _digest(cfg.eval_file) if cfg.eval_file else None

@@ -44,7 +44,29 @@ def test_fingerprint_follows_the_data_and_the_math_options(tmp_path):
     # regression changes the math (one output, MSE); a classification run's fingerprint does not carry the key,
     # so checkpoints from before the option existed still resume
     regression = checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), "--regression"]))
-    assert "regression" not in fp and regression == {**fp, "regression": True}
+    plain = {k: v for k, v in fp.items() if k != "held_out_by_label"}  # regression's held-out rows: a random share
+    assert "regression" not in fp and regression == {**plain, "regression": True}
+
+
+def test_fingerprint_says_when_the_held_out_rows_are_split_by_label(tmp_path, root):
+    # Earlier trainers held out a random share; this one splits single-label classes by label (data._hold_out). A run
+    # one of them started, resumed here, would train on some of its held-out rows: refused like other data
+    a = write_csv(tmp_path / "a.csv", ["text", "label"], [("x", "p"), ("y", "n")])
+
+    def fp(*args):
+        return checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), *args]))
+
+    assert fp()["held_out_by_label"] is True
+    assert checkpoint.run_fingerprint(parse_args(["--task", "financial"]))["held_out_by_label"] is True  # one split
+    # where the rows held out are what they were (a plain seeded permutation), or there are none: as before
+    for same in (fp("--eval-file", str(a)), fp("--regression"), fp("--label-columns", "label"),
+                 checkpoint.run_fingerprint(parse_args([]))):
+        assert "held_out_by_label" not in same
+    older = {k: v for k, v in fp().items() if k != "held_out_by_label"}
+    checkpoint.claim(root, older)
+    fake_checkpoint(root, 5)
+    with pytest.raises(checkpoint.RunMismatch, match=r"a different run \(held-out-by-label differs\): resuming"):
+        checkpoint.claim(root, fp())
 
 
 def test_claim_takes_an_empty_folder_and_resumes_the_same_run(root):
