@@ -645,12 +645,15 @@ def read_table(file: str) -> tuple[list[str], list[dict]]:
 
 def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, text_column: str | None = None,
              text_pair_column: str | None = None, label_column: str | None = None,
-             threshold: float | None = None, notify: Notify | None = None) -> dict:
+             threshold: float | None = None, label_names: tuple[str, ...] = (),
+             notify: Notify | None = None) -> dict:
     """The model in `path` scored on labelled rows (read_table's): the metrics its own run's evaluation reports
     (metrics.of_logits: accuracy, macro-F1 and the task's own, per-label scores and the confusion matrix; micro/macro-F1
     multi-label; Pearson, Spearman and MSE for a regression), with the loss. The rows are read as the trainer reads an
     eval file, with the model's columns (or the ones given) and its labels in its own id order: a label the model does
-    not have is refused, naming the row; whole numbers are ids, as in a Hub dataset."""
+    not have is refused, naming the row. Whole numbers are the model's ids where its labels have an id order of their
+    own (--label-names, a Hub task's, a model from elsewhere), or `label_names`' (the file's names in id order); a
+    model whose names were read off its training data has none, and a number is refused."""
     import numpy as np
 
     from ftcli_trainer import data, metrics
@@ -668,11 +671,29 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     if label_column is not None and by_columns:
         raise UsageError(f"{path} was trained on label columns ({', '.join(c.names)}), one 0/1 column per label",
                          hint="drop --label-column: each row needs those columns")
+    if label_names and (c.regression or c.multi):
+        raise UsageError(f"--label-names names a single-label model's labels; {path} is "
+                         f"{'a regression' if c.regression else 'multi-label'}", hint="drop --label-names")
+    if unknown := [n for n in label_names if n not in c.names]:
+        raise UsageError(f"--label-names: {', '.join(map(repr, unknown))} not among {path}'s labels "
+                         f"({', '.join(c.names)})", hint="name the file's labels in its id order, as the model names "
+                                                         "them")
+    # The model's names in an id order that numbers in a file may follow: given to it (--label-names, a Hub task's),
+    # or its own (no ftcli_run.json: a model from elsewhere). Names read off the training data (sorted) have none:
+    # MNLI's 0/1/2 are entailment, neutral, contradiction, not contradiction, entailment, neutral.
+    ordered = not c.regression and (not run or bool(run.get("label_names")) or bool(task in TASKS and
+                                                                                   TASKS[task].labels))
     cfg = TrainConfig(task=task, text_column=text_column or _text_column(run),
                       text_pair_column=text_pair_column or (trained_pairs[1] if trained_pairs else None),
                       label_column=label_column or str(run.get("label_column") or "label"),
                       label_columns=",".join(c.names) if by_columns else None, regression=c.regression,
-                      label_names=() if c.regression else tuple(c.names))
+                      label_names=tuple(c.names) if ordered or label_names else ())
+    if label_names:  # the file's ids, as names (and so the model's ids)
+        for row in rows:
+            kind, key = data.label_key(row.get(cfg.label_column)) if row.get(cfg.label_column) is not None \
+                else ("", "")
+            if kind == "number" and key.isdigit() and int(key) < len(label_names):
+                row[cfg.label_column] = label_names[int(key)]
     try:
         examples, _ = data.rows_to_examples(rows, columns, cfg, file, None if c.regression else c.names,
                                             lists=c.multi and not by_columns)

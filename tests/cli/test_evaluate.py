@@ -39,13 +39,31 @@ def test_a_model_scored_on_its_own_eval_file_gives_its_runs_metrics(capsys, tmp_
     for name, scores in m["eval_per_label"].items():
         assert got["per_label"][name] == pytest.approx(scores), name
 
-    # The same file with the labels written as the model's ids (a Hub dataset's), and as a .tsv: the same scores
+    # The same file as a .tsv with its labels as ids (a Hub dataset's), positive 0 and negative 1: the names were
+    # read off the training data, in no id order of theirs, so numbers are refused (MNLI's 0/1/2 were mapped onto
+    # the model's sorted names, and scored silently wrong) unless --label-names says what they stand for
     rows = [line.rsplit(",", 1) for line in dev.read_text().splitlines()[1:]]
     ids = tmp_path / "dev_ids.tsv"
-    ids.write_text("text\tlabel\n" + "".join(f"{t}\t{m['label_names'].index(y)}\n" for t, y in rows))
+    ids.write_text("text\tlabel\n" + "".join(f"{t}\t{['positive', 'negative'].index(y)}\n" for t, y in rows))
     r = run_cli(capsys, "evaluate", str(model), str(ids), "--json")
+    assert r.code == 2 and not r.out
+    assert f"error: {ids} line 2: label '" in r.err and "' is a number, but the training data's labels are names " \
+        "(negative, positive); write the names here too, or pass --label-names in id order" in r.err, r.err
+    r = run_cli(capsys, "evaluate", str(model), str(ids), "--json", "--label-names", "positive,negative")
     assert r.code == 0, r.err
     assert json.loads(r.out)["confusion_matrix"] == got["confusion_matrix"]
+    # a model from elsewhere (no ftcli_run.json): its own id2label is the order, as for a model of a Hub dataset
+    import shutil
+
+    elsewhere = Path(shutil.copytree(model, tmp_path / "elsewhere"))
+    (elsewhere / "ftcli_run.json").unlink()
+    ids.write_text("text\tlabel\n" + "".join(f"{t}\t{m['label_names'].index(y)}\n" for t, y in rows))
+    r = run_cli(capsys, "evaluate", str(elsewhere), str(ids), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["confusion_matrix"] == got["confusion_matrix"]
+    r = run_cli(capsys, "evaluate", str(model), str(ids), "--label-names", "positive,neutral")
+    assert r.code == 2 and r.err.startswith(f"error: --label-names: 'neutral' not among {model}'s labels "
+                                            "(negative, positive)")
 
     r = run_cli(capsys, "evaluate", str(model), str(dev))  # the table: each metric, then each label's scores
     assert r.code == 0, r.err

@@ -189,6 +189,10 @@ def evaluate(
     label_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--label-column", metavar="NAME", help="The column that holds the label (a regression's target) [default: "
         "the one the model was trained on].")] = None,
+    label_names: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--label-names", metavar="A,B,C", help="The file's labels are ids: the names they stand for, in id order, "
+        "comma-separated or a JSON list (MNLI's 0,1,2: entailment,neutral,contradiction) [default: the model's own "
+        "order, where it has one].")] = None,
     threshold: Annotated[Optional[float], typer.Option(  # noqa: UP045
         "--threshold", help="Multi-label: a label is predicted at or above this probability [default: the "
         "model's].")] = None,
@@ -219,11 +223,19 @@ def evaluate(
                          ("--label-column", label_column)):
         if column is not None and not column.strip():
             raise UsageError(f"{flag} is empty", hint="give the name of a column of FILE")
+    from ftcli_trainer.config import name_list
+
+    try:
+        names = name_list(label_names, "--label-names") if label_names is not None else ()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if label_names is not None and not names:
+        raise UsageError("--label-names is empty", hint="give the names the file's label ids stand for, in order")
     columns, rows = models.read_table(file)  # before the model is downloaded: a bad file is said first
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
     result = models.evaluate(path, file, columns, rows, text_column=text_column, text_pair_column=text_pair_column,
-                             label_column=label_column, threshold=threshold, notify=note)
+                             label_column=label_column, threshold=threshold, label_names=names, notify=note)
     if json_out:
         show_one(result, (), json_out=True)
         return
