@@ -791,8 +791,39 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
                         f"one label per example")
     values = [_label_value(v, wheres[i], col) for i, v in enumerate(values)]
     names = label_names or infer_label_names(values, [row_position(rows, i) for i in range(len(rows))], shown)
+    if label_names is None:  # the training file's names, read off it
+        _warn_named_ids(rows, columns, cfg, names, values)
     ids_ok = bool(cfg.label_names or TASKS[cfg.task].labels)
     return Examples(texts, pairs, _single_label_ids(values, names, wheres, ids_ok)), names
+
+
+def _warn_named_ids(rows: list[dict], columns: list[str], cfg: TrainConfig, names: list[str], values: list) -> None:
+    """Labels that are numbers (a Hub dataset's ids, exported) beside a column that names each of them, one name a
+    number (MNLI's `label_name`): the model would answer '0', '1', '2', and `ftcli predict` print them. Said, with the
+    option that trains on the names instead."""
+    if not names or not all(label_key(n)[0] == "number" for n in names):
+        return
+    keys = [label_key(v)[1] for v in values]
+    for c in columns:
+        if c in (cfg.text_column, cfg.text_pair_column, cfg.label_column):
+            continue
+        named: dict[str, str] = {}
+        for key, row in zip(keys, rows, strict=True):
+            v = row.get(c)
+            if not isinstance(v, str) or label_key(v)[0] != "name" or named.setdefault(key, v.strip()) != v.strip():
+                break
+        else:
+            if len(named) == len(names) and len(set(named.values())) == len(names):
+                in_order = [named[label_key(n)[1]] for n in names]
+                listed = ",".join(in_order) if not any("," in n for n in in_order) else json.dumps(in_order)
+                log.warning("the labels in %r are numbers (%s), and column %r names each of them (%s): the model would "
+                            "answer %s; to have it answer the names, pass --label-column %s (or --label-names %s)",
+                            cfg.label_column, ", ".join(names[:5]) + (", ..." if len(names) > 5 else ""), c,
+                            ", ".join(f"{n} = {m!r}" for n, m in zip(names[:5], in_order, strict=False))
+                            + (", ..." if len(names) > 5 else ""),
+                            ", ".join(repr(n) for n in names[:3]) + (", ..." if len(names) > 3 else ""),
+                            shlex.quote(c), shlex.quote(listed))
+                return
 
 
 # ----------------------------------------------------------------------------------------------

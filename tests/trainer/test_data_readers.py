@@ -50,6 +50,34 @@ def test_labels_that_differ_otherwise_say_nothing(tmp_path, caplog):
     assert not [r for r in caplog.records if "differ only in case" in r.getMessage()]
 
 
+def test_label_ids_beside_a_column_that_names_them_are_said(tmp_path, caplog):
+    # MNLI exported from the Hub: label 0/1/2 and label_name; trained on `label`, the model answered '0', '1', '2'
+    rows = [(f"p{i}", f"h{i}", i % 3, ["entailment", "neutral", "contradiction"][i % 3], f"note {i % 2}")
+            for i in range(30)]
+    path = write_csv(tmp_path / "t.csv", ["premise", "hypothesis", "label", "label_name", "note"], rows)
+    argv = ["--task", "csv", "--train-file", str(path), "--text-column", "premise", "--text-pair-column",
+            "hypothesis"]
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        load(*argv)
+    (line,) = [r.getMessage() for r in caplog.records if "names each of them" in r.getMessage()]
+    assert line == ("the labels in 'label' are numbers (0, 1, 2), and column 'label_name' names each of them (0 = "
+                    "'entailment', 1 = 'neutral', 2 = 'contradiction'): the model would answer '0', '1', '2'; to have "
+                    "it answer the names, pass --label-column label_name (or --label-names "
+                    "entailment,neutral,contradiction)")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):  # what it says to do: the names, nothing said
+        data = load(*argv, "--label-names", "entailment,neutral,contradiction")
+        assert data.label_names == ["entailment", "neutral", "contradiction"]
+        load(*argv, "--label-column", "label_name")
+    assert not [r for r in caplog.records if "names each of them" in r.getMessage()]
+    # a column that does not name the numbers one to one ('note' names two of three; a name for two numbers)
+    rows = [(p, h, y, "same", note) for p, h, y, _, note in rows]
+    write_csv(path, ["premise", "hypothesis", "label", "label_name", "note"], rows)
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        load(*argv)
+    assert not [r for r in caplog.records if "names each of them" in r.getMessage()]
+
+
 def test_labels_with_too_few_examples_to_learn_or_score_are_said_before_training(tmp_path, caplog):
     # A label with one row trained silently, and the held-out split left it out of the eval set.
     rows = [(f"good {i}", "pos") for i in range(40)] + [(f"bad {i}", "neg") for i in range(40)] + [("odd", "rare")]
