@@ -205,7 +205,8 @@ def evaluate(
     task's own; multi-label: micro- and macro-F1; regression: Pearson, Spearman and MSE), the loss, and each label's
     precision, recall and F1. --json prints one object, with the confusion matrix.
 
-    The rows are read as the trainer reads an eval file; the labels must be the model's (whole numbers are its ids).
+    The rows are read as the trainer reads an eval file; the labels must be the model's (whole numbers: its ids,
+    where its labels have an id order, or those of --label-names).
 
     Examples:
 
