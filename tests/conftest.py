@@ -150,6 +150,18 @@ def _no_user_price_file(tmp_path, monkeypatch):
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "user-state"))
 
 
+@pytest.fixture(autouse=True)
+def _trainer_logger_as_it_was():
+    """The trainer's main(), run in a test's own process, points the trainer's logger at that test's captured stdout,
+    closed after it: a later test's pre-flight warnings went to the closed file ('--- Logging error ---')."""
+    import logging
+
+    log = logging.getLogger("ftcli_trainer")
+    handlers, level, propagate = log.handlers[:], log.level, log.propagate
+    yield
+    log.handlers[:], log.level, log.propagate = handlers, level, propagate
+
+
 # The emulators (real wire protocols): gcs (gcp-storage-emulator over HTTP), vertex (JobService over gRPC),
 # cloud_logging (LoggingServiceV2 over gRPC).
 from tests.emulators.fixtures import cloud_logging, gcs, hub, running_vertex, secret_manager, vertex  # noqa: E402, F401
