@@ -77,6 +77,12 @@ def load_config_file() -> dict[str, str]:
     import tomllib
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        # A read error that names no file (EIO on a failing disk or a stale network mount) was one line saying
+        # "Input/output error", not which file: every command reads this one first.
+        if not e.filename:
+            e.filename = str(path)
+        raise
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path} is not valid TOML ({e})", hint=f"fix or delete {path}") from None
     if typos := [(k, near) for k in data if k not in KEYS and (near := _near_key(k))]:
@@ -192,8 +198,10 @@ def _replace_file(path: Path, data: bytes) -> None:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-        if not e.filename:  # a failed write names no file: name the one the user knows
-            e.filename = str(path)
+        # Name the file the user knows, not ours: a write names no file, and a folder that takes no new file
+        # (read-only, not the user's) named the temporary file mkstemp could not create
+        # (`cannot use /etc/ftcli/.config.toml.k2x9.tmp: Permission denied`).
+        e.filename, e.filename2 = str(path), None
         raise
 
 

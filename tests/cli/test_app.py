@@ -1,5 +1,7 @@
 """The one error handler: whatever goes wrong is one line and a non-zero exit, never a traceback."""
 
+import os
+
 import pytest
 
 from tests.cli.helpers import run_cli
@@ -54,6 +56,46 @@ def test_a_full_disk_while_saving_the_config_names_the_file_and_keeps_the_old_on
     assert line == f"error: cannot use {config}: No space left on device; free some space on that disk, then run again"
     assert config.read_text() == 'project = "old-project"\n'  # nothing lost
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]  # nothing left behind
+
+
+def test_a_folder_that_takes_no_new_file_names_the_config_file_not_a_temporary_one(capsys, tmp_path, monkeypatch):
+    # Found by hand (FTCLI_CONFIG in a read-only folder): "cannot use /sys/kernel/.config.toml.rmz79k7n.tmp: Permission
+    # denied", a file the user never made. Root writes anywhere, so the folder's refusal is made at the OS boundary:
+    # creating a new file there fails as in a folder the user cannot write.
+    import errno
+    import os
+
+    config = tmp_path / "config.toml"
+    config.write_text('project = "old-project"\n')
+    monkeypatch.setenv("FTCLI_CONFIG", str(config))
+    real_open = os.open
+
+    def no_new_file(file, flags, *args, **kwargs):
+        if flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+        return real_open(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_new_file)
+    r = run_cli(capsys, "config", "set", "project", "new-project")
+    monkeypatch.undo()
+    assert r.code == 1, r.err
+    (line,) = r.err.strip().splitlines()
+    assert line == (f"error: cannot use {config}: Permission denied; check the permissions of that file and of its "
+                    "folder")
+    assert config.read_text() == 'project = "old-project"\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs Linux's /proc/self/mem, whose read is EIO")
+def test_a_config_file_that_cannot_be_read_is_named(capsys, monkeypatch):
+    # Reading /proc/self/mem from offset 0 fails with EIO, an error that names no file: it said "error: Input/output
+    # error" and nothing about the config file, in every command.
+    monkeypatch.setenv("FTCLI_CONFIG", "/proc/self/mem")
+    for args in (["config", "get", "region"], ["config", "set", "region", "europe-west4"], ["jobs", "list"]):
+        r = run_cli(capsys, *args)
+        assert r.code == 1, (args, r.err)
+        assert r.err.startswith("error: cannot use /proc/self/mem: Input/output error"), (args, r.err)
+        assert "Traceback" not in r.err
 
 
 def test_a_config_path_under_a_file_says_which_file_is_in_the_way(capsys, tmp_path, monkeypatch):
