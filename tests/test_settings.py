@@ -1,7 +1,7 @@
 import pytest
 
 from ftcli.errors import UsageError
-from ftcli.settings import effective, load_config_file, resolve, save_config_file
+from ftcli.settings import check_project, check_region, effective, load_config_file, resolve, save_config_file
 
 
 @pytest.fixture(autouse=True)
@@ -97,12 +97,40 @@ def test_a_flag_given_empty_is_refused_not_passed_over(monkeypatch):
     with pytest.raises(UsageError) as e:
         resolve(project="", region="", bucket="", service_account="")
     assert e.value.problems == [
-        "--project: '' is not a valid project id (6-30 lowercase letters, digits, '-')",
+        "--project: '' is not a valid project id: it is empty (`gcloud projects list` shows your projects' ids)",
         "--region: unknown Vertex AI region ''; e.g. us-central1, europe-west4, asia-southeast1",
         "--bucket must be a gs:// URI (gs://BUCKET[/PREFIX]), got ''",
         "--service-account must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), got ''"]
     monkeypatch.setenv("FTCLI_PROJECT", "")
     assert resolve().project == "file-project"
+
+
+@pytest.mark.parametrize("project,says", [
+    # Found by hand: each said only "(6-30 lowercase letters, digits, '-')", which the last two fit
+    ("My-Project", "project ids have no capital letters; a project's name is not its id"),
+    ("my project", "project ids have only lowercase letters, digits and '-'"),
+    ("my_project", "project ids have only lowercase letters, digits and '-'"),
+    ("abc", "it has 3 characters; project ids have 6 to 30"),
+    ("a" * 31, "it has 31 characters; project ids have 6 to 30"),
+    ("1st-project", "project ids start with a letter"),
+    ("my-project-", "project ids do not end with '-'"),
+    ("Example.com:my-project", "a domain-scoped project id is DOMAIN:ID, its domain in lowercase"),
+])
+def test_a_bad_project_id_says_which_rule_it_breaks(project, says):
+    problem = check_project(project, "--project")
+    assert problem is not None and problem.startswith(f"--project: {project!r} is not a valid project id: {says}")
+
+
+@pytest.mark.parametrize("project", ["my-project", "a23456", "a" * 30, "example.com:my-project", "123456789012"])
+def test_project_ids_and_numbers_are_taken(project):
+    assert check_project(project) is None
+
+
+@pytest.mark.parametrize("region,meant", [("US-CENTRAL1", "us-central1"), ("Europe-West4", "europe-west4"),
+                                          (" us-central1", "us-central1")])
+def test_a_region_in_capitals_or_with_a_space_names_the_region_meant(region, meant):
+    # Found by hand: `ftcli config set region US-CENTRAL1` suggested nothing ("e.g. us-central1, europe-west4, ...")
+    assert check_region(region, "region") == f"region: unknown Vertex AI region {region!r}; did you mean {meant}?"
 
 
 def test_default_region_and_gcs_paths():

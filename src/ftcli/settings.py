@@ -24,8 +24,9 @@ KEYS = ("project", "region", "bucket", "service_account", "image_mirror")
 DEFAULT_REGION = "us-central1"
 # A project ID "must be 6 to 30 lowercase ASCII letters, digits, or hyphens. It must start with a letter. Trailing
 # hyphens are prohibited" (Resource Manager REST, Project.projectId,
-# https://cloud.google.com/resource-manager/reference/rest/v3/projects, read 2026-11-27); a domain-scoped id keeps
-# its "example.com:" prefix; a project number is all digits.
+# https://cloud.google.com/resource-manager/reference/rest/v3/projects, read 2026-11-27; the same words in the
+# google-cloud-resourcemanager Java reference, ProjectInfo.Builder.setProjectId, read 2026-11-28); a domain-scoped
+# id keeps its "example.com:" prefix; a project number is all digits.
 _ID_6_30 = r"[a-z][a-z0-9-]{4,28}[a-z0-9]"  # a project id; also IAM's service account name (SA_ID_RE)
 PROJECT_ID_RE = re.compile(rf"^{_ID_6_30}$")
 PROJECT_RE = re.compile(rf"^(?:[a-z][a-z0-9.-]*:)?{_ID_6_30}$|^\d{{6,20}}$")  # id or number
@@ -400,8 +401,29 @@ class Settings:
 
 def check_project(value: str, where: str = "--project") -> str | None:
     if not PROJECT_RE.match(value):
-        return f"{where}: {value!r} is not a valid project id (6-30 lowercase letters, digits, '-')"
+        return f"{where}: {value!r} is not a valid project id: {project_id_problem(value)}"
     return None
+
+
+def project_id_problem(value: str) -> str:
+    """Which of PROJECT_RE's rules (Resource Manager's, see its comment) `value` breaks, with the fix. It said only
+    "(6-30 lowercase letters, digits, '-')", which `my-project-` and `1st-project` fit: the rule they break (no
+    trailing hyphen, a letter first) went unsaid. A project's name (`My Project`) is not its id."""
+    _, _, bare = value.rpartition(":")  # a domain-scoped id's part after "example.com:"
+    ids = "(`gcloud projects list` shows your projects' ids)"
+    if not bare:
+        return f"it is empty {ids}"
+    if bare != bare.lower():
+        return f"project ids have no capital letters; a project's name is not its id {ids}"
+    if not re.fullmatch(r"[a-z0-9-]*", bare):
+        return f"project ids have only lowercase letters, digits and '-' {ids}"
+    if not 6 <= len(bare) <= 30:
+        return f"it has {len(bare)} characters; project ids have 6 to 30"
+    if not bare[0].isalpha():
+        return f"project ids start with a letter {ids}"
+    if bare.endswith("-"):
+        return "project ids do not end with '-'"
+    return "a domain-scoped project id is DOMAIN:ID, its domain in lowercase (example.com:my-project)"
 
 
 def check_service_account(value: str, where: str = "--service-account") -> str | None:
@@ -512,7 +534,8 @@ def check_region(value: str, where: str = "--region") -> str | None:
 
     if value in VERTEX_REGIONS:
         return None
-    close = difflib.get_close_matches(value, sorted(VERTEX_REGIONS), n=1)
+    # `US-CENTRAL1`, `Europe-West4`: region names are lowercase, and difflib compares case and all
+    close = difflib.get_close_matches(value.strip().lower(), sorted(VERTEX_REGIONS), n=1)
     hint = f"did you mean {close[0]}?" if close else "e.g. us-central1, europe-west4, asia-southeast1"
     return f"{where}: unknown Vertex AI region {value!r}; {hint}"
 
