@@ -247,3 +247,37 @@ def test_an_unknown_setting_says_which_was_meant(capsys, isolated, args, says):
     r = run_cli(capsys, "config", *args)
     assert (r.code, r.out, r.err.splitlines()) == (2, "", [says])
     assert not (isolated / "config.toml").exists()
+
+
+def test_the_config_files_settings_reach_the_created_job_and_flags_win_over_them(capsys, cloud_env, monkeypatch):
+    """What `config set` saves is what `ftcli train` sends Vertex (the emulated JobService receives the request), and
+    each flag wins over its saved value. The other CLI tests set FTCLI_* variables only."""
+    gcs, vertex = cloud_env
+    for var in ("FTCLI_PROJECT", "FTCLI_BUCKET"):
+        monkeypatch.delenv(var)
+    gcs.create_bucket("ftcli-file", "EUROPE-WEST4")  # Vertex wants the staging bucket in the job's region
+    saved = {"project": "file-project", "region": "europe-west4", "bucket": "gs://ftcli-file/runs",
+             "service-account": "trainer@file-project.iam.gserviceaccount.com"}
+    for key, value in saved.items():
+        assert run_cli(capsys, "config", "set", key, value).code == 0
+
+    def created(*flags: str):
+        vertex.requests.clear()
+        r = run_cli(capsys, "train", "--detach", "--json", "--epochs", "1", "--task", "imdb", "--gpu", "T4", *flags)
+        assert r.code == 0, r.err
+        (request,) = [req for method, req in vertex.requests if method == "CreateCustomJob"]
+        spec = request.custom_job.job_spec
+        return request.parent, spec.base_output_directory.output_uri_prefix, spec.service_account
+
+    parent, output, account = created()
+    assert parent == "projects/file-project/locations/europe-west4"
+    assert output.startswith("gs://ftcli-file/runs/ftcli/runs/")
+    assert account == "trainer@file-project.iam.gserviceaccount.com"
+
+    parent, output, account = created("--project", "flag-project", "--region", "us-central1", "--bucket",
+                                      "gs://ftcli-test/team", "--service-account",
+                                      "runner@flag-project.iam.gserviceaccount.com")
+    assert parent == "projects/flag-project/locations/us-central1"
+    assert output.startswith("gs://ftcli-test/team/ftcli/runs/")
+    assert account == "runner@flag-project.iam.gserviceaccount.com"
+    assert run_cli(capsys, "config", "get", "region").out == "europe-west4\n"  # a flag changes nothing saved
