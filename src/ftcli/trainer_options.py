@@ -22,8 +22,10 @@ TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
 def _parameter(opt) -> inspect.Parameter:
     if opt.type is bool:
         if opt.default:  # on unless --no-NAME; None when neither is given, so the job's arguments leave it out
-            info = typer.Option(f"{opt.flag}/--no-{opt.flag[2:]}", help=opt.help, rich_help_panel=PANEL,
-                                show_default=False)
+            # Said in the help as `--detach / --follow` says its own: with show_default off (None is not the
+            # default), `-h` gave no hint that --gpu-warmup, --weight-copies and --fused-projections are on.
+            info = typer.Option(f"{opt.flag}/--no-{opt.flag[2:]}", help=f"{opt.help} [default: {opt.flag}]",
+                                rich_help_panel=PANEL, show_default=False)
             return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=None,
                                      annotation=Annotated[Optional[bool], info])  # noqa: UP045 - typer needs it
         info = typer.Option(opt.flag, help=opt.help, rich_help_panel=PANEL)

@@ -51,6 +51,18 @@ def test_bracketed_hints_are_visible(width):
         assert hint in text, hint
 
 
+@pytest.mark.parametrize("command", ["train", "tune", "local"])
+def test_every_trainer_switch_that_is_on_by_default_says_so(command):
+    # --gpu-warmup, --weight-copies and --fused-projections are on unless --no-NAME, and -h gave no default for them
+    from ftcli_trainer.config import OPTIONS
+
+    text = _flat(CliRunner().invoke(app, [command, "--help"], prog_name="ftcli", terminal_width=120).output)
+    on = [o.flag for o in OPTIONS if o.type is bool and o.default]
+    assert on, "no switch is on by default"
+    for flag in on:
+        assert f"{flag} / --no-{flag[2:]}" in text and f"[default: {flag}]" in text, flag
+
+
 READ_COMMANDS = ["jobs list", "jobs describe", "jobs cancel", "config list", "config get", "download", "local", "logs",
                  "predict"]
 
