@@ -127,6 +127,29 @@ def test_the_dry_run_examples_in_the_help_run_as_written(args, capsys, monkeypat
     assert r.code == 0, r.err
 
 
+def test_the_config_examples_in_the_help_run_as_written_in_order(capsys, monkeypatch, tmp_path):
+    # Each saves, reads or forgets a setting offline: set's examples are what a new user types first
+    import shlex
+
+    lines = [line.strip().removeprefix("Example:").strip() for path, cmd in ALL if path[:1] == ("config",)
+             for line in (cmd.help or "").splitlines()]
+    examples = [shlex.split(line)[1:] for line in lines if line.startswith("ftcli config ")]
+    assert [a[:2] for a in examples] == [["config", "get"], ["config", "list"], ["config", "set"], ["config", "set"],
+                                         ["config", "unset"]]
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("FTCLI_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    for var in ("FTCLI_PROJECT", "FTCLI_REGION", "FTCLI_BUCKET", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT",
+                "CLOUDSDK_CORE_PROJECT", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(var, raising=False)
+    sets = [a for a in examples if a[1] == "set"]
+    for args in [*sets, *(a for a in examples if a[1] != "set")]:  # get and unset after set
+        r = run_cli(capsys, *args)
+        assert r.code == 0, (args, r.err)
+    assert [line.split(" = ")[0] for line in (tmp_path / "config.toml").read_text().splitlines()] == [
+        a[2] for a in sets]
+
+
 def test_logs_help_lists_every_severity_it_takes():
     # `--severity NOTICE` was taken (and named in the error for a wrong level) but missing from the help's list.
     from ftcli.follow import SEVERITIES

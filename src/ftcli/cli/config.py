@@ -15,6 +15,10 @@ app = typer.Typer(help="Set defaults for --project, --region, --bucket, --servic
                        "where each value comes from.", no_args_is_help=True)
 
 KeyArg = Annotated[str, typer.Argument(help="project, region, bucket, service-account or image-mirror.")]
+ValueArg = Annotated[str, typer.Argument(
+    help="A project id (or number), a Vertex AI region (us-central1), gs://BUCKET[/PREFIX] ({region} in it stands for "
+         "the job's region), NAME@PROJECT.iam.gserviceaccount.com, or LOCATION-docker.pkg.dev/PROJECT/REPOSITORY; "
+         "checked as the commands check it.")]
 HOW_TO_SET = {"project": "--project ID, FTCLI_PROJECT, `ftcli config set project ID` or `gcloud config set project ID`",
               "region": "--region, FTCLI_REGION or `ftcli config set region REGION`",
               "bucket": "--bucket gs://BUCKET[/PREFIX], FTCLI_BUCKET or `ftcli config set bucket gs://BUCKET`",
@@ -42,8 +46,16 @@ def _row(v) -> dict:
 
 
 @app.command("set")
-def set_(key: KeyArg, value: str) -> None:
-    """Save a default. Example: ftcli config set bucket gs://my-bucket/ftcli"""
+def set_(key: KeyArg, value: ValueArg) -> None:
+    """Save a default in the config file (`ftcli config list` names it), keeping its other keys and comments. A flag
+    or an FTCLI_* variable still wins over it.
+
+    Examples:
+
+      ftcli config set project my-project
+
+      ftcli config set bucket gs://my-bucket/ftcli
+    """
     from ftcli import settings
     from ftcli.output import note, out
 
@@ -129,7 +141,11 @@ def list_(
 
 @app.command("unset")
 def unset(key: KeyArg) -> None:
-    """Forget a saved default. Example: ftcli config unset region"""
+    """Forget a saved default (the config file's other keys and comments are kept), and say what the setting is
+    now.
+
+    Example: ftcli config unset region
+    """
     from ftcli import settings
     from ftcli.output import note, out
 
