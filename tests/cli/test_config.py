@@ -100,6 +100,23 @@ def test_list_says_which_value_would_be_refused_and_where_it_came_from(capsys, m
     assert "FTCLI_BUCKET must be a gs:// URI (gs://BUCKET[/PREFIX]), got 'my-bucket'" in r.err
 
 
+def test_get_prints_a_value_every_command_would_refuse_and_says_so(capsys, monkeypatch, isolated):
+    # `config get region` printed FTCLI_REGION=us-centrall1 as if it were fine; `config list` warned, get did not
+    monkeypatch.setenv("FTCLI_REGION", "us-centrall1")
+    for args in ([], ["--json"]):
+        r = run_cli(capsys, "config", "get", "region", *args)
+        assert r.code == 0 and "us-centrall1" in r.out
+        assert ("warning: FTCLI_REGION: unknown Vertex AI region 'us-centrall1'; did you mean us-central1?"
+                in r.err.splitlines())
+    (isolated / "config.toml").write_text('project = "My-Project"\n')
+    r = run_cli(capsys, "config", "get", "project")
+    assert r.code == 0 and r.out == "My-Project\n"
+    assert r.err.startswith(f"warning: project in {isolated / 'config.toml'}: 'My-Project' is not a valid project id")
+    monkeypatch.delenv("FTCLI_REGION")
+    r = run_cli(capsys, "config", "get", "region")  # a good value: no warning
+    assert r.code == 0 and "warning" not in r.err
+
+
 def test_a_bad_value_in_the_config_file_names_the_file(capsys, isolated):
     (isolated / "config.toml").write_text('region = "mars-north1"\nproject = "my-project"\n')
     r = run_cli(capsys, "jobs", "list")

@@ -41,6 +41,14 @@ def _key(key: str) -> str:
     return k
 
 
+def _check(k: str):
+    """The check every command makes of setting `k`: (value, where) -> what is wrong, or None."""
+    from ftcli import settings
+
+    return {"project": settings.check_project, "region": settings.check_region, "bucket": settings.check_bucket,
+            "service_account": settings.check_service_account, "image_mirror": settings.check_image_mirror}[k]
+
+
 def _row(v) -> dict:
     return {"key": v.key.replace("_", "-"), "value": v.value, "source": v.source, "origin": v.origin}
 
@@ -60,8 +68,7 @@ def set_(key: KeyArg, value: ValueArg) -> None:
     from ftcli.output import note, out
 
     k = _key(key)
-    check = {"project": settings.check_project, "region": settings.check_region, "bucket": settings.check_bucket,
-             "service_account": settings.check_service_account, "image_mirror": settings.check_image_mirror}[k]
+    check = _check(k)
     # `{region}` in a bucket stands for the job's region (settings.effective): checked as one region would fill it
     checked = value.replace(settings.REGION_FIELD, settings.DEFAULT_REGION) if k == "bucket" else value
     if problem := check(checked, key):
@@ -80,11 +87,15 @@ def get(key: KeyArg, json_out: JsonOpt = False) -> None:
 
     Example: ftcli config get project
     """
-    from ftcli.output import emit_json, note
+    from ftcli.output import emit_json, note, warn
     from ftcli.settings import effective
 
     k = _key(key)
     v = effective()[k]
+    # Printed as it is, a value every command refuses (FTCLI_REGION=us-centrall1) went by without a word, though
+    # `config list` says it
+    if v.value is not None and (problem := _check(k)(v.value, v.where)):
+        warn(problem)
     if json_out:
         emit_json(_row(v))
         if v.value is None:
