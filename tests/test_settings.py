@@ -235,6 +235,25 @@ def test_a_mistyped_key_in_the_config_file_is_refused_not_ignored(tmp_path, typo
     assert str(tmp_path / "config.toml") in str(e.value)
 
 
+@pytest.mark.parametrize("toml,kind", [
+    ('region = ["us-central1"]', "a list"), ("region = true", "true/false"),
+    ("[region]\nname = 'us-central1'", "a table"), ("region = 1.5", "a decimal number"),
+    ("region = 2026-01-01", "a date or time")])
+def test_a_setting_that_is_not_a_string_in_the_config_file_is_refused_in_one_line(tmp_path, toml, kind):
+    # Read as its Python text: `region = ["us-central1"]` was "unknown Vertex AI region \"['us-central1']\"", and
+    # `region = true` the region 'True'
+    (tmp_path / "config.toml").write_text(toml + "\n")
+    with pytest.raises(UsageError) as e:
+        load_config_file()
+    assert e.value.message == f"{tmp_path / 'config.toml'}: region must be a string, not {kind}"
+    assert e.value.hint == 'write it in quotes: region = "VALUE"'
+
+
+def test_a_project_number_without_quotes_is_taken(tmp_path):
+    (tmp_path / "config.toml").write_text("project = 123456789012\n")
+    assert load_config_file() == {"project": "123456789012"}
+
+
 def test_keys_and_tables_of_the_users_own_are_kept_quietly(tmp_path):
     (tmp_path / "config.toml").write_text('project = "my-project"\nteam = "nlp"\n[notes]\nregion = "eu"\n')
     assert resolve(need_bucket=False).project == "my-project"

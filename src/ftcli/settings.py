@@ -91,6 +91,15 @@ def load_config_file() -> dict[str, str]:
         raise UsageError(f"{path}: unknown key {key!r}; did you mean {near}?",
                          hint=f"rename it in {path} (ftcli reads {', '.join(KEYS)}; other keys and tables are kept "
                          "as they are)")
+    # A list, table, boolean or date was read as its Python text (`region = ["us-central1"]` was "unknown Vertex AI
+    # region \"['us-central1']\"", `region = true` the region 'True'); a number stays a value (a project number).
+    if wrong := next(((k, v) for k, v in data.items() if k in KEYS and (isinstance(v, bool) or not isinstance(
+            v, (str, int)))), None):
+        key, value = wrong
+        kind = ("true/false" if isinstance(value, bool) else "a list" if isinstance(value, list)
+                else "a table" if isinstance(value, dict) else "a decimal number" if isinstance(value, float)
+                else "a date or time")
+        raise UsageError(f"{path}: {key} must be a string, not {kind}", hint=f'write it in quotes: {key} = "VALUE"')
     return {k: str(v) for k, v in data.items() if k in KEYS}
 
 
