@@ -9,7 +9,6 @@ A `history.jsonl` written by older versions is imported once, keeping its number
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -38,8 +37,10 @@ class HistoryError(FtcliError):
 
 
 def _dir() -> Path:
-    if os.environ.get("FTCLI_STATE_DIR"):
-        return Path(os.environ["FTCLI_STATE_DIR"])
+    from ftcli.settings import env_path
+
+    if path := env_path("FTCLI_STATE_DIR"):
+        return path
     from platformdirs import user_state_dir
 
     return Path(user_state_dir("ftcli"))

@@ -259,8 +259,10 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
 def cache_dir() -> Path:
     """ftcli's cache folder: `<user cache dir>/ftcli`, or FTCLI_CACHE_DIR (a container whose user has no writable
     home, a CI runner's cache volume), as FTCLI_STATE_DIR moves the history."""
-    if os.environ.get("FTCLI_CACHE_DIR"):
-        return Path(os.environ["FTCLI_CACHE_DIR"])
+    from ftcli.settings import env_path
+
+    if path := env_path("FTCLI_CACHE_DIR"):
+        return path
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("ftcli"))

@@ -38,9 +38,10 @@ MACHINE_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 
 def price_path() -> Path:
     """Where the price file is looked for: FTCLI_PRICES, else prices.toml beside the config file."""
-    if os.environ.get("FTCLI_PRICES"):
-        return Path(os.environ["FTCLI_PRICES"])
-    from ftcli.settings import config_path
+    from ftcli.settings import config_path, env_path
+
+    if path := env_path("FTCLI_PRICES"):
+        return path
 
     return config_path().parent / "prices.toml"
 

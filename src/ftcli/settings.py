@@ -59,9 +59,18 @@ SA_ID_RE = PROJECT_ID_RE  # the same rule, word for word
 ON_WINDOWS = os.name == "nt"
 
 
+def env_path(var: str) -> Path | None:
+    """The path an FTCLI_* variable names, or None when it is unset or empty. A `~` is the home folder: a variable
+    set where no shell expands it (a Dockerfile's ENV, a systemd unit, a .env file, `FTCLI_CONFIG="~/..."` quoted)
+    made a folder named `~` in whatever folder the command ran from, and the next command, run elsewhere, did not
+    find the settings. A relative path is made absolute, so the messages name the file that was used."""
+    value = os.environ.get(var)
+    return Path(value).expanduser().absolute() if value else None
+
+
 def config_path() -> Path:
-    if os.environ.get("FTCLI_CONFIG"):
-        return Path(os.environ["FTCLI_CONFIG"])
+    if path := env_path("FTCLI_CONFIG"):
+        return path
     from platformdirs import user_config_dir
 
     return Path(user_config_dir("ftcli")) / "config.toml"

@@ -298,3 +298,26 @@ def test_the_config_files_settings_reach_the_created_job_and_flags_win_over_them
     assert output.startswith("gs://ftcli-test/team/ftcli/runs/")
     assert account == "runner@flag-project.iam.gserviceaccount.com"
     assert run_cli(capsys, "config", "get", "region").out == "europe-west4\n"  # a flag changes nothing saved
+
+
+def test_a_tilde_in_the_path_variables_is_the_home_folder_not_a_folder_named_tilde(capsys, monkeypatch, tmp_path):
+    # Found by hand: FTCLI_CONFIG="~/x/config.toml" (a Dockerfile's ENV, a .env file: no shell expands the ~) made
+    # ./~/x/config.toml in the folder the command ran from; run from elsewhere, ftcli did not find it.
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    for var, value in (("FTCLI_CONFIG", "~/cfg/config.toml"), ("FTCLI_STATE_DIR", "~/state"),
+                       ("FTCLI_CACHE_DIR", "~/cache"), ("FTCLI_PRICES", "~/cfg/prices.toml")):
+        monkeypatch.setenv(var, value)
+    r = run_cli(capsys, "config", "set", "region", "europe-west4")
+    assert r.code == 0 and r.out == f"region = europe-west4  ({home / 'cfg' / 'config.toml'})\n"
+    assert (home / "cfg" / "config.toml").read_text() == 'region = "europe-west4"\n'
+    r = run_cli(capsys, "config", "list")
+    for line in (f"config file: {home / 'cfg' / 'config.toml'}", f"price file:  {home / 'cfg' / 'prices.toml'}",
+                 f"history:     {home / 'state'}", f"model cache: {home / 'cache' / 'models'}"):
+        assert line in r.err, line
+    assert list(work.iterdir()) == []
+    monkeypatch.setenv("FTCLI_CONFIG", "relative.toml")  # named as the absolute file it is
+    r = run_cli(capsys, "config", "set", "region", "europe-west4")
+    assert r.code == 0 and r.out == f"region = europe-west4  ({work / 'relative.toml'})\n"
