@@ -88,6 +88,22 @@ def missing_here(requirements: list[str]) -> list[str]:
     return out
 
 
+def _check_hub(cfg) -> bool:
+    """Whether the smoke runs offline, on this machine's Hugging Face cache (`ftcli local`'s one probe of the Hub).
+    With no network here, the smoke of a Hub model (README's and -h's own example) printed 12 retry lines over a minute
+    and ended "the job would fail the same way": the job, on Vertex, downloads the model itself."""
+    from ftcli.errors import FtcliError
+    from ftcli.local import check_hub
+    from ftcli.output import note
+
+    try:
+        return check_hub(cfg, note)
+    except FtcliError as e:
+        raise FtcliError(e.message, hint="the job downloads it on Vertex, not from here: run the smoke where the Hub "
+                         "is reachable, give --model a local copy (hf download ID --local-dir DIR), or submit without "
+                         "--smoke") from None
+
+
 def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float = 1800) -> tuple[int, Path]:
     """Run the smoke; the trainer's output goes straight to this terminal, on stderr with ftcli's own lines (stdout
     is the submitted job's, for --json). Returns the trainer's exit status and the scratch folder it ran in, which
@@ -114,10 +130,13 @@ def run(trainer: dict[str, Any], extras: tuple[str, ...] = (), timeout_s: float 
                          + ", then run the smoke again")
     with tempfile.TemporaryDirectory(prefix="ftcli-smoke-") as tmp:
         root = Path(tmp)
+        cfg, args = validate(smoke_options(trainer, str(root / "run")))
+        offline = _check_hub(cfg)
         wheel = build_wheel(root / "dist")
         bin_dir = container.make(root / "container")
-        _, args = validate(smoke_options(trainer, str(root / "run")))
         env = container.env(bin_dir, dict(os.environ))
+        if offline:
+            env["HF_HUB_OFFLINE"] = "1"
         # The job's CUDA build would pick a GPU here if there is one; the smoke is a CPU check of the job's start.
         env.update({WHEEL_ENV: str(wheel) + (f"[{','.join(extras)}]" if extras else ""), "CUDA_VISIBLE_DEVICES": ""})
         env.pop("AIP_MODEL_DIR", None)

@@ -1415,6 +1415,31 @@ def test_smoke_says_which_trainer_dependency_this_machine_lacks_not_that_the_job
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_smoke_of_a_hub_model_with_no_hub_here_says_so_at_once_not_that_the_job_would_fail(capsys, cloud_env, tmp_path,
+                                                                                           monkeypatch):
+    # Found by hand, the help's own example offline (`ftcli train --task csv --train-file ./train.csv --gpu L4
+    # --smoke`): 12 retry lines over a minute, then "smoke run failed ...: the job would fail the same way", though
+    # the job, on Vertex, downloads the model itself.
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9 (discard)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.chdir(tmp_path)
+    write_csv(tmp_path / "train.csv", ["text", "label"], [("good film", "pos"), ("bad film", "neg")] * 60)
+    start = time.monotonic()
+    r = run_cli(capsys, "train", "--task", "csv", "--train-file", "./train.csv", "--gpu", "L4", "--smoke")
+    assert r.code == 1 and time.monotonic() - start < 20, r.err
+    assert "smoke run failed" not in r.err and "Retrying" not in r.err and "Traceback" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        "error: cannot reach the Hugging Face Hub (127.0.0.1: Connection refused) to download --model "
+        "bert-base-uncased, and it is not in the Hub cache",
+        "hint: the job downloads it on Vertex, not from here: run the smoke where the Hub is reachable, give --model a "
+        "local copy (hf download ID --local-dir DIR), or submit without --smoke"]
+    gcs, vertex = cloud_env
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_smoke_on_windows_says_in_one_line_that_it_cannot_run_there(capsys, cloud_env, monkeypatch):
     # Its container stand-in is a POSIX venv running bash: there it ended in "cannot use ...\\bin\\python".
     from ftcli import smoke
