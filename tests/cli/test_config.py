@@ -321,3 +321,18 @@ def test_a_tilde_in_the_path_variables_is_the_home_folder_not_a_folder_named_til
     monkeypatch.setenv("FTCLI_CONFIG", "relative.toml")  # named as the absolute file it is
     r = run_cli(capsys, "config", "set", "region", "europe-west4")
     assert r.code == 0 and r.out == f"region = europe-west4  ({work / 'relative.toml'})\n"
+
+
+@pytest.mark.parametrize("args,says", [
+    (["region=europe-west4"], ["error: missing argument 'value'",
+                               "hint: a space, not '=': ftcli config set region europe-west4"]),
+    (["project", "my-project", "region", "europe-west4"],
+     ["error: got unexpected extra argument(s) (region europe-west4)",
+      "hint: one setting at a time: run `ftcli config set KEY VALUE` once for each"]),
+])
+def test_set_typed_as_other_tools_take_it_says_how_to_type_it(capsys, isolated, args, says):
+    # `config set region=europe-west4` (git's and .env's KEY=VALUE) said only "missing argument 'value'" and "see
+    # ftcli config set -h"; two settings at once, "got unexpected extra argument(s)"
+    r = run_cli(capsys, "config", "set", *args)
+    assert (r.code, r.out, r.err.splitlines()) == (2, "", says)
+    assert not (isolated / "config.toml").exists()

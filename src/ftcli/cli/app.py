@@ -28,7 +28,10 @@ class _UsageLine(click_errors.UsageError):
             message = message[0].lower() + message[1:]
         if message.endswith(".") and not message.endswith(".."):
             message = message[:-1]
-        error(message, hint=f"see {self.ctx.command_path} -h" if self.ctx is not None else None)
+        if self.ctx is None:
+            error(message)
+            return
+        error(message, hint=config.usage_hint(self.ctx) or f"see {self.ctx.command_path} -h")
 
 
 @contextmanager

@@ -41,6 +41,23 @@ def _key(key: str) -> str:
     return k
 
 
+def usage_hint(ctx) -> str | None:
+    """The hint for a usage error of `config set` typed as other tools take it, or None: `config set region=X` (git's
+    and .env's KEY=VALUE) said only "missing argument 'value'", and two settings at once "got unexpected extra
+    argument(s)", each with "see ftcli config set -h"."""
+    import shlex
+
+    if ctx.info_name != "set" or ctx.parent is None or ctx.parent.info_name != "config":
+        return None
+    key, value = ctx.params.get("key") or "", ctx.params.get("value")
+    if value is None and "=" in key.strip("="):
+        name, _, given = key.partition("=")
+        return f"a space, not '=': ftcli config set {shlex.quote(name)} {shlex.quote(given)}"
+    if value is not None:  # the values after KEY VALUE
+        return "one setting at a time: run `ftcli config set KEY VALUE` once for each"
+    return None
+
+
 def _check(k: str):
     """The check every command makes of setting `k`: (value, where) -> what is wrong, or None."""
     from ftcli import settings
