@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,26 @@ def sentiment_csv(tmp_path) -> tuple[Path, Path]:
     train = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(240, seed=1))
     test = write_csv(tmp_path / "test.csv", ["text", "label"], sentiment_rows(60, seed=2))
     return train, test
+
+
+@contextlib.contextmanager
+def files_of_at_most(size: int) -> Iterator[None]:
+    """A write that would take a file of this process past `size` bytes fails with EFBIG ("File too large"), as a
+    full disk's fails with ENOSPC: like it, a failed write that names no file (RLIMIT_FSIZE, with SIGXFSZ ignored
+    so that it is an error and not the end of the process; no tmpfs mount, no root). Skipped without them."""
+    resource = pytest.importorskip("resource")
+    import signal
+
+    if not hasattr(signal, "SIGXFSZ"):
+        pytest.skip("needs SIGXFSZ")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    before = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, before)
 
 
 # A user's price file as most cost tests need it: on-demand rates for n1-standard-8 and T4 in us-central1.

@@ -7,12 +7,14 @@ STORAGE_EMULATOR_HOST, which is how the tests point it at an emulator).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from ftcli_trainer.errors import one_line
@@ -417,11 +419,37 @@ def write_text(uri: str, text: str) -> None:
         bucket, name = split_gcs(uri)
         _client().bucket(bucket).blob(name).upload_from_string(text.encode("utf-8"))
         return
+    import secrets
+
     path = Path(uri)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    # A name of its own, created anew ("x": never through a link, never another writer's file) with the umask's
+    # usual mode (mkstemp's 0600 would hide the run's metrics from a teammate). A full disk left the temporary file
+    # behind (checkpoints/.run-fingerprint.json.tmp-PID, which kept the folder of a run that never started) and said
+    # only "No space left on device", naming no file and so no disk.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    with names_on_failure(path), open(tmp, "x", encoding="utf-8") as f:
+        try:
+            f.write(text)
+            f.close()
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+
+@contextlib.contextmanager
+def names_on_failure(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError raised in the block that names no file gets `path` as its filename, then goes on: a failed write
+    (a full disk, a file too large, an I/O error) names none, and "No space left on device" alone does not say
+    which disk. `path` is the file or folder the user knows (a destination, not its staging folder)."""
+    try:
+        yield
+    except OSError as e:
+        if not e.filename:
+            e.filename = str(path)
+        raise
 
 
 def gcs_holds_something(uri: str) -> bool:

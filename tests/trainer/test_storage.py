@@ -12,6 +12,7 @@ import pytest
 from ftcli_trainer import storage
 from ftcli_trainer.errors import TrainerError
 from ftcli_trainer.storage import COMPLETE_MARKER, UnsafeObjectName, relative_object_path
+from tests.conftest import files_of_at_most
 
 
 def dead_pid() -> int:
@@ -412,3 +413,21 @@ def test_a_failed_logs_copy_leaves_the_upload_session_out_of_its_warning(monkeyp
         loop.Trainer.sync_logs(trainer)
     assert "could not copy the logs to gs://bkt/run/logs" in caplog.text
     assert "upload_id=REDACTED" in caplog.text and "SESSION123" not in caplog.text
+
+
+def test_a_small_file_written_on_a_full_disk_names_it_and_leaves_no_temporary_file(tmp_path):
+    # The run's fingerprint, metrics.jsonl cut back at a resume, the W&B run id: a full disk left
+    # .run-fingerprint.json.tmp-PID behind (the checkpoints folder of a run that never started stayed for it), and
+    # "No space left on device" named no file, so not the disk either.
+    target = tmp_path / "checkpoints" / "run-fingerprint.json"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    with files_of_at_most(100), pytest.raises(OSError) as caught:
+        storage.write_text(str(target), "x" * 1000)
+    assert caught.value.filename == str(target)
+    assert target.read_text() == "old\n"  # whole, as it was
+    assert [p.name for p in target.parent.iterdir()] == ["run-fingerprint.json"]
+
+    storage.write_text(str(target), "new\n")
+    assert target.read_text() == "new\n" and [p.name for p in target.parent.iterdir()] == ["run-fingerprint.json"]
+
