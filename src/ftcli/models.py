@@ -25,6 +25,7 @@ from ftcli_trainer.storage import (
     UnsafeObjectName,
     clear_staging_inside,
     is_staging_inside,
+    names_on_failure,
     relative_object_path,
     split_gcs,
     staging_for,
@@ -226,8 +227,10 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     existed, placing = where.is_dir(), False
     try:
         bucket, _ = split_gcs(uri)
-        sent = storage.download_objects(bucket, [(n, staging.joinpath(*rel.parts)) for n, rel, _ in files],
-                                        total=sum(size for _, _, size in files), progress=progress)
+        # A full disk names no file, and "No space left on device" alone said not which disk: the destination's.
+        with names_on_failure(dest):
+            sent = storage.download_objects(bucket, [(n, staging.joinpath(*rel.parts)) for n, rel, _ in files],
+                                            total=sum(size for _, _, size in files), progress=progress)
         if not force and _filled_meanwhile(where, staging):
             # checked empty before the download, filled since (another download into the same folder, or the user);
             # the same model put there by another download of this job is what was asked for, not a failure

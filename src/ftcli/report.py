@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ftcli.errors import FtcliError, UsageError
-from ftcli_trainer.storage import clear_staging_inside, is_staging_inside, staging_for
+from ftcli_trainer.storage import clear_staging_inside, is_staging_inside, names_on_failure, staging_for
 
 MANIFEST = "ftcli-report.json"
 INSIDE_STAGING = "ftcli-report"  # .ftcli-report.tmp-PID-XXXXXXXX, inside an --out folder that exists
@@ -676,11 +676,12 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
             notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table else "")
     staged = staging_for(out, INSIDE_STAGING)
     try:
-        for p in plan:
-            p.draw(staged / p.name)
-        (staged / "report.md").write_text(markdown(run, [p.name for p in plan], notes), encoding="utf-8")
-        _write_manifest(staged / MANIFEST, run.source, names)
-        _publish(staged, out, names, earlier, run.source)
+        with names_on_failure(out):  # a full disk names no file: "No space left on device" alone said not which
+            for p in plan:
+                p.draw(staged / p.name)
+            (staged / "report.md").write_text(markdown(run, [p.name for p in plan], notes), encoding="utf-8")
+            _write_manifest(staged / MANIFEST, run.source, names)
+            _publish(staged, out, names, earlier, run.source)
     finally:
         if staged.exists():
             shutil.rmtree(staged, ignore_errors=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import run_cli
+from tests.conftest import files_of_at_most
 
 BUCKET = "ftcli-test"
 MODEL = {"config.json": b'{"model_type": "bert"}', "model.safetensors": b"\x00weights" * 100,
@@ -250,6 +251,20 @@ def test_a_destination_that_is_a_dangling_link_is_refused_before_downloading(cap
     assert sorted(p.name for p in tmp_path.iterdir() if ".tmp-" in p.name or p.name == "gone") == []
     assert os.readlink(tmp_path / "out") == str(tmp_path / "gone")
 
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_full_disk_names_the_destination_and_changes_nothing(capsys, job, tmp_path, force):
+    # A failed write names no file: the error was "error: File too large" (a full disk's: "No space left on device;
+    # free some space on that disk"), naming no disk, for a download whose staging folder was gone by then.
+    before = user_folder(tmp_path / "out") if force else {}
+    with files_of_at_most(500):  # the model's weights are 800 bytes
+        r = run_cli(capsys, "download", job, "out", *(["--force"] if force else []))
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[0] == ("error: cannot use out: File too large; the file is larger than that file system "
+                                     "or `ulimit -f` allows: use another disk, then run again")
+    assert (tree(tmp_path / "out") == before) if force else not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
 
 def test_an_existing_folder_is_staged_inside_itself_not_beside_it(job, tmp_path):
     # Staged beside it, a folder that is a mount point (a Docker volume, a mounted disk) got the whole download on

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.cli.helpers import run_cli
-from tests.conftest import sentiment_rows, shared_data, write_csv
+from tests.conftest import files_of_at_most, sentiment_rows, shared_data, write_csv
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("torch")
@@ -130,6 +130,19 @@ def test_report_again_replaces_its_own_files_only(capsys, single_run, tmp_path):
         "report.md", "learning_curves.png", "confusion_matrix.png"]
     assert notes.read_text() == "mine" and not stale.exists()
 
+
+
+def test_a_full_disk_names_the_report_folder_and_keeps_the_earlier_report(capsys, single_run, tmp_path):
+    # A failed write names no file: "error: No space left on device; free some space on that disk" named no disk.
+    run = copy_run(single_run, tmp_path)
+    assert run_cli(capsys, "report", str(run)).code == 0
+    earlier = {p.name: p.read_bytes() for p in (run / "report").iterdir()}
+    with files_of_at_most(5000):  # the pictures are larger
+        r = run_cli(capsys, "report", str(run))
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[0] == (f"error: cannot use {run / 'report'}: File too large; the file is larger than "
+                                     "that file system or `ulimit -f` allows: use another disk, then run again")
+    assert {p.name: p.read_bytes() for p in (run / "report").iterdir()} == earlier  # no staging folder left either
 
 def test_a_folder_that_is_not_a_report_is_refused(capsys, single_run, tmp_path):
     run = copy_run(single_run, tmp_path)
@@ -335,6 +348,26 @@ def test_report_of_a_job(capsys, cloud_env, single_run, tmp_path, monkeypatch):
     assert table(md, "Metrics")["accuracy"] == [f"{m['eval_accuracy']:.4f}"]
     assert not list(tmp_path.glob("ftcli-report-*"))  # the downloaded files were temporary
 
+
+
+def test_a_full_disk_under_a_jobs_files_names_the_temporary_folder(capsys, cloud_env, single_run, tmp_path,
+                                                                   monkeypatch):
+    # A job's files are read into a temporary folder first; a full disk there said only "No space left on device"
+    from tests.cli.test_models import make_job
+
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    (tmp_path / "tmp").mkdir()
+    name = make_job(vertex, "sst2", f"gs://{BUCKET}/team/ftcli/runs/sst2-1/")
+    seed_run(gcs, "team/ftcli/runs/sst2-1/", single_run)
+    with files_of_at_most(100):  # metrics.jsonl is larger
+        r = run_cli(capsys, "report", name)
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[0] == (f"error: cannot use {tmp_path / 'tmp'}: File too large; the file is larger than "
+                                     "that file system or `ulimit -f` allows: use another disk, then run again")
+    assert list((tmp_path / "tmp").iterdir()) == [] and not Path("ftcli-reports").exists()
 
 def test_a_job_report_names_the_job_by_its_short_id_not_by_the_reference_given(capsys, cloud_env, single_run, tmp_path,
                                                                                 monkeypatch):

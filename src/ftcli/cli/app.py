@@ -98,6 +98,8 @@ FILE_ERROR_FIXES: dict[int | None, str] = {
     errno.ENOSPC: "free some space on that disk, then run again",
     errno.EDQUOT: "free some space (the disk quota is used up), then run again",
     errno.EROFS: "that file system is read-only: use a writable place, then run again",
+    # a write past the largest file the file system holds (FAT32's 4 GB: a USB stick) or `ulimit -f` allows
+    errno.EFBIG: "the file is larger than that file system or `ulimit -f` allows: use another disk, then run again",
     errno.EACCES: "check the permissions of that file and of its folder",
     errno.EPERM: "check the permissions of that file and of its folder",
 }

@@ -25,7 +25,7 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path,
     from ftcli.models import model_uri_of
     from ftcli.output import note
     from ftcli.report import RUN_FILES
-    from ftcli_trainer.storage import LOGS_SYNC_S, split_gcs
+    from ftcli_trainer.storage import LOGS_SYNC_S, names_on_failure, split_gcs
 
     name = jobs.resolve_job(ref, project, region, trial=trial, notify=note, folder_too=True)
     short = jobs.short_id(name)
@@ -45,7 +45,9 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path,
         raise FtcliError(f"{base} holds no metrics yet; the job is {job.state}",
                          hint="a job's learning curve reaches the bucket at its first evaluation, checkpoint or "
                               f"train line after {int(LOGS_SYNC_S // 60)} minutes: ftcli logs {shown}")
-    storage.download_objects(bucket, wanted)
+    # A full disk names no file: the temporary folder's disk ("No space left on device" alone said not which)
+    with names_on_failure(into.parent):
+        storage.download_objects(bucket, wanted)
     return name.id, f"job {short} ({name.id})" if short else f"job {name.id}"
 
 
