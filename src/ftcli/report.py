@@ -243,7 +243,12 @@ def default_out(run_dir: Path) -> Path:
 def earlier_report(out: Path) -> list[str]:
     """The files an earlier report wrote into `out` ([] for a new or empty folder). A non-empty folder that is
     not a report is refused, so a user's files are never overwritten."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
+    # A link to a folder is that folder (a report kept in a shared place: it was refused as "not a folder"); one to
+    # nothing is refused here, not by the rename onto it after every picture is drawn.
+    if out.is_symlink() and not out.exists():
+        raise UsageError(f"{out} is a link to {os.readlink(out)}, which does not exist",
+                         hint="create the folder it points to, or give --out another folder")
+    if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is not a folder", hint="give --out a new or empty folder")
     # Another report being drawn into this folder now stages inside it (a dead one's staging is gone by now:
     # clear_staging_inside): it made an empty folder "not empty" and no report's, while `ls` showed nothing there.

@@ -132,6 +132,27 @@ def test_report_again_replaces_its_own_files_only(capsys, single_run, tmp_path):
 
 
 
+
+def test_a_report_folder_that_is_a_link_to_a_folder_is_written_there(capsys, single_run, tmp_path):
+    # It was refused as "not a folder" (run/report linked to a shared folder, or --out such a link)
+    run = copy_run(single_run, tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (run / "report").symlink_to(shared)
+    r = run_cli(capsys, "report", str(run))
+    assert r.code == 0, r.err
+    assert (run / "report").is_symlink() and sorted(p.name for p in shared.iterdir()) == [
+        "confusion_matrix.png", "ftcli-report.json", "learning_curves.png", "report.md"]
+    assert run_cli(capsys, "report", str(run)).code == 0  # an earlier report's, there: replaced
+    assert len(list(shared.iterdir())) == 4
+
+    (tmp_path / "nowhere").symlink_to(tmp_path / "gone")
+    r = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "nowhere"))
+    assert r.code == 2 and "Traceback" not in r.err
+    assert r.err.startswith(f"error: {tmp_path / 'nowhere'} is a link to {tmp_path / 'gone'}, which does not exist")
+    assert not (tmp_path / "gone").exists() and os.readlink(tmp_path / "nowhere") == str(tmp_path / "gone")
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
 def test_a_full_disk_names_the_report_folder_and_keeps_the_earlier_report(capsys, single_run, tmp_path):
     # A failed write names no file: "error: No space left on device; free some space on that disk" named no disk.
     run = copy_run(single_run, tmp_path)
