@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -62,11 +63,18 @@ def metrics_json(metrics: dict) -> str:
 def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: dict,
                  predictions: dict[str, np.ndarray] | None = None) -> None:
     staged = None
+    target = model_dir
     try:
         if storage.is_gcs(model_dir):
             staged = storage.local_tmp("model")
         else:
             dest = Path(model_dir)
+            if dest.is_symlink():
+                # A model/ that links to a folder elsewhere (a bigger disk) is that folder: the link itself was
+                # renamed away and deleted, and the model put in its place on the run's disk (a link to nothing: the
+                # whole run, then "Not a directory").
+                dest = Path(os.path.realpath(dest))
+                target = str(dest)
             # Next to the target (same filesystem: the final rename is atomic); a dead run's staging goes first.
             staged = storage.staging_dir(dest.parent, dest.name)
         from transformers.utils import logging as hf_logging
@@ -105,7 +113,7 @@ def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: di
             # mypy: a **dict could fill savez's allow_pickle; these keys are array names ("eval/labels", ...). NumPy
             # 1.26's stubs (the floor) do not say so: unused-ignore there.
             np.savez_compressed(staged / PREDICTIONS, **predictions)  # type: ignore[arg-type, unused-ignore]
-        storage.publish_dir(staged, model_dir)
+        storage.publish_dir(staged, target)
     except Exception as e:
         os_error = storage.os_error_of(e)  # save_pretrained's safetensors reports "(os error 28)"
         if os_error is None:

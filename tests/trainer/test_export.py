@@ -82,3 +82,28 @@ def test_the_padding_side_is_written_even_where_the_tokenizer_class_pads_left_by
                  {}, {})
     assert json.loads((tmp_path / "model" / "tokenizer_config.json").read_text())["padding_side"] == "right"
     assert tok.padding_side == "left" and "padding_side" not in tok.init_kwargs  # the run's tokenizer as it was
+
+
+@pytest.mark.parametrize("there", [True, False], ids=["a-folder", "nothing-yet"])
+def test_a_model_folder_that_is_a_link_gets_the_model_where_it_points(tiny_model, tmp_path, there):
+    # run/model linked to a folder on a bigger disk: the link was renamed away and deleted, and the model put in its
+    # place on the run's disk (the folder it pointed at left empty); a link to a folder not made yet failed the export
+    # at the end of the run ("Not a directory").
+    import os
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ftcli_trainer.export import export_model
+
+    (tmp_path / "run").mkdir()
+    big = tmp_path / "big" / "model"
+    if there:
+        big.mkdir(parents=True)
+    (tmp_path / "run" / "model").symlink_to(os.path.join("..", "big", "model"))
+    for _ in range(2):  # a new export, then one over it
+        export_model(AutoModelForSequenceClassification.from_pretrained(tiny_model),
+                     AutoTokenizer.from_pretrained(tiny_model), str(tmp_path / "run" / "model"), {}, {})
+        assert os.readlink(tmp_path / "run" / "model") == os.path.join("..", "big", "model")
+        assert (big / "_COMPLETE").is_file() and (big / "model.safetensors").is_file()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["big", "run"]
+        assert [p.name for p in big.parent.iterdir()] == ["model"]  # no staging left beside it
