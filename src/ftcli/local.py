@@ -188,11 +188,17 @@ def _event_files(base: str) -> set[Path]:
     return set((Path(base) / "logs").glob("events.out.tfevents.*"))
 
 
-def _unclaim(base: str, before: AbstractSet[Path] = frozenset()) -> None:
+def _folders(base: str) -> set[Path]:
+    """The run folder and its checkpoints/ and logs/ that are there now (a local run folder's)."""
+    return {p for p in (Path(base), Path(base) / "checkpoints", Path(base) / "logs") if p.is_dir()}
+
+
+def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: AbstractSet[Path] = frozenset()) -> None:
     """A run that failed before its first checkpoint and logged nothing leaves no folder behind just for its
     fingerprint (and its W&B run id), nor for empty logs. One that logged keeps its logs and its fingerprint: the
     same command goes on in that folder, another run is refused there. `before`: the TensorBoard files that were
-    in logs/ before the run (someone else's: they stay)."""
+    in logs/ before the run (someone else's: they stay); `folders`: those that were there before it (_folders), which
+    stay too (an empty --output-dir the user made, a mount point, was removed with the rest)."""
     from ftcli_trainer import checkpoint, storage
 
     if storage.is_gcs(base):
@@ -212,6 +218,8 @@ def _unclaim(base: str, before: AbstractSet[Path] = frozenset()) -> None:
     for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID, checkpoint.LOCK):
         (ckpt / name).unlink(missing_ok=True)
     for folder in (ckpt, logs, Path(base)):
+        if folder in folders:
+            continue  # not the run's to remove
         try:
             folder.rmdir()  # only when empty: anything else in there stays
         except FileNotFoundError:
@@ -368,6 +376,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         aside = _set_aside(base, cfg)
         if aside:
             say(f"--restart: the earlier run is in {aside}")
+    folders = set() if storage.is_gcs(base) else _folders(base)
     claimed = _claim(base, cfg)
     if not claimed and (done := finished(base)):
         say(done)
@@ -391,5 +400,5 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     say(f"running: python -m ftcli_trainer.task {shlex.join(argv)}")
     code, signum = run_trainer(cmd, env, stdout=2 if quiet_stdout else None)
     if code != 0 and claimed:
-        _unclaim(base, events_before)
+        _unclaim(base, events_before, folders)
     return LocalRun(code, base, signum)

@@ -420,6 +420,24 @@ def test_a_parquet_file_is_one_line_that_says_how_to_convert_it_and_leaves_no_fo
     assert not out.exists()
 
 
+
+def test_a_failed_run_keeps_the_empty_output_folder_that_was_there_before(tmp_path, tiny_model):
+    # A run that fails before logging removes the folders it made for nothing; an --output-dir the user had made (a
+    # mount point, a folder with its own owner and mode) was removed with them.
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\nx,pos\ny,\n")
+    out = tmp_path / "mine"
+    out.mkdir()
+    out.chmod(0o2770)
+    r = ftcli("local", "--task", "csv", "--train-file", str(bad), "--model", str(tiny_model), "--output-dir",
+              str(out), cwd=tmp_path)
+    assert r.returncode == 2 and "empty label" in r.stderr
+    assert out.is_dir() and list(out.iterdir()) == [] and out.stat().st_mode & 0o7777 == 0o2770
+    (out / "logs").mkdir()  # and one of its folders: the others the run made go
+    r = ftcli("local", "--task", "csv", "--train-file", str(bad), "--model", str(tiny_model), "--output-dir",
+              str(out), cwd=tmp_path)
+    assert r.returncode == 2 and [p.name for p in out.iterdir()] == ["logs"] and not any((out / "logs").iterdir())
+
 def test_a_failed_run_keeps_the_tensorboard_files_that_were_in_logs_before(tmp_path, tiny_model):
     """--output-dir . in a project whose logs/ holds someone else's TensorBoard files (no metrics.jsonl): a run that
     fails before logging removes only what it wrote (it deleted every events.out.tfevents.* there)."""
