@@ -186,7 +186,7 @@ def _holds(dest: Path, files: list[tuple[str, PurePosixPath, int]], sums: dict[s
     run twice was refused as "not empty"). Anything more or less, or another model, is not it; with `others` (--force,
     which keeps the folder's other files) files of other names may be there too: the same `--force` command run twice
     downloaded the whole model again."""
-    if not dest.is_dir() or dest.is_symlink():
+    if not dest.is_dir():  # (a link to a folder is that folder, as the download wrote into it)
         return False
     try:
         here = {p.relative_to(dest).as_posix(): p for p in dest.rglob("*") if p.is_file() or p.is_symlink()}

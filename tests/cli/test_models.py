@@ -113,6 +113,19 @@ def test_the_same_download_twice_says_the_model_is_already_there(capsys, job, cl
     assert run_cli(capsys, "download", job).code == 2
 
 
+
+def test_a_destination_that_links_to_a_folder_gets_the_model_and_then_holds_it(capsys, job, tmp_path):
+    # The model was written through the link, and the same download again was refused as "not empty" (--force
+    # downloaded it all again), where a plain folder says the model is already there.
+    (tmp_path / "big").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "big")
+    assert run_cli(capsys, "download", job, "out").code == 0
+    assert (tmp_path / "out").is_symlink() and tree(tmp_path / "big") == MODEL
+    for force in ([], ["--force"]):
+        r = run_cli(capsys, "download", job, "out", "--json", *force)
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["already_there"] is True and json.loads(r.out)["bytes"] == 0
+
 def test_an_existing_empty_folder_is_fine(capsys, job, tmp_path):
     (tmp_path / "out").mkdir()
     r = run_cli(capsys, "download", job, "out")
