@@ -666,9 +666,11 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     from ftcli_trainer.errors import DataError
     from ftcli_trainer.tasks import TASKS
 
-    run = run_config(path) or {}
+    # (None, a model from elsewhere, is not {}: _pairs_of({}) says "single texts", and --text-pair-column was refused)
+    known = run_config(path)
+    trained_pairs = _pairs_of(known)
+    run = known or {}
     c = _Classifier(path, run, threshold)
-    trained_pairs = _pairs_of(run)
     if text_pair_column is not None and trained_pairs is False:
         raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --text-pair-column")
     task = str(run.get("task")) if run.get("task") in TASKS else "csv"

@@ -132,3 +132,14 @@ def test_a_regression_model_is_scored_by_its_correlations(capsys, tmp_path, tiny
         assert got[key] == pytest.approx(m[f"eval_{key}"], rel=1e-4), key
     r = run_cli(capsys, "evaluate", str(out / "model"), str(tmp_path / "dev.csv"))
     assert r.code == 0 and [x.split()[0] for x in r.out.splitlines()[1:]] == ["Pearson", "Spearman", "MSE", "loss"]
+
+
+def test_a_pair_model_from_elsewhere_takes_text_pair_column(capsys, tmp_path, tiny_model):
+    # tiny_model: a save_pretrained folder with a head and no ftcli_run.json, so not known to be single-text; its
+    # --text-pair-column was refused: "was trained on single texts, not pairs"
+    rows = write_csv(tmp_path / "pairs.csv", ["premise", "hypothesis", "label"],
+                     [("a man plays", "someone makes music", 0), ("a cat sleeps", "a dog barks", 1)])
+    r = run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--text-column", "premise", "--text-pair-column",
+                "hypothesis", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["examples"] == 2
