@@ -674,7 +674,12 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     if text_pair_column is not None and trained_pairs is False:
         raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --text-pair-column")
     task = str(run.get("task")) if run.get("task") in TASKS else "csv"
-    by_columns = c.multi and bool(run.get("label_columns"))  # --label-columns: a 0/1 column per label
+    # --label-columns: a 0/1 column per label. A multi-label model from elsewhere (or trained on lists) says nothing of
+    # the file's shape: its labels' 0/1 columns are read where the file has them all and no label column (a
+    # one-hot CSV such as Jigsaw's was refused: "has no column 'label'; pass ... --label-columns", no such flag here)
+    by_columns = c.multi and (bool(run.get("label_columns")) or (
+        label_column is None and str(run.get("label_column") or "label") not in columns
+        and all(n in columns for n in c.names)))
     if label_column is not None and by_columns:
         raise UsageError(f"{path} was trained on label columns ({', '.join(c.names)}), one 0/1 column per label",
                          hint="drop --label-column: each row needs those columns")
@@ -695,6 +700,18 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
                       label_column=label_column or str(run.get("label_column") or "label"),
                       label_columns=",".join(c.names) if by_columns else None, regression=c.regression,
                       label_names=tuple(c.names) if ordered or label_names else ())
+    # the columns first, with this command's flags in the fix (the trainer's named --label-columns, not one here)
+    wanted = [cfg.text_column, *filter(None, [cfg.text_pair_column]), *([] if by_columns else [cfg.label_column])]
+    flags = {cfg.text_column: "--text-column NAME", cfg.label_column: "--label-column NAME"}
+    if cfg.text_pair_column:
+        flags[cfg.text_pair_column] = "--text-pair-column NAME"
+    if c.multi and not by_columns:
+        flags[cfg.label_column] = (f"give each row its labels as a list (in the column --label-column names), or a 0/1 "
+                                   f"column per label ({', '.join(c.names)})")
+    try:
+        data._require_columns(columns, wanted, file, flags)
+    except DataError as e:
+        raise UsageError(str(e)) from None
     if label_names:  # the file's ids, as names (and so the model's ids)
         for row in rows:
             kind, key = data.label_key(row.get(cfg.label_column)) if row.get(cfg.label_column) is not None \

@@ -143,3 +143,29 @@ def test_a_pair_model_from_elsewhere_takes_text_pair_column(capsys, tmp_path, ti
                 "hypothesis", "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["examples"] == 2
+
+
+def test_a_multi_label_model_from_elsewhere_reads_its_label_columns(capsys, tmp_path, tiny_model):
+    # A one-hot file (Jigsaw's shape) for a multi-label save_pretrained folder without ftcli_run.json was refused,
+    # "has no column 'label' ...; pass --label-column NAME (or --label-columns for multi-label)": no such flag here
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "multi"))
+    config = json.loads((model / "config.json").read_text())
+    config.update(problem_type="multi_label_classification", id2label={"0": "pos", "1": "neg"},
+                  label2id={"pos": 0, "neg": 1})
+    (model / "config.json").write_text(json.dumps(config))
+    rows = write_csv(tmp_path / "topics.csv", ["text", "pos", "neg"], _topics(8, 3))
+    r = run_cli(capsys, "evaluate", str(model), str(rows), "--json")
+    assert r.code == 0, r.err
+    got = json.loads(r.out)
+    assert got["examples"] == 8 and [*got["per_label"]] == ["pos", "neg"]
+    assert got["per_label"]["pos"]["support"] == sum(p for _, p, _ in _topics(8, 3))
+    r = run_cli(capsys, "evaluate", str(model), str(write_csv(tmp_path / "t.csv", ["text", "pos"], [("a", 1)])))
+    assert r.code == 2 and "--label-columns" not in r.err
+    assert r.err.startswith(f"error: {tmp_path / 't.csv'} has no column 'label' (columns: text, pos); give each row "
+                            "its labels as a list (in the column --label-column names), or a 0/1 column per label "
+                            "(pos, neg)"), r.err
+    r = run_cli(capsys, "evaluate", str(tiny_model), str(rows))  # single-label: its label column, no other flag
+    assert r.code == 2 and r.err.startswith(f"error: {rows} has no column 'label' (columns: text, pos, neg); pass "
+                                            "--label-column NAME"), r.err
