@@ -713,11 +713,16 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     except DataError as e:
         raise UsageError(str(e)) from None
     if label_names:  # the file's ids, as names (and so the model's ids)
-        for row in rows:
+        for i, row in enumerate(rows):
             kind, key = data.label_key(row.get(cfg.label_column)) if row.get(cfg.label_column) is not None \
                 else ("", "")
             if kind == "number" and key.isdigit() and int(key) < len(label_names):
                 row[cfg.label_column] = label_names[int(key)]
+            elif kind == "number" and key.isdigit() and key not in c.names:
+                # (it went on as the model's own id: --label-names a,b with a file's 2 scored as the model's third)
+                raise UsageError(f"{file} {data.row_position(rows, i)}: label {key!r} is an id, but --label-names "
+                                 f"names ids 0 to {len(label_names) - 1} only",
+                                 hint="give --label-names a name for every id the file uses, in id order")
     try:
         examples, _ = data.rows_to_examples(rows, columns, cfg, file, None if c.regression else c.names,
                                             lists=c.multi and not by_columns)

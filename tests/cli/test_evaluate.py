@@ -169,3 +169,12 @@ def test_a_multi_label_model_from_elsewhere_reads_its_label_columns(capsys, tmp_
     r = run_cli(capsys, "evaluate", str(tiny_model), str(rows))  # single-label: its label column, no other flag
     assert r.code == 2 and r.err.startswith(f"error: {rows} has no column 'label' (columns: text, pos, neg); pass "
                                             "--label-column NAME"), r.err
+
+
+def test_an_id_beyond_label_names_is_refused(capsys, tmp_path, tiny_model):
+    # --label-names names id 0 only: the file's 1 was taken as the model's own id 1, scored with no word
+    rows = write_csv(tmp_path / "ids.csv", ["text", "label"], [("a fine film", 0), ("a dull film", 1)])
+    r = run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--label-names", "LABEL_1")
+    assert r.code == 2 and not r.out
+    assert r.err.startswith(f"error: {rows} line 3: label '1' is an id, but --label-names names ids 0 to 0 only\n"
+                            "hint: give --label-names a name for every id the file uses, in id order"), r.err
