@@ -727,7 +727,9 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
         examples, _ = data.rows_to_examples(rows, columns, cfg, file, None if c.regression else c.names,
                                             lists=c.multi and not by_columns)
     except DataError as e:
-        raise UsageError(str(e)) from None
+        # --label-names here names what a file's ids stand for: "with every label" sent the user to a second refusal
+        raise UsageError(str(e).replace(data.EVERY_LABEL, "pass --label-column with the column that holds the "
+                                                          "model's labels")) from None
     n = len(examples)
     if notify:  # (a big file on a CPU: minutes)
         notify(f"scoring {n:,} example{'s' if n != 1 else ''} of {file}")

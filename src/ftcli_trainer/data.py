@@ -669,8 +669,11 @@ def _single_label_ids(values: list, names: list[str], wheres: list[str], ids_ok:
     return ids
 
 
+EVERY_LABEL = "pass --label-names with every label"  # (a training run's fix; ftcli evaluate says its own)
+
+
 def _not_in_label_set(where: str, key: str, names: list[str], row: str) -> DataError:
-    fix = f"fix the {row} or pass --label-names with every label"
+    fix = f"fix the {row} or {EVERY_LABEL}"
     same = [n for n in names if label_key(n)[1].casefold() == key.casefold()]
     if same:  # `Positive` in the eval file, `positive` in the training file
         fix = f"labels are case-sensitive: write {same[0]!r}"

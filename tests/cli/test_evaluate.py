@@ -85,7 +85,8 @@ def test_rows_the_model_cannot_be_scored_on_are_one_line(capsys, tmp_path, tiny_
     assert r.err.startswith(f"error: {other} has no column 'text'")
     r = run_cli(capsys, "evaluate", str(model), str(other), "--text-column", "review", "--label-column", "sentiment")
     assert r.code == 2 and not r.out
-    assert r.err.startswith(f"error: {other} line 2: label 'neutral' is not in the label set (negative, positive)")
+    assert r.err == f"error: {other} line 2: label 'neutral' is not in the label set (negative, positive); fix " \
+        "the row or pass --label-column with the column that holds the model's labels\n"  # (not --label-names')
     r = run_cli(capsys, "evaluate", str(model), str(tmp_path / "missing.csv"))
     assert r.code == 2 and r.err.startswith("error: data file") and "does not exist" in r.err
     r = run_cli(capsys, "evaluate", str(model), str(dev), "--threshold", "0.3")
