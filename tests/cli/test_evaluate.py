@@ -179,3 +179,16 @@ def test_an_id_beyond_label_names_is_refused(capsys, tmp_path, tiny_model):
     assert r.code == 2 and not r.out
     assert r.err.startswith(f"error: {rows} line 3: label '1' is an id, but --label-names names ids 0 to 0 only\n"
                             "hint: give --label-names a name for every id the file uses, in id order"), r.err
+
+
+def test_a_big_file_says_how_far_scoring_has_got(tmp_path, tiny_model):
+    # "scoring 25,000 examples", then nothing until the end (an hour for IMDB on a CPU): progress after a few batches
+    from ftcli import models
+
+    rows_file = write_csv(tmp_path / "many.csv", ["text", "label"], [("a fine film " * (i % 7 + 1), i % 2)
+                                                                       for i in range(300)])
+    columns, rows = models.read_table(str(rows_file))
+    seen: list[tuple[int, int]] = []
+    got = models.evaluate(tiny_model, str(rows_file), columns, rows, progress=lambda done, n: seen.append((done, n)))
+    assert got["examples"] == 300 and len(seen) >= 3
+    assert seen[-1] == (300, 300) and [d for d, _ in seen] == sorted({d for d, _ in seen})

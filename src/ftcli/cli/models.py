@@ -235,8 +235,19 @@ def evaluate(
     columns, rows = models.read_table(file)  # before the model is downloaded: a bad file is said first
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
-    result = models.evaluate(path, file, columns, rows, text_column=text_column, text_pair_column=text_pair_column,
-                             label_column=label_column, threshold=threshold, label_names=names, notify=note)
+    # a spinner with the count on a terminal, a line a minute in a log: a big file on a CPU takes minutes to hours
+    import time
+
+    from ftcli.output import Waiting
+
+    waiting, began = Waiting(), time.monotonic()
+    try:
+        result = models.evaluate(
+            path, file, columns, rows, text_column=text_column, text_pair_column=text_pair_column,
+            label_column=label_column, threshold=threshold, label_names=names, notify=note,
+            progress=lambda done, n: waiting.update(f"scored {done:,} of {n:,} examples", time.monotonic() - began))
+    finally:
+        waiting.stop()
     if json_out:
         show_one(result, (), json_out=True)
         return
