@@ -211,6 +211,13 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
             try:
                 local = storage.download_file(path, tmp / Path(path).name)
             except Exception as e:  # noqa: BLE001 - any storage failure is reported as one line
+                from google.api_core import exceptions as gexc
+
+                if isinstance(e, gexc.NotFound):
+                    # (it said "NotFound: 404 GET https://storage.googleapis.com/download/storage/v1/b/...?alt=media:
+                    # ('Request failed with status code', 404, 'Expected one of', <HTTPStatus.OK: 200>, ...)")
+                    raise DataError(f"data file {path} does not exist; `gcloud storage ls {path.rsplit('/', 1)[0]}/` "
+                                    "lists what is there") from None
                 said = first_line(e, 300)
                 raise DataError(f"cannot read {path}: {type(e).__name__}" + (f": {said}" if said else "")) from None
         else:

@@ -192,3 +192,23 @@ def test_a_big_file_says_how_far_scoring_has_got(tmp_path, tiny_model):
     got = models.evaluate(tiny_model, str(rows_file), columns, rows, progress=lambda done, n: seen.append((done, n)))
     assert got["examples"] == 300 and len(seen) >= 3
     assert seen[-1] == (300, 300) and [d for d, _ in seen] == sorted({d for d, _ in seen})
+
+
+def test_a_jobs_model_on_a_gcs_file(capsys, cloud_env, monkeypatch, tmp_path, tiny_model):
+    import gzip
+
+    from tests.cli.test_models import BUCKET, make_job, seed_model
+
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_CACHE_DIR", str(tmp_path / "cache"))
+    job = make_job(vertex, "run", f"gs://{BUCKET}/team/runs/run/").rsplit("/", 1)[1]
+    seed_model(gcs, "team/runs/run/", {**{p.name: p.read_bytes() for p in tiny_model.iterdir()}, "_COMPLETE": b""})
+    body = "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in [("a fine film", 0), ("a dull film", 1)])
+    gcs.client().bucket(BUCKET).blob("data/dev.jsonl.gz").upload_from_string(gzip.compress(body.encode()))
+    r = run_cli(capsys, "evaluate", job, f"gs://{BUCKET}/data/dev.jsonl.gz", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["examples"] == 2
+    # a missing object: the storage library's 404 GET URL and status tuple, said as a local file's would be
+    r = run_cli(capsys, "evaluate", job, f"gs://{BUCKET}/data/test.csv")
+    assert r.code == 2 and r.err == f"error: data file gs://{BUCKET}/data/test.csv does not exist; `gcloud storage " \
+        f"ls gs://{BUCKET}/data/` lists what is there\n", r.err
