@@ -119,6 +119,8 @@ def test_a_multi_label_model_is_scored_as_its_run_scored_it(capsys, tmp_path, ti
     assert got["loss"] == pytest.approx(m["eval_loss"], rel=1e-4)
     r = run_cli(capsys, "evaluate", str(model), str(dev), "--json", "--threshold", "0.99")
     assert r.code == 0 and json.loads(r.out)["micro_recall"] <= got["micro_recall"]
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--threshold", "0.99")  # the table says at which threshold
+    assert r.code == 0 and r.out.splitlines()[1].split() == ["threshold", "0.99"], r.out
 
 
 def test_a_regression_model_is_scored_by_its_correlations(capsys, tmp_path, tiny_model):

@@ -256,7 +256,10 @@ def evaluate(
     def number(key: str) -> Callable[[dict], str]:
         return lambda r: f"{r[key]:.4f}"
 
-    show_one(result, [(metrics.SHOWN.get(k, k.replace("_", " ")), number(k)) for k in names], json_out=False,
+    # multi-label: the threshold its F1s are at (--threshold's or the model's; the table did not say which)
+    shown = [("threshold", lambda r: f"{r['threshold']:g}")] if multi else []
+    show_one(result, [*shown, *((metrics.SHOWN.get(k, k.replace("_", " ")), number(k)) for k in names)],
+             json_out=False,
              title=f"{escape(file)}: {result['examples']:,} examples, model {escape(str(path))}")
     if not regression:
         per = [{"label": name, **scores} for name, scores in result["per_label"].items()]
