@@ -567,11 +567,11 @@ class _Classifier:
     without a trained head, a tokenizer that does not match), with what it is: multi-label (its `threshold`: the
     one given, else the model's own), regression, or single-label."""
 
-    def __init__(self, path: Path, run: dict | None, threshold: float | None = None):
+    def __init__(self, path: Path, run: dict | None, threshold: float | None = None, command: str = "ftcli predict"):
         from ftcli.local import require_train_extra
         from ftcli_trainer.model import vocabulary_problem
 
-        require_train_extra("ftcli predict")
+        require_train_extra(command)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
         from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
         from transformers.utils import logging as hf_logging
@@ -671,7 +671,7 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     known = run_config(path)
     trained_pairs = _pairs_of(known)
     run = known or {}
-    c = _Classifier(path, run, threshold)
+    c = _Classifier(path, run, threshold, "ftcli evaluate")  # (it said "ftcli predict needs the trainer's ...")
     if text_pair_column is not None and trained_pairs is False:
         raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --text-pair-column")
     task = str(run.get("task")) if run.get("task") in TASKS else "csv"

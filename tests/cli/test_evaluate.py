@@ -214,3 +214,16 @@ def test_a_jobs_model_on_a_gcs_file(capsys, cloud_env, monkeypatch, tmp_path, ti
     r = run_cli(capsys, "evaluate", job, f"gs://{BUCKET}/data/test.csv")
     assert r.code == 2 and r.err == f"error: data file gs://{BUCKET}/data/test.csv does not exist; `gcloud storage " \
         f"ls gs://{BUCKET}/data/` lists what is there\n", r.err
+
+
+def test_without_the_trainers_packages_evaluate_says_so_by_its_name(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    rows = write_csv(tmp_path / "dev.csv", ["text", "label"], [("a fine film", 0)])
+    r = run_cli(capsys, "evaluate", str(tmp_path / "model"), str(rows))
+    assert r.code == 1 and r.err.splitlines()[-2] == \
+        "error: ftcli evaluate needs the trainer's dependencies on this machine (torch missing)", r.err
