@@ -734,6 +734,11 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     n = len(examples)
     if notify:  # (a big file on a CPU: minutes)
         notify(f"scoring {n:,} example{'s' if n != 1 else ''} of {file}")
+        kept, own = run.get("max_eval_samples"), str(run.get("eval_file") or "")
+        if isinstance(kept, int) and kept < n and own and own.rsplit("/", 1)[-1] == file.rsplit("/", 1)[-1]:
+            # (the run's own eval file, whose numbers then differ from metrics.json's for no reason said)
+            notify(f"the run evaluated a seeded {kept:,} of the {n:,} rows of its eval file {own} "
+                   f"(--max-eval-samples {kept}): these metrics are on all {n:,}, not metrics.json's")
     seconds: list[str | None] = list(examples.pairs) if examples.pairs is not None else [None] * n
     index = {name: i for i, name in enumerate(c.names)}
     logits = np.zeros((n, len(c.names)), dtype=np.float32)

@@ -227,3 +227,13 @@ def test_without_the_trainers_packages_evaluate_says_so_by_its_name(capsys, tmp_
     r = run_cli(capsys, "evaluate", str(tmp_path / "model"), str(rows))
     assert r.code == 1 and r.err.splitlines()[-2] == \
         "error: ftcli evaluate needs the trainer's dependencies on this machine (torch missing)", r.err
+
+
+def test_a_run_that_evaluated_part_of_its_eval_file_says_so(capsys, tmp_path, tiny_model, sentiment_csv):
+    # --max-eval-samples: the run's own eval file scored whole gives other numbers than metrics.json, with no word why
+    train, dev = sentiment_csv
+    model, m = _train(tmp_path, tiny_model, train, dev, "--max-eval-samples", "20", epochs=1)
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--json")
+    assert r.code == 0 and json.loads(r.out)["examples"] == 60 and sum(map(sum, m["eval_confusion_matrix"])) == 20
+    assert "the run evaluated a seeded 20 of the 60 rows of its eval file test.csv (--max-eval-samples 20): these " \
+        "metrics are on all 60, not metrics.json's" in r.err, r.err
