@@ -203,7 +203,8 @@ def evaluate(
 ) -> None:
     """Score a model on a labelled file: the metrics its training run reports (accuracy, macro-F1 and the
     task's own; multi-label: micro- and macro-F1; regression: Pearson, Spearman and MSE), the loss, and each label's
-    precision, recall and F1. --json prints one object, with the confusion matrix.
+    precision, recall and F1 (multi-label: at the threshold). --json prints one object, with a single-label model's
+    confusion matrix.
 
     The rows are read as the trainer reads an eval file; the labels must be the model's (whole numbers: its ids,
     where its labels have an id order, or those of --label-names).
