@@ -701,6 +701,10 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
                       label_column=label_column or str(run.get("label_column") or "label"),
                       label_columns=",".join(c.names) if by_columns else None, regression=c.regression,
                       label_names=tuple(c.names) if ordered or label_names else ())
+    if cfg.text_pair_column == cfg.text_column:  # (each row scored as the text paired with itself, with no word)
+        given = "--text-column" if text_column is not None else "the model's text column"
+        raise UsageError(f"--text-pair-column {cfg.text_pair_column!r} is {given} too: a pair needs two columns",
+                         hint="name the column that holds each row's second text")
     # the columns first, with this command's flags in the fix (the trainer's named --label-columns, not one here)
     wanted = [cfg.text_column, *filter(None, [cfg.text_pair_column]), *([] if by_columns else [cfg.label_column])]
     flags = {cfg.text_column: "--text-column NAME", cfg.label_column: "--label-column NAME"}

@@ -237,3 +237,15 @@ def test_a_run_that_evaluated_part_of_its_eval_file_says_so(capsys, tmp_path, ti
     assert r.code == 0 and json.loads(r.out)["examples"] == 60 and sum(map(sum, m["eval_confusion_matrix"])) == 20
     assert "the run evaluated a seeded 20 of the 60 rows of its eval file test.csv (--max-eval-samples 20): these " \
         "metrics are on all 60, not metrics.json's" in r.err, r.err
+
+
+def test_a_pair_of_one_column_is_refused(capsys, tmp_path, tiny_model):
+    # --text-pair-column naming the text column scored every row as its text paired with itself
+    rows = write_csv(tmp_path / "pairs.csv", ["premise", "hypothesis", "label"], [("a man plays", "music", 0)])
+    for given in (["--text-column", "premise"], []):
+        r = run_cli(capsys, "evaluate", str(tiny_model), str(rows), *given, "--text-pair-column",
+                    "premise" if given else "text")
+        said = "--text-column" if given else "the model's text column"
+        assert r.code == 2 and not r.out and r.err.startswith(
+            f"error: --text-pair-column '{'premise' if given else 'text'}' is {said} too: a pair needs two columns"), \
+            r.err
