@@ -705,6 +705,10 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
         given = "--text-column" if text_column is not None else "the model's text column"
         raise UsageError(f"--text-pair-column {cfg.text_pair_column!r} is {given} too: a pair needs two columns",
                          hint="name the column that holds each row's second text")
+    for flag, column in (("--text-column", cfg.text_column), ("--text-pair-column", cfg.text_pair_column)):
+        if column and column == cfg.label_column and not by_columns:  # (the label scored as the text, exit 0)
+            raise UsageError(f"{flag} {column!r} is the label column too: the model would read each row's label as "
+                             "its text", hint="name the text's column (or --label-column the label's)")
     # the columns first, with this command's flags in the fix (the trainer's named --label-columns, not one here)
     wanted = [cfg.text_column, *filter(None, [cfg.text_pair_column]), *([] if by_columns else [cfg.label_column])]
     flags = {cfg.text_column: "--text-column NAME", cfg.label_column: "--label-column NAME"}

@@ -249,3 +249,12 @@ def test_a_pair_of_one_column_is_refused(capsys, tmp_path, tiny_model):
         assert r.code == 2 and not r.out and r.err.startswith(
             f"error: --text-pair-column '{'premise' if given else 'text'}' is {said} too: a pair needs two columns"), \
             r.err
+
+
+def test_a_label_read_as_text_or_two_ids_with_one_name_are_refused(capsys, tmp_path, tiny_model):
+    # both scored with exit 0: each row's label classified as its text; two ids counted as one label
+    rows = write_csv(tmp_path / "ids.csv", ["text", "label"], [("a fine film", 0), ("a dull film", 1)])
+    r = run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--text-column", "label")
+    assert r.code == 2 and r.err.startswith("error: --text-column 'label' is the label column too"), r.err
+    r = run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--label-names", "LABEL_0,LABEL_0")
+    assert r.code == 2 and r.err.startswith("error: --label-names names 'LABEL_0' twice"), r.err
