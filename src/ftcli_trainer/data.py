@@ -211,9 +211,8 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
             try:
                 local = storage.download_file(path, tmp / Path(path).name)
             except Exception as e:  # noqa: BLE001 - any storage failure is reported as one line
-                from google.api_core import exceptions as gexc
-
-                if isinstance(e, gexc.NotFound):
+                # By name, not by importing google.api_core here: where a google package is missing that would fail too.
+                if type(e).__name__ == "NotFound" and type(e).__module__.startswith("google."):
                     # (it said "NotFound: 404 GET https://storage.googleapis.com/download/storage/v1/b/...?alt=media:
                     # ('Request failed with status code', 404, 'Expected one of', <HTTPStatus.OK: 200>, ...)")
                     raise DataError(f"data file {path} does not exist; `gcloud storage ls {path.rsplit('/', 1)[0]}/` "
