@@ -702,7 +702,7 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
                       label_columns=",".join(c.names) if by_columns else None, regression=c.regression,
                       label_names=tuple(c.names) if ordered or label_names else ())
     if cfg.text_pair_column == cfg.text_column:  # (each row scored as the text paired with itself, with no word)
-        given = "--text-column" if text_column is not None else "the model's text column"
+        given = "the --text-column" if text_column is not None else "the model's text column"
         raise UsageError(f"--text-pair-column {cfg.text_pair_column!r} is {given} too: a pair needs two columns",
                          hint="name the column that holds each row's second text")
     for flag, column in (("--text-column", cfg.text_column), ("--text-pair-column", cfg.text_pair_column)):

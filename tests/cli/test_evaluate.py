@@ -245,7 +245,7 @@ def test_a_pair_of_one_column_is_refused(capsys, tmp_path, tiny_model):
     for given in (["--text-column", "premise"], []):
         r = run_cli(capsys, "evaluate", str(tiny_model), str(rows), *given, "--text-pair-column",
                     "premise" if given else "text")
-        said = "--text-column" if given else "the model's text column"
+        said = "the --text-column" if given else "the model's text column"
         assert r.code == 2 and not r.out and r.err.startswith(
             f"error: --text-pair-column '{'premise' if given else 'text'}' is {said} too: a pair needs two columns"), \
             r.err

@@ -14,6 +14,31 @@ import typer
 from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt, TrialOpt
 from ftcli.errors import UsageError
 
+# predict's and evaluate's own (the file is predict's --file, evaluate's FILE)
+ModelArg = Annotated[str, typer.Argument(help="A model folder, or a job (short id, last, id or resource name).")]
+TextColumnOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--text-column", metavar="NAME", help="The column of a .csv, .tsv or .jsonl file that holds the text [default: the "
+    "one the model was trained on].")]
+TextPairColumnOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--text-pair-column", metavar="NAME", help="A model trained on sentence pairs: the column of a .csv, .tsv or "
+    ".jsonl file that holds each row's second text [default: the one the model was trained on].")]
+ThresholdOpt = Annotated[Optional[float], typer.Option(  # noqa: UP045
+    "--threshold", help="Multi-label: a label is predicted at or above this probability [default: the model's].")]
+
+
+def _check_options(threshold: float | None, text_column: str | None, text_pair_column: str | None,
+                   *others: tuple[str, str | None]) -> None:
+    """What predict and evaluate refuse before reading anything: a --threshold that is no probability, a column
+    option given empty (`others`: more (flag, value)), and one column named for both texts of a pair."""
+    if threshold is not None and not 0 < threshold <= 1:  # a probability, as the trainer's --threshold
+        raise UsageError(f"--threshold is a probability in (0, 1], got {threshold}")
+    for flag, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column), *others):
+        if column is not None and not column.strip():
+            raise UsageError(f"{flag} is empty", hint="give the name of one of the file's columns")
+    if text_column is not None and text_column == text_pair_column:
+        raise UsageError(f"--text-pair-column {text_pair_column!r} is the --text-column too: a pair needs two "
+                         "columns", hint="name the column that holds each row's second text")
+
 
 def download(
     job: JobArg,
@@ -76,24 +101,19 @@ def _load_texts(texts: list[str], file: Path | None) -> tuple[list, list]:
 
 
 def predict(
-    model: Annotated[str, typer.Argument(help="A model folder, or a job (short id, last, id or resource name).")],
+    model: ModelArg,
     texts: Annotated[Optional[list[str]], typer.Argument(help="Texts to classify.")] = None,  # noqa: UP045
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
         "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file, or of a .tsv file whose first line names "
         "its columns (the text in the column the model was trained on, or --text-column's); UTF-8, optionally "
         ".gz.")] = None,
-    text_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--text-column", metavar="NAME", help="The column of a .csv, .tsv or .jsonl --file that holds the text "
-        "[default: the one the model was trained on].")] = None,
-    text_pair_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--text-pair-column", metavar="NAME", help="A model trained on sentence pairs: the column of a .csv, .tsv "
-        "or .jsonl --file that holds each row's second text [default: the one the model was trained on].")] = None,
+    text_column: TextColumnOpt = None,
+    text_pair_column: TextPairColumnOpt = None,
     pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--pair", help="A model trained on sentence pairs (MNLI, MRPC, STS-B, ...): the second text of each TEXT, "
         "once per TEXT, in order.")] = None,
-    threshold: Annotated[Optional[float], typer.Option(  # noqa: UP045
-        "--threshold", help="Multi-label: show labels at or above this probability [default: the model's].")] = None,
+    threshold: ThresholdOpt = None,
     trial: TrialOpt = None,
     json_out: JsonOpt = False,
     project: ProjectOpt = None,
@@ -123,13 +143,7 @@ def predict(
             raise UsageError(f"{flag} names a column of a .csv, .tsv or .jsonl --file" +
                              (f"; {file} is read line by line" if file is not None else ""),
                              hint=f"give --file ROWS.csv (or .jsonl), or drop {flag}")
-        if column is not None and not column.strip():
-            raise UsageError(f"{flag} is empty", hint="give the name of a column of --file")
-    if text_column is not None and text_column == text_pair_column:
-        raise UsageError(f"--text-pair-column {text_pair_column!r} is the --text-column too: a pair needs two "
-                         "columns", hint="name the column that holds each row's second text")
-    if threshold is not None and not 0 < threshold <= 1:  # a probability, as the trainer's --threshold
-        raise UsageError(f"--threshold is a probability in (0, 1], got {threshold}")
+    _check_options(threshold, text_column, text_pair_column)
     arguments, from_file = _load_texts(texts or [], file)
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
@@ -176,16 +190,12 @@ def _one_line(text: str) -> str:
 
 
 def evaluate(
-    model: Annotated[str, typer.Argument(help="A model folder, or a job (short id, last, id or resource name).")],
+    model: ModelArg,
     file: Annotated[str, typer.Argument(
         help="Labelled rows: a .csv, .tsv or .jsonl file, optionally .gz, local or gs://, with the model's text "
         "and label columns (or those the options name).", show_default=False)],
-    text_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--text-column", metavar="NAME", help="The column that holds the text [default: the one the model was "
-        "trained on].")] = None,
-    text_pair_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--text-pair-column", metavar="NAME", help="A model trained on sentence pairs: the column that holds each "
-        "row's second text [default: the one the model was trained on].")] = None,
+    text_column: TextColumnOpt = None,
+    text_pair_column: TextPairColumnOpt = None,
     label_column: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--label-column", metavar="NAME", help="The column that holds the label (a regression's target) [default: "
         "the one the model was trained on].")] = None,
@@ -193,9 +203,7 @@ def evaluate(
         "--label-names", metavar="A,B,C", help="The file's labels are ids: the names they stand for, in id order, "
         "comma-separated or a JSON list (MNLI's 0,1,2: entailment,neutral,contradiction) [default: the model's own "
         "order, where it has one].")] = None,
-    threshold: Annotated[Optional[float], typer.Option(  # noqa: UP045
-        "--threshold", help="Multi-label: a label is predicted at or above this probability [default: the "
-        "model's].")] = None,
+    threshold: ThresholdOpt = None,
     trial: TrialOpt = None,
     json_out: JsonOpt = False,
     project: ProjectOpt = None,
@@ -219,12 +227,7 @@ def evaluate(
     from ftcli.output import Column, escape, note, show_list, show_one, transfer
     from ftcli_trainer import metrics
 
-    if threshold is not None and not 0 < threshold <= 1:  # a probability, as the trainer's --threshold
-        raise UsageError(f"--threshold is a probability in (0, 1], got {threshold}")
-    for flag, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column),
-                         ("--label-column", label_column)):
-        if column is not None and not column.strip():
-            raise UsageError(f"{flag} is empty", hint="give the name of a column of FILE")
+    _check_options(threshold, text_column, text_pair_column, ("--label-column", label_column))
     from ftcli_trainer.config import name_list
 
     try:
