@@ -660,10 +660,7 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     own (--label-names, a Hub task's, a model from elsewhere), or `label_names`' (the file's names in id order); a
     model whose names were read off its training data has none, and a number is refused. `progress(done, total)` is
     called as the examples are scored."""
-    import numpy as np
-
     from ftcli_trainer import data, metrics
-    from ftcli_trainer.config import TrainConfig
     from ftcli_trainer.errors import DataError
     from ftcli_trainer.tasks import TASKS
 
@@ -672,6 +669,45 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     trained_pairs = _pairs_of(known)
     run = known or {}
     c = _Classifier(path, run, threshold, "ftcli evaluate")  # (it said "ftcli predict needs the trainer's ...")
+    cfg, by_columns = _evaluation_config(path, c, run, trained_pairs, columns, file, text_column, text_pair_column,
+                                         label_column, label_names)
+    task = cfg.task
+    if label_names:  # the file's ids, as names (and so the model's ids)
+        _ids_as_names(rows, file, cfg.label_column, label_names, c.names)
+    try:
+        examples, _ = data.rows_to_examples(rows, columns, cfg, file, None if c.regression else c.names,
+                                            lists=c.multi and not by_columns)
+    except DataError as e:
+        # --label-names here names what a file's ids stand for: "with every label" sent the user to a second refusal
+        raise UsageError(str(e).replace(data.EVERY_LABEL, "pass --label-column with the column that holds the "
+                                                          "model's labels")) from None
+    n = len(examples)
+    if notify:  # (a big file on a CPU: minutes)
+        notify(f"scoring {n:,} example{'s' if n != 1 else ''} of {file}")
+        kept, own = run.get("max_eval_samples"), str(run.get("eval_file") or "")
+        if isinstance(kept, int) and kept < n and own and own.rsplit("/", 1)[-1] == file.rsplit("/", 1)[-1]:
+            # (the run's own eval file, whose numbers then differ from metrics.json's for no reason said)
+            notify(f"the run evaluated a seeded {kept:,} of the {n:,} rows of its eval file {own} "
+                   f"(--max-eval-samples {kept}): these metrics are on all {n:,}, not metrics.json's")
+    logits = _logits(c, examples.texts, list(examples.pairs) if examples.pairs is not None else [None] * n,
+                     progress)
+    found = metrics.of_logits(logits, examples.labels, c.names, TASKS[task].metrics if task in TASKS else (),
+                              is_multi_label=c.multi, is_regression=c.regression, threshold=c.threshold)
+    return {"model": str(path), "file": file, "examples": n,
+            **({"labels": c.names} if not c.regression else {}),
+            **({"threshold": c.threshold} if c.multi else {}), **found}
+
+
+def _evaluation_config(path: Path, c: _Classifier, run: dict, trained_pairs, columns: list[str], file: str,
+                       text_column: str | None, text_pair_column: str | None, label_column: str | None,
+                       label_names: tuple[str, ...]):
+    """(the TrainConfig the trainer would read `file` as an eval file with, whether its labels are 0/1 columns) for
+    ftcli evaluate, after what the model and the file say of the options: each refusal one line."""
+    from ftcli_trainer import data
+    from ftcli_trainer.config import TrainConfig
+    from ftcli_trainer.errors import DataError
+    from ftcli_trainer.tasks import TASKS
+
     if text_pair_column is not None and trained_pairs is False:
         raise UsageError(f"{path} was trained on single texts, not pairs", hint="drop --text-pair-column")
     task = str(run.get("task")) if run.get("task") in TASKS else "csv"
@@ -721,47 +757,40 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
         data._require_columns(columns, wanted, file, flags)
     except DataError as e:
         raise UsageError(str(e)) from None
-    if label_names:  # the file's ids, as names (and so the model's ids)
-        for i, row in enumerate(rows):
-            kind, key = data.label_key(row.get(cfg.label_column)) if row.get(cfg.label_column) is not None \
-                else ("", "")
-            if kind == "number" and key.isdigit() and int(key) < len(label_names):
-                row[cfg.label_column] = label_names[int(key)]
-            elif kind == "number" and key.isdigit() and key not in c.names:
-                # (it went on as the model's own id: --label-names a,b with a file's 2 scored as the model's third)
-                raise UsageError(f"{file} {data.row_position(rows, i)}: label {key!r} is an id, but --label-names "
-                                 f"names ids 0 to {len(label_names) - 1} only",
-                                 hint="give --label-names a name for every id the file uses, in id order")
-    try:
-        examples, _ = data.rows_to_examples(rows, columns, cfg, file, None if c.regression else c.names,
-                                            lists=c.multi and not by_columns)
-    except DataError as e:
-        # --label-names here names what a file's ids stand for: "with every label" sent the user to a second refusal
-        raise UsageError(str(e).replace(data.EVERY_LABEL, "pass --label-column with the column that holds the "
-                                                          "model's labels")) from None
-    n = len(examples)
-    if notify:  # (a big file on a CPU: minutes)
-        notify(f"scoring {n:,} example{'s' if n != 1 else ''} of {file}")
-        kept, own = run.get("max_eval_samples"), str(run.get("eval_file") or "")
-        if isinstance(kept, int) and kept < n and own and own.rsplit("/", 1)[-1] == file.rsplit("/", 1)[-1]:
-            # (the run's own eval file, whose numbers then differ from metrics.json's for no reason said)
-            notify(f"the run evaluated a seeded {kept:,} of the {n:,} rows of its eval file {own} "
-                   f"(--max-eval-samples {kept}): these metrics are on all {n:,}, not metrics.json's")
-    seconds: list[str | None] = list(examples.pairs) if examples.pairs is not None else [None] * n
+    return cfg, by_columns
+
+
+def _ids_as_names(rows: list[dict], file: str, column: str, label_names: tuple[str, ...], names: list[str]) -> None:
+    """--label-names: each row's label id in `column` replaced by the name it stands for (in place)."""
+    from ftcli_trainer import data
+
+    for i, row in enumerate(rows):
+        kind, key = data.label_key(row.get(column)) if row.get(column) is not None else ("", "")
+        if kind == "number" and key.isdigit() and int(key) < len(label_names):
+            row[column] = label_names[int(key)]
+        elif kind == "number" and key.isdigit() and key not in names:
+            # (it went on as the model's own id: --label-names a,b with a file's 2 scored as the model's third)
+            raise UsageError(f"{file} {data.row_position(rows, i)}: label {key!r} is an id, but --label-names "
+                             f"names ids 0 to {len(label_names) - 1} only",
+                             hint="give --label-names a name for every id the file uses, in id order")
+
+
+def _logits(c: _Classifier, texts: list[str], seconds: list[str | None],
+            progress: Callable[[int, int], None] | None = None):
+    """The model's outputs (rows x labels, in its id order) for each text (and its pair)."""
+    import numpy as np
+
+    n = len(texts)
     index = {name: i for i, name in enumerate(c.names)}
     logits = np.zeros((n, len(c.names)), dtype=np.float32)
     # The whole file in length order (each batch pads to its own longest text), a few batches at a time so that
     # `progress(done, n)` moves: 25,000 IMDB reviews on a CPU said nothing for an hour after "scoring".
-    by_length = sorted(range(n), key=lambda i: len(examples.texts[i]) + len(seconds[i] or ""))
+    by_length = sorted(range(n), key=lambda i: len(texts[i]) + len(seconds[i] or ""))
     step = PREDICT_BATCH * 4
     for start in range(0, n, step):
-        for i, scores in c.scores(examples.texts, seconds, by_length[start:start + step], "none").items():
+        for i, scores in c.scores(texts, seconds, by_length[start:start + step], "none").items():
             for s in scores:
                 logits[i, index[s["label"]]] = s["score"]
         if progress:
             progress(min(start + step, n), n)
-    found = metrics.of_logits(logits, examples.labels, c.names, TASKS[task].metrics if task in TASKS else (),
-                              is_multi_label=c.multi, is_regression=c.regression, threshold=c.threshold)
-    return {"model": str(path), "file": file, "examples": n,
-            **({"labels": c.names} if not c.regression else {}),
-            **({"threshold": c.threshold} if c.multi else {}), **found}
+    return logits
