@@ -793,3 +793,72 @@ def test_a_file_changed_during_its_upload_makes_no_object(gcs, proxied, tmp_path
     assert gcs.list("bkt") == []
     initiation = next(r for r in proxied.requests if r.method == "POST")
     assert initiation.status == 200 and _kept_sessions() == 1
+
+
+_INTERRUPT_IN_WAIT = r'''
+import concurrent.futures._base as futures_base
+import signal
+import sys
+import threading
+import time
+
+from ftcli.gcp.storage import Stopped, _run_batch
+
+sig = getattr(signal, sys.argv[1])
+if sig != signal.SIGINT:  # SIGTERM as `ftcli train` takes it: KeyboardInterrupt, as for Ctrl-C
+    from ftcli.cli.watch import stop_signals_interrupt
+    interrupting = stop_signals_interrupt()
+    got = interrupting.__enter__()
+enter = futures_base._AcquireFutures.__enter__
+calls = []
+
+
+def enter_then_signal(self):  # the signal lands while wait() holds the first future's lock, not yet the rest
+    calls.append(1)
+    if len(calls) != 3:
+        return enter(self)
+    first, *rest = sorted(self.futures, key=id)
+    first._condition.acquire()
+    signal.raise_signal(sig)
+    for f in rest:
+        f._condition.acquire()
+
+
+futures_base._AcquireFutures.__enter__ = enter_then_signal
+stop = threading.Event()
+ran = []
+
+
+def task(i):
+    def run():
+        if stop.wait(0.5 * (i + 1)):
+            raise Stopped
+        ran.append(i)
+        return i
+    return run
+
+
+try:
+    _run_batch([task(i) for i in range(4)], stop)
+except KeyboardInterrupt:
+    print("interrupted", sorted(ran), flush=True)
+'''
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_inside_the_batchs_wait_does_not_hang_it(tmp_path, sig):
+    """A Ctrl-C (or, under `ftcli train`, a SIGTERM) raised KeyboardInterrupt at whatever line the main thread was on;
+    landing inside concurrent.futures' wait() while it held some futures' locks, it left them held, and the worker that
+    then finished such a future waited for the lock forever: `ftcli download` hung after its Ctrl-C (a CI run once
+    timed out on it). The signal now only stops the batch; its KeyboardInterrupt is raised once the batch has ended."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "interrupt_in_wait.py"
+    script.write_text(_INTERRUPT_IN_WAIT)
+    try:
+        done = subprocess.run([sys.executable, str(script), sig], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the batch hung after the {sig} landed in its wait")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "interrupted []\n", done.stdout + done.stderr  # stopped before any task's end

@@ -159,12 +159,15 @@ def stop_signals_interrupt() -> Iterator[list[int]]:
     caller exits with 128 + it, as a shell reports a signal). An ignored signal stays ignored (`nohup ftcli ...`)."""
     import signal
 
+    from ftcli.gcp.storage import INTERRUPTS
+
     got: list[int] = []
 
     def stop(signum, frame):
         got.append(signum)
         raise KeyboardInterrupt
 
+    setattr(stop, INTERRUPTS, True)  # a batch of transfers may run it once its transfers have stopped
     before = {}
     for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
         if sig is None or signal.getsignal(sig) == signal.SIG_IGN:

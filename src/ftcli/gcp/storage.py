@@ -7,12 +7,14 @@ back as (name, size) pairs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from types import FrameType
 from typing import NamedTuple, TypeVar
 
 from ftcli.errors import FtcliError
@@ -79,10 +81,56 @@ class _StoppableWriter:
         return getattr(self._f, name)
 
 
+# A signal handler that raises KeyboardInterrupt carries this attribute, set true (Python's own for Ctrl-C is known
+# without it): _signals_deferred may run it later, at a line of its choosing.
+INTERRUPTS = "ftcli_interrupts"
+
+
+@contextlib.contextmanager
+def _signals_deferred(stop: threading.Event) -> Iterator[None]:
+    """While the block runs, a Ctrl-C (or a SIGTERM/SIGHUP whose handler raises KeyboardInterrupt, as under `ftcli
+    train`) only sets `stop`; its handler runs once the block has ended, and raises there. Raised at whatever line
+    the main thread was on, the KeyboardInterrupt could land inside concurrent.futures' wait() while it held some
+    futures' locks and leave them held: the worker that then finished such a future waited for the lock forever,
+    and ftcli hung after the Ctrl-C. Only in the main thread (the only one signal handlers run in)."""
+    import signal
+
+    got: list[tuple[int, FrameType | None]] = []
+
+    def defer(signum: int, frame: FrameType | None) -> None:
+        got.append((signum, frame))
+        stop.set()
+
+    before: dict[int, Callable[[int, FrameType | None], object]] = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is None:  # (no SIGHUP on Windows)
+                continue
+            handler = signal.getsignal(sig)
+            if callable(handler) and (handler is signal.default_int_handler or getattr(handler, INTERRUPTS, False)):
+                before[sig] = handler
+                signal.signal(sig, defer)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        if got:  # the first signal's own handler, now: its KeyboardInterrupt replaces the batch's Stopped
+            signum, frame = got[0]
+            before[signum](signum, frame)
+
+
 def _run_batch(tasks: list[Callable[[], T]], stop: threading.Event) -> list[T]:
     """Run `tasks` TRANSFER_WORKERS at a time; return their results in order. The first failure sets `stop` (the
     transfers under way end at their next chunk, those not begun never start) and is raised once all have ended; so
-    is Ctrl-C, which does not wait for the rest of the batch either."""
+    is Ctrl-C, which does not wait for the rest of the batch either (it is raised once the batch has ended, which
+    the transfers under way do at their next chunk)."""
+    with _signals_deferred(stop):
+        return _run_tasks(tasks, stop)
+
+
+def _run_tasks(tasks: list[Callable[[], T]], stop: threading.Event) -> list[T]:
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     def guarded(task: Callable[[], T]) -> T:
