@@ -648,10 +648,20 @@ def read_table(file: str) -> tuple[list[str], list[dict]]:
         raise UsageError(str(e)) from None
 
 
+@dataclass
+class Evaluation:
+    """`ftcli evaluate`'s result: `metrics` (what it prints and --json gives) and the outputs it came from, the
+    truth and the model's outputs row by row (what --report draws)."""
+
+    metrics: dict
+    labels: Any  # np.ndarray: ids; multi-label a 0/1 matrix; regression the targets
+    logits: Any  # np.ndarray, rows x labels
+
+
 def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, text_column: str | None = None,
              text_pair_column: str | None = None, label_column: str | None = None,
              threshold: float | None = None, label_names: tuple[str, ...] = (),
-             notify: Notify | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
+             notify: Notify | None = None, progress: Callable[[int, int], None] | None = None) -> Evaluation:
     """The model in `path` scored on labelled rows (read_table's): the metrics its own run's evaluation reports
     (metrics.of_logits: accuracy, macro-F1 and the task's own, per-label scores and the confusion matrix; micro/macro-F1
     multi-label; Pearson, Spearman and MSE for a regression), with the loss. The rows are read as the trainer reads an
@@ -693,9 +703,9 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
                      progress)
     found = metrics.of_logits(logits, examples.labels, c.names, TASKS[task].metrics if task in TASKS else (),
                               is_multi_label=c.multi, is_regression=c.regression, threshold=c.threshold)
-    return {"model": str(path), "file": file, "examples": n,
-            **({"labels": c.names} if not c.regression else {}),
-            **({"threshold": c.threshold} if c.multi else {}), **found}
+    return Evaluation({"model": str(path), "file": file, "examples": n,
+                       **({"labels": c.names} if not c.regression else {}),
+                       **({"threshold": c.threshold} if c.multi else {}), **found}, examples.labels, logits)
 
 
 def _evaluation_config(path: Path, c: _Classifier, run: dict, trained_pairs, columns: list[str], file: str,

@@ -174,6 +174,26 @@ def load_run(path: Path, source: str | None = None) -> Run:
     return run
 
 
+def evaluation_run(model: Path, result: dict, labels: np.ndarray, logits: np.ndarray) -> Run:
+    """An `ftcli evaluate` result as a Run that write_report draws: its metrics as those of one eval set named after
+    the file (the threshold of a multi-label model's F1s among them), its outputs as eval_predictions.npz's arrays,
+    the model's config and run config; no history, so no learning curves."""
+    from ftcli_trainer.export import prediction_arrays
+    from ftcli_trainer.metrics import prefixed
+
+    names, regression, multi = result.get("labels", []), "labels" not in result, "threshold" in result
+    set_name = result["file"].rstrip("/").rsplit("/", 1)[-1]  # (its base name: the pictures' titles show it)
+    found = {k: v for k, v in result.items() if k not in ("model", "file", "examples", "labels")}
+    predictions = prediction_arrays({set_name: (labels, logits)}, names, multi, regression,
+                                    result.get("threshold", 0.5))
+    run = Run(source=f"{result['file']}, scored by {result['model']}", metrics=prefixed(found, set_name, True),
+              history=[], predictions=predictions, config=_read_json(model / "config.json"),
+              run_config=_read_json(model / "ftcli_run.json"))
+    _describe(run)
+    run.kind = str(predictions["kind"])  # evaluate's own reading of the model (a model from elsewhere: no config's)
+    return run
+
+
 def _describe(run: Run) -> None:
     """Kind, eval sets and label names, from the most direct source there is."""
     keys = set(run.metrics or {}) | {k for row in run.history for k in row}

@@ -191,7 +191,8 @@ def test_a_big_file_says_how_far_scoring_has_got(tmp_path, tiny_model):
                                                                        for i in range(300)])
     columns, rows = models.read_table(str(rows_file))
     seen: list[tuple[int, int]] = []
-    got = models.evaluate(tiny_model, str(rows_file), columns, rows, progress=lambda done, n: seen.append((done, n)))
+    got = models.evaluate(tiny_model, str(rows_file), columns, rows,
+                          progress=lambda done, n: seen.append((done, n))).metrics
     assert got["examples"] == 300 and len(seen) >= 3
     assert seen[-1] == (300, 300) and [d for d, _ in seen] == sorted({d for d, _ in seen})
 
@@ -258,3 +259,74 @@ def test_a_label_read_as_text_or_two_ids_with_one_name_are_refused(capsys, tmp_p
     assert r.code == 2 and r.err.startswith("error: --text-column 'label' is the label column too"), r.err
     r = run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--label-names", "LABEL_0,LABEL_0")
     assert r.code == 2 and r.err.startswith("error: --label-names names 'LABEL_0' twice"), r.err
+
+
+def _table(report: Path, heading: str) -> list[str]:
+    """The rows of report.md's table under the heading that starts with `heading`."""
+    lines = report.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("| ") and not line.startswith(("| metric ", "| label ")):
+            rows.append(line)
+    return rows
+
+
+def test_report_draws_the_evaluation_as_ftcli_report_draws_the_run(capsys, tmp_path, tiny_model, sentiment_csv):
+    # `ftcli evaluate` had no picture: the numbers only. --report draws it as ftcli report draws a run: on the run's
+    # own eval file, the same metrics and per-label table as the run's report, and its confusion matrix
+    pytest.importorskip("matplotlib")
+    train, dev = sentiment_csv
+    model, m = _train(tmp_path, tiny_model, train, dev)
+    assert m["eval_accuracy"] >= 0.9  # learned: both rows of the matrix are filled
+    r = run_cli(capsys, "report", str(model.parent), "--out", str(tmp_path / "run-report"))
+    assert r.code == 0, r.err
+    out = tmp_path / "eval-report"
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--json", "--report", str(out))
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["accuracy"] == m["eval_accuracy"]  # stdout is still the one JSON object
+    assert f"report in {out}: report.md, confusion_matrix.png\n" in r.err
+    assert sorted(p.name for p in out.iterdir()) == ["confusion_matrix.png", "ftcli-report.json", "report.md"]
+    assert (out / "confusion_matrix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    mine, runs = out / "report.md", tmp_path / "run-report" / "report.md"
+    assert _table(mine, f"## Per label ({dev.name})") == _table(runs, "## Per label (eval)")
+    shown = {row.split(" | ")[0] for row in _table(mine, "## Metrics")}
+    assert shown == {"| accuracy", "| macro_f1", "| loss"}
+    assert [row for row in _table(runs, "## Metrics") if row.split(" | ")[0] in shown] == _table(mine, "## Metrics")
+    assert mine.read_text().startswith(f"# ftcli report: {dev}, scored by {model}\n")
+
+    # again into the same folder: an earlier report's, replaced; a folder of the user's files is refused before any
+    # scoring, and left as it was
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--report", str(out))
+    assert r.code == 0, r.err
+    mine_too = tmp_path / "notes"
+    mine_too.mkdir()
+    (mine_too / "todo.txt").write_text("mine")
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--report", str(mine_too))
+    assert r.code == 2 and not r.out and "scoring" not in r.err
+    assert r.err.startswith(f"error: {mine_too} is not empty and holds no earlier ftcli report\n")
+    assert [p.name for p in mine_too.iterdir()] == ["todo.txt"] and (mine_too / "todo.txt").read_text() == "mine"
+
+
+def test_report_of_a_multi_label_or_regression_evaluation(capsys, tmp_path, tiny_model):
+    pytest.importorskip("matplotlib")
+    train = write_csv(tmp_path / "train.csv", ["text", "pos", "neg"], _topics(120, 1))
+    dev = write_csv(tmp_path / "dev.csv", ["text", "pos", "neg"], _topics(40, 2))
+    model, m = _train(tmp_path, tiny_model, train, dev, "--label-columns", "pos,neg", epochs=1)
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--report", str(tmp_path / "multi"), "--threshold", "0.4")
+    assert r.code == 0, r.err
+    assert (tmp_path / "multi" / "per_label_f1.png").is_file()
+    rows = dict(tuple(c.strip() for c in row.strip("|").split("|")) for row in _table(
+        tmp_path / "multi" / "report.md", "## Metrics"))
+    assert rows["threshold"] == "0.4000" and "micro_f1" in rows  # the F1s' threshold, said beside them
+
+    from tests.trainer.test_tasks import train_stsb
+
+    (tmp_path / "reg").mkdir()
+    run, _ = train_stsb(tmp_path / "reg", tiny_model)
+    r = run_cli(capsys, "evaluate", str(run / "model"), str(tmp_path / "reg" / "dev.csv"), "--report",
+                str(tmp_path / "reg-report"))
+    assert r.code == 0, r.err
+    assert (tmp_path / "reg-report" / "predicted_vs_true.png").is_file()

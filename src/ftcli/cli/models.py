@@ -204,6 +204,10 @@ def evaluate(
         "comma-separated or a JSON list (MNLI's 0,1,2: entailment,neutral,contradiction) [default: the model's own "
         "order, where it has one].")] = None,
     threshold: ThresholdOpt = None,
+    report_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--report", metavar="DIR", help="Also draw the evaluation into DIR as ftcli report draws a run (its "
+        "confusion matrix, per-label F1 bars or predicted against true, and report.md): a new or empty folder, or "
+        "an earlier report's. Needs matplotlib: pip install 'ftcli[report]'.", show_default=False)] = None,
     trial: TrialOpt = None,
     json_out: JsonOpt = False,
     project: ProjectOpt = None,
@@ -222,6 +226,8 @@ def evaluate(
       ftcli evaluate ftcli-runs/20261125-120000-ab12/model test.csv
 
       ftcli evaluate last gs://my-bucket/data/test.jsonl --json
+
+      ftcli evaluate last test.csv --report ./reports/test
     """
     from ftcli import models
     from ftcli.output import Column, escape, note, show_list, show_one, transfer
@@ -240,6 +246,11 @@ def evaluate(
         # (two ids as one label: MNLI's neutral rows counted as entailment, accuracy 0.70 where it was 0.40)
         raise UsageError(f"--label-names names {', '.join(map(repr, twice))} twice: each id stands for its own label",
                          hint="give each of the file's label ids its own name, in id order")
+    if report_dir is not None:  # before any work: an hour of scoring, then "not empty" or "no matplotlib"
+        from ftcli.report import earlier_report, require_matplotlib
+
+        require_matplotlib()
+        earlier_report(report_dir)
     columns, rows = models.read_table(file)  # before the model is downloaded: a bad file is said first
     with transfer("downloading the model") as progress:
         path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
@@ -250,12 +261,19 @@ def evaluate(
 
     waiting, began = Waiting(), time.monotonic()
     try:
-        result = models.evaluate(
+        evaluation = models.evaluate(
             path, file, columns, rows, text_column=text_column, text_pair_column=text_pair_column,
             label_column=label_column, threshold=threshold, label_names=names, notify=note,
             progress=lambda done, n: waiting.update(f"scored {done:,} of {n:,} examples", time.monotonic() - began))
     finally:
         waiting.stop()
+    result = evaluation.metrics
+    if report_dir is not None:
+        from ftcli.report import evaluation_run, write_report
+
+        files = write_report(evaluation_run(path, result, evaluation.labels, evaluation.logits), report_dir,
+                             say=note)
+        note(f"report in {report_dir}: {', '.join(f.name for f in files)}")
     if json_out:
         show_one(result, (), json_out=True)
         return
