@@ -72,6 +72,12 @@ def test_one_trial_needs_no_parallel_flag(capsys, monkeypatch, tmp_path):
     job = json.loads(r.out)
     assert job["maxTrialCount"] == 1 and job["parallelTrialCount"] == 1
     assert "study: 1 trial, 1 at a time" in r.err
+    # the cost line counts it as the study line does ("1 trials of at most 24h")
+    assert "1 at a time, 1 trial of at most 24h (--timeout)" in r.err, r.err
+    use_price_file(tmp_path, monkeypatch)
+    r = run_cli(capsys, "tune", "--task", "mnli", "--trials", "1", "--timeout", "2h", "--project", "my-project",
+                "--bucket", "gs://b-1/x", "--dry-run")
+    assert "about $0.75 an hour with 1 running, at most $1.50 for 1 trial (on-demand" in r.err, r.err
     r = run_cli(capsys, "tune", "--task", "mnli", "--trials", "0", "--project", "my-project", "--bucket",
                 "gs://b-1/x", "--dry-run")  # one problem, the one typed: not also the --parallel left out
     assert r.code == 2 and r.err.splitlines()[0] == "error: --trials must be between 1 and 1000 (got 0)"

@@ -25,7 +25,8 @@ def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", t
     pad = " " * 6
     if trials:
         at_once = min(parallel or 1, trials)
-        lines = [f"{head}each trial {cost.shape}, {at_once} at a time, {trials} trials of at most {timeout} "
+        of = f"{trials} trial{'' if trials == 1 else 's'}"  # ("1 trials of at most 24h" for --trials 1)
+        lines = [f"{head}each trial {cost.shape}, {at_once} at a time, {of} of at most {timeout} "
                  f"(--timeout)" + (f": up to {_hours(cost.gpu_hours * trials)} GPU-hours" if cost.gpu_hours else "")]
     else:
         at_once = 1
@@ -49,7 +50,7 @@ def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", t
     most = "" if discounted else "at most "
     if trials:
         amount = (f"{on_demand_amount(cost.per_hour * at_once, discounted)} an hour with {at_once} running, "
-                  f"{most}${cost.at_most * trials:,.2f} for {trials} trials")
+                  f"{most}${cost.at_most * trials:,.2f} for {of}")
     else:
         amount = (f"{on_demand_amount(cost.per_hour, discounted)} an hour, {most}${cost.at_most:,.2f}"
                   + (" in all" if discounted else ""))
