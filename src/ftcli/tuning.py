@@ -277,7 +277,7 @@ def record(job: TuningJob, short_id: int | None = None, now: dt.datetime | None 
         "metric": {"name": job.metric, "value": best.value} if best else None,
         "study": {"metric": job.metric, "goal": job.goal, "max_trials": job.max_trials, "parallel": job.parallel},
         "trials": [{"id": t.id, "state": t.state, "params": dict(t.params), "value": t.value,
-                    "job": t.job.full if t.job else None} for t in job.ranked()],
+                    "job": t.job.full if t.job else None, "error": t.error} for t in job.ranked()],
         "best_trial": best.id if best else None,
         "output_dir": job.output_dir, "error": job.error, "console_url": job.name.console_url,
     }

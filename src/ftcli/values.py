@@ -191,7 +191,7 @@ class TailBatch(list):
 @dataclass(frozen=True)
 class Trial:
     """One trial of a tuning job: its values, its state (REQUESTED, ACTIVE, SUCCEEDED, INFEASIBLE, ...), the
-    study metric's final value, and the CustomJob it ran as."""
+    study metric's final value, the CustomJob it ran as, and why it is INFEASIBLE (Vertex's `infeasible_reason`)."""
 
     id: str
     state: str
@@ -200,6 +200,7 @@ class Trial:
     job: JobName | None = None
     started: dt.datetime | None = None
     ended: dt.datetime | None = None
+    error: str | None = None
 
     def duration_s(self, now: dt.datetime | None = None) -> float | None:
         """Seconds from start to end (to now while it runs); None before it starts."""

@@ -168,3 +168,25 @@ def test_ctrl_c_while_following_prints_the_job_and_exit_130(cloud_env, cloud_log
     assert code == 130, err
     (name,) = vertex.jobs
     assert name.rsplit("/", 1)[-1] in out and "ftcli jobs cancel 1" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_while_following_a_tuning_job_names_it_as_the_submission_does(cloud_env, tmp_path, sig, status):
+    # It said "detached: tuning job #1 keeps running · ...": no id and no resource name, the only way to the job from
+    # a machine that does not have the short id (the CI runner a SIGTERM comes from), as the submission's own line has.
+    gcs, vertex = cloud_env
+
+    def following():
+        deadline = time.monotonic() + 60
+        while not vertex.calls("GetHyperparameterTuningJob"):
+            assert time.monotonic() < deadline, "ftcli never started following the tuning job"
+            time.sleep(0.1)
+
+    code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--trials", "2"], dict(os.environ), tmp_path,
+                                  following, command="tune", sig=sig)
+    (name,) = vertex.tuning_jobs
+    assert code == status, err
+    assert "Traceback" not in err
+    assert f"interrupted; tuning job #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err
+    assert "ftcli jobs describe 1" in err and "ftcli jobs cancel 1" in err
+    assert vertex.tuning_jobs[name].state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back

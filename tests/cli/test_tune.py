@@ -243,6 +243,36 @@ def test_brackets_in_the_display_name_and_the_bucket_are_shown_as_written(capsys
     assert "Package: gs://ftcli-test/x[/]/ftcli/packages/ftcli_trainer-" in r.err
 
 
+def test_following_says_why_a_trial_failed_and_exits_with_the_studys_state(capsys, cloud_env, monkeypatch):
+    # A failed trial was "trial 2 INFEASIBLE · ..." with no word of why (Vertex's Trial.infeasible_reason), and a study
+    # cancelled while followed (the console, another terminal) ended "CANCELLED: CANCELED", exit 3: a failure.
+    from tests.emulators.vertex import add_trial
+
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.01")
+    why = "The replica workerpool0-0 exited with a non-zero status of 137.\nTraceback (most recent call last):"
+    lr = {"learning_rate": 3e-05}
+    vertex.next_tuning_scripts = [
+        ["RUNNING", add_trial("1", "ACTIVE", lr), add_trial("1", "SUCCEEDED", lr, 0.91),
+         add_trial("2", "ACTIVE", lr), add_trial("2", "INFEASIBLE", lr, reason=why), "SUCCEEDED"],
+        ["RUNNING", add_trial("1", "ACTIVE", lr), "CANCELLED"]]
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--search",
+                "learning_rate=loguniform(1e-5,1e-4)")
+    assert r.code == 0, r.err
+    assert "trial 2 INFEASIBLE · learning_rate=3e-05 · The replica workerpool0-0 exited with a non-zero status of " \
+           "137.\n" in r.out and "Traceback" not in r.out
+    assert "tuning job #1 SUCCEEDED · best trial 1: eval_accuracy 0.9100" in r.out
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert "trial 2: The replica workerpool0-0 exited with a non-zero status of 137.\n" in r.out, r.out
+    r = run_cli(capsys, "jobs", "describe", "1", "--json")
+    assert {t["id"]: t["error"] for t in json.loads(r.out)["trials"]} == {"1": None, "2": why}
+
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--search",
+                "learning_rate=loguniform(1e-5,1e-4)")
+    assert r.code == 4, r.err  # as `ftcli logs` of a cancelled job (README: 4 the followed job was cancelled)
+    assert r.err.splitlines()[-1] == "tuning job #2 CANCELLED", r.err
+
+
 def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, cloud_env, tmp_path, tiny_model):
     # `--search model=choice(./mine,...)` reached the trials as "./mine", which no trial container has; and a
     # mistyped folder went out as a Hub id. A searched model is checked and uploaded as `--model DIR` is.
@@ -444,6 +474,9 @@ def test_a_failed_study_says_which_log_tells_why(cloud_env, running_vertex, clou
     assert r.code == 3, r.err
     assert "tuning job #1 FAILED" in r.err
     assert "hint: ftcli logs 1 --trial 1 shows why trial 1 failed" in r.err
+    # the trial's own error as Vertex gives it (Trial.infeasible_reason); the study's says "All trials failed"
+    assert "trial 1 INFEASIBLE · max_length=" in r.out and (
+        " · The replica workerpool0-0 exited with a non-zero status of 2. Termination reason: Error.\n") in r.out, r.out
     logs = run_cli(capsys, "logs", "1", "--trial", "1", "--no-follow")
     assert "gs://ftcli-test/in/train.csv line 402: empty text in column 'text'" in logs.out + logs.err
 

@@ -468,13 +468,16 @@ class TuningRun(threading.Thread):
             run.start()
             run.join()
             value = _final_metric(run.workdir / "hypertune" / "output.metrics", metric, self.job.study_spec)
-            done = emulator.job(trial_job.name).state == JobState.JOB_STATE_SUCCEEDED and value is not None
-            succeeded += done
-            trial.state = study.Trial.State.SUCCEEDED if done else study.Trial.State.INFEASIBLE
+            ran = emulator.job(trial_job.name)
+            reason = _infeasible_reason(ran, metric, value)
+            succeeded += reason is None
             trial.end_time = _now()
-            if value is not None:
+            if reason is None:
+                trial.state = study.Trial.State.SUCCEEDED
                 trial.final_measurement = study.Measurement(metrics=[study.Measurement.Metric(metric_id=metric,
                                                                                               value=value)])
+            else:
+                trial.state, trial.infeasible_reason = study.Trial.State.INFEASIBLE, reason
             emulator._add_trial(name, trial)
         if self.cancelled.is_set():
             emulator._finish_tuning(name, JobState.JOB_STATE_CANCELLED)
@@ -482,6 +485,20 @@ class TuningRun(threading.Thread):
             emulator._finish_tuning(name, JobState.JOB_STATE_SUCCEEDED)
         else:
             emulator._finish_tuning(name, JobState.JOB_STATE_FAILED, "All trials failed.")
+
+
+def _infeasible_reason(ran, metric: str, value: float | None) -> str | None:
+    """Why a trial whose CustomJob ended as `ran` is INFEASIBLE, or None: it SUCCEEDED. Vertex sets a trial INFEASIBLE
+    "when it's done but missing the final_measurement" (Trial.State), and an infeasible trial's final measurement "will
+    be ignored" (CompleteTrialRequest.trial_infeasible), with "A human readable string describing why" in
+    infeasible_reason (Trial; the three in the installed google-cloud-aiplatform 2.7.0's aiplatform_v1 types/study.py
+    and vizier_service.py, read 2026-11-28). So a failed trial has no value, whatever it reported before it failed.
+    The reason's wording is not documented: here the trial job's own error, or that the metric never came."""
+    if ran.state != JobState.JOB_STATE_SUCCEEDED:
+        return ran.error.message or f"The trial's job ended {ran.state.name.removeprefix('JOB_STATE_')}."
+    if value is None:
+        return f"The trial reported no value of the metric {metric!r}."
+    return None
 
 
 def _final_metric(path: Path, tag: str, spec) -> float | None:

@@ -71,3 +71,22 @@ def test_a_trials_final_measurement_is_its_last_value_or_its_best_as_the_study_s
     assert _final_metric(metrics, "eval_accuracy", spec) == 0.8
     spec.metrics[0].goal = study.StudySpec.MetricSpec.GoalType.MINIMIZE
     assert _final_metric(metrics, "eval_accuracy", spec) == 0.5
+
+
+def test_a_trial_that_failed_is_infeasible_with_its_jobs_error_and_no_value():
+    # A trial whose job failed after it reported a value was INFEASIBLE *with* that value, which Vertex ignores
+    # ("True if the Trial cannot be run with the given Parameter, and final_measurement will be ignored"): ftcli
+    # could then name a failed trial, whose model was never exported, the best.
+    from google.cloud.aiplatform_v1.types import custom_job
+    from google.cloud.aiplatform_v1.types.job_state import JobState
+    from google.rpc import status_pb2
+
+    from tests.emulators.runner import _infeasible_reason
+
+    failed = custom_job.CustomJob(state=JobState.JOB_STATE_FAILED, error=status_pb2.Status(
+        message="The replica workerpool0-0 exited with a non-zero status of 1."))
+    assert _infeasible_reason(failed, "eval_accuracy", 0.9) == "The replica workerpool0-0 exited with a non-zero " \
+                                                                "status of 1."
+    ok = custom_job.CustomJob(state=JobState.JOB_STATE_SUCCEEDED)
+    assert _infeasible_reason(ok, "eval_accuracy", None) == "The trial reported no value of the metric 'eval_accuracy'."
+    assert _infeasible_reason(ok, "eval_accuracy", 0.9) is None

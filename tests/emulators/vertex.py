@@ -12,6 +12,7 @@ import datetime as dt
 import fnmatch
 import itertools
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -43,6 +44,8 @@ FIRST_ID = 7_100_000_000_000_000_001  # 19 digits, like real CustomJob ids
 
 StateLike = JobState | str | int
 ScriptStep = StateLike | tuple[StateLike, str]
+# A tuning job's step: a state (or (state, message)), or a change to the stored job (e.g. add_trial(...)).
+TuningStep = ScriptStep | Callable[[TuningJob], None]
 
 
 def job_state(state: StateLike) -> JobState:
@@ -68,6 +71,8 @@ class VertexEmulator(GrpcEmulator):
     (``projects/my-proj/...`` in the request, ``projects/123456789012/...`` in the response).
     ``script``: states that every new job walks through, one step per GetCustomJob; with ["RUNNING", "SUCCEEDED"]
     Create returns PENDING, the first Get RUNNING, every later Get SUCCEEDED. A step may be ``(state, message)``.
+    ``next_tuning_scripts``: the same for the next HyperparameterTuningJobs created (their trials do not run here), one
+    step per GetHyperparameterTuningJob; a step may also change the job, as ``add_trial(...)`` does.
     ``reset()`` forgets jobs, requests, faults and the script.
     """
 
@@ -88,9 +93,13 @@ class VertexEmulator(GrpcEmulator):
         self._ids = itertools.count(FIRST_ID)
         self._aliases: dict[str, str] = {}  # project id -> number, learnt at create time
         self._tuning: dict[str, TuningJob] = {}
+        self.next_tuning_scripts: list[list[TuningStep]] = []
+        self._tuning_scripts: dict[str, list[TuningStep]] = {}
 
     def _on_reset(self) -> None:
         self._tuning.clear()
+        self._tuning_scripts.clear()
+        self.next_tuning_scripts = []
         self._jobs.clear()
         self._order.clear()
         self._scripts.clear()
@@ -335,6 +344,8 @@ class VertexEmulator(GrpcEmulator):
         with self._lock:
             name = self._new(job, m, "hyperparameterTuningJobs")
             self._tuning[name] = job
+            if self.next_tuning_scripts:
+                self._tuning_scripts[name] = list(self.next_tuning_scripts.pop(0))
             return TuningJob(job)
 
     def _tuning_key(self, name: str, context: grpc.ServicerContext) -> str:
@@ -350,7 +361,16 @@ class VertexEmulator(GrpcEmulator):
 
     def _get_tuning(self, request, context) -> TuningJob:
         with self._lock:
-            return TuningJob(self._tuning[self._tuning_key(request.name, context)])
+            key = self._tuning_key(request.name, context)
+            job, steps = self._tuning[key], self._tuning_scripts.get(key)
+            if steps and job.state not in TERMINAL:  # (a cancel ends the script)
+                step = steps.pop(0)
+                if callable(step):
+                    step(job)
+                else:
+                    state, message = step if isinstance(step, tuple) else (step, None)
+                    self._apply(job, job_state(state), message)
+            return TuningJob(job)
 
     def _list_tuning(self, request, context):
         m = PARENT.match(request.parent)
@@ -407,3 +427,30 @@ def _job_matcher(text: str) -> Any:
         else:
             raise _filters.FilterError(f"the emulator does not support {field}{op}{value!r} in ListCustomJobs filters")
     return lambda job: all(t(job) for t in tests)
+
+
+def add_trial(trial_id: str, state: str, params: dict[str, float | str], value: float | None = None,
+              reason: str = "") -> Callable[[TuningJob], None]:
+    """A tuning script's step: trial `trial_id` (added, or replacing the one of that id) now in `state` (ACTIVE,
+    SUCCEEDED, INFEASIBLE), with its parameter values, its final measurement of the study's metric and, when
+    INFEASIBLE, its infeasible_reason; times as Vertex stamps them."""
+    from google.cloud.aiplatform_v1.types import study
+    from google.protobuf import struct_pb2
+
+    def step(job: TuningJob) -> None:
+        old = next((t for t in job.trials if t.id == trial_id), None)
+        trial = study.Trial(id=trial_id, state=study.Trial.State[state], infeasible_reason=reason,
+                            start_time=old.start_time if old else _now())
+        for pid, v in params.items():
+            trial.parameters.append(study.Trial.Parameter(parameter_id=pid, value=struct_pb2.Value(
+                string_value=v) if isinstance(v, str) else struct_pb2.Value(number_value=v)))
+        if value is not None:
+            trial.final_measurement = study.Measurement(metrics=[study.Measurement.Metric(
+                metric_id=job.study_spec.metrics[0].metric_id, value=value)])
+        if state in ("SUCCEEDED", "INFEASIBLE"):
+            trial.end_time = _now()
+        kept = [t for t in job.trials if t.id != trial_id]
+        del job.trials[:]
+        job.trials.extend([*kept, trial])
+
+    return step

@@ -205,7 +205,7 @@ def _spent_line(spent, why: str | None, span, of: str = "") -> str | None:
 def _describe_tuning(name, json_out: bool) -> None:
     """A tuning job: the study, and its trials best first."""
     from ftcli import jobs, prices, tuning
-    from ftcli.follow import said_error
+    from ftcli.follow import error_parts, said_error
     from ftcli.output import Column, escape, note, out, show_list, show_one, span
 
     tj = tuning.get(name, note)
@@ -237,6 +237,9 @@ def _describe_tuning(name, json_out: bool) -> None:
     if row["trials"]:
         out().print()
         show_list(row["trials"], columns, json_out=False)
+    for t in row["trials"]:  # why a trial is INFEASIBLE (Vertex's infeasible_reason): the study's error never says
+        if t["error"]:
+            out().print(f"trial {t['id']}: {error_parts(t['error'])[0]}", markup=False, highlight=False)
 
 
 def _param_column(name: str) -> Column:

@@ -126,7 +126,9 @@ def tune(
 
 def _follow(name, n: int) -> int:
     from ftcli import tuning
+    from ftcli.cli.train import _say_job_keeps_running
     from ftcli.cli.watch import stop_signals_interrupt, timing_from_env
+    from ftcli.follow import EXIT_FOR_STATE, error_parts, said_error
     from ftcli.output import err, note, out
 
     o = out()
@@ -134,7 +136,9 @@ def _follow(name, n: int) -> int:
     def on_update(job, changed) -> None:
         for t in changed:
             value = f" · {job.metric} {t.value:.4f}" if t.value is not None else ""
-            o.print(f"trial {t.id} {t.state} · {_values(t.params)}{value}", markup=False, highlight=False)
+            # why an INFEASIBLE trial stopped (its first line: a replica's error goes on with its stderr's end)
+            why = f" · {error_parts(t.error)[0]}" if t.error else ""
+            o.print(f"trial {t.id} {t.state} · {_values(t.params)}{value}{why}", markup=False, highlight=False)
         if not changed:
             err().print(f"tuning job {n}: {job.state}", markup=False, highlight=False)
 
@@ -143,8 +147,7 @@ def _follow(name, n: int) -> int:
             job = tuning.follow(lambda: tuning.get(name, note), on_update,
                                 interval=timing_from_env().state_interval)
     except KeyboardInterrupt:
-        err().print(f"detached: tuning job #{n} keeps running · follow: ftcli jobs describe {n} · cancel: "
-                    f"ftcli jobs cancel {n}", markup=False, highlight=False)
+        _say_job_keeps_running(name, n)  # as train and tune say it during the submission
         return 128 + got[0] if got else 130
     from ftcli import prices
     from ftcli.cli.cost import say_spent
@@ -158,14 +161,16 @@ def _follow(name, n: int) -> int:
         o.print(f"next: ftcli download {n}   (the best trial's model)   ·   ftcli jobs describe {n}", markup=False,
                 highlight=False)
         return 0
-    err().print(f"tuning job #{n} {job.state}" + (f": {job.error}" if job.error else ""), markup=False,
-                highlight=False)
-    failed = [t for t in job.trials if t.value is None and t.job is not None]
+    # (a cancelled job's error is only Vertex's note of the cancel: "CANCELLED: CANCELED" said it twice)
+    error = said_error(job.state, job.error)
+    err().print(f"tuning job #{n} {job.state}" + (f": {error}" if error else ""), markup=False, highlight=False)
+    failed = [t for t in job.trials if t.state == "INFEASIBLE" and t.job is not None]
     if job.state == "FAILED" and failed:
         # the study's error says only that trials failed; the trial's own log says why
         err().print(f"hint: ftcli logs {n} --trial {failed[-1].id} shows why trial {failed[-1].id} failed",
                     markup=False, highlight=False)
-    return 3
+    # exit as `ftcli logs` does for the job's state (4: cancelled); a study that succeeded without a value, 3
+    return EXIT_FOR_STATE.get(job.state, 3) or 3
 
 
 def register(app: typer.Typer) -> None:

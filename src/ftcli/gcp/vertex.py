@@ -86,8 +86,12 @@ def to_tuning(proto) -> TuningJob:
         params = {p.parameter_id: json_format.MessageToDict(p._pb.value) for p in t.parameters}
         value = next((m.value for m in t.final_measurement.metrics if metric and m.metric_id == metric.metric_id),
                      None)
+        # "A human readable string describing why the Trial is infeasible. This is set only if Trial state is
+        # INFEASIBLE" (Trial.infeasible_reason, google-cloud-aiplatform 2.7.0's aiplatform_v1/types/study.py, read
+        # 2026-11-28): a failed trial's own error, which the study's ("All trials failed.") does not give
         trials.append(Trial(t.id, t.state.name, params, value, JobName.parse(t.custom_job) if t.custom_job else None,
-                            started=_time(t.start_time), ended=_time(t.end_time)))
+                            started=_time(t.start_time), ended=_time(t.end_time),
+                            error=t.infeasible_reason.strip() or None))
     spec = proto.trial_job_spec
     return TuningJob(
         name=TuningName.parse(proto.name), display_name=proto.display_name,
