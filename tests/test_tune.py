@@ -105,3 +105,41 @@ def test_tuning_job_wraps_the_train_job_and_round_trips():
     proto = to_proto(job)
     assert isinstance(proto, aiplatform_v1.HyperparameterTuningJob)
     assert json_format.MessageToDict(aiplatform_v1.HyperparameterTuningJob.pb(proto)) == job
+
+
+def test_following_a_study_outlasts_a_state_it_cannot_read_for_a_while_not_for_ever():
+    from ftcli import tuning
+    from ftcli.errors import FtcliError, NotFound
+    from ftcli.values import TuningJob, TuningName
+
+    name = TuningName("p", "us-central1", "1")
+
+    def job(state):
+        return TuningJob(name, "study", state, "eval_accuracy", "MAXIMIZE", 2, 1)
+
+    def run(reads, patience=10.0):
+        now, told, seen = [0.0], [], []
+        reads = iter(reads)
+
+        def get():
+            r = next(reads)
+            if isinstance(r, Exception):
+                raise r
+            return r
+
+        def sleep(s):
+            now[0] += s
+
+        final = tuning.follow(get, lambda j, changed: seen.append(j.state), interval=3.0, sleep=sleep,
+                              on_unreadable=told.append, patience=patience, clock=lambda: now[0])
+        return final, told, seen
+
+    down = FtcliError("vertex: internal error")
+    final, told, seen = run([job("RUNNING"), down, down, job("SUCCEEDED")])
+    assert final.state == "SUCCEEDED" and told == [down] and seen == ["RUNNING", "SUCCEEDED"]
+    with pytest.raises(FtcliError):  # past the patience: raised (a login that expired, a role taken away)
+        run([job("RUNNING"), *[down] * 6, job("SUCCEEDED")])
+    with pytest.raises(FtcliError):  # the first read: nothing was followed yet
+        run([down, job("SUCCEEDED")])
+    with pytest.raises(NotFound):
+        run([job("RUNNING"), NotFound("gone"), job("SUCCEEDED")])

@@ -283,16 +283,43 @@ def record(job: TuningJob, short_id: int | None = None, now: dt.datetime | None 
     }
 
 
-def follow(get_job, on_update, *, interval: float = 3.0, sleep=None) -> TuningJob:
+def follow(get_job, on_update, *, interval: float = 3.0, sleep=None, on_unreadable=None,
+           patience: float | None = None, clock=None) -> TuningJob:
     """Read the tuning job until it ends, calling `on_update(job, changed_trials)` whenever its state or a trial
-    changed (the first read reports everything). Returns the final job."""
+    changed (the first read reports everything). Returns the final job.
+
+    A read that fails once the job has been read (a 500, the per-minute read quota, 90 s of 503s) does not end the
+    following of a study that runs on for hours: `on_unreadable(error)` is told the first time, and the job is read
+    again; a failure that lasts past `patience` seconds (follow.STATE_PATIENCE, as `ftcli logs` waits), or a job
+    that is not found, is raised."""
     import time
 
+    from ftcli.errors import FtcliError, NotFound
+    from ftcli.follow import STATE_PATIENCE
+
     sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    patience = STATE_PATIENCE if patience is None else patience
     seen: dict[str, tuple] = {}
     last_state = None
+    unreadable_since: float | None = None
+    told = False
     while True:
-        job = get_job()
+        try:
+            job = get_job()
+        except FtcliError as e:
+            if last_state is None or isinstance(e, NotFound):
+                raise
+            now = clock()
+            unreadable_since = unreadable_since if unreadable_since is not None else now
+            if now - unreadable_since > patience:
+                raise
+            if not told and on_unreadable is not None:
+                on_unreadable(e)
+            told = True
+            sleep(interval)
+            continue
+        unreadable_since = None
         changed = [t for t in job.trials if seen.get(t.id) != (t.state, t.value)]
         for t in changed:
             seen[t.id] = (t.state, t.value)

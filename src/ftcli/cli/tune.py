@@ -129,7 +129,7 @@ def _follow(name, n: int) -> int:
     from ftcli.cli.train import _say_job_keeps_running
     from ftcli.cli.watch import stop_signals_interrupt, timing_from_env
     from ftcli.follow import EXIT_FOR_STATE, error_parts, said_error
-    from ftcli.output import err, note, out
+    from ftcli.output import err, note, out, warn
 
     o = out()
 
@@ -144,8 +144,10 @@ def _follow(name, n: int) -> int:
 
     try:
         with stop_signals_interrupt() as got:
-            job = tuning.follow(lambda: tuning.get(name, note), on_update,
-                                interval=timing_from_env().state_interval)
+            # (a read that fails for a while is said once, as `ftcli logs` says it, and the study is read again)
+            job = tuning.follow(lambda: tuning.get(name, note), on_update, interval=timing_from_env().state_interval,
+                                on_unreadable=lambda e: warn(f"cannot read tuning job {n}'s state now ({e.message}); "
+                                                             "still following it, and trying again", e.hint))
     except KeyboardInterrupt:
         _say_job_keeps_running(name, n)  # as train and tune say it during the submission
         return 128 + got[0] if got else 130
