@@ -91,6 +91,10 @@ def test_rows_the_model_cannot_be_scored_on_are_one_line(capsys, tmp_path, tiny_
     assert r.code == 2 and r.err.startswith("error: data file") and "does not exist" in r.err
     r = run_cli(capsys, "evaluate", str(model), str(dev), "--threshold", "0.3")
     assert r.code == 2 and "--threshold applies to multi-label models" in r.err
+    # --trial with a model folder was dropped without a word (the folder's model scored, not trial 2's), as predict
+    for command in (["evaluate", str(model), str(dev)], ["predict", str(model), "a fine film"]):
+        r = run_cli(capsys, *command, "--trial", "2")
+        assert r.code == 2 and not r.out and r.err == f"error: --trial is for tuning jobs; {model} is a folder\n", r.err
 
 
 def _topics(n: int, seed: int) -> list[tuple[str, int, int]]:
