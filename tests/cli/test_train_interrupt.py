@@ -188,5 +188,6 @@ def test_ctrl_c_while_following_a_tuning_job_names_it_as_the_submission_does(clo
     assert code == status, err
     assert "Traceback" not in err
     assert f"interrupted; tuning job #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err
-    assert "ftcli jobs describe 1" in err and "ftcli jobs cancel 1" in err
+    # (not "Follow it": describe shows the trials as they are, it follows nothing)
+    assert "Its trials: ftcli jobs describe 1   cancel it: ftcli jobs cancel 1" in err and "Follow it" not in err
     assert vertex.tuning_jobs[name].state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back

@@ -151,9 +151,11 @@ def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
     from ftcli.output import err
 
     ref = str(n) if n else name.full
-    what, follow = ("tuning job", "jobs describe") if isinstance(name, TuningName) else ("job", "logs")
+    # (a tuning job has no command that follows it again: describe shows its trials as they are now)
+    what, follow = ("tuning job", "Its trials: ftcli jobs describe") if isinstance(name, TuningName) else (
+        "job", "Follow it: ftcli logs")
     err().print(f"\ninterrupted; {what} {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
-                f"Follow it: ftcli {follow} {ref}   cancel it: ftcli jobs cancel {ref}", markup=False, highlight=False)
+                f"{follow} {ref}   cancel it: ftcli jobs cancel {ref}", markup=False, highlight=False)
 
 
 @contextlib.contextmanager
