@@ -229,3 +229,106 @@ def test_collate_pads_to_the_batch_longest_not_max_length():
     assert batch["input_ids"][0].tolist() == [1, 2, 3, 0, 0]
     assert batch["attention_mask"].sum() == 8
     assert collate(enc, np.array([0, 2]), pad_id=0, multiple_of=8)["input_ids"].shape == (2, 8)
+
+
+def _largest_remainder(counts: list[int], k: int) -> list[int]:
+    """Each label's rows in a subset of `k`, by the rule worked out by hand (Hamilton's method): floor(k * c / n)
+    each, and one more row to each of the largest remainders until there are `k` (the data chosen so none tie)."""
+    n = sum(counts)
+    shares = [k * c // n for c in counts]
+    remainders = [k * c % n for c in counts]
+    assert len({r for r in remainders if r}) == sum(1 for r in remainders if r), remainders  # one answer
+    for i in sorted(range(len(counts)), key=lambda i: -remainders[i])[:k - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
+def _in_order(texts: list[str], rows) -> None:
+    order = {text: i for i, (text, *_) in enumerate(rows)}
+    assert [order[t] for t in texts] == sorted(order[t] for t in texts)
+
+
+@pytest.mark.parametrize("option,value", [("--max-train-samples", "100"), ("--fraction-of-train-data", "0.15")])
+def test_train_subsets_keep_each_labels_share_and_no_held_out_row(tmp_path, option, value):
+    # A seeded permutation of the training rows gave a quick run a label's rows by chance (a 2 % label: 0 to 5 of
+    # 100); each label now gets its share, after the hold-out and of the rows it left
+    sizes = [400, 130, 70, 37, 23, 11]
+    rows = [(f"label{k} row {i}", f"label{k}") for k, size in enumerate(sizes) for i in range(size)]
+    rows = [rows[i] for i in np.random.default_rng(3).permutation(len(rows))]
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], rows)
+    picked = set()
+    for seed in (5, 6):
+        whole = load("--task", "csv", "--train-file", str(path), "--seed", str(seed))
+        data = load("--task", "csv", "--train-file", str(path), option, value, "--seed", str(seed))
+        held = data.evals["eval"]
+        assert held.texts == whole.evals["eval"].texts  # the held-out rows are what they are without a subset
+        before = np.bincount(whole.train.labels, minlength=len(sizes)).tolist()
+        n = int(value) if option == "--max-train-samples" else max(1, round(sum(before) * float(value)))
+        assert np.bincount(data.train.labels, minlength=len(sizes)).tolist() == _largest_remainder(before, n)
+        assert not set(data.train.texts) & set(held.texts) and set(data.train.texts) <= set(whole.train.texts)
+        _in_order(data.train.texts, rows)
+        again = load("--task", "csv", "--train-file", str(path), option, value, "--seed", str(seed))
+        assert again.train.texts == data.train.texts and again.evals["eval"].texts == held.texts
+        picked.add(tuple(data.train.texts))
+    assert len(picked) == 2  # still a random draw within each label: another seed, other rows
+
+
+def test_eval_subsets_keep_each_labels_share(tmp_path):
+    sizes = [300, 90, 41, 17]
+    train = write_csv(tmp_path / "train.csv", ["text", "label"],
+                      [(f"train {k} {i}", f"label{k}") for k in range(4) for i in range(20)])
+    rows = [(f"eval {k} {i}", f"label{k}") for k, size in enumerate(sizes) for i in range(size)]
+    evals = write_csv(tmp_path / "eval.csv", ["text", "label"], rows)
+    data = load("--task", "csv", "--train-file", str(train), "--eval-file", str(evals), "--max-eval-samples", "60")
+    assert np.bincount(data.evals["eval"].labels, minlength=4).tolist() == _largest_remainder(sizes, 60)
+    _in_order(data.evals["eval"].texts, rows)
+    assert len(data.train) == 80  # (the training rows are all kept)
+
+
+def test_a_rare_label_keeps_a_row_in_every_small_subset(tmp_path):
+    # 1 % of the rows: a random 50 of the 900 training rows had none of it for 58 % of seeds (of 200), so a quick
+    # run never saw it, and a random 20 of the eval file's 200 rows left it unscored for 82 %
+    rows = [(f"common {i}", "common") for i in range(990)] + [(f"rare {i}", "rare") for i in range(10)]
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], rows)
+    evals = write_csv(tmp_path / "e.csv", ["text", "label"],
+                      [(f"e common {i}", "common") for i in range(198)] + [("e rare 0", "rare"), ("e rare 1", "rare")])
+    for seed in range(20):
+        data = load("--task", "csv", "--train-file", str(path), "--max-train-samples", "50", "--seed", str(seed))
+        rare = data.label_names.index("rare")
+        assert len(data.train) == 50 and int((data.train.labels == rare).sum()) == 1, seed  # its share, 0.5, is 1
+        data = load("--task", "csv", "--train-file", str(path), "--eval-file", str(evals), "--max-eval-samples", "20",
+                    "--seed", str(seed))
+        assert len(data.evals["eval"]) == 20 and int((data.evals["eval"].labels == rare).sum()) == 1, seed
+
+
+def test_a_subset_smaller_than_the_label_set_takes_one_row_of_as_many_labels(tmp_path):
+    path = write_csv(tmp_path / "t.csv", ["text", "label"],
+                     [(f"t{k} {i}", f"l{k}") for k in range(5) for i in range(20)])
+    evals = write_csv(tmp_path / "e.csv", ["text", "label"], [(f"e{k}", f"l{k}") for k in range(5)])
+    for seed in range(5):
+        data = load("--task", "csv", "--train-file", str(path), "--eval-file", str(evals), "--max-train-samples", "3",
+                    "--seed", str(seed))
+        assert sorted(np.bincount(data.train.labels, minlength=5).tolist()) == [0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("kind", ["label-columns", "json-lists", "regression"])
+def test_multi_label_and_regression_subsets_are_the_rows_they_were(tmp_path, kind):
+    # No one label to split by (multi-label) or none at all (regression): the plain seeded permutation of earlier
+    # trainers, so a run they started and this one resumes trains and is scored on the same rows
+    n, seed = 60, 4
+    if kind == "label-columns":
+        path = write_csv(tmp_path / "m.csv", ["text", "a", "b"], [(f"t{i}", int(i < 5), i % 2) for i in range(n)])
+        args = ["--task", "csv", "--label-columns", "a,b"]
+    elif kind == "json-lists":
+        path = tmp_path / "m.jsonl"
+        path.write_text("".join(json.dumps({"text": f"t{i}", "label": ["a"] if i < 5 else ["b"]}) + "\n"
+                                for i in range(n)))
+        args = ["--task", "jsonl"]
+    else:
+        path = write_csv(tmp_path / "r.csv", ["text", "label"], [(f"t{i}", 9.5 if i < 5 else i / 7) for i in range(n)])
+        args = ["--task", "csv", "--regression"]
+    data = load(*args, "--train-file", str(path), "--eval-file", str(path), "--max-train-samples", "15",
+                "--max-eval-samples", "12", "--seed", str(seed))
+    perm = np.random.default_rng(seed).permutation(n)
+    assert data.train.texts == [f"t{i}" for i in sorted(perm[:15])]
+    assert data.evals["eval"].texts == [f"t{i}" for i in sorted(perm[:12])]
