@@ -256,6 +256,13 @@ def run_fingerprint(cfg) -> dict:
         # nothing is held out or the split is still the random one (--label-columns, --regression), so those resume
         # (JSON lists of labels, seen only in the data, carry it).
         fp["held_out_by_label"] = True
+    subset = cfg.max_train_samples is not None or cfg.fraction_of_train_data is not None
+    if subset and not (cfg.regression or cfg.multi_label):
+        # Which rows --max-train-samples or --fraction-of-train-data trains on (data._subset_idx draws single-label
+        # classes label by label; earlier trainers drew them at random): resumed here, a run one of those started would
+        # go on with other rows. Absent where the subset is still the random one, as held_out_by_label. (Present too
+        # where the option asks for all the rows, which only the data says: such an older run is refused as well.)
+        fp["train_subset_by_label"] = True
     if cfg.train_file:
         fp["train_data"] = _digest(cfg.train_file)
         fp["eval_data"] = _digest(cfg.eval_file) if cfg.eval_file else None

@@ -132,6 +132,30 @@ def test_a_finished_run_run_again_says_so_and_shows_its_result(tmp_path, tiny_mo
     assert "resuming from" in r.stdout and (model / "_COMPLETE").is_file()
 
 
+
+def test_a_run_whose_training_subset_an_older_ftcli_drew_is_refused_not_resumed(tmp_path, tiny_model, sentiment_csv):
+    # --max-train-samples drew its rows at random before; now label by label. The same command in a folder an older
+    # ftcli's run left would have trained (or been said to be done) on other rows: one line, with the way on
+    train, _ = sentiment_csv
+    first = _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "40")
+    assert first.returncode == 0, first.stderr
+    fingerprint = tmp_path / "run" / "checkpoints" / "run-fingerprint.json"
+    ours = json.loads(fingerprint.read_text())
+    assert ours.pop("train_subset_by_label") is True
+    fingerprint.write_text(json.dumps(ours))  # what the older ftcli wrote
+    before = tree(tmp_path / "run")
+    r = _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "40")
+    assert r.returncode == 2, r.stdout + r.stderr
+    error, hint = r.stderr.strip().splitlines()  # (the house's error line and its hint)
+    assert error.startswith("error: ")
+    assert "holds checkpoints of a different run (train-subset-by-label differs)" in error
+    assert hint.startswith("hint: ") and "--restart" in hint and "new --output-dir" in hint
+    assert tree(tmp_path / "run") == before
+    r = _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "40", "--restart")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "40")  # this ftcli's run: its own, finished
+    assert r.returncode == 0 and "nothing to do" in r.stderr, r.stderr
+
 def test_a_model_folder_ftcli_did_not_write_is_never_replaced(tmp_path, tiny_model, sentiment_csv):
     # The export renamed an existing model/ to model.old and deleted it (and any model.old before it).
     train, _ = sentiment_csv

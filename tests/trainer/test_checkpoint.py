@@ -69,6 +69,33 @@ def test_fingerprint_says_when_the_held_out_rows_are_split_by_label(tmp_path, ro
         checkpoint.claim(root, fp())
 
 
+
+def test_fingerprint_says_when_the_training_subset_is_drawn_by_label(tmp_path, root):
+    # Earlier trainers drew --max-train-samples / --fraction-of-train-data at random; this one draws single-label
+    # classes label by label (data._subset_idx). A run one of them started, resumed here, would go on with other rows
+    a = write_csv(tmp_path / "a.csv", ["text", "label"], [("x", "p"), ("y", "n")])
+
+    def fp(*args):
+        return checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), *args]))
+
+    for subset in (("--max-train-samples", "40"), ("--fraction-of-train-data", "0.5")):
+        assert fp(*subset)["train_subset_by_label"] is True
+        assert fp(*subset, "--eval-file", str(a))["train_subset_by_label"] is True  # with or without a hold-out
+        # where the rows are what they were (a plain seeded permutation): as before
+        for same in (fp(*subset, "--regression"), fp(*subset, "--label-columns", "label")):
+            assert "train_subset_by_label" not in same
+    assert "train_subset_by_label" not in fp() and "train_subset_by_label" not in fp("--max-eval-samples", "9")
+    new = fp("--max-train-samples", "40")
+    older = {k: v for k, v in new.items() if k != "train_subset_by_label"}
+    checkpoint.claim(root, older)
+    fake_checkpoint(root, 5)
+    with pytest.raises(checkpoint.RunMismatch, match=r"a different run \(train-subset-by-label differs\): resuming"):
+        checkpoint.claim(root, new)
+    fresh = root + "-new"
+    assert checkpoint.claim(fresh, new) is True
+    fake_checkpoint(fresh, 5)
+    assert checkpoint.claim(fresh, new) is False  # a run this trainer started resumes
+
 def test_claim_takes_an_empty_folder_and_resumes_the_same_run(root):
     fp = {"task": "csv", "train_data": "sha256:aa"}
     checkpoint.claim(root, fp)
