@@ -76,7 +76,10 @@ def test_minilm_on_real_sst2_beats_chance(tmp_path):
             "--model", "minilm", "--max-train-samples", "1000", "--max-eval-samples", "300", "--epochs", "1",
             "--learning-rate", "1.5e-4", "--batch-size", "16", "--output-dir", str(out)])
     m = json.loads((out / "model" / "metrics.json").read_text())
-    assert m["eval_accuracy"] > 0.7, m  # chance is ~0.5 (balanced dev set)
+    # chance is ~0.5 (balanced dev set; 0.03 one standard error on 300 rows). One epoch of 63 steps lands anywhere in
+    # 0.69-0.81 (seeds 42, 1, 2, training rows differing in 1 to 14 of the 1,000: the length-bucketed batches all
+    # change): 0.7 failed on the one row a per-label subset swapped at seed 42 (0.74 -> 0.69)
+    assert m["eval_accuracy"] > 0.65, m
 
 
 @pytest.mark.parametrize("argv,needle", [
