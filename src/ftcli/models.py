@@ -766,7 +766,7 @@ def _evaluation_config(path: Path, c: _Classifier, run: dict, trained_pairs, col
         flags[cfg.label_column] = (f"give each row its labels as a list (in the column --label-column names), or a 0/1 "
                                    f"column per label ({', '.join(c.names)})")
     try:
-        data._require_columns(columns, wanted, file, flags)
+        data.require_columns(columns, wanted, file, flags)
     except DataError as e:
         raise UsageError(str(e)) from None
     return cfg, by_columns

@@ -479,8 +479,10 @@ def _column_fix(col: str, columns: list[str], csv_file: bool, fix: str | None, t
     return f"pass {fix or 'the right column name'}"
 
 
-def _require_columns(columns: list[str], wanted: list[str], shown: str, hint: dict[str, str],
-                     csv_file: bool = True, taken: Iterable[str] = ()) -> None:
+def require_columns(columns: list[str], wanted: list[str], shown: str, hint: dict[str, str],
+                    csv_file: bool = True, taken: Iterable[str] = ()) -> None:
+    """Refuse data without one of the `wanted` columns, naming the columns it has and a fix (a close name, or the
+    flag in `hint`); `taken` are columns that cannot be the answer. The trainer's reader and `ftcli evaluate`."""
     for col in wanted:
         if col not in columns:
             raise DataError(f"{shown} has no column {col!r} (columns: {_shown_columns(columns)}); "
@@ -724,7 +726,7 @@ def _check_columns(columns: list[str], cfg: TrainConfig, shown: str, csv_file: b
     wanted = [cfg.text_column] + ([cfg.text_pair_column] if cfg.text_pair_column else [])
     if not cfg.multi_label:
         wanted.append(cfg.label_column)
-    _require_columns(columns, wanted, shown, hint, csv_file)
+    require_columns(columns, wanted, shown, hint, csv_file)
 
 
 def _label_columns(columns: list[str], cfg: TrainConfig, shown: str, csv_file: bool,
@@ -735,7 +737,7 @@ def _label_columns(columns: list[str], cfg: TrainConfig, shown: str, csv_file: b
     label_cols = label_names or resolve_label_columns(cfg.label_columns or "", columns, exclude, shown, csv_file)
     # The eval file's label columns are the training file's: add the missing one, no other column stands in.
     need = f"every file needs the training data's label columns ({', '.join(label_cols)})"
-    _require_columns(columns, label_cols, shown, dict.fromkeys(label_cols, need), csv_file,
+    require_columns(columns, label_cols, shown, dict.fromkeys(label_cols, need), csv_file,
                      taken=[c for c in exclude if c])
     return label_cols
 
