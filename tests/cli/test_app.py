@@ -171,7 +171,7 @@ def test_ctrl_c_in_any_command_says_interrupted_and_exits_130(capsys, tmp_path, 
     (["local", "--epochs", "x"], "invalid value for '--epochs': Input should be a valid integer, unable to parse "
                                  "string as an integer", "ftcli local"),
     (["lgos"], "no such command 'lgos'. Did you mean 'logs'?", "ftcli"),
-    (["jobs", "describe"], "missing argument 'job'", "ftcli jobs describe"),
+    (["jobs", "describe"], "missing argument 'JOB'", "ftcli jobs describe"),
     (["config", "sett"], "no such command 'sett'. Did you mean 'set', 'unset'?", "ftcli config"),
     (["--versio"], "no such option: --versio (Possible options: --version)", "ftcli"),
 ])

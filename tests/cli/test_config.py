@@ -324,7 +324,7 @@ def test_a_tilde_in_the_path_variables_is_the_home_folder_not_a_folder_named_til
 
 
 @pytest.mark.parametrize("args,says", [
-    (["region=europe-west4"], ["error: missing argument 'value'",
+    (["region=europe-west4"], ["error: missing argument 'VALUE'",
                                "hint: a space, not '=': ftcli config set region europe-west4"]),
     (["project", "my-project", "region", "europe-west4"],
      ["error: got unexpected extra argument(s) (region europe-west4)",

@@ -156,3 +156,29 @@ def test_logs_help_lists_every_severity_it_takes():
 
     r = CliRunner().invoke(app, ["logs", "--help"], prog_name="ftcli", terminal_width=200)
     assert f"Only lines at or above {', '.join(SEVERITIES)}." in _flat(r.output)
+
+
+USAGE = {  # as the README and the help's examples write them
+    "logs": "JOB", "download": "JOB [DIR]", "predict": "MODEL_DIR_OR_JOB [TEXT]...",
+    "evaluate": "MODEL_DIR_OR_JOB FILE", "report": "RUN_DIR_OR_JOB", "jobs describe": "JOB", "jobs cancel": "JOB",
+    "config set": "KEY VALUE", "config get": "KEY", "config unset": "KEY",
+}
+
+
+@pytest.mark.parametrize("path", LEAVES, ids=" ".join)
+def test_every_usage_line_names_its_arguments_as_the_readme_does(path):
+    # Typer 0.29 wrote `Usage: ftcli predict [OPTIONS] {model} [texts]...` and listed `model <str>`,
+    # `texts... <list[str]>` under Arguments; the README says `ftcli predict MODEL_DIR_OR_JOB "text"`
+    r = CliRunner().invoke(app, [*path, "-h"], prog_name="ftcli", terminal_width=200)
+    usage = r.output.splitlines()[0]
+    assert usage == " ".join(["Usage: ftcli", *path, "[OPTIONS]", *filter(None, [USAGE.get(" ".join(path))])])
+    arguments = r.output.split("Arguments:\n")[1].split("\n\n")[0] if "Arguments:\n" in r.output else ""
+    assert "{" not in usage and "<" not in arguments
+    listed = [line.split()[0] for line in arguments.splitlines() if line[:3].strip()]  # not a wrapped help line
+    words = USAGE.get(" ".join(path), "").split()
+    assert listed == [w.strip("[].") + ("..." if w.endswith("...") else "") for w in words]
+
+
+def test_a_missing_argument_is_named_as_the_usage_line_names_it(capsys):
+    r = run_cli(capsys, "evaluate", "model-dir")
+    assert (r.code, r.err.splitlines()[0]) == (2, "error: missing argument 'FILE'")

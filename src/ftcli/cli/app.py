@@ -14,6 +14,7 @@ from typer._click import exceptions as click_errors  # typer 0.29 carries its ow
 
 from ftcli import __version__
 from ftcli.cli import config, jobs, local, logs, models, report, train, tune
+from ftcli.cli.options import use_command_class
 
 
 class _UsageLine(click_errors.UsageError):
@@ -78,6 +79,7 @@ app.add_typer(jobs.app, name="jobs")
 local.register(app)
 report.register(app)
 app.add_typer(config.app, name="config")
+use_command_class(app)
 
 
 def _version(value: bool) -> None:

@@ -14,8 +14,9 @@ from ftcli.errors import FtcliError, UsageError
 app = typer.Typer(help="Set defaults for --project, --region, --bucket, --service-account, and the image mirror; see "
                        "where each value comes from.", no_args_is_help=True)
 
-KeyArg = Annotated[str, typer.Argument(help="project, region, bucket, service-account or image-mirror.")]
+KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="project, region, bucket, service-account or image-mirror.")]
 ValueArg = Annotated[str, typer.Argument(
+    metavar="VALUE",
     help="A project id (or number), a Vertex AI region (us-central1), gs://BUCKET[/PREFIX] ({region} in it stands for "
          "the job's region), NAME@PROJECT.iam.gserviceaccount.com, or LOCATION-docker.pkg.dev/PROJECT/REPOSITORY; "
          "checked as the commands check it.")]

@@ -1,5 +1,5 @@
-"""`ftcli download JOB [DIR]`, `ftcli predict MODEL_OR_JOB TEXT...` and `ftcli evaluate MODEL_OR_JOB FILE`: parse, call
-`ftcli.models`, render."""
+"""`ftcli download JOB [DIR]`, `ftcli predict MODEL_DIR_OR_JOB [TEXT]...` and `ftcli evaluate MODEL_DIR_OR_JOB FILE`:
+parse, call `ftcli.models`, render."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt, TrialOpt
 from ftcli.errors import UsageError
 
 # predict's and evaluate's own (the file is predict's --file, evaluate's FILE)
-ModelArg = Annotated[str, typer.Argument(help="A model folder, or a job (short id, last, id or resource name).")]
+ModelArg = Annotated[str, typer.Argument(
+    metavar="MODEL_DIR_OR_JOB", help="A model folder, or a job (short id, last, id or resource name).")]
 TextColumnOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--text-column", metavar="NAME", help="The column of a .csv, .tsv or .jsonl file that holds the text [default: the "
     "one the model was trained on].")]
@@ -43,7 +44,7 @@ def _check_options(threshold: float | None, text_column: str | None, text_pair_c
 def download(
     job: JobArg,
     dest: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
-        help="Folder for the model, new or empty [default: ./ftcli-models/JOB_ID].")] = None,
+        metavar="DIR", help="Folder for the model, new or empty [default: ./ftcli-models/JOB_ID].")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Write the model's files into a non-empty folder: files with the model's names are "
         "replaced, every other file is kept.")] = False,
@@ -102,7 +103,7 @@ def _load_texts(texts: list[str], file: Path | None) -> tuple[list, list]:
 
 def predict(
     model: ModelArg,
-    texts: Annotated[Optional[list[str]], typer.Argument(help="Texts to classify.")] = None,  # noqa: UP045
+    texts: Annotated[Optional[list[str]], typer.Argument(metavar="TEXT", help="Texts to classify.")] = None,  # noqa: UP045
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
         "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file, or of a .tsv file whose first line names "
@@ -192,6 +193,7 @@ def _one_line(text: str) -> str:
 def evaluate(
     model: ModelArg,
     file: Annotated[str, typer.Argument(
+        metavar="FILE",
         help="Labelled rows: a .csv, .tsv or .jsonl file, optionally .gz, local or gs://, with the model's text "
         "and label columns (or those the options name).", show_default=False)],
     text_column: TextColumnOpt = None,

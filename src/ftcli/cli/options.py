@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
+import typer.core
 
 PANEL = "Google Cloud"
 
@@ -20,8 +21,49 @@ ServiceAccountOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     rich_help_panel=PANEL)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 JobArg = Annotated[str, typer.Argument(
+    metavar="JOB",
     help="Job: short id (3), last, numeric id, projects/P/locations/R/customJobs/ID, or the display name of a job "
          "submitted from this machine.")]
+
+
+
+class _Argument(typer.core.TyperArgument):
+    """A command's argument as the README and the help's examples write it: `JOB [DIR]`, `MODEL_DIR_OR_JOB [TEXT]...`
+    (click's way). Typer 0.29 wrote a required one in braces (`{job} [dest]`: a set, or a template to fill in), and
+    listed it as `job <str>`, `texts... <list[str]>`: Python's types, where the name and the help say what it is."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw.upper()
+        return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+    def _rich_display_name(self) -> str:
+        return self.display_name_raw.upper() + ("..." if self.nargs != 1 else "")
+
+    def display_type_rich(self, ctx) -> str | None:
+        return None
+
+
+class Command(typer.core.TyperCommand):
+    """Every ftcli command (`use_command_class`): its arguments shown as `_Argument` shows them; each one's metavar
+    (JOB, FILE, ...) is its name in the usage line, the help and the errors."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is typer.core.TyperArgument:
+                param.__class__ = _Argument
+
+
+def use_command_class(group: typer.Typer) -> None:
+    """Make `Command` the class of every command of `group` and of its sub-groups that names no other class
+    (`app.command()` records Typer's own TyperCommand when given none)."""
+    for info in group.registered_commands:
+        if info.cls in (None, typer.core.TyperCommand):
+            info.cls = Command
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            use_command_class(sub.typer_instance)
+
 
 # The machines and how they are obtained: `ftcli train` and `ftcli tune` (whose trials are train's job) alike.
 HW = "Hardware"

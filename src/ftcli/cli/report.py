@@ -53,6 +53,7 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path,
 
 def report(
     run: Annotated[str, typer.Argument(
+        metavar="RUN_DIR_OR_JOB",
         help="A run folder (ftcli local's, with model/ and logs/), a model folder, or a job (short id, last, "
              "numeric id or resource name).")],
     out_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer reads it at runtime
