@@ -267,7 +267,8 @@ def animated(console) -> bool:
 
 @contextmanager
 def transfer(description: str) -> Iterator[Callable[[int, int | None], None] | None]:
-    """A `progress(done, total)` callback that draws a byte bar on stderr, or None when stderr is no terminal."""
+    """A `progress(done, total)` callback that draws a byte bar on stderr from its first call (a transfer that
+    moves nothing, a local model folder, an upload already there, draws none), or None when stderr is no terminal."""
     console = err()
     if not animated(console):
         yield None
@@ -275,9 +276,20 @@ def transfer(description: str) -> Iterator[Callable[[int, int | None], None] | N
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
     columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(escape(description), total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+    bar = Progress(*columns, console=console, transient=True)
+    task = bar.add_task(escape(description), total=None)
+
+    def progress(done: int, total: int | None) -> None:
+        # `ftcli predict MODEL_DIR` flashed "downloading the model 0/? bytes" where nothing was downloaded
+        bar.update(task, completed=done, total=total)
+        if not bar.live.is_started:
+            bar.start()
+
+    try:
+        yield progress
+    finally:
+        if bar.live.is_started:
+            bar.stop()
 
 
 class Waiting:

@@ -164,3 +164,36 @@ def test_failure_shows_the_error_and_the_failing_replicas_last_lines():
     view.ended(Outcome("FAILED", Job(NAME, "run", "FAILED", "exit status 2"), "workerpool0-0", lines))
     assert buf.getvalue().splitlines() == ["job 3 FAILED: exit status 2", "last lines of workerpool0-0:",
                                            "  error: no column 'text'"]
+
+
+def test_a_transfer_bar_is_drawn_only_once_something_moves(monkeypatch):
+    # `ftcli predict MODEL_DIR` and `ftcli evaluate MODEL_DIR FILE` flashed "downloading the model 0/? bytes" on a
+    # terminal, where nothing was downloaded
+    from ftcli import output
+
+    c, buf = console(True)
+    monkeypatch.setattr(output, "err", lambda: c)
+    with output.transfer("downloading the model") as progress:
+        assert progress is not None
+        time.sleep(0.2)
+    assert buf.getvalue() == ""
+    with output.transfer("downloading the model") as progress:
+        assert progress is not None
+        progress(1000, 4000)
+        time.sleep(0.2)
+    assert "downloading the model" in buf.getvalue() and "1.0/4.0 kB" in buf.getvalue()
+
+
+def test_predict_and_evaluate_on_a_model_folder_draw_no_download_bar(capsys, monkeypatch, tmp_path, tiny_model):
+    from ftcli import output
+    from tests.cli.helpers import run_cli
+
+    c, buf = console(True)
+    monkeypatch.setattr(output, "err", lambda: c)
+    r = run_cli(capsys, "predict", str(tiny_model), "a wonderful film")
+    assert r.code == 0, buf.getvalue()
+    rows = tmp_path / "test.csv"
+    rows.write_text("text,label\na wonderful film,LABEL_1\na dull film,LABEL_0\n")
+    r = run_cli(capsys, "evaluate", str(tiny_model), str(rows))
+    assert r.code == 0, buf.getvalue()
+    assert "downloading" not in buf.getvalue()
