@@ -41,6 +41,23 @@ def require_train_extra(command: str) -> None:
         )
 
 
+def check_data_files(cfg) -> None:
+    """A local --train-file or --eval-file that is not there (or is a folder) is said first: `ftcli local --task csv
+    --train-file missing.csv` reported an unreachable Hub (the model is checked before the trainer reads the data),
+    and with the Hub at hand it started the trainer and made a run folder before saying so."""
+    from ftcli_trainer import storage
+    from ftcli_trainer.data import local_file_error
+
+    for flag, path in (("--train-file", cfg.train_file), ("--eval-file", cfg.eval_file)):
+        if not path or storage.is_gcs(path) or (e := local_file_error(path)) is None:
+            continue
+        if Path(path).expanduser().is_dir():
+            raise UsageError(f"{flag}: {e}")
+        # as `ftcli train` says it (submit.plan)
+        raise UsageError(f"{flag} {path}: no such file (give a local file or a gs:// URI)",
+                         hint=None if Path(path).expanduser().is_absolute() else f"it was looked for in {Path.cwd()}")
+
+
 def needs_hub(cfg) -> bool:
     from ftcli_trainer.model import resolve_model_path
     from ftcli_trainer.tasks import TASKS
@@ -367,6 +384,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
 
     cfg, argv = validate(trainer)
     require_train_extra("ftcli local")
+    check_data_files(cfg)
     check_offline_model(cfg, offline, say)
     offline = offline or check_hub(cfg, say)
     base = cfg.output_dir or str(Path("ftcli-runs") / new_run_id())

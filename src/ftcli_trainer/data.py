@@ -221,10 +221,8 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
                 raise DataError(f"cannot read {path}: {type(e).__name__}" + (f": {said}" if said else "")) from None
         else:
             local = Path(path).expanduser()
-            if local.is_dir():
-                raise _folder_error(local, path)
-            if not local.is_file():
-                raise DataError(f"data file {path} does not exist")
+            if (missing := local_file_error(path)) is not None:
+                raise missing
         jsonl = fmt == "jsonl" if fmt else _is_jsonl(path)
         with open_text(local, shown) as f:
             if jsonl:
@@ -239,6 +237,16 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
         raise DataError(f"{shown} has no data rows")
     columns = list(rows[0].keys())
     return columns, rows
+
+
+def local_file_error(path: str) -> DataError | None:
+    """Why the local data file `path` cannot be read at all (a folder, or nothing there), or None."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        return _folder_error(local, path)
+    if not local.is_file():
+        return DataError(f"data file {path} does not exist")
+    return None
 
 
 def _folder_error(folder: Path, path: str) -> DataError:

@@ -723,3 +723,28 @@ def test_a_run_that_loses_the_folder_to_another_leaves_the_others_files(tmp_path
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--task", "csv", "--train-file", "missing.csv"],
+     ["error: --train-file missing.csv: no such file (give a local file or a gs:// URI)", "hint: it was looked for in "
+      "{cwd}"]),
+    (["--task", "imdb", "--train-file", "missing.csv"],
+     ["error: --train-file missing.csv: no such file (give a local file or a gs:// URI)", "hint: it was looked for in "
+      "{cwd}"]),
+    (["--task", "csv", "--train-file", "{train}", "--eval-file", "{cwd}/nope/dev.csv"],
+     ["error: --eval-file {cwd}/nope/dev.csv: no such file (give a local file or a gs:// URI)"]),
+    (["--task", "csv", "--train-file", "data"],
+     ["error: --train-file: data file data is a folder; give one file in it (train.csv), e.g. data/train.csv"]),
+])
+def test_a_missing_data_file_is_said_first_before_the_hub_or_the_model(tmp_path, sentiment_csv, args, says):
+    # `ftcli local --task csv --train-file missing.csv` said the Hub was unreachable (for the model): the data file
+    # was first read by the trainer, after the model and the Hub were checked and a run folder was made
+    train, _ = sentiment_csv
+    (tmp_path / "data").mkdir()
+    shutil.copy(train, tmp_path / "data" / "train.csv")
+    fill = {"cwd": str(tmp_path), "train": str(train)}
+    r = ftcli("local", *(a.format(**fill) for a in args), "--model", "some-org/some-model", cwd=tmp_path,
+              env={**OFFLINE_HUB, "HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    assert (r.returncode, r.stdout, r.stderr.splitlines()) == (2, "", [s.format(**fill) for s in says])
+    assert not (tmp_path / "ftcli-runs").exists()
