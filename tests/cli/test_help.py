@@ -182,3 +182,17 @@ def test_every_usage_line_names_its_arguments_as_the_readme_does(path):
 def test_a_missing_argument_is_named_as_the_usage_line_names_it(capsys):
     r = run_cli(capsys, "evaluate", "model-dir")
     assert (r.code, r.err.splitlines()[0]) == (2, "error: missing argument 'FILE'")
+
+
+@pytest.mark.parametrize("command,several", [("train", True), ("tune", False)])
+def test_gpu_help_says_only_what_the_command_takes(command, several):
+    # `ftcli tune -h` offered "Several in order (L4,T4), ftcli train only", which tune refuses
+    text = _flat(CliRunner().invoke(app, [command, "-h"], prog_name="ftcli", terminal_width=120).output)
+    one = ("--gpu GPU GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, RTX-PRO-6000, H100, H100-MEGA, H200, B200 "
+           "(e.g. L4x2), or none for a CPU machine.")
+    assert one in text
+    after = text.split(one)[1]
+    if several:
+        assert after.startswith(" Several in order (L4,T4): the next when the machines cannot be had. [default: T4]")
+    else:
+        assert after.startswith(" [default: T4]") and "L4,T4" not in text

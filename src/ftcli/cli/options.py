@@ -67,11 +67,13 @@ def use_command_class(group: typer.Typer) -> None:
 
 # The machines and how they are obtained: `ftcli train` and `ftcli tune` (whose trials are train's job) alike.
 HW = "Hardware"
+GPU_HELP = ("GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, RTX-PRO-6000, H100, H100-MEGA, H200, B200 (e.g. "
+            "L4x2), or none for a CPU machine.")
 GpuOpt = Annotated[str, typer.Option(
-    "--gpu", help="GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, RTX-PRO-6000, H100, H100-MEGA, H200, "
-    "B200 (e.g. L4x2), "
-    "or none for a CPU machine. Several in order (L4,T4), ftcli train only: the next when the machines cannot be "
-    "had.", rich_help_panel=HW)]
+    "--gpu", metavar="GPU", help=f"{GPU_HELP} Several in order (L4,T4): the next when the machines cannot be had.",
+    rich_help_panel=HW)]
+# `ftcli tune`'s: one GPU (its trials all run on it); its help said "Several in order (L4,T4), ftcli train only"
+OneGpuOpt = Annotated[str, typer.Option("--gpu", metavar="GPU", help=GPU_HELP, rich_help_panel=HW)]
 MachineTypeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--machine-type", help="Override the machine type (must suit the GPU).", rich_help_panel=HW)]
 ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Machines (data-parallel workers).", rich_help_panel=HW)]
@@ -104,12 +106,12 @@ TrialOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--trial", help="For a tuning job (ftcli tune): this trial [default: the best so far].")]
 
 
-def _job_params():
+def _job_params(gpu_option):
     import inspect
 
     kw = inspect.Parameter.KEYWORD_ONLY
     return [inspect.Parameter(name, kw, default=default, annotation=kind) for name, kind, default in (
-        ("gpu", GpuOpt, "T4"), ("machine_type", MachineTypeOpt, None), ("replicas", ReplicasOpt, 1),
+        ("gpu", gpu_option, "T4"), ("machine_type", MachineTypeOpt, None), ("replicas", ReplicasOpt, 1),
         ("reduction_server", ReductionServerOpt, 0), ("spot", SpotOpt, False), ("flex_start", FlexStartOpt, False),
         ("max_wait", MaxWaitOpt, None), ("reservation", ReservationOpt, None), ("image", ImageOpt, None),
         ("timeout", TimeoutOpt, "24h"), ("labels", LabelsOpt, None), ("display_name", DisplayNameOpt, None),
@@ -117,10 +119,15 @@ def _job_params():
         ("service_account", ServiceAccountOpt, None))]
 
 
-def with_job_options(command):
+def with_job_options(command=None, *, several_gpus: bool = True):
     """The options of the job `ftcli train` creates (and `ftcli tune`'s trials run): machines, how they are
     obtained, image, timeout, labels, name, project/region/bucket/service account. The command receives them as
-    one dict argument `job`, which `submit.plan` takes as keyword arguments."""
+    one dict argument `job`, which `submit.plan` takes as keyword arguments. `several_gpus`: --gpu takes a list of
+    candidates (train's)."""
+    import functools
+
     from ftcli.trainer_options import with_option_group
 
-    return with_option_group("job", _job_params())(command)
+    if command is None:
+        return functools.partial(with_job_options, several_gpus=several_gpus)
+    return with_option_group("job", _job_params(GpuOpt if several_gpus else OneGpuOpt))(command)
