@@ -123,9 +123,10 @@ class Column:
     header: str
     cell: Callable[[dict], str]
     justify: JustifyMethod = "left"
-    min_width: int | None = None
+    min_width: int | None = None  # the narrowest a shrinking column is made (never wider than its widest cell)
     max_width: int | None = None
     shrink: bool = True  # may be cut with an ellipsis when the table is wider than the terminal
+    wrap: bool = False  # with shrink: wrapped onto more lines (a long word folded) instead of cut
     # Left out of the table (0: never) when it cannot fit the terminal even with every column that may shrink at its
     # narrowest: 1 first, then 2, ... (a long text column, so that an id, a number or a GPU is never cut instead).
     drop: int = 0
@@ -152,15 +153,15 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
     cells = [[c.cell(row) for c in columns] for row in rows]
     natural = [min(max(len(c.header), *(len(r[i]) for r in cells)), c.max_width or 10**6)
                for i, c in enumerate(columns)]
-    caps = _shrink_to(natural, [c.shrink for c in columns], [max(c.min_width or 0, len(c.header)) for c in columns],
-                      out().width - 2 * (len(columns) - 1))
+    leasts = [min(max(c.min_width or 0, len(c.header)), natural[i]) for i, c in enumerate(columns)]
+    caps = _shrink_to(natural, [c.shrink for c in columns], leasts, out().width - 2 * (len(columns) - 1))
     for i, c in enumerate(columns):
         # A column that must not shrink (an id the user types) is given its full width; the others share the rest,
         # each keeping at least its header. Rich alone spreads the excess over every column and then crops the lines
         # at the terminal's edge, cutting the last column without an ellipsis: so the shrinkable ones get a cap.
-        least = max(c.min_width or 0, len(c.header)) if c.shrink else natural[i]
-        table.add_column(c.header, justify=c.justify, no_wrap=True, overflow="ellipsis", min_width=least,
-                         max_width=caps[i])
+        least = leasts[i] if c.shrink else natural[i]
+        table.add_column(c.header, justify=c.justify, no_wrap=not c.wrap, overflow="fold" if c.wrap else "ellipsis",
+                         min_width=least, max_width=caps[i])
     for cell_row in cells:
         table.add_row(*map(escape, cell_row))
     # Narrower than the columns that cannot shrink (COLUMNS=40): the lines are printed whole, for the terminal to
@@ -188,13 +189,14 @@ def _fitting(columns: Sequence[Column], rows: Sequence[dict], width: int) -> lis
 
 def _shrink_to(natural: list[int], shrink: list[bool], least: list[int], room: int) -> list[int]:
     """Widths that fit `room`: the columns that may not shrink keep theirs; the others share what is left, the
-    narrow ones whole and the widest cut to an equal share (never below their `least`)."""
+    narrow ones whole and the widest cut to an equal share (never below their `least`, and leaving the wider ones
+    theirs)."""
     left = room - sum(w for w, s in zip(natural, shrink, strict=True) if not s)
     flexible = sorted((w, i) for i, (w, s) in enumerate(zip(natural, shrink, strict=True)) if s)
     caps = list(natural)
     for k, (w, i) in enumerate(flexible):
         share = left // (len(flexible) - k)
-        caps[i] = max(least[i], min(w, share))
+        caps[i] = max(least[i], min(w, share, left - sum(least[j] for _, j in flexible[k + 1:])))
         left -= caps[i]
     return caps
 

@@ -49,21 +49,35 @@ def test_list_shows_each_value_and_its_source(capsys, monkeypatch, isolated):
     assert "us-central1" in r.out and "default" in r.out and "(not set)" in r.out
 
 
-def test_list_fits_80_columns_and_shortens_a_long_source_with_an_ellipsis(capsys, monkeypatch, isolated):
+def test_list_shows_every_value_and_source_whole_at_80_columns(capsys, monkeypatch, isolated):
     # The table used to be wider than the terminal: the lines were cropped at its edge, the source cut mid-word
-    # with nothing to say so ("gcloud: gcloud configuration default (com").
+    # with nothing to say so ("gcloud: gcloud configuration default (com"); then cut with an ellipsis, down to
+    # "file:…" beside a long service account. A long value or source now wraps in its column.
     monkeypatch.setenv("COLUMNS", "80")
     gcloud = isolated / "gcloud"
     (gcloud / "configurations").mkdir(parents=True)
     (gcloud / "configurations" / "config_default").write_text("[compute]\nregion = europe-west4\n")
-    assert run_cli(capsys, "config", "set", "bucket", "gs://my-bucket/ftcli").code == 0
-    r = run_cli(capsys, "config", "list")
+    for key, value in (("bucket", "gs://my-long-project-name-123-ftcli/staging"),
+                       ("service-account", "trainer-sa@my-long-project-name-123.iam.gserviceaccount.com")):
+        assert run_cli(capsys, "config", "set", key, value).code == 0
+    r = run_cli(capsys, "config", "list", "--project", "my-project-123")
     assert r.code == 0, r.err
-    lines = r.out.splitlines()
-    assert all(len(line) <= 80 for line in lines), [len(x) for x in lines]
-    region = next(line for line in lines if line.startswith("region"))
-    assert region.split()[1] == "europe-west4" and "gcloud: gcloud configuration default" in region
-    assert region.rstrip().endswith("…")
+    assert [line.rstrip() for line in r.out.splitlines()] == [
+        "KEY              VALUE                                    SOURCE",
+        "project          my-project-123                           flag: --project",
+        "region           europe-west4                             gcloud: compute/region",
+        "bucket           gs://my-long-project-name-123-ftcli/sta  config file",
+        "                 ging",
+        "service-account  trainer-sa@my-long-project-name-123.iam  config file",
+        "                 .gserviceaccount.com",
+        "image-mirror     (not set)                                -"]
+    assert f"config file: {isolated / 'config.toml'}" in r.err.splitlines()  # the file the table names
+    (gcloud / "configurations" / "config_work").write_text("[compute]\nregion = asia-east1\n")
+    monkeypatch.setenv("CLOUDSDK_ACTIVE_CONFIG_NAME", "work")
+    monkeypatch.setenv("COLUMNS", "200")
+    r = run_cli(capsys, "config", "list")
+    region = next(line for line in r.out.splitlines() if line.startswith("region"))
+    assert region.rstrip().split(None, 2)[1:] == ["asia-east1", "gcloud: compute/region (work configuration)"]
 
 
 def test_list_names_the_price_file_and_whether_it_is_there(capsys, monkeypatch, isolated):

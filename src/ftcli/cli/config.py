@@ -4,6 +4,7 @@ value each one has now with where it comes from (flag, env, file, gcloud, defaul
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated
 
 import typer
@@ -69,6 +70,21 @@ def _check(k: str):
 
 def _row(v) -> dict:
     return {"key": v.key.replace("_", "-"), "value": v.value, "source": v.source, "origin": v.origin}
+
+
+def _source_cell(row: dict) -> str:
+    """Where a value comes from, as `config list`'s table says it (its --json keeps source and origin apart)."""
+    source, origin = row["source"], row["origin"] or ""
+    if not source:
+        return "-"
+    if source == "file":
+        return "config file"  # its path: the "config file:" line under the table
+    if source == "default":
+        return origin  # ftcli's default
+    if source == "gcloud" and (m := re.fullmatch(r"gcloud configuration (\S+) \((\S+)\)", origin)):
+        # (settings' "gcloud configuration default (compute/region)" took 45 columns)
+        return f"gcloud: {m[2]}" + ("" if m[1] == "default" else f" ({m[1]} configuration)")
+    return f"{source}: {origin}"  # flag: --region, env: FTCLI_REGION, gcloud: CLOUDSDK_CORE_PROJECT
 
 
 @app.command("set")
@@ -143,9 +159,16 @@ def list_(
 
     values = effective(project=project, region=region, bucket=bucket, service_account=service_account)
     rows = [_row(v) for v in values.values()]
+    # Every value and source whole at 80 columns: a long one wraps in its column. SOURCE was cut to "file:…" beside a
+    # service account's 61 characters; the config file is named under the table, so the table says only "config file".
+    # A value (a name to copy) wraps only once its source (words) is down to 22 characters ("gcloud: core/project").
+    from ftcli.output import out
+
+    source_least, keys = 22, max(len("KEY"), *(len(r["key"]) for r in rows))
     columns = (Column("KEY", lambda r: r["key"], shrink=False),
-               Column("VALUE", lambda r: r["value"] or "(not set)", shrink=False),
-               Column("SOURCE", lambda r: f"{r['source']}: {r['origin']}" if r["source"] else "-"))
+               Column("VALUE", lambda r: r["value"] or "(not set)", wrap=True,
+                      min_width=max(24, out().width - keys - source_least - 4)),
+               Column("SOURCE", _source_cell, min_width=source_least, wrap=True))
     show_list(rows, columns, json_out=json_out)
     for problem in problems_of(values, need_bucket=False):
         warn(problem)
