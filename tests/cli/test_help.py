@@ -196,3 +196,23 @@ def test_gpu_help_says_only_what_the_command_takes(command, several):
         assert after.startswith(" Several in order (L4,T4): the next when the machines cannot be had. [default: T4]")
     else:
         assert after.startswith(" [default: T4]") and "L4,T4" not in text
+
+
+@pytest.mark.parametrize("path", LEAVES, ids=" ".join)
+def test_no_option_shows_a_python_type_for_its_value(path):
+    # Typer 0.29 showed `--project <str>`, `--limit <int range>`, `--file <path>`, and `--pair <list[str]>` for an
+    # option given once per text; a closed choice keeps its list (`--precision <auto|fp32|bf16|fp16>`)
+    import re
+
+    r = CliRunner().invoke(app, [*path, "-h"], prog_name="ftcli", terminal_width=200)
+    shown = re.findall(r"^  (--[a-z-]+) (\S+)", r.output, flags=re.MULTILINE)
+    for flag, value in shown:
+        assert not value.startswith("<") or "|" in value, (flag, value)
+        assert not re.search(r"\b(str|int|float|path|list)\b", value), (flag, value)
+
+
+def test_an_option_given_once_per_value_names_one_value():
+    text = CliRunner().invoke(app, ["predict", "-h"], prog_name="ftcli", terminal_width=200).output
+    assert "  --pair TEXT " in text and "  --threshold P " in text and "  --project ID " in text
+    text = CliRunner().invoke(app, ["train", "-h"], prog_name="ftcli", terminal_width=200).output
+    assert "  --labels KEY=VALUE " in text and "  --timeout DURATION " in text

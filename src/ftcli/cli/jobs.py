@@ -95,7 +95,7 @@ def list_jobs(
     project: ProjectOpt = None,
     region: RegionOpt = None,
     all_jobs: Annotated[bool, typer.Option("--all", help="Every CustomJob, not only ftcli's.")] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many (newest first).")] = 20,
+    limit: Annotated[int, typer.Option("--limit", min=1, metavar="N", help="At most this many (newest first).")] = 20,
     json_out: JsonOpt = False,
 ) -> None:
     """List recent training jobs (newest first): short id, state, task, model, GPU, age, run time, what each has

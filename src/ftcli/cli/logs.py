@@ -35,12 +35,14 @@ def logs(
     job: JobArg,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", help="Keep streaming until the job ends.")] = True,
     replica: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--replica", help="Only this replica, e.g. workerpool0-0 or workerpool1-0.")] = None,
+        "--replica", metavar="NAME", help="Only this replica, e.g. workerpool0-0 or workerpool1-0.")] = None,
     since: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--since", help="Only lines from the last 10m / 2h / 1d, or since an ISO time (in this machine's time zone, "
+        "--since", metavar="WHEN",
+        help="Only lines from the last 10m / 2h / 1d, or since an ISO time (in this machine's time zone, "
         "as the lines are shown, unless it has an offset).")] = None,
     severity: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--severity", help="Only lines at or above DEBUG, INFO, NOTICE, WARNING, ERROR, CRITICAL.")] = None,
+        "--severity", metavar="LEVEL",
+        help="Only lines at or above DEBUG, INFO, NOTICE, WARNING, ERROR, CRITICAL.")] = None,
     trial: TrialOpt = None,
     json_out: JsonOpt = False,
     project: ProjectOpt = None,

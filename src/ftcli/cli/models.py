@@ -24,7 +24,8 @@ TextPairColumnOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--text-pair-column", metavar="NAME", help="A model trained on sentence pairs: the column of a .csv, .tsv or "
     ".jsonl file that holds each row's second text [default: the one the model was trained on].")]
 ThresholdOpt = Annotated[Optional[float], typer.Option(  # noqa: UP045
-    "--threshold", help="Multi-label: a label is predicted at or above this probability [default: the model's].")]
+    "--threshold", metavar="P",
+    help="Multi-label: a label is predicted at or above this probability [default: the model's].")]
 
 
 def _check_options(threshold: float | None, text_column: str | None, text_pair_column: str | None,
@@ -103,16 +104,19 @@ def _load_texts(texts: list[str], file: Path | None) -> tuple[list, list]:
 
 def predict(
     model: ModelArg,
-    texts: Annotated[Optional[list[str]], typer.Argument(metavar="TEXT", help="Texts to classify.")] = None,  # noqa: UP045
+    texts: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
+        metavar="TEXT", help="Texts to classify.")] = None,
     file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--file", help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
+        "--file", metavar="FILE",
+        help="Also classify every non-empty line of this file (a model trained on sentence pairs: "
         "TEXT<TAB>PAIR lines), or every row of a .csv or .jsonl file, or of a .tsv file whose first line names "
         "its columns (the text in the column the model was trained on, or --text-column's); UTF-8, optionally "
         ".gz.")] = None,
     text_column: TextColumnOpt = None,
     text_pair_column: TextPairColumnOpt = None,
     pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--pair", help="A model trained on sentence pairs (MNLI, MRPC, STS-B, ...): the second text of each TEXT, "
+        "--pair", metavar="TEXT",
+        help="A model trained on sentence pairs (MNLI, MRPC, STS-B, ...): the second text of each TEXT, "
         "once per TEXT, in order.")] = None,
     threshold: ThresholdOpt = None,
     trial: TrialOpt = None,

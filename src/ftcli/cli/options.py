@@ -10,14 +10,14 @@ import typer.core
 PANEL = "Google Cloud"
 
 ProjectOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer reads these annotations at runtime
-    "--project", help="Google Cloud project [env FTCLI_PROJECT, config, gcloud].", rich_help_panel=PANEL)]
+    "--project", metavar="ID", help="Google Cloud project [env FTCLI_PROJECT, config, gcloud].", rich_help_panel=PANEL)]
 RegionOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--region", help="Vertex AI region [env FTCLI_REGION, config, gcloud; default us-central1].",
     rich_help_panel=PANEL)]
 BucketOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--bucket", help="Staging bucket gs://BUCKET[/PREFIX] [env FTCLI_BUCKET, config].", rich_help_panel=PANEL)]
 ServiceAccountOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    "--service-account", help="Service account the job runs as [env FTCLI_SERVICE_ACCOUNT, config].",
+    "--service-account", metavar="EMAIL", help="Service account the job runs as [env FTCLI_SERVICE_ACCOUNT, config].",
     rich_help_panel=PANEL)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 JobArg = Annotated[str, typer.Argument(
@@ -45,13 +45,19 @@ class _Argument(typer.core.TyperArgument):
 
 class Command(typer.core.TyperCommand):
     """Every ftcli command (`use_command_class`): its arguments shown as `_Argument` shows them; each one's metavar
-    (JOB, FILE, ...) is its name in the usage line, the help and the errors."""
+    (JOB, FILE, ...) is its name in the usage line, the help and the errors. An option that takes a value and names
+    no metavar shows its name in capitals, as argparse does (`--project PROJECT`); Typer 0.29 showed Python's type
+    (`--project <str>`, `--limit <int range>`, and `--pair <list[str]>` for an option given once per text). A closed
+    choice keeps its list (`--precision <auto|fp32|bf16|fp16>`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:
             if type(param) is typer.core.TyperArgument:
                 param.__class__ = _Argument
+            elif (isinstance(param, typer.core.TyperOption) and param.metavar is None and not param.is_flag
+                  and not param.count and not param.type_descriptor.is_choice and param.name):
+                param.metavar = param.name.upper()
 
 
 def use_command_class(group: typer.Typer) -> None:
@@ -75,10 +81,12 @@ GpuOpt = Annotated[str, typer.Option(
 # `ftcli tune`'s: one GPU (its trials all run on it); its help said "Several in order (L4,T4), ftcli train only"
 OneGpuOpt = Annotated[str, typer.Option("--gpu", metavar="GPU", help=GPU_HELP, rich_help_panel=HW)]
 MachineTypeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    "--machine-type", help="Override the machine type (must suit the GPU).", rich_help_panel=HW)]
-ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Machines (data-parallel workers).", rich_help_panel=HW)]
+    "--machine-type", metavar="TYPE", help="Override the machine type (must suit the GPU).", rich_help_panel=HW)]
+ReplicasOpt = Annotated[int, typer.Option(
+    "--replicas", metavar="N", help="Machines (data-parallel workers).", rich_help_panel=HW)]
 ReductionServerOpt = Annotated[int, typer.Option(
-    "--reduction-server", help="Reduction Server replicas for faster all-reduce across machines (0: none).",
+    "--reduction-server", metavar="N",
+    help="Reduction Server replicas for faster all-reduce across machines (0: none).",
     rich_help_panel=HW)]
 SpotOpt = Annotated[bool, typer.Option("--spot", help="Spot VMs (cheaper, preemptible; the trainer resumes).",
                                        rich_help_panel=HW)]
@@ -86,7 +94,8 @@ FlexStartOpt = Annotated[bool, typer.Option(
     "--flex-start", help="Queue for the machines with Dynamic Workload Scheduler (L4, A100, H100, H200, B200; at "
     "most 7 days).", rich_help_panel=HW)]
 MaxWaitOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    "--max-wait", help="With --flex-start: give up queueing after this long (e.g. 2h; 0: wait however long it "
+    "--max-wait", metavar="DURATION",
+    help="With --flex-start: give up queueing after this long (e.g. 2h; 0: wait however long it "
     "takes) [default: Vertex's, 1 day].",
     rich_help_panel=HW)]
 ReservationOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
@@ -96,12 +105,13 @@ ImageOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--image", help="Your own container image (Python >= 3.11 with pip and torch >= 2.6); the trainer is "
     "pip-installed into it at start [default: the pinned PyTorch image that covers the GPU, through the "
     "image-mirror setting when there is one].", rich_help_panel=HW)]
-TimeoutOpt = Annotated[str, typer.Option("--timeout", help="Stop the job after this long: 90m, 24h, 2d.",
+TimeoutOpt = Annotated[str, typer.Option(
+    "--timeout", metavar="DURATION", help="Stop the job after this long: 90m, 24h, 2d.",
                                          rich_help_panel=HW)]
 LabelsOpt = Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-    "--labels", help="Extra job labels KEY=VALUE (repeat or comma-separate).")]
+    "--labels", metavar="KEY=VALUE", help="Extra job labels KEY=VALUE (repeat or comma-separate).")]
 DisplayNameOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    "--display-name", help="Job name in the console [default: ftcli-TASK-TIME].")]
+    "--display-name", metavar="NAME", help="Job name in the console [default: ftcli-TASK-TIME].")]
 TrialOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--trial", help="For a tuning job (ftcli tune): this trial [default: the best so far].")]
 

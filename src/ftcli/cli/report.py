@@ -57,7 +57,8 @@ def report(
         help="A run folder (ftcli local's, with model/ and logs/), a model folder, or a job (short id, last, "
              "numeric id or resource name).")],
     out_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer reads it at runtime
-        "--out", help="Folder for the report, new or empty (or an earlier report's) [default: RUN_DIR/report; "
+        "--out", metavar="DIR",
+        help="Folder for the report, new or empty (or an earlier report's) [default: RUN_DIR/report; "
                       "beside a model folder, DIR-report; for a job ./ftcli-reports/JOB_ID].")] = None,
     show: Annotated[bool, typer.Option("--open", help="Show the pictures in this machine's image viewer.")] = False,
     json_out: JsonOpt = False,

@@ -28,18 +28,21 @@ def tune(
     trainer: dict[str, Any],
     job: dict[str, Any],
     trials: Annotated[Optional[int], typer.Option(  # noqa: UP045
-        "--trials", help="Trials in all [default: 8].", rich_help_panel=TUNE)] = None,
+        "--trials", metavar="N", help="Trials in all [default: 8].", rich_help_panel=TUNE)] = None,
     parallel: Annotated[Optional[int], typer.Option(  # noqa: UP045
-        "--parallel", help="Trials at a time [default: 2, or 1 with --trials 1].", rich_help_panel=TUNE)] = None,
+        "--parallel", metavar="N",
+        help="Trials at a time [default: 2, or 1 with --trials 1].", rich_help_panel=TUNE)] = None,
     search: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--search", help="NAME=loguniform(LOW,HIGH) | uniform(LOW,HIGH) | int(LOW,HIGH) | choice(A,B,...); repeat "
+        "--search", metavar="NAME=SPACE",
+        help="NAME=loguniform(LOW,HIGH) | uniform(LOW,HIGH) | int(LOW,HIGH) | choice(A,B,...); repeat "
         "for each option [default: learning_rate=loguniform(1e-5,1e-4) and batch_size=choice(16,32)].",
         rich_help_panel=TUNE)] = None,
     search_file: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--search-file", help="A TOML study: metric, trials, parallel and a [search] table (NAME = "
+        "--search-file", metavar="FILE", help="A TOML study: metric, trials, parallel and a [search] table (NAME = "
         "\"loguniform(1e-5,1e-4)\" or NAME = [16, 32]); flags win over it.", rich_help_panel=TUNE)] = None,
     metric: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--metric", help="The eval metric to optimise (a *_loss is minimised) [default: the task's: eval_accuracy, "
+        "--metric", metavar="NAME",
+        help="The eval metric to optimise (a *_loss is minimised) [default: the task's: eval_accuracy, "
         "eval_matthews_correlation for CoLA, eval_pearson for STS-B, ...].", rich_help_panel=TUNE)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the HyperparameterTuningJob JSON; upload and "
                                           "create nothing.")] = False,
