@@ -383,6 +383,10 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     from ftcli_trainer.task import STOPS_SAID_BY_VAR, new_run_id
 
     cfg, argv = validate(trainer)
+    if restart and not cfg.output_dir:
+        # (it was ignored: the run went to a new folder, where there is nothing to start over)
+        raise UsageError("--restart starts over in the --output-dir of an earlier run, and no --output-dir is given",
+                         hint="add --output-dir DIR (the earlier run's folder), or drop --restart for a new run folder")
     require_train_extra("ftcli local")
     check_data_files(cfg)
     check_offline_model(cfg, offline, say)

@@ -748,3 +748,12 @@ def test_a_missing_data_file_is_said_first_before_the_hub_or_the_model(tmp_path,
               env={**OFFLINE_HUB, "HF_HUB_CACHE": str(tmp_path / "empty-cache")})
     assert (r.returncode, r.stdout, r.stderr.splitlines()) == (2, "", [s.format(**fill) for s in says])
     assert not (tmp_path / "ftcli-runs").exists()
+
+
+def test_restart_without_an_output_dir_is_refused_not_ignored(tmp_path):
+    # `ftcli local --restart` started a new run in a new folder, where there is nothing to start over
+    r = ftcli("local", "--restart", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr.splitlines()) == (2, "", [
+        "error: --restart starts over in the --output-dir of an earlier run, and no --output-dir is given",
+        "hint: add --output-dir DIR (the earlier run's folder), or drop --restart for a new run folder"])
+    assert list(tmp_path.iterdir()) == []

@@ -1351,6 +1351,21 @@ def test_smoke_runs_the_jobs_start_here_and_sends_nothing(capsys, cloud_env, tmp
     assert scratch and scratch.group(1).startswith(tempfile.gettempdir()) and not Path(scratch.group(1)).exists()
 
 
+@pytest.mark.parametrize("flags, said, again", [
+    (["--dry-run"], "--dry-run has", "--dry-run"),
+    (["--json", "--detach"], "--json and --detach have", "--json --detach"),
+    (["--detach"], "--detach has", "--detach"),
+])
+def test_smoke_with_a_flag_for_the_job_it_does_not_create_is_refused(capsys, cloud_env, flags, said, again):
+    # `--smoke --dry-run` ran the smoke and never printed the job; --json, --detach or --follow were ignored too
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "L4", "--smoke", *flags)
+    assert (r.code, r.out) == (2, "")
+    assert r.err.splitlines() == [f"error: --smoke runs the job's start here and creates no job: {said} no job to "
+                                  "act on", f"hint: run with --smoke alone first, then without --smoke (with {again})"]
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_the_smoke_of_an_early_stopping_job_keeps_the_best_and_passes_the_trainers_checks(tmp_path):
     # The smoke trains one epoch: an --early-stopping job's smoke was refused by the trainer's own check ("--epochs 1
     # with no --eval-every ... could never stop the run early") for a job that was fine

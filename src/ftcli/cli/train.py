@@ -50,6 +50,7 @@ def train(
     from ftcli.output import err, escape, note, transfer
 
     json_follow_problem(json_out, detach, "ftcli logs JOB")
+    smoke_problem(smoke, dry_run=dry_run, json_out=json_out, detach=detach)
     cands, skipped = submit.plan_candidates(trainer=trainer, **{**job, "labels": job["labels"] or []}, say=note)
     sub = cands[0].sub
     for line in dict.fromkeys([*skipped, *(n for c in cands for n in c.sub.notes)]):  # every candidate's, once
@@ -118,6 +119,19 @@ def json_follow_problem(json_out: bool, detach: bool | None, follow_later: str) 
     if json_out and detach is False:
         raise UsageError("--json prints the created job and returns at once (it implies --detach): it cannot also "
                          "--follow", hint=f"drop --follow (then follow the job with {follow_later}), or drop --json")
+
+
+def smoke_problem(smoke: bool, *, dry_run: bool, json_out: bool, detach: bool | None) -> None:
+    """--smoke runs the job's start here and creates no job: `--smoke --dry-run` ran the smoke and never printed the
+    job, and --json, --detach or --follow with it were ignored as silently. Refused before anything is checked."""
+    from ftcli.errors import UsageError
+
+    given = [flag for flag, on in (("--dry-run", dry_run), ("--json", json_out), ("--detach", detach is True),
+                                   ("--follow", detach is False)) if on]
+    if smoke and given:
+        raise UsageError(f"--smoke runs the job's start here and creates no job: {' and '.join(given)} "
+                         f"{'has' if len(given) == 1 else 'have'} no job to act on",
+                         hint=f"run with --smoke alone first, then without --smoke (with {' '.join(given)})")
 
 
 def _report_and_follow(created, n: int, sent: int, sub, *, detach: bool, json_out: bool) -> int:
