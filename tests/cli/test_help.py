@@ -216,3 +216,16 @@ def test_an_option_given_once_per_value_names_one_value():
     assert "  --pair TEXT " in text and "  --threshold P " in text and "  --project ID " in text
     text = CliRunner().invoke(app, ["train", "-h"], prog_name="ftcli", terminal_width=200).output
     assert "  --labels KEY=VALUE " in text and "  --timeout DURATION " in text
+
+
+def test_the_readme_command_table_names_every_command_as_its_usage_line_does():
+    # The table left out `ftcli tune` and `ftcli config`; a command's arguments there are its usage line's
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    table = readme.read_text(encoding="utf-8").split("```\n", 2)[1]
+    words = {line.split()[1] for line in table.splitlines() if line.startswith("ftcli ")}
+    assert {" ".join(p[:1]) for p in LEAVES} <= words
+    for path, arguments in USAGE.items():
+        if " " not in path:  # (jobs and config share a line: `ftcli jobs list | describe JOB | cancel JOB`)
+            assert f"ftcli {path} {arguments.split()[0]}" in table, path
