@@ -397,6 +397,10 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     max_wait_s = collect(parse_max_wait, max_wait) if max_wait else None
     if max_wait and not flex_start:
         problems.append("--max-wait is how long a --flex-start job queues for machines: add --flex-start")
+    if display_name is not None and not display_name.strip():
+        # (`--display-name "$NAME"` with NAME unset: the job went out as ftcli-TASK-TIME without a word)
+        problems.append("--display-name is empty: give the job a name, or leave --display-name out for "
+                        "ftcli-TASK-TIME")
     user_labels = collect(parse_labels, labels) or {}
     # ftcli_try (several candidates) comes in through --labels' list: it is ftcli's, not the user's
     own = [CREATED_BY_LABEL, TASK_LABEL, MODEL_LABEL, GPU_LABEL, SUBMISSION_LABEL] + [TRY_LABEL] * (

@@ -391,6 +391,9 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--max-wait", "2h"], "--max-wait is how long a --flex-start job queues"),
     (["--gpu", "L4", "--region", "europe-west6"], "europe-west6 does not offer L4 GPUs for training: try --region"),
     (["--display-name", "exp\t1"], "has a control character"),
+    # `--display-name "$NAME"` with NAME unset: the job went out as ftcli-TASK-TIME without a word
+    (["--display-name", ""], "error: --display-name is empty: give the job a name, or leave --display-name out for "
+     "ftcli-TASK-TIME\n"),
     (["--gpu", "T4", "--varlen-attention"], "--varlen-attention would be left off in this job (torch's flash "
      "kernel needs compute capability 8.0 or later, and this GPU has 7.5): leave it out"),
     (["--gpu", "L4", "--varlen-attention", "--precision", "fp32"], "computes in bf16 or fp16, and this run is fp32"),
