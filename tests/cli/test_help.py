@@ -185,17 +185,23 @@ def test_a_missing_argument_is_named_as_the_usage_line_names_it(capsys):
 
 
 @pytest.mark.parametrize("command,several", [("train", True), ("tune", False)])
-def test_gpu_help_says_only_what_the_command_takes(command, several):
-    # `ftcli tune -h` offered "Several in order (L4,T4), ftcli train only", which tune refuses
+def test_gpu_and_region_help_say_only_what_the_command_takes(command, several):
+    # `ftcli tune -h` offered "Several in order (L4,T4), ftcli train only", which tune refuses; `ftcli train -h` did
+    # not say that --region takes a list too
     text = _flat(CliRunner().invoke(app, [command, "-h"], prog_name="ftcli", terminal_width=120).output)
-    one = ("--gpu GPU GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, RTX-PRO-6000, H100, H100-MEGA, H200, B200 "
+    gpu = ("--gpu GPU GPU[xCOUNT]: T4, V100, P100, P4, L4, A100, A100-80GB, RTX-PRO-6000, H100, H100-MEGA, H200, B200 "
            "(e.g. L4x2), or none for a CPU machine.")
-    assert one in text
-    after = text.split(one)[1]
+    region = "--region REGION Vertex AI region [env FTCLI_REGION, config, gcloud; default us-central1]"
+    assert gpu in text and region in text
     if several:
-        assert after.startswith(" Several in order (L4,T4): the next when the machines cannot be had. [default: T4]")
+        assert text.split(gpu)[1].startswith(" Several in order (L4,T4): the next when the machines cannot be had. "
+                                             "[default: T4]")
+        assert text.split(region)[1].startswith(". Several in order (us-central1,europe-west4): the next when the "
+                                                "machines cannot be had; each needs its own staging bucket ({region} "
+                                                "in --bucket).")
     else:
-        assert after.startswith(" [default: T4]") and "L4,T4" not in text
+        assert text.split(gpu)[1].startswith(" [default: T4]") and text.split(region)[1].startswith(". ")
+        assert "L4,T4" not in text and "Several" not in text
 
 
 @pytest.mark.parametrize("path", LEAVES, ids=" ".join)

@@ -11,8 +11,13 @@ PANEL = "Google Cloud"
 
 ProjectOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer reads these annotations at runtime
     "--project", metavar="ID", help="Google Cloud project [env FTCLI_PROJECT, config, gcloud].", rich_help_panel=PANEL)]
+REGION_HELP = "Vertex AI region [env FTCLI_REGION, config, gcloud; default us-central1]."
 RegionOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    "--region", help="Vertex AI region [env FTCLI_REGION, config, gcloud; default us-central1].",
+    "--region", metavar="REGION", help=REGION_HELP, rich_help_panel=PANEL)]
+# `ftcli train`'s: a list of candidates too (submit.plan_candidates), which its help did not say
+RegionsOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--region", metavar="REGION", help=f"{REGION_HELP} Several in order (us-central1,europe-west4): the next "
+    "when the machines cannot be had; each needs its own staging bucket ({region} in --bucket).",
     rich_help_panel=PANEL)]
 BucketOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--bucket", help="Staging bucket gs://BUCKET[/PREFIX] [env FTCLI_BUCKET, config].", rich_help_panel=PANEL)]
@@ -116,7 +121,7 @@ TrialOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--trial", help="For a tuning job (ftcli tune): this trial [default: the best so far].")]
 
 
-def _job_params(gpu_option):
+def _job_params(gpu_option, region_option):
     import inspect
 
     kw = inspect.Parameter.KEYWORD_ONLY
@@ -125,19 +130,20 @@ def _job_params(gpu_option):
         ("reduction_server", ReductionServerOpt, 0), ("spot", SpotOpt, False), ("flex_start", FlexStartOpt, False),
         ("max_wait", MaxWaitOpt, None), ("reservation", ReservationOpt, None), ("image", ImageOpt, None),
         ("timeout", TimeoutOpt, "24h"), ("labels", LabelsOpt, None), ("display_name", DisplayNameOpt, None),
-        ("project", ProjectOpt, None), ("region", RegionOpt, None), ("bucket", BucketOpt, None),
+        ("project", ProjectOpt, None), ("region", region_option, None), ("bucket", BucketOpt, None),
         ("service_account", ServiceAccountOpt, None))]
 
 
-def with_job_options(command=None, *, several_gpus: bool = True):
+def with_job_options(command=None, *, candidates: bool = True):
     """The options of the job `ftcli train` creates (and `ftcli tune`'s trials run): machines, how they are
     obtained, image, timeout, labels, name, project/region/bucket/service account. The command receives them as
-    one dict argument `job`, which `submit.plan` takes as keyword arguments. `several_gpus`: --gpu takes a list of
-    candidates (train's)."""
+    one dict argument `job`, which `submit.plan` takes as keyword arguments. `candidates`: --gpu and --region take
+    a list of candidates (train's)."""
     import functools
 
     from ftcli.trainer_options import with_option_group
 
     if command is None:
-        return functools.partial(with_job_options, several_gpus=several_gpus)
-    return with_option_group("job", _job_params(GpuOpt if several_gpus else OneGpuOpt))(command)
+        return functools.partial(with_job_options, candidates=candidates)
+    return with_option_group("job", _job_params(*((GpuOpt, RegionsOpt) if candidates else (OneGpuOpt, RegionOpt))))(
+        command)

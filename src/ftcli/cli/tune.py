@@ -23,7 +23,7 @@ def _values(params: Mapping[str, object]) -> str:
 
 
 @with_trainer_options(exclude=frozenset({"output_dir", "hypertune_metric"}))
-@with_job_options(several_gpus=False)
+@with_job_options(candidates=False)
 def tune(
     trainer: dict[str, Any],
     job: dict[str, Any],
