@@ -192,3 +192,25 @@ def test_a_group_alone_still_shows_its_help(capsys, args):
     assert r.code == 2 and not r.out
     assert r.err.startswith("Usage: ") and f"{' '.join(['ftcli', *args])} [OPTIONS] COMMAND [ARGS]...\n" in r.err
     assert "error:" not in r.err
+
+
+@pytest.mark.parametrize("args,says,hint", [
+    (["--project", "my-project-1", "jobs", "list"], "no such option: --project", "ftcli jobs list --project ..."),
+    (["jobs", "--json", "describe", "3"], "no such option: --json", "ftcli jobs describe --json ..."),
+    (["--json", "config", "list"], "no such option: --json", "ftcli config list --json ..."),
+])
+def test_an_option_before_its_command_is_shown_where_it_goes(capsys, tmp_path, monkeypatch, args, says, hint):
+    # gcloud takes its flags anywhere: `ftcli --project P jobs list` said "no such option: --project" and "see
+    # ftcli -h", whose options have no --project (and `ftcli --json config list` offered "Possible options: --version")
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, *args)
+    assert (r.code, r.out) == (2, "")
+    error, line = r.err.splitlines()
+    assert error == f"error: {says}"
+    assert line.startswith("hint: options go after the command: ") and line.endswith(hint)
+
+
+def test_an_option_no_command_takes_keeps_the_usual_hint(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "--gpuu", "train")
+    assert r.code == 2 and r.err.splitlines()[1].startswith("hint: see ") and r.err.rstrip().endswith(" -h")

@@ -21,6 +21,8 @@ class _UsageLine(click_errors.UsageError):
     """A usage error shown as ftcli's own errors are: `error: ...` and a hint, not click's three lines (the usage, a
     "Try 'ftcli train -h' for help." line, a blank one, then the error)."""
 
+    hint: str | None = None
+
     def show(self, file=None) -> None:
         from ftcli.output import error
 
@@ -32,11 +34,27 @@ class _UsageLine(click_errors.UsageError):
         if self.ctx is None:
             error(message)
             return
-        error(message, hint=config.usage_hint(self.ctx) or f"see {self.ctx.command_path} -h")
+        error(message, hint=self.hint or config.usage_hint(self.ctx) or f"see {self.ctx.command_path} -h")
+
+
+def _option_before_its_command(e: click_errors.NoSuchOption, argv: list[str]) -> str | None:
+    """Where an option put before its command goes: `ftcli --project P jobs list` (gcloud takes its flags anywhere)
+    said "no such option: --project" and "see ftcli -h", whose options have no --project."""
+    if e.ctx is None:
+        return None
+    root = e.ctx.find_root()
+    command, path = root.command, [root.command_path]
+    for word in argv:
+        sub = getattr(command, "commands", {}).get(word)  # (typer vendors click: duck-type the groups)
+        if sub is not None:
+            command, path = sub, [*path, word]
+    if command is e.ctx.command or not any(e.option_name in (*p.opts, *p.secondary_opts) for p in command.params):
+        return None
+    return f"options go after the command: {' '.join(path)} {e.option_name} ..."
 
 
 @contextmanager
-def _usage_lines() -> Iterator[None]:
+def _usage_lines(argv: list[str]) -> Iterator[None]:
     try:
         yield
     except click_errors.NoArgsIsHelpError:
@@ -44,19 +62,28 @@ def _usage_lines() -> Iterator[None]:
     except click_errors.UsageError as e:
         if isinstance(e, _UsageLine):
             raise
-        raise _UsageLine(e.format_message(), e.ctx) from e
+        message, hint = e.format_message(), None
+        if isinstance(e, click_errors.NoSuchOption) and (hint := _option_before_its_command(e, argv)):
+            # (with that hint, click's "Possible options: --version" for `ftcli --json config list` only misleads)
+            message = f"No such option: {e.option_name}"
+        line = _UsageLine(message, e.ctx)
+        line.hint = hint
+        raise line from e
 
 
 class _Group(typer.core.TyperGroup):
     """The root command: click's usage errors, from parsing its own options or any subcommand's (a mistyped option,
     a value of the wrong type, an unknown command), are raised as _UsageLine."""
 
+    argv: list[str] = []  # the command line's words, for a hint that rearranges them
+
     def make_context(self, info_name, args, parent=None, **extra):
-        with _usage_lines():
+        self.argv = list(args)
+        with _usage_lines(self.argv):
             return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx):
-        with _usage_lines():
+        with _usage_lines(self.argv):
             return super().invoke(ctx)
 
 
