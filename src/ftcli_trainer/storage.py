@@ -15,11 +15,17 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path, PurePosixPath
+from typing import NoReturn
 
 from ftcli_trainer.errors import one_line
 
 COMPLETE_MARKER = "_COMPLETE"
+# An export's list of the files it wrote (JSON: {"ftcli_export": 1, "files": [...]}, relative to the model folder). A
+# re-export replaces and removes only those: a README or notes the user put beside config.json stay, locally and in a
+# bucket. Written first as the old and new lists together, marker removed; last, after the files, the new list alone.
+EXPORT_MANIFEST = "ftcli_files.json"
 TRANSFER_WORKERS = 8
 # Staging folders are named `<stem>.tmp-<pid>-<mkdtemp's 8 characters>`: the pid tells a dead writer's leftovers
 # (removed at the next start) from a live writer's (left alone); the exact shape keeps a user's own folders safe.
@@ -361,12 +367,43 @@ def download_file(uri: str, dest: Path) -> Path:
     return dest
 
 
-def upload_dir(local: Path, uri: str, *, marker: bool = True) -> None:
+class InTheWay(Exception):
+    """Files of the user's (not in the earlier export's list) where a re-export would write its own."""
+
+    def __init__(self, names: list[str]):
+        super().__init__(", ".join(names))
+        self.names = names
+
+
+def _export_list(text: str | None) -> set[str] | None:
+    """The files an export's EXPORT_MANIFEST names, or None (absent or unreadable: an export of an older ftcli)."""
+    import json
+
+    if text is None:
+        return None
+    try:
+        files = json.loads(text)["files"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    return set(files)
+
+
+def _export_list_text(files: AbstractSet[str]) -> str:
+    import json
+
+    return json.dumps({"ftcli_export": 1, "files": sorted(files)}, indent=2) + "\n"
+
+
+def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = False) -> None:
     """Upload a folder's files under `uri`, in parallel.
 
     With `marker` (a model or a checkpoint) the folder is published whole: an old completion marker goes first
     (a reader never takes a half-overwritten folder for complete), objects the new folder no longer has go
-    next, and the marker is written last.
+    next, and the marker is written last. With `ours_only` (a model) only objects an earlier export wrote (its
+    EXPORT_MANIFEST) are replaced or removed: what the user put beside them stays; one of theirs where the new export
+    writes a file raises InTheWay before anything changes.
     """
     from google.cloud.storage import transfer_manager
 
@@ -374,20 +411,38 @@ def upload_dir(local: Path, uri: str, *, marker: bool = True) -> None:
     base = f"{prefix}/" if prefix else ""
     client = _client()
     bucket = client.bucket(bucket_name)
-    files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER)
-    names = {base + p.relative_to(local).as_posix() for p in files}
-    old = []
+    files = sorted(p for p in local.rglob("*")
+                   if p.is_file() and p.name != COMPLETE_MARKER and not (ours_only and p.name == EXPORT_MANIFEST))
+    rels = {p.relative_to(local).as_posix() for p in files}
+    names = {base + rel for rel in rels}
+    old: list[str] = []
+    stale: list[str] = []
     if marker:
         old = [b.name for b in client.list_blobs(bucket_name, prefix=base)]
+        if ours_only:
+            earlier = None
+            if base + EXPORT_MANIFEST in old:
+                earlier = _export_list(bucket.blob(base + EXPORT_MANIFEST).download_as_text())
+            ours = {base + rel for rel in earlier or ()}
+            there = set(old)
+            if earlier is not None and (taken := sorted(n for n in names - ours if n in there)):
+                raise InTheWay([n[len(base):] for n in taken])
+            stale = sorted((ours & there) - names)
+        else:
+            stale = [n for n in old if n not in names and n != base + COMPLETE_MARKER]
         if base + COMPLETE_MARKER in old:
             bucket.blob(base + COMPLETE_MARKER).delete()
+        if ours_only:  # both lists, until the stale files are gone: a failure half-way still knows them all
+            both = {n[len(base):] for n in stale} | rels
+            bucket.blob(base + EXPORT_MANIFEST).upload_from_string(_export_list_text(both).encode())
     pairs = [(str(p), bucket.blob(base + p.relative_to(local).as_posix())) for p in files]
     transfer_manager.upload_many(pairs, raise_exception=True, worker_type=transfer_manager.THREAD,
                                  max_workers=TRANSFER_WORKERS)
     if marker:
-        for name in old:
-            if name not in names and name != base + COMPLETE_MARKER:
-                bucket.blob(name).delete()
+        for name in stale:
+            bucket.blob(name).delete()
+        if ours_only:
+            bucket.blob(base + EXPORT_MANIFEST).upload_from_string(_export_list_text(rels).encode())
         bucket.blob(base + COMPLETE_MARKER).upload_from_string(b"")
 
 
@@ -498,11 +553,61 @@ def delete_prefix(uri: str) -> None:
 
 
 def replaceable(dest: Path) -> bool:
-    """Whether the trainer may replace the local folder `dest`: it is not there, empty, or an earlier export of
-    the trainer's own (it has the marker)."""
+    """Whether the trainer may export into the local folder `dest`: it is not there, empty, or an earlier export of
+    the trainer's own (it has the marker, or the list of its files: an export cut short half-way)."""
     if not dest.exists():
         return True
-    return dest.is_dir() and (not any(dest.iterdir()) or (dest / COMPLETE_MARKER).is_file())
+    return dest.is_dir() and (not any(dest.iterdir()) or (dest / COMPLETE_MARKER).is_file()
+                              or (dest / EXPORT_MANIFEST).is_file())
+
+
+def _files_in(folder: Path) -> set[str]:
+    """Every file and link under `folder` (links not followed), relative, as the export lists them."""
+    found = set()
+    for top, dirs, names in os.walk(folder):
+        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(top, d)))]:
+            found.add(Path(top, name).relative_to(folder).as_posix())
+    return found
+
+
+def _in_the_way(dest: Path, rels: AbstractSet[str], ours: AbstractSet[str]) -> list[str]:
+    """The new export's files whose place in `dest` holds something an earlier export did not write (a file or link
+    of that name, or one where the file's folder would be)."""
+    taken = []
+    for rel in sorted(rels - ours):
+        parts = PurePosixPath(rel).parts
+        folders = (dest.joinpath(*parts[:i]) for i in range(1, len(parts)))
+        if os.path.lexists(dest / rel) or any(os.path.lexists(f) and (f.is_symlink() or not f.is_dir())
+                                              for f in folders):
+            taken.append(rel)
+    return taken
+
+
+def _replace_in(staged: Path, dest: Path, rels: AbstractSet[str], ours: AbstractSet[str]) -> None:
+    """Move the export's files from `staged` into the earlier export `dest`, file by file, and remove the earlier
+    export's files it no longer has; any other file of `dest` (the user's) stays where it is. The marker goes first,
+    and the list of both exports' files stands in for the earlier one's until the end: cut short anywhere, the folder
+    is a torn export of ours (replaceable) that the next export finishes, never a complete-looking mix."""
+    stale = sorted(rel for rel in ours - rels if os.path.lexists(dest / rel))
+    both = staged / f".{EXPORT_MANIFEST}.both"
+    both.write_text(_export_list_text(set(stale) | rels), encoding="utf-8")
+    with contextlib.suppress(FileNotFoundError):
+        (dest / COMPLETE_MARKER).unlink()
+    os.replace(both, dest / EXPORT_MANIFEST)
+    for rel in sorted(rels):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged / rel, dest / rel)  # a link there is replaced, never followed
+    for rel in stale:
+        if (dest / rel).is_dir() and not (dest / rel).is_symlink():
+            continue  # a folder of the user's now where the earlier export had a file
+        (dest / rel).unlink()
+        for parent in list((dest / rel).parents)[:len(PurePosixPath(rel).parts) - 1]:
+            try:
+                parent.rmdir()  # a sub-folder of the earlier export's that is now empty
+            except OSError:
+                break
+    os.replace(staged / EXPORT_MANIFEST, dest / EXPORT_MANIFEST)
+    os.replace(staged / COMPLETE_MARKER, dest / COMPLETE_MARKER)
 
 
 def _usual_modes(folder: Path) -> None:
@@ -518,11 +623,20 @@ def _usual_modes(folder: Path) -> None:
 
 
 def publish_dir(staged: Path, target: str, ours_only: bool = True) -> None:
-    """Make `staged` appear at `target` whole: an atomic rename locally, marker-last on GCS. With `ours_only` a
-    local `target` is replaced only when it is an earlier export (its marker) or empty; a checkpoint's step-N,
-    in a folder that is the trainer's own, is replaced torn or not (ours_only=False)."""
+    """Make `staged` appear at `target` whole: a rename locally, marker-last on GCS. With `ours_only` (a model) the
+    folder gets the list of its files (EXPORT_MANIFEST), and a `target` that is there is written into only when it is
+    an earlier export (its marker or list) or empty: only the earlier export's files are replaced or removed, and
+    what else the user put there stays (one of theirs where this export has a file: refused, nothing changed, the new
+    model beside it). A checkpoint's step-N, in a folder that is the trainer's own, is replaced whole, torn or not
+    (ours_only=False)."""
+    rels = _files_in(staged) - {COMPLETE_MARKER, EXPORT_MANIFEST}
+    if ours_only:
+        (staged / EXPORT_MANIFEST).write_text(_export_list_text(rels), encoding="utf-8")
     if is_gcs(target):
-        upload_dir(staged, target)
+        try:
+            upload_dir(staged, target, ours_only=ours_only)
+        except InTheWay as e:
+            _beside(staged, target, f"{join(target, e.names[0])}" + _more(e.names))
         return
     dest = Path(target)
     (staged / COMPLETE_MARKER).touch()
@@ -531,19 +645,44 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True) -> None:
     if not dest.exists():
         staged.rename(dest)
         return
-    # Only an earlier export of this trainer (it has the marker), or an empty folder, is replaced; it goes into
-    # a staging folder of its own first (a crash leaves it where the next start cleans it up), never a fixed
-    # name that could be someone's.
-    if ours_only and not replaceable(dest):
-        import datetime as dt
-
-        from ftcli_trainer.errors import TrainerError
-
-        beside = dest.with_name(f"{dest.name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}")
-        staged.rename(beside)
-        raise TrainerError(f"{dest} is there and is not a model this trainer exported: it is left as it is, and "
-                           f"the new model is in {beside}")
+    if ours_only:
+        if not replaceable(dest):
+            _beside(staged, target)
+        try:
+            ours = _export_list(read_text(str(dest / EXPORT_MANIFEST)))
+        except (OSError, UnicodeDecodeError):
+            ours = None
+        if ours is not None and (taken := _in_the_way(dest, rels, ours)):
+            _beside(staged, target, f"{dest / taken[0]}" + _more(taken))
+        # (an earlier ftcli's export, with no list: the files this export writes are the ones it wrote)
+        _replace_in(staged, dest, rels, ours if ours is not None else rels)
+        shutil.rmtree(staged, ignore_errors=True)  # its empty folders
+        return
+    # A step-N goes into a staging folder of its own first (a crash leaves it where the next start cleans it up),
+    # never a fixed name that could be someone's.
     aside = staging_dir(dest.parent, dest.name)
     dest.rename(aside / dest.name)
     staged.rename(dest)
     shutil.rmtree(aside)
+
+
+def _more(names: list[str]) -> str:
+    return f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+
+
+def _beside(staged: Path, target: str, theirs: str | None = None) -> NoReturn:
+    """Refuse to export into `target`: the new model goes to `target-TIME` beside it, and the error says so."""
+    import datetime as dt
+
+    from ftcli_trainer.errors import TrainerError
+
+    beside = f"{target.rstrip('/')}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+    if is_gcs(beside):
+        upload_dir(staged, beside, ours_only=True)
+    else:
+        staged.rename(beside)
+    if theirs is None:
+        raise TrainerError(f"{target} is there and is not a model this trainer exported: it is left as it is, and "
+                           f"the new model is in {beside}")
+    raise TrainerError(f"{theirs} is not from the earlier export, and this one has a file there: {target} is left as "
+                       f"it is, and the new model is in {beside}")

@@ -1,5 +1,7 @@
 """What the export adds for `ftcli report`: the last evaluation's outputs, small plain arrays in the model folder."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,28 @@ def test_a_model_folder_that_is_a_link_gets_the_model_where_it_points(tiny_model
         assert (big / "_COMPLETE").is_file() and (big / "model.safetensors").is_file()
         assert sorted(p.name for p in tmp_path.iterdir()) == ["big", "run"]
         assert [p.name for p in big.parent.iterdir()] == ["model"]  # no staging left beside it
+
+
+def test_a_run_resumed_after_its_export_keeps_what_the_user_added_to_its_model_folder(tiny_model, sentiment_csv,
+                                                                                    tmp_path):
+    # The same trainer command again (a restarted Vertex worker, python -m ftcli_trainer.task by hand) evaluates and
+    # exports once more: the export replaced the whole model/ folder, and the README.md the user had written there went.
+    from ftcli_trainer import storage
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "16", "--output-dir", str(out)]
+    assert main(argv) == 0
+    model = out / "model"
+    (model / "README.md").write_text("# my sentiment model\n")
+    assert main(argv) == 0
+    assert (model / "README.md").read_text() == "# my sentiment model\n"
+    assert (model / storage.COMPLETE_MARKER).is_file() and (model / "model.safetensors").is_file()
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "logs", "model"]
+    # the export's list of its files: every file it wrote, and not the user's
+    wrote = set(json.loads((model / storage.EXPORT_MANIFEST).read_text())["files"])
+    assert {"config.json", "model.safetensors", "metrics.json", "ftcli_run.json"} <= wrote
+    assert wrote == {p.relative_to(model).as_posix() for p in model.rglob("*") if p.is_file()} - {
+        storage.COMPLETE_MARKER, storage.EXPORT_MANIFEST, "README.md"}

@@ -136,8 +136,8 @@ def test_between_evaluations_the_logs_reach_the_bucket_every_logs_sync_s(gcs, ti
     seen = []  # the bucket's train rows after each copy of the logs
     upload = storage.upload_dir
 
-    def upload_and_look(local, uri, *, marker=True):
-        upload(local, uri, marker=marker)
+    def upload_and_look(local, uri, **kwargs):
+        upload(local, uri, **kwargs)
         if uri.endswith("/logs"):
             text = gcs.read("vertex-out", "runs/job-3/logs/metrics.jsonl").decode()
             seen.append(sum(json.loads(r)["type"] == "train" for r in text.splitlines()))
@@ -175,11 +175,11 @@ def test_a_preempted_vm_switched_off_around_its_checkpoint_leaves_each_step_logg
         if self.global_step == 7:
             os.kill(os.getpid(), signal.SIGTERM)  # the preemption notice
 
-    def upload_until_switched_off(local, uri, *, marker=True):
+    def upload_until_switched_off(local, uri, **kwargs):
         checkpoint = "/checkpoints/step-" in uri
         if gone or (checkpoint and switched_off == "during_the_checkpoint"):
             raise VmGone
-        upload(local, uri, marker=marker)
+        upload(local, uri, **kwargs)
         gone.extend(["off"] if checkpoint else [])  # the VM goes right after the checkpoint
 
     monkeypatch.setattr(Trainer, "_record", sigterm_at_step_7)

@@ -138,7 +138,7 @@ def test_a_re_export_that_fails_half_way_does_not_keep_the_old_marker(gcs, tmp_p
         monkeypatch.setenv(k, v)
     storage.publish_dir(new, "gs://b/run/model")
     assert gcs.list("b", "run/model/") == ["run/model/_COMPLETE", "run/model/config.json",
-                                           "run/model/model.safetensors"]
+                                           "run/model/ftcli_files.json", "run/model/model.safetensors"]
     assert gcs.read("b", "run/model/model.safetensors") == b"new weights"
 
 
@@ -338,7 +338,8 @@ def test_a_local_publish_replaces_only_an_earlier_export_and_never_a_fixed_sibli
     assert (tmp_path / "model.old" / "keep.txt").read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "model.old"]  # no staging left
 
-    (tmp_path / "model" / COMPLETE_MARKER).unlink()  # now it is not an export
+    (tmp_path / "model" / COMPLETE_MARKER).unlink()  # now it is not an export (no marker, no list of its files)
+    (tmp_path / "model" / storage.EXPORT_MANIFEST).unlink()
     with pytest.raises(TrainerError, match="is not a model this trainer exported: it is left as it is, and the "
                                            "new model is in .*model-2"):
         storage.publish_dir(staged("3"), str(tmp_path / "model"))
@@ -367,7 +368,8 @@ def test_a_published_folder_gets_the_modes_the_umask_allows(tmp_path):
     modes = {p.relative_to(tmp_path / "model").as_posix(): p.stat().st_mode & 0o777
              for p in (tmp_path / "model").rglob("*") if p.is_file()}
     # read for the group as the umask allows, nothing taken away, nothing given to others
-    assert modes == {"model.safetensors": 0o640, "sub/config.json": 0o644, "run.sh": 0o740, "_COMPLETE": 0o640}
+    assert modes == {"model.safetensors": 0o640, "sub/config.json": 0o644, "run.sh": 0o740, "_COMPLETE": 0o640,
+                     "ftcli_files.json": 0o640}
 
 
 def test_a_failed_resumable_upload_leaves_its_session_out_of_the_jobs_traceback(gcs, tmp_path, monkeypatch):
@@ -431,3 +433,94 @@ def test_a_small_file_written_on_a_full_disk_names_it_and_leaves_no_temporary_fi
     storage.write_text(str(target), "new\n")
     assert target.read_text() == "new\n" and [p.name for p in target.parent.iterdir()] == ["run-fingerprint.json"]
 
+
+
+def _export(parent: Path, files: dict[str, bytes]) -> Path:
+    folder = storage.staging_dir(parent, "model")
+    for rel, data in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(data)
+    return folder
+
+
+def test_a_re_export_keeps_the_files_the_user_put_in_the_model_folder(tmp_path):
+    # A re-export (a restarted job, the same trainer command again) replaced the whole folder: a README.md and notes the
+    # user had put beside config.json were deleted without a word.
+    model = tmp_path / "model"
+    storage.publish_dir(_export(tmp_path, {"config.json": b"1", "old-only.bin": b"ftcli's", "sub/x": b"1"}), str(model))
+    (model / "README.md").write_text("my notes")
+    (model / "notes").mkdir()
+    (model / "notes" / "a.txt").write_text("a")
+    (model / "data").symlink_to(tmp_path / "elsewhere")
+    inode = (model / "README.md").stat().st_ino
+
+    storage.publish_dir(_export(tmp_path, {"config.json": b"2", "sub/x": b"2", "new.bin": b"n"}), str(model))
+    got = {p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    assert {k: v for k, v in got.items() if k != storage.EXPORT_MANIFEST} == {
+        "config.json": b"2", "sub/x": b"2", "new.bin": b"n", COMPLETE_MARKER: b"", "README.md": b"my notes",
+        "notes/a.txt": b"a"}  # the earlier export's old-only.bin is gone: that one was ftcli's
+    assert (model / "README.md").stat().st_ino == inode  # not even moved
+    assert os.readlink(model / "data") == str(tmp_path / "elsewhere")
+    assert sorted(storage._export_list((model / storage.EXPORT_MANIFEST).read_text())) == ["config.json", "new.bin",
+                                                                                          "sub/x"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no staging left
+
+
+def test_a_re_export_cut_short_is_finished_by_the_next_one_and_the_users_files_stay(tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    storage.publish_dir(_export(tmp_path, {"config.json": b"1", "old-only.bin": b"o"}), str(model))
+    (model / "README.md").write_text("mine")
+    moves, real_replace = [], os.replace
+
+    def crash_on_the_second_file(src, dst):
+        moves.append(dst)
+        if len(moves) == 3:  # the list of both exports' files, one file, then the crash
+            raise OSError(5, "Input/output error")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(storage.os, "replace", crash_on_the_second_file)
+    with pytest.raises(OSError):
+        storage.publish_dir(_export(tmp_path, {"config.json": b"2", "model.bin": b"2"}), str(model))
+    monkeypatch.setattr(storage.os, "replace", real_replace)
+    assert not (model / COMPLETE_MARKER).exists()  # torn: it does not claim to be complete
+    assert storage.replaceable(model)  # but it is ours: the next export finishes it (a run refused it as foreign)
+
+    storage.publish_dir(_export(tmp_path, {"config.json": b"3", "model.bin": b"3"}), str(model))
+    assert sorted(p.name for p in model.iterdir()) == ["README.md", COMPLETE_MARKER, "config.json",
+                                                       storage.EXPORT_MANIFEST, "model.bin"]
+    assert (model / "README.md").read_text() == "mine" and (model / "model.bin").read_bytes() == b"3"
+
+
+def test_a_user_file_where_the_re_export_writes_one_is_refused_and_nothing_changes(tmp_path):
+    model = tmp_path / "model"
+    storage.publish_dir(_export(tmp_path, {"config.json": b"1"}), str(model))
+    (model / "README.md").write_text("mine")
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    with pytest.raises(TrainerError, match=r"model/README.md is not from the earlier export, and this one has a file "
+                                           r"there: .*model is left as it is, and the new model is in .*model-2"):
+        storage.publish_dir(_export(tmp_path, {"config.json": b"2", "README.md": b"a model card"}), str(model))
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    (beside,) = tmp_path.glob("model-2*")
+    assert (beside / "README.md").read_bytes() == b"a model card" and (beside / COMPLETE_MARKER).is_file()
+
+
+def test_a_re_export_to_a_bucket_keeps_the_objects_the_user_put_there(gcs, tmp_path):
+    # publish_dir deleted every object under the prefix that the new export lacked: the user's README.md too
+    gcs.create_bucket("b")
+    storage.publish_dir(_export(tmp_path, {"config.json": b"1", "old-only.bin": b"o"}), "gs://b/run/model/")
+    gcs.write("b", "run/model/README.md", b"my notes")
+    gcs.write("b", "run/model/notes/a.txt", b"a")
+    storage.publish_dir(_export(tmp_path, {"config.json": b"2", "new.bin": b"n"}), "gs://b/run/model/")
+    assert gcs.list("b", "run/model/") == ["run/model/README.md", "run/model/_COMPLETE", "run/model/config.json",
+                                           "run/model/ftcli_files.json", "run/model/new.bin",
+                                           "run/model/notes/a.txt"]
+    assert gcs.read("b", "run/model/README.md") == b"my notes" and gcs.read("b", "run/model/config.json") == b"2"
+
+    # one of theirs where the export writes a file: nothing changes there, the new model goes beside it
+    with pytest.raises(TrainerError, match=r"gs://b/run/model/README.md is not from the earlier export.*the new "
+                                           r"model is in gs://b/run/model-2"):
+        storage.publish_dir(_export(tmp_path, {"config.json": b"3", "README.md": b"card"}), "gs://b/run/model/")
+    assert gcs.read("b", "run/model/README.md") == b"my notes" and gcs.read("b", "run/model/config.json") == b"2"
+    assert "run/model/_COMPLETE" in gcs.list("b", "run/model/")
+    beside = sorted({o.split("/")[1] for o in gcs.list("b", "run/") if o.startswith("run/model-")})
+    assert len(beside) == 1 and gcs.read("b", f"run/{beside[0]}/README.md") == b"card"
