@@ -148,8 +148,35 @@ def _set_aside(base: str, cfg) -> str | None:
     aside = Path(base) / f"previous-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     aside.mkdir(parents=True)
     for d in found:
-        d.rename(aside / d.name)
+        _move_keeping_links(d, aside / d.name)
     return str(aside)
+
+
+def _move_keeping_links(path: Path, to: Path) -> None:
+    """Rename `path` to `to` (one level deeper: previous-TIME/), its links still pointing where they did. A relative
+    link is read from where it is: run/model -> ../big/model (the model kept on a bigger disk) moved as it was no
+    longer resolved in previous-TIME/, and neither did one inside the folder that points out of it; those are made
+    again, absolute, to the same place. What a link points to is not touched."""
+    if path.is_symlink():
+        target = os.readlink(path)
+        if not os.path.isabs(target):
+            target = os.path.join(os.path.realpath(path.parent), target)  # (the run folder itself does not move)
+        os.symlink(target, to, target_is_directory=path.is_dir())
+        path.unlink()  # after the new link is there: cut short, the link is in both places, in none never
+        return
+    outward = {}
+    if path.is_dir():
+        for top, dirs, files in os.walk(path):
+            for name in (*dirs, *files):
+                link = Path(top, name)
+                if link.is_symlink() and not os.path.isabs(target := os.readlink(link)) and os.path.normpath(
+                        os.path.join(os.path.relpath(top, path), target)).split(os.sep)[0] == os.pardir:
+                    outward[link.relative_to(path)] = (os.path.realpath(link), link.is_dir())
+    path.rename(to)
+    for rel, (target, is_dir) in outward.items():
+        made = (to / rel).with_name(f".{rel.name}.ftcli-link")
+        os.symlink(target, made, target_is_directory=is_dir)
+        os.replace(made, to / rel)
 
 
 def _claim(base: str, cfg) -> bool:

@@ -192,6 +192,46 @@ def test_without_its_checkpoints_an_earlier_run_is_not_replaced_by_another(tmp_p
     assert tree(tmp_path / "run") == before
 
 
+def test_restart_keeps_a_linked_model_folder_pointing_where_it_did(tmp_path, tiny_model, sentiment_csv):
+    # run/model -> ../big/model (the model on a bigger disk): --restart moved the relative link into previous-TIME/,
+    # where it pointed at run/big/model, which is nothing; the earlier model was out of reach from the run folder.
+    train, _ = sentiment_csv
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "model").symlink_to(os.path.join("..", "big", "model"))
+    assert _tiny_run(tmp_path, tiny_model, train).returncode == 0
+    big = tmp_path / "big" / "model"
+    before = tree(big)
+    assert "model.safetensors" in before
+
+    r = _tiny_run(tmp_path, tiny_model, train, "--restart")
+    assert r.returncode == 0, r.stderr
+    (aside,) = (tmp_path / "run").glob("previous-*")
+    assert (aside / "model").is_symlink() and (aside / "model").resolve() == big.resolve()
+    assert tree(aside / "model") == before == tree(big)  # the earlier model, untouched where it is
+    assert not (tmp_path / "run" / "model").is_symlink() and (tmp_path / "run" / "model" / "_COMPLETE").is_file()
+
+
+def test_restart_keeps_the_links_inside_a_folder_it_moves_pointing_where_they_did(tmp_path):
+    from ftcli.local import _move_keeping_links
+
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "vocab.txt").write_text("v")
+    logs = tmp_path / "run" / "logs"
+    (logs / "sub").mkdir(parents=True)
+    (logs / "sub" / "mine.txt").write_text("m")
+    (logs / "vocab.txt").symlink_to(os.path.join("..", "..", "shared", "vocab.txt"))  # out of the folder
+    (logs / "inside").symlink_to(os.path.join("sub", "mine.txt"))  # within it: moves with it as it is
+    (logs / "absolute").symlink_to(tmp_path / "shared")
+    (tmp_path / "run" / "previous-1").mkdir()
+    _move_keeping_links(logs, tmp_path / "run" / "previous-1" / "logs")
+    moved = tmp_path / "run" / "previous-1" / "logs"
+    assert (moved / "vocab.txt").read_text() == "v" and os.path.isabs(os.readlink(moved / "vocab.txt"))
+    assert os.readlink(moved / "inside") == os.path.join("sub", "mine.txt") and (moved / "inside").read_text() == "m"
+    assert os.readlink(moved / "absolute") == str(tmp_path / "shared")
+    assert sorted(p.name for p in moved.iterdir()) == ["absolute", "inside", "sub", "vocab.txt"]
+    assert not logs.exists() and (tmp_path / "shared" / "vocab.txt").read_text() == "v"
+
+
 @pytest.mark.parametrize("inside", ["model"])  # ("logs": a --train-file kept in RUN/logs/ is refused alike)
 def test_restart_refuses_to_set_aside_the_folder_its_own_inputs_are_in(tmp_path, tiny_model, sentiment_csv, inside):
     """Going on from a run's own model (--model RUN/model --output-dir RUN --restart), or from data kept in it:
