@@ -682,6 +682,15 @@ def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None)
 # -- the whole report -------------------------------------------------------------------------------------------
 
 
+class ReportInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, SIGHUP: `ftcli report` makes them one) while a report was drawn or moved in; `said`: what
+    its folder holds now."""
+
+    def __init__(self, said: str):
+        super().__init__(said)
+        self.said = said
+
+
 def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda message: None) -> list[Path]:
     """Draw every picture the run allows and the Markdown into `out` (new, empty, or an earlier report's);
     return the files written, the Markdown first. `say` hears what a picture leaves out.
@@ -699,14 +708,26 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
         if p.note:
             drawn = ", ".join("`" + _one_line(n.replace("`", "'")) + "`" for n in p.drawn)
             notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table else "")
+    existed = out.is_dir()
     staged = staging_for(out, INSIDE_STAGING)
+    placing = False
     try:
         with names_on_failure(out):  # a full disk names no file: "No space left on device" alone said not which
             for p in plan:
                 p.draw(staged / p.name)
             (staged / "report.md").write_text(markdown(run, [p.name for p in plan], notes), encoding="utf-8")
             _write_manifest(staged / MANIFEST, run.source, names)
+            placing = True
             _publish(staged, out, names, earlier, run.source)
+    except KeyboardInterrupt:
+        # The staging folder goes (below); what `out` holds depends on how far the move in got.
+        if placing and not (staged.exists() and any((staged / n).exists() for n in (*names, MANIFEST))):
+            raise ReportInterrupted(f"the report had arrived: {out} holds it, complete") from None
+        if placing and existed:
+            raise ReportInterrupted(f"{out} holds part of the report's files; the same command again replaces "
+                                    "them") from None
+        raise ReportInterrupted(f"nothing was written to {out}" + (" (its files are as they were)" if existed
+                                                                   else "")) from None
     finally:
         if staged.exists():
             shutil.rmtree(staged, ignore_errors=True)

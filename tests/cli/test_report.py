@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -635,6 +636,92 @@ def test_the_drawn_matrix_pools_the_labels_left_out():
 
 
 # -- a report cut off midway ------------------------------------------------------------------------------------
+
+
+SLOW_REPORT = """
+import pathlib, sys, time
+import ftcli.report
+
+READY = pathlib.Path(sys.argv[1])
+
+def slow(*args):  # the confusion matrix, after the learning curves: the signal lands while the report is drawn
+    READY.touch()
+    time.sleep(60)
+
+ftcli.report._confusion = slow
+sys.argv = ["ftcli", "report", *sys.argv[2:]]
+from ftcli.cli.app import main
+main()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_sigterm_while_a_report_is_drawn_says_what_the_folder_holds_and_leaves_no_staging(single_run, tmp_path,
+                                                                                              sig):
+    # SIGTERM (a CI step's timeout, `docker stop`) killed `ftcli report` without a word (exit 143), its staging folder
+    # left in the run folder (or in the earlier report's) for the next report to clean; Ctrl-C said only "interrupted".
+    from tests.cli.helpers import wait_for_child
+
+    def drawing(path: Path) -> None:
+        deadline = time.monotonic() + 120
+        while not path.exists():
+            assert time.monotonic() < deadline, "the report was never drawn"
+            time.sleep(0.05)
+
+    run = copy_run(single_run, tmp_path)
+    for earlier in (False, True):
+        if earlier:
+            assert run_cli_process(run).returncode == 0
+            (run / "report" / "notes.txt").write_text("mine")
+        before = {p.name: p.read_bytes() for p in (run / "report").iterdir()} if earlier else None
+        ready = tmp_path / f"drawing-{earlier}"
+        proc = subprocess.Popen([sys.executable, "-c", SLOW_REPORT, str(ready), "run"], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for_child(proc, lambda ready=ready: drawing(ready))
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        kept = " (its files are as they were)" if earlier else ""
+        assert proc.returncode == 128 + sig, err
+        assert err.strip().splitlines()[-1] == f"interrupted; nothing was written to {Path('run', 'report')}{kept}"
+        assert "Traceback" not in err and out == ""
+        if earlier:
+            assert {p.name: p.read_bytes() for p in (run / "report").iterdir()} == before
+        else:
+            assert not (run / "report").exists()
+        assert not [p for p in run.rglob("*") if ".tmp-" in p.name]  # no staging left, beside it or in it
+
+
+def test_a_ctrl_c_while_a_report_moves_in_says_how_far_it_got(capsys, single_run, tmp_path, monkeypatch):
+    import ftcli.report
+
+    run = copy_run(single_run, tmp_path)
+    assert run_cli(capsys, "report", str(run)).code == 0
+    (run / "report" / "notes.txt").write_text("mine")
+    moved, real_replace = [], os.replace
+
+    def ctrl_c_on_the_second_file(src, dst):
+        moved.append(dst)
+        if len(moved) == 3:  # the list of both reports' files, one file, then Ctrl-C
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ftcli.report.os, "replace", ctrl_c_on_the_second_file)
+    r = run_cli(capsys, "report", str(run))
+    monkeypatch.setattr(ftcli.report.os, "replace", real_replace)
+    assert r.code == 130 and r.err.strip().splitlines()[-1] == (
+        f"interrupted; {run / 'report'} holds part of the report's files; the same command again replaces them")
+    assert not [p for p in run.rglob("*") if ".tmp-" in p.name]
+    r = run_cli(capsys, "report", str(run))
+    assert r.code == 0, r.err
+    assert (run / "report" / "notes.txt").read_text() == "mine"
+
+
+def run_cli_process(run: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*FTCLI, "report", str(run)], capture_output=True, text=True, timeout=300)
 
 
 def test_a_report_cut_off_midway_never_blocks_the_next(capsys, single_run, tmp_path, monkeypatch):

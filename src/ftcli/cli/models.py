@@ -64,11 +64,14 @@ def download(
     Example: ftcli download last ./my-model
     """
     from ftcli import jobs, models
+    from ftcli.cli.watch import stop_signals_interrupt
     from ftcli.output import err, escape, note, show_one, transfer
 
     name = jobs.resolve_job(job, project, region, trial=trial, notify=note)
     try:
-        with transfer("downloading the model") as progress:
+        # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C: they killed ftcli
+        # without a word, its staging folder left for the next download to clean
+        with stop_signals_interrupt() as stopped, transfer("downloading the model") as progress:
             got = models.download_model(name, dest, force=force, shown=f"{job} --trial {trial}" if trial else job,
                                         notify=note, progress=progress)
     except models.DownloadInterrupted as e:
@@ -77,7 +80,7 @@ def download(
                             *(["--trial", trial] if trial else [])])
         err().print(f"\ninterrupted; {e.said}" + (f"; finish it with {again}" if e.partial else ""), markup=False,
                     highlight=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(128 + stopped[0] if stopped else 130) from None
     shown = jobs.label(name, jobs.short_id(name))
     result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes,
               "already_there": got.already}

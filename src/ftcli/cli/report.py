@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from ftcli.cli.options import JsonOpt, ProjectOpt, RegionOpt, TrialOpt
+
+if TYPE_CHECKING:
+    from ftcli.report import Run
 
 REPORTS_DIR = "ftcli-reports"
 
@@ -78,10 +81,41 @@ def report(
 
       ftcli report last --out ./reports/mnli --json
     """
-    from ftcli.output import err, note, out
-    from ftcli.report import default_out, load_run, open_files, require_matplotlib, write_report
+    from ftcli.cli.watch import stop_signals_interrupt
+    from ftcli.output import err, out
+    from ftcli.report import ReportInterrupted, open_files, require_matplotlib
 
     require_matplotlib()
+    # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C: they killed ftcli without a
+    # word, its staging folder and the job's downloaded files left behind
+    with stop_signals_interrupt() as stopped:
+        try:
+            target, loaded, files = _draw(run, out_dir, trial, project, region)
+        except KeyboardInterrupt as e:
+            said = e.said if isinstance(e, ReportInterrupted) else "nothing was written" + (
+                "" if Path(run).is_dir() else "; what had been downloaded of the job's run was removed")
+            err().print(f"\ninterrupted; {said}", markup=False, highlight=False)
+            raise typer.Exit(128 + stopped[0] if stopped else 130) from None
+    if loaded.skipped_lines:
+        err().print(f"[dim]skipped {loaded.skipped_lines} unreadable line(s) of metrics.jsonl[/]")
+    if json_out:
+        print(json.dumps({"report": str(target), "files": [str(f) for f in files]}))
+    else:
+        for f in files:
+            out().print(str(f), markup=False)
+    if show:
+        why_not = open_files([f for f in files if f.suffix == ".png"])
+        if why_not:
+            err().print(f"--open: {why_not}; the files are in {target}", markup=False)
+
+
+def _draw(run: str, out_dir: Path | None, trial: str | None, project: str | None,
+          region: str | None) -> tuple[Path, Run, list[Path]]:
+    """Read the run (a folder, or a job's files downloaded into a temporary folder) and write its report; return
+    (the report's folder, the run, its files)."""
+    from ftcli.output import note
+    from ftcli.report import default_out, load_run, write_report
+
     path = Path(run)
     with tempfile.TemporaryDirectory(prefix="ftcli-report-") as tmp:
         if path.is_dir():
@@ -100,17 +134,7 @@ def report(
             target = out_dir or Path(REPORTS_DIR) / job_id
             loaded = load_run(Path(tmp), source=source)
         files = write_report(loaded, target, say=note)
-    if loaded.skipped_lines:
-        err().print(f"[dim]skipped {loaded.skipped_lines} unreadable line(s) of metrics.jsonl[/]")
-    if json_out:
-        print(json.dumps({"report": str(target), "files": [str(f) for f in files]}))
-    else:
-        for f in files:
-            out().print(str(f), markup=False)
-    if show:
-        why_not = open_files([f for f in files if f.suffix == ".png"])
-        if why_not:
-            err().print(f"--open: {why_not}; the files are in {target}", markup=False)
+    return target, loaded, files
 
 
 def register(app: typer.Typer) -> None:
