@@ -1,5 +1,6 @@
 import gzip
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,22 +172,27 @@ def test_held_out_rows_of_many_uneven_labels_and_one_row_labels(tmp_path):
     assert other.evals["eval"].texts != data.evals["eval"].texts
 
 
+def _rows_of_no_one_label(tmp_path, kind: str, n: int) -> tuple[Path, list[str]]:
+    """`n` rows t0..t{n-1} with no one label to split by (multi-label, as label columns or JSON lists) or none at all
+    (regression), and the trainer's options that read them."""
+    if kind == "label-columns":
+        return (write_csv(tmp_path / "m.csv", ["text", "a", "b"], [(f"t{i}", int(i < 5), i % 2) for i in range(n)]),
+                ["--task", "csv", "--label-columns", "a,b"])
+    if kind == "json-lists":
+        path = tmp_path / "m.jsonl"
+        path.write_text("".join(json.dumps({"text": f"t{i}", "label": ["a"] if i < 5 else ["b"]}) + "\n"
+                                for i in range(n)))
+        return path, ["--task", "jsonl"]
+    return (write_csv(tmp_path / "r.csv", ["text", "label"], [(f"t{i}", 9.5 if i < 5 else i / 7) for i in range(n)]),
+            ["--task", "csv", "--regression"])
+
+
 @pytest.mark.parametrize("kind", ["label-columns", "json-lists", "regression"])
 def test_multi_label_and_regression_hold_out_the_rows_they_did(tmp_path, kind):
     # No one label to split by (multi-label) or none at all (regression): the plain seeded permutation of earlier
     # trainers, so a run they started and this one resumes holds out the rows it held out before
     n, seed = 60, 4
-    if kind == "label-columns":
-        path = write_csv(tmp_path / "m.csv", ["text", "a", "b"], [(f"t{i}", int(i < 5), i % 2) for i in range(n)])
-        args = ["--task", "csv", "--label-columns", "a,b"]
-    elif kind == "json-lists":
-        path = tmp_path / "m.jsonl"
-        path.write_text("".join(json.dumps({"text": f"t{i}", "label": ["a"] if i < 5 else ["b"]}) + "\n"
-                                for i in range(n)))
-        args = ["--task", "jsonl"]
-    else:
-        path = write_csv(tmp_path / "r.csv", ["text", "label"], [(f"t{i}", 9.5 if i < 5 else i / 7) for i in range(n)])
-        args = ["--task", "csv", "--regression"]
+    path, args = _rows_of_no_one_label(tmp_path, kind, n)
     data = load(*args, "--train-file", str(path), "--eval-fraction", "0.25", "--seed", str(seed))
     perm = np.random.default_rng(seed + 1).permutation(n)
     assert data.evals["eval"].texts == [f"t{i}" for i in sorted(perm[:15])]
@@ -316,17 +322,7 @@ def test_multi_label_and_regression_subsets_are_the_rows_they_were(tmp_path, kin
     # No one label to split by (multi-label) or none at all (regression): the plain seeded permutation of earlier
     # trainers, so a run they started and this one resumes trains and is scored on the same rows
     n, seed = 60, 4
-    if kind == "label-columns":
-        path = write_csv(tmp_path / "m.csv", ["text", "a", "b"], [(f"t{i}", int(i < 5), i % 2) for i in range(n)])
-        args = ["--task", "csv", "--label-columns", "a,b"]
-    elif kind == "json-lists":
-        path = tmp_path / "m.jsonl"
-        path.write_text("".join(json.dumps({"text": f"t{i}", "label": ["a"] if i < 5 else ["b"]}) + "\n"
-                                for i in range(n)))
-        args = ["--task", "jsonl"]
-    else:
-        path = write_csv(tmp_path / "r.csv", ["text", "label"], [(f"t{i}", 9.5 if i < 5 else i / 7) for i in range(n)])
-        args = ["--task", "csv", "--regression"]
+    path, args = _rows_of_no_one_label(tmp_path, kind, n)
     data = load(*args, "--train-file", str(path), "--eval-file", str(path), "--max-train-samples", "15",
                 "--max-eval-samples", "12", "--seed", str(seed))
     perm = np.random.default_rng(seed).permutation(n)
