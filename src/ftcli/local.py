@@ -437,9 +437,8 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         AIP_MODEL_DIR=storage.join(base, "model") + "/",
         AIP_CHECKPOINT_DIR=storage.join(base, "checkpoints") + "/",
         AIP_TENSORBOARD_LOG_DIR=storage.join(base, "logs") + "/",
-        # ftcli says how a stopped run resumes (cli/local.py), in terms of the command the user typed
-        **{STOPS_SAID_BY_VAR: "1"},
     )
+    env[STOPS_SAID_BY_VAR] = "1"  # ftcli says how a stopped run resumes (cli/local.py), in the command the user typed
     if offline or not needs_hub(cfg):
         # Set before transformers is imported: later, a Hub id retries DNS for ~20 s before failing.
         env["HF_HUB_OFFLINE"] = "1"
