@@ -258,7 +258,8 @@ def test_following_says_why_a_trial_failed_and_exits_with_the_studys_state(capsy
         ["RUNNING", add_trial("1", "ACTIVE", lr),
          lambda job: vertex.fail_next("GetHyperparameterTuningJob", grpc.StatusCode.INTERNAL, message="Internal error"),
          add_trial("1", "SUCCEEDED", lr, 0.91),
-         add_trial("2", "ACTIVE", lr), add_trial("2", "INFEASIBLE", lr, reason=why), "SUCCEEDED"],
+         add_trial("2", "REQUESTED", {}), add_trial("2", "ACTIVE", lr), add_trial("2", "INFEASIBLE", lr, reason=why),
+         "SUCCEEDED"],
         ["RUNNING", add_trial("1", "ACTIVE", lr), "CANCELLED"]]
     r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--search",
                 "learning_rate=loguniform(1e-5,1e-4)")
@@ -266,6 +267,7 @@ def test_following_says_why_a_trial_failed_and_exits_with_the_studys_state(capsy
     assert "trial 2 INFEASIBLE · learning_rate=3e-05 · The replica workerpool0-0 exited with a non-zero status of " \
            "137.\n" in r.out and "Traceback" not in r.out
     assert "tuning job #1 SUCCEEDED · best trial 1: eval_accuracy 0.9100" in r.out
+    assert "\ntrial 2 REQUESTED\n" in r.out  # no values yet: nothing after it (it ended on " · ")
     assert r.err.count("warning: cannot read tuning job 1's state now (") == 1 and "still following it" in r.err, r.err
     r = run_cli(capsys, "jobs", "describe", "1")
     assert "trial 2: The replica workerpool0-0 exited with a non-zero status of 137.\n" in r.out, r.out

@@ -138,10 +138,12 @@ def _follow(name, n: int) -> int:
 
     def on_update(job, changed) -> None:
         for t in changed:
-            value = f" · {job.metric} {t.value:.4f}" if t.value is not None else ""
+            value = f"{job.metric} {t.value:.4f}" if t.value is not None else ""
             # why an INFEASIBLE trial stopped (its first line: a replica's error goes on with its stderr's end)
-            why = f" · {error_parts(t.error)[0]}" if t.error else ""
-            o.print(f"trial {t.id} {t.state} · {_values(t.params)}{value}{why}", markup=False, highlight=False)
+            why = error_parts(t.error)[0] if t.error else ""
+            # (a trial not yet given its values has none: "trial 3 REQUESTED · " ended on a separator)
+            parts = [f"trial {t.id} {t.state}", _values(t.params), value, why]
+            o.print(" · ".join(p for p in parts if p), markup=False, highlight=False)
         if not changed:
             err().print(f"tuning job {n}: {job.state}", markup=False, highlight=False)
 
