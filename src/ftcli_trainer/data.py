@@ -1038,11 +1038,18 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         _warn_thin_labels(train, evals, names)
     # (after the hold-out: the subset is of the rows left to train on, so none of it is ever an eval row)
     if (k := _kept_train_rows(len(train), cfg)) < len(train):
-        train = train.subset(_subset_idx(train, k, cfg))
+        whole, train = train, train.subset(_subset_idx(train, k, cfg))
+        given = (f"--max-train-samples {cfg.max_train_samples}" if cfg.max_train_samples is not None else
+                 f"--fraction-of-train-data {cfg.fraction_of_train_data:g}")
+        _warn_labels_left_out(whole, train, names, cfg, "trains on", given)
     if cfg.max_eval_samples is not None:
         k = cfg.max_eval_samples
+        whole_evals = evals
         evals = {name: ex.subset(_subset_idx(ex, k, cfg)) if k < len(ex) else ex
                  for name, ex in evals.items()}
+        for name, ex in evals.items():
+            _warn_labels_left_out(whole_evals[name], ex, names, cfg, f"scores its {name} set on",
+                                  f"--max-eval-samples {k}")
     multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
     if cfg.regression:
         _check_targets_vary(train.labels, "the training data")
@@ -1061,6 +1068,20 @@ def _looks_continuous(names: list[str]) -> bool:
     keys = [label_key(n) for n in names]
     return (len(names) > 10 and all(kind == "number" for kind, _ in keys)
             and any(not key.lstrip("+-").isdigit() for _, key in keys))
+
+
+def _warn_labels_left_out(whole: Examples, subset: Examples, names: list[str], cfg: TrainConfig, does: str,
+                          flag: str) -> None:
+    """A single-label subset smaller than its labels (_subset_idx gives each label a row while it has room) leaves
+    some out: say which, after _warn_thin_labels, which judged the data as given."""
+    if not _by_label(whole, cfg):
+        return
+    had, kept = set(whole.labels.tolist()), set(subset.labels.tolist())
+    if lost := sorted(had - kept):
+        shown = ", ".join(repr(names[i]) for i in lost[:_NAMED]) + (
+            f" and {len(lost) - _NAMED} more" if len(lost) > _NAMED else "")
+        log.warning("%s keeps %d rows, fewer than the %d labels: the run %s %d of them, without %s; give at least "
+                    "%d", flag, len(subset), len(had), does, len(kept), shown, len(had))
 
 
 def _warn_thin_labels(train_ex: Examples, evals: dict[str, Examples], names: list[str]) -> None:

@@ -307,14 +307,29 @@ def test_a_rare_label_keeps_a_row_in_every_small_subset(tmp_path):
         assert len(data.evals["eval"]) == 20 and int((data.evals["eval"].labels == rare).sum()) == 1, seed
 
 
-def test_a_subset_smaller_than_the_label_set_takes_one_row_of_as_many_labels(tmp_path):
+def test_a_subset_smaller_than_the_label_set_takes_one_row_of_as_many_labels(tmp_path, caplog):
     path = write_csv(tmp_path / "t.csv", ["text", "label"],
                      [(f"t{k} {i}", f"l{k}") for k in range(5) for i in range(20)])
     evals = write_csv(tmp_path / "e.csv", ["text", "label"], [(f"e{k}", f"l{k}") for k in range(5)])
     for seed in range(5):
-        data = load("--task", "csv", "--train-file", str(path), "--eval-file", str(evals), "--max-train-samples", "3",
-                    "--seed", str(seed))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ftcli_trainer"):
+            data = load("--task", "csv", "--train-file", str(path), "--eval-file", str(evals), "--max-train-samples",
+                        "3", "--max-eval-samples", "4", "--seed", str(seed))
         assert sorted(np.bincount(data.train.labels, minlength=5).tolist()) == [0, 0, 1, 1, 1]
+        # which labels the run goes without is said (the warnings on thin labels judged the data as given)
+        said = [r.getMessage() for r in caplog.records]
+        untrained = ", ".join(repr(data.label_names[i]) for i in range(5) if i not in set(data.train.labels))
+        unscored = ", ".join(repr(data.label_names[i]) for i in range(5) if i not in set(data.evals["eval"].labels))
+        assert f"--max-train-samples 3 keeps 3 rows, fewer than the 5 labels: the run trains on 3 of them, without " \
+               f"{untrained}; give at least 5" in said, said
+        assert f"--max-eval-samples 4 keeps 4 rows, fewer than the 5 labels: the run scores its eval set on 4 of " \
+               f"them, without {unscored}; give at least 5" in said, said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        load("--task", "csv", "--train-file", str(path), "--eval-file", str(evals), "--max-train-samples", "5",
+             "--max-eval-samples", "5")
+    assert not [r for r in caplog.records if "fewer than the" in r.getMessage()]  # each label has its row
 
 
 @pytest.mark.parametrize("kind", ["label-columns", "json-lists", "regression"])
