@@ -357,13 +357,14 @@ def _label_problems(labels: tuple[tuple[str, str], ...]) -> list[str]:
     if len(labels) > MAX_LABELS:
         problems.append(f"{len(labels)} labels; Vertex allows at most {MAX_LABELS}")
     keys = [k for k, _ in labels]
+    # (ftcli's own labels are made valid: a bad key or value is one of --labels', and the line says so)
     for key in sorted({k for k in keys if keys.count(k) > 1}):
-        problems.append(f"label {key!r} is given more than once: keep one")
+        problems.append(f"--labels: label {key!r} is given more than once: keep one")
     for key, value in labels:
         if not (key and _label_letter(key[0]) and _label_text_ok(key)):
-            problems.append(f"label key {key!r} is invalid: it must start with a lowercase letter; {rule}")
+            problems.append(f"--labels: label key {key!r} is invalid: it must start with a lowercase letter; {rule}")
         if not _label_text_ok(value):
-            problems.append(f"label value {value!r} (of {key!r}) is invalid: {rule}")
+            problems.append(f"--labels: label value {value!r} (of {key!r}) is invalid: {rule}")
     return problems
 
 
