@@ -42,20 +42,17 @@ def require_train_extra(command: str) -> None:
 
 
 def check_data_files(cfg) -> None:
-    """A local --train-file or --eval-file that is not there (or is a folder) is said first: `ftcli local --task csv
-    --train-file missing.csv` reported an unreachable Hub (the model is checked before the trainer reads the data),
-    and with the Hub at hand it started the trainer and made a run folder before saying so."""
+    """A local --train-file or --eval-file that is not there (or is a folder) is said first, as `ftcli train` says it:
+    `ftcli local --task csv --train-file missing.csv` reported an unreachable Hub (the model is checked before the
+    trainer reads the data), and with the Hub at hand it started the trainer and made a run folder before saying so."""
+    from ftcli.submit import local_data_problem
     from ftcli_trainer import storage
-    from ftcli_trainer.data import local_file_error
 
     for flag, path in (("--train-file", cfg.train_file), ("--eval-file", cfg.eval_file)):
-        if not path or storage.is_gcs(path) or (e := local_file_error(path)) is None:
-            continue
-        if Path(path).expanduser().is_dir():
-            raise UsageError(f"{flag}: {e}")
-        # as `ftcli train` says it (submit.plan)
-        raise UsageError(f"{flag} {path}: no such file (give a local file or a gs:// URI)",
-                         hint=None if Path(path).expanduser().is_absolute() else f"it was looked for in {Path.cwd()}")
+        if path and not storage.is_gcs(path) and (problem := local_data_problem(flag, path)) is not None:
+            local = Path(path).expanduser()
+            raise UsageError(problem, hint=f"it was looked for in {Path.cwd()}" if not (
+                local.exists() or local.is_absolute()) else None)
 
 
 def needs_hub(cfg) -> bool:

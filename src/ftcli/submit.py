@@ -92,6 +92,19 @@ def label_value(value: str) -> str:
 TRY_LABEL = "ftcli_try"  # which of several --gpu/--region candidates a job is
 
 
+def local_data_problem(flag: str, value: str) -> str | None:
+    """Why the local data file `value` given to `flag` cannot be read (a folder: the data files in it to pick from, as
+    the trainer says it; nothing there), or None: `ftcli train` and `ftcli local` say it before anything starts."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        from ftcli_trainer.data import local_file_error
+
+        return f"{flag}: {local_file_error(value)}"
+    if not path.is_file():
+        return f"{flag} {value}: no such file (give a local file or a gs:// URI)"
+    return None
+
+
 def parse_labels(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
@@ -427,13 +440,10 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
             if (p := gcs_file_problem(f"--{name.replace('_', '-')}", str(value))) is not None:
                 problems.append(p)
         elif value:
-            path = Path(value).expanduser()
-            if path.is_dir():
-                problems.append(f"--{name.replace('_', '-')} {value} is a folder; give a CSV or JSON Lines file in it")
-            elif not path.is_file():
-                problems.append(f"--{name.replace('_', '-')} {value}: no such file (give a local file or a gs:// URI)")
+            if (p := local_data_problem(f"--{name.replace('_', '-')}", str(value))) is not None:
+                problems.append(p)
             else:
-                local_files[name] = path
+                local_files[name] = Path(value).expanduser()
     if validated and validated[0].wandb_project and not validated[0].wandb_secret:
         problems.append("--wandb-project on Vertex reads the W&B key from Secret Manager: add --wandb-secret "
                         "projects/PROJECT/secrets/NAME (the key is never passed in the job)")

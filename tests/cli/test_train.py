@@ -336,7 +336,8 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--gpu", "A100x8", "--replicas", "2", "--reduction-server", str(2**64)], "--reduction-server 1844"),
     (["--region", "us-centrall1"], "did you mean us-central1"),
     (["--train-file", "/no/such.csv", "--task", "csv"], "no such file"),
-    (["--train-file", "/", "--task", "csv"], "--train-file / is a folder; give a CSV or JSON Lines file in it"),
+    # (as the trainer and `ftcli local` say it, naming the data files in it when it has some)
+    (["--train-file", "/", "--task", "csv"], "--train-file: data file / is a folder"),
     (["--model", "./no-such-model"], "--model ./no-such-model: no such folder"),
     (["--labels", "team=ml,team=x"], "--labels gives team twice ('ml' and 'x'): keep one"),
     (["--labels", "ftcli_task=x"], "--labels ftcli_task: ftcli sets the ftcli_task label itself"),
