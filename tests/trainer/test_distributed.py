@@ -396,17 +396,44 @@ def test_sigterm_during_an_evaluation_stops_every_worker_at_the_same_batch_and_t
     went on alone would hang in the gather of predictions. The restart, two workers again, evaluates that step first;
     each evaluation row is logged once."""
     train = write_csv(tmp_path / "train.csv", ["text", "label"], sentiment_rows(240, seed=1))
-    test = write_csv(tmp_path / "test.csv", ["text", "label"], sentiment_rows(40001, seed=2))  # ~2 s to evaluate
+    test = write_csv(tmp_path / "test.csv", ["text", "label"], sentiment_rows(801, seed=2))  # 25 batches a rank
     out = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # The SIGTERM reaches the launcher from rank 0 at its second batch of step 15's evaluation, and rank 0 goes on
+    # only once the launcher has passed it on: inside the evaluation whatever the machine's load. (Sent from here
+    # when "step 15/30" was read, it came after the evaluation's end on a busy machine: no evaluation was cut.)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    sent = tmp_path / "sigterm-sent"
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '0':\n"
+        "    import signal, time\n"
+        "    from ftcli_trainer import loop\n"
+        "    evaluate, collate, evaluating = loop.Trainer.evaluate, loop.collate, []\n"
+        "    def watched(self):\n"
+        "        evaluating.append(self)\n"
+        "        try:\n"
+        "            return evaluate(self)\n"
+        "        finally:\n"
+        "            evaluating.clear()\n"
+        "    def counted(*args):\n"
+        "        if evaluating and evaluating[0].global_step == 15 and len(evaluating) == 2:\n"
+        f"            if not os.path.exists({str(sent)!r}):\n"
+        f"                open({str(sent)!r}, 'w').close()\n"
+        "                os.kill(os.getppid(), signal.SIGTERM)\n"
+        "                deadline = time.monotonic() + 60\n"
+        "                while not evaluating[0]._stop_requested and time.monotonic() < deadline:\n"
+        "                    time.sleep(0.01)\n"
+        "        if evaluating:\n"
+        "            evaluating.append(None)\n"
+        "        return collate(*args)\n"
+        "    loop.Trainer.evaluate, loop.collate = watched, counted\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
     argv = _two_processes_argv((train, test), tiny_model, out, "--epochs", "2", "--log-every", "1")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 120
-    for line in proc.stdout:  # SIGTERM as soon as the first epoch's last step is logged: its evaluation follows
-        if line.startswith("step 15/30") or time.monotonic() > deadline:
-            proc.send_signal(signal.SIGTERM)
-            break
-    _, err = proc.communicate(timeout=120)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert sent.exists(), proc.stderr[-3000:]
+    err = proc.stderr
     assert proc.returncode == 143, err
     assert err.splitlines()[0] == ("stopped: SIGTERM: checkpoint written at step 15; a restarted worker, or the same "
                                    "command, resumes from it")
