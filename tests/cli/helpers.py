@@ -18,8 +18,13 @@ class Result:
 
 
 def run_cli(capsys: pytest.CaptureFixture, *args: str) -> Result:
+    from ftcli import output
     from ftcli.cli.app import main
 
+    # Each call a fresh invocation: the consoles (cached for the process) take COLUMNS when made, and a console that
+    # an earlier call made at another width made a width test pass or fail by the tests run before it
+    output.out.cache_clear()
+    output.err.cache_clear()
     capsys.readouterr()
     old = sys.argv
     sys.argv = ["ftcli", *args]
