@@ -201,7 +201,8 @@ def load_latest(root: str, model) -> dict | None:
 FINGERPRINT = "run-fingerprint.json"
 WANDB_RUN_ID = "wandb-run-id"  # the W&B run a resumed run goes on with (tracking.run_id)
 # Options that change what is learnt: resuming with another value would silently mix two runs. (Not: eval,
-# logging and checkpoint cadence, torch.compile, the threshold, which change no weight.)
+# logging and checkpoint cadence, torch.compile, the threshold, which change no weight; --max-eval-samples does where
+# evaluations pick the weights: run_fingerprint.)
 MATH_OPTIONS = ("task", "model", "dataset_config", "text_column", "text_pair_column", "label_column",
                 "label_columns", "label_names", "epochs", "batch_size", "learning_rate", "weight_decay",
                 "warmup_ratio", "max_length", "gradient_accumulation_steps", "max_grad_norm", "max_train_samples",
@@ -263,6 +264,12 @@ def run_fingerprint(cfg) -> dict:
         # go on with other rows. Absent where the subset is still the random one, as held_out_by_label. (Present too
         # where the option asks for all the rows, which only the data says: such an older run is refused as well.)
         fp["train_subset_by_label"] = True
+    if cfg.max_eval_samples is not None and (cfg.keep_best or cfg.early_stopping):
+        # The rows whose evaluations pick the exported weights (--keep-best) or end the run (--early-stopping): resumed
+        # on another --max-eval-samples, a run weighed one subset's evaluations against another's best and kept (or
+        # stopped at) whichever subset scored higher. Absent where no evaluation decides anything, or none is a
+        # subset: the evaluation set changes no weight there, and such runs resume as before.
+        fp["max_eval_samples"] = cfg.max_eval_samples
     if cfg.train_file:
         fp["train_data"] = _digest(cfg.train_file)
         fp["eval_data"] = _digest(cfg.eval_file) if cfg.eval_file else None

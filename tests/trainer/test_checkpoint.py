@@ -96,6 +96,28 @@ def test_fingerprint_says_when_the_training_subset_is_drawn_by_label(tmp_path, r
     fake_checkpoint(fresh, 5)
     assert checkpoint.claim(fresh, new) is False  # a run this trainer started resumes
 
+def test_fingerprint_holds_the_eval_subset_when_evaluations_decide_the_model(tmp_path, root):
+    # --keep-best keeps the best evaluation's weights and --early-stopping ends the run on them: resumed with another
+    # --max-eval-samples, the run compared evaluations of two different subsets (refused now, naming the option)
+    a = write_csv(tmp_path / "a.csv", ["text", "label"], [("x", "p"), ("y", "n")])
+
+    def fp(*args):
+        return checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), "--eval-every", "5",
+                                                      *args]))
+
+    for deciding in (("--keep-best",), ("--early-stopping", "2")):
+        assert fp(*deciding, "--max-eval-samples", "40")["max_eval_samples"] == 40
+        assert "max_eval_samples" not in fp(*deciding)
+    # no evaluation decides anything: the subset changes no weight, and the run resumes as before
+    assert fp("--max-eval-samples", "40") == fp() == fp("--max-eval-samples", "9")
+    checkpoint.claim(root, fp("--keep-best", "--max-eval-samples", "40"))
+    fake_checkpoint(root, 5)
+    assert checkpoint.claim(root, fp("--keep-best", "--max-eval-samples", "40")) is False  # the same run resumes
+    for other in (("--max-eval-samples", "80"), ()):
+        with pytest.raises(checkpoint.RunMismatch, match=r"a different run \(max-eval-samples differs\): resuming"):
+            checkpoint.claim(root, fp("--keep-best", *other))
+
+
 def test_claim_takes_an_empty_folder_and_resumes_the_same_run(root):
     fp = {"task": "csv", "train_data": "sha256:aa"}
     checkpoint.claim(root, fp)
