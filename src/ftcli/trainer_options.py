@@ -17,6 +17,9 @@ from ftcli_trainer.config import OPTIONS, ConfigError, TrainConfig, resolve, to_
 
 PANEL = "Trainer options"
 TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
+# Set by `ftcli tune` on each trial (the study's metric), never by hand: a CustomJob of `ftcli train` or a run of
+# `ftcli local` has no tuning service to report to, and the option only sat in their --help doing nothing.
+SET_BY_TUNE = frozenset({"hypertune_metric"})
 
 
 def _parameter(opt) -> inspect.Parameter:
@@ -82,10 +85,12 @@ def with_option_group(arg: str, group: list[inspect.Parameter]):
 
 
 def with_trainer_options(command: Callable[..., Any] | None = None, *, exclude: frozenset[str] = frozenset()):
-    """Give `command` every trainer option (but `exclude`); it receives them as one dict argument `trainer`."""
+    """Give `command` every trainer option (but `exclude`, and those ftcli tune sets); it receives them as one dict
+    argument `trainer`."""
     if command is None:
         return functools.partial(with_trainer_options, exclude=exclude)
-    return with_option_group("trainer", [_parameter(o) for o in OPTIONS if o.name not in exclude])(command)
+    return with_option_group("trainer", [_parameter(o) for o in OPTIONS if o.name not in exclude | SET_BY_TUNE])(
+        command)
 
 
 def validate(values: dict[str, Any]) -> tuple[TrainConfig, list[str]]:

@@ -174,6 +174,9 @@ def test_ctrl_c_in_any_command_says_interrupted_and_exits_130(capsys, tmp_path, 
     (["jobs", "describe"], "missing argument 'JOB'", "ftcli jobs describe"),
     (["config", "sett"], "no such command 'sett'. Did you mean 'set', 'unset'?", "ftcli config"),
     (["--versio"], "no such option: --versio (Possible options: --version)", "ftcli"),
+    # ftcli tune's to set on its trials: train's CustomJob and local's run have no tuning service to report to
+    (["local", "--hypertune-metric", "eval_accuracy"], "no such option: --hypertune-metric", "ftcli local"),
+    (["train", "--hypertune-metric", "eval_accuracy"], "no such option: --hypertune-metric", "ftcli train"),
 ])
 def test_a_usage_error_is_one_line_and_a_hint(capsys, tmp_path, monkeypatch, args, says, see):
     # Click said these in three lines and a blank one ("Usage: ftcli train [OPTIONS]", "Try 'ftcli train -h' for

@@ -22,7 +22,7 @@ def _values(params: Mapping[str, object]) -> str:
     return " ".join(f"{k}={one(v)}" for k, v in params.items())
 
 
-@with_trainer_options(exclude=frozenset({"output_dir", "hypertune_metric"}))
+@with_trainer_options(exclude=frozenset({"output_dir"}))
 @with_job_options(candidates=False)
 def tune(
     trainer: dict[str, Any],
