@@ -109,7 +109,7 @@ def test_tuning_job_wraps_the_train_job_and_round_trips():
 
 def test_following_a_study_outlasts_a_state_it_cannot_read_for_a_while_not_for_ever():
     from ftcli import tuning
-    from ftcli.errors import FtcliError, NotFound
+    from ftcli.errors import FollowingLost, FtcliError, NotFound
     from ftcli.values import TuningJob, TuningName
 
     name = TuningName("p", "us-central1", "1")
@@ -137,9 +137,14 @@ def test_following_a_study_outlasts_a_state_it_cannot_read_for_a_while_not_for_e
     down = FtcliError("vertex: internal error")
     final, told, seen = run([job("RUNNING"), down, down, job("SUCCEEDED")])
     assert final.state == "SUCCEEDED" and told == [down] and seen == ["RUNNING", "SUCCEEDED"]
-    with pytest.raises(FtcliError):  # past the patience: raised (a login that expired, a role taken away)
+    with pytest.raises(FollowingLost) as lost:  # past the patience: raised (a login that expired, a role taken away)
         run([job("RUNNING"), *[down] * 6, job("SUCCEEDED")])
-    with pytest.raises(FtcliError):  # the first read: nothing was followed yet
+    # (saying that the study may run on: the command adds how to see its trials and cancel it)
+    assert lost.value.message == ("vertex: internal error (10 s of failed reads: ftcli stopped following the tuning "
+                                  "job, which may still be running)")
+    assert lost.value.cause is down and lost.value.exit_code == down.exit_code
+    with pytest.raises(FtcliError) as first:  # the first read: nothing was followed yet, the error as it came
         run([down, job("SUCCEEDED")])
+    assert first.value is down
     with pytest.raises(NotFound):
         run([job("RUNNING"), NotFound("gone"), job("SUCCEEDED")])

@@ -57,6 +57,23 @@ class Conflict(FtcliError):
     """The resource is not in a state that allows the call (FAILED_PRECONDITION), e.g. cancelling a finished job."""
 
 
+class FollowingLost(FtcliError):
+    """A job ftcli followed could not be read for longer than it waits (`cause`: the last failure, whose message,
+    hint and exit status this keeps). Following stops; the job does not: the command says so, and how to follow it
+    again or cancel it (a job left running unsaid runs up its bill)."""
+
+    def __init__(self, cause: FtcliError, what: str, waited: float):
+        waited_for = f"{waited / 60:.0f} minutes" if waited >= 60 else f"{waited:.0f} s"
+        super().__init__(f"{cause.message} ({waited_for} of failed reads: ftcli stopped following {what}, which "
+                         "may still be running)", hint=cause.hint, problems=cause.problems)
+        self.cause = cause
+        self.exit_code = cause.exit_code
+
+    def then(self, step: str) -> None:
+        """Add `step` (the commands that follow the job again or cancel it) to the hint."""
+        self.hint = f"{self.hint}; then {step}" if self.hint else step
+
+
 class LogsUnavailable(FtcliError):
     """The job's logs cannot be read now. `reason`: "denied" (no permission or credentials), "unreachable"
     (network, endpoint), "quota" (RESOURCE_EXHAUSTED), "unsupported" (no live tail here), "error" (other)."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ftcli.errors import FtcliError, LogsUnavailable, NotFound, UsageError
+from ftcli.errors import FollowingLost, FtcliError, LogsUnavailable, NotFound, UsageError
 from ftcli.values import FINAL_STATES, WAITING_STATES, Job, JobName, LogEntry, TailBatch
 
 # LogSeverity (https://cloud.google.com/logging/docs/reference/v2/rest/v2/LogEntry#logseverity, read 2026-11-27):
@@ -460,7 +460,7 @@ class Follower:
                             raise
                         unreadable_since = unreadable_since or now
                         if now - unreadable_since > STATE_PATIENCE:
-                            raise
+                            raise FollowingLost(e, "the job", STATE_PATIENCE) from e
                         if not told_state:
                             told_state = True
                             self.events.notice(Notice("state", f"cannot read the job's state now ({e.message}); "

@@ -294,7 +294,7 @@ def follow(get_job, on_update, *, interval: float = 3.0, sleep=None, on_unreadab
     that is not found, is raised."""
     import time
 
-    from ftcli.errors import FtcliError, NotFound
+    from ftcli.errors import FollowingLost, FtcliError, NotFound
     from ftcli.follow import STATE_PATIENCE
 
     sleep = sleep or time.sleep
@@ -313,7 +313,7 @@ def follow(get_job, on_update, *, interval: float = 3.0, sleep=None, on_unreadab
             now = clock()
             unreadable_since = unreadable_since if unreadable_since is not None else now
             if now - unreadable_since > patience:
-                raise
+                raise FollowingLost(e, "the tuning job", patience) from e
             if not told and on_unreadable is not None:
                 on_unreadable(e)
             told = True

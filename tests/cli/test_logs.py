@@ -652,3 +652,26 @@ def test_a_failed_state_read_does_not_end_following(capsys, logs_env, code, erro
     assert ("still following it" in r.err) == bool(state_notices)
     assert "job 1: SUCCEEDED" in r.err and "Traceback" not in r.err
     assert "still training" in r.out
+
+
+def test_a_state_unreadable_past_the_patience_says_the_job_was_not_stopped(capsys, logs_env, monkeypatch):
+    """A state read failing for longer than ftcli waits (a login that expired, a role taken away) ended `ftcli logs`
+    (and `ftcli train`'s following) with that error alone: nothing said the job ran on, billing, nor how to get back
+    to it."""
+    from ftcli import follow
+
+    vertex, logs, job = logs_env
+    monkeypatch.setattr(follow, "STATE_PATIENCE", 1.0)
+
+    def produce():
+        n = len(vertex.calls("GetCustomJob"))
+        assert vertex.wait_for_requests("GetCustomJob", n + 2, timeout=20)  # following has started
+        vertex.fail_next("GetCustomJob", grpc.StatusCode.INTERNAL, times=10_000, message="Internal error encountered.")
+
+    r = run_while(capsys, produce, vertex, "logs", "1")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        "error: Vertex AI failed on Google's side (INTERNAL): Internal error encountered. (1 s of failed reads: ftcli "
+        "stopped following the job, which may still be running)",
+        "hint: nothing in your request caused it: try again in a few minutes; https://status.cloud.google.com lists "
+        "Google Cloud incidents; then follow it again: ftcli logs 1   cancel it: ftcli jobs cancel 1"]

@@ -531,3 +531,24 @@ def test_a_bucket_of_another_project_is_named_with_the_grant_the_trials_need(cap
              "service-1234@gcp-sa-aiplatform-cc.iam.gserviceaccount.com --role=roles/storage.objectAdmin")
     (line,) = [x for x in r.err.splitlines() if x.startswith("warning: gs://other-team belongs to project number 5678")]
     assert grant in line
+
+
+def test_a_study_unreadable_past_the_patience_says_it_was_not_stopped(capsys, cloud_env, monkeypatch):
+    # A study whose state could not be read for longer than ftcli waits ended `ftcli tune` with that error alone: no
+    # word that the study (its trials billed by the hour) ran on, nor how to see or cancel it.
+    from ftcli import follow
+
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.01")
+    monkeypatch.setattr(follow, "STATE_PATIENCE", 1.0)
+    vertex.next_tuning_scripts = [[
+        "RUNNING", lambda job: vertex.fail_next("GetHyperparameterTuningJob", grpc.StatusCode.INTERNAL, times=10_000,
+                                                message="Internal error")]]
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--search",
+                "learning_rate=loguniform(1e-5,1e-4)")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        "error: Vertex AI failed on Google's side (INTERNAL): Internal error (1 s of failed reads: ftcli stopped "
+        "following the tuning job, which may still be running)",
+        "hint: nothing in your request caused it: try again in a few minutes; https://status.cloud.google.com lists "
+        "Google Cloud incidents; then its trials: ftcli jobs describe 1   cancel it: ftcli jobs cancel 1"]

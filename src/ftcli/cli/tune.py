@@ -131,6 +131,7 @@ def _follow(name, n: int) -> int:
     from ftcli import tuning
     from ftcli.cli.train import _say_job_keeps_running
     from ftcli.cli.watch import stop_signals_interrupt, timing_from_env
+    from ftcli.errors import FollowingLost
     from ftcli.follow import EXIT_FOR_STATE, error_parts, said_error
     from ftcli.output import err, note, out, warn
 
@@ -156,6 +157,9 @@ def _follow(name, n: int) -> int:
     except KeyboardInterrupt:
         _say_job_keeps_running(name, n)  # as train and tune say it during the submission
         return 128 + got[0] if got else 130
+    except FollowingLost as e:
+        e.then(f"its trials: ftcli jobs describe {n}   cancel it: ftcli jobs cancel {n}")
+        raise
     from ftcli import prices
     from ftcli.cli.cost import say_spent
 

@@ -188,6 +188,7 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
     """Follow job `name` on the screen; return the exit status (the job's, or 130 on Ctrl-C, 128 + the signal's
     number on SIGTERM or SIGHUP)."""
     from ftcli import follow as core
+    from ftcli.errors import FollowingLost
     from ftcli.gcp.cloud_logging import get_logging
     from ftcli.gcp.vertex import get_vertex
     from ftcli.output import err, note
@@ -205,6 +206,9 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
         err().print(f"\ndetached; the job keeps running. Re-attach: ftcli logs {shown}   "
                     f"cancel: ftcli jobs cancel {shown}")
         return 128 + got[0] if got else 130
+    except FollowingLost as e:
+        e.then(f"follow it again: ftcli logs {shown}   cancel it: ftcli jobs cancel {shown}")
+        raise
     finally:
         view.done_waiting()
     if outcome.state is not None:
