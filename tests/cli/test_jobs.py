@@ -116,6 +116,19 @@ def test_describe_of_a_failed_job_points_at_its_logs(capsys, cloud_env):
         in text, r.out
 
 
+def test_a_limit_below_one_is_one_line_and_the_help_says_the_floor_in_words(capsys, cloud_env):
+    # Click's range check wrote "[default: 20; x>=1]" in the help and "0 is not in the range x>=1"
+    vertex = cloud_env[1]
+    for bad in ("0", "-3"):
+        r = run_cli(capsys, "jobs", "list", "--limit", bad)
+        assert r.code == 2 and not r.out
+        assert r.err.splitlines() == [f"error: --limit {bad}: give 1 or more",
+                                      "hint: ftcli jobs list --limit 5 lists the 5 newest"]
+    assert not vertex.calls("ListCustomJobs")  # refused before anything is read
+    r = run_cli(capsys, "jobs", "list", "-h")
+    assert "x>=" not in r.out and "newest first (1 or more)" in " ".join(r.out.split())
+
+
 def test_list_json_is_one_object_per_job(capsys, cloud_env):
     gcs, vertex = cloud_env
     three_jobs(capsys, gcs, vertex)

@@ -95,7 +95,8 @@ def list_jobs(
     project: ProjectOpt = None,
     region: RegionOpt = None,
     all_jobs: Annotated[bool, typer.Option("--all", help="Every CustomJob, not only ftcli's.")] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1, metavar="N", help="At most this many (newest first).")] = 20,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", help="At most this many, newest first (1 or more).")
+                     ] = 20,
     json_out: JsonOpt = False,
 ) -> None:
     """List recent training jobs (newest first): short id, state, task, model, GPU, age, run time, what each has
@@ -108,9 +109,12 @@ def list_jobs(
     Example: ftcli jobs list --limit 5
     """
     from ftcli import jobs
+    from ftcli.errors import UsageError
     from ftcli.output import note, show_list, warn
     from ftcli.settings import resolve
 
+    if limit < 1:  # (Click's own range check wrote "[default: 20; x>=1]" in the help and "the range x>=1" here)
+        raise UsageError(f"--limit {limit}: give 1 or more", hint="ftcli jobs list --limit 5 lists the 5 newest")
     s = resolve(project=project, region=region, need_bucket=False)
     listing = jobs.list_jobs(s.project, s.region, all_jobs=all_jobs, limit=limit, notify=note)
     now = dt.datetime.now(dt.UTC)
