@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,54 @@ def wait_for_child(proc: subprocess.Popen, ready: Callable[[], object],
         out, err = proc.communicate(timeout=10)
         raise AssertionError(f"{e}\n{what}\nthe child (exit status {proc.returncode}) printed:\n"
                              f"--- stdout\n{out}\n--- stderr\n{err}") from e
+
+
+# `ftcli ARGS` with one function held: its AT-th call touches READY, then sleeps a minute before it runs, so that a
+# signal sent once READY exists lands in that call (the phase a test means), not wherever a sleep happened to end.
+HELD = """
+import importlib, pathlib, sys, time
+
+ready, where, at = pathlib.Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+module, _, name = where.partition(":")
+owner = importlib.import_module(module)
+*path, attr = name.split(".")
+for part in path:
+    owner = getattr(owner, part)
+real, calls = getattr(owner, attr), []
+
+def held(*args, **kwargs):
+    calls.append(None)
+    if len(calls) == at:
+        ready.touch()
+        time.sleep(60)
+    return real(*args, **kwargs)
+
+setattr(owner, attr, held)
+sys.argv = ["ftcli", *sys.argv[4:]]
+from ftcli.cli.app import main
+main()
+"""
+
+
+def signal_when_held(where: str, at: int, args: list[str], sig: int, ready: Path, cwd: Path,
+                     env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run `ftcli ARGS` with `where` ("module:Class.function") held at its `at`-th call (HELD), send `sig` once it
+    is held, and return (exit status, stdout, stderr); the process never outlives the test."""
+    import time
+
+    def holding() -> None:
+        deadline = time.monotonic() + 120  # (torch's import on a busy machine)
+        while not ready.exists():
+            assert time.monotonic() < deadline, f"{where} was never called {at} time(s)"
+            time.sleep(0.05)
+
+    proc = subprocess.Popen([sys.executable, "-c", HELD, str(ready), where, str(at), *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_child(proc, holding)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err

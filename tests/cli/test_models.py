@@ -1011,6 +1011,69 @@ def test_ctrl_c_during_a_download_says_what_the_folder_holds(cloud_env, job, tmp
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no staging left beside it either
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "sighup"])
+def test_a_signal_while_predict_downloads_a_jobs_model_leaves_nothing_in_the_cache(cloud_env, job, tmp_path,
+                                                                                    monkeypatch, sig):
+    # `ftcli predict JOB` downloads the job's model into ftcli's cache first. A SIGTERM there (a CI step's timeout,
+    # `docker stop`) or a SIGHUP (a closed terminal) killed ftcli without a word, the model's staging folder left in
+    # the cache for the next predict to clean; Ctrl-C said only "interrupted".
+    import threading
+    import time
+
+    from tests.cli.test_train_interrupt import ctrl_c_train
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, _ = cloud_env
+    monkeypatch.setenv("FTCLI_CACHE_DIR", str(tmp_path / "cache"))
+    held = threading.Event()
+
+    def hold_the_weights(method, target, n):  # the weights' download takes a while: the signal lands in it
+        if "model.safetensors" in target and "alt=media" in target:
+            held.set()
+            time.sleep(2)
+        return False
+
+    def ready():
+        assert held.wait(30), "the weights were never requested"
+        time.sleep(0.2)
+
+    with FaultyProxy(gcs.url, fail_when=hold_the_weights) as proxy:
+        code, out, err = ctrl_c_train([job, "a wonderful film"], {**os.environ, **proxy.env()}, tmp_path, ready,
+                                      command="predict", sig=sig)
+    cached = tmp_path / "cache" / "models" / "test-project" / "us-central1" / job.rsplit("/", 1)[1]
+    assert code == 128 + sig and err.strip().splitlines()[-1] == (
+        f"interrupted; nothing was written to {cached}; what had been downloaded was removed"), err
+    assert "Traceback" not in err and out == ""
+    assert os.listdir(cached.parent) == []  # no staging left beside the job's folder, and no half of its model
+
+
+@pytest.mark.parametrize(("sig", "json_out", "at"), [(signal.SIGTERM, False, 2), (signal.SIGHUP, True, 2),
+                                                     (signal.SIGINT, False, 1)],
+                         ids=["sigterm-after-a-chunk", "sighup-json", "ctrl-c-before-any"])
+def test_a_signal_while_predict_scores_keeps_the_lines_printed_and_says_how_many(tiny_model, tmp_path, sig,
+                                                                                  json_out, at):
+    # Scoring a big --file takes an hour on a CPU, and predict prints its results chunk by chunk: a SIGTERM or SIGHUP
+    # there killed ftcli without a word (exit -15, -1), and Ctrl-C said only "interrupted", nothing of how many of
+    # the texts the lines printed were. The lines printed stay, and the last line says how far it got.
+    from ftcli.models import PREDICT_CHUNK
+    from tests.cli.helpers import signal_when_held
+
+    texts = [f"a fine film {i}" for i in range(PREDICT_CHUNK + 88)]
+    (tmp_path / "texts.txt").write_text("".join(t + "\n" for t in texts))
+    # the `at`-th chunk's scoring (1: the first, before any line is printed) is where the signal lands
+    code, out, err = signal_when_held("ftcli.models:_Classifier.scores", at,
+                                      ["predict", str(tiny_model), "--file", "texts.txt",
+                                       *(["--json"] if json_out else [])], sig, tmp_path / "held", tmp_path)
+    assert code == 128 + sig and "Traceback" not in err, err
+    if at == 1:
+        assert out == "" and err.strip().splitlines()[-1] == "interrupted; no text was classified", err
+        return
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted; the predictions of the first {PREDICT_CHUNK} of {len(texts)} texts were printed"), err
+    lines = out.splitlines()
+    shown = [json.loads(line)["text"] for line in lines] if json_out else [line.split("\t")[2] for line in lines]
+    assert shown == texts[:PREDICT_CHUNK]
+
 def test_predict_batches_texts_of_a_length_and_yields_results_chunk_by_chunk(tiny_model):
     # The pipeline ran one text per forward pass (2,000 short sentences: 290 s on 2 cores) and `predict --file`
     # printed nothing before its last line was scored. Now: batches of texts of similar length, each padded to its

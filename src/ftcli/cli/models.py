@@ -7,7 +7,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
@@ -42,6 +42,21 @@ def _check_options(threshold: float | None, text_column: str | None, text_pair_c
                          "columns", hint="name the column that holds each row's second text")
 
 
+def _interrupted(said: str, stopped: list[int]) -> NoReturn:
+    """End a command cut short by Ctrl-C, or by the SIGTERM or SIGHUP that stop_signals_interrupt made one (`stopped`
+    holds its number): one line saying what is left, and 130 (Ctrl-C) or 128 + the signal's number, as a shell
+    reports a signal. (typer turns a bare Ctrl-C into exit 130 without a word: the app's "interrupted" alone.)"""
+    from ftcli.output import err
+
+    err().print(f"\ninterrupted; {said}", markup=False, highlight=False)
+    raise typer.Exit(128 + stopped[0] if stopped else 130) from None
+
+
+# (ftcli's model cache: a copy without its completion marker is never used, the next predict or evaluate of the job
+# downloads it anew)
+CACHED_AGAIN = "; the same command again downloads the model anew"
+
+
 def download(
     job: JobArg,
     dest: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
@@ -65,7 +80,7 @@ def download(
     """
     from ftcli import jobs, models
     from ftcli.cli.watch import stop_signals_interrupt
-    from ftcli.output import err, escape, note, show_one, transfer
+    from ftcli.output import escape, note, show_one, transfer
 
     name = jobs.resolve_job(job, project, region, trial=trial, notify=note)
     try:
@@ -75,12 +90,9 @@ def download(
             got = models.download_model(name, dest, force=force, shown=f"{job} --trial {trial}" if trial else job,
                                         notify=note, progress=progress)
     except models.DownloadInterrupted as e:
-        # (typer turns a bare Ctrl-C into exit 130 without a word: say what the folder holds now)
         again = shlex.join(["ftcli", "download", job, str(dest or models.default_destination(name)), "--force",
                             *(["--trial", trial] if trial else [])])
-        err().print(f"\ninterrupted; {e.said}" + (f"; finish it with {again}" if e.partial else ""), markup=False,
-                    highlight=False)
-        raise typer.Exit(128 + stopped[0] if stopped else 130) from None
+        _interrupted(e.said + (f"; finish it with {again}" if e.partial else ""), stopped)
     shown = jobs.label(name, jobs.short_id(name))
     result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes,
               "already_there": got.already}
@@ -141,7 +153,8 @@ def predict(
       ftcli predict mnli-model "A man plays a guitar." --pair "Someone makes music."
     """
     from ftcli import models
-    from ftcli.output import note, show_list, transfer
+    from ftcli.cli.watch import stop_signals_interrupt
+    from ftcli.output import emit_json, note, transfer
 
     if pair and file is not None:
         raise UsageError("--pair pairs the TEXT arguments, not the lines of --file",
@@ -152,33 +165,48 @@ def predict(
                              (f"; {file} is read line by line" if file is not None else ""),
                              hint=f"give --file ROWS.csv (or .jsonl), or drop {flag}")
     _check_options(threshold, text_column, text_pair_column)
-    arguments, from_file = _load_texts(texts or [], file)
-    with transfer("downloading the model") as progress:
-        path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
-    if file is not None and models.is_tsv(file):  # by its columns or its lines: the model's text column says
-        from_file = models.tsv_inputs(path, file, from_file, text_column, text_pair_column)
-    items = arguments + from_file
-    chunks = models.predict_chunks(path, items, threshold, pairs=pair or None, text_column=text_column,
-                                   text_pair_column=text_pair_column)
-    # Each chunk is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything (with
-    # --json too: its JSON Lines were all held, in memory, until the last line was scored).
-    if json_out:
-        for chunk in chunks:
-            show_list(chunk, (), json_out=True)
-        return
-    # Plain print, not Rich: Rich turns tabs into spaces, and these lines are tab-separated for `cut -f`.
-    for chunk in chunks:
-        for r in chunk:
-            given = "\t".join(_one_line(r[k]) for k in ("text", "text_pair") if k in r)
-            if "labels" in r:
-                shown = ", ".join(f"{_listed(x['label'])} {x['score']:.3f}" for x in r["labels"]) or "(none)"
-                print(f"{shown}\t{given}")
-            elif "label" not in r:  # regression: the predicted value
-                print(f"{r['score']:.3f}\t{given}")
-            else:
-                # a label name can hold a tab or a line break too (a quoted CSV cell): escaped like the text
-                print(f"{_one_line(r['label'])}\t{r['score']:.3f}\t{given}")
-        sys.stdout.flush()  # out now, not when a pipe's or a file's buffer fills
+    printed, items = 0, []
+    # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C, in every phase: they killed
+    # ftcli without a word (the model's staging left in the cache for the next predict to clean), and Ctrl-C said
+    # only "interrupted", nothing of the cache nor of how many of the texts the printed lines are
+    with stop_signals_interrupt() as stopped:
+        try:
+            arguments, from_file = _load_texts(texts or [], file)
+            with transfer("downloading the model") as progress:
+                path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
+            if file is not None and models.is_tsv(file):  # by its columns or its lines: the model's text column says
+                from_file = models.tsv_inputs(path, file, from_file, text_column, text_pair_column)
+            items = arguments + from_file
+            chunks = models.predict_chunks(path, items, threshold, pairs=pair or None, text_column=text_column,
+                                           text_pair_column=text_pair_column)
+            # Each chunk is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything
+            # (with --json too: its JSON Lines were all held, in memory, until the last line was scored). Counted
+            # line by line, so that an interruption says how many of the texts the lines printed are.
+            for chunk in chunks:
+                for r in chunk:
+                    if json_out:
+                        emit_json(r)  # (flushed line by line)
+                    else:
+                        print(_predicted(r))
+                    printed += 1
+                sys.stdout.flush()  # out now, not when a pipe's or a file's buffer fills
+        except models.DownloadInterrupted as e:
+            _interrupted(e.said + (CACHED_AGAIN if e.partial else ""), stopped)
+        except KeyboardInterrupt:
+            _interrupted(f"the predictions of the first {printed:,} of {len(items):,} texts were printed" if printed
+                         else "no text was classified", stopped)
+
+
+def _predicted(r: dict) -> str:
+    """One prediction as one tab-separated line (for `cut -f`): plain text, not Rich, which turns tabs into spaces."""
+    given = "\t".join(_one_line(r[k]) for k in ("text", "text_pair") if k in r)
+    if "labels" in r:
+        shown = ", ".join(f"{_listed(x['label'])} {x['score']:.3f}" for x in r["labels"]) or "(none)"
+        return f"{shown}\t{given}"
+    if "label" not in r:  # regression: the predicted value
+        return f"{r['score']:.3f}\t{given}"
+    # a label name can hold a tab or a line break too (a quoted CSV cell): escaped like the text
+    return f"{_one_line(r['label'])}\t{r['score']:.3f}\t{given}"
 
 
 def _listed(label: str) -> str:
