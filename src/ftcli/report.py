@@ -691,6 +691,12 @@ class ReportInterrupted(KeyboardInterrupt):
         self.said = said
 
 
+def nothing_written(out: Path, existed: bool) -> str:
+    """What an interrupted report leaves in `out` when none of its files had been moved in (`existed`: `out` was a
+    folder already, an earlier report's or an empty one): a command that stops before drawing says the same."""
+    return f"nothing was written to {out}" + (" (its files are as they were)" if existed else "")
+
+
 def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda message: None) -> list[Path]:
     """Draw every picture the run allows and the Markdown into `out` (new, empty, or an earlier report's);
     return the files written, the Markdown first. `say` hears what a picture leaves out.
@@ -726,8 +732,7 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
         if placing and existed:
             raise ReportInterrupted(f"{out} holds part of the report's files; the same command again replaces "
                                     "them") from None
-        raise ReportInterrupted(f"nothing was written to {out}" + (" (its files are as they were)" if existed
-                                                                   else "")) from None
+        raise ReportInterrupted(nothing_written(out, existed)) from None
     finally:
         if staged.exists():
             shutil.rmtree(staged, ignore_errors=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -334,3 +336,117 @@ def test_report_of_a_multi_label_or_regression_evaluation(capsys, tmp_path, tiny
                 str(tmp_path / "reg-report"))
     assert r.code == 0, r.err
     assert (tmp_path / "reg-report" / "predicted_vs_true.png").is_file()
+
+
+# -- cut short: Ctrl-C, SIGTERM (a CI step's timeout, `docker stop`), SIGHUP (a closed terminal) --------------------
+
+
+def _rows(tmp_path: Path, n: int) -> Path:
+    """n labelled rows for the tiny model (its labels are ids: 0, 1)."""
+    return write_csv(tmp_path / "rows.csv", ["text", "label"], [(f"a fine film {i}", i % 2) for i in range(n)])
+
+
+@pytest.mark.parametrize(("sig", "report"), [(signal.SIGTERM, "new"), (signal.SIGINT, None),
+                                             (signal.SIGHUP, "earlier")], ids=["sigterm-report", "ctrl-c", "sighup"])
+def test_a_signal_while_evaluate_scores_says_how_far_it_got_and_that_dir_is_as_it_was(capsys, tmp_path, tiny_model,
+                                                                                       sig, report):
+    # An hour of scoring on a CPU: a SIGTERM or SIGHUP killed ftcli without a word (exit -15, -1), and Ctrl-C said
+    # only "interrupted", neither how far it had got nor what --report's folder held.
+    if report:
+        pytest.importorskip("matplotlib")
+    from ftcli.models import PREDICT_BATCH
+    from tests.cli.helpers import signal_when_held
+
+    rows, out = _rows(tmp_path, 200), tmp_path / "eval-report"
+    if report == "earlier":
+        assert run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--report", str(out)).code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()} if out.exists() else None
+    # the second batch of scoring: the first (4 of the pipeline's batches) has been counted
+    code, printed, err = signal_when_held("ftcli.models:_Classifier.scores", 2,
+                                          ["evaluate", str(tiny_model), "rows.csv",
+                                           *(["--report", str(out)] if report else [])], sig, tmp_path / "held",
+                                          tmp_path)
+    kept = {"new": f"; nothing was written to {out}", "earlier": f"; nothing was written to {out} (its files are as "
+            "they were)", None: ""}[report]
+    assert code == 128 + sig and err.strip().splitlines()[-1] == (
+        f"interrupted; {PREDICT_BATCH * 4} of 200 examples were scored, no metrics printed{kept}"), err
+    assert "Traceback" not in err and printed == ""
+    if before is None:
+        assert not out.exists()
+    else:
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
+@pytest.mark.parametrize(("sig", "earlier"), [(signal.SIGINT, False), (signal.SIGTERM, True)],
+                         ids=["ctrl-c", "sigterm-earlier-report"])
+def test_a_signal_while_evaluate_draws_its_report_says_what_dir_holds(capsys, tmp_path, tiny_model, sig, earlier):
+    # Ctrl-C while `evaluate --report DIR` drew the report said a plain "interrupted" where `ftcli report` says what
+    # the folder holds; a SIGTERM killed it without a word, the report's staging left in DIR for the next to clean.
+    pytest.importorskip("matplotlib")
+    from tests.cli.helpers import signal_when_held
+
+    rows, out = _rows(tmp_path, 40), tmp_path / "eval-report"
+    if earlier:
+        assert run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--report", str(out)).code == 0
+        (out / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in out.iterdir()} if earlier else None
+    code, printed, err = signal_when_held("ftcli.report:_confusion", 1,  # the confusion matrix, as it is drawn
+                                          ["evaluate", str(tiny_model), "rows.csv", "--report", str(out)], sig,
+                                          tmp_path / "held", tmp_path)
+    kept = " (its files are as they were)" if earlier else ""
+    assert code == 128 + sig and err.strip().splitlines()[-1] == f"interrupted; nothing was written to {out}{kept}", err
+    assert "Traceback" not in err and printed == ""
+    if earlier:
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    else:
+        assert not out.exists()
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]  # no staging, beside DIR or in it
+
+
+@pytest.mark.parametrize("held", ["model", "file"])
+def test_a_signal_while_evaluate_downloads_leaves_nothing_behind(cloud_env, monkeypatch, tmp_path, tiny_model, held):
+    # `ftcli evaluate JOB gs://FILE` downloads the file into a temporary folder, then the job's model into ftcli's
+    # cache: a SIGTERM (or SIGHUP) in either killed ftcli without a word, the file's copy or the model's staging left
+    # for the next run to clean.
+    pytest.importorskip("matplotlib")  # (--report)
+    import threading
+    import time
+
+    from tests.cli.test_models import BUCKET, make_job, seed_model
+    from tests.cli.test_train_interrupt import ctrl_c_train
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FTCLI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    job = make_job(vertex, "run", f"gs://{BUCKET}/team/runs/run/").rsplit("/", 1)[1]
+    seed_model(gcs, "team/runs/run/", {**{p.name: p.read_bytes() for p in tiny_model.iterdir()}, "_COMPLETE": b""})
+    gcs.client().bucket(BUCKET).blob("data/rows.csv").upload_from_string(_rows(tmp_path, 20).read_bytes())
+    seen = threading.Event()
+    wanted = "model.safetensors" if held == "model" else "rows.csv"
+
+    def hold(method, target, n):  # the download takes a while: the signal lands in it
+        if wanted in target and "alt=media" in target:
+            seen.set()
+            time.sleep(2)
+        return False
+
+    def ready():
+        assert seen.wait(60), f"{wanted} was never requested"
+        time.sleep(0.2)
+
+    sig = signal.SIGTERM if held == "model" else signal.SIGHUP
+    with FaultyProxy(gcs.url, fail_when=hold) as proxy:
+        code, printed, err = ctrl_c_train([job, f"gs://{BUCKET}/data/rows.csv", "--report", "eval-report"],
+                                          {**os.environ, **proxy.env()}, tmp_path, ready, command="evaluate", sig=sig)
+    cached = tmp_path / "cache" / "models" / "test-project" / "us-central1" / job
+    said = f"nothing was written to {cached}; what had been downloaded was removed" if held == "model" else \
+        "no example was scored"
+    assert code == 128 + sig and err.strip().splitlines()[-1] == (
+        f"interrupted; {said}; nothing was written to eval-report"), err
+    assert "Traceback" not in err and printed == ""
+    assert os.listdir(tmp_path / "tmp") == [] and not (tmp_path / "eval-report").exists()
+    assert not (tmp_path / "cache").exists() or os.listdir(cached.parent) == []

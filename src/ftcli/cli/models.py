@@ -267,6 +267,7 @@ def evaluate(
       ftcli evaluate last test.csv --report ./reports/test
     """
     from ftcli import models
+    from ftcli.cli.watch import stop_signals_interrupt
     from ftcli.output import Column, escape, note, show_list, show_one, transfer
     from ftcli_trainer import metrics
 
@@ -288,28 +289,52 @@ def evaluate(
 
         require_matplotlib()
         earlier_report(report_dir)
-    columns, rows = models.read_table(file)  # before the model is downloaded: a bad file is said first
-    with transfer("downloading the model") as progress:
-        path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
-    # a spinner with the count on a terminal, a line a minute in a log: a big file on a CPU takes minutes to hours
     import time
 
     from ftcli.output import Waiting
+    from ftcli.report import ReportInterrupted, nothing_written
 
-    waiting, began = Waiting(), time.monotonic()
-    try:
-        evaluation = models.evaluate(
-            path, file, columns, rows, text_column=text_column, text_pair_column=text_pair_column,
-            label_column=label_column, threshold=threshold, label_names=names, notify=note,
-            progress=lambda done, n: waiting.update(f"scored {done:,} of {n:,} examples", time.monotonic() - began))
-    finally:
-        waiting.stop()
-    result = evaluation.metrics
+    scored: list[int] = []  # (done, of): how far the scoring got
+    # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C, in every phase: they killed
+    # ftcli without a word (the model's staging left in the cache, a gs:// file's copy in the temporary folder, the
+    # report's staging in DIR, each for the next run to clean), and Ctrl-C said only "interrupted", nothing of what
+    # the model cache or the report's folder held
+    with stop_signals_interrupt() as stopped:
+        try:
+            columns, rows = models.read_table(file)  # before the model is downloaded: a bad file is said first
+            with transfer("downloading the model") as progress:
+                path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
+            # a spinner with the count on a terminal, a line a minute in a log: a big file on a CPU takes minutes to
+            # hours
+            waiting, began = Waiting(), time.monotonic()
+
+            def progressed(done: int, n: int) -> None:
+                scored[:] = [done, n]
+                waiting.update(f"scored {done:,} of {n:,} examples", time.monotonic() - began)
+
+            try:
+                evaluation = models.evaluate(
+                    path, file, columns, rows, text_column=text_column, text_pair_column=text_pair_column,
+                    label_column=label_column, threshold=threshold, label_names=names, notify=note,
+                    progress=progressed)
+            finally:
+                waiting.stop()
+            result = evaluation.metrics
+            if report_dir is not None:
+                from ftcli.report import evaluation_run, write_report
+
+                files = write_report(evaluation_run(path, result, evaluation.labels, evaluation.logits), report_dir,
+                                     say=note)
+        except ReportInterrupted as e:  # while the report was drawn or moved in: what DIR holds now
+            _interrupted(e.said, stopped)
+        except KeyboardInterrupt as e:
+            said = e.said + (CACHED_AGAIN if e.partial else "") if isinstance(e, models.DownloadInterrupted) else (
+                f"{scored[0]:,} of {scored[1]:,} examples were scored, no metrics printed" if scored
+                else "no example was scored")
+            if report_dir is not None:  # (a folder is only ever written by the report's drawing)
+                said += "; " + nothing_written(report_dir, report_dir.is_dir())
+            _interrupted(said, stopped)
     if report_dir is not None:
-        from ftcli.report import evaluation_run, write_report
-
-        files = write_report(evaluation_run(path, result, evaluation.labels, evaluation.logits), report_dir,
-                             say=note)
         note(f"report in {report_dir}: {', '.join(f.name for f in files)}")
     if json_out:
         show_one(result, (), json_out=True)
