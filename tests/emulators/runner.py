@@ -224,7 +224,9 @@ class JobRun(threading.Thread):
         env.update(
             STORAGE_EMULATOR_HOST=self.emulator.gcs_url,
             DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA="true",
-            OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // max(1, len(self.replicas)))),
+            # the cores this process may use (its share under pytest-xdist: tests/conftest.py), split between replicas
+            OMP_NUM_THREADS=str(max(1, int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 2)
+                                    // max(1, len(self.replicas)))),
             **self.emulator.job_env,
         )
         env.update(service)
