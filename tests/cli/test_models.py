@@ -1074,6 +1074,7 @@ def test_a_signal_while_predict_scores_keeps_the_lines_printed_and_says_how_many
     shown = [json.loads(line)["text"] for line in lines] if json_out else [line.split("\t")[2] for line in lines]
     assert shown == texts[:PREDICT_CHUNK]
 
+
 def test_predict_batches_texts_of_a_length_and_yields_results_chunk_by_chunk(tiny_model):
     # The pipeline ran one text per forward pass (2,000 short sentences: 290 s on 2 cores) and `predict --file`
     # printed nothing before its last line was scored. Now: batches of texts of similar length, each padded to its
