@@ -142,6 +142,9 @@ def test_workers_whose_nccl_finds_no_room_in_dev_shm_say_so_once_not_in_tracebac
         "    def setup(device_type):\n"
         "        real(device_type)\n"
         "        import torch.distributed as td\n"
+        # both ranks past their setup first, as at the first collective: a rank that raised as soon as its own setup
+        # returned left the other's gloo connection half made ('Connection closed by peer', a traceback of its own)
+        "        td.barrier()\n"
         f"        raise td.DistBackendError({NCCL_SHM_FULL!r}.replace('OTWUcv', 'rank' + os.environ['RANK']))\n"
         "    distributed.setup = setup\n")
     r = _two_processes(sentiment_csv, tiny_model, tmp_path / "run",
