@@ -97,10 +97,16 @@ def signal_when_held(where: str, at: int, args: list[str], sig: int, ready: Path
             assert time.monotonic() < deadline, f"{where} was never called {at} time(s)"
             time.sleep(0.05)
 
-    proc = subprocess.Popen([sys.executable, "-c", HELD, str(ready), where, str(at), *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return signal_child([sys.executable, "-c", HELD, str(ready), where, str(at), *args], env, cwd, holding, sig)
+
+
+def signal_child(argv: list[str], env: dict[str, str] | None, cwd: Path | str | None, ready: Callable[[], object],
+                 sig: int) -> tuple[int, str, str]:
+    """Start `argv`, send `sig` once `ready()` holds (it asserts, or fails the test), and return (exit status, stdout,
+    stderr); the process never outlives the test."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
     try:
-        wait_for_child(proc, holding)
+        wait_for_child(proc, ready)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from tests.cli.helpers import wait_for_child
+from tests.cli.helpers import signal_child
 
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
 
@@ -21,16 +21,7 @@ def ctrl_c_train(args: list[str], env: dict, cwd, ready, command: str = "train",
                  sig: int = signal.SIGINT) -> tuple[int, str, str]:
     """Start `ftcli train ARGS` (or `command`), press Ctrl-C (or send `sig`) once `ready()` holds (it asserts), and
     return (exit status, stdout, stderr); the process never outlives the test."""
-    proc = subprocess.Popen([*FTCLI, command, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=cwd)
-    try:
-        wait_for_child(proc, ready)
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc.returncode, out, err
+    return signal_child([*FTCLI, command, *args], env, cwd, ready, sig)
 
 
 class SlowCreateProxy:
