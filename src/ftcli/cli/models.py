@@ -328,9 +328,12 @@ def evaluate(
         except ReportInterrupted as e:  # while the report was drawn or moved in: what DIR holds now
             _interrupted(e.said, stopped)
         except KeyboardInterrupt as e:
-            said = e.said + (CACHED_AGAIN if e.partial else "") if isinstance(e, models.DownloadInterrupted) else (
-                f"{scored[0]:,} of {scored[1]:,} examples were scored, no metrics printed" if scored
-                else "no example was scored")
+            if isinstance(e, models.DownloadInterrupted):
+                said = e.said + (CACHED_AGAIN if e.partial else "")
+            elif scored:
+                said = f"{scored[0]:,} of {scored[1]:,} examples were scored, no metrics printed"
+            else:
+                said = "no example was scored"
             if report_dir is not None:  # (a folder is only ever written by the report's drawing)
                 said += "; " + nothing_written(report_dir, report_dir.is_dir())
             _interrupted(said, stopped)
