@@ -380,7 +380,8 @@ def test_a_signal_while_evaluate_scores_says_how_far_it_got_and_that_dir_is_as_i
 
 @pytest.mark.parametrize(("sig", "earlier"), [(signal.SIGINT, False), (signal.SIGTERM, True)],
                          ids=["ctrl-c", "sigterm-earlier-report"])
-def test_a_signal_while_evaluate_draws_its_report_says_what_dir_holds(capsys, tmp_path, tiny_model, sig, earlier):
+def test_a_signal_while_evaluate_draws_its_report_keeps_the_metrics_and_says_what_dir_holds(capsys, tmp_path,
+                                                                                          tiny_model, sig, earlier):
     # Ctrl-C while `evaluate --report DIR` drew the report said a plain "interrupted" where `ftcli report` says what
     # the folder holds; a SIGTERM killed it without a word, the report's staging left in DIR for the next to clean.
     pytest.importorskip("matplotlib")
@@ -395,8 +396,10 @@ def test_a_signal_while_evaluate_draws_its_report_says_what_dir_holds(capsys, tm
                                           ["evaluate", str(tiny_model), "rows.csv", "--report", str(out)], sig,
                                           tmp_path / "held", tmp_path)
     kept = " (its files are as they were)" if earlier else ""
-    assert code == 128 + sig and err.strip().splitlines()[-1] == f"interrupted; nothing was written to {out}{kept}", err
-    assert "Traceback" not in err and printed == ""
+    assert code == 128 + sig and err.strip().splitlines()[-1] == (
+        f"interrupted; the metrics are printed above; nothing was written to {out}{kept}"), err
+    # the metrics first: they were printed after the report, and a signal while it was drawn lost them
+    assert "Traceback" not in err and "accuracy" in printed and "SUPPORT" in printed, printed
     if earlier:
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     else:

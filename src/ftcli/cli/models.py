@@ -268,8 +268,7 @@ def evaluate(
     """
     from ftcli import models
     from ftcli.cli.watch import stop_signals_interrupt
-    from ftcli.output import Column, escape, note, show_list, show_one, transfer
-    from ftcli_trainer import metrics
+    from ftcli.output import note, transfer
 
     _check_options(threshold, text_column, text_pair_column, ("--label-column", label_column))
     from ftcli_trainer.config import name_list
@@ -320,13 +319,6 @@ def evaluate(
             finally:
                 waiting.stop()
             result = evaluation.metrics
-            if report_dir is not None:
-                from ftcli.report import evaluation_run, write_report
-
-                files = write_report(evaluation_run(path, result, evaluation.labels, evaluation.logits), report_dir,
-                                     say=note)
-        except ReportInterrupted as e:  # while the report was drawn or moved in: what DIR holds now
-            _interrupted(e.said, stopped)
         except KeyboardInterrupt as e:
             if isinstance(e, models.DownloadInterrupted):
                 said = e.said + (CACHED_AGAIN if e.partial else "")
@@ -337,13 +329,32 @@ def evaluate(
             if report_dir is not None:  # (a folder is only ever written by the report's drawing)
                 said += "; " + nothing_written(report_dir, report_dir.is_dir())
             _interrupted(said, stopped)
-    if report_dir is not None:
-        note(f"report in {report_dir}: {', '.join(f.name for f in files)}")
+        # The metrics before the report: a signal while it was drawn (seconds, after perhaps an hour of scoring) lost
+        # them, since they were printed after it
+        _show_evaluation(result, file, path, json_out)
+        if report_dir is None:
+            return
+        from ftcli.report import evaluation_run, write_report
+
+        try:
+            files = write_report(evaluation_run(path, result, evaluation.labels, evaluation.logits), report_dir,
+                                 say=note)
+        except ReportInterrupted as e:  # while the report was drawn or moved in: what DIR holds now
+            _interrupted(f"the metrics are printed above; {e.said}", stopped)
+    note(f"report in {report_dir}: {', '.join(f.name for f in files)}")
+
+
+def _show_evaluation(result: dict, file: str, path: Path, json_out: bool) -> None:
+    """evaluate's metrics: one table of the scalar ones and one of each label's (a regression has none), or --json."""
+    from ftcli.output import Column, escape, show_list, show_one
+    from ftcli_trainer import metrics
+
     if json_out:
         show_one(result, (), json_out=True)
         return
     multi, regression = "threshold" in result, "labels" not in result
     names = metrics.scalar_names(tuple(k for k in ("matthews_correlation", "f1") if k in result), multi, regression)
+
     def number(key: str) -> Callable[[dict], str]:
         return lambda r: f"{r[key]:.4f}"
 
