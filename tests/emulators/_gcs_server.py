@@ -30,6 +30,18 @@ generated from the same API description, read 2026-11-27). gcp-storage-emulator 
 and lists every bucket whatever project is asked for. Here a bucket inserted with `?project=NUMBER` (digits) belongs to
 that project; any other `project` (an id) stands for the emulator's own project (its number, 1234 by default); and a
 list returns the buckets of the project asked for, honouring prefix and maxResults.
+
+Object names. Cloud Storage takes names of 1 to 1,024 bytes of UTF-8, with no carriage return or line feed, none
+starting with .well-known/acme-challenge/, and neither . nor .. ("Object naming requirements",
+https://cloud.google.com/storage/docs/naming-objects, read 2026-11-29 in its stored ?hl=JA copy:
+"UTF-8 エンコード時の長さが 1~1,024 バイト", "改行やラインフィード文字を含めることはできません",
+"先頭を .well-known/acme-challenge/ にすることはできません", "「.」や「..」にすることはできません").
+gcp-storage-emulator took any name, so an upload Cloud Storage answers 400 went through here. Refused now when the
+upload names its object (a media or multipart insert, a resumable session's start), with Cloud Storage's words where
+they are on record: "The maximum object length is 1024 characters, but got a name with 1028 characters" (a
+BadRequestException quoted in hashicorp/vault#18248 and firebase/firebase-tools#10198, read 2026-11-29) and
+"Disallowed unicode characters present in object name" (googleapis/google-cloud-go#196, read 2026-11-29); the words
+for the other two are this emulator's own.
 """
 
 from __future__ import annotations
@@ -69,6 +81,35 @@ def _refused(request, response, storage, bucket: str | None, name: str | None) -
     return True
 
 
+MAX_OBJECT_NAME_BYTES = 1024
+ACME_PREFIX = ".well-known/acme-challenge/"
+
+
+def name_problem(name: str) -> str | None:
+    """Why Cloud Storage refuses `name` as an object name (see the module's docstring), or None."""
+    size = len(name.encode("utf-8"))
+    if size > MAX_OBJECT_NAME_BYTES:
+        return (f"The maximum object length is {MAX_OBJECT_NAME_BYTES} characters, but got a name with {size} "
+                f"characters: '{name[:64]}...'")
+    if "\r" in name or "\n" in name:
+        return "Disallowed unicode characters present in object name"
+    if name.startswith(ACME_PREFIX) or name in (".", ".."):
+        return f"Invalid object name: {name[:64]!r}"
+    return None
+
+
+def _bad_name(request, response, name: str | None) -> bool:
+    """Answer 400 when the upload's object name is one Cloud Storage refuses."""
+    problem = name_problem(name) if name else None
+    if problem is None:
+        return False
+    _ = request.data  # read the body first, as _refused does
+    response.status = HTTPStatus.BAD_REQUEST
+    response.json({"error": {"code": 400, "message": problem, "errors": [
+        {"domain": "global", "reason": "invalid", "message": problem}]}})
+    return True
+
+
 def _session_target(storage, request) -> tuple[str | None, str | None]:
     try:
         obj = storage.get_resumable_file_obj(request.query["upload_id"][0])
@@ -83,11 +124,13 @@ def insert(request, response, storage, *args, **kwargs):
     if kind == "resumable" and "upload_id" in request.query:  # a data request POSTed to the session
         if _refused(request, response, storage, *_session_target(storage, request)):
             return None
-    elif kind in ("media", "multipart"):
+    elif kind in ("media", "multipart", "resumable"):
         name = (request.query.get("name") or [None])[0]
-        if name is None and kind == "multipart" and isinstance(request.data, dict):
-            name = (request.data.get("meta") or {}).get("name")
-        if _refused(request, response, storage, bucket, name):
+        if name is None and kind in ("multipart", "resumable") and isinstance(request.data, dict):
+            name = (request.data.get("meta") or {}).get("name") if kind == "multipart" else request.data.get("name")
+        if _bad_name(request, response, name):
+            return None
+        if kind != "resumable" and _refused(request, response, storage, bucket, name):
             return None
     return _insert(request, response, storage, *args, **kwargs)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import http.client
+import io
 import os
 import re
 import threading
@@ -128,6 +129,32 @@ def test_gcs_generation_preconditions_on_create_update_and_delete(gcs: GcsEmulat
     assert gcs.read("bkt", "lock") == b"c"
     bucket.blob("lock").delete(if_generation_match=second.generation)
     assert gcs.list("bkt") == []
+
+
+@pytest.mark.parametrize("name,says", [
+    ("p" * 1021 + "/é.txt", "The maximum object length is 1024 characters, but got a name with 1028 characters"),
+    ("two\nlines.csv", "Disallowed unicode characters present in object name"),
+    (".well-known/acme-challenge/token", "Invalid object name"),
+    ("..", "Invalid object name"),
+])
+@pytest.mark.parametrize("upload", ["media", "multipart", "resumable"])
+def test_gcs_refuses_object_names_cloud_storage_refuses(gcs: GcsEmulator, name: str, says: str, upload: str) -> None:
+    # "Object naming requirements": 1-1024 bytes of UTF-8 (é is two), no CR or LF, not under
+    # .well-known/acme-challenge/, not . or ..; gcp-storage-emulator took every one of these, by every kind of upload
+    gcs.create_bucket("bkt")
+    blob = gcs.client().bucket("bkt").blob(name)
+    if upload == "media":
+        with pytest.raises(RuntimeError, match=f"HTTP 400 .*{re.escape(says)}"):
+            gcs.write("bkt", name, b"x")
+    else:
+        with pytest.raises(gexc.BadRequest, match=re.escape(says)):
+            if upload == "multipart":
+                blob.upload_from_string(b"x")
+            else:  # no size: the client starts a resumable session, refused at its start
+                blob.upload_from_file(io.BytesIO(b"x"), size=None)
+    assert gcs.list("bkt") == []
+    gcs.write("bkt", "p" * 1017 + "/é.txt", b"x")  # 1024 bytes: taken
+    assert gcs.list("bkt") == ["p" * 1017 + "/é.txt"]
 
 
 def test_a_resumable_sessions_status_query_answers_as_cloud_storage_does(gcs: GcsEmulator) -> None:
