@@ -480,6 +480,23 @@ def check_image_mirror(value: str, where: str = "image-mirror") -> str | None:
     return None
 
 
+# Cloud Storage's "Object naming requirements" (https://cloud.google.com/storage/docs/naming-objects, read 2026-11-29 in
+# its stored ?hl=JA copy, the one the search tool holds): a name is 1 to 1,024 bytes of UTF-8
+# ("UTF-8 エンコード時の長さが 1~1,024 バイト"), holds no carriage return or line feed, and cannot start with
+# .well-known/acme-challenge/ ("先頭を .well-known/acme-challenge/ にすることはできません").
+MAX_OBJECT_NAME_BYTES = 1024
+ACME_CHALLENGE = ".well-known/acme-challenge/"
+
+
+def object_name_length_problem(uri: str) -> str | None:
+    """Why the object a gs://BUCKET/NAME URI names is too long for Cloud Storage (see MAX_OBJECT_NAME_BYTES), or
+    None."""
+    size = len(uri[len("gs://"):].partition("/")[2].encode("utf-8"))
+    if size <= MAX_OBJECT_NAME_BYTES:
+        return None
+    return f"its object name in the bucket has {size} bytes, and Cloud Storage takes at most {MAX_OBJECT_NAME_BYTES}"
+
+
 def check_bucket(value: str, where: str = "--bucket", staging: bool = True) -> str | None:
     """What is wrong with a gs://BUCKET[/PREFIX] value, or None; `staging`: it is the staging bucket, whose prefix
     the job also reads through /gcs/."""
@@ -499,6 +516,11 @@ def check_bucket(value: str, where: str = "--bucket", staging: bool = True) -> s
     prefix = prefix.rstrip("/")  # a trailing slash is dropped (resolve)
     if (p := object_name_problem(prefix)) is not None:
         return f"{where}: the prefix {prefix!r} {p}"
+    if f"{prefix}/".startswith(ACME_CHALLENGE):
+        # Every object ftcli writes is named PREFIX/ftcli/...: under this prefix Cloud Storage refused the first upload
+        # (the trainer package) with a 400 that ftcli printed as a raw HTTP error.
+        return (f"{where}: the prefix {prefix!r} puts every object under {ACME_CHALLENGE}, where Cloud Storage takes "
+                "no object names: pick another prefix")
     parts = prefix.split("/") if prefix else []
     if any(part in ("", ".", "..") for part in parts):
         clean = "/".join(part for part in parts if part not in ("", ".", ".."))
@@ -512,7 +534,7 @@ def object_name_problem(name: str) -> str | None:
     Object names may not contain a carriage return or a line feed ("Object naming requirements",
     https://cloud.google.com/storage/docs/naming-objects?hl=JA, read 2026-11-27 in its Japanese rendering:
     "オブジェクト名に、改行やラインフィード文字を含めることはできません"). The pre-flight let them through, so the
-    upload would be refused after the trainer wheel had gone up (the emulator takes such names)."""
+    upload would be refused after the trainer wheel had gone up."""
     if "\r" in name or "\n" in name:
         return "has a line break, which Cloud Storage object names cannot hold"
     return None

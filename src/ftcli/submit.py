@@ -22,7 +22,7 @@ from typing import Any
 from ftcli import history
 from ftcli.catalog import Estimate, Hardware, resolve_gpu
 from ftcli.errors import NoCapacity, Rejected, UsageError
-from ftcli.settings import Settings, object_name_problem, raise_problems
+from ftcli.settings import Settings, object_name_length_problem, object_name_problem, raise_problems
 from ftcli.settings import resolve as resolve_settings
 from ftcli.spec import (
     CREATED_BY_LABEL,
@@ -152,7 +152,12 @@ def model_upload(settings: Settings, folder: Path, given: str | None = None,
         notes.append(f"{name}: {len(left_out)} file(s) of a Hugging Face Trainer's training state left out "
                      f"({size / 1e6:,.1f} MB: {named(left_out)}); the model is read without them")
     base = settings.gcs_path("models", digest[:16])
-    return gcs_mount_path(base), [(f, f"{base}/{f.relative_to(folder).as_posix()}") for f in files]
+    uploads = [(f, f"{base}/{f.relative_to(folder).as_posix()}") for f in files]
+    for f, uri in uploads:
+        if (p := object_name_length_problem(uri)) is not None:
+            raise UsageError(f"{name}: the file {f.relative_to(folder).as_posix()}: {p}: shorten its path in the "
+                             "folder, or the bucket's prefix", hint=OBJECT_NAMES_HINT)
+    return gcs_mount_path(base), uploads
 
 
 # What the Hugging Face Trainer writes beside a model and into its checkpoint-N/ folders, which from_pretrained never
@@ -495,6 +500,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         uri = settings.gcs_path("data", known["digest", path][:16], re.sub(r"[\r\n]", "_", path.name))
         uploads.append((path, uri))
         forwarded[name] = uri
+    if (p := _object_names_problem(settings, package_uri, uploads, local_files)) is not None:
+        raise UsageError(p, hint=OBJECT_NAMES_HINT)
     if model_dir is not None:
         # A local model folder is not there inside the job: upload it content-addressed and point the trainer at
         # its /gcs/ mount, which from_pretrained reads like a local folder.
@@ -535,6 +542,26 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
                       submission_id=submission_id, package_uri=package_uri, base_output_dir=base_output_dir,
                       image=image_uri, extras=extras, secrets=job_secrets(cfg), trainer=trainer, uploads=uploads,
                       notes=notes, estimate=cost)
+
+
+OBJECT_NAMES_HINT = ("ftcli names what it uploads PREFIX/ftcli/packages|data|models/...: the bucket's prefix counts "
+                     "towards every name")
+
+
+def _object_names_problem(settings: Settings, package_uri: str, uploads: list[tuple[Path, str]],
+                          local_files: dict[str, Path]) -> str | None:
+    """The first object ftcli would upload whose name Cloud Storage refuses for its length, said by what makes it
+    long, or None (a model folder's files are checked by `model_upload`). A long bucket prefix (or a long data file
+    name) went through the pre-flight, and Cloud Storage answered the upload with a 400 that ftcli printed as a raw
+    HTTP error."""
+    if (p := object_name_length_problem(package_uri)) is not None:
+        return f"the bucket prefix in {settings.bucket} is too long for the trainer package ({package_uri}): {p}"
+    for name, path in local_files.items():
+        uri = next(u for f, u in uploads if f == path)
+        if (p := object_name_length_problem(uri)) is not None:
+            return (f"--{name.replace('_', '-')} {path}: {p}: give the file a shorter name, or the bucket a shorter "
+                    "prefix")
+    return None
 
 
 def job_secrets(cfg) -> tuple[tuple[str, str], ...]:

@@ -1245,7 +1245,7 @@ def test_links_that_are_not_files_and_special_files_in_a_model_folder_are_refuse
 
 
 def test_line_breaks_never_reach_an_object_name(capsys, cloud_env, tmp_path, tiny_model, monkeypatch):
-    # Cloud Storage refuses object names with a CR or LF; the emulator takes them, so the names are checked here
+    # Cloud Storage refuses object names with a CR or LF (so does the emulator now): ftcli renames or refuses them
     gcs, vertex = cloud_env
     train = write_csv(tmp_path / "two\nlines\r.csv", ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)
     out = submitted(capsys, "--task", "csv", "--train-file", str(train), "--gpu", "T4")
@@ -1265,6 +1265,52 @@ def test_line_breaks_never_reach_an_object_name(capsys, cloud_env, tmp_path, tin
     r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(tmp_path / "x.csv"))
     assert r.code == 2 and "FTCLI_BUCKET: the prefix 'a\\nb' has a line break" in r.err, r.err
     assert gcs.list("ftcli-test") == objects and len(vertex.jobs) == 1
+
+
+def test_object_names_cloud_storage_refuses_are_refused_before_anything_is_uploaded(capsys, cloud_env, tmp_path,
+                                                                                     tiny_model, monkeypatch):
+    # Cloud Storage takes object names of at most 1024 bytes, none under .well-known/acme-challenge/ ("Object naming
+    # requirements"); the emulator took any, and once it refused them as Cloud Storage does, the first upload (the
+    # trainer package) failed with the 400 printed raw ("error: Cloud Storage rejected the request: POST http://...")
+    # and a hint about --dry-run.
+    from ftcli.packaging import TrainerPackage
+
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/.well-known/acme-challenge")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 2 and r.err.splitlines() == [
+        "error: FTCLI_BUCKET: the prefix '.well-known/acme-challenge' puts every object under "
+        ".well-known/acme-challenge/, where Cloud Storage takes no object names: pick another prefix"], r.err
+    long_prefix = "gs://ftcli-test/" + "p" * 1000
+    monkeypatch.setenv("FTCLI_BUCKET", long_prefix)
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    package = f"{long_prefix}/ftcli/packages/{TrainerPackage.current().filename}"
+    size = len(package) - len("gs://ftcli-test/")
+    hint = "hint: ftcli names what it uploads PREFIX/ftcli/packages|data|models/...: the bucket's prefix counts " \
+        "towards every name"
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: the bucket prefix in {long_prefix} is too long for the trainer package ({package}): its object name "
+        f"in the bucket has {size} bytes, and Cloud Storage takes at most 1024", hint], r.err
+    # a prefix that leaves the package room, but not a data file's long name or a model folder's deep file
+    prefix = "gs://ftcli-test/" + "p" * 800
+    monkeypatch.setenv("FTCLI_BUCKET", prefix)
+    train = write_csv(tmp_path / ("reviews-" + "x" * 200 + ".csv"), ["text", "label"], [("good", "pos"),
+                                                                                        ("bad", "neg")] * 20)
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), "--gpu", "T4")
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: --train-file {train}: its object name in the bucket has 1041 bytes, and Cloud Storage takes at most "
+        "1024: give the file a shorter name, or the bucket a shorter prefix", hint], r.err
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    deep = model / ("d" * 100) / ("e" * 100)
+    deep.mkdir(parents=True)
+    (deep / "notes.txt").write_text("x")
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--max-length", "128", "--model", str(model))
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: --model {model}: the file {'d' * 100}/{'e' * 100}/notes.txt: its object name in the bucket has 1042 "
+        "bytes, and Cloud Storage takes at most 1024: shorten its path in the folder, or the bucket's prefix",
+        hint], r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
 def test_values_that_would_crash_inside_the_job_are_refused_before_anything(capsys, monkeypatch, tmp_path):

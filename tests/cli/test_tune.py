@@ -304,6 +304,20 @@ def test_a_searched_local_model_is_uploaded_and_a_mistyped_one_refused(capsys, c
     assert r.code == 2 and r.err.strip().splitlines()[-1] == said, r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
+    deep = tmp_path / "deep model"  # a file whose object name Cloud Storage refuses for its length (1024 bytes)
+    shutil.copytree(tiny_model, deep)
+    nested = deep / ("d" * 250) / ("e" * 250) / ("f" * 250) / ("g" * 250)
+    nested.mkdir(parents=True)
+    (nested / "notes.txt").write_text("x")
+    r = run_cli(capsys, *common, "--search", f"model=choice({deep},bert-base-uncased)")
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: --search model {deep}: the file {nested.relative_to(deep).as_posix()}/notes.txt: its object name in "
+        "the bucket has 1048 bytes, and Cloud Storage takes at most 1024: shorten its path in the folder, or the "
+        "bucket's prefix",
+        "hint: ftcli names what it uploads PREFIX/ftcli/packages|data|models/...: the bucket's prefix counts towards "
+        "every name"], r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
     r = run_cli(capsys, *common, "--search", f"model=choice({other},{tiny_model},bert-base-uncased)")
     assert r.code == 0, r.err
     (tj,) = vertex.tuning_jobs.values()
