@@ -75,6 +75,13 @@ REFUSED = [
     (job(_container_pool(PREBUILT["executorImageUri"])), "reached its end of availability on 2026-07-24"),
     (job(_container_pool("europe-docker.pkg.dev/vertex-ai/training/pytorch-xla.2-1.py310")),
      "reached its end of availability on 2025-10-04"),
+    # the page's TPU and older PyTorch images (cp310, or no Python in the name): they were accepted
+    (job(_container_pool("us-docker.pkg.dev/vertex-ai/training/pytorch-tpu.2-2.cp310:latest")),
+     "reached its end of availability on 2025-11-06"),
+    (job(_container_pool("asia-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest")),
+     "reached its end of availability on 2024-12-08"),
+    (job(_package_pool("us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-0.py310:latest")),
+     "reached its end of availability on 2025-03-15"),
     # GPUs the region does not train on
     (job(pool("g2-standard-8", "NVIDIA_L4")), None, "projects/p/locations/europe-west6"),
     (job(pool("a2-ultragpu-1g", "NVIDIA_A100_80GB")), None, "projects/p/locations/me-west1"),

@@ -27,6 +27,15 @@ PREBUILT_PYTORCH = {
     "pytorch-gpu.2-3.py310": dt.date(2026, 4, 24), "pytorch-xla.2-3.py310": dt.date(2026, 4, 24),
     "pytorch-gpu.2-2.py310": dt.date(2026, 1, 30), "pytorch-xla.2-2.py310": dt.date(2026, 10, 23),
     "pytorch-gpu.2-1.py310": dt.date(2025, 10, 4), "pytorch-xla.2-1.py310": dt.date(2025, 10, 4),
+    # The rest of the page's PyTorch table (the same page as served at https://docs.cloud.google.com/gemini-enterprise-
+    # agent-platform/machine-learning/training/pre-built-containers, read 2026-11-29): the TPU images (named cp310, or
+    # with no Python) and the older ones. A containerSpec job on one of them was accepted here.
+    "pytorch-tpu.2-2.cp310": dt.date(2025, 11, 6), "pytorch-tpu.2-1.cp310": dt.date(2025, 10, 23),
+    "pytorch-gpu.2-0.py310": dt.date(2025, 3, 15), "pytorch-xla.2-0.py310": dt.date(2025, 3, 15),
+    "pytorch-tpu.2-0": dt.date(2025, 5, 15),
+    "pytorch-gpu.1-13.py310": dt.date(2025, 5, 15), "pytorch-gpu.1-13": dt.date(2024, 12, 8),
+    "pytorch-gpu.1-12.py310": dt.date(2025, 5, 15), "pytorch-gpu.1-12": dt.date(2024, 9, 1),
+    **{f"pytorch-{kind}.1-{minor}": dt.date(2024, 9, 1) for kind in ("gpu", "xla") for minor in (9, 10, 11)},
 }
 PREBUILT_PREFIXES = tuple(f"{m}-docker.pkg.dev/vertex-ai/training/" for m in ("us", "europe", "asia"))
 
