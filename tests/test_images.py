@@ -68,6 +68,9 @@ def test_known_accepts_the_docker_hub_short_form():
     ("europe-docker.pkg.dev/vertex-ai/training/pytorch-xla.2-3.py310:latest", "3.10"),
     ("asia-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310", "3.10"),
     ("us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13.py39@sha256:0123", "3.9"),
+    # the TPU images spell their Python cp310: they passed as an image ftcli "cannot check"
+    ("us-docker.pkg.dev/vertex-ai/training/pytorch-tpu.2-2.cp310:latest", "3.10"),
+    ("europe-docker.pkg.dev/vertex-ai/training/tf-tpu.2-15.cp310:latest", "3.10"),
 ])
 def test_vertex_prebuilt_images_are_refused_by_their_python(uri, python):
     problem = images.prebuilt_problem(uri, REQUIRES_PYTHON)

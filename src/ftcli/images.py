@@ -146,15 +146,20 @@ def pull_failure_hint(error: str | None, image: str, project: str, region: str) 
 
 
 # Vertex's prebuilt training images name their Python in the image name ("pytorch-gpu.2-4.py310", "tf-gpu.2-17.py310",
-# "Prebuilt containers for custom training", above): ftcli reads it from there.
+# "Prebuilt containers for custom training", above): ftcli reads it from there. The TPU ones spell it cp310:
+# "pytorch-tpu.2-2.cp310", "2.2 (Python 3.10) | TPU only | Nov 6, 2024 | Nov 6, 2025", and "tf-tpu.2-15.cp310" (the
+# same page, https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/
+# pre-built-containers, read 2026-11-29): they went through as an image ftcli "cannot check", and the job was created
+# on a TPU-only Python 3.10 image past its end of availability.
 _PREBUILT = re.compile(r"^(?:us|europe|asia)-docker\.pkg\.dev/vertex-ai/training/"
-                       r"(?P<name>[a-z0-9-]+\.[0-9-]+\.py(?P<py>3)(?P<minor>\d+))(?:[:@].*)?$")
+                       r"(?P<name>[a-z0-9-]+\.[0-9-]+\.(?:py|cp)(?P<py>3)(?P<minor>\d+))(?:[:@].*)?$")
 # The older ones do not: "pytorch-gpu.1-13:latest", "pytorch-gpu.1-10:latest", "pytorch-gpu.2-1:latest", as public
 # training scripts and Dockerfiles still name them (found 2026-11-27 with the search tool's find_string). Their name
 # gives no Python, and a PyTorch one of version 2.4 or older is past its end of availability with the rest: the newest,
 # pytorch-gpu.2-4.py310, reached it on 2026-07-24 ("Prebuilt containers for custom training", above; the emulator's
-# vertex_rules.PREBUILT_PYTORCH holds the dates of 2.1 to 2.4, all earlier or the same). They went through as an image
-# "ftcli cannot check", and the job was created on an image Vertex may no longer pull.
+# vertex_rules.PREBUILT_PYTORCH holds the page's dates, read again 2026-11-29: the latest of them all is
+# pytorch-xla.2-2.py310's, 2026-10-23, not 2.4's). They went through as an image "ftcli cannot check", and the job was
+# created on an image Vertex may no longer pull.
 _PREBUILT_UNNAMED_PYTHON = re.compile(r"^(?:us|europe|asia)-docker\.pkg\.dev/vertex-ai/training/"
                                       r"(?P<name>pytorch-[a-z0-9]+\.(?P<major>\d+)-(?P<minor>\d+))(?:[:@].*)?$")
 PREBUILT_PYTORCH_NEWEST = ("pytorch-gpu.2-4.py310", (2, 4), dt.date(2026, 7, 24))

@@ -381,6 +381,10 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--gpu", "T4", "--image", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"],
      "--image us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest: Vertex's prebuilt image "
      "pytorch-gpu.2-4.py310 has Python 3.10; the trainer needs Python >=3.11"),
+    # a TPU one, whose name spells its Python cp310: it went through as an image ftcli "cannot check"
+    (["--gpu", "T4", "--image", "us-docker.pkg.dev/vertex-ai/training/pytorch-tpu.2-2.cp310:latest"],
+     "error: --image us-docker.pkg.dev/vertex-ai/training/pytorch-tpu.2-2.cp310:latest: Vertex's prebuilt image "
+     "pytorch-tpu.2-2.cp310 has Python 3.10; the trainer needs Python >=3.11"),
     # an older one, whose name gives no Python: it went through as an image ftcli "cannot check"
     (["--gpu", "T4", "--image", "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest"],
      "--image us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest: Vertex's prebuilt image "
