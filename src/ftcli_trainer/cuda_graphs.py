@@ -60,7 +60,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
-from contextlib import ExitStack, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,7 +298,7 @@ class WeightCopies:
 
         self.torch = torch
         self.model = model
-        shared = {}
+        shared: dict[int, int] = {}  # id(param) -> how many modules hold it
         for _, param in model.named_parameters(remove_duplicate=False):
             shared[id(param)] = shared.get(id(param), 0) + 1
         self.params: dict = {}
@@ -498,7 +498,11 @@ def compile_dynamic(torch, fn):
     try:
         import torch.fx.experimental._config as fx_config
 
-        sizes = functools.partial(fx_config.patch, use_duck_shape=False)
+        # patch is set on the module at import time by torch's install_config_module; unlike _dynamo.config and
+        # _inductor.config, fx.experimental._config does not declare it for type checkers (torch/utils/
+        # _config_typing.pyi under TYPE_CHECKING), so mypy sees no such attribute (torch 2.13, read 2026-11-29).
+        sizes: Callable[[], AbstractContextManager[object]] = functools.partial(
+            fx_config.patch, use_duck_shape=False)  # type: ignore[attr-defined]
     except (ImportError, AttributeError):
         sizes = nullcontext
 

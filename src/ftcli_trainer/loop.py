@@ -326,7 +326,7 @@ class Trainer:
         self.global_step = 0
         self.epoch = 0
         self.stats = RunStats()
-        self._stop_requested = False
+        self._stop_requested: signal.Signals | None = None  # the signal that asked for a stop (install_stop_handlers)
         self._eval_pending = False  # resumed from a checkpoint whose evaluation a stop cut short (EvalCut)
         self._evaluating = False  # inside evaluate(): a first Ctrl-C says it stops at the next batch
         self.eval_callbacks: list = []  # called as f(global_step, eval results) after each evaluation
