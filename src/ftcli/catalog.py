@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ftcli.errors import UsageError
@@ -345,12 +345,12 @@ def _count(gpu: _Gpu, text: str, count_text: str | None, machine: str | None) ->
     return count
 
 
-def _counts_text(counts) -> str:
-    counts = [str(n) for n in counts]
-    return counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} or {counts[-1]}"
+def _counts_text(counts: Iterable[int]) -> str:
+    texts = [str(n) for n in counts]
+    return texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} or {texts[-1]}"
 
 
-def _nearest(counts, count: int) -> int:
+def _nearest(counts: Iterable[int], count: int) -> int:
     return min(counts, key=lambda n: (abs(n - count), n))
 
 
@@ -570,7 +570,7 @@ class PriceTable:
     machines: Mapping[str, float]
     gpus: Mapping[str, float]
 
-    def per_hour(self, parts) -> tuple[float | None, str | None]:
+    def per_hour(self, parts: Sequence[tuple[int, str, str | None, int]]) -> tuple[float | None, str | None]:
         """USD an hour for `parts` (count, machine type, GPU name or None, GPUs each), or None and which rates the
         table lacks."""
         unknown = [m for _, m, _, _ in parts if m not in self.machines]

@@ -173,6 +173,12 @@ class LogsGateway(Protocol):
     def tail(self, filter: str, stop: threading.Event) -> LogStream: ...
 
 
+class JobsGateway(Protocol):
+    """What the follower reads a job's state through (ftcli.gcp.vertex.VertexGateway, or a test's fake)."""
+
+    def get(self, name: JobName) -> Job: ...
+
+
 class Source(threading.Thread):
     """Background reader: a tail stream with reconnects, or overlapping list polls when tail is unavailable.
 
@@ -238,7 +244,7 @@ class Source(threading.Thread):
                 self.newest = received_at
             self.out.put(to_line(entry))
 
-    def _tell(self, e, suffix: str = "") -> None:
+    def _tell(self, e: LogsUnavailable, suffix: str = "") -> None:
         """Say it once per reason: a problem that lasts is not repeated at every retry."""
         if e.reason in self._told:
             return
@@ -547,9 +553,9 @@ def check_severity(severity: str | None) -> None:
         raise UsageError(choice_line("--severity", severity, SEVERITIES))
 
 
-def follow_job(name: JobName, *, vertex, logs, events: Events, follow: bool = True, replica: str | None = None,
-               severity: str | None = None, since: dt.datetime | None = None, timing: Timing | None = None,
-               label: str | None = None) -> Outcome:
+def follow_job(name: JobName, *, vertex: JobsGateway, logs: LogsGateway, events: Events, follow: bool = True,
+               replica: str | None = None, severity: str | None = None, since: dt.datetime | None = None,
+               timing: Timing | None = None, label: str | None = None) -> Outcome:
     """Follow job `name` until it ends (or, with follow=False, report what is logged now). `label` is how the user
     refers to the job (its short id), for error messages."""
     label = label or name.id

@@ -12,6 +12,7 @@ import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from ftcli.errors import FtcliError, UsageError, reason
 from ftcli.values import JobName, TuningName, from_console_url
@@ -145,7 +146,7 @@ def entries() -> list[dict]:
                            hint="set FTCLI_STATE_DIR to a readable folder, or use numeric job ids") from None
 
 
-def record(name: str, display_name: str, **extra) -> int:
+def record(name: str, display_name: str, **extra: Any) -> int:
     """Save a submission; return its short id. Called once the job exists, so a failure still names it."""
     try:
         with closing(_connect()) as db:

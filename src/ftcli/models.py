@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ftcli.errors import FtcliError, UsageError, reason
 from ftcli.gcp import Notify
@@ -30,6 +30,12 @@ from ftcli_trainer.storage import (
     split_gcs,
     staging_for,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ftcli.gcp.storage import StoredObject
+    from ftcli_trainer.config import TrainConfig
 
 MODELS_DIR = "ftcli-models"
 INSIDE_STAGING = "ftcli-download"  # .ftcli-download.tmp-PID-XXXXXXXX, inside a destination that exists
@@ -71,7 +77,7 @@ def check_destination(dest: Path, force: bool) -> None:
                               "(other files are kept; files with the model's names are replaced)")
 
 
-def _model_files(uri: str, objects) -> list[tuple[str, PurePosixPath, int]]:
+def _model_files(uri: str, objects: list[StoredObject]) -> list[tuple[str, PurePosixPath, int]]:
     """(object name, relative path, size) of the model's files; refuse the whole model if one name could
     land outside the destination."""
     _, prefix = split_gcs(uri)
@@ -710,9 +716,9 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
                        **({"threshold": c.threshold} if c.multi else {}), **found}, examples.labels, logits)
 
 
-def _evaluation_config(path: Path, c: _Classifier, run: dict, trained_pairs, columns: list[str], file: str,
-                       text_column: str | None, text_pair_column: str | None, label_column: str | None,
-                       label_names: tuple[str, ...]):
+def _evaluation_config(path: Path, c: _Classifier, run: dict, trained_pairs: tuple[str, str] | Literal[False] | None,
+                       columns: list[str], file: str, text_column: str | None, text_pair_column: str | None,
+                       label_column: str | None, label_names: tuple[str, ...]) -> tuple[TrainConfig, bool]:
     """(the TrainConfig the trainer would read `file` as an eval file with, whether its labels are 0/1 columns) for
     ftcli evaluate, after what the model and the file say of the options: each refusal one line."""
     from ftcli_trainer import data
@@ -788,7 +794,7 @@ def _ids_as_names(rows: list[dict], file: str, column: str, label_names: tuple[s
 
 
 def _logits(c: _Classifier, texts: list[str], seconds: list[str | None],
-            progress: Callable[[int, int], None] | None = None):
+            progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """The model's outputs (rows x labels, in its id order) for each text (and its pair)."""
     import numpy as np
 

@@ -15,22 +15,22 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rich.console import JustifyMethod
+    from rich.console import Console, JustifyMethod
     from rich.status import Status
 
 
 @cache
-def out():
+def out() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True)
 
 
 @cache
-def err():
+def err() -> Console:
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
@@ -76,7 +76,7 @@ def note(message: str) -> None:
     err().print(f"[dim]{escape(message)}[/]")
 
 
-def reader_gone(stream) -> bool:
+def reader_gone(stream: IO[str]) -> bool:
     """True when `stream` is a pipe or socket whose reader has closed it (`ftcli logs JOB | head -1` once head has
     exited). A write would fail then, but a quiet job may write nothing for hours, and a follower would go on
     reading Google's APIs (holding one of the project's 10 live tails) for nobody. False where it cannot tell (a
@@ -246,7 +246,7 @@ def age(seconds: float | None) -> str:
 
 # --- progress ----------------------------------------------------------------------------------------------------
 
-def animated(console) -> bool:
+def animated(console: Console) -> bool:
     """Whether `console` may draw spinners and bars: its stream is a terminal, and not a dumb one.
 
     Rich counts FORCE_COLOR (and TTY_COMPATIBLE=1) as a terminal whatever the stream is (rich 15,
@@ -298,7 +298,7 @@ class Waiting:
     """Shows a wait: on a terminal a spinner with what is awaited and the time so far; elsewhere a plain line each
     full minute (a log file or CI keeps a trace, without a line per second)."""
 
-    def __init__(self, console=None, every_s: float = 60.0):
+    def __init__(self, console: Console | None = None, every_s: float = 60.0) -> None:
         self.console = console or err()
         self.every_s = every_s
         self._status: Status | None = None

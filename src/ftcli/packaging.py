@@ -15,6 +15,7 @@ import io
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def allowlisted_files(root: Path | None = None) -> list[Path]:
     return [p for p in files if p.is_file()]
 
 
-def _quoted(items) -> str:
+def _quoted(items: Iterable[str]) -> str:
     return ", ".join(f'"{d}"' for d in items)
 
 

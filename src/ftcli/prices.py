@@ -31,7 +31,9 @@ from ftcli.catalog import PriceTable
 from ftcli.errors import UsageError
 
 if TYPE_CHECKING:
-    from ftcli.values import Job, TuningJob
+    from collections.abc import Iterable
+
+    from ftcli.values import Job, Pool, TuningJob
 
 MACHINE_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 
@@ -51,7 +53,7 @@ def _problem(path: Path, what: str) -> UsageError:
                       hint="see README 'What a job costs' for its format; FTCLI_PRICES names another file")
 
 
-def _rate(path: Path, where: str, value) -> float:
+def _rate(path: Path, where: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise _problem(path, f"{where} must be a price in USD per hour (a number, 0 or more), got {value!r}")
     return float(value)
@@ -209,7 +211,7 @@ class Spent:
         return on_demand_amount(self.amount, self.provisioning)
 
 
-def _per_hour(pools, region: str) -> tuple[tuple[float, PriceTable] | None, str | None]:
+def _per_hour(pools: Iterable[Pool], region: str) -> tuple[tuple[float, PriceTable] | None, str | None]:
     """USD an hour for `pools` (every replica's machine and GPUs) at the price file's `region` rates; without a
     price file, None and nothing to say (a job's cost is then simply not shown)."""
     from ftcli.catalog import gpu_short_name

@@ -34,11 +34,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ftcli.errors import FtcliError, UsageError
 from ftcli_trainer.storage import clear_staging_inside, is_staging_inside, names_on_failure, staging_for
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MANIFEST = "ftcli-report.json"
 INSIDE_STAGING = "ftcli-report"  # .ftcli-report.tmp-PID-XXXXXXXX, inside an --out folder that exists
@@ -374,7 +379,7 @@ def _slots(support: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def confusion(names: list[str], truth: np.ndarray | None = None, predicted: np.ndarray | None = None,
-              cm=None, limit: int = MAX_DRAWN) -> Matrix:
+              cm: list[list[int]] | None = None, limit: int = MAX_DRAWN) -> Matrix:
     """The matrix a picture draws, from the predictions (counted straight into the drawn rows: never K x K for
     many labels) or from metrics.json's full matrix (older runs)."""
     k = len(names)
@@ -427,7 +432,7 @@ def _plan(run: Run) -> list[Picture]:
     return plan
 
 
-def _support(scores) -> int:
+def _support(scores: Any) -> int:
     value = scores.get("support", 0) if isinstance(scores, dict) else 0
     return int(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0
 
@@ -458,7 +463,7 @@ def _matplotlib_config_dir() -> None:
     os.environ["MPLCONFIGDIR"] = tmp
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     _matplotlib_config_dir()
     import matplotlib
 
@@ -468,7 +473,7 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig: Figure, path: Path) -> None:
     plt = _pyplot()
     try:
         fig.savefig(path, format="png", dpi=100, bbox_inches="tight")
@@ -587,7 +592,7 @@ def _scatter(run: Run, i: int, truth: np.ndarray, predicted: np.ndarray, path: P
 # -- the Markdown -----------------------------------------------------------------------------------------------
 
 
-def fmt(value) -> str:
+def fmt(value: object) -> str:
     """How report.md writes a number: whole numbers as they are, others to 4 decimals (3 significant digits
     below 0.001, where 4 decimals would say 0)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -604,7 +609,7 @@ def _one_line(text: str) -> str:
     return re.sub(r"\r\n|\r|\n", " ", text)
 
 
-def _cell(text) -> str:
+def _cell(text: object) -> str:
     """A label's name in a Markdown table or list: a "|" would end the cell, a line break the row."""
     return _one_line(str(text).replace("\\", "\\\\").replace("|", "\\|"))
 

@@ -13,6 +13,7 @@ import difflib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def save_config_file(values: dict[str, str | None]) -> Path:
 
 
 @contextlib.contextmanager
-def _folder_lock(folder: Path):
+def _folder_lock(folder: Path) -> Iterator[None]:
     """An exclusive flock on `folder` itself (no lock file is left behind) while the block runs; where the platform
     or the file system has no flock, nothing is locked."""
     try:

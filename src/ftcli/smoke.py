@@ -12,7 +12,10 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ftcli_trainer.config import TrainConfig
 
 SMOKE_TRAIN_ROWS = 64
 SMOKE_EVAL_ROWS = 32
@@ -88,7 +91,7 @@ def missing_here(requirements: list[str]) -> list[str]:
     return out
 
 
-def _check_hub(cfg) -> bool:
+def _check_hub(cfg: TrainConfig) -> bool:
     """Whether the smoke runs offline, on this machine's Hugging Face cache (`ftcli local`'s one probe of the Hub).
     With no network here, the smoke of a Hub model (README's and -h's own example) printed 12 retry lines over a minute
     and ended "the job would fail the same way": the job, on Vertex, downloads the model itself."""

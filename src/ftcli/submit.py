@@ -17,7 +17,7 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ftcli import history
 from ftcli.catalog import Estimate, Hardware, resolve_gpu
@@ -39,6 +39,21 @@ from ftcli.spec import (
 from ftcli.trainer_options import validate as validate_trainer
 from ftcli_trainer.model import folder_max_length_problem, model_problem, resolve_model_path
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, bundled_sample_file
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from ftcli.gcp import Notify
+    from ftcli.gcp.storage import Progress, StorageGateway
+    from ftcli.values import Job
+    from ftcli_trainer.config import TrainConfig
+
+    # output.transfer: a context manager for one upload (given its description) that yields its progress callback,
+    # or None
+    Uploading = Callable[[str], AbstractContextManager[Progress | None]]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 DURATION_RE = re.compile(r"^(\d+)([smhd])$")
 # google.protobuf.Duration's seconds "Must be from -315,576,000,000 to +315,576,000,000 inclusive" (duration.proto;
@@ -246,18 +261,18 @@ class Submission:
     trainer: dict[str, Any] = field(default_factory=dict)  # the trainer options with local paths (--smoke runs them)
     uploads: list[tuple[Path, str]] = field(default_factory=list)  # (local file, gs:// URI)
     notes: list[str] = field(default_factory=list)  # said before submitting (e.g. an image ftcli cannot check)
-    estimate: Estimate | None = None
+    estimate: Estimate = field(kw_only=True)  # plan always works it out (its amounts may be missing)
     create_sent: bool = False  # the create call has started: after a Ctrl-C, Vertex may hold a job of ours
 
 
-def _varlen_problem(cfg, hardware: Hardware) -> str | None:
+def _varlen_problem(cfg: TrainConfig, hardware: Hardware) -> str | None:
     """--varlen-attention where the job would leave it off (the trainer's own rule): said now, not found in the
     job's log."""
     why = _varlen_refusal(cfg, hardware) if cfg.varlen_attention else ""
     return f"--varlen-attention would be left off in this job ({why}): leave it out" if why else None
 
 
-def _cpu_precision_problem(cfg, hardware: Hardware) -> str | None:
+def _cpu_precision_problem(cfg: TrainConfig, hardware: Hardware) -> str | None:
     """A precision the trainer refuses on a CPU machine (--gpu none): said now, not after the job's machine started."""
     from ftcli_trainer.task import precision_problem, resolve_precision
 
@@ -267,7 +282,7 @@ def _cpu_precision_problem(cfg, hardware: Hardware) -> str | None:
     return f"{problem} (--gpu none is a CPU machine)" if problem else None
 
 
-def _varlen_refusal(cfg, hardware: Hardware) -> str:
+def _varlen_refusal(cfg: TrainConfig, hardware: Hardware) -> str:
     from ftcli_trainer.model import flash_refusal
 
     cc = hardware.compute_capability
@@ -314,7 +329,7 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str],
     return chosen.uri, images.problems(chosen, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
 
 
-def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = None,
+def _local_data_problems(cfg: TrainConfig, local_files: dict[str, Path], done: dict | None = None,
                          say: Callable[[str], None] | None = None,
                          searched: AbstractSet[str] = frozenset()) -> list[str]:
     """Read local data files with the trainer's own readers (columns, labels, encoding): a wrong column shows up
@@ -354,7 +369,8 @@ def _local_data_problems(cfg, local_files: dict[str, Path], done: dict | None = 
     return problems
 
 
-def hub_model_problem(cfg, notes: list[str], checks: dict | None, *, job_has_token: bool, model: str | None = None,
+def hub_model_problem(cfg: TrainConfig, notes: list[str], checks: dict | None, *, job_has_token: bool,
+                      model: str | None = None,
                       flag: str = "--model") -> str | None:
     """What the Hugging Face Hub says is wrong with a Hub `--model` (`model`, default cfg.model) for a job that gets a
     token or not (`ftcli.hub.check_model`); a note (the Hub unreachable, say) is added to `notes`. `checks` carries
@@ -400,7 +416,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         trainer = {**trainer, "train_file": str(bundled_sample_file("sst2_train.csv.gz")),
                    "eval_file": str(bundled_sample_file("sst2_validation.csv.gz"))}
 
-    def collect(fn, *args, **kwargs):
+    def collect(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:
         try:
             return fn(*args, **kwargs)
         except UsageError as e:
@@ -564,7 +580,7 @@ def _object_names_problem(settings: Settings, package_uri: str, uploads: list[tu
     return None
 
 
-def job_secrets(cfg) -> tuple[tuple[str, str], ...]:
+def job_secrets(cfg: TrainConfig) -> tuple[tuple[str, str], ...]:
     """The secrets the job reads (--wandb-secret, --hf-secret), each with the variable its value usually comes from."""
     from ftcli_trainer.config import SECRET_OPTIONS
 
@@ -591,7 +607,7 @@ def machine_hint(hw: Hardware, detail: str) -> str | None:
             f" (or another --gpu count)")
 
 
-def _check_gcs_data(sub: Submission, storage) -> None:
+def _check_gcs_data(sub: Submission, storage: StorageGateway) -> None:
     """gs:// data files read as the job will, before anything is uploaded: a missing one refused, a small one read
     whole (with the trainer's readers, as a local file), a big one's header (its first HEAD_BYTES: the columns, the
     encoding, the format); a wrong column failed the job after its machines had started. A local file beside it
@@ -705,17 +721,17 @@ class BucketFacts:
     job_numbers: dict[str, str | None] = field(default_factory=dict)  # job project -> its number ("": no bucket)
     said: set[str] = field(default_factory=set)
 
-    def number(self, storage, bucket: str) -> str | None:
+    def number(self, storage: StorageGateway, bucket: str) -> str | None:
         if bucket not in self.numbers:
             self.numbers[bucket] = storage.bucket_project(bucket)
         return self.numbers[bucket]
 
-    def job_number(self, storage, project: str) -> str | None:
+    def job_number(self, storage: StorageGateway, project: str) -> str | None:
         if project not in self.job_numbers:
             self.job_numbers[project] = project if project.isdigit() else storage.project_number(project)
         return self.job_numbers[project]
 
-    def covers(self, storage, bucket: str, member: str) -> bool | None:
+    def covers(self, storage: StorageGateway, bucket: str, member: str) -> bool | None:
         """Does the bucket's own policy name `member` or a principal that may include it? None: unreadable."""
         if bucket not in self.members:
             self.members[bucket] = storage.bucket_members(bucket)
@@ -725,7 +741,7 @@ class BucketFacts:
         return member in found or any(m.startswith(COVERS_ANY) for m in found)
 
 
-def bucket_access_notes(sub: Submission, storage, staging_number: str | None,
+def bucket_access_notes(sub: Submission, storage: StorageGateway, staging_number: str | None,
                         facts: BucketFacts | None = None) -> list[str]:
     """One line for each bucket the job touches (the staging bucket, a gs:// data file's) that the account it runs as
     may not reach, from what the bucket's project and its own IAM policy show; none where nothing firm can be said
@@ -748,7 +764,8 @@ def bucket_access_notes(sub: Submission, storage, staging_number: str | None,
     return lines
 
 
-def _agent_line(settings: Settings, storage, facts: BucketFacts, bucket: str, role: str, fails: str) -> str | None:
+def _agent_line(settings: Settings, storage: StorageGateway, facts: BucketFacts, bucket: str, role: str,
+                fails: str) -> str | None:
     """The default account, the job project's Custom Code Service Agent, reaches its own project's buckets: a bucket
     of another project whose policy does not name it gets a warning, or a note when ftcli cannot tell."""
     project = settings.project
@@ -780,7 +797,8 @@ def _agent_line(settings: Settings, storage, facts: BucketFacts, bucket: str, ro
             f"project, folder or organization, {fails}; grant it access: {_grant(bucket, agent, role)}, {or_sa}")
 
 
-def _account_line(settings: Settings, storage, facts: BucketFacts, bucket: str, role: str, fails: str) -> str | None:
+def _account_line(settings: Settings, storage: StorageGateway, facts: BucketFacts, bucket: str, role: str,
+                  fails: str) -> str | None:
     """--service-account: a user-managed account reaches no bucket by default, but the usual set-up grants it its
     roles on its own project ("Use a custom service account", above), which a bucket's policy does not show. So only a
     bucket of another project than the account's is spoken of, where that is known: the account's project (its e-mail
@@ -800,7 +818,8 @@ def _account_line(settings: Settings, storage, facts: BucketFacts, bucket: str, 
             f"or organization, {fails}; grant it access: {_grant(bucket, account, role)}")
 
 
-def stage(sub: Submission, *, notify=None, uploading=None, access: BucketFacts | None = None) -> int:
+def stage(sub: Submission, *, notify: Notify | None = None, uploading: Uploading | None = None,
+          access: BucketFacts | None = None) -> int:
     """Everything before the create call: the history is writable, the bucket is there and in the job's region,
     the secret the job reads exists, the trainer wheel and local inputs are uploaded (what is missing only).
     Returns the bytes uploaded. `notify(message)` hears about retries and the buckets the job may not reach
@@ -841,7 +860,8 @@ def stage(sub: Submission, *, notify=None, uploading=None, access: BucketFacts |
     return sent
 
 
-def submit(sub: Submission, *, notify=None, uploading=None, access: BucketFacts | None = None) -> tuple[Any, int, int]:
+def submit(sub: Submission, *, notify: Notify | None = None, uploading: Uploading | None = None,
+           access: BucketFacts | None = None) -> tuple[Job, int, int]:
     """Stage (see `stage`), then create the job. Returns (job, short id, bytes uploaded)."""
     from ftcli.gcp.vertex import get_vertex
 
@@ -973,8 +993,8 @@ def _varlen_left_out(pairs: list[tuple[str, str | None]], trainer: dict[str, Any
     return {g for g, reason in why.items() if reason}
 
 
-def submit_first(candidates: list[Candidate], *, notify=None, uploading=None, start: int = 0,
-                 access: BucketFacts | None = None):
+def submit_first(candidates: list[Candidate], *, notify: Notify | None = None, uploading: Uploading | None = None,
+                 start: int = 0, access: BucketFacts | None = None) -> tuple[Job, int, int, int]:
     """Submit candidates in order from `start` until one is created; a used-up quota moves on to the next, and
     says so. Returns (job, short id, bytes uploaded, index of the candidate that ran). `access`: see `stage` (one
     for every try of the command: a bucket's note is said once, not once per candidate)."""

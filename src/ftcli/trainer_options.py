@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ftcli_trainer.config import OPTIONS, ConfigError, TrainConfig, resolve, to_argv
+from ftcli_trainer.config import OPTIONS, ConfigError, Option, TrainConfig, resolve, to_argv
 
 PANEL = "Trainer options"
 TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
@@ -22,7 +22,7 @@ TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
 SET_BY_TUNE = frozenset({"hypertune_metric"})
 
 
-def _parameter(opt) -> inspect.Parameter:
+def _parameter(opt: Option) -> inspect.Parameter:
     if opt.type is bool:
         if opt.default:  # on unless --no-NAME; None when neither is given, so the job's arguments leave it out
             # Said in the help as `--detach / --follow` says its own: with show_default off (None is not the
@@ -61,18 +61,18 @@ def _completer(choices: Sequence[str]) -> Callable[[str], list[str]]:
     return complete
 
 
-def with_option_group(arg: str, group: list[inspect.Parameter]):
+def with_option_group(arg: str, group: list[inspect.Parameter]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator: `command` gets the options in `group` after its own, and receives their values as one dict
     argument named `arg`."""
     names = frozenset(p.name for p in group)
 
-    def decorate(command: Callable[..., Any]):
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         # eval_str: the command module may use `from __future__ import annotations` (string annotations)
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != arg]
         params = own + group
 
         @functools.wraps(command)
-        def wrapper(**kwargs):
+        def wrapper(**kwargs: Any) -> Any:
             values = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
             return command(**{arg: values}, **kwargs)
 
@@ -84,7 +84,8 @@ def with_option_group(arg: str, group: list[inspect.Parameter]):
     return decorate
 
 
-def with_trainer_options(command: Callable[..., Any] | None = None, *, exclude: frozenset[str] = frozenset()):
+def with_trainer_options(command: Callable[..., Any] | None = None, *,
+                         exclude: frozenset[str] = frozenset()) -> Callable[..., Any]:
     """Give `command` every trainer option (but `exclude`, and those ftcli tune sets); it receives them as one dict
     argument `trainer`."""
     if command is None:

@@ -39,11 +39,11 @@ class Param:
     extremes: tuple[Any, ...]  # values the trainer must accept (checked before anything is sent)
 
 
-def _numbers(text: str, kind: type, what: str) -> list:
+def _numbers(text: str, kind: type, what: str) -> list[float]:
     return [_number(p, kind, what) for p in text.split(",") if p.strip()]
 
 
-def _number(text: str, kind: type, what: str):
+def _number(text: str, kind: type, what: str) -> float:
     try:
         return kind(text.strip())
     except ValueError:

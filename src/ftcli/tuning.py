@@ -7,13 +7,20 @@ The pure pieces (search spaces, the study metric, the job's JSON) are in `ftcli.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ftcli import history, tune
 from ftcli.errors import UsageError
 from ftcli.submit import Submission
 from ftcli.values import JobName, Trial, TuningJob, TuningName
+
+if TYPE_CHECKING:
+    from ftcli.errors import FtcliError
+    from ftcli.gcp import Notify
+    from ftcli.submit import Uploading
+    from ftcli_trainer.config import TrainConfig
 
 KIND_LABEL = "ftcli_kind"  # "tune" on a tuning job (its trials' CustomJobs are Vertex's own)
 
@@ -26,7 +33,7 @@ class TuningSubmission:
     metric: str
 
 
-def default_metric(cfg) -> str:
+def default_metric(cfg: TrainConfig) -> str:
     """The metric a task is judged by (GLUE's for GLUE tasks), as the trainer's metrics.json names it."""
     from ftcli_trainer.metrics import headline
     from ftcli_trainer.tasks import TASKS
@@ -35,7 +42,7 @@ def default_metric(cfg) -> str:
     return f"eval_{keys[0]}" if keys else tune.default_metric(cfg.multi_label)
 
 
-def metric_names(cfg) -> list[str]:
+def metric_names(cfg: TrainConfig) -> list[str]:
     """The eval metrics a trial reports, as metrics.json names them: the first eval set's `eval_KEY`, the others'
     `eval_SET_KEY`. Files whose labels may turn out to be lists (JSON Lines) report either kind's."""
     from ftcli_trainer.metrics import scalar_names
@@ -207,7 +214,8 @@ def _upload_local_models(p: tune.Param, sub: Submission) -> tune.Param:
     return tune.Param(p.name, {**p.spec, "categoricalValueSpec": {"values": values}}, p.extremes)
 
 
-def submit(ts: TuningSubmission, *, notify=None, uploading=None) -> tuple[TuningJob, int, int]:
+def submit(ts: TuningSubmission, *, notify: Notify | None = None,
+           uploading: Uploading | None = None) -> tuple[TuningJob, int, int]:
     """Stage as `ftcli train` does, create the tuning job, record a short id. Returns (job, short id, bytes)."""
     from ftcli import submit as train_submit
     from ftcli.gcp.vertex import get_vertex
@@ -223,7 +231,7 @@ def submit(ts: TuningSubmission, *, notify=None, uploading=None) -> tuple[Tuning
     return job, n, sent
 
 
-def get(name: TuningName, notify=None) -> TuningJob:
+def get(name: TuningName, notify: Notify | None = None) -> TuningJob:
     from ftcli.gcp.vertex import get_vertex
 
     return get_vertex(name.project, name.region, notify).get_tuning(name)
@@ -283,8 +291,10 @@ def record(job: TuningJob, short_id: int | None = None, now: dt.datetime | None 
     }
 
 
-def follow(get_job, on_update, *, interval: float = 3.0, sleep=None, on_unreadable=None,
-           patience: float | None = None, clock=None) -> TuningJob:
+def follow(get_job: Callable[[], TuningJob], on_update: Callable[[TuningJob, list[Trial]], None], *,
+           interval: float = 3.0, sleep: Callable[[float], None] | None = None,
+           on_unreadable: Callable[[FtcliError], None] | None = None, patience: float | None = None,
+           clock: Callable[[], float] | None = None) -> TuningJob:
     """Read the tuning job until it ends, calling `on_update(job, changed_trials)` whenever its state or a trial
     changed (the first read reports everything). Returns the final job.
 

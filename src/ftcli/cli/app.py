@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 import typer.core
@@ -16,6 +17,9 @@ from ftcli import __version__
 from ftcli.cli import config, jobs, local, logs, models, report, train, tune
 from ftcli.cli.options import use_command_class
 
+if TYPE_CHECKING:
+    from typer._click import Context as ClickContext
+
 
 class _UsageLine(click_errors.UsageError):
     """A usage error shown as ftcli's own errors are: `error: ...` and a hint, not click's three lines (the usage, a
@@ -23,7 +27,7 @@ class _UsageLine(click_errors.UsageError):
 
     hint: str | None = None
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[Any] | None = None) -> None:
         from ftcli.output import error
 
         message = self.format_message()
@@ -77,12 +81,13 @@ class _Group(typer.core.TyperGroup):
 
     argv: list[str] = []  # the command line's words, for a hint that rearranges them
 
-    def make_context(self, info_name, args, parent=None, **extra):
+    def make_context(self, info_name: str | None, args: list[str], parent: ClickContext | None = None,
+                     **extra: Any) -> ClickContext:
         self.argv = list(args)
         with _usage_lines(self.argv):
             return super().make_context(info_name, args, parent=parent, **extra)
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: ClickContext) -> Any:
         with _usage_lines(self.argv):
             return super().invoke(ctx)
 

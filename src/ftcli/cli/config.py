@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ftcli.cli.options import BucketOpt, JsonOpt, ProjectOpt, RegionOpt, ServiceAccountOpt
 from ftcli.errors import FtcliError, UsageError
+
+if TYPE_CHECKING:
+    from typer._click import Context as ClickContext
+
+    from ftcli.settings import Value
 
 app = typer.Typer(help="Set defaults for --project, --region, --bucket, --service-account, and the image mirror; see "
                        "where each value comes from.", no_args_is_help=True)
@@ -43,7 +49,7 @@ def _key(key: str) -> str:
     return k
 
 
-def usage_hint(ctx) -> str | None:
+def usage_hint(ctx: ClickContext) -> str | None:
     """The hint for a usage error of `config set` typed as other tools take it, or None: `config set region=X` (git's
     and .env's KEY=VALUE) said only "missing argument 'value'", and two settings at once "got unexpected extra
     argument(s)", each with "see ftcli config set -h"."""
@@ -60,7 +66,7 @@ def usage_hint(ctx) -> str | None:
     return None
 
 
-def _check(k: str):
+def _check(k: str) -> Callable[[str, str], str | None]:
     """The check every command makes of setting `k`: (value, where) -> what is wrong, or None."""
     from ftcli import settings
 
@@ -68,7 +74,7 @@ def _check(k: str):
             "service_account": settings.check_service_account, "image_mirror": settings.check_image_mirror}[k]
 
 
-def _row(v) -> dict:
+def _row(v: Value) -> dict:
     return {"key": v.key.replace("_", "-"), "value": v.value, "source": v.source, "origin": v.origin}
 
 

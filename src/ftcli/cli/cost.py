@@ -3,6 +3,15 @@ amounts when the user's price file has the rates (ftcli.prices)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ftcli.catalog import Estimate
+    from ftcli.prices import Spent
+
 
 def provisioning(job: dict) -> str | None:
     """"Spot", "Flex-start" or "Reservation" from the job options (--spot, --flex-start, --reservation); None:
@@ -14,7 +23,7 @@ def provisioning(job: dict) -> str | None:
     return "Reservation" if job.get("reservation") else None
 
 
-def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", trials: int | None = None,
+def cost_lines(cost: Estimate, timeout: str, *, discounted: str | None, label: str = "", trials: int | None = None,
                parallel: int | None = None) -> list[str]:
     """`cost` is a catalog.Estimate for one job (one trial of a tuning job: then `trials` of them, `parallel` at
     a time). `discounted`: "Spot" or "Flex-start", billed below the on-demand rates, which are then only a ceiling
@@ -39,6 +48,7 @@ def cost_lines(cost, timeout: str, *, discounted: str | None, label: str = "", t
     from ftcli.prices import billed_note, on_demand_amount
 
     t = cost.table
+    assert t is not None and cost.at_most is not None  # (an estimate with an hourly amount has its table)
     if discounted == "Reservation":  # another bill (prices.billed_note)
         rates = f"on-demand rates, not this job's bill: {billed_note(discounted)}; "
     elif discounted:
@@ -64,14 +74,15 @@ def _hours(hours: float) -> str:
     return f"{hours:,.0f}" if hours >= 10 else f"{hours:.2g}"
 
 
-def say_cost(*args, **kwargs) -> None:
+def say_cost(cost: Estimate, timeout: str, *, discounted: str | None, label: str = "", trials: int | None = None,
+             parallel: int | None = None) -> None:
     from ftcli.output import err
 
-    for line in cost_lines(*args, **kwargs):
+    for line in cost_lines(cost, timeout, discounted=discounted, label=label, trials=trials, parallel=parallel):
         err().print(line, markup=False, highlight=False)
 
 
-def spent_or_warning(spent_and_why) -> tuple:
+def spent_or_warning(spent_and_why: Callable[[], tuple[Spent | None, str | None]]) -> tuple[Spent | None, str | None]:
     """`spent_and_why()` (a prices.job_cost or tuning_cost call); a broken price file is a warning and no amount: it
     never stops a job being followed, shown or its cancel reported."""
     from ftcli.errors import FtcliError
@@ -84,7 +95,8 @@ def spent_or_warning(spent_and_why) -> tuple:
         return None, None
 
 
-def say_spent(spent_and_why, template: str, err=None) -> None:
+def say_spent(spent_and_why: Callable[[], tuple[Spent | None, str | None]], template: str,
+              err: Console | None = None) -> None:
     """At the end of a followed job: what it cost at the user's rates (`spent_and_why`: a prices.job_cost or
     tuning_cost call), printed from `template` ({ran}, {amount}: 'about $X' or, for Spot and Flex-start, 'at most
     $X', {region}, {per_hour}, {billed}: Spent.ceiling_note); nothing without rates (spent_or_warning)."""

@@ -12,7 +12,11 @@ from ftcli.cli.cost import spent_or_warning
 from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from ftcli.output import Column
+    from ftcli.prices import Spent
+    from ftcli.values import TuningName
 
 app = typer.Typer(help="List, describe and cancel Vertex AI training jobs.", no_args_is_help=True)
 
@@ -36,7 +40,7 @@ def _metric(row: dict) -> str:
     return f"{name if len(name) <= room else name[:room - 1] + '…'} {value}"
 
 
-def _columns(now: dt.datetime, cost: bool = False):
+def _columns(now: dt.datetime, cost: bool = False) -> tuple[Column, ...]:
     from ftcli.output import Column, age, span
 
     # The numbers, the GPU and the metric are never cut (`acc 0.4…` for 0.400, `L4…`): the model, then the task,
@@ -65,7 +69,7 @@ def _cost_cell(row: dict) -> str:
     return f"≤${row['cost_usd_on_demand']:,.2f}"
 
 
-def _add_costs(rows: list[dict], costs) -> None:
+def _add_costs(rows: list[dict], costs: Iterable[tuple[Spent | None, str | None]]) -> None:
     """Each row's `cost_usd` and `cost_usd_on_demand` (None: no rate for it, or not started) from `costs`, the rows'
     prices.job_cost/tuning_cost results, in order. A broken price file is one warning: the list goes without costs."""
     from ftcli.errors import FtcliError
@@ -80,7 +84,7 @@ def _add_costs(rows: list[dict], costs) -> None:
         row.update(_cost_usd(s))
 
 
-def _cost_usd(spent) -> dict:
+def _cost_usd(spent: Spent | None) -> dict:
     """The --json cost keys: `cost_usd`, what the job has cost at the price file's rates, only for an on-demand job
     (the rates are on-demand ones); `cost_usd_on_demand`, the same hours at on-demand rates, for every job (for a
     Spot or Flex-start job, a ceiling: prices.billed_note). None where the file has no rate, or no price file."""
@@ -170,7 +174,7 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         more = f", {r['machines']} machines" if r["machines"] > 1 else ""
         return f"{r['hardware']}{more}" if r["hardware"] else ""
 
-    def when(key: str):
+    def when(key: str) -> Callable[[dict], str | None]:
         return lambda r: r[key].replace("T", " ") if r[key] else None
 
     fields = (
@@ -195,7 +199,8 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     show_one(row, fields, json_out=json_out, title=f"[bold]{escape(j.display_name)}[/]  {j.state}")
 
 
-def _spent_line(spent, why: str | None, span, of: str = "") -> str | None:
+def _spent_line(spent: Spent | None, why: str | None, span: Callable[[float | None], str], of: str = ""
+                ) -> str | None:
     """The cost row: the amount at the user's rates, why the price file gives none, or nothing (no price file, not
     started)."""
     if spent is None:
@@ -206,7 +211,7 @@ def _spent_line(spent, why: str | None, span, of: str = "") -> str | None:
             f"{t.read})")
 
 
-def _describe_tuning(name, json_out: bool) -> None:
+def _describe_tuning(name: TuningName, json_out: bool) -> None:
     """A tuning job: the study, and its trials best first."""
     from ftcli import jobs, prices, tuning
     from ftcli.follow import error_parts, said_error
@@ -252,7 +257,7 @@ def _param_column(name: str) -> Column:
     return Column(name.upper()[:16], lambda t: _param(t["params"].get(name)), justify="right")
 
 
-def _param(v) -> str:
+def _param(v: object) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
@@ -305,7 +310,7 @@ def cancel(
     out().print(f"cancel requested for job {shown} ({name.id}); it is {j.state}")
 
 
-def _cancel_tuning(name, shown: str, *, yes: bool, json_out: bool) -> None:
+def _cancel_tuning(name: TuningName, shown: str, *, yes: bool, json_out: bool) -> None:
     from ftcli import jobs, tuning
     from ftcli.output import err, note, out, show_one
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ftcli.cli.options import JsonOpt
 from ftcli.errors import JobFailed
 from ftcli.trainer_options import with_trainer_options
+
+if TYPE_CHECKING:
+    from ftcli.local import LocalRun
 
 
 @with_trainer_options
@@ -69,7 +72,7 @@ def local(
                     "its output is above; it stopped before logging anything, and left no run folder")
 
 
-def _stop_signal(run) -> int | None:
+def _stop_signal(run: LocalRun) -> int | None:
     """The signal that stopped the run, if one did: one ftcli passed on, or the trainer's exit status for a stop it
     made itself (130 Ctrl-C, 143 SIGTERM: a signal sent to the trainer alone, not through ftcli)."""
     if run.signal is not None and run.signal != signal.SIGINT:

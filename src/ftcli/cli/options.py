@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 import typer.core
+
+if TYPE_CHECKING:
+    from typer._click import Context as ClickContext  # typer 0.29 carries its own click (pinned <0.30: pyproject)
 
 PANEL = "Google Cloud"
 
@@ -44,7 +49,7 @@ class _Argument(typer.core.TyperArgument):
     def _rich_display_name(self) -> str:
         return self.display_name_raw.upper() + ("..." if self.nargs != 1 else "")
 
-    def display_type_rich(self, ctx) -> str | None:
+    def display_type_rich(self, ctx: ClickContext) -> str | None:
         return None
 
 
@@ -55,7 +60,7 @@ class Command(typer.core.TyperCommand):
     (`--project <str>`, `--limit <int range>`, and `--pair <list[str]>` for an option given once per text). A closed
     choice keeps its list (`--precision <auto|fp32|bf16|fp16>`)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:
             if type(param) is typer.core.TyperArgument:
@@ -121,9 +126,8 @@ TrialOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--trial", help="For a tuning job (ftcli tune): this trial [default: the best so far].")]
 
 
-def _job_params(gpu_option, region_option):
-    import inspect
-
+def _job_params(gpu_option: Any, region_option: Any) -> list[inspect.Parameter]:
+    # the options are Annotated[...] aliases: typing forms, which have no type of their own to write here
     kw = inspect.Parameter.KEYWORD_ONLY
     return [inspect.Parameter(name, kw, default=default, annotation=kind) for name, kind, default in (
         ("gpu", gpu_option, "T4"), ("machine_type", MachineTypeOpt, None), ("replicas", ReplicasOpt, 1),
@@ -134,7 +138,7 @@ def _job_params(gpu_option, region_option):
         ("service_account", ServiceAccountOpt, None))]
 
 
-def with_job_options(command=None, *, candidates: bool = True):
+def with_job_options(command: Callable[..., Any] | None = None, *, candidates: bool = True) -> Callable[..., Any]:
     """The options of the job `ftcli train` creates (and `ftcli tune`'s trials run): machines, how they are
     obtained, image, timeout, labels, name, project/region/bucket/service account. The command receives them as
     one dict argument `job`, which `submit.plan` takes as keyword arguments. `candidates`: --gpu and --region take

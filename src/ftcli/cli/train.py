@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Annotated, Any, Optional
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from ftcli.cli.options import with_job_options
 from ftcli.trainer_options import with_trainer_options
 from ftcli.values import JobName, TuningName
+
+if TYPE_CHECKING:
+    from ftcli.submit import Submission
+    from ftcli.values import Job
 
 
 @with_trainer_options(exclude=frozenset({"output_dir"}))
@@ -134,7 +139,7 @@ def smoke_problem(smoke: bool, *, dry_run: bool, json_out: bool, detach: bool | 
                          hint=f"run with --smoke alone first, then without --smoke (with {' '.join(given)})")
 
 
-def _report_and_follow(created, n: int, sent: int, sub, *, detach: bool, json_out: bool) -> int:
+def _report_and_follow(created: Job, n: int, sent: int, sub: Submission, *, detach: bool, json_out: bool) -> int:
     """Say what was created and follow it (unless --detach/--json); the exit status to end with."""
     from ftcli.output import emit_json, escape, out
 
@@ -173,7 +178,7 @@ def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
 
 
 @contextlib.contextmanager
-def submitting(subs, *, tuning: bool = False):
+def submitting(subs: Iterable[Submission], *, tuning: bool = False) -> Iterator[None]:
     """Around the submission of `subs` (any of the candidates still to try; `tuning`: a tuning job's): Ctrl-C, and
     SIGTERM or SIGHUP (a CI step's timeout, a closed terminal; by default they killed ftcli without a word, and the job
     ran on without a short id), say whether a job exists and name it when it does (`interrupted_submission`), then
@@ -189,7 +194,7 @@ def submitting(subs, *, tuning: bool = False):
         raise typer.Exit(128 + got[0] if got else code) from None
 
 
-def interrupted_submission(subs, *, tuning: bool = False) -> int:
+def interrupted_submission(subs: Iterable[Submission], *, tuning: bool = False) -> int:
     """Ctrl-C while submitting (any of the candidates still to try; `tuning`: a tuning job's submission): say
     whether a job exists, and name it when it does; exit 130."""
     from ftcli import submit

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from ftcli.cli.options import with_job_options
 from ftcli.trainer_options import with_trainer_options
 
+if TYPE_CHECKING:
+    from ftcli.values import Trial, TuningJob, TuningName
+
 TUNE = "Tuning"
 
 
 def _values(params: Mapping[str, object]) -> str:
-    def one(v):
+    def one(v: object) -> str:
         return f"{v:.3g}" if isinstance(v, float) and not float(v).is_integer() else (
             str(int(v)) if isinstance(v, float) else str(v))
 
@@ -127,7 +130,7 @@ def tune(
         raise typer.Exit(code)
 
 
-def _follow(name, n: int) -> int:
+def _follow(name: TuningName, n: int) -> int:
     from ftcli import tuning
     from ftcli.cli.train import _say_job_keeps_running
     from ftcli.cli.watch import stop_signals_interrupt, timing_from_env
@@ -137,7 +140,7 @@ def _follow(name, n: int) -> int:
 
     o = out()
 
-    def on_update(job, changed) -> None:
+    def on_update(job: TuningJob, changed: list[Trial]) -> None:
         for t in changed:
             value = f"{job.metric} {t.value:.4f}" if t.value is not None else ""
             # why an INFEASIBLE trial stopped (its first line: a replica's error goes on with its stderr's end)

@@ -7,10 +7,15 @@ import contextlib
 import datetime as dt
 import os
 from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn
 
 from ftcli.errors import UsageError
 from ftcli.follow import Events, Line, Notice, Outcome, Timing
 from ftcli.values import WAITING_STATES, Job, JobName
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 INTERVAL_VAR = "FTCLI_LOGS_INTERVAL"  # scales every wait of the follower (the tests run it at 0.1)
 COLORS = {"WARNING": "yellow", "ERROR": "red", "CRITICAL": "bold red"}
@@ -44,7 +49,7 @@ def waiting_for(state: str, provisioning: str | None) -> str:
 
 
 class FollowView(Events):
-    def __init__(self, shown: str, *, json_out: bool, out=None, err=None):
+    def __init__(self, shown: str, *, json_out: bool, out: Console | None = None, err: Console | None = None) -> None:
         from ftcli import output
 
         self.shown = shown
@@ -163,7 +168,7 @@ def stop_signals_interrupt() -> Iterator[list[int]]:
 
     got: list[int] = []
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: FrameType | None) -> NoReturn:
         got.append(signum)
         raise KeyboardInterrupt
 
@@ -230,7 +235,7 @@ def _project_id(project: str) -> str:
     return configured if configured and not configured.isdigit() else "PROJECT_ID"
 
 
-def _pair_hint(job) -> str:
+def _pair_hint(job: Job) -> str:
     """` --pair "COLUMN"` when the job trained on sentence pairs: its task (its label) is one of pairs, or its
     trainer options name a --text-pair-column (a CSV of pairs). `predict` then needs a pair per text."""
     from ftcli.spec import TASK_LABEL

@@ -12,8 +12,12 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from ftcli.errors import Conflict, FtcliError, NoCapacity, NotFound, Rejected
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
 
 Notify = Callable[[str], None]
 NAMES = {"vertex": "Vertex AI", "storage": "Cloud Storage", "logging": "Cloud Logging",
@@ -50,7 +54,7 @@ def relogin() -> str:
 _said_impersonation = False
 
 
-def _impersonation_note(creds) -> None:
+def _impersonation_note(creds: Credentials) -> None:
     """Once per process: gcloud impersonates a service account, and the Application Default Credentials ftcli uses
     do not (settings.gcloud_impersonation). Jobs were created, and the bucket written, as the user's own identity
     without a word, while `gcloud` commands beside them acted as the service account."""
@@ -75,7 +79,7 @@ def _impersonation_note(creds) -> None:
          hint=f"to act as {account}: gcloud auth application-default login --impersonate-service-account {account}")
 
 
-def credentials():
+def credentials() -> Credentials:
     """Application Default Credentials, or one clear line saying how to get them."""
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, TransportError
@@ -139,7 +143,7 @@ QUOTA_TOKEN = re.compile(r"[\w.-]+\.googleapis\.com/[\w./-]+|[\w.-]*_(?:gpus|cpu
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 
 
-def error_info(e) -> tuple[str | None, dict]:
+def error_info(e: BaseException) -> tuple[str | None, dict]:
     """The reason and metadata of an error's google.rpc.ErrorInfo (None and {} without one).
 
     google-api-core before 2.44 hands an HTTP error's ErrorInfo (Cloud Storage's) to the exception as the JSON dict,
@@ -154,7 +158,7 @@ def error_info(e) -> tuple[str | None, dict]:
     return reason, dict(metadata or {})
 
 
-def quota_metric(e) -> str | None:
+def quota_metric(e: BaseException) -> str | None:
     """The quota that ran out, e.g. aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus.
 
     From a google.rpc.QuotaFailure detail (its violation's quota_metric, else a metric-looking subject or
@@ -175,7 +179,7 @@ def quota_metric(e) -> str | None:
     return m.group(0) if m else None
 
 
-def _disabled_service(e) -> str | None:
+def _disabled_service(e: BaseException) -> str | None:
     """The API named by a SERVICE_DISABLED error (google.rpc.ErrorInfo reason, metadata "service"), else None.
     Google answers a call to an API the project has not enabled with PERMISSION_DENIED and this ErrorInfo."""
     reason, metadata = error_info(e)
@@ -292,6 +296,17 @@ def account_problem(e: Exception, *, service: str, project: str | None = None) -
     return None
 
 
+class CallContext(TypedDict, total=False):
+    """Where a gateway call went, for `translate` to name in its error: the gateways build it, `guard` passes it on."""
+
+    service: Required[str]
+    project: str | None
+    what: str
+    region: str | None
+    endpoint: str | None
+    endpoint_var: str | None
+
+
 def translate(e: Exception, *, service: str, project: str | None = None, what: str = "", region: str | None = None,
               endpoint: str | None = None, endpoint_var: str | None = None) -> FtcliError:
     """Turn a google.api_core or google.auth exception into an FtcliError that names the fix."""
@@ -362,7 +377,7 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
 
 
 @contextmanager
-def guard(**context) -> Iterator[None]:
+def guard(**context: Unpack[CallContext]) -> Iterator[None]:
     """Run a gateway call; any Google error that escapes it becomes an FtcliError (`translate(**context)`)."""
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as aexc

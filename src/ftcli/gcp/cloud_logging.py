@@ -14,6 +14,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ftcli.errors import LogsUnavailable
 from ftcli.gcp import (
@@ -29,10 +30,13 @@ from ftcli.gcp import (
 )
 from ftcli.values import LogEntry, TailBatch
 
+if TYPE_CHECKING:
+    from google.cloud.logging_v2.types import TailLogEntriesRequest
+
 ENDPOINT_VAR = "FTCLI_LOGGING_ENDPOINT"
 
 
-def to_entry(entry) -> LogEntry:
+def to_entry(entry: Any) -> LogEntry:  # a logging_v2 LogEntry (proto-plus)
     """ftcli's `LogEntry` from a logging_v2 LogEntry (text payload, or a JSON payload's "message")."""
     from google.cloud.logging_v2.types import LogEntry as Proto
 
@@ -68,7 +72,7 @@ class _Stream:
     https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/tail, read 2026-11-27); errors arrive as
     LogsUnavailable; `cancel()` ends it from another thread."""
 
-    def __init__(self, call, gateway: LoggingGateway):
+    def __init__(self, call: Any, gateway: LoggingGateway) -> None:  # call: the gRPC stream (iterable, cancel())
         self._call = call
         self._gateway = gateway
 
@@ -179,7 +183,7 @@ class LoggingGateway:
         from google.auth import exceptions as aexc
         from google.cloud.logging_v2.types import TailLogEntriesRequest
 
-        def requests():
+        def requests() -> Iterator[TailLogEntriesRequest]:
             yield TailLogEntriesRequest(resource_names=[self.resource], filter=filter)
             stop.wait()
 

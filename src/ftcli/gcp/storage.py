@@ -15,12 +15,18 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import NamedTuple, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ftcli.errors import FtcliError
-from ftcli.gcp import Notify, account_problem, guard, retry_notice
+from ftcli.gcp import CallContext, Notify, account_problem, guard, retry_notice
 from ftcli_trainer.storage import size_text
 from ftcli_trainer.storage import split_gcs as split_uri
+
+if TYPE_CHECKING:
+    from google.api_core.retry import Retry
+    from google.auth.credentials import Credentials
+    from google.auth.transport.requests import AuthorizedSession
+    from requests import Response
 
 TRANSFER_WORKERS = 8
 # A file over this goes up in a resumable session, in chunks of this size: Google's clients use 8 MiB (gsutil's
@@ -43,7 +49,7 @@ class _CountingReader:
     and the position follows it). Once `stop` is set, a read raises Stopped: the upload ends at its next chunk,
     and a resumable session left unfinished makes no object."""
 
-    def __init__(self, f, size: int, progress: Progress | None, stop: threading.Event | None = None):
+    def __init__(self, f: IO[bytes], size: int, progress: Progress | None, stop: threading.Event | None = None) -> None:
         self._f = f
         self._size = size
         self._progress = progress
@@ -57,7 +63,7 @@ class _CountingReader:
             self._progress(self._f.tell(), self._size)
         return data
 
-    def __getattr__(self, name):  # seek, tell, name, ... of the real file
+    def __getattr__(self, name: str) -> Any:  # seek, tell, name, ... of the real file
         return getattr(self._f, name)
 
 
@@ -65,7 +71,7 @@ class _StoppableWriter:
     """A download's open target file that reports the bytes written so far; once `stop` is set, a write raises
     Stopped, so the download ends at its next chunk instead of running to its end."""
 
-    def __init__(self, f, stop: threading.Event, moved: Callable[[int], None]):
+    def __init__(self, f: IO[bytes], stop: threading.Event, moved: Callable[[int], None]) -> None:
         self._f = f
         self._stop = stop
         self._moved = moved
@@ -77,7 +83,7 @@ class _StoppableWriter:
         self._moved(self._f.tell())
         return n
 
-    def __getattr__(self, name):  # seek (decompressive transcoding starts over from 0), tell, ... of the real file
+    def __getattr__(self, name: str) -> Any:  # seek (decompressive transcoding starts over from 0), tell, ...
         return getattr(self._f, name)
 
 
@@ -171,7 +177,7 @@ class _PreconditionFailed(Exception):
     """412: the create-only upload found an object already there."""
 
 
-def _read_answer(resp) -> int | dict:
+def _read_answer(resp: Response) -> int | dict:
     """What a resumable session's answer says: the bytes it holds (308), or the object's resource (200, 201)."""
     from google.api_core import exceptions as gexc
 
@@ -192,7 +198,7 @@ def _read_answer(resp) -> int | dict:
     raise gexc.from_http_response(resp)  # a transient one (429, 5xx) is retried by the caller's policy
 
 
-def _crc32c(f) -> str:
+def _crc32c(f: IO[bytes]) -> str:
     """The file's CRC32C, base64 of the big-endian digest, as Cloud Storage keeps it ("Hashes and ETags",
     https://cloud.google.com/storage/docs/hashes-etags, read 2026-11-27)."""
     import base64
@@ -222,18 +228,18 @@ class StorageGateway:
         if self.endpoint:
             from google.auth.credentials import AnonymousCredentials
 
-            self._credentials = AnonymousCredentials()
+            self._credentials: Credentials = AnonymousCredentials()
         else:
             from ftcli.gcp import credentials
 
             self._credentials = credentials()
         self.client = storage.Client(project=project, credentials=self._credentials)
 
-    def _context(self, what: str) -> dict:
-        return dict(service="storage", project=self.project, what=what, endpoint=self.endpoint,
+    def _context(self, what: str) -> CallContext:
+        return CallContext(service="storage", project=self.project, what=what, endpoint=self.endpoint,
                     endpoint_var=EMULATOR_VAR)
 
-    def _retry(self, what: str, timeout: float = 120.0):
+    def _retry(self, what: str, timeout: float = 120.0) -> Retry:
         """Cloud Storage's own retry policy (transient HTTP errors and dropped connections), reported."""
         from google.api_core.retry import Retry
         from google.cloud.storage.retry import DEFAULT_RETRY
@@ -518,12 +524,12 @@ class StorageGateway:
                     upload_sessions.release(place, size)
         raise AssertionError("unreachable")
 
-    def _authorized_session(self):
+    def _authorized_session(self) -> AuthorizedSession:
         from google.auth.transport.requests import AuthorizedSession
 
         return AuthorizedSession(self._credentials)
 
-    def _persisted(self, http, url: str, size: int, what: str) -> int | dict | None:
+    def _persisted(self, http: AuthorizedSession, url: str, size: int, what: str) -> int | dict | None:
         """How many bytes the session holds (its object's resource when it already finished), or None when it is gone
         or its answer leaves any doubt."""
         from google.api_core import exceptions as gexc
@@ -533,17 +539,18 @@ class StorageGateway:
         except (_SessionGone, _PreconditionFailed, gexc.GoogleAPIError):
             return None
 
-    def _status(self, http, url: str, size: int) -> int | dict:
+    def _status(self, http: AuthorizedSession, url: str, size: int) -> int | dict:
         resp = http.put(url, data=b"", headers={"Content-Range": f"bytes */{size}"}, timeout=60)
         return _read_answer(resp)
 
-    def _send_chunks(self, http, url: str, f, offset: int, size: int, progress: Progress | None,
-                     stop: threading.Event | None, what: str, touch: Callable[[], None] | None) -> dict | None:
+    def _send_chunks(self, http: AuthorizedSession, url: str, f: IO[bytes], offset: int, size: int,
+                     progress: Progress | None, stop: threading.Event | None, what: str,
+                     touch: Callable[[], None] | None) -> dict | None:
         """Send the file from `offset` on; return the object's resource, or None on 412 (the object is there).
         `touch()` hears of each chunk the session took."""
         state = {"offset": offset, "doubt": False}
 
-        def next_chunk() -> dict | None | int:
+        def next_chunk() -> dict | int:
             if stop is not None and stop.is_set():
                 raise Stopped
             if state["doubt"]:  # an answer was lost: ask where the session stands before sending again

@@ -9,13 +9,15 @@ import builtins
 import datetime as dt
 import json
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ftcli.gcp import Notify, credentials, guard, plaintext_endpoint, retry_notice, retryable
 from ftcli.spec import SUBMISSION_LABEL, from_container_text
 from ftcli.values import Job, JobName, Pool, Trial, TuningJob, TuningName
 
 ENDPOINT_VAR = "FTCLI_VERTEX_ENDPOINT"
+T = TypeVar("T")
 
 
 def to_proto(job: dict[str, Any]) -> Any:
@@ -33,14 +35,14 @@ def tuning_to_proto(job: dict[str, Any]) -> Any:
     return aiplatform_v1.HyperparameterTuningJob.from_json(json.dumps(job))
 
 
-def _time(ts) -> dt.datetime | None:
+def _time(ts: dt.datetime | None) -> dt.datetime | None:
     """A proto-plus timestamp field (a DatetimeWithNanoseconds, or None/epoch when unset) as an aware datetime."""
     if not ts:
         return None
     return ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
 
 
-def _pools(spec) -> tuple[Pool, ...]:
+def _pools(spec: Any) -> tuple[Pool, ...]:  # a CustomJobSpec (proto-plus)
     pools = []
     for p in spec.worker_pool_specs:
         m = p.machine_spec
@@ -67,7 +69,7 @@ PROVISIONING = {"SPOT": "Spot", "FLEX_START": "Flex-start", "LOW_COST": "Low-cos
 RESERVED = ("ANY_RESERVATION", "SPECIFIC_RESERVATION")
 
 
-def _provisioning(spec) -> str | None:
+def _provisioning(spec: Any) -> str | None:  # a CustomJobSpec (proto-plus)
     named = PROVISIONING.get(spec.scheduling.strategy.name)
     if named is None and any(p.machine_spec.reservation_affinity.reservation_affinity_type.name in RESERVED
                              for p in spec.worker_pool_specs):
@@ -75,7 +77,7 @@ def _provisioning(spec) -> str | None:
     return named
 
 
-def to_tuning(proto) -> TuningJob:
+def to_tuning(proto: Any) -> TuningJob:
     """ftcli's `TuningJob` from an aiplatform_v1.HyperparameterTuningJob."""
     from google.cloud import aiplatform_v1
     from google.protobuf import json_format
@@ -106,7 +108,7 @@ def to_tuning(proto) -> TuningJob:
     )
 
 
-def to_job(proto) -> Job:
+def to_job(proto: Any) -> Job:
     """ftcli's `Job` from an aiplatform_v1.CustomJob."""
     from google.cloud import aiplatform_v1
 
@@ -130,7 +132,7 @@ def to_job(proto) -> Job:
 
 
 class VertexGateway:
-    def __init__(self, project: str, region: str, notify: Notify | None = None):
+    def __init__(self, project: str, region: str, notify: Notify | None = None) -> None:
         from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
 
         self.project = project
@@ -148,7 +150,7 @@ class VertexGateway:
             self.endpoint = os.environ.get(ENDPOINT_VAR) or f"{region}-aiplatform.googleapis.com"
             self.client = JobServiceClient(client_options={"api_endpoint": self.endpoint}, credentials=credentials())
 
-    def _call(self, what: str, method: str, fn):
+    def _call(self, what: str, method: str, fn: Callable[[], T]) -> T:
         """Run `fn` with retries on UNAVAILABLE / DEADLINE_EXCEEDED and a per-minute rate limit (each one reported),
         errors translated."""
         from google.api_core import exceptions as gexc
@@ -161,7 +163,7 @@ class VertexGateway:
                    endpoint_var=ENDPOINT_VAR):
             return retry(fn)()
 
-    def _named_call(self, what: str, method: str, fn):
+    def _named_call(self, what: str, method: str, fn: Callable[[], T]) -> T:
         """`_call` for one job by name: NOT_FOUND says where the job was looked for and how to look elsewhere."""
         from ftcli.errors import NotFound
 
@@ -173,12 +175,12 @@ class VertexGateway:
                                 f"{self.region}` lists the jobs there)")
             raise
 
-    def _create_once(self, what: str, method: str, create, find):
+    def _create_once(self, what: str, method: str, create: Callable[[], T], find: Callable[[], T | None]) -> T:
         """Create once, even when a response is lost: the create calls have no request id, so a retry first looks
         (`find`) for what carries this submission's label."""
         attempts = 0
 
-        def once():
+        def once() -> T:
             nonlocal attempts
             attempts += 1
             if attempts > 1:
@@ -199,7 +201,7 @@ class VertexGateway:
             lambda: self.client.create_custom_job(parent=self.parent, custom_job=proto, retry=None, timeout=60),
             lambda: self._find(submission_id)))
 
-    def _find(self, submission_id: str, tuning: bool = False):
+    def _find(self, submission_id: str, tuning: bool = False) -> Any:  # the job's proto, or None
         lister = self.client.list_hyperparameter_tuning_jobs if tuning else self.client.list_custom_jobs
         return next(iter(lister(request=self._mine(submission_id), retry=None, timeout=60)), None)
 
@@ -215,7 +217,7 @@ class VertexGateway:
                                        lambda: self.client.get_custom_job(name=name.full, retry=None, timeout=60)))
 
     def list(self, *, filter: str = "", limit: int = 20) -> list[Job]:
-        def fetch():
+        def fetch() -> builtins.list[Any]:  # the jobs' protos
             out = []
             request = {"parent": self.parent, "filter": filter, "page_size": min(limit, 100)}
             for job in self.client.list_custom_jobs(request=request, retry=None, timeout=60):
@@ -246,7 +248,7 @@ class VertexGateway:
                                                                                             timeout=60)))
 
     def list_tuning(self, *, filter: str = "", limit: int = 20) -> builtins.list[TuningJob]:
-        def fetch():
+        def fetch() -> builtins.list[Any]:  # the tuning jobs' protos
             request = {"parent": self.parent, "filter": filter, "page_size": min(limit, 100)}
             pager = self.client.list_hyperparameter_tuning_jobs(request=request, retry=None, timeout=60)
             return [j for _, j in zip(range(limit), pager, strict=False)]
