@@ -14,9 +14,15 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ftcli_trainer import storage
 from ftcli_trainer.errors import TrainerError, one_line
+
+if TYPE_CHECKING:
+    import torch
+
+    from ftcli_trainer.config import TrainConfig
 
 log = logging.getLogger("ftcli_trainer")
 STEP_RE = re.compile(r"^step-(\d+)$")
@@ -57,7 +63,7 @@ def _staged(root: str, name: str, prefix: str, what: str, files: list) -> Iterat
             shutil.rmtree(staged, ignore_errors=True)
 
 
-def save(root: str, step: int, model, state: dict) -> None:
+def save(root: str, step: int, model: torch.nn.Module, state: dict) -> None:
     import torch
     from safetensors.torch import save_model
 
@@ -77,7 +83,7 @@ def save(root: str, step: int, model, state: dict) -> None:
             _remove(storage.join(root, name))
 
 
-def save_best(root: str, step: int, model, info: dict) -> None:
+def save_best(root: str, step: int, model: torch.nn.Module, info: dict) -> None:
     """--keep-best: the weights of the best evaluation so far, as `best-<step>` beside the checkpoints (never only in
     memory: a preempted worker's restart exports them), staged and published whole as a checkpoint is. `info` (the
     step, its metric) goes beside them in best.json, for whoever looks into the folder."""
@@ -98,7 +104,7 @@ def has_best(root: str, step: int) -> bool:
     return _is_complete(path) and storage.exists(storage.join(path, "model.safetensors"))
 
 
-def load_best(root: str, step: int, model) -> None:
+def load_best(root: str, step: int, model: torch.nn.Module) -> None:
     """Load the step's best weights (save_best) into `model`; a TrainerError when they are not there whole."""
     from safetensors.torch import load_model
 
@@ -161,7 +167,7 @@ def clean_stale(root: str) -> None:
         storage.clean_stale_staging(Path(root), r"\.(?:step|best)-\d+")
 
 
-def load_latest(root: str, model) -> dict | None:
+def load_latest(root: str, model: torch.nn.Module) -> dict | None:
     """Load the newest complete checkpoint into `model` and return its state; None when there is none.
 
     A checkpoint that is incomplete or unreadable is skipped with a warning, never half-loaded.
@@ -235,7 +241,7 @@ def _digest(path: str) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def run_fingerprint(cfg) -> dict:
+def run_fingerprint(cfg: TrainConfig) -> dict:
     """What makes two runs the same run: the options that change the math and the data's content."""
     from dataclasses import asdict
 

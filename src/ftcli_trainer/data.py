@@ -21,9 +21,10 @@ import shlex
 import shutil
 import sys
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from ftcli_trainer import storage
 from ftcli_trainer.config import TrainConfig, name_list
 from ftcli_trainer.errors import DataError, first_line, one_line
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task, bundled_sample_file
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 TRUE_VALUES = {"1", "1.0", "true", "yes"}
 FALSE_VALUES = {"0", "0.0", "false", "no"}
@@ -47,7 +51,7 @@ class Row(dict):
 
     __slots__ = ("line",)  # no __dict__ per row: 100 bytes each, 200 MB of a 2-million-row file's rows
 
-    def __init__(self, *args, line: int = 0):
+    def __init__(self, *args: Any, line: int = 0) -> None:
         super().__init__(*args)
         self.line = line
 
@@ -367,7 +371,7 @@ def _read_csv(f: io.TextIOBase, shown: str, sep: str = ",", quoting: bool = True
 SEPARATOR_NAMES = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe"}
 
 
-def _csv_header(reader, shown: str, sep: str = ",") -> list[str]:
+def _csv_header(reader: Iterator[list[str]], shown: str, sep: str = ",") -> list[str]:
     """The header row of a CSV reader (fields separated by `sep`), or the DataError that says what is wrong with it."""
     header = next(reader, None)
     if not header:
@@ -533,7 +537,7 @@ def row_position(rows: list[dict], i: int) -> str:
     return f"line {r.line}" if isinstance(r, Row) else f"row {i + 1}"
 
 
-def _text(value, where: str, col: str) -> str:
+def _text(value: object, where: str, col: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise DataError(f"{where}: empty text in column {col!r}; remove the row or fill it in")
     if isinstance(value, (list, dict)):
@@ -544,7 +548,7 @@ def _text(value, where: str, col: str) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def label_key(value) -> tuple[str, str]:
+def label_key(value: object) -> tuple[str, str]:
     """(kind, class name) of one label value. Kinds are "number", "name" and "boolean"; numbers that are equal
     are one class whatever their spelling (1, 1.0, "1.0" -> "1"), so a CSV and a JSON file agree."""
     if isinstance(value, bool):
@@ -553,7 +557,7 @@ def label_key(value) -> tuple[str, str]:
         text = value.strip()
         if not NUMBER_RE.fullmatch(text):
             return "name", text
-        number = int(text) if text.lstrip("+-").isdigit() else float(text)
+        number: object = int(text) if text.lstrip("+-").isdigit() else float(text)
     else:
         number = value
     if isinstance(number, float):
@@ -567,7 +571,7 @@ def label_key(value) -> tuple[str, str]:
 KIND_WORDS = {"number": "numbers", "name": "names", "boolean": "booleans"}
 
 
-def _empty(value) -> bool:
+def _empty(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
@@ -586,14 +590,14 @@ def _first_of_several(rows: list[dict], idx: list[int], check: Callable[[int], o
         raise DataError(f"{e} ({'so is 1 more row' if n == 1 else f'so are {n} more rows'}: {more})") from None
 
 
-def _missing(value) -> bool:
+def _missing(value: object) -> bool:
     """A label cell with nothing in it: absent, null, blank, or NaN (a spreadsheet's or pandas' empty cell)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return True
     return isinstance(value, str) and value.strip().lower() in ("", "nan")
 
 
-def _label_value(value, where: str, col: str):
+def _label_value(value: object, where: str, col: str) -> str | int | float | bool:
     """A single-label value, or the one-line reason it cannot be one."""
     if value is None:
         raise DataError(f"{where}: no {col!r} (every example needs a label; --label-column picks the field)")
@@ -640,7 +644,7 @@ def infer_label_names(values: list, positions: list[str] | None = None, shown: s
     return unique
 
 
-def _target(value, where: str, col: str) -> float:
+def _target(value: object, where: str, col: str) -> float:
     """A regression target: a finite number (a JSON number or a numeric string), or the line that says why not."""
     if value is None:
         raise DataError(f"{where}: no {col!r} (every example needs a target; --label-column picks the field)")
@@ -909,7 +913,7 @@ def _load_hub(cfg: TrainConfig, task: Task) -> tuple[Examples, dict[str, Example
                 f"or run without --task for the bundled sample"
             ) from None
 
-    def to_examples(ds, shown):
+    def to_examples(ds: Any, shown: str) -> tuple[Examples, list[str]]:  # ds: a datasets.Dataset
         rows = ds.to_list()
         return rows_to_examples(rows, list(ds.column_names), cfg, shown, list(task.labels))
 
@@ -1178,7 +1182,7 @@ class Encoded:
         return len(self.offsets) - 1
 
 
-def encode(tokenizer, examples: Examples, max_length: int, chunk: int = 4096) -> Encoded:
+def encode(tokenizer: PreTrainedTokenizerBase, examples: Examples, max_length: int, chunk: int = 4096) -> Encoded:
     """Tokenize once, in large batches with the fast (Rust) tokenizer; no padding here."""
     ids_parts: list[np.ndarray] = []
     type_parts: list[np.ndarray] = []

@@ -18,9 +18,14 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class Dist:
         return self.rank == 0
 
 
-def vertex_nodes(env=os.environ) -> tuple[int, int]:
+def vertex_nodes(env: Mapping[str, str] = os.environ) -> tuple[int, int]:
     """(machines, this machine's index) from Vertex's variables; (1, 0) outside a multi-machine job."""
     spec = env.get("CLUSTER_SPEC")
     if spec:
@@ -63,7 +68,7 @@ def vertex_nodes(env=os.environ) -> tuple[int, int]:
     return int(env.get("WORLD_SIZE", "1")), int(env.get("RANK", "0"))
 
 
-def master(env=os.environ) -> tuple[str, str]:
+def master(env: Mapping[str, str] = os.environ) -> tuple[str, str]:
     """(address, port) of rank 0: MASTER_ADDR/MASTER_PORT, else workerpool0's first entry in CLUSTER_SPEC
     ("host:port"), else this machine."""
     host, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
@@ -77,7 +82,7 @@ def master(env=os.environ) -> tuple[str, str]:
     return host or "127.0.0.1", port or "29500"
 
 
-def relaunch_argv(argv: list[str], gpus: int, env=os.environ) -> list[str] | None:
+def relaunch_argv(argv: list[str], gpus: int, env: Mapping[str, str] = os.environ) -> list[str] | None:
     """The torchrun command line that runs this trainer once per GPU on every machine; None when a single
     process is right (one GPU or CPU on one machine, or already running under torchrun)."""
     if "LOCAL_RANK" in env:
@@ -116,7 +121,7 @@ def relaunch_argv(argv: list[str], gpus: int, env=os.environ) -> list[str] | Non
 _NCCL_SHM_FULL = re.compile(rf"/dev/shm/nccl-\S*.*?error: [^\n]*\({errno.ENOSPC}\)")
 
 
-def shm_size(path: str = "/dev/shm", statvfs=os.statvfs) -> int | None:
+def shm_size(path: str = "/dev/shm", statvfs: Callable[[str], os.statvfs_result] = os.statvfs) -> int | None:
     """The size of /dev/shm in bytes (not what is free: every rank reads the same); None where it cannot be read."""
     try:
         st = statvfs(path)
@@ -125,7 +130,8 @@ def shm_size(path: str = "/dev/shm", statvfs=os.statvfs) -> int | None:
     return st.f_blocks * st.f_frsize
 
 
-def shm_problem(e: BaseException, env=os.environ, statvfs=os.statvfs) -> str | None:
+def shm_problem(e: BaseException, env: Mapping[str, str] = os.environ,
+                statvfs: Callable[[str], os.statvfs_result] = os.statvfs) -> str | None:
     """The run's line for NCCL failing to set up for want of room in /dev/shm, or None for any other error: the same
     line on every rank of the machine (said once: task.say_once), where NCCL's own names a random segment file. Its
     way out is a Vertex job's (fewer GPUs a machine) inside one (CLOUD_ML_JOB_ID, as task.run tells), else a local
@@ -166,7 +172,7 @@ def shard_batches(global_batches: list[np.ndarray], dist: Dist) -> list[np.ndarr
     return [b[dist.rank::dist.world_size] for b in global_batches if len(b) >= dist.world_size]
 
 
-def any_rank(flag: bool, dist: Dist, device) -> bool:
+def any_rank(flag: bool, dist: Dist, device: torch.device) -> bool:
     """Whether `flag` holds on any rank (e.g. SIGTERM arrived somewhere): every rank must stop together."""
     if not dist.enabled:
         return flag
@@ -178,7 +184,7 @@ def any_rank(flag: bool, dist: Dist, device) -> bool:
     return bool(t.item())
 
 
-def spread(value: int, dist: Dist, device) -> tuple[int, int]:
+def spread(value: int, dist: Dist, device: torch.device) -> tuple[int, int]:
     """(smallest, largest) of an integer over the ranks (e.g. the step each resumed at)."""
     if not dist.enabled:
         return value, value
@@ -190,7 +196,7 @@ def spread(value: int, dist: Dist, device) -> tuple[int, int]:
     return -int(t[1].item()), int(t[0].item())
 
 
-def add_up(values: list[float], dist: Dist, device) -> list[float]:
+def add_up(values: list[float], dist: Dist, device: torch.device) -> list[float]:
     """Each value summed over the ranks (e.g. a loss sum and the examples it covers)."""
     if not dist.enabled:
         return values
@@ -216,7 +222,7 @@ def gather_rows(local: np.ndarray, idx: np.ndarray, n: int, dist: Dist) -> np.nd
     return out
 
 
-def gather_to_main(value, dist: Dist) -> list | None:
+def gather_to_main(value: Any, dist: Dist) -> list | None:
     """Every rank's `value` (small, picklable), in rank order, on rank 0; None on the other ranks."""
     if not dist.enabled:
         return [value]

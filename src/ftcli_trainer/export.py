@@ -6,11 +6,15 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ftcli_trainer import storage
 from ftcli_trainer.errors import TrainerError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 PREDICTIONS = "eval_predictions.npz"
 
@@ -47,7 +51,7 @@ def metrics_json(metrics: dict) -> str:
     1,000-label run's metrics.json 9 MB (7 of them the matrix's indentation) and a 3,000-label one's 82 MB."""
     rows: dict[str, str] = {}
 
-    def placeholder(value):
+    def placeholder(value: Any) -> Any:  # a metrics.json value (JSON)
         if isinstance(value, list) and value and all(isinstance(r, list) for r in value):
             key = f"@@ftcli-matrix-{len(rows)}@@"
             rows[key] = "[\n" + ",\n".join("    " + json.dumps(r, separators=(",", ":")) for r in value) + "\n  ]"
@@ -60,8 +64,8 @@ def metrics_json(metrics: dict) -> str:
     return text
 
 
-def export_model(model, tokenizer, model_dir: str, metrics: dict, run_config: dict,
-                 predictions: dict[str, np.ndarray] | None = None) -> None:
+def export_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, model_dir: str, metrics: dict,
+                 run_config: dict, predictions: dict[str, np.ndarray] | None = None) -> None:
     staged = None
     target = model_dir
     try:

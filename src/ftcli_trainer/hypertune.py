@@ -18,6 +18,7 @@ import math
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 DEFAULT_PATH = "/tmp/hypertune/output.metrics"
@@ -25,7 +26,7 @@ KEEP = 100
 
 
 class Reporter:
-    def __init__(self, tag: str, env=os.environ):
+    def __init__(self, tag: str, env: Mapping[str, str] = os.environ) -> None:
         self.tag = tag
         self.path = Path(env.get("CLOUD_ML_HP_METRIC_FILE", DEFAULT_PATH))
         self.trial = str(env.get("CLOUD_ML_TRIAL_ID", 0))

@@ -31,10 +31,15 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ftcli_trainer import storage
 from ftcli_trainer.errors import TrainerError
+
+if TYPE_CHECKING:
+    from google.cloud.storage import Blob
 
 log = logging.getLogger("ftcli_trainer")
 LOCK = ".run.lock"
@@ -43,7 +48,7 @@ RENEW_S = 60.0  # a quarter of it: a few missed renewals (a slow network) do not
 CHECK_S = 5.0  # before a write, the lock is renewed unless that was done this recently (or a quarter of TTL_S)
 
 
-def _job(env=os.environ) -> str | None:
+def _job(env: Mapping[str, str] = os.environ) -> str | None:
     """This process's Vertex job (and tuning trial), or None outside Vertex."""
     job = env.get("CLOUD_ML_JOB_ID")
     if not job:
@@ -138,7 +143,7 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _blob(self):
+    def _blob(self) -> Blob:
         bucket, name = storage.split_gcs(_uri(self.root))
         return storage._client().bucket(bucket).blob(name)
 

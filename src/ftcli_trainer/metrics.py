@@ -15,7 +15,8 @@ def _prf(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> tuple[np.ndarray, np
     return precision, recall, f1
 
 
-def _per_label(names: list[str], p, r, f, support) -> dict[str, dict[str, float]]:
+def _per_label(names: list[str], p: np.ndarray, r: np.ndarray, f: np.ndarray,
+               support: np.ndarray) -> dict[str, dict[str, float]]:
     return {n: {"precision": float(p[i]), "recall": float(r[i]), "f1": float(f[i]), "support": int(support[i])}
             for i, n in enumerate(names)}
 

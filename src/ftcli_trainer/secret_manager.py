@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from ftcli_trainer.errors import TrainerError, one_line
+
+if TYPE_CHECKING:
+    from google.cloud.secretmanager_v1 import SecretManagerServiceClient
 
 log = logging.getLogger("ftcli_trainer")
 ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"  # http://host:port: a plaintext emulator (tests)
@@ -22,7 +26,7 @@ ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"  # http://host:port: a plaintext e
 HF_TOKEN_FROM = "FTCLI_HF_TOKEN_FROM"
 
 
-def _secret_client():
+def _secret_client() -> SecretManagerServiceClient:
     from google.cloud import secretmanager_v1
 
     endpoint = os.environ.get(ENDPOINT_VAR, "")

@@ -17,9 +17,15 @@ import tempfile
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from pathlib import Path, PurePosixPath
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ftcli_trainer.errors import one_line
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from _typeshed import ReadableBuffer
+    from google.cloud.storage import Client
 
 COMPLETE_MARKER = "_COMPLETE"
 # An export's list of the files it wrote (JSON: {"ftcli_export": 1, "files": [...]}, relative to the model folder). A
@@ -203,7 +209,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _alive_on_windows(pid: int, kernel32=None, last_error=None) -> bool:
+def _alive_on_windows(pid: int, kernel32: Any = None, last_error: Callable[[], int] | None = None) -> bool:
     """os.kill(pid, 0) is no probe on Windows: "It calls GenerateConsoleCtrlEvent when the sig parameter is
     CTRL_C_EVENT or CTRL_BREAK_EVENT" (https://stackoverflow.com/questions/35772001, answer 35792192, read
     2026-11-27), and CTRL_C_EVENT is 0: "If dwProcessGroupId is nonzero, this function will succeed, but the CTRL+C
@@ -221,6 +227,7 @@ def _alive_on_windows(pid: int, kernel32=None, last_error=None) -> bool:
         kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
         kernel32.OpenProcess.restype = wintypes.HANDLE
         last_error = ctypes.get_last_error  # type: ignore[attr-defined]
+    assert last_error is not None  # (a test that stands in for kernel32 gives its get_last_error too)
     process_query_limited_information, error_invalid_parameter, still_active = 0x1000, 87, 259
     handle = kernel32.OpenProcess(process_query_limited_information, False, pid)
     if not handle:
@@ -263,7 +270,7 @@ class RecordingFile(io.FileIO):
 
     error: OSError | None = None
 
-    def write(self, b) -> int:
+    def write(self, b: ReadableBuffer) -> int:
         try:
             return super().write(b)
         except OSError as e:
@@ -341,7 +348,7 @@ def join(base: str, *parts: str) -> str:
 _CLIENTS: dict[tuple, object] = {}
 
 
-def _client():
+def _client() -> Client:
     key = (os.getpid(), os.environ.get("STORAGE_EMULATOR_HOST"), os.environ.get("GOOGLE_CLOUD_PROJECT"))
     client = _CLIENTS.get(key)
     if client is None:
@@ -349,7 +356,7 @@ def _client():
     return client
 
 
-def _new_client():
+def _new_client() -> Client:
     from google.cloud import storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):

@@ -17,14 +17,23 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import NoReturn
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ftcli_trainer import __version__, storage
 from ftcli_trainer.config import ConfigError, TrainConfig, early_stopping_data_problem, parse_args
 from ftcli_trainer.errors import TrainerError, first_line
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from ftcli_trainer.data import Encoded, TaskData
+    from ftcli_trainer.distributed import Dist
+    from ftcli_trainer.loop import Paths, Trainer
 
 log = logging.getLogger("ftcli_trainer")
 
@@ -55,7 +64,7 @@ def _setup_logging() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 
-def _setup_paths(cfg: TrainConfig, env=os.environ):
+def _setup_paths(cfg: TrainConfig, env: Mapping[str, str] = os.environ) -> Paths:
     """--output-dir DIR plays Vertex's base_output_dir; otherwise Vertex's AIP_* variables; otherwise a
     fresh ./ftcli-runs/RUN_ID."""
     from ftcli_trainer.loop import Paths
@@ -93,7 +102,7 @@ def precision_problem(precision: str, device_type: str) -> str | None:
     return None
 
 
-def _setup_device(cfg: TrainConfig):
+def _setup_device(cfg: TrainConfig) -> tuple[torch.device, str]:
     import torch
 
     capability: tuple[int, int] | None = None  # (major, minor) of a CUDA device
@@ -127,7 +136,7 @@ def parameter_count(n: int) -> str:
     return f"{n} parameter{'s' if n != 1 else ''}"
 
 
-def _head_line(model, head: str) -> str:
+def _head_line(model: torch.nn.Module, head: str) -> str:
     """What the run starts from: a new head, the model's own (trained for these labels), or a new one in place of
     the model's own (trained for others: load_model)."""
     how = getattr(model, "ftcli_head", "new")
@@ -137,7 +146,9 @@ def _head_line(model, head: str) -> str:
     return f"new head: {head}" + (f"; the model's own head, for {before}, is not reused" if before != how else "")
 
 
-def _summary(cfg, data, train_enc, evals_enc, model, device, precision, paths, trainer, dist) -> None:
+def _summary(cfg: TrainConfig, data: TaskData, train_enc: Encoded, evals_enc: dict[str, Encoded],
+             model: torch.nn.Module, device: torch.device, precision: str, paths: Paths, trainer: Trainer,
+             dist: Dist) -> None:
     import torch
 
     from ftcli_trainer.data import describe_source
@@ -298,7 +309,9 @@ def shareable(run_config: dict) -> dict:
     return out
 
 
-def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, precision: str, dist):
+def _encode_while_warming(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, data: TaskData, cfg: TrainConfig,
+                          device: torch.device, precision: str,
+                          dist: Dist) -> tuple[Encoded, dict[str, Encoded], float | None]:
     """The train and eval sets tokenized; with --gpu-warmup ahead of the graph path (one CUDA GPU, bf16 or fp32), in
     a worker thread while this thread pays the GPU's first-use costs (cuda_graphs.prewarm). This thread, because it
     is the one that trains: torch keeps cuDNN's attention plans and cuBLAS handles per thread, so a warm-up in
@@ -307,7 +320,7 @@ def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, prec
     from ftcli_trainer import cuda_graphs
     from ftcli_trainer.data import encode
 
-    def encode_all():
+    def encode_all() -> tuple[Encoded, dict[str, Encoded]]:
         return (encode(tokenizer, data.train, cfg.max_length),
                 {name: encode(tokenizer, ex, cfg.max_length) for name, ex in data.evals.items()})
 
@@ -320,7 +333,7 @@ def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, prec
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     encoded: list = []  # encode_all's result, or what it raised
 
-    def encode_into():
+    def encode_into() -> None:
         try:
             encoded.append(encode_all())
         except BaseException as e:  # noqa: BLE001 - raised again in this thread
@@ -345,7 +358,7 @@ def _encode_while_warming(model, tokenizer, data, cfg: TrainConfig, device, prec
     return train_enc, evals_enc, seconds
 
 
-def _final_lines(results: dict, paths, data, task: str) -> None:
+def _final_lines(results: dict, paths: Paths, data: TaskData, task: str) -> None:
     from ftcli_trainer.metrics import SHOWN, headline
     from ftcli_trainer.tasks import TASKS
 
@@ -398,12 +411,12 @@ class Terminated(BaseException):
     so that no `except Exception` on the way takes it for a failure to carry on from."""
 
 
-def _stop_outside_training():
+def _stop_outside_training() -> Callable[[int, FrameType | None], Any] | int | None:
     """SIGTERM, outside the training loop, leaves at once as it did, but through _run: one line, exit status 143, and
     the gs:// folder's lease given back (main's finally). Killed by the signal, the run said nothing and left its
     lease, and the same command (ftcli local --output-dir gs://...) was refused for up to lease.TTL_S as "in use by
     another run". A second SIGTERM kills at once. Returns the handler it replaces (None: not the main thread)."""
-    def on_sigterm(signum, frame):
+    def on_sigterm(signum: int, frame: FrameType | None) -> NoReturn:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         raise Terminated
 

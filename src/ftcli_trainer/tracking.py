@@ -20,6 +20,8 @@ from ftcli_trainer.secret_manager import read_secret
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run  # wandb 0.19 (the floor) does not export it as wandb.Run
 
+    from ftcli_trainer.config import TrainConfig
+
 log = logging.getLogger("ftcli_trainer")
 
 
@@ -45,7 +47,7 @@ class WandbTracker:
     """One W&B run for the training run (created on the main process only); `run_id` (see `run_id`) is resumed
     when W&B already has a run of that id."""
 
-    def __init__(self, cfg, run_id: str | None = None):
+    def __init__(self, cfg: TrainConfig, run_id: str | None = None) -> None:
         self.cfg = cfg
         self.run_id = run_id
         self.run: Run | None = None
