@@ -662,8 +662,8 @@ class Evaluation:
     truth and the model's outputs row by row (what --report draws)."""
 
     metrics: dict
-    labels: Any  # np.ndarray: ids; multi-label a 0/1 matrix; regression the targets
-    logits: Any  # np.ndarray, rows x labels
+    labels: np.ndarray  # ids; multi-label a 0/1 matrix; regression the targets
+    logits: np.ndarray  # rows x labels
 
 
 def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, text_column: str | None = None,

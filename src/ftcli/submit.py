@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from ftcli.gcp import Notify
     from ftcli.gcp.storage import Progress, StorageGateway
-    from ftcli.values import Job
+    from ftcli.values import Job, TuningJob
     from ftcli_trainer.config import TrainConfig
 
     # output.transfer: a context manager for one upload (given its description) that yields its progress callback,
@@ -881,7 +881,7 @@ def submit(sub: Submission, *, notify: Notify | None = None, uploading: Uploadin
     return job, n, sent
 
 
-def recover(sub: Submission, *, tuning: bool = False) -> tuple[bool, Any, int | None]:
+def recover(sub: Submission, *, tuning: bool = False) -> tuple[bool, Job | TuningJob | None, int | None]:
     """After Ctrl-C during `submit` (`tuning`: during `tuning.submit`): the create call may have reached Vertex even
     though its answer did not reach us. Look for this submission's job (by its label), so that a running job is
     never left unnamed, and give it a short id. Returns (looked, job or None, short id or None); looked is False
