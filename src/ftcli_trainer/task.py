@@ -380,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         for problem in e.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
+    from ftcli_trainer.cpu import wait_passively_if_busy
+
+    if (said := wait_passively_if_busy(os.environ)) is not None:  # before torch (and torchrun's workers) start
+        log.info("%s", said)
     if cfg.hf_secret:
         # Before any Hub download (data, tokenizer, model) and before torchrun's re-launch: its workers inherit it.
         from ftcli_trainer.secret_manager import use_hub_token
