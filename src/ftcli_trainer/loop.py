@@ -25,7 +25,15 @@ from ftcli_trainer.distributed import Dist, add_up, any_rank, gather_rows, gathe
 from ftcli_trainer.errors import TrainerError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+    from types import FrameType, ModuleType
+
+    import torch
+    from torch.optim.lr_scheduler import LRScheduler
     from torch.utils.tensorboard import SummaryWriter
+    from tqdm.auto import tqdm
+    from transformers import PreTrainedModel
 
     from ftcli_trainer.cuda_graphs import StaticSteps
 
@@ -45,7 +53,7 @@ class Preempted(Exception):
     """SIGTERM (or a first Ctrl-C) arrived; a checkpoint was written. Exiting non-zero lets Vertex restart the
     worker; the exit status is the signal's (143, 130)."""
 
-    def __init__(self, message: str, exit_code: int = 143):
+    def __init__(self, message: str, exit_code: int = 143) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -78,7 +86,8 @@ class SkippedStepsSchedule:
     trainer's LambdaLR, not stepped in fp16) carries the position in checkpoints: its last_epoch is the updates
     made."""
 
-    def __init__(self, torch, optimizer, scheduler, warmup: int, total: int):
+    def __init__(self, torch: ModuleType, optimizer: torch.optim.Optimizer, scheduler: LRScheduler, warmup: int,
+                 total: int) -> None:
         self.torch = torch
         self.warmup, self.total = warmup, total
         device = optimizer.param_groups[0]["params"][0].device
@@ -100,7 +109,7 @@ class SkippedStepsSchedule:
         for lr, base in zip(self.lrs, self.base, strict=True):
             lr.copy_(factor * base)
 
-    def advance(self, scaler, optimizer) -> None:
+    def advance(self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> None:
         """After scaler.step(optimizer), before scaler.update() (which forgets found_inf)."""
         # (private, long-standing: torch 2.13's GradScaler.step reads the same record)
         found = scaler._found_inf_per_device(optimizer)
@@ -109,7 +118,7 @@ class SkippedStepsSchedule:
         self.position.add_(1.0 - skipped)
         self.fill()
 
-    def to_scheduler(self, scheduler) -> None:
+    def to_scheduler(self, scheduler: LRScheduler) -> None:
         """The position into the LambdaLR's state, for a checkpoint (a host sync: at checkpoints only)."""
         scheduler.last_epoch = int(self.position.item())
         scheduler._last_lr = [float(lr) for lr in self.lrs]
@@ -179,7 +188,7 @@ GRAPH_PATH_ONLY = ("unmask_full_batches", "shared_casts")
 NO_DECAY_NAMES = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
 
 
-def param_groups(model, weight_decay: float) -> list[dict]:
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """No weight decay on biases and norm weights, chosen as the HF Trainer chooses them (NO_DECAY_NAMES)."""
     from torch import nn
     from transformers.trainer_pt_utils import get_parameter_names
@@ -193,7 +202,7 @@ def param_groups(model, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_optimizer(model, lr: float, weight_decay: float):
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
     import torch
 
     groups = param_groups(model, weight_decay)
@@ -204,7 +213,7 @@ def make_optimizer(model, lr: float, weight_decay: float):
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
 
 
-def loss_sum(logits, labels, multi_label: bool, regression: bool = False):
+def loss_sum(logits: torch.Tensor, labels: torch.Tensor, multi_label: bool, regression: bool = False) -> torch.Tensor:
     """Sum of per-example losses (mean over labels for multi-label, squared error for regression); the caller
     divides by the examples of the whole accumulation group, so N micro-batches make exactly the update of one
     N-times batch (for regression: the MSE over the whole batch, transformers' MSELoss)."""
@@ -241,8 +250,9 @@ class Trainer:
     _loss_acc_n: int
     _t0: float
 
-    def __init__(self, cfg: TrainConfig, model, train: Encoded, evals: dict[str, Encoded], label_names: list[str],
-                 multi_label: bool, device, precision: str, paths: Paths, pad_id: int, dist: Dist | None = None):
+    def __init__(self, cfg: TrainConfig, model: PreTrainedModel, train: Encoded, evals: dict[str, Encoded],
+                 label_names: list[str], multi_label: bool, device: torch.device, precision: str, paths: Paths,
+                 pad_id: int, dist: Dist | None = None) -> None:
         import torch
 
         self.torch = torch
@@ -284,7 +294,7 @@ class Trainer:
         self.compile_eager_attention = False
         self.fused_projections = cfg.fused_projections  # query, key and value as one GEMM on the weight copies
         self.gpu_warmup: dict = {}  # what --gpu-warmup did (task.run's prewarm, fit's prepare), when it ran
-        train_model = model
+        train_model: torch.nn.Module = model
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -314,7 +324,8 @@ class Trainer:
                 log.info("--compile: the model's %d %s layers torch.compile'd (one compile serves them all)",
                          len(blocks), type(blocks[0]).__name__)
             else:
-                train_model = torch.compile(train_model, dynamic=True)
+                # (a Module given, torch.compile returns an OptimizedModule, a Module; its stubs say only a Callable)
+                train_model = torch.compile(train_model, dynamic=True)  # type: ignore[assignment]
         self.train_model = train_model
         self.optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -329,7 +340,8 @@ class Trainer:
         self._stop_requested: signal.Signals | None = None  # the signal that asked for a stop (install_stop_handlers)
         self._eval_pending = False  # resumed from a checkpoint whose evaluation a stop cut short (EvalCut)
         self._evaluating = False  # inside evaluate(): a first Ctrl-C says it stops at the next batch
-        self.eval_callbacks: list = []  # called as f(global_step, eval results) after each evaluation
+        # called as f(global_step, eval results) after each evaluation
+        self.eval_callbacks: list[Callable[[int, dict], None]] = []
         # --keep-best / --early-stopping: the best evaluation so far ({"step", "epoch", "value"}, its weights in the
         # checkpoint folder's best-<step>), the evaluations since that did not improve (HF's patience counter), and
         # the best steps the kept checkpoints name (their best-<step> folders stay while a resume may need them)
@@ -342,7 +354,8 @@ class Trainer:
         self._lost_best: int | None = None  # the step of a best whose weights were gone at the resume
         self._best_refs: list[int | None] = []
         self.last_eval: dict = {}
-        self.record_callbacks: list = []  # called as f(kind, global_step, values) for each metrics.jsonl row
+        # called as f(kind, global_step, values) for each metrics.jsonl row
+        self.record_callbacks: list[Callable[[str, int, dict], None]] = []
         self._tb: SummaryWriter | Literal[False] | None = None  # None: not opened yet; False: none (or failed)
         self._jsonl: TextIO | None = None  # metrics.jsonl, on the main process
         self._logs_synced = time.monotonic()
@@ -401,7 +414,7 @@ class Trainer:
         where = f"{path} (staged for {self.paths.logs_dir})" if storage.is_gcs(self.paths.logs_dir) else str(path)
         return TrainerError(storage.write_error(e, what, where))
 
-    def tensorboard(self):
+    def tensorboard(self) -> SummaryWriter | None:
         if self._tb is None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -422,14 +435,14 @@ class Trainer:
     def install_stop_handlers(self) -> dict:
         """SIGTERM and a first Ctrl-C finish the step, checkpoint and stop; a second Ctrl-C stops at once. Returns
         the handlers they replace, for restore_stop_handlers."""
-        def on_sigterm(signum, frame):
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
             # Vertex sends SIGTERM before preempting a spot VM or for maintenance: finish the step,
             # checkpoint, exit non-zero so the worker is restarted and resumes.
             self._stop_requested = signal.SIGTERM
 
         first_sigint: list[float] = []
 
-        def on_sigint(signum, frame):
+        def on_sigint(signum: int, frame: FrameType | None) -> None:
             # Ctrl-C lost up to a whole epoch (no checkpoint until its end by default): keep the work done so far.
             now = time.monotonic()
             if first_sigint and now - first_sigint[0] < SAME_CTRL_C_S:
@@ -699,7 +712,7 @@ class Trainer:
         non_blocking = self.device.type == "cuda"
         return {k: self.torch.from_numpy(v).to(self.device, non_blocking=non_blocking) for k, v in batch.items()}
 
-    def _autocast(self):
+    def _autocast(self) -> AbstractContextManager[object]:
         if self.autocast_dtype is None:
             return nullcontext()
         return self.torch.autocast(self.device.type, dtype=self.autocast_dtype)
@@ -726,7 +739,10 @@ class Trainer:
             batch = self._to_device(collate(self.train_enc, idx, self.pad_id, self.multiple_of))
             labels = batch.pop("labels")
             last = i == len(group) - 1
-            sync = self.train_model.no_sync() if self.dist.enabled and not last else nullcontext()
+            # (with several ranks train_model is a DistributedDataParallel, whose no_sync nn.Module's __getattr__
+            # types as a Tensor or a Module)
+            sync = (self.train_model.no_sync() if self.dist.enabled and not last  # type: ignore[operator]
+                    else nullcontext())
             compiled = self.compiled_blocks.active() if self.compiled_blocks is not None else nullcontext()
             with sync:
                 with self._autocast(), compiled:
@@ -754,11 +770,13 @@ class Trainer:
             # factor (~2 % of a MiniLM step on CPU). Same factor, same update.
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-            self.optimizer.grad_scale = (norm + 1e-6).div(max_norm).clamp_(min=1.0)
+            # (an attribute torch does not declare: Adam.step reads it as getattr(self, "grad_scale", None), and
+            # torch's own GradScaler.step sets and deletes it under the same type: ignore; torch 2.13)
+            self.optimizer.grad_scale = (norm + 1e-6).div(max_norm).clamp_(min=1.0)  # type: ignore[attr-defined]
             try:
                 self.optimizer.step()
             finally:
-                del self.optimizer.grad_scale
+                del self.optimizer.grad_scale  # type: ignore[attr-defined]
             return
         if max_norm > 0:
             self.scaler.unscale_(self.optimizer)
@@ -853,7 +871,7 @@ class Trainer:
     def _epoch_float(self) -> float:
         return self.global_step / self.steps_per_epoch if self.steps_per_epoch else 0.0
 
-    def _log_train(self, bar) -> None:
+    def _log_train(self, bar: tqdm | None) -> None:
         loss_sum, n = self._loss_window()
         loss = loss_sum / max(1, n)
         self._loss_total += loss_sum
@@ -1030,7 +1048,7 @@ class Trainer:
                 self.epoch += 1
                 self.last_eval = {}
 
-                def epoch_end():
+                def epoch_end() -> None:
                     last = self.epoch >= cfg.epochs
                     self._evaluated(self._evaluate_or_stop(checkpoint=True, final=last))
                     self.save_checkpoint(final=last or self.early_stopped)
@@ -1255,7 +1273,7 @@ class Trainer:
                     out.add(step_key(lengths[idx], ss.rows, ss.widths, ss.unmask_full))
         return out
 
-    def _pause(self, fn, sync: bool = True) -> None:
+    def _pause(self, fn: Callable[[], None], sync: bool = True) -> None:
         """Run `fn` (eval, checkpoint) outside the training clock, then copy the logs to gs:// (`sync_logs`) unless
         `fn` saves a checkpoint, which copies them itself, first."""
         self.stats.train_seconds += time.perf_counter() - self._t0
