@@ -33,6 +33,7 @@ from ftcli_trainer.storage import (
 
 if TYPE_CHECKING:
     import numpy as np
+    from transformers import PreTrainedTokenizerBase
 
     from ftcli.gcp.storage import StoredObject
     from ftcli_trainer.config import TrainConfig
@@ -601,7 +602,8 @@ class _Classifier:
             # warning the verbosity above hides. Its labels would be noise.
             raise FtcliError(f"{path} holds no trained classifier: {', '.join(sorted(missing)[:3])} would be random",
                              hint="give a fine-tuned model folder: RUN/model from ftcli local, or ftcli download JOB")
-        if problem := vocabulary_problem(clf.tokenizer):
+        # (a pipeline's tokenizer is typed Optional; this one was given the tokenizer loaded above)
+        if problem := vocabulary_problem(cast("PreTrainedTokenizerBase", clf.tokenizer)):
             raise FtcliError(f"{path}: {problem}; its predictions would be noise",
                              hint="save the tokenizer the model was trained with into the folder "
                                   "(tokenizer.save_pretrained)")

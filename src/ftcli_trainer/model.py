@@ -8,9 +8,20 @@ import logging
 import os
 import re
 import threading
+from typing import TYPE_CHECKING, Any, cast
 
 from ftcli_trainer.errors import TrainerError, causes, one_line
 from ftcli_trainer.tasks import MINILM
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+    # A function transformers' AttentionInterface runs a model's attention with: (module, query, key, value,
+    # attention_mask, dropout=, scaling=, **kwargs) -> (output, attention weights: none here)
+    Attention = Callable[..., tuple[torch.Tensor, None]]
 
 MINILM_ALIASES = {MINILM, "all-MiniLM-L6-v2", "minilm"}
 
@@ -54,7 +65,7 @@ def _has_tokenizer_files(folder: str) -> bool:
         return False
 
 
-def vocabulary_problem(tok) -> str | None:
+def vocabulary_problem(tok: PreTrainedTokenizerBase) -> str | None:
     """A tokenizer that knows only its special tokens (transformers 5's answer to missing tokenizer files, see
     TOKENIZER_FILE): every text is [CLS] [UNK] ... [SEP], and a run trains on nothing. None if it has a vocabulary."""
     try:
@@ -126,7 +137,7 @@ def model_problem(name: str) -> str | None:
     return None
 
 
-def _position_offset(model) -> int:
+def _position_offset(model: torch.nn.Module) -> int:
     """The positions a RoBERTa-like model (RoBERTa, XLM-R, CamemBERT, MPNet, ...) never gives a token: it numbers a
     text's tokens from padding_idx + 1 (transformers' create_position_ids_from_input_ids), and its position
     embeddings carry that padding_idx. 0 for models that number them from 0 (BERT)."""
@@ -139,7 +150,8 @@ def _position_offset(model) -> int:
     return 0
 
 
-def max_length_problem(model, tokenizer, max_length: int, name: str) -> str | None:
+def max_length_problem(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_length: int,
+                       name: str) -> str | None:
     """A --max-length longer than the model's learned positions fails at the first long batch, mid-training, in a
     tensor shape error: say it before. RoBERTa-like models keep two positions for padding (`_position_offset`), which
     their tokenizer's model_max_length leaves out when it has one; models with relative positions only (DeBERTa-v2)
@@ -151,7 +163,7 @@ def max_length_problem(model, tokenizer, max_length: int, name: str) -> str | No
     return _too_long(max_length, limit, name)
 
 
-def position_limit(positions, biased: bool, offset: int, told) -> int | None:
+def position_limit(positions: object, biased: bool, offset: int, told: object) -> int | None:
     """The most tokens a model takes: its `positions` less the ones it never gives a token (`offset`), or its
     tokenizer's model_max_length (`told`) where that says the same less its padding positions; None: no limit."""
     if not isinstance(positions, int) or isinstance(positions, bool) or not biased:
@@ -187,7 +199,7 @@ def folder_max_length_problem(folder: str, max_length: int, name: str) -> str | 
     return _too_long(max_length, limit, name)
 
 
-def align_padding(model, tokenizer, name: str) -> str:
+def align_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> str:
     """Give the tokenizer and the model's config the same padding token, where one of them has none; returns what
     was done, in words for the log ("" when nothing was).
 
@@ -336,7 +348,7 @@ def missing_tokenizer_package(folder: str) -> str | None:
     return None
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -368,22 +380,26 @@ def problem_type(multi_label: bool, regression: bool) -> str:
     return "multi_label_classification" if multi_label else "single_label_classification"
 
 
-def _head_modules(model) -> list[str]:
+def _head_modules(model: torch.nn.Module) -> list[str]:
     """The classification head: the model's top-level modules with parameters outside its base model (BERT's
     `classifier`, DistilBERT's `pre_classifier` and `classifier`, DeBERTa's `pooler` and `classifier`)."""
     base = getattr(model, "base_model_prefix", "")
     return sorted({n.split(".")[0] for n, _ in model.named_parameters() if not base or not n.startswith(base + ".")})
 
 
-def _labels_of(config) -> tuple[str, list[str]]:
+def _labels_of(config: PreTrainedConfig) -> tuple[str, list[str]]:
     """What a checkpoint's head was trained for: its problem type (transformers' own default when config.json has
     none: one output is a regression) and its label names in id order, lowercased."""
-    n = config.num_labels
+    # (typed Optional, with str keys, for a config still being built: a loaded one has an id2label with int keys,
+    # and num_labels is its length; PreTrainedConfig.__post_init__, transformers 5.24)
+    n = cast(int, config.num_labels)
+    id2label = cast("dict[int, str]", config.id2label)
     kind = config.problem_type or ("regression" if n == 1 else "single_label_classification")
-    return kind, [str(config.id2label.get(i, f"LABEL_{i}")).lower() for i in range(n)]
+    return kind, [str(id2label.get(i, f"LABEL_{i}")).lower() for i in range(n)]
 
 
-def load_model(name: str, label_names: list[str], multi_label: bool, threshold: float, regression: bool = False):
+def load_model(name: str, label_names: list[str], multi_label: bool, threshold: float,
+               regression: bool = False) -> PreTrainedModel:
     """The model with a classification head for `label_names`. A head of another size is replaced (transformers'
     ignore_mismatched_sizes); one of the same size is kept only when it was trained for these labels, in this order,
     and this problem type: transformers would keep any head of the right size, so a model fine-tuned on negative,
@@ -444,7 +460,7 @@ def load_model(name: str, label_names: list[str], multi_label: bool, threshold: 
 DROPOUT_RES = 65536  # dropout masks are 16-bit: p is rounded to 1/65536
 
 
-def fast_dropout(x, p: float, res: int = DROPOUT_RES):
+def fast_dropout(x: torch.Tensor, p: float, res: int = DROPOUT_RES) -> torch.Tensor:
     """Dropout whose mask comes from 16-bit random integers instead of Bernoulli draws: on CPU, torch's
     bernoulli_ and the mask arithmetic around it are ~10 % of a fine-tuning step; this is ~2.5x cheaper.
     One 64-bit draw over int64's full range gives four uniform int16 values, so the random-number generator
@@ -462,7 +478,7 @@ def fast_dropout(x, p: float, res: int = DROPOUT_RES):
     return x * (r >= threshold - res // 2).to(x.dtype).mul_(res / (res - threshold))
 
 
-def _fast_dropout_class():
+def _fast_dropout_class() -> type[torch.nn.Module]:
     import torch
 
     class FastDropout(torch.nn.Module):
@@ -470,12 +486,12 @@ def _fast_dropout_class():
 
         RES = DROPOUT_RES
 
-        def __init__(self, p: float):
+        def __init__(self, p: float) -> None:
             super().__init__()
             self.p = p
             self.threshold = round(p * self.RES)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return fast_dropout(x, self.p, self.RES) if self.training else x
 
         def extra_repr(self) -> str:
@@ -484,7 +500,7 @@ def _fast_dropout_class():
     return FastDropout
 
 
-def use_fast_dropout(model) -> int:
+def use_fast_dropout(model: torch.nn.Module) -> int:
     """Swap the model's nn.Dropout modules for FastDropout (CPU only: CUDA's dropout is already fused).
     Returns how many were swapped. No parameters change, so checkpoints and exports are unaffected."""
     import torch
@@ -502,8 +518,9 @@ def use_fast_dropout(model) -> int:
 FAST_ATTENTION = "ftcli_cpu_sdpa"
 
 
-def _cpu_training_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                            scaling: float | None = None, **kwargs):
+def _cpu_training_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                            **kwargs: Any) -> tuple[torch.Tensor, None]:
     """SDPA, except while training with attention dropout on a CPU: there torch's SDPA leaves its fused
     kernel for its math path and draws a Bernoulli mask; this runs the same math (softmax(QK^T * scale +
     mask) V with dropout on the probabilities) with `fast_dropout`'s mask."""
@@ -526,7 +543,7 @@ def _cpu_training_attention(module, query, key, value, attention_mask, dropout: 
     return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
 
 
-def _switch_attention(model, name: str, attention) -> bool:
+def _switch_attention(model: PreTrainedModel, name: str, attention: Attention) -> bool:
     """Register `attention` under `name` (with SDPA's boolean mask) and route the model's attention through
     it; whether it was switched."""
     from transformers import AttentionInterface
@@ -541,7 +558,7 @@ def _switch_attention(model, name: str, attention) -> bool:
     return model.config._attn_implementation == name
 
 
-def use_fast_attention_dropout(model) -> bool:
+def use_fast_attention_dropout(model: PreTrainedModel) -> bool:
     """Route a CPU training run's attention through `_cpu_training_attention` (models on SDPA only). Returns
     whether it was switched; `restore_attention` switches back before the model is saved."""
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
@@ -552,7 +569,7 @@ def use_fast_attention_dropout(model) -> bool:
 VARLEN_ATTENTION = "ftcli_varlen"
 
 
-def varlen_offsets(lengths, width: int):
+def varlen_offsets(lengths: torch.Tensor, width: int) -> torch.Tensor:
     """`cu_seqlens` for flash attention over a right-padded batch left where it is: row r is two sequences laid
     end to end, its tokens [r*width, r*width + n_r) and its padding [r*width + n_r, (r+1)*width) (empty when the
     row fills the width). A token then attends to the tokens of its own row only, as under the padding mask;
@@ -571,7 +588,7 @@ def varlen_offsets(lengths, width: int):
 _LAST_MASK = threading.local()  # per thread: the last padding mask seen and its offsets
 
 
-def mask_offsets(mask):
+def mask_offsets(mask: torch.Tensor) -> torch.Tensor:
     """`varlen_offsets` of SDPA's boolean padding mask [rows, 1, 1 or width, width] (True: attend). The layers of
     one forward share one mask: its offsets are made once a forward, not once a layer."""
     import torch
@@ -582,14 +599,15 @@ def mask_offsets(mask):
     return _LAST_MASK.offsets
 
 
-def _flash_runs(query) -> bool:
+def _flash_runs(query: torch.Tensor) -> bool:
     """Whether torch's flash kernel takes this tensor: on a CUDA device, in fp16 or bf16."""
     import torch
 
     return query.is_cuda and query.dtype in (torch.float16, torch.bfloat16)
 
 
-def _flash(query, key, value, offsets, width: int, dropout: float, scale: float | None):
+def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, offsets: torch.Tensor | None, width: int,
+           dropout: float, scale: float | None) -> torch.Tensor:
     """torch's flash-attention kernel: over (rows, width, heads, dim) tensors, or over (tokens, heads, dim) ones
     split at `offsets`. Dropout is drawn by the kernel from the CUDA generator (graph-safe, as in SDPA's flash
     backend); the op's autograd runs the flash backward."""
@@ -599,8 +617,9 @@ def _flash(query, key, value, offsets, width: int, dropout: float, scale: float 
                                                    False, False, scale=scale)[0]
 
 
-def _varlen_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                      scaling: float | None = None, **kwargs):
+def _varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      **kwargs: Any) -> tuple[torch.Tensor, None]:
     """SDPA's math (softmax(QK^T * scale + padding mask) V, dropout on the probabilities) on the flash kernel
     for a padded batch: each row attends over its own tokens (`varlen_offsets`), with no mask tensor and none
     of cuDNN's padded-mask kernels. Anything else (a CPU, fp32, a causal or cross attention, a mask that is
@@ -613,7 +632,8 @@ def _varlen_attention(module, query, key, value, attention_mask, dropout: float 
     padding_mask = mask is None or (mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[0] == rows
                                     and mask.shape[-1] == width and mask.shape[-2] in (1, width))
     misfit = (
-        "" if padding_mask else f"a {mask.dtype} mask of shape {tuple(mask.shape)}, not a boolean padding mask"
+        # (padding_mask holds wherever mask is None)
+        "" if padding_mask else f"a {mask.dtype} mask of shape {tuple(mask.shape)}, not a boolean padding mask"  # type: ignore[union-attr]
     ) or (
         "" if _flash_runs(query) else f"{query.dtype} inputs on {query.device.type}"
     ) or (
@@ -668,7 +688,7 @@ def flash_refusal(capability: tuple[int, int] | None, precision: str) -> str:
     return ""
 
 
-def use_varlen_attention(model, device, precision: str) -> str:
+def use_varlen_attention(model: PreTrainedModel, device: torch.device, precision: str) -> str:
     """Route the model's attention through `_varlen_attention` (--varlen-attention). Returns "" when switched,
     else why not, in words for the log; `restore_attention` switches back before the model is saved."""
     import torch
@@ -685,7 +705,7 @@ def use_varlen_attention(model, device, precision: str) -> str:
     return ""
 
 
-def switch_to_varlen(model) -> bool:
+def switch_to_varlen(model: PreTrainedModel) -> bool:
     """Route the model's attention through `_varlen_attention`, kept out of torch.compile's trace: compiled
     layers (cuda_graphs.CompiledBlocks) break at the attention and run it as it is, as a plain call to the flash
     kernel (inductor could fuse nothing across it anyway; its offsets cache and its fallback stay Python's). Out
@@ -695,7 +715,7 @@ def switch_to_varlen(model) -> bool:
 
 
 @functools.cache
-def _untraced_varlen_attention():
+def _untraced_varlen_attention() -> Attention:
     import torch
 
     return torch.compiler.disable(_varlen_attention)
@@ -704,7 +724,7 @@ def _untraced_varlen_attention():
 UNTRACED_SDPA = "ftcli_sdpa_untraced"
 
 
-def keep_attention_out_of_compile(model) -> bool:
+def keep_attention_out_of_compile(model: PreTrainedModel) -> bool:
     """SDPA as a call that torch.compile leaves out of its trace, for the layers compiled inside the CUDA graphs
     (cuda_graphs.CompiledBlocks): they break at the attention and run it as it is, as they run --varlen-attention's
     call. On an H100 the capture of BERT-base's compiled layers failed with SDPA traced inside them, while eager
@@ -715,14 +735,14 @@ def keep_attention_out_of_compile(model) -> bool:
 
 
 @functools.cache
-def _untraced_sdpa():
+def _untraced_sdpa() -> Attention:
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return torch.compiler.disable(sdpa_attention_forward)
 
 
-def attention_in_use(model, varlen_left_off: str = "") -> str:
+def attention_in_use(model: PreTrainedModel, varlen_left_off: str = "") -> str:
     """The attention the run trained with, in words for its metrics.json: `varlen_left_off` is why
     --varlen-attention was not switched on (use_varlen_attention's answer) when it was asked for."""
     impl = getattr(model.config, "_attn_implementation", None)
@@ -739,6 +759,6 @@ def attention_in_use(model, varlen_left_off: str = "") -> str:
     return f"{name} (--varlen-attention left off: {varlen_left_off})" if varlen_left_off else name
 
 
-def restore_attention(model) -> None:
+def restore_attention(model: PreTrainedModel) -> None:
     if getattr(model.config, "_attn_implementation", None) in (FAST_ATTENTION, VARLEN_ATTENTION, UNTRACED_SDPA):
         model.set_attn_implementation("sdpa")

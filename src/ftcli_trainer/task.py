@@ -29,7 +29,7 @@ from ftcli_trainer.errors import TrainerError, first_line
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from ftcli_trainer.data import Encoded, TaskData
     from ftcli_trainer.distributed import Dist
@@ -147,7 +147,7 @@ def _head_line(model: torch.nn.Module, head: str) -> str:
 
 
 def _summary(cfg: TrainConfig, data: TaskData, train_enc: Encoded, evals_enc: dict[str, Encoded],
-             model: torch.nn.Module, device: torch.device, precision: str, paths: Paths, trainer: Trainer,
+             model: PreTrainedModel, device: torch.device, precision: str, paths: Paths, trainer: Trainer,
              dist: Dist) -> None:
     import torch
 
@@ -223,7 +223,10 @@ def run(cfg: TrainConfig) -> dict:
             raise TrainerError(never_stops)
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(cfg.seed)  # the new head's initialisation does not depend on data loading
-    model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold, data.regression).to(device)
+    # (a false error: transformers 5.24 wraps PreTrainedModel.to in functools.wraps, whose _Wrapped, as typeshed
+    # types it, does not bind self)
+    model = load_model(cfg.model, data.label_names, data.multi_label, cfg.threshold,
+                       data.regression).to(device)  # type: ignore[arg-type]
     if problem := max_length_problem(model, tokenizer, cfg.max_length, cfg.model):
         raise TrainerError(problem)
     if padding := align_padding(model, tokenizer, cfg.model):
