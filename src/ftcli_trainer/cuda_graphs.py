@@ -62,11 +62,28 @@ import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
 from ftcli_trainer.errors import first_line
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from types import ModuleType
+
+    import torch
+    from transformers import PreTrainedModel
+
+    from ftcli_trainer.data import Encoded
+
+    # A micro-batch's step key (step_key): its padded width, or (width, FULL) when it runs unmasked
+    StepKey = int | tuple[int, str]
+    # What StaticSteps runs, eagerly or as a graph: a step key's micro-batch, or "update"
+    CallKey = StepKey | str
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 log = logging.getLogger("ftcli_trainer")
 
@@ -102,22 +119,22 @@ def bucket_for(longest: int, widths: tuple[int, ...]) -> int:
 FULL = "full"  # the key of a width's unmasked graph: (width, FULL)
 
 
-def key_width(key) -> int:
+def key_width(key: StepKey) -> int:
     """The width of a step key: a width, or (width, FULL)."""
     return key[0] if isinstance(key, tuple) else key
 
 
-def key_order(key) -> tuple[int, int]:
+def key_order(key: StepKey) -> tuple[int, int]:
     """Widths in order, each one's unmasked key right after it."""
     return (key[0], 1) if isinstance(key, tuple) else (key, 0)
 
 
-def key_name(key) -> str:
-    """'16', or '512 unmasked'."""
+def key_name(key: CallKey) -> str:
+    """'16', or '512 unmasked' (or 'update')."""
     return f"{key[0]} unmasked" if isinstance(key, tuple) else str(key)
 
 
-def step_key(lengths: np.ndarray, rows: int, widths: tuple[int, ...], unmask_full: bool):
+def step_key(lengths: np.ndarray, rows: int, widths: tuple[int, ...], unmask_full: bool) -> StepKey:
     """The key a micro-batch of rows with `lengths` tokens runs under: its width, or (width, FULL) with
     `unmask_full` when it has all its rows (no filler) and every one fills the width."""
     width = bucket_for(int(lengths.max()), widths)
@@ -188,7 +205,7 @@ class Layout:
         return self.scale + 1
 
 
-def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: int, scale: float) -> int:
+def fill_block(block: np.ndarray, layout: Layout, enc: Encoded, idx: np.ndarray, pad_id: int, scale: float) -> int:
     """Write one micro-batch into `block` (int64, `layout.size`): token ids padded with `pad_id`, the
     attention mask, token types, labels, a 0/1 loss weight per row and the loss scale (a float64's bits).
     Rows past the batch are filler, of loss weight 0: copies of the batch's first row (in a batch of filler only,
@@ -222,7 +239,8 @@ def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: 
     mask[k:, 0] = 1  # (a filler row cut at 0 tokens, or of padding: one attended token all the same)
     if layout.types is not None:
         types = block[layout.types].reshape(rows, width)
-        types[:n] = np.where(real, enc.type_ids[gather], 0)
+        # (a layout has token types only for data that has them: StaticSteps' `pairs`)
+        types[:n] = np.where(real, enc.type_ids[gather], 0)  # type: ignore[index]
         types[n:] = 0
     labels = block[layout.labels].reshape(rows, -1)
     if layout.regression:
@@ -237,7 +255,8 @@ def fill_block(block: np.ndarray, layout: Layout, enc, idx: np.ndarray, pad_id: 
     return rows * width
 
 
-def weighted_loss_sum(logits, labels, weight, multi_label: bool, regression: bool = False):
+def weighted_loss_sum(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor, multi_label: bool,
+                      regression: bool = False) -> torch.Tensor:
     """`loop.loss_sum` with a 0/1 weight per row: filler rows add exactly 0 to the loss and its gradient."""
     import torch
     import torch.nn.functional as F
@@ -253,7 +272,7 @@ def weighted_loss_sum(logits, labels, weight, multi_label: bool, regression: boo
     return (F.cross_entropy(logits, labels, reduction="none") * weight).sum()
 
 
-def arm_optimizer(optimizer, device) -> None:
+def arm_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
     """Learning rates as device tensors (the scheduler then fills them in place), capturable AdamW."""
     import torch
 
@@ -293,7 +312,7 @@ class WeightCopies:
     Not the others (embeddings, whose fp32 sums feed a LayerNorm; norms, which autocast runs in fp32), nor a
     parameter that two modules share (a tied weight would be swapped everywhere it is used)."""
 
-    def __init__(self, model, dtype):
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
         import torch
 
         self.torch = torch
@@ -318,13 +337,14 @@ class WeightCopies:
         self.fused: list[FusedProjections] = []  # fuse_projections'
         self._fused_slices: dict = {}  # a fused copy's name -> (its group's leaf, first row, end row)
 
-    def __contains__(self, param) -> bool:
+    def __contains__(self, param: object) -> bool:
         return id(param) in self._ids
 
     def __len__(self) -> int:
         return len(self.params)
 
-    def forward(self, inputs: dict):
+    def forward(self, inputs: dict[str, torch.Tensor]) -> Any:
+        """The model's forward on the copies; its output (a transformers ModelOutput) as the model returns it."""
         with ExitStack() as stack:
             for group in self.fused:
                 stack.enter_context(group.active())
@@ -364,7 +384,7 @@ class WeightCopies:
         self._targets = [c.detach() for c in self.copies.values()]
         return len(self.fused)
 
-    def find_inputs(self, inputs: dict) -> None:
+    def find_inputs(self, inputs: dict[str, torch.Tensor]) -> None:
         """Which fused modules read one input (FusedProjections.one_input): one forward without gradients, before
         the first training forward (eager, never captured), so that every step runs the projections one way. The
         caller restores the generator's state (dropout)."""
@@ -372,7 +392,7 @@ class WeightCopies:
             with self.torch.no_grad():
                 self.forward(inputs)
 
-    def _grad(self, name: str):
+    def _grad(self, name: str) -> torch.Tensor | None:
         """The gradient of the copy `name` after a backward (None: it got none): a fused copy's is its rows of
         its group's gradient."""
         if name in self._fused_slices:
@@ -410,7 +430,10 @@ class FusedProjections:
     first step's (`WeightCopies.find_inputs`); a module found reading two inputs runs its three projections on their
     own rows of the fused copy (`one_input` False): the GEMMs the model runs without the fusion."""
 
-    def __init__(self, torch, linears: list, weight, bias, sizes: list[int]):
+    _x: torch.Tensor | None  # the input of the current fused product (declared here: __init__'s `torch` is the module)
+
+    def __init__(self, torch: ModuleType, linears: list[torch.nn.Linear], weight: torch.Tensor,
+                 bias: torch.Tensor | None, sizes: list[int]) -> None:
         self.torch = torch
         self.linears = linears
         self.weight, self.bias, self.sizes = weight, bias, sizes
@@ -421,7 +444,7 @@ class FusedProjections:
         self._parts: tuple = ()
         self._served: set[int] = set()  # the parts handed out of the current fused product
 
-    def project(self, i: int, x):
+    def project(self, i: int, x: torch.Tensor) -> torch.Tensor:
         if self.one_input is False:  # (reads two inputs: each projection on its own rows, as unfused)
             start, end = self.rows[i]
             return self.torch.nn.functional.linear(x, self.weight[start:end],
@@ -441,9 +464,10 @@ class FusedProjections:
         self._served = set()
 
     @contextmanager
-    def active(self):
+    def active(self) -> Iterator[None]:
         for i, lin in enumerate(self.linears):
-            lin.forward = functools.partial(self.project, i)
+            # (an instance attribute, which nn.Module's call runs as the forward, over the class's method)
+            lin.forward = functools.partial(self.project, i)  # type: ignore[method-assign]
         try:
             yield
         finally:
@@ -456,7 +480,7 @@ class FusedProjections:
             self._x, self._parts = None, ()  # no activation held between forwards
 
 
-def repeated_blocks(model) -> list:
+def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's repeated blocks (a transformer's layers): of its nn.ModuleLists of two or more modules of one
     class, the one holding the most parameters; [] when it has none."""
     import torch
@@ -475,7 +499,7 @@ def repeated_blocks(model) -> list:
 QKV_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q_lin", "k_lin", "v_lin"))
 
 
-def qkv_names(module) -> tuple[str, str, str] | None:
+def qkv_names(module: torch.nn.Module) -> tuple[str, str, str] | None:
     """The names of `module`'s query, key and value nn.Linear children (QKV_NAMES), or None: it is no
     self-attention module."""
     import torch
@@ -484,13 +508,13 @@ def qkv_names(module) -> tuple[str, str, str] | None:
                  if all(isinstance(getattr(module, n, None), torch.nn.Linear) for n in trio)), None)
 
 
-def attention_modules(block) -> list:
+def attention_modules(block: torch.nn.Module) -> list[torch.nn.Module]:
     """The modules inside `block` that compute its self-attention from the hidden states: those with query, key
     and value nn.Linear children."""
     return [m for m in block.modules() if qkv_names(m) is not None]
 
 
-def compile_dynamic(torch, fn):
+def compile_dynamic(torch: ModuleType, fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """torch.compile(fn, dynamic=True), traced without "duck sizing": dynamo would otherwise take two sizes that
     happen to be equal at the first width for one symbol (BERT-base's 64-wide heads at width 64) and compile again
     at the next width."""
@@ -507,7 +531,7 @@ def compile_dynamic(torch, fn):
         sizes = nullcontext
 
     @functools.wraps(fn)
-    def call(*args, **kwargs):
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with sizes():
             return compiled(*args, **kwargs)
     return call
@@ -524,7 +548,7 @@ class CompiledBlocks:
     compile made stays in the autograd graph, and evaluation (eval mode, inference mode) and the exported model
     run the plain blocks, with no second compile for them."""
 
-    def __init__(self, torch, blocks: list, eager_attention: bool = False):
+    def __init__(self, torch: ModuleType, blocks: list[torch.nn.Module], eager_attention: bool = False) -> None:
         self.blocks = blocks
         self.fn = compile_dynamic(torch, type(blocks[0]).forward)
         # eager_attention (with the fused projections, StaticSteps): each block's self-attention module (its query,
@@ -539,7 +563,7 @@ class CompiledBlocks:
         return len(self.blocks)
 
     @contextmanager
-    def active(self):
+    def active(self) -> Iterator[None]:
         for block in self.blocks:  # an instance attribute: nn.Module's call runs it as the forward
             block.forward = functools.partial(self.fn, block)
         for module, eager in self.eager:
@@ -554,19 +578,21 @@ class CompiledBlocks:
 
 
 @functools.cache
-def _shared_cast_fn():
+def _shared_cast_fn() -> type[torch.autograd.Function]:
     """An autograd function whose forward hands on an already-made cast of `x` and whose backward casts the
     incoming gradient back to fp32: what autocast's own cast of `x` would do, once per reader."""
     import torch
 
     class SharedCast(torch.autograd.Function):
+        # (ctx: torch's context object, on which the forward leaves what the backward needs; FunctionCtx declares
+        # no such attribute)
         @staticmethod
-        def forward(ctx, x, cast):
+        def forward(ctx: Any, x: torch.Tensor, cast: torch.Tensor) -> torch.Tensor:
             ctx.dtype = x.dtype
             return cast.view_as(cast)
 
         @staticmethod
-        def backward(ctx, grad):
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
             return grad.to(ctx.dtype), None
 
     return SharedCast
@@ -582,18 +608,19 @@ class SharedCasts:
     tensor. The numbers are autocast's: the same cast, the same GEMM operands, and each reader's gradient cast
     back to fp32 on its own and summed in fp32, as autocast's per-reader casts are."""
 
-    def __init__(self, model, dtype):
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
         import torch
 
         self.torch = torch
         self.dtype = dtype
-        self.last = None  # (the fp32 tensor, its cast): the previous Linear's input
+        # (the fp32 tensor, its cast): the previous Linear's input
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None
         self.made = self.reused = 0
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):
                 m.register_forward_pre_hook(self._hook)
 
-    def _hook(self, module, args):
+    def _hook(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         torch = self.torch
         x = args[0] if args else None
         if not (isinstance(x, torch.Tensor) and x.dtype == torch.float32 and torch.is_autocast_enabled(x.device.type)):
@@ -620,11 +647,13 @@ class StaticSteps:
     backward multiplies in as the eager path's `scaler.scale` does. `loss_acc` is the trainer's on-device loss sum
     (a graph adds to it in place, so it must never be replaced)."""
 
-    def __init__(self, *, model, optimizer, clip_and_step, enc, pad_id: int, rows: int, max_length: int,
-                 multi_label: bool, n_labels: int, device, autocast_dtype, loss_acc, capture: bool,
+    def __init__(self, *, model: PreTrainedModel, optimizer: torch.optim.Optimizer, clip_and_step: Callable[[], None],
+                 enc: Encoded, pad_id: int, rows: int, max_length: int, multi_label: bool, n_labels: int,
+                 device: torch.device, autocast_dtype: torch.dtype | None, loss_acc: torch.Tensor, capture: bool,
                  warmup: int = WARMUP_STEPS, regression: bool = False, weight_copies: bool = False,
                  unmask_full: bool = False, shared_casts: bool = False, compile_model: bool = False,
-                 eager_attention: bool = False, fused_projections: bool = False, scaler=None):
+                 eager_attention: bool = False, fused_projections: bool = False,
+                 scaler: torch.amp.GradScaler | None = None) -> None:
         import torch
 
         self.torch = torch
@@ -678,17 +707,17 @@ class StaticSteps:
         self.next_slab = 0
         self.buffers = {w: torch.zeros(lay.size, dtype=torch.int64, device=device) for w, lay in self.layouts.items()}
         self.unmask_full = unmask_full
-        self.calls: dict[Any, Callable[[], Any]] = {w: self._micro_fn(w) for w in self.widths}  # by step key
+        self.calls: dict[CallKey, Callable[[], None]] = {w: self._micro_fn(w) for w in self.widths}  # by step key
         if unmask_full:
             self.calls.update({(w, FULL): self._micro_fn(w, masked=False) for w in self.widths})
         self.calls["update"] = self._update
-        self.graphs: dict = {}
-        self.seen: dict = {}
+        self.graphs: dict[CallKey, torch.cuda.CUDAGraph] = {}
+        self.seen: dict[CallKey, int] = {}  # the calls of each key made so far (its warm-up)
         self.counts = {"captured": 0, "replays": 0, "eager": 0, "warmup": 0}  # warmup: prepare's filler calls
         self.capture_seconds = 0.0
         self.prepare_seconds = 0.0
-        self._pool = None
-        self._side = None
+        self._pool: tuple[int, int] | None = None
+        self._side: torch.cuda.Stream | None = None
 
     @property
     def fused(self) -> int:
@@ -697,20 +726,20 @@ class StaticSteps:
         return sum(g.one_input is not False for g in self.copies.fused) if self.copies is not None else 0
 
     @property
-    def side(self):
+    def side(self) -> torch.cuda.Stream:
         if self._side is None:
             self._side = self.torch.cuda.Stream(self.device)
         return self._side
 
     @property
-    def pool(self):
+    def pool(self) -> tuple[int, int]:
         if self._pool is None:
             self._pool = self.torch.cuda.graph_pool_handle()
         return self._pool
 
     # -- the two callables a step is made of (identical eager or captured) --------------------------
 
-    def _micro_fn(self, width: int, masked: bool = True):
+    def _micro_fn(self, width: int, masked: bool = True) -> Callable[[], None]:
         torch = self.torch
         lay = self.layouts[width]
         buf = self.buffers[width]
@@ -728,7 +757,7 @@ class StaticSteps:
         weight = buf[lay.weight]
         scale = buf[lay.scale:lay.scale + 1].view(torch.float64)
 
-        def micro():
+        def micro() -> None:
             # No weight-cast cache under autocast: a cache filled inside a capture would be replayed stale.
             ctx = (nullcontext() if self.autocast_dtype is None
                    else torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=False))
@@ -746,7 +775,7 @@ class StaticSteps:
 
         return micro
 
-    def _forward(self, inputs: dict):
+    def _forward(self, inputs: dict[str, torch.Tensor]) -> Any:
         if self.copies is None or self.copies.proven:
             return self._model_call(inputs)
         rng = _rng_state(self.torch, self.device)  # a failed forward may have drawn dropout masks: draw them again
@@ -765,7 +794,7 @@ class StaticSteps:
         self.copies.proven = True
         return out
 
-    def _first_copies_forward(self, inputs: dict, rng):
+    def _first_copies_forward(self, inputs: dict[str, torch.Tensor], rng: torch.Tensor) -> Any:
         """The first forward on the weight copies: which fused modules read one input found first (find_inputs),
         and, where the fused product fails the model, once more with each projection on its own rows."""
         copies = self.copies
@@ -792,7 +821,7 @@ class StaticSteps:
                      first_line(e))
             return out
 
-    def _model_call(self, inputs: dict):
+    def _model_call(self, inputs: dict[str, torch.Tensor]) -> Any:
         """The model's forward: on the weight copies when they are on; with compile_model, through its compiled
         blocks (or, for a model without repeated blocks, compiled whole)."""
         copies = self.copies
@@ -865,7 +894,7 @@ class StaticSteps:
             self.slab_events[i] = ev
         return n
 
-    def _call(self, key) -> None:
+    def _call(self, key: CallKey) -> None:
         graph = self.graphs.get(key)
         if graph is not None:
             graph.replay()
@@ -887,7 +916,7 @@ class StaticSteps:
         graph.replay()
         self.counts["replays"] += 1
 
-    def _try_capture(self, key, when: str = ""):
+    def _try_capture(self, key: CallKey, when: str = "") -> torch.cuda.CUDAGraph | None:
         """Capture `key`'s callable; on any error, capture goes off for the rest of the run with one line."""
         started = time.perf_counter()
         try:
@@ -913,14 +942,14 @@ class StaticSteps:
         self.counts["captured"] += 1
         return graph
 
-    def _eager(self, fn, count: str = "eager") -> None:
+    def _eager(self, fn: Callable[[], None], count: str = "eager") -> None:
         with warnings.catch_warnings():
             # capturable AdamW warns when it steps outside a capture: expected here, same math.
             warnings.filterwarnings("ignore", message=".*capturable=True.*")
             fn()
         self.counts[count] += 1
 
-    def _on_side_stream(self, fn, count: str = "eager") -> None:
+    def _on_side_stream(self, fn: Callable[[], None], count: str = "eager") -> None:
         # Warm-up on the stream the capture will use, so lazily created per-stream state (cuBLAS
         # workspaces) exists before capture begins.
         torch = self.torch
@@ -930,7 +959,7 @@ class StaticSteps:
             self._eager(fn, count)
         main.wait_stream(self.side)
 
-    def _capture(self, fn):
+    def _capture(self, fn: Callable[[], None]) -> torch.cuda.CUDAGraph:
         torch = self.torch
         graph = torch.cuda.CUDAGraph()
         main = torch.cuda.current_stream(self.device)
@@ -958,7 +987,7 @@ class StaticSteps:
 
     # -- ahead of the training clock (--gpu-warmup) --------------------------------------------------
 
-    def prepare(self, widths) -> float:
+    def prepare(self, widths: Iterable[StepKey]) -> float:
         """Warm up and capture `widths` (those the run's batches use) and the update before the first training
         step, leaving no trace: filler rows only (loss weight 0: every gradient exactly 0, nothing added to the
         loss sum), the update once at learning rate 0 (AdamW's state is created as zeros, as its first real step
@@ -971,6 +1000,7 @@ class StaticSteps:
         update = not self.optimizer.state
         rng = _rng_state(torch, self.device)
         loss = self.loss_acc.detach().clone()
+        key: CallKey  # (a width's key, then "update" too)
         try:
             for key in widths:  # (an unmasked key's filler rows attend to padding: their loss weight is 0 all the same)
                 self._load(key_width(key), np.zeros(0, dtype=np.int64), 1.0)
@@ -1007,7 +1037,7 @@ class StaticSteps:
         self.prepare_seconds = time.perf_counter() - started
         return self.prepare_seconds
 
-    def _warm(self, key) -> None:
+    def _warm(self, key: CallKey) -> None:
         """The eager calls of `key` (`warmup` of them) where its capture will run, counted as the warm-up the lazy
         path would do."""
         fn = self.calls[key]
@@ -1037,7 +1067,7 @@ class StaticSteps:
                 f"{c['eager']} eager calls{ahead}")
 
 
-def release_generator(torch, device) -> None:
+def release_generator(torch: ModuleType, device: torch.device) -> None:
     """After a failed capture. Torch ends the stream's capture, but a capture_end that raises leaves the device's
     generator marked as capturing, and its next draw outside a capture fails: the eager fallback's first dropout
     raised "Offset increment outside graph capture encountered unexpectedly" (H100, torch 2.11, 2026-11-26). The
@@ -1047,18 +1077,19 @@ def release_generator(torch, device) -> None:
     generator.graphsafe_set_state(generator.clone_state())
 
 
-def _rng_state(torch, device):
+def _rng_state(torch: ModuleType, device: torch.device) -> torch.Tensor:
     return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
 
 
-def _set_rng_state(torch, device, state) -> None:
+def _set_rng_state(torch: ModuleType, device: torch.device, state: torch.Tensor) -> None:
     if device.type == "cuda":
         torch.cuda.set_rng_state(state, device)
     else:
         torch.set_rng_state(state)
 
 
-def prewarm(model, widths: tuple[int, ...], rows: int, device, autocast_dtype, stop=None) -> float:
+def prewarm(model: torch.nn.Module, widths: tuple[int, ...], rows: int, device: torch.device,
+            autocast_dtype: torch.dtype | None, stop: Callable[[], bool] | None = None) -> float:
     """One training forward and backward per width on filler rows, to pay the GPU's first-use costs before the
     training clock starts: on an H200 the first step took 0.6 s (CUDA's lazy module loading, cuBLAS and cuDNN
     handles) and the first step of each new width ~0.12 s (cuDNN attention plans, cuBLAS heuristics), against

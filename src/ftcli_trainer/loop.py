@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tqdm.auto import tqdm
     from transformers import PreTrainedModel
 
-    from ftcli_trainer.cuda_graphs import StaticSteps
+    from ftcli_trainer.cuda_graphs import StaticSteps, StepKey
 
 log = logging.getLogger("ftcli_trainer")
 
@@ -1258,7 +1258,7 @@ class Trainer:
                      ",".join(map(str, widths)), " and the update" if "update" in self.static_steps.graphs else "",
                      seconds)
 
-    def step_widths(self) -> set:
+    def step_widths(self) -> set[StepKey]:
         """The step keys of the micro-batches left in this run: the graph path's padded widths, and (width, FULL)
         for batches run unmasked (cuda_graphs.step_key)."""
         from ftcli_trainer.cuda_graphs import step_key
@@ -1266,7 +1266,7 @@ class Trainer:
         ss = self.static_steps
         assert ss is not None  # called with the graph path on (its widths)
         lengths = self.train_enc.lengths
-        out: set = set()
+        out: set[StepKey] = set()
         for epoch in range(self.epoch, self.cfg.epochs):
             for idx in plan_batches(lengths, self.global_batch, self.cfg.seed, epoch):
                 if len(idx):
