@@ -32,6 +32,9 @@ from ftcli.values import FINAL_STATES, WAITING_STATES, Job, JobName, LogEntry, T
 # DEFAULT < DEBUG < INFO < NOTICE < WARNING < ERROR < CRITICAL < ALERT < EMERGENCY. --severity takes the levels a
 # training job logs at (ALERT and EMERGENCY are left out).
 SEVERITIES = ("DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL")
+# The levels in that order, with the numbers Cloud Logging gives them (a severity can reach us as its number).
+SEVERITY_RANK = {"DEFAULT": 0, "DEBUG": 100, "INFO": 200, "NOTICE": 300, "WARNING": 400, "ERROR": 500,
+                 "CRITICAL": 600, "ALERT": 700, "EMERGENCY": 800}
 # `ftcli logs` exits with the job's status: 0 SUCCEEDED, 3 FAILED (and EXPIRED, PARTIALLY_SUCCEEDED), 4 CANCELLED.
 EXIT_FOR_STATE = {"SUCCEEDED": 0, "FAILED": 3, "CANCELLED": 4, "EXPIRED": 3, "PARTIALLY_SUCCEEDED": 3}
 LEVEL_RE = re.compile(r"^\s*(?:\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?[:\s])|^(Traceback|error:)",
@@ -61,8 +64,7 @@ class Line:
     insert_id: str = field(compare=False)
 
 
-def job_filter(job_id: str, replica: str | None = None, severity: str | None = None,
-               since: dt.datetime | None = None) -> str:
+def job_filter(job_id: str, replica: str | None = None, since: dt.datetime | None = None) -> str:
     # The filter gcloud's `ai custom-jobs stream-logs` builds: 'resource.type="ml_job"', 'resource.labels.job_id="ID"'
     # and, for one replica, 'resource.labels.task_name="NAME"' (workerpool0-0, ...), joined with AND (Google Cloud
     # SDK's lib/googlecloudsdk/command_lib/ai/log_util.py, _LogFilters, as mirrored in
@@ -70,8 +72,9 @@ def job_filter(job_id: str, replica: str | None = None, severity: str | None = N
     parts = ['resource.type="ml_job"', f'resource.labels.job_id="{job_id}"']
     if replica:
         parts.append(f'resource.labels.task_name="{replica}"')
-    if severity:
-        parts.append(f"severity>={severity.upper()}")
+    # No `severity>=LEVEL` here: Cloud Logging holds a job's stdout at INFO and its stderr at ERROR, whatever a
+    # line says, so that filter dropped the trainer's `warning: ...` lines (stdout) and let stderr's download bars
+    # through. --severity is applied to the level a line is shown at (Follower.wanted).
     if since:
         parts.append(f'timestamp>="{rfc3339(since)}"')
     return " AND ".join(parts)
@@ -413,12 +416,21 @@ class Follower:
             self.failed_at[line.replica] = line.timestamp
         return True
 
+    def wanted(self, line: Line) -> bool:
+        """Whether --severity shows the line: by the level it is shown at (display_severity), not Cloud Logging's."""
+        if self.severity is None:
+            return True
+        rank = SEVERITY_RANK.get(line.severity.upper())
+        if rank is None:
+            rank = int(line.severity) if line.severity.isdigit() else SEVERITY_RANK["INFO"]
+        return rank >= SEVERITY_RANK[self.severity.upper()]
+
     def snapshot(self) -> None:
         """--no-follow: what is there now, in order. Nothing retries it later, so the gateway retries a page that
         failed on something passing (a 503, the per-minute read quota) for up to `max_interval`."""
-        base = job_filter(self.job_id, self.replica, self.severity, self.since)
+        base = job_filter(self.job_id, self.replica, self.since)
         entries = self.logs.list(base, patience=self.timing.max_interval)
-        lines = sorted(line for line in map(to_line, entries) if self._accept(line))
+        lines = sorted(line for line in map(to_line, entries) if self._accept(line) and self.wanted(line))
         for line in lines:
             self.events.line(line)
 
@@ -432,7 +444,7 @@ class Follower:
 
     def run(self) -> str:
         t = self.timing
-        base = job_filter(self.job_id, self.replica, self.severity)
+        base = job_filter(self.job_id, self.replica)
         q: queue.Queue = queue.Queue()
         source = Source(self.logs, base, self.since, q, poll_interval=t.poll_interval, tail=self.tail,
                         quota_interval=t.quota_interval, max_interval=t.max_interval, reconnect=t.reconnect,
@@ -495,7 +507,7 @@ class Follower:
                         item = q.get(timeout=left)
                         if isinstance(item, Notice):
                             self.events.notice(item)
-                        elif self._accept(item):
+                        elif self._accept(item) and self.wanted(item):
                             pending.append((time.monotonic(), item))
                             last_arrival = time.monotonic()
                 except queue.Empty:

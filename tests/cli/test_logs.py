@@ -242,8 +242,27 @@ def test_no_follow_and_filters(capsys, logs_env):
     assert r.code == 0, r.err
     assert "worker warns" in r.out and "chief says hi" not in r.out
     f = logs.filters[-1]
-    assert 'resource.labels.task_name="workerpool1-0"' in f and "severity>=WARNING" in f and 'timestamp>="' in f
+    # --severity is applied to the level each line is shown at, not by Cloud Logging (see the test below)
+    assert 'resource.labels.task_name="workerpool1-0"' in f and "severity" not in f and 'timestamp>="' in f
     assert job["name"] in vertex.jobs and vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
+
+
+def test_severity_keeps_the_lines_at_the_level_they_are_shown_at(capsys, logs_env):
+    # Found by hand (README walk-through): `ftcli logs 1 --no-follow --severity WARNING` against the emulators showed
+    # none of the trainer's `warning: ...` lines, which `ftcli logs` itself shows at WARNING. Vertex files a job's
+    # stdout as INFO and its stderr as ERROR, and the trainer logs its warnings on stdout: Cloud Logging's own
+    # severity filter dropped them, and let every stderr line through (a download bar shown as INFO).
+    vertex, logs, job = logs_env
+    logs.write_line(job["id"], "workerpool0-0", "step 1/8 | loss 0.69")  # stdout: INFO
+    logs.write_line(job["id"], "workerpool0-0", "warning: the eval set has 3 rows")  # stdout: INFO in Cloud Logging
+    logs.write_line(job["id"], "workerpool0-0", "Downloading: 100%", severity="ERROR")  # stderr chatter
+    logs.write_line(job["id"], "workerpool0-0", "error: data.csv line 7 has no label", severity="ERROR")
+    r = run_cli(capsys, "logs", "1", "--no-follow", "--severity", "WARNING", "--json")
+    assert r.code == 0, r.err
+    got = [(x["text"], x["severity"]) for x in json_lines(r.out) if "text" in x]
+    assert got == [("warning: the eval set has 3 rows", "WARNING"), ("error: data.csv line 7 has no label", "ERROR")]
+    r = run_cli(capsys, "logs", "1", "--no-follow", "--severity", "ERROR")
+    assert len(r.out.splitlines()) == 1 and r.out.rstrip().endswith("error: data.csv line 7 has no label")
 
 
 def test_a_wrong_severity_says_which_was_meant_before_any_job_is_looked_up(capsys, monkeypatch, tmp_path):
