@@ -235,3 +235,15 @@ def test_the_readme_command_table_names_every_command_as_its_usage_line_does():
     for path, arguments in USAGE.items():
         if " " not in path:  # (jobs and config share a line: `ftcli jobs list | describe JOB | cancel JOB`)
             assert f"ftcli {path} {arguments.split()[0]}" in table, path
+
+
+def test_flex_start_help_names_every_gpu_it_takes():
+    # Walking through the README: `--flex-start` took A100-80GB (a2-ultragpu) but its help (and the README) listed
+    # "L4, A100, H100, H200, B200" only.
+    import re
+
+    from ftcli.catalog import FLEX_START_GPUS
+
+    text = _flat(CliRunner().invoke(app, ["train", "-h"], prog_name="ftcli", terminal_width=200).output)
+    listed = re.search(r"--flex-start Queue for the machines with Dynamic Workload Scheduler \(([^;]+);", text)
+    assert listed and set(listed[1].split(", ")) == FLEX_START_GPUS

@@ -101,8 +101,8 @@ ReductionServerOpt = Annotated[int, typer.Option(
 SpotOpt = Annotated[bool, typer.Option("--spot", help="Spot VMs (cheaper, preemptible; the trainer resumes).",
                                        rich_help_panel=HW)]
 FlexStartOpt = Annotated[bool, typer.Option(
-    "--flex-start", help="Queue for the machines with Dynamic Workload Scheduler (L4, A100, H100, H200, B200; at "
-    "most 7 days).", rich_help_panel=HW)]
+    "--flex-start", help="Queue for the machines with Dynamic Workload Scheduler (L4, A100, A100-80GB, H100, H200, "
+    "B200; at most 7 days).", rich_help_panel=HW)]
 MaxWaitOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--max-wait", metavar="DURATION",
     help="With --flex-start: give up queueing after this long (e.g. 2h; 0: wait however long it "
