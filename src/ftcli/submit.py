@@ -617,6 +617,7 @@ def _check_gcs_data(sub: Submission, storage: StorageGateway) -> None:
 
     from ftcli_trainer.data import HEAD_BYTES, check_files
     from ftcli_trainer.errors import TrainerError
+    from ftcli_trainer.storage import split_gcs
 
     given = {name: str(v) for name in DATA_OPTIONS if (v := sub.trainer.get(name))}
     if not any(v.startswith("gs://") for v in given.values()):
@@ -629,7 +630,18 @@ def _check_gcs_data(sub: Submission, storage: StorageGateway) -> None:
             if value.startswith("gs://"):
                 head = storage.read_head(value, HEAD_BYTES + 1)  # one byte more: is that all of it?
                 if head is None:  # read by the job: it would fail after its machines were paid for
-                    raise UsageError(f"--{name.replace('_', '-')} {value}: no such file in the bucket",
+                    option = f"--{name.replace('_', '-')}"
+                    # A folder of files (gs://b/data/, shards) is no object either: "no such file" sent the user to
+                    # look for a typo in a path that is there. The trainer reads one file per option.
+                    bucket, path = split_gcs(value)
+                    inside = storage.list_objects(value, limit=1) if path else []
+                    if inside:
+                        first = f"gs://{bucket}/{inside[0].name}"
+                        raise UsageError(f"{option} {value} is a folder in the bucket, not a file: the trainer reads "
+                                         "one CSV or JSON Lines file",
+                                         hint=f"name one file, e.g. {option} {first} (several files: join them into "
+                                              "one first)")
+                    raise UsageError(f"{option} {value}: no such file in the bucket",
                                      hint=f"gcloud storage ls {value.rsplit('/', 1)[0]}/ lists what is there")
                 if len(head) <= HEAD_BYTES:
                     # its name's endings (.csv, .jsonl, .gz) pick the reader; the rest may be too long for a file name

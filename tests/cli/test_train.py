@@ -630,6 +630,23 @@ def test_a_gs_data_file_that_is_not_there_creates_no_job(capsys, cloud_env):
     assert vertex.requests == [] and gcs.list("ftcli-test") == []
 
 
+def test_a_gs_folder_given_as_a_data_file_is_said_to_be_a_folder(capsys, cloud_env):
+    # Found walking through the README ("a gs:// data file must name a file"): --train-file gs://BUCKET/data, a folder
+    # with the data in it, said "no such file in the bucket" and sent the user to look for a typo in a path that is
+    # there.
+    gcs, vertex = cloud_env
+    gcs.write("ftcli-test", "in/part-0.csv", b"text,label\ngood,pos\nbad,neg\n")
+    gcs.write("ftcli-test", "in/part-1.csv", b"text,label\nfine,pos\nawful,neg\n")
+    r = run_cli(capsys, "train", "--detach", "--task", "csv", "--train-file", "gs://ftcli-test/in")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert r.err.splitlines()[-2:] == [
+        "error: --train-file gs://ftcli-test/in is a folder in the bucket, not a file: the trainer reads one CSV or "
+        "JSON Lines file",
+        "hint: name one file, e.g. --train-file gs://ftcli-test/in/part-0.csv (several files: join them into one "
+        "first)"]
+    assert vertex.requests == []
+
+
 def test_a_gs_data_file_without_the_column_creates_no_job(capsys, cloud_env, tmp_path):
     # Found by hand: a gs:// file was only looked up; one without the label column got a job, whose trainer
     # stopped on it once its machine was up. Now a small one is read whole, a big one's header is checked.

@@ -630,13 +630,13 @@ class StorageGateway:
         return sum(_run_batch([partial(self._upload, path, uri, counted(i), stop)
                                for i, (path, uri) in enumerate(missing)], stop))
 
-    def list_objects(self, prefix_uri: str) -> list[StoredObject]:
-        """Name, size and CRC32C of everything under gs://bucket/prefix/."""
+    def list_objects(self, prefix_uri: str, limit: int | None = None) -> list[StoredObject]:
+        """Name, size and CRC32C of everything under gs://bucket/prefix/ (the first `limit` of them, in name order)."""
         bucket, prefix = split_uri(prefix_uri)
         prefix = prefix + "/" if prefix else ""
         with guard(**self._context(prefix_uri)):
             return [StoredObject(b.name, b.size or 0, b.crc32c) for b in self.client.list_blobs(
-                bucket, prefix=prefix, timeout=60, retry=self._retry(f"listing {prefix_uri}"))]
+                bucket, prefix=prefix, max_results=limit, timeout=60, retry=self._retry(f"listing {prefix_uri}"))]
 
     def download_objects(self, bucket_name: str, pairs: list[tuple[str, Path]], *, total: int | None = None,
                          progress: Progress | None = None) -> int:
