@@ -139,8 +139,8 @@ def predict(
     project: ProjectOpt = None,
     region: RegionOpt = None,
 ) -> None:
-    """Classify texts with an exported model: label and score per text (multi-label: every label above the
-    threshold; regression: the predicted score).
+    """Classify texts with an exported model: label and score per text (multi-label: every label at or above
+    the threshold, or "(none)"; regression: the predicted score).
 
     Examples:
 
