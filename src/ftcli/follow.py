@@ -73,8 +73,9 @@ def job_filter(job_id: str, replica: str | None = None, since: dt.datetime | Non
     if replica:
         parts.append(f'resource.labels.task_name="{replica}"')
     # No `severity>=LEVEL` here: Cloud Logging holds a job's stdout at INFO and its stderr at ERROR, whatever a
-    # line says, so that filter dropped the trainer's `warning: ...` lines (stdout) and let stderr's download bars
-    # through. --severity is applied to the level a line is shown at (Follower.wanted).
+    # line says (GoogleCloudPlatform/vertex-ai-samples#242, read 2026-11-28: see display_severity), so that filter
+    # dropped the trainer's `warning: ...` lines (stdout) and let stderr's download bars through. --severity is
+    # applied to the level a line is shown at (Follower.wanted).
     if since:
         parts.append(f'timestamp>="{rfc3339(since)}"')
     return " AND ".join(parts)
