@@ -184,12 +184,16 @@ def test_every_spelling_of_hf_hub_offline_is_read_alike(monkeypatch, value):
     from types import SimpleNamespace
 
     from ftcli import local
+    from ftcli.errors import FtcliError
     from ftcli_trainer.secret_manager import use_hub_token
 
     monkeypatch.setenv("HF_HUB_OFFLINE", value)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(local, "hub_unreachable", lambda *a, **k: pytest.fail("the Hub was probed"))
     cfg = SimpleNamespace(model="org/some-model", task="csv", train_file="t.csv", eval_file=None)
-    assert local.check_hub(cfg, lambda line: None) is False
+    with pytest.raises(FtcliError) as e:  # offline, so never probed: a model not in the cache is refused at once
+        local.check_hub(cfg, lambda line: None)
+    assert e.value.message == ("--model org/some-model is not in the Hugging Face Hub cache, and this run is offline "
+                               "(HF_HUB_OFFLINE): nothing is downloaded")
     use_hub_token("projects/p/secrets/hf-token")  # not read (no Secret Manager here: it would fail)
     assert "HF_TOKEN" not in os.environ

