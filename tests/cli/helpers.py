@@ -113,3 +113,31 @@ def signal_child(argv: list[str], env: dict[str, str] | None, cwd: Path | str | 
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, out, err
+
+
+def signal_during_download(gcs_url: str, wanted: str, command: str, args: list[str], cwd: Path | str, sig: int,
+                           env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run `ftcli COMMAND ARGS` through a proxy in front of the GCS emulator that holds the download of the object
+    whose name holds `wanted` for 2 s, and send `sig` 0.2 s into that hold, while its bytes are awaited; return (exit
+    status, stdout, stderr). (A time-based hold, not a deterministic one: the request is held at the proxy.)"""
+    import os
+    import threading
+    import time
+
+    from tests.emulators.gcs import FaultyProxy
+
+    seen = threading.Event()
+
+    def hold(method: str, target: str, n: int) -> bool:
+        if wanted in target and "alt=media" in target:
+            seen.set()
+            time.sleep(2)
+        return False
+
+    def ready() -> None:
+        assert seen.wait(60), f"{wanted} was never requested"
+        time.sleep(0.2)
+
+    ftcli = [sys.executable, "-c", "from ftcli.cli.app import main; main()", command, *args]
+    with FaultyProxy(gcs_url, fail_when=hold) as proxy:
+        return signal_child(ftcli, {**(env if env is not None else os.environ), **proxy.env()}, cwd, ready, sig)

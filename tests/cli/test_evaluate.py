@@ -413,12 +413,8 @@ def test_a_signal_while_evaluate_downloads_leaves_nothing_behind(cloud_env, monk
     # cache: a SIGTERM (or SIGHUP) in either killed ftcli without a word, the file's copy or the model's staging left
     # for the next run to clean.
     pytest.importorskip("matplotlib")  # (--report)
-    import threading
-    import time
-
+    from tests.cli.helpers import signal_during_download
     from tests.cli.test_models import BUCKET, make_job, seed_model
-    from tests.cli.test_train_interrupt import ctrl_c_train
-    from tests.emulators.gcs import FaultyProxy
 
     gcs, vertex = cloud_env
     monkeypatch.chdir(tmp_path)
@@ -428,23 +424,11 @@ def test_a_signal_while_evaluate_downloads_leaves_nothing_behind(cloud_env, monk
     job = make_job(vertex, "run", f"gs://{BUCKET}/team/runs/run/").rsplit("/", 1)[1]
     seed_model(gcs, "team/runs/run/", {**{p.name: p.read_bytes() for p in tiny_model.iterdir()}, "_COMPLETE": b""})
     gcs.client().bucket(BUCKET).blob("data/rows.csv").upload_from_string(_rows(tmp_path, 20).read_bytes())
-    seen = threading.Event()
-    wanted = "model.safetensors" if held == "model" else "rows.csv"
-
-    def hold(method, target, n):  # the download takes a while: the signal lands in it
-        if wanted in target and "alt=media" in target:
-            seen.set()
-            time.sleep(2)
-        return False
-
-    def ready():
-        assert seen.wait(60), f"{wanted} was never requested"
-        time.sleep(0.2)
-
     sig = signal.SIGTERM if held == "model" else signal.SIGHUP
-    with FaultyProxy(gcs.url, fail_when=hold) as proxy:
-        code, printed, err = ctrl_c_train([job, f"gs://{BUCKET}/data/rows.csv", "--report", "eval-report"],
-                                          {**os.environ, **proxy.env()}, tmp_path, ready, command="evaluate", sig=sig)
+    # the download takes a while: the signal lands in it
+    code, printed, err = signal_during_download(
+        gcs.url, "model.safetensors" if held == "model" else "rows.csv", "evaluate",
+        [job, f"gs://{BUCKET}/data/rows.csv", "--report", "eval-report"], tmp_path, sig)
     cached = tmp_path / "cache" / "models" / "test-project" / "us-central1" / job
     said = f"nothing was written to {cached}; what had been downloaded was removed" if held == "model" else \
         "no example was scored"

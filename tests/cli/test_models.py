@@ -977,32 +977,14 @@ def test_ctrl_c_during_a_download_says_what_the_folder_holds(cloud_env, job, tmp
     # typer turned the Ctrl-C into exit 130 with nothing said (app's "interrupted" line never ran); whether the
     # destination held anything was left to guess. A SIGTERM (a CI step's timeout, `docker stop`) killed ftcli without
     # a word (exit 143), its staging folder left for the next download to clean.
-    import threading
-    import time
-
-    from tests.cli.test_train_interrupt import ctrl_c_train
-    from tests.emulators.gcs import FaultyProxy
+    from tests.cli.helpers import signal_during_download
 
     gcs, _ = cloud_env
-    held = threading.Event()
-
-    def hold_the_weights(method, target, n):  # the weights' download takes a while: Ctrl-C lands in it
-        if "model.safetensors" in target and "alt=media" in target:
-            held.set()
-            time.sleep(2)
-        return False
-
     dest = tmp_path / "out"
     if into == "empty":
         dest.mkdir()
-
-    def ready():
-        assert held.wait(30), "the weights were never requested"
-        time.sleep(0.2)
-
-    with FaultyProxy(gcs.url, fail_when=hold_the_weights) as proxy:
-        code, out, err = ctrl_c_train([job, "out"], {**os.environ, **proxy.env()}, tmp_path, ready,
-                                      command="download", sig=sig)
+    # the weights' download takes a while: the signal lands in it
+    code, out, err = signal_during_download(gcs.url, "model.safetensors", "download", [job, "out"], tmp_path, sig)
     kept = " (its files are as they were)" if into == "empty" else ""
     assert code == 128 + sig and err.strip().splitlines()[-1] == (
         f"interrupted; nothing was written to out{kept}; what had been downloaded was removed"), err
@@ -1017,29 +999,13 @@ def test_a_signal_while_predict_downloads_a_jobs_model_leaves_nothing_in_the_cac
     # `ftcli predict JOB` downloads the job's model into ftcli's cache first. A SIGTERM there (a CI step's timeout,
     # `docker stop`) or a SIGHUP (a closed terminal) killed ftcli without a word, the model's staging folder left in
     # the cache for the next predict to clean; Ctrl-C said only "interrupted".
-    import threading
-    import time
-
-    from tests.cli.test_train_interrupt import ctrl_c_train
-    from tests.emulators.gcs import FaultyProxy
+    from tests.cli.helpers import signal_during_download
 
     gcs, _ = cloud_env
     monkeypatch.setenv("FTCLI_CACHE_DIR", str(tmp_path / "cache"))
-    held = threading.Event()
-
-    def hold_the_weights(method, target, n):  # the weights' download takes a while: the signal lands in it
-        if "model.safetensors" in target and "alt=media" in target:
-            held.set()
-            time.sleep(2)
-        return False
-
-    def ready():
-        assert held.wait(30), "the weights were never requested"
-        time.sleep(0.2)
-
-    with FaultyProxy(gcs.url, fail_when=hold_the_weights) as proxy:
-        code, out, err = ctrl_c_train([job, "a wonderful film"], {**os.environ, **proxy.env()}, tmp_path, ready,
-                                      command="predict", sig=sig)
+    # the weights' download takes a while: the signal lands in it
+    code, out, err = signal_during_download(gcs.url, "model.safetensors", "predict", [job, "a wonderful film"],
+                                            tmp_path, sig)
     cached = tmp_path / "cache" / "models" / "test-project" / "us-central1" / job.rsplit("/", 1)[1]
     assert code == 128 + sig and err.strip().splitlines()[-1] == (
         f"interrupted; nothing was written to {cached}; what had been downloaded was removed"), err
