@@ -105,30 +105,23 @@ def _other_busy(cpus: list[int]) -> float | None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
 
-    before, own_before, began = _ticks(cpus), own(), time.monotonic()
+    before, own_before, began = _busy_ticks(cpus), own(), time.monotonic()
     time.sleep(LOOK_S)
-    after, own_after, took = _ticks(cpus), own(), time.monotonic() - began
-    if before is None or after is None or after[1] <= before[1]:
+    after, own_after, took = _busy_ticks(cpus), own(), time.monotonic() - began
+    if before is None or after is None:
         return None
-    tick = os.sysconf("SC_CLK_TCK")
-    busy = max(0.0, (after[0] - before[0]) / tick - (own_after - own_before))
+    busy = max(0.0, (after - before) / os.sysconf("SC_CLK_TCK") - (own_after - own_before))
     return min(float(len(cpus)), busy / took)
 
 
-def _ticks(cpus: list[int]) -> tuple[int, int] | None:
-    """(busy, all) clock ticks of these CPUs since boot, from /proc/stat (idle and iowait are not busy; steal is:
-    a CPU the hypervisor gave to another machine is not there for torch's threads either)."""
+def _busy_ticks(cpus: list[int]) -> int | None:
+    """The clock ticks these CPUs have been busy since boot, from /proc/stat (idle and iowait are not busy; steal is:
+    a CPU the hypervisor gave to another machine is not there for torch's threads either); None without it."""
     try:
         lines = Path("/proc/stat").read_text().splitlines()
     except OSError:
         return None
     wanted = {f"cpu{c}" for c in cpus}
-    busy = total = 0
-    for line in lines:
-        name, *fields = line.split()
-        if name not in wanted:
-            continue
-        ticks = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
-        total += sum(ticks)
-        busy += sum(ticks) - ticks[3] - ticks[4]
-    return (busy, total) if total else None
+    rows = [[int(x) for x in fields[:8]] for name, *fields in map(str.split, lines) if name in wanted]
+    # user nice system idle iowait irq softirq steal
+    return sum(sum(t) - t[3] - t[4] for t in rows) if rows else None
