@@ -225,6 +225,25 @@ def end_of_support_warning(hw: Hardware, today: dt.date | None = None) -> str | 
             "jobs may be refused or lose capacity; use --gpu T4 or --gpu L4 instead")
 
 
+# GPUDirect-RDMA: "The a3-ultragpu-8g and a4-highgpu-8g machine types have ... GPUDirect-RDMA, which enables higher
+# network performance for GPU communication ... through RoCE", and "When using RDMA, add `source
+# /usr/local/gib/scripts/set_nccl_env.sh` to the beginning of the training command" (configure-compute page above,
+# read 2026-11-29). ftcli does not: the page does not say that the gIB files are there in a custom container, and
+# AI Hypercomputer's NCCL page (https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-vms, read 2026-11-29)
+# also needs /usr/local/gib/lib64 on LD_LIBRARY_PATH and system libraries a PyTorch image may lack; the script sets
+# NCCL_NET=gIB, and NCCL then fails to start without them ("Failed to initialize any NET plugin"). Unverified either
+# way without such machines, so a job of several of them is told once that they talk over their host network.
+RDMA_MACHINES = ("a3-ultragpu-8g", "a4-highgpu-8g")
+
+
+def rdma_note(hw: Hardware, replicas: int) -> str | None:
+    """One line when a job of several machines that have GPUDirect-RDMA will not use it, else None."""
+    if replicas < 2 or hw.machine_type not in RDMA_MACHINES:
+        return None
+    return (f"the {replicas} {hw.machine_type} machines talk over their host network: ftcli does not set up Vertex's "
+            "GPUDirect-RDMA (README 'The CustomJob')")
+
+
 def gpu_short_name(enum: str) -> str:
     """The name users type for an AcceleratorType enum name (NVIDIA_TESLA_A100 -> A100); an enum the catalog does
     not know (a job made elsewhere) loses only its NVIDIA_/TESLA_ prefix."""

@@ -549,6 +549,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         notes.insert(0, implied)
     if (retired := catalog.end_of_support_warning(hardware)) is not None:
         notes.append(retired)  # a GPU past Google's end of support: said, but Vertex decides
+    if (rdma := catalog.rdma_note(hardware, replicas)) is not None:
+        notes.append(rdma)
     from ftcli import prices
 
     table, why = prices.for_region(settings.region)

@@ -1899,6 +1899,22 @@ def test_other_gpus_get_no_end_of_support_warning(capsys, cloud_env):
     assert r.code == 0 and "end of support" not in r.err
 
 
+def test_several_rdma_machines_are_told_they_use_their_host_network(capsys, cloud_env):
+    # configure-compute (read 2026-11-29): a3-ultragpu-8g and a4-highgpu-8g have GPUDirect-RDMA, "When using RDMA,
+    # add `source /usr/local/gib/scripts/set_nccl_env.sh`"; ftcli does not (catalog.RDMA_MACHINES says why), and a
+    # job of several such machines says so. One machine (NVLink inside it) and other machines say nothing.
+    for gpu, machine in (("H200", "a3-ultragpu-8g"), ("B200", "a4-highgpu-8g")):
+        r = run_cli(capsys, "train", "--task", "imdb", "--gpu", gpu, "--replicas", "2", "--spot", "--dry-run")
+        assert r.code == 0, r.err
+        assert [line for line in r.err.splitlines() if "RDMA" in line] == [
+            f"note: the 2 {machine} machines talk over their host network: ftcli does not set up Vertex's "
+            "GPUDirect-RDMA (README 'The CustomJob')"]
+        assert "set_nccl_env" not in r.out  # the job's command is unchanged
+    for args in (("--gpu", "H200", "--spot"), ("--gpu", "A100x8", "--replicas", "2")):
+        r = run_cli(capsys, "train", "--task", "imdb", *args, "--dry-run")
+        assert r.code == 0 and "RDMA" not in r.err, r.err
+
+
 def test_smoke_leaves_wandb_out_reads_no_secret_and_logs_no_run(capsys, cloud_env, secret_manager, tmp_path,
                                                                    tiny_model, monkeypatch):
     # The smoke is a local check that "uploads and creates nothing": it read the W&B key from Secret Manager with
