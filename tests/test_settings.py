@@ -225,7 +225,8 @@ def test_a_bucket_can_name_the_jobs_region(monkeypatch):
 
 
 @pytest.mark.parametrize("typo, meant", [("service-account", "service_account"), ("Region", "region"),
-                                         ("regoin", "region"), ("projet", "project"), ("buckets", "bucket")])
+                                         ("regoin", "region"), ("projet", "project"), ("buckets", "bucket"),
+                                         ("location", "region"), ("staging_bucket", "bucket")])
 def test_a_mistyped_key_in_the_config_file_is_refused_not_ignored(tmp_path, typo, meant):
     # A hand-edited `service-account = ...` was dropped without a word: the job ran as the default service account
     # (or, for `regoin`, in us-central1).
@@ -254,13 +255,35 @@ def test_a_project_number_without_quotes_is_taken(tmp_path):
     assert load_config_file() == {"project": "123456789012"}
 
 
-def test_keys_and_tables_of_the_users_own_are_kept_quietly(tmp_path):
-    (tmp_path / "config.toml").write_text('project = "my-project"\nteam = "nlp"\n[notes]\nregion = "eu"\n')
+def test_keys_and_tables_of_the_users_own_are_kept_and_said_to_be_ignored(tmp_path, caplog):
+    # Ignored without a word: the user could not tell `zone = "europe-west4-a"` changed nothing. A warning, not an
+    # error: every command reads the file, and a key no setting is near must not stop `ftcli jobs cancel`.
+    (tmp_path / "config.toml").write_text('project = "my-project"\nteam = "nlp"\n[notes]\ntext = "eu"\n')
     assert resolve(need_bucket=False).project == "my-project"
+    (record,) = caplog.records
+    assert record.getMessage() == f"{tmp_path / 'config.toml'}: ftcli ignores the unknown key 'team' and table [notes]"
+    assert record.hint == ("ftcli reads project, region, bucket, service_account, image_mirror; delete it or make it "
+                           "a comment (#)")
     save_config_file({"region": "europe-west4"})
     text = (tmp_path / "config.toml").read_text()
     assert 'team = "nlp"' in text and "[notes]" in text
     assert resolve(need_bucket=False).region == "europe-west4"
+
+
+@pytest.mark.parametrize("toml, says", [
+    ('[notes]\ntext = "x"\nregion = "europe-west4"', "region is inside the table [notes]"),
+    ('[ftcli]\nproject = "my-project"', "project is inside the table [ftcli]"),
+    ('[profiles.eu]\nRegion = "europe-west4"', "'Region' (did you mean region?) is inside the table [profiles.eu]"),
+    ('ftcli.bucket = "gs://b-1"', "bucket is inside the table [ftcli]")])
+def test_a_setting_inside_a_table_is_refused_not_ignored(tmp_path, toml, says):
+    # A line appended below a [table] belongs to it (`echo 'region = "europe-west4"' >> config.toml`), and a
+    # [ftcli] table reads like a profile: the setting was not read, and the job went to us-central1.
+    (tmp_path / "config.toml").write_text(toml + "\n")
+    with pytest.raises(UsageError) as e:
+        load_config_file()
+    assert e.value.message == f"{tmp_path / 'config.toml'}: {says}, where ftcli does not read it"
+    assert e.value.hint == ("move it above the file's first [table] line: ftcli reads project, region, bucket, "
+                            "service_account, image_mirror only at the top of the file")
 
 
 # Cloud Storage "Bucket naming guidelines" (https://cloud.google.com/storage/docs/naming-buckets, read 2026-11-27):

@@ -56,19 +56,34 @@ def warn(message: str, hint: str | None = None) -> None:
     err().print(f"[yellow]warning:[/] {escape(message)}{extra}")
 
 
-class _TrainerWarnings(logging.Handler):
-    """The trainer's own warnings when its code runs inside ftcli (the pre-flight reads the data with it): shown as
-    ftcli's warnings. Without it they came out as bare lines, through logging's last-resort handler."""
+class _LoggedWarnings(logging.Handler):
+    """Warnings logged by code that does not draw on the terminal, shown as ftcli's own (`warning: ... hint: ...`,
+    the hint from the record's `hint` extra): the trainer's when its code runs inside ftcli (the pre-flight reads the
+    data with it), which came out as bare lines through logging's last-resort handler; and the core's (settings:
+    what the config file holds that ftcli ignores), each said once a command though the file is read several
+    times."""
+
+    def __init__(self, once: bool) -> None:
+        super().__init__(logging.WARNING)
+        self.said: set[str] | None = set() if once else None
 
     def emit(self, record: logging.LogRecord) -> None:
-        warn(record.getMessage())
+        message = record.getMessage()
+        if self.said is not None:
+            if message in self.said:
+                return
+            self.said.add(message)
+        warn(message, hint=getattr(record, "hint", None))
 
 
-def route_trainer_warnings() -> None:
-    """Once per process: warnings the trainer's logger gives inside ftcli read `warning: ...` on stderr."""
-    log = logging.getLogger("ftcli_trainer")
-    if not any(isinstance(h, _TrainerWarnings) for h in log.handlers):
-        log.addHandler(_TrainerWarnings(logging.WARNING))
+def route_warnings() -> None:
+    """At the start of each command: the trainer's and the core's logged warnings read `warning: ...` on stderr
+    (a fresh handler each time, so that a command run again in the same process says its warnings again)."""
+    for name, once in (("ftcli_trainer", False), ("ftcli.settings", True)):
+        log = logging.getLogger(name)
+        for old in [h for h in log.handlers if isinstance(h, _LoggedWarnings)]:
+            log.removeHandler(old)
+        log.addHandler(_LoggedWarnings(once))
 
 
 def note(message: str) -> None:

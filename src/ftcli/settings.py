@@ -11,6 +11,7 @@ import configparser
 import contextlib
 import difflib
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -23,6 +24,11 @@ from ftcli_trainer.storage import split_gcs
 REGION_FIELD = "{region}"  # in a bucket value, stands for the job's region
 KEYS = ("project", "region", "bucket", "service_account", "image_mirror")
 DEFAULT_REGION = "us-central1"
+# The names Vertex AI's own SDK gives two of them: `aiplatform.init(project=, location=, staging_bucket=,
+# service_account=)` (google-cloud-aiplatform 2.7.0, google/cloud/aiplatform/initializer.py, read 2026-11-29). A
+# config written from a notebook's init call had `location = "europe-west4"`, which no spelling rule finds near
+# `region`, and the job went to us-central1.
+ALIASES = {"location": "region", "staging_bucket": "bucket"}
 # A project ID "must be 6 to 30 lowercase ASCII letters, digits, or hyphens. It must start with a letter. Trailing
 # hyphens are prohibited" (Resource Manager REST, Project.projectId,
 # https://cloud.google.com/resource-manager/reference/rest/v3/projects, read 2026-11-27; the same words in the
@@ -58,6 +64,9 @@ SA_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$"
 # a project id, as PROJECT_RE's comment says.
 SA_ID_RE = PROJECT_ID_RE  # the same rule, word for word
 ON_WINDOWS = os.name == "nt"
+# What the config file holds that ftcli ignores: said through logging, as the trainer's own warnings are, so that the
+# command renders it (output.route_warnings, once a command) and the core stays free of the terminal.
+_log = logging.getLogger("ftcli.settings")
 
 
 def env_path(var: str) -> Path | None:
@@ -99,8 +108,16 @@ def load_config_file() -> dict[str, str]:
     if typos := [(k, near) for k in data if k not in KEYS and (near := _near_key(k))]:
         key, near = typos[0]
         raise UsageError(f"{path}: unknown key {key!r}; did you mean {near}?",
-                         hint=f"rename it in {path} (ftcli reads {', '.join(KEYS)}; other keys and tables are kept "
-                         "as they are)")
+                         hint=f"rename it in {path} (ftcli reads {', '.join(KEYS)}, at the top of the file)")
+    if nested := next(_settings_in_tables(data), None):
+        # A line appended after a [table] belongs to that table (`echo 'region = "europe-west4"' >> config.toml`
+        # below a [notes] one), and a [ftcli] or [default] table reads like a profile: either way the setting was
+        # not read, and the job went to the default region.
+        table, key, near = nested
+        said = key if key == near else f"{key!r} (did you mean {near}?)"
+        raise UsageError(f"{path}: {said} is inside the table [{table}], where ftcli does not read it",
+                         hint=f"move it above the file's first [table] line: ftcli reads {', '.join(KEYS)} only at "
+                              "the top of the file")
     # A list, table, boolean or date was read as its Python text (`region = ["us-central1"]` was "unknown Vertex AI
     # region \"['us-central1']\"", `region = true` the region 'True'); a number stays a value (a project number).
     if wrong := next(((k, v) for k, v in data.items() if k in KEYS and (isinstance(v, bool) or not isinstance(
@@ -110,16 +127,41 @@ def load_config_file() -> dict[str, str]:
                 else "a table" if isinstance(value, dict) else "a decimal number" if isinstance(value, float)
                 else "a date or time")
         raise UsageError(f"{path}: {key} must be a string, not {kind}", hint=f'write it in quotes: {key} = "VALUE"')
+    if unknown := [f"table [{k}]" if isinstance(v, dict) else f"key {k!r}" for k, v in data.items() if k not in KEYS]:
+        # A warning, not an error: every command reads this file, and a key no setting is near (a newer ftcli's, a
+        # note of the user's) must not stop `ftcli logs` or `ftcli jobs cancel`; but it is said, since it changes
+        # nothing. A key near a setting, a setting inside a table and a value of the wrong type are refused above:
+        # there the user meant a setting, and the job would run without it.
+        _log.warning(f"{path}: ftcli ignores the unknown {_and(unknown)}",
+                     extra={"hint": f"ftcli reads {', '.join(KEYS)}; delete it or make it a comment (#)"})
     return {k: str(v) for k, v in data.items() if k in KEYS}
 
 
+def _settings_in_tables(data: dict, table: str = "") -> Iterator[tuple[str, str, str]]:
+    """(table, key, the setting it names) for each key inside a table, at any depth, that names a setting or is near
+    one."""
+    for k, v in data.items():
+        if isinstance(v, dict) and (table or k not in KEYS):  # a top-level [region] is a value of the wrong type
+            inner = f"{table}.{k}" if table else k
+            for key in v:
+                if not isinstance(v[key], dict) and (near := _near_key(key)):
+                    yield inner, key, near
+            yield from _settings_in_tables(v, inner)
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def _near_key(key: str) -> str | None:
-    """The setting a key of the config file was most likely meant to be (`service-account`, `Region`, `regoin`), or
-    None for a key of the user's own. Such a key was ignored without a word, and the job went to the default region
-    or ran as the default service account."""
+    """The setting a key of the config file was most likely meant to be (`service-account`, `Region`, `regoin`,
+    `location`), or None. Such a key was ignored without a word, and the job went to the default region or ran as
+    the default service account."""
     folded = key.strip().lower().replace("-", "_").replace(" ", "_")
     if folded in KEYS:
         return folded
+    if folded in ALIASES:
+        return ALIASES[folded]
     close = difflib.get_close_matches(folded, KEYS, n=1, cutoff=0.8)
     return close[0] if close else None
 

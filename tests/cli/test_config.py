@@ -273,11 +273,38 @@ def test_set_without_a_writable_home_names_the_config_file_and_the_variables(cap
                                 "project, region, bucket, service-account, image-mirror)"),
     (["unset", "zone"], "error: unknown setting 'zone'; choose one of project, region, bucket, service-account, "
                         "image-mirror"),
+    (["set", "location", "europe-west4"], "error: unknown setting 'location'; did you mean region? (settings: "
+                                          "project, region, bucket, service-account, image-mirror)"),
 ])
 def test_an_unknown_setting_says_which_was_meant(capsys, isolated, args, says):
     r = run_cli(capsys, "config", *args)
     assert (r.code, r.out, r.err.splitlines()) == (2, "", [says])
     assert not (isolated / "config.toml").exists()
+
+
+def test_a_key_ftcli_ignores_is_said_once_a_command_and_kept(capsys, isolated):
+    # `team = "nlp"` or `zone = "europe-west4-a"` in the file changed nothing, without a word; `config set` reads the
+    # file twice (to save, then to say what wins), and says it once.
+    config = isolated / "config.toml"
+    config.write_text('zone = "europe-west4-a"\n')
+    warning = (f"warning: {config}: ftcli ignores the unknown key 'zone' hint: ftcli reads project, region, bucket, "
+               "service_account, image_mirror; delete it or make it a comment (#)")
+    for args in (["set", "region", "europe-west4"], ["get", "region"]):
+        r = run_cli(capsys, "config", *args)
+        assert r.code == 0, r.err
+        assert [line for line in r.err.splitlines() if line.startswith("warning")] == [warning]
+    assert config.read_text() == 'zone = "europe-west4-a"\nregion = "europe-west4"\n'
+
+
+@pytest.mark.parametrize("text", ['regoin = "europe-west4"\n', '[notes]\nx = 1\nregion = "europe-west4"\n'])
+def test_set_leaves_a_refused_config_file_as_it_was(capsys, isolated, text):
+    # A file every command refuses is not edited by `config set` (which could not say which region is meant): it is
+    # left byte for byte, and nothing else is written beside it.
+    config = isolated / "config.toml"
+    config.write_text(text)
+    r = run_cli(capsys, "config", "set", "region", "asia-east1")
+    assert r.code == 2 and r.out == "" and r.err.startswith(f"error: {config}: ")
+    assert config.read_text() == text and sorted(p.name for p in isolated.iterdir()) == ["config.toml"]
 
 
 def test_the_config_files_settings_reach_the_created_job_and_flags_win_over_them(capsys, cloud_env, monkeypatch):

@@ -168,9 +168,9 @@ def check_completion_args(argv: list[str]) -> None:
 
 def main() -> None:
     from ftcli.errors import FtcliError
-    from ftcli.output import route_trainer_warnings
+    from ftcli.output import route_warnings
 
-    route_trainer_warnings()
+    route_warnings()
     if sys.stdout is not None and hasattr(sys.stdout, "reconfigure"):
         # Under a locale that is not UTF-8 (ISO-8859-1, PYTHONUTF8=0 with LC_ALL=C, a Windows code page) stdout's
         # encoder was strict: a job name, label or text it cannot encode (or ftcli's own '·') ended the command

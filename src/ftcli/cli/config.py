@@ -37,13 +37,14 @@ HOW_TO_SET = {"project": "--project ID, FTCLI_PROJECT, `ftcli config set project
 
 
 def _key(key: str) -> str:
-    from ftcli.settings import KEYS
+    from ftcli.settings import ALIASES, KEYS
     from ftcli_trainer.config import did_you_mean
 
     k = key.replace("-", "_")
     if k not in KEYS:
         names = [x.replace("_", "-") for x in KEYS]
-        near = did_you_mean(key.replace("_", "-"), names)
+        alias = ALIASES.get(k.lower())  # Vertex AI's SDK's name for it (`location`, `staging-bucket`)
+        near = f"did you mean {alias.replace('_', '-')}?" if alias else did_you_mean(key.replace("_", "-"), names)
         raise UsageError(f"unknown setting {key!r}; " + (f"{near} (settings: {', '.join(names)})" if near
                                                            else f"choose one of {', '.join(names)}"))
     return k
