@@ -67,15 +67,17 @@ def test_a_service_account_keys_project_is_the_last_default(tmp_path, monkeypatc
     key.write_text('{"type": "service_account", "project_id": "key-project", "client_email": "a@b.com"}')
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
     v = effective()["project"]
-    assert (v.value, v.source, v.origin) == ("key-project", "gcloud",
+    assert (v.value, v.source, v.origin) == ("key-project", "adc",  # Google's libraries read it, not gcloud
                                              f"project_id of {key} (GOOGLE_APPLICATION_CREDENTIALS)")
     assert resolve(bucket="gs://b-1").project == "key-project"
     configs = tmp_path / "gcloud" / "configurations"
     configs.mkdir(parents=True)
     (configs / "config_default").write_text("[core]\nproject = gcloud-project\n")
     assert effective()["project"].value == "gcloud-project"
+    assert effective()["project"].source == "gcloud"
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
-    assert effective()["project"].value == "env-project"
+    v = effective()["project"]
+    assert (v.value, v.source, v.origin) == ("env-project", "adc", "GOOGLE_CLOUD_PROJECT")
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
     (configs / "config_default").unlink()
     # without the variable, gcloud's own ADC file is read the same way; a login's file names no project

@@ -267,9 +267,11 @@ def _replace_file(path: Path, data: bytes) -> None:
         raise
 
 
-def _gcloud_values() -> dict[str, tuple[str, str]]:
-    """Project and region as gcloud itself would take them, with where each was read (running `gcloud` costs a
-    second or more, and it may not be installed).
+def _gcloud_values() -> dict[str, tuple[str, str, str]]:
+    """Project and region as gcloud itself would take them, each as (value, source, origin) (running `gcloud` costs
+    a second or more, and it may not be installed). The source is "gcloud" for gcloud's configuration and its
+    CLOUDSDK_* variables, "adc" for what only Google's client libraries read (GOOGLE_CLOUD_PROJECT, a key file's
+    project_id: `Value`'s docstring).
 
     gcloud's active configuration is the one CLOUDSDK_ACTIVE_CONFIG_NAME names, else the one in `active_config`
     ("You can activate a configuration for a single gcloud invocation using flag, `--configuration my-config`, or
@@ -303,14 +305,20 @@ def _gcloud_values() -> dict[str, tuple[str, str]]:
             return parser.get(section, name).strip(), f"gcloud configuration {active} ({section}/{name})"
         return None
 
+    def gcloud(found: tuple[str, str] | None) -> tuple[str, str, str] | None:
+        return None if found is None else (found[0], "gcloud", found[1])
+
+    def adc(found: tuple[str, str] | None) -> tuple[str, str, str] | None:
+        return None if found is None else (found[0], "adc", found[1])
+
     out = {}
     explicit = next(((os.environ[v], v) for v in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT") if os.environ.get(v)),
                     None)
-    if project := explicit or prop("core", "project") or _key_file_project():
+    if project := adc(explicit) or gcloud(prop("core", "project")) or adc(_key_file_project()):
         out["project"] = project
-    if region := prop("ai", "region") or prop("compute", "region"):
+    if region := gcloud(prop("ai", "region") or prop("compute", "region")):
         out["region"] = region
-    if impersonate := prop("auth", "impersonate_service_account"):
+    if impersonate := gcloud(prop("auth", "impersonate_service_account")):
         out["impersonate_service_account"] = impersonate  # not a setting: gcloud_impersonation says why it is read
     return out
 
@@ -361,13 +369,17 @@ def gcloud_impersonation() -> tuple[str, str] | None:
     configuration might change the identity used by the gcloud CLI, but it does not affect your local ADC file or the
     ADC configuration" ("Set up ADC for a local development environment",
     https://cloud.google.com/docs/authentication/external/set-up-adc-local, read 2026-11-27)."""
-    return _gcloud_values().get("impersonate_service_account")
+    found = _gcloud_values().get("impersonate_service_account")
+    return None if found is None else (found[0], found[2])
 
 
 @dataclass(frozen=True)
 class Value:
-    """One setting's effective value and where it came from: source is flag, env, file, gcloud or default (None
-    when unset); origin names it (--project, FTCLI_PROJECT, the config file, gcloud's configuration)."""
+    """One setting's effective value and where it came from: source is flag, env (an FTCLI_* variable), file,
+    gcloud (its configuration or a CLOUDSDK_* variable), adc (what only Google's client libraries read for
+    Application Default Credentials: GOOGLE_CLOUD_PROJECT or GCLOUD_PROJECT, or the project_id of a service-account
+    key file) or default (None when unset); origin names it (--project, FTCLI_PROJECT, the config file, gcloud's
+    property, the variable, `project_id of KEY_FILE`)."""
 
     key: str
     value: str | None
@@ -396,12 +408,12 @@ def effective(*, project: str | None = None, region: str | None = None, bucket: 
     for key in KEYS:
         flag = f"--{key.replace('_', '-')}"
         var = f"FTCLI_{key.upper()}"
-        from_gcloud, gcloud_origin = gcloud.get(key, (None, None))
+        from_gcloud, gcloud_source, gcloud_origin = gcloud.get(key, (None, None, None))
         candidates = [
             (flags[key], "flag", flag),
             (os.environ.get(var), "env", var),
             (config.get(key), "file", str(config_path())),
-            (from_gcloud, "gcloud", gcloud_origin),
+            (from_gcloud, gcloud_source, gcloud_origin),
             (DEFAULT_REGION if key == "region" else None, "default", "ftcli's default"),
         ]
         # A flag given empty (`--project "$PROJECT"` with the variable unset) is kept, and refused as a bad value:

@@ -80,6 +80,33 @@ def test_list_shows_every_value_and_source_whole_at_80_columns(capsys, monkeypat
     assert region.rstrip().split(None, 2)[1:] == ["asia-east1", "gcloud: compute/region (work configuration)"]
 
 
+def test_a_project_google_s_libraries_read_is_not_labelled_gcloud(capsys, monkeypatch, isolated):
+    # A key file's project_id read "gcloud: project_id of KEY (GOOGLE_APPLICATION_CREDENTIALS)", and
+    # GOOGLE_CLOUD_PROJECT "gcloud: GOOGLE_CLOUD_PROJECT": the user looked in a gcloud configuration that had no project
+    monkeypatch.setenv("COLUMNS", "80")
+    key = isolated / "key.json"
+    key.write_text('{"type": "service_account", "project_id": "key-project", "client_email": "a@b.com"}')
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    r = run_cli(capsys, "config", "list")
+    assert r.code == 0, r.err
+    header, *lines = r.out.splitlines()
+    column = header.index("SOURCE")  # the project's source, wrapped in its column
+    source = [line[column:].strip() for line in lines[:[x.split(" ")[0] for x in lines].index("region")]]
+    assert source[0].startswith("key file:")
+    assert "".join(source).replace(" ", "") == f"keyfile:{key}(GOOGLE_APPLICATION_CREDENTIALS)"
+    assert all(len(line.rstrip()) <= 80 for line in r.out.splitlines())
+    r = run_cli(capsys, "config", "get", "project")
+    assert (r.out, r.err) == ("key-project\n", f"(key file: {key} (GOOGLE_APPLICATION_CREDENTIALS))\n")
+    r = run_cli(capsys, "config", "get", "project", "--json")
+    assert json.loads(r.out) == {"key": "project", "value": "key-project", "source": "adc",
+                                 "origin": f"project_id of {key} (GOOGLE_APPLICATION_CREDENTIALS)"}
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
+    r = run_cli(capsys, "config", "list")
+    (line,) = [line for line in r.out.splitlines() if line.startswith("project")]
+    assert line.split(None, 2)[1:] == ["env-project", "env: GOOGLE_CLOUD_PROJECT"]
+    assert run_cli(capsys, "config", "get", "project").err == "(env: GOOGLE_CLOUD_PROJECT)\n"
+
+
 def test_list_names_the_price_file_and_whether_it_is_there(capsys, monkeypatch, isolated):
     monkeypatch.delenv("FTCLI_PRICES", raising=False)  # the default place: beside the config file
     r = run_cli(capsys, "config", "list")
@@ -234,7 +261,7 @@ def test_unset_says_what_it_did_and_what_the_setting_is_now(capsys, monkeypatch,
     r = run_cli(capsys, "config", "unset", "region")
     assert r.code == 0
     assert r.out == f"region unset  ({path})\n"
-    assert r.err == "region is now us-central1 (default: ftcli's default)\n"
+    assert r.err == "region is now us-central1 (ftcli's default)\n"
     assert path.read_text() == ""
     monkeypatch.setenv("FTCLI_REGION", "asia-east1")
     r = run_cli(capsys, "config", "unset", "region")

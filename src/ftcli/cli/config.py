@@ -81,16 +81,30 @@ def _row(v: Value) -> dict:
 
 def _source_cell(row: dict) -> str:
     """Where a value comes from, as `config list`'s table says it (its --json keeps source and origin apart)."""
-    source, origin = row["source"], row["origin"] or ""
+    if row["source"] == "file":
+        return "config file"  # its path: the "config file:" line under the table
+    return _said_source(row["source"], row["origin"])
+
+
+def _said_source(source: str | None, origin: str | None) -> str:
+    """Where a value comes from, in words: `flag: --region`, `env: FTCLI_REGION`, `gcloud: core/project`,
+    `key file: PATH (GOOGLE_APPLICATION_CREDENTIALS)`."""
+    origin = origin or ""
     if not source:
         return "-"
     if source == "file":
-        return "config file"  # its path: the "config file:" line under the table
+        return f"config file: {origin}"
     if source == "default":
         return origin  # ftcli's default
     if source == "gcloud" and (m := re.fullmatch(r"gcloud configuration (\S+) \((\S+)\)", origin)):
         # (settings' "gcloud configuration default (compute/region)" took 45 columns)
         return f"gcloud: {m[2]}" + ("" if m[1] == "default" else f" ({m[1]} configuration)")
+    if source == "adc":
+        # Read by Google's client libraries, not gcloud: a project from a service account's key file was labelled
+        # "gcloud: project_id of KEY", sending the user to a gcloud configuration that had no project, and
+        # GOOGLE_CLOUD_PROJECT "gcloud: GOOGLE_CLOUD_PROJECT", though gcloud never reads it.
+        key_file = origin.removeprefix("project_id of ")
+        return f"key file: {key_file}" if key_file != origin else f"env: {origin}"
     return f"{source}: {origin}"  # flag: --region, env: FTCLI_REGION, gcloud: CLOUDSDK_CORE_PROJECT
 
 
@@ -145,7 +159,7 @@ def get(key: KeyArg, json_out: JsonOpt = False) -> None:
     if v.value is None:
         raise FtcliError(f"{k.replace('_', '-')} is not set", hint=f"set it with {HOW_TO_SET[k]}")
     print(v.value)
-    note(f"({v.source}: {v.origin})")
+    note(f"({_said_source(v.source, v.origin)})")
 
 
 @app.command("list")
@@ -218,4 +232,4 @@ def unset(key: KeyArg) -> None:
         out().print(f"{key} unset  ({path})", markup=False)
     now = settings.effective()[k]
     if now.value is not None:
-        note(f"{key} is now {now.value} ({now.source}: {now.origin})")
+        note(f"{key} is now {now.value} ({_said_source(now.source, now.origin)})")
