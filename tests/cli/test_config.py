@@ -110,10 +110,28 @@ def test_a_project_google_s_libraries_read_is_not_labelled_gcloud(capsys, monkey
 def test_list_names_the_price_file_and_whether_it_is_there(capsys, monkeypatch, isolated):
     monkeypatch.delenv("FTCLI_PRICES", raising=False)  # the default place: beside the config file
     r = run_cli(capsys, "config", "list")
-    assert f"price file:  {isolated / 'prices.toml'} (none: cost lines give no dollar amounts)" in r.err
+    assert (f"price file:  {isolated / 'prices.toml'} (none: cost lines give no dollar amounts; FTCLI_PRICES moves "
+            "it)") in r.err.splitlines()
     (isolated / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n')
     r = run_cli(capsys, "config", "list")
-    assert f"price file:  {isolated / 'prices.toml'}\n" in r.err
+    assert f"price file:  {isolated / 'prices.toml'}  (FTCLI_PRICES moves it)" in r.err.splitlines()
+    monkeypatch.setenv("FTCLI_PRICES", str(isolated / "prices.toml"))
+    r = run_cli(capsys, "config", "list")
+    assert f"price file:  {isolated / 'prices.toml'}" in r.err.splitlines()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="XDG_CONFIG_HOME places the config file on Linux")
+def test_list_names_the_variable_that_moves_each_file(capsys, monkeypatch, isolated):
+    # The history and the model cache said "(FTCLI_STATE_DIR moves it)", "(FTCLI_CACHE_DIR moves it)"; the config
+    # file, which a container without a writable home needs to move first, named no variable.
+    monkeypatch.delenv("FTCLI_CONFIG")
+    monkeypatch.delenv("FTCLI_PRICES", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(isolated / "xdg"))
+    r = run_cli(capsys, "config", "list")
+    assert r.code == 0, r.err
+    assert f"config file: {isolated / 'xdg' / 'ftcli' / 'config.toml'}  (FTCLI_CONFIG moves it)" in r.err.splitlines()
+    monkeypatch.setenv("FTCLI_CONFIG", str(isolated / "config.toml"))  # moved: the line is the path alone
+    assert f"config file: {isolated / 'config.toml'}" in run_cli(capsys, "config", "list").err.splitlines()
 
 
 def test_get_prints_the_value_and_says_when_it_is_unset(capsys, monkeypatch):

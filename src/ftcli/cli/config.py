@@ -197,10 +197,16 @@ def list_(
         from ftcli.prices import price_path
 
         prices = price_path()
-        note(f"config file: {config_path()}")
-        missing = ("  (FTCLI_PRICES names no file: fix the path or unset it)" if os.environ.get("FTCLI_PRICES")
-                   else " (none: cost lines give no dollar amounts)")
-        note(f"price file:  {prices}" + ("" if prices.exists() else missing))
+        # Each path with the variable that moves it, as the history and the model cache had: the config file and
+        # the price file named none, though FTCLI_CONFIG is how a container or CI runner without a home keeps its
+        # settings.
+        note(f"config file: {config_path()}" + ("" if os.environ.get("FTCLI_CONFIG") else "  (FTCLI_CONFIG moves it)"))
+        if os.environ.get("FTCLI_PRICES"):
+            missing = "  (FTCLI_PRICES names no file: fix the path or unset it)"
+            note(f"price file:  {prices}" + ("" if prices.exists() else missing))
+        else:
+            missing = " (none: cost lines give no dollar amounts; FTCLI_PRICES moves it)"
+            note(f"price file:  {prices}" + ("  (FTCLI_PRICES moves it)" if prices.exists() else missing))
         # README's set-up says `config list` names where the history and the model cache go: a container or CI
         # runner without a writable home needs to know what to move (FTCLI_STATE_DIR, FTCLI_CACHE_DIR).
         from ftcli.history import db_path
