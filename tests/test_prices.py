@@ -87,6 +87,14 @@ def test_the_file_beside_the_config_is_used_without_the_variable(tmp_path, monke
     assert why is None and table.machines == {"g2-standard-8": 1.0}
 
 
+def test_a_price_file_with_a_byte_order_mark_is_read(tmp_path, monkeypatch):
+    # Windows PowerShell's `Out-File -Encoding utf8` starts the file with one (settings.toml_text): it was "not
+    # valid TOML (Invalid statement (at line 1, column 1))"
+    use_price_file(tmp_path, monkeypatch).write_text(GOOD, encoding="utf-8-sig")
+    table, why = for_region("europe-west4")
+    assert why is None and table.machines == {"g2-standard-8": 1.0}
+
+
 def test_a_jobs_cost_is_every_pools_machine_hours_at_the_files_rates(tmp_path, monkeypatch):
     import datetime as dt
 

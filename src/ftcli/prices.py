@@ -113,7 +113,9 @@ def parse(text: str, path: Path) -> dict[str, PriceTable]:
 def _parsed(path: str, inode: int, mtime_ns: int, size: int) -> dict[str, PriceTable]:
     """The price file's tables, read and checked once while the file stays the same (`jobs list` prices every job
     it shows). A file that fails to read or parse raises, and nothing is kept."""
-    return parse(Path(path).read_text(encoding="utf-8"), Path(path))
+    from ftcli.settings import toml_text
+
+    return parse(toml_text(Path(path)), Path(path))
 
 
 def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceTable | None, str | None]:

@@ -96,7 +96,7 @@ def load_config_file() -> dict[str, str]:
                          "exist yet)")
     import tomllib
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(toml_text(path))
     except OSError as e:
         # A read error that names no file (EIO on a failing disk or a stale network mount) was one line saying
         # "Input/output error", not which file: every command reads this one first.
@@ -153,6 +153,25 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def toml_text(path: Path) -> str:
+    """The text of a TOML file the user writes (the config file, the price file), a byte-order mark taken as what it
+    says. Windows PowerShell writes one: "In Windows PowerShell, any Unicode encoding, except UTF7, always creates a
+    BOM" ("about_Character_Encoding",
+    https://learn.microsoft.com/powershell/module/microsoft.powershell.core/about/about_character_encoding, read
+    2026-11-29 in its zh-CN rendering, 在 Windows PowerShell 中,除 UTF7 之外的任何 Unicode 编码都是会创建 BOM), and its
+    Out-File, which `>` stands for, writes UTF-16LE unless told otherwise (its -Encoding: "Unicode is the default",
+    the Windows PowerShell 5.1 reference as quoted on forums.powershell.org, "Why does Powershell output unix text?
+    (really utf-16)", read 2026-11-29). tomllib takes neither: `"region = ..." | Out-File -Encoding utf8` gave "not
+    valid TOML (Invalid statement (at line 1, column 1))" for a line that looks right, and `> config.toml` a UTF-8
+    decoding error."""
+    import codecs
+
+    data = path.read_bytes()
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16")
+    return data.decode("utf-8-sig")
+
+
 def _near_key(key: str) -> str | None:
     """The setting a key of the config file was most likely meant to be (`service-account`, `Region`, `regoin`,
     `location`), or None. Such a key was ignored without a word, and the job went to the default region or ran as
@@ -204,7 +223,7 @@ def save_config_file(values: dict[str, str | None]) -> Path:
     # earlier one's key.
     with _folder_lock(real.parent):
         load_config_file()  # a file that is not there, not a file or not TOML is said as the commands say it
-        doc = tomlkit.parse(real.read_text(encoding="utf-8")) if real.exists() else tomlkit.document()
+        doc = tomlkit.parse(toml_text(real)) if real.exists() else tomlkit.document()
         for key, value in values.items():
             if value is None:
                 doc.pop(key, None)
