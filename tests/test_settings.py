@@ -218,6 +218,16 @@ def test_bad_config_file_is_one_line(tmp_path):
         load_config_file()
 
 
+def test_several_regions_where_one_is_taken_are_said_as_such(monkeypatch):
+    # FTCLI_REGION written as `ftcli train --region` takes it: "did you mean europe-west4?", as if us-central1 were
+    # a typo
+    monkeypatch.setenv("FTCLI_REGION", "us-central1,europe-west4")
+    with pytest.raises(UsageError) as e:
+        resolve(project="my-project", bucket="gs://b-1")
+    assert e.value.message == ("FTCLI_REGION: 'us-central1,europe-west4' names several regions, where one is taken (a "
+                               "list of regions to fall back on is given to `ftcli train --region`)")
+
+
 def test_a_bucket_can_name_the_jobs_region(monkeypatch):
     # one staging bucket per region, from any layer: Vertex wants the bucket in the job's region
     save_config_file({"project": "my-project", "bucket": "gs://ml-{region}/runs"})

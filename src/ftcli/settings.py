@@ -648,6 +648,11 @@ def check_region(value: str, where: str = "--region") -> str | None:
 
     if value in VERTEX_REGIONS:
         return None
+    if "," in value.strip(", "):
+        # FTCLI_REGION=us-central1,europe-west4 (as `ftcli train --region` takes it) was "unknown Vertex AI region
+        # ...; did you mean europe-west4?", as if the first region were a typo to drop.
+        return (f"{where}: {value!r} names several regions, where one is taken (a list of regions to fall back on "
+                "is given to `ftcli train --region`)")
     # `US-CENTRAL1`, `Europe-West4`: region names are lowercase, and difflib compares case and all
     close = difflib.get_close_matches(value.strip().lower(), sorted(VERTEX_REGIONS), n=1)
     hint = f"did you mean {close[0]}?" if close else "e.g. us-central1, europe-west4, asia-southeast1"
