@@ -51,6 +51,14 @@ def test_bracketed_hints_are_visible(width):
         assert hint in text, hint
 
 
+def test_the_project_flags_help_names_every_place_a_project_comes_from():
+    # "[env FTCLI_PROJECT, config, gcloud]": GOOGLE_CLOUD_PROJECT and a service account's key file, which CI often
+    # gives alone, went unsaid (settings.effective reads both; `config list` names them)
+    r = CliRunner().invoke(app, ["config", "list", "--help"], prog_name="ftcli", terminal_width=120)
+    assert "Google Cloud project [env FTCLI_PROJECT, config, GOOGLE_CLOUD_PROJECT, gcloud, key file]." in _flat(
+        r.output)
+
+
 @pytest.mark.parametrize("command", ["train", "tune", "local"])
 def test_every_trainer_switch_that_is_on_by_default_says_so(command):
     # --gpu-warmup, --weight-copies and --fused-projections are on unless --no-NAME, and -h gave no default for them

@@ -1,5 +1,5 @@
 """`ftcli config set | get | list | unset`: defaults for --project, --region, --bucket, --service-account, and the
-value each one has now with where it comes from (flag, env, file, gcloud, default)."""
+value each one has now with where it comes from (flag, env, file, gcloud, adc, default)."""
 
 from __future__ import annotations
 
@@ -137,8 +137,8 @@ def set_(key: KeyArg, value: ValueArg) -> None:
 
 @app.command("get")
 def get(key: KeyArg, json_out: JsonOpt = False) -> None:
-    """Print the value a setting has now (from a variable, the config file, gcloud or the default); exit 1 when it
-    is not set anywhere. The source goes to stderr (--json: in the object).
+    """Print the value a setting has now (from a variable, the config file, gcloud, a key file or the default); exit
+    1 when it is not set anywhere. The source goes to stderr (--json: in the object).
 
     Example: ftcli config get project
     """
@@ -171,7 +171,8 @@ def list_(
     json_out: JsonOpt = False,
 ) -> None:
     """Show each setting's value now and where it comes from: a flag, an FTCLI_* variable, the config file,
-    gcloud's configuration, or ftcli's default. Values that would be refused are said after the table.
+    gcloud's configuration, what Google's client libraries read (GOOGLE_CLOUD_PROJECT, a service account's key
+    file), or ftcli's default. Values that would be refused are said after the table.
 
     Example: ftcli config list --json
     """

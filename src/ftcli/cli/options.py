@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 PANEL = "Google Cloud"
 
 ProjectOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer reads these annotations at runtime
-    "--project", metavar="ID", help="Google Cloud project [env FTCLI_PROJECT, config, gcloud].", rich_help_panel=PANEL)]
+    "--project", metavar="ID", help="Google Cloud project [env FTCLI_PROJECT, config, GOOGLE_CLOUD_PROJECT, gcloud, "
+    "key file].", rich_help_panel=PANEL)]
 REGION_HELP = "Vertex AI region [env FTCLI_REGION, config, gcloud; default us-central1]."
 RegionOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--region", metavar="REGION", help=REGION_HELP, rich_help_panel=PANEL)]
