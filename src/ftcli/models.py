@@ -9,6 +9,7 @@ stays, and the completion marker goes last. Bytes are reported through a `progre
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -399,42 +400,57 @@ def is_tsv(file: Path) -> bool:
     return file.name.lower().removesuffix(".gz").endswith(".tsv")
 
 
-def read_inputs(file: Path, by_columns: bool = False) -> list[Text]:
-    """The texts of --file: a CSV or JSON Lines file's rows (by extension, or `by_columns`: read by the trainer's own
-    readers; the model's text columns are taken from them), else every non-empty line (a pair model's:
+def read_inputs(file: Path) -> tuple[list[Text], str | None]:
+    """The texts of --file, and the file's whole text where it is read line by line (`tsv_inputs` reads a .tsv's rows
+    from that text, not from the file a second time): a CSV or JSON Lines file's rows (by its extension, by the
+    trainer's own readers; the model's text columns are taken from them), else every non-empty line (a pair model's:
     TEXT<TAB>PAIR). Either may be .gz."""
     from ftcli_trainer import data
     from ftcli_trainer.errors import DataError
 
     shown = f"--file {file}"
     try:
-        if by_columns or is_table(file):
+        if is_table(file):
             _, rows = data.read_rows(str(file), shown=shown)
-            return [Text("", f"{file} {data.row_position(rows, i)}", dict(row)) for i, row in enumerate(rows)]
-        # Lines end at \n, \r\n or \r only: str.splitlines() also cut a text at U+2028, U+0085 or a form feed (in
-        # scraped or PDF-extracted text), giving more predictions than lines, misnumbered.
+            return _row_texts(file, rows), None
         with data.open_text(file, shown) as f:
-            lines = re.split(r"\r\n|\r|\n", f.read())
+            text = f.read()
     except DataError as e:
         raise UsageError(str(e)) from None
-    return [Text(line, f"{file} line {n}") for n, line in enumerate(lines, 1) if line.strip()]
+    # Lines end at \n, \r\n or \r only: str.splitlines() also cut a text at U+2028, U+0085 or a form feed (in
+    # scraped or PDF-extracted text), giving more predictions than lines, misnumbered.
+    lines = re.split(r"\r\n|\r|\n", text)
+    return [Text(line, f"{file} line {n}") for n, line in enumerate(lines, 1) if line.strip()], text
 
 
-def tsv_inputs(path: Path, file: Path, lines: list[Text], text_column: str | None = None,
+def _row_texts(file: Path, rows: list[dict]) -> list[Text]:
+    from ftcli_trainer import data
+
+    return [Text("", f"{file} {data.row_position(rows, i)}", dict(row)) for i, row in enumerate(rows)]
+
+
+def tsv_inputs(path: Path, file: Path, lines: list[Text], text: str, text_column: str | None = None,
                text_pair_column: str | None = None) -> list[Text]:
-    """A .tsv --file's texts for the model in `path`, from its `lines` (read_inputs): its rows, by the trainer's
-    reader, when its first line names the text's column (--text-column's, or the one the model was trained on: GLUE's
-    dev.tsv starts "sentence<TAB>label"), else its lines (a pair model's TEXT<TAB>PAIR lines have no such line).
-    Read line by line, a header was classified as a text, and for a single-text model each line's label with its
-    text. So a single-text model's TAB-separated lines without such a first line are refused, as --text-column or
-    --text-pair-column naming a column that line does not have."""
+    """A .tsv --file's texts for the model in `path`, from its `lines` and its whole `text` (read_inputs'): its rows,
+    by the trainer's reader, when its first line names the text's column (--text-column's, or the one the model was
+    trained on: GLUE's dev.tsv starts "sentence<TAB>label"), else its lines (a pair model's TEXT<TAB>PAIR lines have
+    no such line). Read line by line, a header was classified as a text, and for a single-text model each line's
+    label with its text. So a single-text model's TAB-separated lines without such a first line are refused, as
+    --text-column or --text-pair-column naming a column that line does not have."""
+    from ftcli_trainer import data
+    from ftcli_trainer.errors import DataError
+
     run = run_config(path)
     if not lines:
         return lines
     header = lines[0].text.split("\t")
     wanted = text_column or _text_column(run)
     if wanted in header:
-        return read_inputs(file, by_columns=True)
+        try:  # (newline="": the text's line breaks as the file holds them, as read_rows reads a file)
+            _, rows = data.rows_of(io.StringIO(text, newline=""), str(file), shown=f"--file {file}")
+        except DataError as e:
+            raise UsageError(str(e)) from None
+        return _row_texts(file, rows)
     if text_column or text_pair_column:
         flag, name = ("--text-column", text_column) if text_column else ("--text-pair-column", text_pair_column)
         raise UsageError(f"{file}'s first line does not name the column {name!r} ({flag}): a .tsv is read by its "

@@ -227,16 +227,23 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
             local = Path(path).expanduser()
             if (missing := local_file_error(path)) is not None:
                 raise missing
-        jsonl = fmt == "jsonl" if fmt else _is_jsonl(path)
         with open_text(local, shown) as f:
-            if jsonl:
-                rows = _read_jsonl(f, shown, fmt)
-            else:
-                _refuse_json_lines_as_csv(f, shown, fmt)
-                rows = _read_tsv(f, shown) if _separator(path) == "\t" else _read_csv(f, shown)
+            return rows_of(f, path, fmt=fmt, shown=shown)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)  # the rows are read: the downloaded copy is not needed
+
+
+def rows_of(f: io.TextIOBase, path: str, *, fmt: str | None = None, shown: str | None = None
+            ) -> tuple[list[str], list[dict]]:
+    """read_rows' (columns, rows) of the text `f` of the file `path` (its extension picks the format, unless `fmt`),
+    open already: read_rows', and that of a text its caller holds (ftcli predict's .tsv --file, read once)."""
+    shown = shown or path
+    if fmt == "jsonl" if fmt else _is_jsonl(path):
+        rows = _read_jsonl(f, shown, fmt)
+    else:
+        _refuse_json_lines_as_csv(f, shown, fmt)
+        rows = _read_tsv(f, shown) if _separator(path) == "\t" else _read_csv(f, shown)
     if not rows:
         raise DataError(f"{shown} has no data rows")
     columns = list(rows[0].keys())

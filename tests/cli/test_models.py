@@ -530,6 +530,32 @@ def test_a_pair_models_tsv_is_read_by_its_columns_or_as_text_tab_pair_lines(caps
     assert [(x["text"], x["text_pair"]) for x in map(json.loads, r.out.splitlines())] == [("a man plays", "music")]
 
 
+def test_a_tsv_read_by_its_columns_is_read_once(capsys, tmp_path, tiny_model):
+    # A .tsv --file was read whole line by line (to see whether its first line names the text's column), then again
+    # from the start by the trainer's reader: twice the reading of a big file, and a file that can be read only once
+    # (a named pipe a script writes into) was "data file .../rows.tsv does not exist" after its first reading.
+    import threading
+
+    model = _model_trained_on(tmp_path, tiny_model, "sentence")
+    rows = "sentence\tlabel\na wonderful film\t1\na dull film\t0\n"
+    (tmp_path / "plain.tsv").write_text(rows)
+    expected = run_cli(capsys, "predict", str(model), "--file", str(tmp_path / "plain.tsv"), "--json")
+    assert expected.code == 0 and len(expected.out.splitlines()) == 2, expected.err
+    pipe = tmp_path / "rows.tsv"
+    os.mkfifo(pipe)
+
+    def write() -> None:
+        with open(pipe, "w") as f:  # (blocks until predict opens the pipe; it is written once)
+            f.write(rows)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    r = run_cli(capsys, "predict", str(model), "--file", str(pipe), "--json")
+    writer.join(5)
+    assert r.code == 0, r.err
+    assert r.out == expected.out  # the same rows, the same answers
+
+
 @pytest.mark.parametrize(("state", "says", "hint"), [
     ("RUNNING", "; the job is RUNNING", "ftcli logs {ref} to see how it is going"),
     ("SUCCEEDED", "the job SUCCEEDED but exported no complete model in",

@@ -106,15 +106,16 @@ def download(
         note(f'next: ftcli predict {shlex.quote(where)} "text"' + (f' --pair "{pairs[1]}"' if pairs else ""))
 
 
-def _load_texts(texts: list[str], file: Path | None) -> tuple[list, list]:
-    """(the TEXT arguments, --file's texts), read before the model is downloaded: bad input is said first."""
+def _load_texts(texts: list[str], file: Path | None) -> tuple[list, list, str | None]:
+    """(the TEXT arguments, --file's texts, --file's whole text where it was read line by line), read before the
+    model is downloaded: bad input is said first."""
     from ftcli.models import Text, read_inputs
 
     given = [Text(t, f"text {i}") for i, t in enumerate(texts, 1)]
-    from_file = read_inputs(file) if file is not None else []
+    from_file, text = read_inputs(file) if file is not None else ([], None)
     if not given and not from_file:
         raise UsageError("no text to classify", hint='pass texts as arguments or --file texts.txt (one per line)')
-    return given, from_file
+    return given, from_file, text
 
 
 def predict(
@@ -171,11 +172,12 @@ def predict(
     # only "interrupted", nothing of the cache nor of how many of the texts the printed lines are
     with stop_signals_interrupt() as stopped:
         try:
-            arguments, from_file = _load_texts(texts or [], file)
+            arguments, from_file, file_text = _load_texts(texts or [], file)
             with transfer("downloading the model") as progress:
                 path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
             if file is not None and models.is_tsv(file):  # by its columns or its lines: the model's text column says
-                from_file = models.tsv_inputs(path, file, from_file, text_column, text_pair_column)
+                assert file_text is not None  # (a .tsv is read line by line first: its rows are read from its text)
+                from_file = models.tsv_inputs(path, file, from_file, file_text, text_column, text_pair_column)
             items = arguments + from_file
             chunks = models.predict_chunks(path, items, threshold, pairs=pair or None, text_column=text_column,
                                            text_pair_column=text_pair_column)
