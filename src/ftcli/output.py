@@ -113,10 +113,15 @@ def reader_gone(stream: IO[str]) -> bool:
 
 
 def emit_json(obj: Any) -> None:
-    """One JSON value on one line of stdout, flushed (a reader may be waiting for it). A number that is not finite (a
-    NaN loss, an undefined Pearson in a job's metrics.json) is null: Python wrote a bare NaN, which is not JSON, and
-    jq and other strict readers refused the whole line."""
-    print(json.dumps(_finite(obj), default=str, allow_nan=False), flush=True)
+    """One JSON value on one line of stdout, flushed (a reader may be waiting for it)."""
+    print(json_line(obj), flush=True)
+
+
+def json_line(obj: Any) -> str:
+    """One JSON value as one line (without its line break). A number that is not finite (a NaN loss, an undefined
+    Pearson in a job's metrics.json) is null: Python wrote a bare NaN, which is not JSON, and jq and other strict
+    readers refused the whole line."""
+    return json.dumps(_finite(obj), default=str, allow_nan=False)
 
 
 def _finite(obj: Any) -> Any:

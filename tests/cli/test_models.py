@@ -1067,6 +1067,69 @@ def test_a_signal_while_predict_scores_keeps_the_lines_printed_and_says_how_many
     assert shown == texts[:PREDICT_CHUNK]
 
 
+# `ftcli ARGS` whose stdout holds the write of its AT-th line break for a minute, once the line is out (a terminal or a
+# pipe whose reader lags), after touching READY: a signal sent once READY exists lands in that write.
+SLOW_STDOUT = """
+import pathlib, sys, time
+
+ready, at = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+real = sys.stdout
+
+
+class Slow:
+    def __init__(self):
+        self.breaks = 0
+
+    def write(self, s):
+        n = real.write(s)
+        self.breaks += s.count("\\n")
+        if "\\n" in s and self.breaks == at:
+            real.flush()
+            ready.touch()
+            time.sleep(60)
+        return n
+
+    def __getattr__(self, name):
+        return getattr(real, name)
+
+
+sys.stdout = Slow()
+sys.argv = ["ftcli", *sys.argv[3:]]
+from ftcli.cli.app import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("sig", "json_out"), [(signal.SIGINT, False), (signal.SIGTERM, True)],
+                         ids=["ctrl-c", "sigterm-json"])
+def test_a_signal_while_a_prediction_is_written_counts_that_line(tiny_model, tmp_path, sig, json_out):
+    # A signal that landed while a line was written (a slow terminal, a pipe whose reader lags) stopped predict with
+    # that line out, and the last line said "the predictions of the first 2 of 5 texts were printed" over 3 lines:
+    # the line was counted after its write, which the signal never returned from.
+    import sys
+
+    from tests.cli.helpers import signal_child
+
+    texts = [f"a fine film {i}" for i in range(5)]
+    ready = tmp_path / "held"
+
+    def held() -> None:
+        import time
+
+        deadline = time.monotonic() + 120  # (torch's import on a busy machine)
+        while not ready.exists():
+            assert time.monotonic() < deadline, "the third line was never written"
+            time.sleep(0.05)
+
+    code, out, err = signal_child([sys.executable, "-c", SLOW_STDOUT, str(ready), "3", "predict", str(tiny_model),
+                                   *texts, *(["--json"] if json_out else [])], None, tmp_path, held, sig)
+    assert code == 128 + sig and "Traceback" not in err, err
+    lines = out.splitlines()
+    shown = [json.loads(line)["text"] for line in lines] if json_out else [line.split("\t")[2] for line in lines]
+    assert shown == texts[:3]
+    assert err.strip().splitlines()[-1] == "interrupted; the predictions of the first 3 of 5 texts were printed", err
+
+
 def test_predict_batches_texts_of_a_length_and_yields_results_chunk_by_chunk(tiny_model):
     # The pipeline ran one text per forward pass (2,000 short sentences: 290 s on 2 cores) and `predict --file`
     # printed nothing before its last line was scored. Now: batches of texts of similar length, each padded to its

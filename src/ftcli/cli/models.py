@@ -155,7 +155,7 @@ def predict(
     """
     from ftcli import models
     from ftcli.cli.watch import stop_signals_interrupt
-    from ftcli.output import emit_json, note, transfer
+    from ftcli.output import json_line, note, transfer
 
     if pair and file is not None:
         raise UsageError("--pair pairs the TEXT arguments, not the lines of --file",
@@ -183,14 +183,15 @@ def predict(
                                            text_pair_column=text_pair_column)
             # Each chunk is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything
             # (with --json too: its JSON Lines were all held, in memory, until the last line was scored). Counted
-            # line by line, so that an interruption says how many of the texts the lines printed are.
+            # line by line, so that an interruption says how many of the texts the lines printed are: each line as it
+            # is handed to stdout, not after. A signal that lands in the write (a slow terminal, a pipe whose reader
+            # lags) stops it once the line is handed over, and the line goes out (the exit flushes stdout); counted
+            # after the write, it was printed but left out of "the first N".
             for chunk in chunks:
                 for r in chunk:
-                    if json_out:
-                        emit_json(r)  # (flushed line by line)
-                    else:
-                        print(_predicted(r))
+                    line = json_line(r) if json_out else _predicted(r)
                     printed += 1
+                    print(line, flush=json_out)  # (--json: flushed line by line, as emit_json does)
                 sys.stdout.flush()  # out now, not when a pipe's or a file's buffer fills
         except models.DownloadInterrupted as e:
             _interrupted(e.said + (CACHED_AGAIN if e.partial else ""), stopped)
