@@ -563,10 +563,14 @@ def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | N
     (the model's own unless given), or for a regression model (STS-B) {"text", "score"}: the predicted value. A
     model trained on sentence pairs takes `pairs` (or TAB-separated texts, see pair_up); each result then has
     "text_pair" too. A CSV / JSON Lines row's text is in `text_column` (and `text_pair_column`) where given, else in
-    the model's own columns."""
+    the model's own columns. The model is loaded when this is called, before the first chunk is asked for (ftcli
+    predict says which of the two an interruption stopped)."""
     run = run_config(path)  # read once: the columns and the length the model was trained at
     texts, seconds = _pair_up(path, run, texts, pairs, text_column, text_pair_column)
-    c = _Classifier(path, run, threshold)
+    return _chunks(_Classifier(path, run, threshold), texts, seconds, chunk)
+
+
+def _chunks(c: _Classifier, texts: list[str], seconds: list[str | None], chunk: int) -> Iterator[list[dict]]:
     # A regression head's one output is the prediction: a softmax over one output would always read 1.0.
     fn = "none" if c.regression else ("sigmoid" if c.multi else "softmax")
     for start in range(0, len(texts), chunk):
@@ -823,6 +827,8 @@ def _logits(c: _Classifier, texts: list[str], seconds: list[str | None],
     # `progress(done, n)` moves: 25,000 IMDB reviews on a CPU said nothing for an hour after "scoring".
     by_length = sorted(range(n), key=lambda i: len(texts[i]) + len(seconds[i] or ""))
     step = PREDICT_BATCH * 4
+    if progress:  # the scoring begins (what came before it: reading the rows, loading the model)
+        progress(0, n)
     for start in range(0, n, step):
         for i, scores in c.scores(texts, seconds, by_length[start:start + step], "none").items():
             for s in scores:

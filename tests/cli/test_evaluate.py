@@ -378,6 +378,23 @@ def test_a_signal_while_evaluate_scores_says_how_far_it_got_and_that_dir_is_as_i
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
 
 
+@pytest.mark.parametrize(("where", "at", "said"), [
+    ("ftcli_trainer.data:open_text", 1, "no example was scored (it was reading rows.csv)"),
+    ("ftcli.models:_Classifier.__init__", 1, "no example was scored (it was loading the model)"),
+    ("ftcli.models:_Classifier.scores", 1, "0 of 20 examples were scored, no metrics printed")],
+    ids=["reading", "loading", "scoring"])
+def test_a_signal_before_evaluate_has_scored_a_batch_says_what_it_was_doing(tmp_path, tiny_model, where, at, said):
+    # Reading a big file, or loading a big model (torch's import with it), takes a while before the first example is
+    # scored: a Ctrl-C in either, or in the first batch's scoring, said only "no example was scored".
+    from tests.cli.helpers import signal_when_held
+
+    _rows(tmp_path, 20)
+    code, printed, err = signal_when_held(where, at, ["evaluate", str(tiny_model), "rows.csv"], signal.SIGINT,
+                                          tmp_path / "held", tmp_path)
+    assert code == 130 and printed == "" and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == f"interrupted; {said}", err
+
+
 @pytest.mark.parametrize(("sig", "earlier"), [(signal.SIGINT, False), (signal.SIGTERM, True)],
                          ids=["ctrl-c", "sigterm-earlier-report"])
 def test_a_signal_while_evaluate_draws_its_report_keeps_the_metrics_and_says_what_dir_holds(capsys, tmp_path,
@@ -431,7 +448,7 @@ def test_a_signal_while_evaluate_downloads_leaves_nothing_behind(cloud_env, monk
         [job, f"gs://{BUCKET}/data/rows.csv", "--report", "eval-report"], tmp_path, sig)
     cached = tmp_path / "cache" / "models" / "test-project" / "us-central1" / job
     said = f"nothing was written to {cached}; what had been downloaded was removed" if held == "model" else \
-        "no example was scored"
+        f"no example was scored (it was reading gs://{BUCKET}/data/rows.csv)"
     assert code == 128 + sig and err.strip().splitlines()[-1] == (
         f"interrupted; {said}; nothing was written to eval-report"), err
     assert "Traceback" not in err and printed == ""

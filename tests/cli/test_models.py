@@ -1067,6 +1067,21 @@ def test_a_signal_while_predict_scores_keeps_the_lines_printed_and_says_how_many
     assert shown == texts[:PREDICT_CHUNK]
 
 
+@pytest.mark.parametrize(("where", "phase"), [("ftcli_trainer.data:open_text", "reading --file texts.txt"),
+                                               ("ftcli.models:_Classifier.__init__", "loading the model")],
+                         ids=["reading", "loading"])
+def test_a_signal_before_predict_scores_says_what_it_was_doing(tiny_model, tmp_path, where, phase):
+    # Reading a big --file, or loading a big model (torch's import with it), takes a while before the first text is
+    # scored: a Ctrl-C there said only "no text was classified", not which of them it had stopped.
+    from tests.cli.helpers import signal_when_held
+
+    (tmp_path / "texts.txt").write_text("a fine film\na dull film\n")
+    code, out, err = signal_when_held(where, 1, ["predict", str(tiny_model), "--file", "texts.txt"], signal.SIGINT,
+                                      tmp_path / "held", tmp_path)
+    assert code == 130 and out == "" and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == f"interrupted; no text was classified (it was {phase})", err
+
+
 # `ftcli ARGS` whose stdout holds the write of its AT-th line break for a minute, once the line is out (a terminal or a
 # pipe whose reader lags), after touching READY: a signal sent once READY exists lands in that write.
 SLOW_STDOUT = """

@@ -167,20 +167,26 @@ def predict(
                              hint=f"give --file ROWS.csv (or .jsonl), or drop {flag}")
     _check_options(threshold, text_column, text_pair_column)
     printed, items = 0, []
+    # What was under way before the first chunk was scored, for an interruption there ("no text was classified"
+    # alone did not say whether it was still reading the file or loading the model: minutes, for a big one)
+    phase = f"reading --file {file}" if file is not None else "getting the model"
     # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C, in every phase: they killed
     # ftcli without a word (the model's staging left in the cache for the next predict to clean), and Ctrl-C said
     # only "interrupted", nothing of the cache nor of how many of the texts the printed lines are
     with stop_signals_interrupt() as stopped:
         try:
             arguments, from_file, file_text = _load_texts(texts or [], file)
+            phase = "getting the model"
             with transfer("downloading the model") as progress:
                 path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
             if file is not None and models.is_tsv(file):  # by its columns or its lines: the model's text column says
                 assert file_text is not None  # (a .tsv is read line by line first: its rows are read from its text)
                 from_file = models.tsv_inputs(path, file, from_file, file_text, text_column, text_pair_column)
             items = arguments + from_file
+            phase = "loading the model"
             chunks = models.predict_chunks(path, items, threshold, pairs=pair or None, text_column=text_column,
                                            text_pair_column=text_pair_column)
+            phase = ""  # scoring the first chunk
             # Each chunk is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything
             # (with --json too: its JSON Lines were all held, in memory, until the last line was scored). Counted
             # line by line, so that an interruption says how many of the texts the lines printed are: each line as it
@@ -197,7 +203,7 @@ def predict(
             _interrupted(e.said + (CACHED_AGAIN if e.partial else ""), stopped)
         except KeyboardInterrupt:
             _interrupted(f"the predictions of the first {printed:,} of {len(items):,} texts were printed" if printed
-                         else "no text was classified", stopped)
+                         else "no text was classified" + (f" (it was {phase})" if phase else ""), stopped)
 
 
 def _predicted(r: dict) -> str:
@@ -297,6 +303,7 @@ def evaluate(
     from ftcli.report import ReportInterrupted, nothing_written
 
     scored: list[int] = []  # (done, of): how far the scoring got
+    phase = f"reading {file}"  # what was under way before the scoring began, for an interruption there
     # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C, in every phase: they killed
     # ftcli without a word (the model's staging left in the cache, a gs:// file's copy in the temporary folder, the
     # report's staging in DIR, each for the next run to clean), and Ctrl-C said only "interrupted", nothing of what
@@ -304,8 +311,10 @@ def evaluate(
     with stop_signals_interrupt() as stopped:
         try:
             columns, rows = models.read_table(file)  # before the model is downloaded: a bad file is said first
+            phase = "getting the model"
             with transfer("downloading the model") as progress:
                 path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
+            phase = "loading the model"  # (and reading the rows' texts and labels; then progress(0, n))
             # a spinner with the count on a terminal, a line a minute in a log: a big file on a CPU takes minutes to
             # hours
             waiting, began = Waiting(), time.monotonic()
@@ -328,7 +337,7 @@ def evaluate(
             elif scored:
                 said = f"{scored[0]:,} of {scored[1]:,} examples were scored, no metrics printed"
             else:
-                said = "no example was scored"
+                said = f"no example was scored (it was {phase})"
             if report_dir is not None:  # (a folder is only ever written by the report's drawing)
                 said += "; " + nothing_written(report_dir, report_dir.is_dir())
             _interrupted(said, stopped)
