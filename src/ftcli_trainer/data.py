@@ -100,11 +100,49 @@ def _gzip_error(shown: str, e: BaseException) -> DataError:
     return DataError(f"{shown} is not a valid gzip file ({e}); re-create it, or give the uncompressed file")
 
 
+# A gzip file's first two bytes (ID1 ID2, RFC 1952 2.3.1). No UTF-8 text starts with them (0x8b only continues a
+# character), so a file is decompressed by what its bytes are, whatever its name says: a .csv.gz that is plain text
+# (a browser decompressed the download and kept the name; Cloud Storage serves an object stored gzip-compressed with
+# Content-Encoding: gzip decompressed, "decompressive transcoding", https://cloud.google.com/storage/docs/transcoding,
+# read 2026-11-29) and a gzip file without .gz were "not a valid gzip file (Not a gzipped file (b'te'))" and "not
+# UTF-8 (byte 0x8b on line 1); re-save it as UTF-8", though what they hold is unambiguous. The name still picks CSV,
+# TSV or JSON Lines (under a .gz), which the bytes do not tell apart; a file that is neither (Parquet, a workbook) is
+# told by its bytes too, and refused (_NOT_TEXT). So a .parquet (or .txt, or .xlsx) that holds CSV text is read as
+# the CSV it is: no reader of Parquet is passed over, the trainer has none.
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _GzipOf(gzip.GzipFile):
+    """The decompressed bytes of the open file `f`, which it closes when it is closed (GzipFile(fileobj=f) leaves `f`
+    open; gzip.open(path) opens the file a second time, and a named pipe's bytes once read are gone)."""
+
+    def __init__(self, f: io.BufferedReader):
+        super().__init__(fileobj=f, mode="rb")
+        self._file = f
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._file.close()
+
+
+def _open_bytes(path: Path) -> io.BufferedReader | _GzipOf:
+    """`path`'s bytes, decompressed where they are gzip's (GZIP_MAGIC says why by the bytes, not by the name)."""
+    f = open(path, "rb")
+    try:
+        gzipped = f.peek(len(GZIP_MAGIC))[:len(GZIP_MAGIC)] == GZIP_MAGIC  # (peek: a named pipe too)
+    except BaseException:
+        f.close()
+        raise
+    return _GzipOf(f) if gzipped else f
+
+
 def _utf8_error(path: Path, shown: str) -> DataError:
     """The line and byte of the first invalid UTF-8 in `path`, found again by a second pass (the text was read
     in blocks, which know no lines): an error's path only. A UTF-8 sequence never holds a newline byte, so each
     line decodes on its own."""
-    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as raw:
+    with _open_bytes(path) as raw:
         if other := _other_format(raw.read(8), shown):
             return other
         raw.seek(0)
@@ -126,7 +164,11 @@ _NOT_TEXT = (
 
 
 def _other_format(head: bytes, shown: str) -> DataError | None:
-    """The one line for a file whose first bytes say it is no CSV or JSON Lines (nor UTF-8 text), else None."""
+    """The one line for a file whose first bytes (decompressed, where they were gzip's) say it is no CSV or JSON Lines
+    (nor UTF-8 text), else None."""
+    if head.startswith(GZIP_MAGIC):  # (the bytes of a gzip file are decompressed once: these are a second one's)
+        return DataError(f"{shown} is gzip-compressed twice (a gzip file inside a gzip file); decompress it once, "
+                         "and give what that leaves")
     for magic, what, fix in _NOT_TEXT:
         if head.startswith(magic):
             fix = fix.replace("PATH", repr(shown))
@@ -156,15 +198,16 @@ class _TextFile(io.TextIOWrapper):
     def __init__(self, path: Path, shown: str):
         self._path, self._shown = path, shown
         try:
-            raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+            raw = _open_bytes(path)
         except OSError as e:
             raise DataError(f"cannot read {shown}: {e.strerror or type(e).__name__}") from None
+        self._gzipped = isinstance(raw, gzip.GzipFile)
         super().__init__(raw, encoding="utf-8-sig", newline="")
 
     def _failed(self, e: BaseException) -> DataError:
         if isinstance(e, UnicodeDecodeError):
             return _utf8_error(self._path, self._shown)
-        if self._path.suffix == ".gz" and isinstance(e, (EOFError, OSError, zlib.error)):
+        if self._gzipped and isinstance(e, (EOFError, OSError, zlib.error)):
             return _gzip_error(self._shown, e)  # gzip.BadGzipFile is an OSError
         return DataError(f"cannot read {self._shown}: {getattr(e, 'strerror', None) or type(e).__name__}")
 
@@ -188,8 +231,8 @@ class _TextFile(io.TextIOWrapper):
 
 
 def open_text(path: Path, shown: str) -> io.TextIOBase:
-    """A local file's text (.gz decompressed, UTF-8 with or without a BOM), read as it is iterated; a DataError
-    naming `shown` otherwise. Close it when done (or use it in a `with`)."""
+    """A local file's text (decompressed where it is gzip's, UTF-8 with or without a BOM), read as it is iterated; a
+    DataError naming `shown` otherwise. Close it when done (or use it in a `with`)."""
     return _TextFile(path, shown)
 
 
@@ -1282,7 +1325,7 @@ def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[l
     """The columns `read_rows` finds in a file, from its first bytes only (`head`; the file goes on), and whether it
     is CSV; the problems the job's reader finds there are its DataError lines. None where the head holds no whole
     first record, or the file's shape needs all of it (a JSON array, unnamed CSV columns): the job reads it all."""
-    if Path(path).suffix == ".gz":
+    if head.startswith(GZIP_MAGIC):  # (by its bytes, as the job's reader: GZIP_MAGIC)
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(head)) as raw:
                 raw.read(1)  # a header that is no gzip's: the job's reader's own error

@@ -860,7 +860,8 @@ def test_predict_reads_a_gzipped_file_and_names_a_non_utf8_byte(capsys, tmp_path
     r = run_cli(capsys, "predict", str(tiny_model), "--file", str(lines), "--json")
     assert r.code == 0 and r.out == expected.out
     broken = tmp_path / "broken.txt.gz"
-    broken.write_bytes(b"a wonderful film\n")
+    packed = gzip.compress("".join(f"film number {i * 7919 % 10007}\n" for i in range(3000)).encode())
+    broken.write_bytes(packed[:len(packed) // 2])  # cut short (a copy that stopped)
     r = run_cli(capsys, "predict", str(tiny_model), "--file", str(broken))
     assert r.code == 2 and not r.out and "Traceback" not in r.err
     assert f"--file {broken} is not a valid gzip file" in r.err and "give the uncompressed file" in r.err

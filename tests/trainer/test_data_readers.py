@@ -244,7 +244,7 @@ def test_a_json_array_file_says_to_write_json_lines(tmp_path, indent):
 
 def test_corrupt_gzip_is_one_line(tmp_path):
     path = tmp_path / "t.csv.gz"
-    path.write_bytes(b"this is not gzip at all")
+    path.write_bytes(b"\x1f\x8b\x09 a gzip header, then no gzip at all")  # (plain text is read as such: GZIP_MAGIC)
     msg = error_of("--task", "csv", "--train-file", str(path))
     assert "t.csv.gz is not a valid gzip file" in msg
 
@@ -656,7 +656,7 @@ def test_a_files_first_bytes_give_its_columns_as_the_job_reads_them(tmp_path):
     with pytest.raises(DataError, match=r"^t\.csv is not UTF-8 \(byte 0xe9 on line 3\); re-save it as UTF-8$"):
         head_columns(b"text,label\na,b\ncaf\xe9,x\nmore", "t.csv", "t.csv", "csv")
     with pytest.raises(DataError, match=r"^t\.csv\.gz is not a valid gzip file \("):
-        head_columns(whole[:100], "t.csv.gz", "t.csv.gz", "csv")
+        head_columns(packed[:3] + whole[:100], "t.csv.gz", "t.csv.gz", "csv")
     with pytest.raises(DataError, match=r"looks tab-separated"):
         head_columns(b"text\tlabel\na\tb\n", "t.csv", "t.csv", "csv")
     with pytest.raises(DataError, match=r"^t\.csv looks like JSON Lines, not CSV"):
@@ -693,6 +693,44 @@ def test_a_gs_file_that_fails_to_download_with_no_message_is_one_line(tmp_path, 
     small = write_csv(tmp_path / "e.csv", ["text", "label"], [("fine", "pos"), ("awful", "neg")])
     msg = error_of("--task", "csv", "--train-file", "gs://data/in/t.csv", "--eval-file", str(small))
     assert msg == "cannot read gs://data/in/t.csv: TimeoutError"
+
+
+@pytest.mark.parametrize(("name", "packed"), [("t.csv", True), ("t.jsonl", True), ("t.tsv", True),
+                                             ("t.csv.gz", False), ("t.jsonl.gz", False), ("t.parquet", False)])
+def test_a_file_is_decompressed_by_what_its_bytes_are_not_by_its_name(tmp_path, name, packed):
+    # A gzip file named without .gz was "not UTF-8 (byte 0x8b on line 1); re-save it as UTF-8", and a .gz that holds
+    # plain text (a browser decompressed the download and kept its name; Cloud Storage serves an object stored
+    # gzip-compressed with Content-Encoding: gzip decompressed) "not a valid gzip file (Not a gzipped file (b'te'))":
+    # both were refused, by the launcher and by the job, though what they are is unambiguous. They are read as what
+    # they are, in the format their name says (under a .gz). A .parquet that holds CSV text is read as that CSV.
+    from ftcli_trainer.data import head_columns, read_rows
+
+    rows = [{"text": f"film {i}", "label": "pos" if i % 2 else "neg"} for i in range(40)]
+    if ".jsonl" in name:
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    else:
+        sep = "\t" if ".tsv" in name else ","
+        text = f"text{sep}label\n" + "".join(f"{r['text']}{sep}{r['label']}\n" for r in rows)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text.encode()) if packed else text.encode())
+    assert read_rows(str(path)) == (["text", "label"], rows)
+    assert head_columns(path.read_bytes(), name, f"gs://b/{name}", None) == (["text", "label"], ".jsonl" not in name)
+    data = load("--task", "csv" if ".jsonl" not in name else "jsonl", "--train-file", str(path))
+    assert sorted(data.train.texts + data.evals["eval"].texts) == sorted(r["text"] for r in rows)
+
+
+@pytest.mark.parametrize("name", ["t.csv.gz", "t.csv"])
+def test_a_file_compressed_twice_is_one_line(tmp_path, name):
+    # (its decompressed bytes were "not UTF-8 (byte 0x8b on line 1)")
+    from ftcli_trainer.data import head_columns
+
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(gzip.compress(b"text,label\na,pos\nb,neg\n")))
+    said = "is gzip-compressed twice (a gzip file inside a gzip file); decompress it once, and give what that leaves"
+    assert error_of("--task", "csv", "--train-file", str(path)) == f"{path} {said}"
+    with pytest.raises(DataError) as e:
+        head_columns(path.read_bytes(), name, f"gs://b/{name}", "csv")
+    assert str(e.value) == f"gs://b/{name} {said}"
 
 
 @pytest.mark.parametrize(("name", "head", "said"), [
