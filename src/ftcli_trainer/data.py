@@ -236,7 +236,10 @@ def open_text(path: Path, shown: str) -> io.TextIOBase:
     return _TextFile(path, shown)
 
 
-def _is_jsonl(path: str) -> bool:
+def _is_jsonl(path: str, fmt: str | None = None) -> bool:
+    """Whether `path` is read as JSON Lines: by `fmt` where given (--train-file-format), else by its extension."""
+    if fmt:
+        return fmt == "jsonl"
     name = path.lower().removesuffix(".gz")
     return name.endswith((".jsonl", ".json", ".ndjson"))
 
@@ -282,7 +285,7 @@ def rows_of(f: io.TextIOBase, path: str, *, fmt: str | None = None, shown: str |
     """read_rows' (columns, rows) of the text `f` of the file `path` (its extension picks the format, unless `fmt`),
     open already: read_rows', and that of a text its caller holds (ftcli predict's .tsv --file, read once)."""
     shown = shown or path
-    if fmt == "jsonl" if fmt else _is_jsonl(path):
+    if _is_jsonl(path, fmt):
         rows = _read_jsonl(f, shown, fmt)
     else:
         _refuse_json_lines_as_csv(f, shown, fmt)
@@ -1344,7 +1347,7 @@ def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[l
     text = text[:text.rfind("\n") + 1]  # whole lines only
     if not text:
         return None
-    if fmt == "jsonl" if fmt else _is_jsonl(path):
+    if _is_jsonl(path, fmt):
         lines = text.splitlines(keepends=True)
         first = next((i for i, line in enumerate(lines) if line.strip()), None)
         if first is None or lines[first].lstrip().startswith("["):
