@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ftcli.errors import Conflict, FtcliError, UsageError
 from ftcli.gcp import Notify
 from ftcli.spec import CREATED_BY_LABEL, MODEL_LABEL, TASK_LABEL
-from ftcli.values import Job, JobName, TuningJob, TuningName
+from ftcli.values import Job, JobName, Pool, TuningJob, TuningName
 
 if TYPE_CHECKING:
     from ftcli.gcp.storage import StorageGateway
@@ -263,6 +263,29 @@ def cancel_tuning(job: TuningJob, shown: str, notify: Notify | None = None) -> T
     return _cancel(job, shown, gateway.cancel_tuning, gateway.get_tuning)
 
 
+def task_and_model(labels: Mapping[str, str], pools: Sequence[Pool]) -> tuple[str | None, str | None]:
+    """The task and the model a job's row shows. ftcli's labels say them on the jobs ftcli creates; a job that runs
+    ftcli's trainer without them says them in the trainer's options. That is a tuning trial's CustomJob: Vertex makes
+    it from the tuning job's trialJobSpec, which holds no labels ("The spec of a trial job. The same spec applies to
+    the CustomJobs created in all the trials", HyperparameterTuningJob.trialJobSpec,
+    https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.hyperparameterTuningJobs, read
+    2026-11-29), with the trial's own values appended to its args (a searched `--model` last, which the trainer's
+    argparse takes). An option left out is the trainer's default: the bundled sample task, the task's model."""
+    task, model = labels.get(TASK_LABEL), labels.get(MODEL_LABEL)
+    chief = pools[0] if pools else None
+    if (task and model) or chief is None or not chief.runs_ftcli_trainer:
+        return task, model
+    from ftcli.spec import label_value, model_label
+    from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS
+
+    given = chief.trainer_option("task") or BUNDLED_SAMPLE
+    task = task or label_value(given)
+    if not model and (name := chief.trainer_option("model") or (TASKS[given].default_model if given in TASKS
+                                                                 else None)):
+        model = model_label(name)
+    return task, model
+
+
 def _iso(t: dt.datetime | None) -> str | None:
     return t.isoformat(timespec="seconds") if t else None
 
@@ -283,8 +306,7 @@ def record(job: Job, short_id: int | None = None, metrics: Mapping | None = None
         "name": job.name.full,
         "display_name": job.display_name,
         "state": job.state,
-        "task": job.labels.get(TASK_LABEL),
-        "model": job.labels.get(MODEL_LABEL),
+        **dict(zip(("task", "model"), task_and_model(job.labels, job.pools), strict=True)),
         "gpu": gpu,
         "machine_type": chief.machine_type if chief else None,
         "hardware": machine_label(chief.machine_type, chief.accelerator, chief.accelerator_count) if chief else None,

@@ -26,8 +26,21 @@ from ftcli.packaging import REQUIRES_PYTHON, TRAINER_DEPENDENCIES
 DEFAULT_TIMEOUT_S = 24 * 3600
 SUBMISSION_LABEL = "ftcli_submission"  # one id per `ftcli train`: finds a job whose create response was lost
 CREATED_BY_LABEL = "created_by"
-# What every ftcli job says about itself (`ftcli jobs list` shows them): label values, see submit.label_value.
+# What every ftcli job says about itself (`ftcli jobs list` shows them): label values, see label_value.
 TASK_LABEL, MODEL_LABEL, GPU_LABEL = "ftcli_task", "ftcli_model", "ftcli_gpu"
+LABEL_BAD = re.compile(r"[^a-z0-9_-]")
+
+
+def label_value(value: str) -> str:
+    """Vertex label values: lowercase letters, digits, '_' and '-', at most 63 characters."""
+    return LABEL_BAD.sub("-", value.lower())[:63].strip("-") or "none"
+
+
+def model_label(model: str) -> str:
+    """How a job names its model (MODEL_LABEL, and the MODEL of `ftcli jobs list`): a Hub id's or a folder's last
+    segment, as a label value."""
+    return label_value(model.rstrip("/").rsplit("/", 1)[-1])
+
 # Label keys with underscores: the ListCustomJobs filter documents `labels.key=value`, and hyphenated keys in a
 # filter are not documented ("ListCustomJobsRequest.filter", aiplatform_v1 job_service.py).
 

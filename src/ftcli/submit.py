@@ -34,6 +34,8 @@ from ftcli.spec import (
     JobRequest,
     build_custom_job,
     gcs_mount_path,
+    label_value,
+    model_label,
     topology_problems,
 )
 from ftcli.trainer_options import validate as validate_trainer
@@ -59,7 +61,6 @@ DURATION_RE = re.compile(r"^(\d+)([smhd])$")
 # google.protobuf.Duration's seconds "Must be from -315,576,000,000 to +315,576,000,000 inclusive" (duration.proto;
 # the installed protobuf 7.36's json_format refuses more, well_known_types._DURATION_SECONDS_MAX; read 2026-11-27).
 MAX_DURATION_S = 315_576_000_000
-LABEL_BAD = re.compile(r"[^a-z0-9_-]")
 DATA_OPTIONS = ("train_file", "eval_file")
 
 
@@ -97,11 +98,6 @@ def parse_max_wait(value: str) -> int:
     if re.fullmatch(r"0+[smhd]?", value.strip().lower()):
         return 0
     return parse_duration(value, "--max-wait")
-
-
-def label_value(value: str) -> str:
-    """Vertex label values: lowercase letters, digits, '_' and '-', at most 63 characters."""
-    return LABEL_BAD.sub("-", value.lower())[:63].strip("-") or "none"
 
 
 TRY_LABEL = "ftcli_try"  # which of several --gpu/--region candidates a job is
@@ -533,7 +529,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         # ftcli's own labels win: `jobs list` and the idempotent create depend on them
         CREATED_BY_LABEL: "ftcli",
         TASK_LABEL: label_value(cfg.task),
-        MODEL_LABEL: label_value(cfg.model.rsplit("/", 1)[-1]),
+        MODEL_LABEL: model_label(cfg.model),
         GPU_LABEL: label_value(hardware.gpu_name or "cpu"),
         SUBMISSION_LABEL: submission_id,
     }

@@ -264,10 +264,16 @@ def record(job: TuningJob, short_id: int | None = None, now: dt.datetime | None 
     """The JSON shape of a tuning job (jobs list/describe --json); the table columns read the same keys as a
     CustomJob's record."""
     from ftcli.catalog import gpu_short_name, machine_label
-    from ftcli.spec import MODEL_LABEL, TASK_LABEL
+    from ftcli.jobs import task_and_model
+    from ftcli.spec import model_label
 
     chief = job.pools[0] if job.pools else None
     best = job.best
+    task, model = task_and_model(job.labels, job.pools)
+    if "model" in job.searched:
+        # Each trial trains the model it drew: the label's (the trial spec's --model, or the task's default) may be
+        # none of them. The row's model is its best trial's, as its metric is; none before a trial has a value.
+        model = model_label(str(best.params["model"])) if best is not None and "model" in best.params else None
     gpu = f"{gpu_short_name(chief.accelerator)}x{chief.accelerator_count}" if chief and chief.accelerator else None
 
     def iso(t: dt.datetime | None) -> str | None:
@@ -276,7 +282,7 @@ def record(job: TuningJob, short_id: int | None = None, now: dt.datetime | None 
     return {
         "kind": "tune",
         "short_id": short_id, "id": job.name.id, "name": job.name.full, "display_name": job.display_name,
-        "state": job.state, "task": job.labels.get(TASK_LABEL), "model": job.labels.get(MODEL_LABEL), "gpu": gpu,
+        "state": job.state, "task": task, "model": model, "gpu": gpu,
         "machine_type": chief.machine_type if chief else None,
         "hardware": machine_label(chief.machine_type, chief.accelerator, chief.accelerator_count) if chief else None,
         "machines": sum(p.replicas for p in job.pools[:2]),

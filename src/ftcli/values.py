@@ -116,6 +116,26 @@ class Pool:
     replicas: int = 1
     image: str = ""
     args: tuple[str, ...] = ()  # the container's (or Python package's) arguments: the trainer's options
+    command: tuple[str, ...] = ()  # the container's command (ftcli's: bash -c SCRIPT, which runs ftcli_trainer.task)
+
+    @property
+    def runs_ftcli_trainer(self) -> bool:
+        """Whether the pool's container runs ftcli's trainer (`python -m ftcli_trainer.task`), so that its args are
+        the trainer's options: a tuning trial's CustomJob, which Vertex creates without the tuning job's labels,
+        says its task and model only there."""
+        return any("ftcli_trainer.task" in part for part in self.command)
+
+    def trainer_option(self, name: str) -> str | None:
+        """The value the pool passes for the trainer option `name` (field spelling, e.g. text_pair_column):
+        `--name-with-dashes VALUE`, `--name_with_underscores VALUE` or `--flag=VALUE`. The last one wins, as in the
+        trainer's argparse: a tuning trial's own value is appended after the job's ("--model X ... --model Y")."""
+        flags = {"--" + name.replace("_", "-"), "--" + name}
+        found = None
+        for i, arg in enumerate(self.args):
+            flag, eq, value = arg.partition("=")
+            if flag in flags:
+                found = value if eq else (self.args[i + 1] if i + 1 < len(self.args) else None)
+        return found
 
 
 @dataclass(frozen=True)
@@ -146,15 +166,8 @@ class Job:
         return self.output_dir.rstrip("/") + "/model/" if self.output_dir else None
 
     def trainer_option(self, name: str) -> str | None:
-        """The value the job's first pool passes for the trainer option `name` (field spelling, e.g.
-        text_pair_column): `--name-with-dashes VALUE`, `--name_with_underscores VALUE` or `--flag=VALUE`."""
-        args = list(self.pools[0].args) if self.pools else []
-        flags = {"--" + name.replace("_", "-"), "--" + name}
-        for i, arg in enumerate(args):
-            flag, eq, value = arg.partition("=")
-            if flag in flags:
-                return value if eq else (args[i + 1] if i + 1 < len(args) else None)
-        return None
+        """The value the job's first pool passes for the trainer option `name` (`Pool.trainer_option`)."""
+        return self.pools[0].trainer_option(name) if self.pools else None
 
     @property
     def replica_names(self) -> list[str]:
@@ -229,6 +242,7 @@ class TuningJob:
     output_dir: str | None = None
     resource: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
     provisioning: str | None = None  # each trial's, as a Job's
+    searched: tuple[str, ...] = ()  # the study's parameter ids: the trainer options its trials vary
 
     @property
     def final(self) -> bool:

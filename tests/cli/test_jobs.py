@@ -487,3 +487,41 @@ def test_a_low_cost_jobs_cost_is_a_ceiling_not_an_about(capsys, cloud_env, tmp_p
     assert "about $" not in text
     obj = json.loads(run_cli(capsys, "jobs", "describe", "1", "--json").out)
     assert obj["cost_usd"] is None and obj["cost_usd_on_demand"] is not None
+
+
+def test_a_tuning_trials_job_and_a_model_study_show_the_task_and_the_model_that_ran(capsys, cloud_env):
+    # `jobs list --all` showed a trial's CustomJob as TASK -, MODEL -: Vertex makes it from the tuning job's trial
+    # spec, which has no labels. And a study over models showed the label's model (the task's default, which no
+    # trial trained). Now the trial's row reads the trainer's options in its args (the trial's appended --model
+    # last), and the study's row names its best trial's model.
+    from tests.emulators.vertex import add_trial
+
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--json",
+                "--search", "model=choice(bert-base-uncased,roberta-base)")
+    assert r.code == 0, r.err
+    name = json.loads(r.out)["name"]
+    spec = type(vertex.tuning_jobs[name].trial_job_spec).to_dict(vertex.tuning_jobs[name].trial_job_spec)
+    spec["worker_pool_specs"][0]["container_spec"]["args"] += ["--model", "roberta-base"]  # as Vertex appends it
+    with vertex.client() as client:
+        trial_job = client.create_custom_job(parent="projects/test-project/locations/us-central1",
+                                             custom_job={"display_name": "trial-1", "job_spec": spec})
+        assert not trial_job.labels
+        vertex._tuning_scripts[name] = [add_trial("1", "SUCCEEDED", {"model": "roberta-base"}, 0.9)]
+        client.get_hyperparameter_tuning_job(name=name)  # (the step applies on a read)
+    rows = {x["id"]: x for x in map(json.loads, run_cli(capsys, "jobs", "list", "--all", "--json").out.splitlines())}
+    trial_id, tuning_id = trial_job.name.rsplit("/", 1)[1], name.rsplit("/", 1)[1]
+    assert (rows[trial_id]["task"], rows[trial_id]["model"]) == ("imdb", "roberta-base")
+    assert (rows[tuning_id]["task"], rows[tuning_id]["model"]) == ("imdb", "roberta-base")
+    r = subprocess.run([*FTCLI, "jobs", "list", "--all"], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "120"})
+    trial_line = next(ln for ln in r.stdout.splitlines() if ln.startswith(trial_id))
+    assert trial_line.split()[1:4] == ["PENDING", "imdb", "roberta-base"], r.stdout
+    # a job that does not run ftcli's trainer says nothing it cannot know
+    with vertex.client() as client:
+        other = client.create_custom_job(parent="projects/test-project/locations/us-central1", custom_job={
+            "display_name": "theirs", "job_spec": {"worker_pool_specs": [{
+                "machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+                "container_spec": {"image_uri": "python:3.11", "args": ["--task", "x", "--model", "y"]}}]}})
+    rows = {x["id"]: x for x in map(json.loads, run_cli(capsys, "jobs", "list", "--all", "--json").out.splitlines())}
+    assert (rows[other.name.rsplit("/", 1)[1]]["task"], rows[other.name.rsplit("/", 1)[1]]["model"]) == (None, None)

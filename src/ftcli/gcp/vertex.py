@@ -51,7 +51,7 @@ def _pools(spec: Any) -> tuple[Pool, ...]:  # a CustomJobSpec (proto-plus)
         # as the trainer sees them (spec.container_text): `jobs describe` and `predict` read its options from them
         args = tuple(from_container_text(a) for a in (p.container_spec.args or p.python_package_spec.args))
         pools.append(Pool(m.machine_type, accelerator, int(m.accelerator_count or 0) if accelerator else 0,
-                          int(p.replica_count or 0), image, args))
+                          int(p.replica_count or 0), image, args, tuple(p.container_spec.command)))
     return tuple(pools)
 
 
@@ -104,7 +104,7 @@ def to_tuning(proto: Any) -> TuningJob:
         created=_time(proto.create_time), started=_time(proto.start_time), ended=_time(proto.end_time),
         labels=dict(proto.labels), pools=_pools(spec), output_dir=spec.base_output_directory.output_uri_prefix or None,
         resource=json.loads(aiplatform_v1.HyperparameterTuningJob.to_json(proto, use_integers_for_enums=False)),
-        provisioning=_provisioning(spec),
+        provisioning=_provisioning(spec), searched=tuple(p.parameter_id for p in proto.study_spec.parameters),
     )
 
 
