@@ -415,8 +415,11 @@ def test_a_queued_job_is_followed_through_its_wait_and_cancelled_before_it_runs(
     r = run_cli(capsys, "logs", name)
     assert r.code == 0, r.err
     said = r.err.splitlines()
-    assert said[0] == (f"job {job_id}: QUEUED (queued by Vertex: a long wait means the project lacks custom-training "
-                       f"quota for it; Ctrl-C detaches, ftcli jobs cancel {job_id} cancels it)"), said
+    assert said[0].startswith(f"job {job_id}: QUEUED (queued by Vertex, not started: a long wait means the project "
+                              "lacks custom-training quota for it; request more at https://console.cloud.google.com/"
+                              "iam-admin/quotas?project="), said
+    assert said[0].endswith(f", or cancel it and pick another --gpu or --region; Ctrl-C detaches, ftcli jobs cancel "
+                            f"{job_id} cancels it)"), said
     assert "hello from the replica" in r.out and f"job {job_id}: SUCCEEDED" in said  # followed to its end
 
     name = _queued_job(vertex, "print('never')")

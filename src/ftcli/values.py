@@ -19,7 +19,9 @@ from typing import ClassVar, Self
 # PARTIALLY_SUCCEEDED; it has no machine yet while QUEUED ("The job has been just created or resumed and processing
 # has not yet begun") or PENDING ("The service is preparing to run the job").
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED"})
-WAITING_STATES = frozenset({"QUEUED", "PENDING"})  # no machine yet: nothing runs, nothing logs
+# Not running yet: QUEUED has no machine; PENDING is starting them, and a job of several machines may already log
+# from the first (cli/watch.py: waiting_for).
+WAITING_STATES = frozenset({"QUEUED", "PENDING"})
 
 @dataclass(frozen=True, order=True)
 class _ResourceName:

@@ -525,3 +525,18 @@ def test_a_tuning_trials_job_and_a_model_study_show_the_task_and_the_model_that_
                 "container_spec": {"image_uri": "python:3.11", "args": ["--task", "x", "--model", "y"]}}]}})
     rows = {x["id"]: x for x in map(json.loads, run_cli(capsys, "jobs", "list", "--all", "--json").out.splitlines())}
     assert (rows[other.name.rsplit("/", 1)[1]]["task"], rows[other.name.rsplit("/", 1)[1]]["model"]) == (None, None)
+
+
+def test_describe_of_a_job_not_started_says_what_it_waits_for(capsys, cloud_env):
+    # The title said "QUEUED" and nothing else: not that a long QUEUED wait is the project's quota, nor where to raise
+    # it; `ftcli logs` says both
+    gcs, vertex = cloud_env
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")
+    vertex.set_state(job["name"], "QUEUED")
+    r = run_cli(capsys, "jobs", "describe", "1")
+    assert r.code == 0, r.err
+    waiting = next(ln for ln in r.out.splitlines() if ln.lstrip().startswith("waiting"))
+    assert "a long wait means the project lacks custom-training quota" in waiting
+    assert "https://console.cloud.google.com/iam-admin/quotas?project=test-project" in r.out.replace("\n", "")
+    vertex.set_state(job["name"], "RUNNING")
+    assert "waiting" not in run_cli(capsys, "jobs", "describe", "1").out

@@ -93,12 +93,34 @@ def test_a_job_without_machines_says_what_it_waits_for():
     assert buf.getvalue().splitlines() == [
         "job 3: PENDING (waiting for Flex-start GPUs, up to its maximum wait (--max-wait; 1 day by default); Ctrl-C "
         "detaches, ftcli jobs cancel 3 cancels it)", "job 3: RUNNING"]
-    err, buf = console(False)
-    view = FollowView("4", json_out=False, out=out, err=err)
+    buf = io.StringIO()
+    view = FollowView("4", json_out=False, out=out, err=Console(file=buf, width=200, highlight=False))
     view.start(Job(NAME, "run", "PENDING"))
     view.state("PENDING", None)
-    assert buf.getvalue() == ("job 4: PENDING (waiting for machines; Ctrl-C detaches, ftcli jobs cancel 4 cancels "
-                              "it)\n")
+    assert buf.getvalue() == ("job 4: PENDING (Vertex is starting its machines; with several, the job is PENDING "
+                              "until all are up; Ctrl-C detaches, ftcli jobs cancel 4 cancels it)\n")
+
+
+def test_a_queued_job_is_said_as_queued_with_what_to_do_not_as_waiting_for_machines():
+    # QUEUED is "just created or resumed and processing has not yet begun", kept there while the project lacks
+    # custom-training quota: the line that counts the wait said "QUEUED, waiting for machines", none asked for yet,
+    # and nothing said where the quota is raised. A Flex-start job's count said "waiting for machines" too.
+    out, _ = console(False)
+    err, buf = console(False)
+    view = FollowView("5", json_out=False, out=out, err=Console(file=buf, width=300, highlight=False))
+    view.start(Job(NAME, "run", "QUEUED"))
+    view.state("QUEUED", None)
+    view.waiting("QUEUED", 60)
+    assert buf.getvalue().splitlines() == [
+        "job 5: QUEUED (queued by Vertex, not started: a long wait means the project lacks custom-training quota for "
+        "it; request more at https://console.cloud.google.com/iam-admin/quotas?project=p, or cancel it and pick "
+        "another --gpu or --region; Ctrl-C detaches, ftcli jobs cancel 5 cancels it)",
+        "job 5: QUEUED, not started yet · 1m"]
+    err, buf = console(False)
+    view = FollowView("6", json_out=False, out=out, err=err)
+    view.start(Job(NAME, "run", "PENDING", provisioning="Flex-start"))
+    view.waiting("PENDING", 120)
+    assert buf.getvalue() == "job 6: PENDING, waiting for Flex-start GPUs · 2m\n"
 
 
 def test_success_says_what_to_run_next():

@@ -155,9 +155,10 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
     Example: ftcli jobs describe last
     """
     from ftcli import jobs, prices
+    from ftcli.cli.watch import project_id, waiting_for
     from ftcli.follow import error_parts, said_error
     from ftcli.output import escape, note, show_one, span
-    from ftcli.values import TuningName
+    from ftcli.values import WAITING_STATES, TuningName
 
     name = jobs.resolve_any(job, project, region)
     if isinstance(name, TuningName):
@@ -181,6 +182,10 @@ def describe(job: JobArg, project: ProjectOpt = None, region: RegionOpt = None, 
         ("job", lambda r: f"#{r['short_id']} · {r['name']}" if r["short_id"] else r["name"]),
         ("hardware", hardware),
         ("task", lambda r: " · ".join(x for x in (r["task"], r["model"] and f"model {r['model']}") if x)),
+        # what a job that has not started waits for, as `ftcli logs` says it: the state alone left a QUEUED job's
+        # quota, a Flex-start job's day, unsaid
+        ("waiting", lambda r: waiting_for(r["state"], r["provisioning"], project_id(name.project))
+         if r["state"] in WAITING_STATES else None),
         ("created", when("created")),
         ("started", when("started")),
         ("ended", when("ended")),

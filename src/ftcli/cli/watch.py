@@ -35,17 +35,30 @@ def timing_from_env() -> Timing:
     return Timing().scaled(factor)
 
 
-def waiting_for(state: str, provisioning: str | None) -> str:
-    """What a job that has no machines yet waits for. QUEUED: "if your Google Cloud project does not have sufficient
-    remaining custom training quotas for your job, then Vertex AI keeps the job queued until you have sufficient
-    quotas" ("Understand the custom training service"); PENDING: "The service is preparing to run the job" (JobState);
+def waiting_for(state: str, provisioning: str | None, project: str = "PROJECT_ID") -> str:
+    """What a job that has no machines yet waits for, and what the user can do about a long wait. QUEUED: "This
+    period is usually brief, but if your Google Cloud project does not have sufficient remaining custom training
+    quotas for your job, then Vertex AI keeps the job queued until you have sufficient quotas" ("Understand the
+    custom training service"); PENDING: "The service is preparing to run the job" (JobState), and "Vertex AI starts
+    running your code on each worker as soon as it becomes available. When all the workers are available, Vertex AI
+    sets the job state to JOB_STATE_RUNNING" (the same page): a job of several machines may log while PENDING;
     Flex-start: the job waits for its GPUs up to scheduling.maxWaitDuration, "The default value is 1 day" ("Schedule
-    training jobs based on resource availability"; the three at cloud.google.com/vertex-ai/docs, read 2026-11-28)."""
+    training jobs based on resource availability"; the three at cloud.google.com/vertex-ai/docs, read 2026-11-28,
+    the first two again 2026-11-29). `project`: the id the quota page is opened for."""
     if provisioning == "Flex-start":
         return "waiting for Flex-start GPUs, up to its maximum wait (--max-wait; 1 day by default)"
     if state == "QUEUED":
-        return "queued by Vertex: a long wait means the project lacks custom-training quota for it"
-    return "waiting for machines"
+        return ("queued by Vertex, not started: a long wait means the project lacks custom-training quota for it; "
+                f"request more at https://console.cloud.google.com/iam-admin/quotas?project={project}, or cancel it "
+                "and pick another --gpu or --region")
+    return "Vertex is starting its machines; with several, the job is PENDING until all are up"
+
+
+def waiting_briefly(state: str, provisioning: str | None) -> str:
+    """`waiting_for` in a few words, for the line that counts the wait."""
+    if provisioning == "Flex-start":
+        return "waiting for Flex-start GPUs"
+    return "not started yet" if state == "QUEUED" else "waiting for machines"
 
 
 class FollowView(Events):
@@ -60,9 +73,11 @@ class FollowView(Events):
         self.err = err or output.err()
         self.wait = output.Waiting(self.err)
         self.provisioning: str | None = None
+        self.project = "PROJECT_ID"
 
     def start(self, job: Job) -> None:
         self.provisioning = job.provisioning
+        self.project = project_id(job.name.project)
         self.multi = len(job.replica_names) > 1
         self.replicas = set(job.replica_names)
 
@@ -90,8 +105,9 @@ class FollowView(Events):
             emit_json({"event": "state", "state": state, "error": error})
         elif state in WAITING_STATES:
             # what it waits for, and that nobody has to watch it wait (a Flex-start job can wait a day)
-            self.err.print(f"[bold]job {self.shown}: {state}[/] ({waiting_for(state, self.provisioning)}; Ctrl-C "
-                           f"detaches, ftcli jobs cancel {self.shown} cancels it)")
+            why = waiting_for(state, self.provisioning, self.project)
+            self.err.print(f"[bold]job {self.shown}: {state}[/] ({why}; Ctrl-C detaches, ftcli jobs cancel "
+                           f"{self.shown} cancels it)")
         else:
             self.err.print(f"[bold]job {self.shown}: {state}[/]")
 
@@ -105,7 +121,7 @@ class FollowView(Events):
         warn(notice.message, notice.hint)
 
     def waiting(self, state: str, elapsed_s: float) -> None:
-        why = "waiting for machines" if state in WAITING_STATES else "waiting for its first log line"
+        why = waiting_briefly(state, self.provisioning) if state in WAITING_STATES else "waiting for its first log line"
         self.wait.update(f"job {self.shown}: {state}, {why}", elapsed_s)
 
     def done_waiting(self) -> None:
@@ -142,7 +158,7 @@ class FollowView(Events):
             e.print(f"last lines of {outcome.failing_replica or 'the job'}{first}:")
             for line in outcome.last_lines:
                 e.print(f"  {escape(line.text)}")
-        if job.pools and (hint := pull_failure_hint(error, job.pools[0].image, _project_id(job.name.project),
+        if job.pools and (hint := pull_failure_hint(error, job.pools[0].image, project_id(job.name.project),
                                                     job.name.region)):
             e.print(f"[dim]hint:[/] {escape(hint)}")
 
@@ -221,7 +237,7 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
     return outcome.exit_code
 
 
-def _project_id(project: str) -> str:
+def project_id(project: str) -> str:
     """The project's id for a command to copy: a job's name carries the project's number (Artifact Registry paths
     take the id), so the configured project stands in for it, else PROJECT_ID."""
     if not project.isdigit():
