@@ -116,17 +116,19 @@ def test_an_ignored_sighup_nohup_does_not_stop_the_submission(cloud_env, tmp_pat
     assert "submitted job #1" in out and name.rsplit("/", 1)[-1] in out and "interrupted" not in err
 
 
-def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["--detach", "--json"])
+def test_ctrl_c_before_any_job_exists_says_so(cloud_env, tmp_path, monkeypatch, mode):
     gcs, vertex = cloud_env
     with SlowCreateProxy(vertex.address, delay=0) as proxy:
         vertex.fail_next("CreateCustomJob", grpc.StatusCode.UNAVAILABLE, times=1000)  # create never succeeds
         env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
-        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach"], env, tmp_path,
+        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", mode], env, tmp_path,
                                       lambda: vertex.wait_for_requests("CreateCustomJob", 2, timeout=60) or
                                       pytest.fail("the create call was never retried"))
     assert code == 130, err
     assert "interrupted before the job was created; nothing is running" in err and "Traceback" not in err
     assert not vertex.jobs
+    assert out == ""  # (--json: no job, no object; the exit status says it did not finish)
 
 
 def test_ctrl_c_while_uploading_knows_no_job_exists_without_asking(cloud_env, tmp_path):
@@ -182,3 +184,29 @@ def test_ctrl_c_while_following_a_tuning_job_names_it_as_the_submission_does(clo
     # (not "Follow it": describe shows the trials as they are, it follows nothing)
     assert "Its trials: ftcli jobs describe 1   cancel it: ftcli jobs cancel 1" in err and "Follow it" not in err
     assert vertex.tuning_jobs[name].state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back
+
+
+@pytest.mark.parametrize(("command", "sig", "status"), [
+    ("train", signal.SIGINT, 130), ("tune", signal.SIGTERM, 143)])
+def test_json_of_an_interrupted_submission_still_names_the_job_it_created(cloud_env, tmp_path, command, sig, status):
+    # With --json, a signal in the create call left stdout empty: the job was named on stderr only, and a script that
+    # reads stdout for the job's name (to follow it, or cancel it) had nothing while the job ran on, billed. Now stdout
+    # has the object a finished submission prints, marked "interrupted"; without a job, stdout stays empty.
+    gcs, vertex = cloud_env
+    with SlowCreateProxy(vertex.address, delay=60) as proxy:
+        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+
+        def created():
+            assert proxy.created.wait(60), "the create call never arrived"
+            time.sleep(0.5)
+
+        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--json",
+                                       *(["--trials", "2"] if command == "tune" else [])], env, tmp_path, created,
+                                      command=command, sig=sig)
+    (name,) = vertex.tuning_jobs if command == "tune" else vertex.jobs
+    assert code == status, err
+    assert len(out.splitlines()) == 1, out
+    said = json.loads(out)
+    assert said["interrupted"] is True and said["name"] == name and said["short_id"] == 1
+    assert said["id"] == name.rsplit("/", 1)[-1] and said["base_output_dir"].startswith("gs://ftcli-test/team/")
+    assert "keeps running" in err and "Traceback" not in err

@@ -15,7 +15,7 @@ from ftcli.values import JobName, TuningName
 
 if TYPE_CHECKING:
     from ftcli.submit import Submission
-    from ftcli.values import Job
+    from ftcli.values import Job, TuningJob
 
 
 @with_trainer_options(exclude=frozenset({"output_dir"}))
@@ -96,7 +96,7 @@ def train(
     start = 0
     access = submit.BucketFacts()  # what the bucket access check learnt and said, for every candidate tried
     while True:
-        with submitting([c.sub for c in cands[start:]]):
+        with submitting([c.sub for c in cands[start:]], json_out=json_out):
             created, n, sent, start = submit.submit_first(cands, notify=note, uploading=transfer, start=start,
                                                           access=access)
         sub = cands[start].sub
@@ -144,9 +144,7 @@ def _report_and_follow(created: Job, n: int, sent: int, sub: Submission, *, deta
     from ftcli.output import emit_json, escape, out
 
     if json_out:
-        emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
-                   "display_name": created.display_name, "console_url": created.name.console_url,
-                   "base_output_dir": sub.base_output_dir, "uploaded_bytes": sent})
+        emit_json(submitted_json(created, n, sub.base_output_dir, sent))
         return 0
     o = out()
     try:
@@ -166,6 +164,13 @@ def _report_and_follow(created: Job, n: int, sent: int, sub: Submission, *, deta
         raise typer.Exit(130) from None
 
 
+def submitted_json(created: Job | TuningJob, n: int | None, base_output_dir: str, sent: int | None) -> dict:
+    """What `train --json` and `tune --json` print for the job they created (`sent`: the bytes uploaded; None when
+    not known, after an interruption)."""
+    return {"short_id": n, "name": created.name.full, "id": created.name.id, "display_name": created.display_name,
+            "console_url": created.name.console_url, "base_output_dir": base_output_dir, "uploaded_bytes": sent}
+
+
 def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
     from ftcli.output import err
 
@@ -178,7 +183,7 @@ def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
 
 
 @contextlib.contextmanager
-def submitting(subs: Iterable[Submission], *, tuning: bool = False) -> Iterator[None]:
+def submitting(subs: Iterable[Submission], *, tuning: bool = False, json_out: bool = False) -> Iterator[None]:
     """Around the submission of `subs` (any of the candidates still to try; `tuning`: a tuning job's): Ctrl-C, and
     SIGTERM or SIGHUP (a CI step's timeout, a closed terminal; by default they killed ftcli without a word, and the job
     ran on without a short id), say whether a job exists and name it when it does (`interrupted_submission`), then
@@ -190,15 +195,18 @@ def submitting(subs: Iterable[Submission], *, tuning: bool = False) -> Iterator[
         with stop_signals_interrupt() as got:
             yield
     except KeyboardInterrupt:
-        code = interrupted_submission(subs, tuning=tuning)
+        code = interrupted_submission(subs, tuning=tuning, json_out=json_out)
         raise typer.Exit(128 + got[0] if got else code) from None
 
 
-def interrupted_submission(subs: Iterable[Submission], *, tuning: bool = False) -> int:
+def interrupted_submission(subs: Iterable[Submission], *, tuning: bool = False, json_out: bool = False) -> int:
     """Ctrl-C while submitting (any of the candidates still to try; `tuning`: a tuning job's submission): say
-    whether a job exists, and name it when it does; exit 130."""
+    whether a job exists, and name it when it does; exit 130. With --json, a job that exists is also printed on
+    stdout as a finished submission prints it, with "interrupted": true: a script reads the job it must follow or
+    cancel from stdout, and it runs, billed, whether or not the answer to the create call came. Nothing is printed
+    there when no job exists (the exit status says the command did not finish), nor when Vertex could not be asked."""
     from ftcli import submit
-    from ftcli.output import err
+    from ftcli.output import emit_json, err
 
     what = "tuning job" if tuning else "job"
     for sub in subs:
@@ -208,6 +216,8 @@ def interrupted_submission(subs: Iterable[Submission], *, tuning: bool = False) 
                         f"ftcli_submission={sub.submission_id})", markup=False, highlight=False)
             return 130
         if job is not None:
+            if json_out:
+                emit_json({**submitted_json(job, n, sub.base_output_dir, None), "interrupted": True})
             _say_job_keeps_running(job.name, n)
             return 130
     err().print(f"\ninterrupted before the {what} was created; nothing is running", markup=False, highlight=False)

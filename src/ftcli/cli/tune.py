@@ -108,14 +108,12 @@ def tune(
         print(json.dumps(ts.job, indent=2))
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {escape(ts.sub.package_uri)}[/]")
         return
-    from ftcli.cli.train import submitting
+    from ftcli.cli.train import submitted_json, submitting
 
-    with submitting([ts.sub], tuning=True):
+    with submitting([ts.sub], tuning=True, json_out=json_out):
         created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
     if json_out:
-        emit_json({"short_id": n, "name": created.name.full, "id": created.name.id,
-                   "display_name": created.display_name, "console_url": created.name.console_url,
-                   "base_output_dir": ts.sub.base_output_dir, "uploaded_bytes": sent})
+        emit_json(submitted_json(created, n, ts.sub.base_output_dir, sent))
         return
     o = out()
     o.print(f"submitted tuning job [bold]#{n}[/] {escape(created.display_name)}")
