@@ -696,6 +696,27 @@ def test_a_gs_run_folder_stopped_after_its_checkpoints_says_the_same_command_res
     assert "nothing to resume" not in r.err
 
 
+@pytest.mark.parametrize("ended", [dict(code=143, signal=15), dict(code=130)])
+def test_json_of_a_stopped_run_names_the_folder_to_resume_on_stdout(capsys, monkeypatch, tmp_path, ended):
+    # `ftcli local --json` stopped by SIGTERM (a CI step's timeout) or Ctrl-C after a checkpoint left stdout empty: the
+    # run folder to resume in (a fresh ftcli-runs/RUN_ID without --output-dir) was only in stderr's sentence. Now
+    # stdout has one object that says so; stopped before any checkpoint, stdout stays empty.
+    from ftcli import local
+    from tests.cli.helpers import run_cli
+
+    base = tmp_path / "ftcli-runs" / "20261129-1052-ab12"
+    monkeypatch.setattr(local, "run_local", lambda *a, **k: local.LocalRun(base=str(base), **ended))
+    r = run_cli(capsys, "local", "--epochs", "1", "--json")
+    assert r.code == ended["code"] and r.out == "" and "nothing to resume" in r.err
+    (base / "checkpoints" / "step-00000003").mkdir(parents=True)
+    (base / "checkpoints" / "step-00000003" / "_COMPLETE").touch()
+    r = run_cli(capsys, "local", "--epochs", "1", "--json")
+    assert r.code == ended["code"], r.err
+    assert json.loads(r.out) == {"run_folder": str(base), "model": None, "metrics": None, "interrupted": True,
+                                 "resumes_from_step": 3}
+    assert f"the same command with --output-dir {base} resumes from its checkpoint at step 3" in r.err
+
+
 def test_the_launcher_imports_where_the_platform_has_no_sighup_or_sigquit():
     # Windows defines neither: `ftcli predict`, `ftcli local` and `ftcli train --smoke` import ftcli.local, and
     # naming them there was an AttributeError traceback before anything ran.

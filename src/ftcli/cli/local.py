@@ -34,7 +34,8 @@ def local(
     With no options it fine-tunes MiniLM-L6 on the bundled SST-2 sample, offline, in a few minutes on a
     laptop CPU. Run again with the same --output-dir and the same data and options, it resumes from the last
     checkpoint; with other data or options it refuses (use a new --output-dir, or --restart). --json prints the
-    run folder, the model folder and its metrics as one JSON object (the trainer's output goes to stderr).
+    run folder, the model folder and its metrics as one JSON object (the trainer's output goes to stderr); a run
+    stopped after a checkpoint prints its run folder with "interrupted": true and the step it resumes from.
 
     Examples:
 
@@ -43,7 +44,7 @@ def local(
       ftcli local --task csv --train-file reviews.csv --label-column sentiment --model distilbert-base-uncased
     """
     from ftcli.local import run_local
-    from ftcli.output import err, escape, note, show_one
+    from ftcli.output import emit_json, err, escape, note, show_one
 
     run = run_local(trainer, offline, restart, say=note, quiet_stdout=json_out)
     if run.code == 0:
@@ -57,9 +58,15 @@ def local(
     if stopped_by := _stop_signal(run):
         how = "interrupted" if stopped_by == signal.SIGINT else f"stopped by {signal.Signals(stopped_by).name}"
         # The one line of a stopped run: the trainer leaves it to ftcli (STOPS_SAID_BY_VAR), whose command it is
-        resumes = _resumes(run.base)
-        err().print(f"{how}; {resumes}" if resumes else f"{how} before the first checkpoint; nothing to resume",
-                    markup=False)
+        step = _resume_step(run.base)
+        if json_out and step is not None:
+            # The run to resume is what the script must act on, and its folder (a fresh ./ftcli-runs/RUN_ID unless
+            # --output-dir named one) was on stderr only, in a sentence: stdout holds it as an object, "interrupted"
+            # and without a model; a run with nothing to resume leaves stdout empty, the exit status saying it stopped
+            emit_json({"run_folder": run.base, "model": None, "metrics": None, "interrupted": True,
+                       "resumes_from_step": step})
+        err().print(f"{how}; {_resumes(run.base, step)}" if step is not None else
+                    f"{how} before the first checkpoint; nothing to resume", markup=False)
         raise typer.Exit(128 + stopped_by)
     if run.code == 2:  # the trainer already printed its one-line error
         raise typer.Exit(2)
@@ -81,13 +88,18 @@ def _stop_signal(run: LocalRun) -> int | None:
     return {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM}.get(run.code)
 
 
-def _resumes(base: str) -> str | None:
-    """'the same command with --output-dir BASE resumes from its checkpoint at step N' where a complete checkpoint is
-    there to resume, else None."""
+def _resume_step(base: str) -> int | None:
+    """The step of the newest complete checkpoint in run folder `base`, which a run started again resumes from."""
     from ftcli_trainer import checkpoint, storage
 
     # (storage.join: Path() made gs://b/run's checkpoints gs:/b/run/checkpoints, a local folder that is never there)
-    step = checkpoint.newest_complete_step(storage.join(base, "checkpoints"))
+    return checkpoint.newest_complete_step(storage.join(base, "checkpoints"))
+
+
+def _resumes(base: str, step: int | None = None) -> str | None:
+    """'the same command with --output-dir BASE resumes from its checkpoint at step N' where a complete checkpoint is
+    there to resume (at `step`, when it was looked up already), else None."""
+    step = _resume_step(base) if step is None else step
     if step is None:
         return None
     return f"the same command with --output-dir {base} resumes from its checkpoint at step {step}"
