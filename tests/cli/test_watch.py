@@ -150,6 +150,14 @@ def test_success_says_what_to_run_next():
     job = Job(NAME, "run", "SUCCEEDED", pools=(Pool("n1-standard-4", args=("--task", "csv", "--text-column", "t")),))
     FollowView("6", json_out=False, out=out, err=err).ended(Outcome("SUCCEEDED", job))
     assert buf.getvalue() == 'next: ftcli download 6   ·   ftcli predict 6 "text"\n'
+    # a tuning trial's job (`ftcli logs 4 --trial 2`) has no labels: its task is in the trainer's options, and a
+    # sentence-pair task's --pair was left out of the next line
+    err, buf = console(False)
+    trial = Pool("n1-standard-4", args=("--task", "mnli", "--learning_rate", "3e-05"),
+                 command=("bash", "-c", "exec python -m ftcli_trainer.task \"$@\""))
+    FollowView("7", json_out=False, out=out, err=err).ended(Outcome("SUCCEEDED", Job(NAME, "t", "SUCCEEDED",
+                                                                                     pools=(trial,))))
+    assert buf.getvalue() == 'next: ftcli download 7   ·   ftcli predict 7 "text" --pair "hypothesis"\n'
 
 
 def test_the_end_says_what_the_job_cost_at_the_users_rates(tmp_path, monkeypatch):

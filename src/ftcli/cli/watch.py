@@ -254,9 +254,10 @@ def project_id(project: str) -> str:
 def _pair_hint(job: Job) -> str:
     """` --pair "COLUMN"` when the job trained on sentence pairs: its task (its label) is one of pairs, or its
     trainer options name a --text-pair-column (a CSV of pairs). `predict` then needs a pair per text."""
-    from ftcli.spec import TASK_LABEL
+    from ftcli.jobs import task_and_model
     from ftcli_trainer.tasks import TASKS
 
-    task = TASKS.get(job.labels.get(TASK_LABEL) or "")
+    # (the labels of ftcli's own jobs, or a tuning trial's trainer options: its job has no labels)
+    task = TASKS.get(task_and_model(job.labels, job.pools)[0] or "")
     column = job.trainer_option("text_pair_column") or (task.text_pair_column if task is not None else None)
     return f' --pair "{column}"' if column else ""
