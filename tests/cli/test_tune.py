@@ -464,6 +464,25 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypa
     assert r.code == 2 and "--trial is for tuning jobs" in r.err
 
 
+def test_a_queued_study_says_what_it_waits_for_when_followed_and_described(capsys, cloud_env, monkeypatch):
+    # Vertex keeps "a CustomJob or HyperparameterTuningJob" QUEUED while the project lacks custom-training quota: a
+    # followed study said only "tuning job 1: QUEUED", and `jobs describe` the state in its title
+    gcs, vertex = cloud_env
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.01")
+    vertex.next_tuning_scripts = [["QUEUED", "QUEUED", "CANCELLED"]]
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--search",
+                "learning_rate=loguniform(1e-5,1e-4)")
+    assert r.code == 4, r.err
+    quota = ("tuning job 1: QUEUED (queued by Vertex, not started: a long wait means the project lacks custom-training "
+             "quota for it; request more at https://console.cloud.google.com/iam-admin/quotas?project=test-project, "
+             "or cancel it and pick another --gpu or --region; Ctrl-C detaches, ftcli jobs cancel 1 cancels it)")
+    assert quota in r.err.splitlines(), r.err
+    vertex.next_tuning_scripts = [["QUEUED"]]
+    assert run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--detach").code == 0
+    r = run_cli(capsys, "jobs", "describe", "2")
+    assert r.code == 0 and "a long wait means the project lacks custom-training quota" in r.out, r.out
+
+
 def test_p100_warns_of_its_end_of_support(capsys, monkeypatch, tmp_path):
     # configure-compute (read 2026-11-27): "NVIDIA P100 GPUs reach end of support on September 15, 2026".
     monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))

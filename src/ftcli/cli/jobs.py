@@ -219,6 +219,7 @@ def _spent_line(spent: Spent | None, why: str | None, span: Callable[[float | No
 def _describe_tuning(name: TuningName, json_out: bool) -> None:
     """A tuning job: the study, and its trials best first."""
     from ftcli import jobs, prices, tuning
+    from ftcli.cli.watch import project_id, tuning_waiting_for
     from ftcli.follow import error_parts, said_error
     from ftcli.output import Column, escape, note, out, show_list, show_one, span
 
@@ -235,6 +236,7 @@ def _describe_tuning(name: TuningName, json_out: bool) -> None:
                             f"trials, {study['parallel']} at a time"),
         ("hardware", lambda r: r["hardware"]),
         ("task", lambda r: " · ".join(x for x in (r["task"], r["model"] and f"model {r['model']}") if x)),
+        ("waiting", lambda r: tuning_waiting_for(r["state"], tj.provisioning, project_id(name.project))),
         ("best", lambda r: f"trial {r['best_trial']}: {r['metric']['value']:.4f}" if r["best_trial"] else None),
         ("cost", lambda r: _spent_line(spent, why, span, "of trials")),
         ("output", lambda r: r["output_dir"] and f"{r['output_dir']}/TRIAL_ID/model/"),

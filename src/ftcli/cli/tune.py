@@ -131,7 +131,7 @@ def tune(
 def _follow(name: TuningName, n: int) -> int:
     from ftcli import tuning
     from ftcli.cli.train import _say_job_keeps_running
-    from ftcli.cli.watch import stop_signals_interrupt, timing_from_env
+    from ftcli.cli.watch import project_id, stop_signals_interrupt, timing_from_env, tuning_waiting_for
     from ftcli.errors import FollowingLost
     from ftcli.follow import EXIT_FOR_STATE, error_parts, said_error
     from ftcli.output import err, note, out, warn
@@ -147,7 +147,10 @@ def _follow(name: TuningName, n: int) -> int:
             parts = [f"trial {t.id} {t.state}", _values(t.params), value, why]
             o.print(" · ".join(p for p in parts if p), markup=False, highlight=False)
         if not changed:
-            err().print(f"tuning job {n}: {job.state}", markup=False, highlight=False)
+            # a study not started yet says why, as `ftcli logs` says it of a job (a QUEUED one: the project's quota)
+            why = tuning_waiting_for(job.state, job.provisioning, project_id(name.project))
+            err().print(f"tuning job {n}: {job.state}" + (f" ({why}; Ctrl-C detaches, ftcli jobs cancel {n} cancels "
+                        "it)" if why else ""), markup=False, highlight=False)
 
     try:
         with stop_signals_interrupt() as got:

@@ -54,6 +54,15 @@ def waiting_for(state: str, provisioning: str | None, project: str = "PROJECT_ID
     return "Vertex is starting its machines; with several, the job is PENDING until all are up"
 
 
+def tuning_waiting_for(state: str, provisioning: str | None, project: str = "PROJECT_ID") -> str | None:
+    """What a tuning job not started yet waits for, where the docs say it: QUEUED, the project's quota, as a CustomJob's
+    (the page `waiting_for` cites says it of "a CustomJob or HyperparameterTuningJob"), and Flex-start GPUs; None for
+    a PENDING one on demand, whose trials' machines the docs say nothing of."""
+    if state == "QUEUED" or (provisioning == "Flex-start" and state in WAITING_STATES):
+        return waiting_for(state, provisioning, project)
+    return None
+
+
 def waiting_briefly(state: str, provisioning: str | None) -> str:
     """`waiting_for` in a few words, for the line that counts the wait."""
     if provisioning == "Flex-start":
