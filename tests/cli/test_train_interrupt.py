@@ -65,13 +65,9 @@ class SlowCreateProxy:
         self.upstream.close()
 
 
-@pytest.mark.parametrize(("command", "sig", "status"), [
-    ("train", signal.SIGINT, 130), ("tune", signal.SIGINT, 130),
-    # a CI step's timeout (SIGTERM) or a closed terminal (SIGHUP) killed ftcli without a word, the job unnamed
-    ("train", signal.SIGTERM, 143), ("train", signal.SIGHUP, 129)])
-def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_path, command, sig, status):
-    # tune: Ctrl-C in the create call said only "interrupted", and the tuning job ran on unnamed, without a short id
-    gcs, vertex = cloud_env
+def signal_in_create(vertex, tmp_path, command: str, sig: int, mode: str) -> tuple[int, str, str]:
+    """`ftcli train` (or `tune --trials 2`) of imdb on a T4 with `mode` (--detach, --json), given `sig` half a second
+    into a create call that the server holds for a minute: (exit status, stdout, stderr)."""
     with SlowCreateProxy(vertex.address, delay=60) as proxy:
         env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
 
@@ -79,9 +75,18 @@ def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_
             assert proxy.created.wait(60), "the create call never arrived"
             time.sleep(0.5)
 
-        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--detach",
-                                       *(["--trials", "2"] if command == "tune" else [])], env, tmp_path, created,
-                                      command=command, sig=sig)
+        return ctrl_c_train(["--task", "imdb", "--gpu", "T4", mode, *(["--trials", "2"] if command == "tune" else [])],
+                            env, tmp_path, created, command=command, sig=sig)
+
+
+@pytest.mark.parametrize(("command", "sig", "status"), [
+    ("train", signal.SIGINT, 130), ("tune", signal.SIGINT, 130),
+    # a CI step's timeout (SIGTERM) or a closed terminal (SIGHUP) killed ftcli without a word, the job unnamed
+    ("train", signal.SIGTERM, 143), ("train", signal.SIGHUP, 129)])
+def test_ctrl_c_while_the_create_call_is_in_flight_names_the_job(cloud_env, tmp_path, command, sig, status):
+    # tune: Ctrl-C in the create call said only "interrupted", and the tuning job ran on unnamed, without a short id
+    gcs, vertex = cloud_env
+    code, out, err = signal_in_create(vertex, tmp_path, command, sig, "--detach")
     made = vertex.tuning_jobs if command == "tune" else vertex.jobs
     (name,) = made
     what, follow = ("tuning job", "ftcli jobs describe 1") if command == "tune" else ("job", "ftcli logs 1")
@@ -193,16 +198,7 @@ def test_json_of_an_interrupted_submission_still_names_the_job_it_created(cloud_
     # reads stdout for the job's name (to follow it, or cancel it) had nothing while the job ran on, billed. Now stdout
     # has the object a finished submission prints, marked "interrupted"; without a job, stdout stays empty.
     gcs, vertex = cloud_env
-    with SlowCreateProxy(vertex.address, delay=60) as proxy:
-        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
-
-        def created():
-            assert proxy.created.wait(60), "the create call never arrived"
-            time.sleep(0.5)
-
-        code, out, err = ctrl_c_train(["--task", "imdb", "--gpu", "T4", "--json",
-                                       *(["--trials", "2"] if command == "tune" else [])], env, tmp_path, created,
-                                      command=command, sig=sig)
+    code, out, err = signal_in_create(vertex, tmp_path, command, sig, "--json")
     (name,) = vertex.tuning_jobs if command == "tune" else vertex.jobs
     assert code == status, err
     assert len(out.splitlines()) == 1, out
