@@ -63,14 +63,26 @@ def _staged(root: str, name: str, prefix: str, what: str, files: list) -> Iterat
             shutil.rmtree(staged, ignore_errors=True)
 
 
-def save(root: str, step: int, model: torch.nn.Module, state: dict) -> None:
+WEIGHTS = "model.safetensors"
+# In a final checkpoint's trainer_state.pt: its WEIGHTS are the file the export writes (save_pretrained's), so the
+# export takes that file instead of writing the same weights again (export.export_model's weights_from).
+AS_EXPORTED = "weights_as_exported"
+
+
+def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool = False) -> bool:
+    """Write the step's checkpoint. `final` (after the last epoch, or an early stop: the export follows) writes the
+    weights as the export does when it can (_save_as_exported); return whether it did."""
     import torch
     from safetensors.torch import save_model
 
     still_held(root)  # never over another run's checkpoints
     files: list[storage.RecordingFile] = []
+    as_exported = False
     with _staged(root, f"step-{step:08d}", "ckpt", f"the step {step} checkpoint", files) as staged:
-        save_model(model, str(staged / "model.safetensors"))
+        as_exported = final and _save_as_exported(model, staged)
+        if not as_exported:
+            save_model(model, str(staged / WEIGHTS))
+        state = {**state, AS_EXPORTED: True} if as_exported else state
         files.append(state_file := storage.RecordingFile(staged / "trainer_state.pt", "wb"))
         with state_file:
             torch.save(state, state_file)
@@ -81,6 +93,37 @@ def save(root: str, step: int, model: torch.nn.Module, state: dict) -> None:
     for _, name in _list(root):
         if name not in keep:
             _remove(storage.join(root, name))
+    return as_exported
+
+
+def _save_as_exported(model: torch.nn.Module, staged: Path) -> bool:
+    """The weights written into `staged` as the export writes them (save_pretrained: its tensor names, its "format"
+    metadata, which from_pretrained requires), when that one file loads back into `model` as a checkpoint does
+    (load_latest's load_model, strict). The last epoch's checkpoint and the export held the same tensors, written
+    twice (BERT-base: 440 MB more written and uploaded at the end of every job); the export now takes this file
+    (export.export_model's weights_from). Not when save_pretrained shards the weights or renames them (a model with
+    conversions on save): the checkpoint is written as any other then, and the export writes its own."""
+    from safetensors import safe_open
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # ("Writing model shards", a bar on the job's stderr)
+    written = staged / ".save_pretrained"
+    model.save_pretrained(written)  # type: ignore[operator]  # (a PreTrainedModel: every model the trainer loads)
+    try:
+        if not (written / WEIGHTS).is_file() or any(written.glob("*.index.json")):
+            return False
+        with safe_open(str(written / WEIGHTS), "pt") as f:
+            names = set(f.keys())
+        tensors = model.state_dict()
+        # load_model takes a name left out when it shares its storage with one that is there (tied weights)
+        kept = {tensors[n].untyped_storage().data_ptr() for n in names & tensors.keys()}
+        if names - tensors.keys() or any(tensors[n].untyped_storage().data_ptr() not in kept
+                                         for n in tensors.keys() - names):
+            return False
+        os.replace(written / WEIGHTS, staged / WEIGHTS)
+        return True
+    finally:
+        shutil.rmtree(written, ignore_errors=True)
 
 
 def save_best(root: str, step: int, model: torch.nn.Module, info: dict) -> None:
@@ -93,7 +136,7 @@ def save_best(root: str, step: int, model: torch.nn.Module, info: dict) -> None:
 
     still_held(root)  # never over another run's
     with _staged(root, f"best-{step:08d}", "best", f"the best weights (step {step})", []) as staged:
-        save_model(model, str(staged / "model.safetensors"))
+        save_model(model, str(staged / WEIGHTS))
         (staged / "best.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 

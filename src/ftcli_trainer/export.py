@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ftcli_trainer import storage
+from ftcli_trainer.checkpoint import WEIGHTS
 from ftcli_trainer.errors import TrainerError
 
 if TYPE_CHECKING:
@@ -65,9 +66,13 @@ def metrics_json(metrics: dict) -> str:
 
 
 def export_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, model_dir: str, metrics: dict,
-                 run_config: dict, predictions: dict[str, np.ndarray] | None = None) -> None:
+                 run_config: dict, predictions: dict[str, np.ndarray] | None = None,
+                 weights_from: str | None = None) -> None:
+    """`weights_from`: a checkpoint folder whose weights file is the model's weights as save_pretrained writes them
+    (the final checkpoint's: checkpoint._save_as_exported), taken instead of written again."""
     staged = None
     target = model_dir
+    copies: dict[str, str] = {}
     try:
         if storage.is_gcs(model_dir):
             staged = storage.local_tmp("model")
@@ -84,7 +89,19 @@ def export_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, mod
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        model.save_pretrained(staged)
+        if weights_from is not None and storage.is_gcs(weights_from) == storage.is_gcs(model_dir):
+            # The last checkpoint wrote these weights a moment ago with this very call: its file is taken (a hard
+            # link, or a copy made inside Cloud Storage), and save_pretrained writes the rest (the config, a
+            # remote-code model's code), which an empty state_dict leaves without a weights file.
+            model.save_pretrained(staged, state_dict={})
+            (staged / WEIGHTS).unlink(missing_ok=True)
+            source = storage.join(weights_from, WEIGHTS)
+            if storage.is_gcs(model_dir):
+                copies[WEIGHTS] = source
+            else:
+                storage.link_or_copy(Path(source), staged / WEIGHTS)
+        else:
+            model.save_pretrained(staged)
         # The length the run trained and evaluated at becomes the tokenizer's limit: pipeline(...) and ftcli predict
         # then cut a long text where the run did, not at the model's 512 (the same text scored differently).
         told = getattr(tokenizer, "model_max_length", None)
@@ -117,7 +134,7 @@ def export_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, mod
             # mypy: a **dict could fill savez's allow_pickle; these keys are array names ("eval/labels", ...). NumPy
             # 1.26's stubs (the floor) do not say so: unused-ignore there.
             np.savez_compressed(staged / PREDICTIONS, **predictions)  # type: ignore[arg-type, unused-ignore]
-        storage.publish_dir(staged, target)
+        storage.publish_dir(staged, target, copies=copies)
     except Exception as e:
         os_error = storage.os_error_of(e)  # save_pretrained's safetensors reports "(os error 28)"
         if os_error is None:

@@ -354,6 +354,9 @@ class Trainer:
         self._lost_best: int | None = None  # the step of a best whose weights were gone at the resume
         self._best_refs: list[int | None] = []
         self.last_eval: dict = {}
+        # The checkpoint folder whose weights file holds the model's weights as the export writes them (a final
+        # checkpoint's: checkpoint.save), for the export to take instead of writing them again; None: it writes them
+        self.weights_from: str | None = None
         # called as f(kind, global_step, values) for each metrics.jsonl row
         self.record_callbacks: list[Callable[[str, int, dict], None]] = []
         self._tb: SummaryWriter | Literal[False] | None = None  # None: not opened yet; False: none (or failed)
@@ -491,6 +494,8 @@ class Trainer:
             return
         self.global_step = int(state["global_step"])
         self.epoch = int(state["epoch"])
+        if state.get(checkpoint.AS_EXPORTED):  # (a final checkpoint: the export takes its weights file)
+            self.weights_from = storage.join(self.paths.checkpoint_dir, f"step-{self.global_step:08d}")
         self._eval_pending = bool(state.get("eval_pending", False))
         if "optimizer" in state:
             written_by = int(state.get("world_size", self.dist.world_size))  # (absent: written before it was kept)
@@ -693,7 +698,9 @@ class Trainer:
             if self.best is not None:
                 state["best"] = dict(self.best)
             state["bad_evals"] = self.bad_evals  # (NaN evaluations count before any best too)
-        checkpoint.save(self.paths.checkpoint_dir, self.global_step, self.model, state)
+        root = self.paths.checkpoint_dir
+        as_exported = checkpoint.save(root, self.global_step, self.model, state, final=final)
+        self.weights_from = storage.join(root, f"step-{self.global_step:08d}") if as_exported else None
         if self.keep_best:
             # The kept checkpoints' best weights stay (a resume from either needs its own); older ones go
             self._best_refs = [*self._best_refs, self.best["step"] if self.best else None][-checkpoint.KEEP:]
@@ -1011,6 +1018,7 @@ class Trainer:
                 if self.early_stopped:  # the run ends here: its checkpoint says so, for a restart
                     self._pause(lambda: self.save_checkpoint(final=True), sync=False)
             while self.epoch < cfg.epochs and not self.early_stopped:
+                self.weights_from = None  # (steps to train: no checkpoint holds the weights the export will have)
                 global_batches = [b for b in plan_batches(self.train_enc.lengths, self.global_batch, cfg.seed,
                                                           self.epoch) if len(b) >= self.dist.world_size]
                 batches = shard_batches(global_batches, self.dist)
@@ -1130,6 +1138,7 @@ class Trainer:
         kept = last_eval
         if self.best["step"] != self.global_step:
             checkpoint.load_best(self.paths.checkpoint_dir, self.best["step"], self.model)
+            self.weights_from = None  # (the best weights, not the final checkpoint's)
             # (cut short by a stop asked for during the last, or the early stop's, checkpoint: written, it is the one
             # to resume from, and the restart evaluates the best weights again; this evaluation can take minutes)
             kept = self._evaluate_or_stop()

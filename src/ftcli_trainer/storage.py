@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -403,24 +403,28 @@ def _export_list_text(files: AbstractSet[str]) -> str:
     return json.dumps({"ftcli_export": 1, "files": sorted(files)}, indent=2) + "\n"
 
 
-def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = False) -> None:
+def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = False,
+               copies: Mapping[str, str] | None = None) -> None:
     """Upload a folder's files under `uri`, in parallel.
 
     With `marker` (a model or a checkpoint) the folder is published whole: an old completion marker goes first
     (a reader never takes a half-overwritten folder for complete), objects the new folder no longer has go
     next, and the marker is written last. With `ours_only` (a model) only objects an earlier export wrote (its
     EXPORT_MANIFEST) are replaced or removed: what the user put beside them stays; one of theirs where the new export
-    writes a file raises InTheWay before anything changes.
+    writes a file raises InTheWay before anything changes. `copies` (a name relative to `uri` -> a gs:// object) are
+    files of the folder too, copied inside Cloud Storage (_copy_object) instead of uploaded.
     """
     from google.cloud.storage import transfer_manager
 
+    copies = copies or {}
     bucket_name, prefix = split_gcs(uri)
     base = f"{prefix}/" if prefix else ""
     client = _client()
     bucket = client.bucket(bucket_name)
     files = sorted(p for p in local.rglob("*")
-                   if p.is_file() and p.name != COMPLETE_MARKER and not (ours_only and p.name == EXPORT_MANIFEST))
-    rels = {p.relative_to(local).as_posix() for p in files}
+                   if p.is_file() and p.name != COMPLETE_MARKER and not (ours_only and p.name == EXPORT_MANIFEST)
+                   and p.relative_to(local).as_posix() not in copies)
+    rels = {p.relative_to(local).as_posix() for p in files} | set(copies)
     names = {base + rel for rel in rels}
     old: list[str] = []
     stale: list[str] = []
@@ -445,12 +449,37 @@ def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = 
     pairs = [(str(p), bucket.blob(base + p.relative_to(local).as_posix())) for p in files]
     transfer_manager.upload_many(pairs, raise_exception=True, worker_type=transfer_manager.THREAD,
                                  max_workers=TRANSFER_WORKERS)
+    for rel, source in sorted(copies.items()):
+        _copy_object(source, bucket.blob(base + rel))
     if marker:
         for name in stale:
             bucket.blob(name).delete()
         if ours_only:
             bucket.blob(base + EXPORT_MANIFEST).upload_from_string(_export_list_text(rels).encode())
         bucket.blob(base + COMPLETE_MARKER).upload_from_string(b"")
+
+
+def _copy_object(source: str, dest: Any) -> None:
+    """The gs:// object `source` copied to the blob `dest` by Cloud Storage itself: no byte through this machine.
+    "For large objects, this method requires the use of multiple requests ... you must keep calling the endpoint
+    using the rewriteToken returned in the prior response until the done flag is true" (Objects: rewrite,
+    https://cloud.google.com/storage/docs/json_api/v1/objects/rewrite, read 2026-11-29); within one location and
+    storage class it is done in one."""
+    bucket_name, name = split_gcs(source)
+    blob = _client().bucket(bucket_name).blob(name)
+    token, _, _ = dest.rewrite(blob)
+    while token is not None:
+        token, _, _ = dest.rewrite(blob, token=token)
+
+
+def link_or_copy(source: Path, dest: Path) -> None:
+    """`dest` as a second name of the file `source` (a hard link: nothing written), or a copy of it where the two
+    cannot share it (another filesystem: a folder linked to a bigger disk; a filesystem without hard links). Every
+    writer here replaces a file whole (a new file renamed over it), never in place, so the two names never differ."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
 
 
 def list_subdirs(uri: str) -> list[str]:
@@ -629,22 +658,23 @@ def _usual_modes(folder: Path) -> None:
             path.chmod(mode | usual)
 
 
-def publish_dir(staged: Path, target: str, ours_only: bool = True) -> None:
+def publish_dir(staged: Path, target: str, ours_only: bool = True, copies: Mapping[str, str] | None = None) -> None:
     """Make `staged` appear at `target` whole: a rename locally, marker-last on GCS. With `ours_only` (a model) the
     folder gets the list of its files (EXPORT_MANIFEST), and a `target` that is there is written into only when it is
     an earlier export (its marker or list) or empty: only the earlier export's files are replaced or removed, and
     what else the user put there stays (one of theirs where this export has a file: refused, nothing changed, the new
     model beside it). A checkpoint's step-N, in a folder that is the trainer's own, is replaced whole, torn or not
-    (ours_only=False)."""
-    rels = _files_in(staged) - {COMPLETE_MARKER, EXPORT_MANIFEST}
+    (ours_only=False). `copies` (gs:// `target` only: upload_dir's) are files of the folder copied from objects."""
+    rels = _files_in(staged) - {COMPLETE_MARKER, EXPORT_MANIFEST} | set(copies or {})
     if ours_only:
         (staged / EXPORT_MANIFEST).write_text(_export_list_text(rels), encoding="utf-8")
     if is_gcs(target):
         try:
-            upload_dir(staged, target, ours_only=ours_only)
+            upload_dir(staged, target, ours_only=ours_only, copies=copies)
         except InTheWay as e:
-            _beside(staged, target, f"{join(target, e.names[0])}" + _more(e.names))
+            _beside(staged, target, f"{join(target, e.names[0])}" + _more(e.names), copies)
         return
+    assert not copies, "copies are for a gs:// target"
     dest = Path(target)
     (staged / COMPLETE_MARKER).touch()
     _usual_modes(staged)
@@ -677,7 +707,8 @@ def _more(names: list[str]) -> str:
     return f" (and {len(names) - 1} more)" if len(names) > 1 else ""
 
 
-def _beside(staged: Path, target: str, theirs: str | None = None) -> NoReturn:
+def _beside(staged: Path, target: str, theirs: str | None = None,
+            copies: Mapping[str, str] | None = None) -> NoReturn:
     """Refuse to export into `target`: the new model goes to `target-TIME` beside it, and the error says so."""
     import datetime as dt
 
@@ -685,7 +716,7 @@ def _beside(staged: Path, target: str, theirs: str | None = None) -> NoReturn:
 
     beside = f"{target.rstrip('/')}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     if is_gcs(beside):
-        upload_dir(staged, beside, ours_only=True)
+        upload_dir(staged, beside, ours_only=True, copies=copies)
     else:
         staged.rename(beside)
     if theirs is None:

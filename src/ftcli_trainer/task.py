@@ -281,7 +281,7 @@ def run(cfg: TrainConfig) -> dict:
     predictions = prediction_arrays(trainer.predictions, data.label_names, data.multi_label, data.regression,
                                     cfg.threshold)
     checkpoint.still_held(paths.checkpoint_dir)  # the export never replaces another run's
-    export_model(model, tokenizer, paths.model_dir, results, run_config, predictions)
+    export_model(model, tokenizer, paths.model_dir, results, run_config, predictions, trainer.weights_from)
     if storage.is_gcs(paths.logs_dir):
         trainer.sync_logs(final=True)
         shutil.rmtree(paths.local_logs_dir, ignore_errors=True)

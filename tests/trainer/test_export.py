@@ -134,3 +134,53 @@ def test_a_run_resumed_after_its_export_keeps_what_the_user_added_to_its_model_f
     assert {"config.json", "model.safetensors", "metrics.json", "ftcli_run.json"} <= wrote
     assert wrote == {p.relative_to(model).as_posix() for p in model.rglob("*") if p.is_file()} - {
         storage.COMPLETE_MARKER, storage.EXPORT_MANIFEST, "README.md"}
+
+
+def test_the_last_checkpoints_weights_are_written_once_and_exported_again_after_a_stop_during_the_export(
+        tiny_model, sentiment_csv, tmp_path):
+    # The last epoch's checkpoint and the export wrote the same tensors twice (BERT-base: 440 MB more written, and
+    # uploaded from a job, at the end of every run). The export now takes the checkpoint's file (written as
+    # save_pretrained writes it): one file, two names. A run stopped during its export exports it again from there.
+    import os
+    import shutil
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSequenceClassification
+
+    from ftcli_trainer import checkpoint
+    from ftcli_trainer.task import main
+
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "2", "--batch-size", "16", "--output-dir", str(out)]
+    assert main(argv) == 0
+    first, last = sorted((out / "checkpoints").glob("step-*"))
+    exported = out / "model" / "model.safetensors"
+    assert os.path.samefile(exported, last / "model.safetensors")
+    assert not os.path.samefile(exported, first / "model.safetensors")  # (that one is the first epoch's)
+    assert sorted(p.name for p in last.iterdir()) == ["_COMPLETE", "model.safetensors", "trainer_state.pt"]
+    with safe_open(str(exported), "pt") as f:
+        assert f.metadata() == {"format": "pt"}  # what from_pretrained requires of a safetensors file
+    weights = load_file(exported)
+
+    shutil.rmtree(out / "model")  # stopped during the export
+    assert main(argv) == 0
+    assert os.path.samefile(exported, last / "model.safetensors")
+    again = load_file(exported)
+    assert again.keys() == weights.keys() and all(torch.equal(again[k], weights[k]) for k in weights)
+
+    # a last checkpoint written as any other (an earlier trainer's): the export writes the weights itself
+    state = torch.load(last / "trainer_state.pt", weights_only=True)
+    torch.save({k: v for k, v in state.items() if k != checkpoint.AS_EXPORTED}, last / "trainer_state.pt")
+    shutil.rmtree(out / "model")
+    assert main(argv) == 0
+    assert not os.path.samefile(exported, last / "model.safetensors")
+    again = load_file(exported)
+    assert again.keys() == weights.keys() and all(torch.equal(again[k], weights[k]) for k in weights)
+
+    shutil.rmtree(out / "checkpoints")  # removed to make room: the model is whole without them
+    loaded = AutoModelForSequenceClassification.from_pretrained(out / "model")
+    assert all(torch.equal(loaded.state_dict()[k], weights[k]) for k in weights)

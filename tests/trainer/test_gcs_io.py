@@ -59,6 +59,44 @@ def test_gs_data_in_gs_outputs_out_then_resume_from_gs(gcs, tiny_model, sentimen
     assert gcs.read("vertex-out", "runs/job-1/logs/metrics.jsonl").startswith(curve)
 
 
+
+def test_a_jobs_export_copies_the_last_checkpoints_weights_inside_the_bucket(gcs, tiny_model, sentiment_csv,
+                                                                             monkeypatch, tmp_path):
+    # The job uploaded the last epoch's weights twice, once in its checkpoint and once in the export (BERT-base:
+    # 440 MB more from the VM at the end of every job). The export's object is now a copy made by Cloud Storage.
+    from google.cloud.storage import transfer_manager
+    from safetensors import safe_open
+
+    train, test = sentiment_csv
+    gcs.create_bucket("vertex-out")
+    base = "gs://vertex-out/runs/job-3"
+    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
+    monkeypatch.chdir(tmp_path)
+    uploaded, upload_many = [], transfer_manager.upload_many
+    monkeypatch.setattr(transfer_manager, "upload_many",
+                        lambda pairs, **kw: uploaded.extend(b.name for _, b in pairs) or upload_many(pairs, **kw))
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "2", "--batch-size", "16"]
+    assert main(argv) == 0
+    weights = sorted(n for n in uploaded if n.endswith("model.safetensors"))
+    assert weights == ["runs/job-3/checkpoints/step-00000015/model.safetensors",
+                       "runs/job-3/checkpoints/step-00000030/model.safetensors"]
+    exported = gcs.read("vertex-out", "runs/job-3/model/model.safetensors")
+    assert exported == gcs.read("vertex-out", "runs/job-3/checkpoints/step-00000030/model.safetensors")
+    (tmp_path / "w.safetensors").write_bytes(exported)
+    with safe_open(str(tmp_path / "w.safetensors"), "pt") as f:
+        assert f.metadata() == {"format": "pt"}
+    assert "model.safetensors" in json.loads(gcs.read("vertex-out", "runs/job-3/model/ftcli_files.json"))["files"]
+
+    # A worker restarted during the export (or after it) resumes from the last checkpoint and copies them again
+    uploaded.clear()
+    assert main(argv) == 0
+    assert not [n for n in uploaded if n.endswith("model.safetensors")]
+    assert gcs.read("vertex-out", "runs/job-3/model/model.safetensors") == exported
+
+
 def _stdout_until(proc, prefix: str, deadline: float) -> None:
     for line in proc.stdout:
         if line.startswith(prefix):

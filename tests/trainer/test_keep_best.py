@@ -252,10 +252,10 @@ def test_a_sigterm_during_the_last_checkpoint_stops_before_the_best_is_evaluated
     capsys.readouterr()
     save = checkpoint.save
 
-    def sigterm_while_saving(root, step, model, state):
+    def sigterm_while_saving(root, step, model, state, **kw):
         if step == stop:
             os.kill(os.getpid(), signal.SIGTERM)
-        save(root, step, model, state)
+        return save(root, step, model, state, **kw)
 
     monkeypatch.setattr(checkpoint, "save", sigterm_while_saving)
     assert main(_argv(sentiment_csv, tiny_model, out, *args)) == 143

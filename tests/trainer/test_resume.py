@@ -201,10 +201,10 @@ def test_a_sigterm_during_a_checkpoint_stops_with_that_checkpoint(tmp_path, tiny
         argv += ["--save-every", "10"]
         save = checkpoint.save
 
-        def sigterm_while_saving(root, step, model, state):
+        def sigterm_while_saving(root, step, model, state, **kw):
             if step == 20:
                 os.kill(os.getpid(), signal.SIGTERM)
-            save(root, step, model, state)
+            return save(root, step, model, state, **kw)
 
         monkeypatch.setattr(checkpoint, "save", sigterm_while_saving)
         stop = 20
