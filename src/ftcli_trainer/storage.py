@@ -382,6 +382,12 @@ class InTheWay(Exception):
         self.names = names
 
 
+class Unlisted(InTheWay):
+    """An earlier ftcli's export, without the list of its files, that holds files the new export does not write: that
+    export's own (a shard, a tokenizer file), which would be left beside the new model and loaded with it, or the
+    user's, which are never deleted. They cannot be told apart."""
+
+
 def _export_list(text: str | None) -> set[str] | None:
     """The files an export's EXPORT_MANIFEST names, or None (absent or unreadable: an export of an older ftcli)."""
     import json
@@ -438,6 +444,10 @@ def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = 
             there = set(old)
             if earlier is not None and (taken := sorted(n for n in names - ours if n in there)):
                 raise InTheWay([n[len(base):] for n in taken])
+            if earlier is None:  # (a name ending in "/" is a console folder's placeholder, no file)
+                others = there - names - {base + COMPLETE_MARKER, base + EXPORT_MANIFEST}
+                if left := sorted(n[len(base):] for n in others if not n.endswith("/")):
+                    raise Unlisted(left)
             stale = sorted((ours & there) - names)
         else:
             stale = [n for n in old if n not in names and n != base + COMPLETE_MARKER]
@@ -663,14 +673,18 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True, copies: Mappi
     folder gets the list of its files (EXPORT_MANIFEST), and a `target` that is there is written into only when it is
     an earlier export (its marker or list) or empty: only the earlier export's files are replaced or removed, and
     what else the user put there stays (one of theirs where this export has a file: refused, nothing changed, the new
-    model beside it). A checkpoint's step-N, in a folder that is the trainer's own, is replaced whole, torn or not
-    (ours_only=False). `copies` (gs:// `target` only: upload_dir's) are files of the folder copied from objects."""
+    model beside it). An earlier ftcli's export, which does not list its files, is written into only when it holds no
+    file this export does not write (Unlisted). A checkpoint's step-N, in a folder that is the trainer's own, is
+    replaced whole, torn or not (ours_only=False). `copies` (gs:// `target` only: upload_dir's) are files of the
+    folder copied from objects."""
     rels = _files_in(staged) - {COMPLETE_MARKER, EXPORT_MANIFEST} | set(copies or {})
     if ours_only:
         (staged / EXPORT_MANIFEST).write_text(_export_list_text(rels), encoding="utf-8")
     if is_gcs(target):
         try:
             upload_dir(staged, target, ours_only=ours_only, copies=copies)
+        except Unlisted as e:
+            _beside(staged, target, copies=copies, unlisted=e.names)
         except InTheWay as e:
             _beside(staged, target, f"{join(target, e.names[0])}" + _more(e.names), copies)
         return
@@ -691,7 +705,9 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True, copies: Mappi
             ours = None
         if ours is not None and (taken := _in_the_way(dest, rels, ours)):
             _beside(staged, target, f"{dest / taken[0]}" + _more(taken))
-        # (an earlier ftcli's export, with no list: the files this export writes are the ones it wrote)
+        if ours is None and (left := sorted(_files_in(dest) - rels - {COMPLETE_MARKER, EXPORT_MANIFEST})):
+            _beside(staged, target, unlisted=left)
+        # (an earlier ftcli's export, with no list, and no file this export does not write: they are the ones it wrote)
         _replace_in(staged, dest, rels, ours if ours is not None else rels)
         shutil.rmtree(staged, ignore_errors=True)  # its empty folders
         return
@@ -707,9 +723,10 @@ def _more(names: list[str]) -> str:
     return f" (and {len(names) - 1} more)" if len(names) > 1 else ""
 
 
-def _beside(staged: Path, target: str, theirs: str | None = None,
-            copies: Mapping[str, str] | None = None) -> NoReturn:
-    """Refuse to export into `target`: the new model goes to `target-TIME` beside it, and the error says so."""
+def _beside(staged: Path, target: str, theirs: str | None = None, copies: Mapping[str, str] | None = None,
+            unlisted: list[str] | None = None) -> NoReturn:
+    """Refuse to export into `target`: the new model goes to `target-TIME` beside it, and the error says so.
+    `theirs`: the user's file where this export has one; `unlisted`: an earlier ftcli's export's files (Unlisted)."""
     import datetime as dt
 
     from ftcli_trainer.errors import TrainerError
@@ -719,6 +736,12 @@ def _beside(staged: Path, target: str, theirs: str | None = None,
         upload_dir(staged, beside, ours_only=True, copies=copies)
     else:
         staged.rename(beside)
+    if unlisted:
+        raise TrainerError(f"{target} is an earlier ftcli's export, which does not list its files ({EXPORT_MANIFEST}), "
+                           f"and holds {unlisted[0]}{_more(unlisted)}, which this export does not write: left over "
+                           "from that export (loaded with the new model) or yours, they cannot be told apart, so "
+                           f"{target} is left as it is, and the new model is in {beside}; keep what is yours from "
+                           f"{target}, then put {beside} in its place")
     if theirs is None:
         raise TrainerError(f"{target} is there and is not a model this trainer exported: it is left as it is, and "
                            f"the new model is in {beside}")

@@ -504,6 +504,53 @@ def test_a_user_file_where_the_re_export_writes_one_is_refused_and_nothing_chang
     assert (beside / "README.md").read_bytes() == b"a model card" and (beside / COMPLETE_MARKER).is_file()
 
 
+def test_an_earlier_ftclis_export_without_its_list_is_replaced_only_when_no_file_of_it_would_be_left(tmp_path):
+    # An export of an ftcli that did not write ftcli_files.json: a re-export replaced the files it writes and left the
+    # rest, a stale shard or tokenizer file of that export among them, to be loaded with the new weights (vLLM reads
+    # every *.safetensors; a tokenizer.json beside a slow tokenizer's files is the one AutoTokenizer takes).
+    model = tmp_path / "model"
+    old = {"config.json": b"1", "model-00001-of-00002.safetensors": b"old", "model-00002-of-00002.safetensors": b"old",
+           "model.safetensors.index.json": b"{}", "tokenizer.json": b"old"}
+    storage.publish_dir(_export(tmp_path, old), str(model))
+    (model / storage.EXPORT_MANIFEST).unlink()  # as the earlier ftcli left it
+    (model / "README.md").write_text("mine")
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    with pytest.raises(TrainerError) as refused:
+        storage.publish_dir(_export(tmp_path, {"config.json": b"2", "model.safetensors": b"new"}), str(model))
+    (beside,) = tmp_path.glob("model-2*")
+    assert str(refused.value) == (
+        f"{model} is an earlier ftcli's export, which does not list its files (ftcli_files.json), and holds README.md "
+        "(and 4 more), which this export does not write: left over from that export (loaded with the new model) or "
+        f"yours, they cannot be told apart, so {model} is left as it is, and the new model is in {beside}; keep what "
+        f"is yours from {model}, then put {beside} in its place")
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before  # nothing removed, nothing replaced
+    assert (beside / "model.safetensors").read_bytes() == b"new" and (beside / COMPLETE_MARKER).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", beside.name]  # no staging left
+
+    # the same earlier export with no file the new one does not write: replaced, and listed from now on
+    for name in [*old, "README.md"]:
+        if name != "config.json":
+            (model / name).unlink()
+    storage.publish_dir(_export(tmp_path, {"config.json": b"3"}), str(model))
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == {
+        "config.json": b"3", COMPLETE_MARKER: b"", storage.EXPORT_MANIFEST: storage._export_list_text(
+            {"config.json"}).encode()}
+
+
+def test_an_earlier_ftclis_export_in_a_bucket_without_its_list_is_left_as_it_is(gcs, tmp_path):
+    gcs.create_bucket("b")
+    storage.publish_dir(_export(tmp_path, {"config.json": b"1", "tokenizer.json": b"old"}), "gs://b/run/model/")
+    storage._client().bucket("b").blob("run/model/ftcli_files.json").delete()  # as the earlier ftcli left it
+    with pytest.raises(TrainerError, match=r"gs://b/run/model/ is an earlier ftcli's export, which does not list its "
+                                           r"files \(ftcli_files.json\), and holds tokenizer.json, which this export "
+                                           r"does not write: .* the new model is in gs://b/run/model-2"):
+        storage.publish_dir(_export(tmp_path, {"config.json": b"2", "model.safetensors": b"new"}), "gs://b/run/model/")
+    assert gcs.list("b", "run/model/") == ["run/model/_COMPLETE", "run/model/config.json", "run/model/tokenizer.json"]
+    assert gcs.read("b", "run/model/config.json") == b"1"
+    beside = sorted({o.split("/")[1] for o in gcs.list("b", "run/") if o.startswith("run/model-")})
+    assert len(beside) == 1 and gcs.read("b", f"run/{beside[0]}/model.safetensors") == b"new"
+
+
 def test_a_re_export_to_a_bucket_keeps_the_objects_the_user_put_there(gcs, tmp_path):
     # publish_dir deleted every object under the prefix that the new export lacked: the user's README.md too
     gcs.create_bucket("b")
