@@ -437,7 +437,7 @@ def lock(root: str) -> None:
         return
     if _held is not None:
         return
-    Path(root).mkdir(parents=True, exist_ok=True)
+    storage.make_dirs(Path(root))
     f = open(Path(root) / LOCK, "a+")  # noqa: SIM115 - held open for the life of the process
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -364,7 +364,9 @@ class Trainer:
         self._logs_synced = time.monotonic()
         if self.dist.is_main:  # one writer for logs, checkpoints and the export
             try:
-                self.paths.local_logs_dir.mkdir(parents=True, exist_ok=True)
+                storage.make_dirs(self.paths.local_logs_dir)
+                if self._metrics_file.is_symlink():  # (to a file in a folder not made yet: that folder)
+                    storage.make_dirs(Path(os.path.realpath(self._metrics_file)).parent)
                 self._continue_metrics()
                 self._jsonl = open(self._metrics_file, "a")  # noqa: SIM115
             except OSError as e:

@@ -99,13 +99,20 @@ def error_line(e: BaseException) -> str:
     return redact_urls(one_line(e))
 
 
+def make_dirs(path: Path) -> None:
+    """The folder `path` and its parents, where they are missing. A link there to a folder not made yet (checkpoints/
+    or logs/ kept on a bigger disk, a run folder set up ahead) gets the folder it points to, as model/ does (the
+    export's): mkdir on the link itself failed with "File exists"."""
+    Path(os.path.realpath(path)).mkdir(parents=True, exist_ok=True)
+
+
 def staging_dir(parent: Path, name: str) -> Path:
     """A fresh folder `.NAME.tmp-PID-XXXXXXXX` in `parent` (the target's filesystem: a final rename is atomic).
     Stale ones of dead writers are removed first. Unlike mkdtemp's 0700, it gets the umask's usual mode: it
     becomes the user's folder once renamed."""
     import secrets
 
-    parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(parent)
     stem = f".{name}"
     clean_stale_staging(parent, re.escape(stem))
     while True:
@@ -523,7 +530,7 @@ def write_text(uri: str, text: str) -> None:
     import secrets
 
     path = Path(uri)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     # A name of its own, created anew ("x": never through a link, never another writer's file) with the umask's
     # usual mode (mkstemp's 0600 would hide the run's metrics from a teammate). A full disk left the temporary file
     # behind (checkpoints/.run-fingerprint.json.tmp-PID, which kept the folder of a run that never started) and said

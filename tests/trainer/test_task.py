@@ -446,3 +446,33 @@ def test_out_of_memory_on_a_gpu_names_the_card(monkeypatch):
     assert oom_line(cfg) == ("error: out of memory at --batch-size 32 and --max-length 512 on Tesla T4 (16 GiB); "
                              "lower either: --batch-size 16 --gradient-accumulation-steps 2 still trains on 32 "
                              "examples a step")
+
+
+def test_checkpoints_logs_and_metrics_linked_to_places_not_made_yet_get_them_made(tmp_path, tiny_model,
+                                                                                  sentiment_csv, capsys):
+    # checkpoints/ and logs/ kept on a bigger disk through links, as model/ can be (the export makes the folder a link
+    # points to): a link to a folder not made yet (a run folder set up ahead, a disk's folder removed) stopped the run
+    # with a FileExistsError traceback (checkpoints/), or after the model had loaded with "cannot write the metrics to
+    # .../logs/metrics.jsonl: File exists" (logs/), "No such file or directory" (logs/metrics.jsonl to a new folder).
+    import os
+
+    train, test = sentiment_csv
+    out, big = tmp_path / "run", tmp_path / "big"
+    out.mkdir()
+    (out / "checkpoints").symlink_to(big / "checkpoints")
+    (out / "logs").symlink_to(os.path.join("..", "big", "logs"))
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "16", "--output-dir", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (big / "checkpoints").is_dir() and list((big / "checkpoints").glob("step-*/_COMPLETE"))
+    assert (big / "logs" / "metrics.jsonl").is_file() and list((big / "logs").glob("events.out.tfevents.*"))
+    assert os.readlink(out / "checkpoints") == str(big / "checkpoints")  # the links stay as they were
+    assert os.readlink(out / "logs") == os.path.join("..", "big", "logs")
+
+    # metrics.jsonl itself a link to a file in a folder not made yet
+    run2 = tmp_path / "run2"
+    (run2 / "logs").mkdir(parents=True)
+    (run2 / "logs" / "metrics.jsonl").symlink_to(big / "curves" / "run2.jsonl")
+    argv[-1] = str(run2)
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (run2 / "logs" / "metrics.jsonl").is_symlink() and (big / "curves" / "run2.jsonl").stat().st_size > 0
