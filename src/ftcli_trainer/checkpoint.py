@@ -115,10 +115,13 @@ def _save_as_exported(model: torch.nn.Module, staged: Path) -> bool:
         with safe_open(str(written / WEIGHTS), "pt") as f:
             names = set(f.keys())
         tensors = model.state_dict()
-        # load_model takes a name left out when it shares its storage with one that is there (tied weights)
-        kept = {tensors[n].untyped_storage().data_ptr() for n in names & tensors.keys()}
-        if names - tensors.keys() or any(tensors[n].untyped_storage().data_ptr() not in kept
-                                         for n in tensors.keys() - names):
+
+        def same(t: torch.Tensor) -> tuple:
+            return t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride()
+
+        # A name left out must be the very tensor of one that is there (tied weights), which load_model takes
+        kept = {same(tensors[n]) for n in names & tensors.keys()}
+        if names - tensors.keys() or any(same(tensors[n]) not in kept for n in tensors.keys() - names):
             return False
         os.replace(written / WEIGHTS, staged / WEIGHTS)
         return True

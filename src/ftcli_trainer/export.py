@@ -89,13 +89,13 @@ def export_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, mod
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        if weights_from is not None and storage.is_gcs(weights_from) == storage.is_gcs(model_dir):
+        source = storage.join(weights_from, WEIGHTS) if weights_from is not None else None
+        if source is not None and storage.is_gcs(source) == storage.is_gcs(model_dir) and storage.exists(source):
             # The last checkpoint wrote these weights a moment ago with this very call: its file is taken (a hard
             # link, or a copy made inside Cloud Storage), and save_pretrained writes the rest (the config, a
             # remote-code model's code), which an empty state_dict leaves without a weights file.
             model.save_pretrained(staged, state_dict={})
             (staged / WEIGHTS).unlink(missing_ok=True)
-            source = storage.join(weights_from, WEIGHTS)
             if storage.is_gcs(model_dir):
                 copies[WEIGHTS] = source
             else:

@@ -184,3 +184,18 @@ def test_the_last_checkpoints_weights_are_written_once_and_exported_again_after_
     shutil.rmtree(out / "checkpoints")  # removed to make room: the model is whole without them
     loaded = AutoModelForSequenceClassification.from_pretrained(out / "model")
     assert all(torch.equal(loaded.state_dict()[k], weights[k]) for k in weights)
+
+
+def test_an_export_whose_checkpoint_weights_are_gone_writes_them_itself(tiny_model, tmp_path):
+    # (the final checkpoint's file removed before the export took it: the export failed on a missing file of a folder
+    # it never named)
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ftcli_trainer.export import export_model
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model)
+    (tmp_path / "checkpoints" / "step-00000030").mkdir(parents=True)
+    export_model(model, AutoTokenizer.from_pretrained(tiny_model), str(tmp_path / "model"), {}, {},
+                 weights_from=str(tmp_path / "checkpoints" / "step-00000030"))
+    assert load_file(tmp_path / "model" / "model.safetensors").keys() == model.state_dict().keys()
