@@ -233,6 +233,19 @@ def _event_files(base: str) -> set[Path]:
     return set((Path(base) / "logs").glob("events.out.tfevents.*"))
 
 
+def _logs_there(base: str) -> set[Path]:
+    """The files of logs/ that a failed run must leave (_unclaim's `before`): its TensorBoard files, its
+    metrics.jsonl (a link, even one to nothing yet, or a file), and the file such a link points to, when they are
+    there before the run."""
+    metrics = Path(base) / "logs" / "metrics.jsonl"
+    there = _event_files(base)
+    if os.path.lexists(metrics):
+        there.add(metrics)
+    if metrics.is_symlink() and metrics.exists():
+        there.add(Path(os.path.realpath(metrics)))
+    return there
+
+
 def _folders(base: str) -> set[Path]:
     """The run folder and its checkpoints/ and logs/ that are there now (a local run folder's)."""
     return {p for p in (Path(base), Path(base) / "checkpoints", Path(base) / "logs") if p.is_dir()}
@@ -243,7 +256,9 @@ def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: Abstra
     fingerprint (and its W&B run id), nor for empty logs. One that logged keeps its logs and its fingerprint: the
     same command goes on in that folder, another run is refused there. `before`: the TensorBoard files that were
     in logs/ before the run (someone else's: they stay); `folders`: those that were there before it (_folders), which
-    stay too (an empty --output-dir the user made, a mount point, was removed with the rest)."""
+    stay too (an empty --output-dir the user made, a mount point, was removed with the rest). `before` holds what
+    _logs_there found: a logs/metrics.jsonl that was there (a link to where the user keeps curves, an empty file set
+    up ahead) stays; it was removed with the run's own, a link in place of the file it points to."""
     from ftcli_trainer import checkpoint, storage
 
     if storage.is_gcs(base):
@@ -258,7 +273,10 @@ def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: Abstra
     metrics = logs / "metrics.jsonl"
     if metrics.exists() and metrics.stat().st_size > 0:
         return  # what it logged stays, and so does the fingerprint that says whose it is
-    for f in [metrics, *(_event_files(base) - set(before))]:  # nothing logged: its TensorBoard files hold nothing
+    # Nothing logged: its TensorBoard files and its metrics.jsonl hold nothing. Through a link (ftcli makes none: the
+    # user's) the run's metrics.jsonl is the file the link points to; the link stays.
+    made = Path(os.path.realpath(metrics)) if metrics.is_symlink() else metrics
+    for f in [*({made} - set(before)), *(_event_files(base) - set(before))]:
         f.unlink(missing_ok=True)
     for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID, checkpoint.LOCK):
         (ckpt / name).unlink(missing_ok=True)
@@ -444,7 +462,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     if not claimed and (done := finished(base)):
         say(done)
         return LocalRun(0, base)
-    events_before = _event_files(base) if claimed and not storage.is_gcs(base) else set()
+    logs_before = _logs_there(base) if claimed and not storage.is_gcs(base) else set()
     env = dict(os.environ)
     # The same variables Vertex sets with base_output_dir, pointing at the local folders (or gs:// ones).
     env.update(
@@ -462,5 +480,5 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     say(f"running: python -m ftcli_trainer.task {shlex.join(argv)}")
     code, signum = run_trainer(cmd, env, stdout=2 if quiet_stdout else None)
     if code != 0 and claimed:
-        _unclaim(base, events_before, folders)
+        _unclaim(base, logs_before, folders)
     return LocalRun(code, base, signum)

@@ -517,6 +517,52 @@ def test_a_failed_run_keeps_the_tensorboard_files_that_were_in_logs_before(tmp_p
     assert {p.name for p in tmp_path.rglob("*")} == {"bad.csv", "logs", theirs.name}  # nothing of the run left
 
 
+@pytest.mark.parametrize("theirs", ["a link to a file not made yet", "a link to an empty file", "an empty file"])
+def test_a_failed_run_keeps_the_users_metrics_jsonl_link_or_file(tmp_path, tiny_model, theirs):
+    """A run that fails before its first metric removes the metrics.jsonl it made for nothing; the user's own
+    logs/metrics.jsonl (a link to where the curves are kept, or an empty file set up ahead) was removed with it."""
+    out, curves = tmp_path / "run", tmp_path / "curves"
+    (out / "logs").mkdir(parents=True)
+    metrics = out / "logs" / "metrics.jsonl"
+    if theirs == "an empty file":
+        metrics.touch()
+    else:
+        if theirs == "a link to an empty file":
+            curves.mkdir()
+            (curves / "run.jsonl").touch()
+        metrics.symlink_to("../../curves/run.jsonl")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\nx,pos\ny,\n")
+    r = ftcli("local", "--task", "csv", "--train-file", str(bad), "--model", str(tiny_model), "--output-dir",
+              str(out), cwd=tmp_path)
+    assert r.returncode == 2 and "empty label" in r.stderr
+    if theirs == "an empty file":
+        assert metrics.is_file() and not metrics.is_symlink() and metrics.stat().st_size == 0
+    else:
+        assert os.readlink(metrics) == "../../curves/run.jsonl"
+        assert (curves / "run.jsonl").exists() == (theirs == "a link to an empty file")
+    assert sorted(p.name for p in out.rglob("*")) == ["logs", "metrics.jsonl"]  # nothing of the run's left
+
+
+def test_a_failed_run_after_its_metrics_were_opened_keeps_the_users_link_and_removes_the_file_it_made(
+        tmp_path, tiny_model, sentiment_csv):
+    """W&B refuses the run after the trainer opened metrics.jsonl through the user's link (making the empty file
+    where it points): the link stays, the empty file the run made there goes."""
+    pytest.importorskip("wandb")
+    train, _ = sentiment_csv
+    out, curves = tmp_path / "run", tmp_path / "curves"
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / "metrics.jsonl").symlink_to(curves / "run.jsonl")
+    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "", "HOME": str(tmp_path), "WANDB_DIR": str(tmp_path),
+           "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "NETRC": str(tmp_path / "no-netrc")}
+    r = ftcli("local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--wandb-project", "p",
+              "--output-dir", str(out), cwd=tmp_path, env=env)
+    assert r.returncode == 2 and "Weights & Biases refused the run (p)" in r.stderr, r.stderr
+    assert os.readlink(out / "logs" / "metrics.jsonl") == str(curves / "run.jsonl")
+    assert not (curves / "run.jsonl").exists()
+    assert sorted(p.name for p in out.rglob("*")) == ["logs", "metrics.jsonl"]
+
+
 def test_missing_offline_model_names_the_pip_command(capsys, tmp_path, monkeypatch):
     from tests.cli.helpers import run_cli
 
