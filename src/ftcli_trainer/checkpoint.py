@@ -64,8 +64,9 @@ def _staged(root: str, name: str, prefix: str, what: str, files: list) -> Iterat
 
 
 WEIGHTS = "model.safetensors"
-# In a final checkpoint's trainer_state.pt: its WEIGHTS are the file the export writes (save_pretrained's), so the
-# export takes that file instead of writing the same weights again (export.export_model's weights_from).
+# In a final checkpoint's trainer_state.pt, and in a best-<step>'s best.json: its WEIGHTS are the file the export
+# writes (save_pretrained's), so the export takes that file instead of writing the same weights again
+# (export.export_model's weights_from).
 AS_EXPORTED = "weights_as_exported"
 
 
@@ -132,14 +133,21 @@ def _save_as_exported(model: torch.nn.Module, staged: Path) -> bool:
 def save_best(root: str, step: int, model: torch.nn.Module, info: dict) -> None:
     """--keep-best: the weights of the best evaluation so far, as `best-<step>` beside the checkpoints (never only in
     memory: a preempted worker's restart exports them), staged and published whole as a checkpoint is. `info` (the
-    step, its metric) goes beside them in best.json, for whoever looks into the folder."""
+    step, its metric) goes beside them in best.json, for whoever looks into the folder.
+
+    The weights are written as the export writes them when that file loads back as a checkpoint (_save_as_exported),
+    and best.json says so (AS_EXPORTED): when the best step is not the last, the export writes these very weights,
+    and it now takes this file (load_best's answer, export_model's weights_from) instead of writing them again."""
     import json
 
     from safetensors.torch import save_model
 
     still_held(root)  # never over another run's
     with _staged(root, f"best-{step:08d}", "best", f"the best weights (step {step})", []) as staged:
-        save_model(model, str(staged / WEIGHTS))
+        as_exported = _save_as_exported(model, staged)
+        if not as_exported:
+            save_model(model, str(staged / WEIGHTS))
+        info = {**info, AS_EXPORTED: True} if as_exported else info
         (staged / "best.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
@@ -150,8 +158,12 @@ def has_best(root: str, step: int) -> bool:
     return _is_complete(path) and storage.exists(storage.join(path, "model.safetensors"))
 
 
-def load_best(root: str, step: int, model: torch.nn.Module) -> None:
-    """Load the step's best weights (save_best) into `model`; a TrainerError when they are not there whole."""
+def load_best(root: str, step: int, model: torch.nn.Module) -> bool:
+    """Load the step's best weights (save_best) into `model`; a TrainerError when they are not there whole. Return
+    whether their file is written as the export writes it (its best.json says so; an earlier trainer's best-<step>
+    does not, and its file, save_model's, is loaded all the same)."""
+    import json
+
     from safetensors.torch import load_model
 
     path = storage.join(root, f"best-{step:08d}")
@@ -165,6 +177,11 @@ def load_best(root: str, step: int, model: torch.nn.Module) -> None:
         else:
             local = Path(path)
         load_model(model, str(local / "model.safetensors"), strict=True)
+        try:
+            info = json.loads((local / "best.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # (only for whoever looks into the folder until AS_EXPORTED: not needed)
+            return False
+        return isinstance(info, dict) and info.get(AS_EXPORTED) is True
     finally:
         if downloaded is not None:
             shutil.rmtree(downloaded, ignore_errors=True)

@@ -1139,8 +1139,10 @@ class Trainer:
             return {**last_eval, **out}
         kept = last_eval
         if self.best["step"] != self.global_step:
-            checkpoint.load_best(self.paths.checkpoint_dir, self.best["step"], self.model)
-            self.weights_from = None  # (the best weights, not the final checkpoint's)
+            root = self.paths.checkpoint_dir
+            as_exported = checkpoint.load_best(root, self.best["step"], self.model)
+            # The best weights, not the final checkpoint's: their own file when it is written as the export writes it
+            self.weights_from = storage.join(root, f"best-{self.best['step']:08d}") if as_exported else None
             # (cut short by a stop asked for during the last, or the early stop's, checkpoint: written, it is the one
             # to resume from, and the restart evaluates the best weights again; this evaluation can take minutes)
             kept = self._evaluate_or_stop()

@@ -96,6 +96,33 @@ def test_a_jobs_export_copies_the_last_checkpoints_weights_inside_the_bucket(gcs
     assert not [n for n in uploaded if n.endswith("model.safetensors")]
     assert gcs.read("vertex-out", "runs/job-3/model/model.safetensors") == exported
 
+def test_a_keep_best_jobs_export_copies_the_best_weights_inside_the_bucket(gcs, tiny_model, sentiment_csv,
+                                                                          monkeypatch, tmp_path):
+    # With --keep-best and a best step before the last, the job uploaded the best weights twice, in best-N/ and in
+    # the export. The export's object is now a copy of best-N's made by Cloud Storage.
+    from google.cloud.storage import transfer_manager
+
+    train, test = sentiment_csv
+    gcs.create_bucket("vertex-out")
+    base = "gs://vertex-out/runs/job-4"
+    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
+    monkeypatch.chdir(tmp_path)
+    uploaded, upload_many = [], transfer_manager.upload_many
+    monkeypatch.setattr(transfer_manager, "upload_many",
+                        lambda pairs, **kw: uploaded.extend(b.name for _, b in pairs) or upload_many(pairs, **kw))
+    # (test_keep_best's run: its accuracy reaches 1.0 at step 21 and falls apart by the last step, 60)
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "4", "--warmup-ratio", "1", "--batch-size", "16", "--learning-rate", "3e-2",
+            "--eval-every", "3", "--log-every", "100", "--keep-best"]
+    assert main(argv) == 0
+    assert json.loads(gcs.read("vertex-out", "runs/job-4/model/metrics.json"))["best_global_step"] == 21
+    assert not [n for n in uploaded if n.startswith("runs/job-4/model/") and n.endswith("model.safetensors")]
+    assert gcs.read("vertex-out", "runs/job-4/model/model.safetensors") == gcs.read(
+        "vertex-out", "runs/job-4/checkpoints/best-00000021/model.safetensors")
+    assert "model.safetensors" in json.loads(gcs.read("vertex-out", "runs/job-4/model/ftcli_files.json"))["files"]
+
 
 def _stdout_until(proc, prefix: str, deadline: float) -> None:
     for line in proc.stdout:

@@ -123,7 +123,58 @@ def test_keep_best_exports_the_best_evaluations_weights_not_the_last(tmp_path, t
     assert sorted(p.name for p in (out / "checkpoints").iterdir() if not p.name.startswith((".", "run-"))) == [
         "best-00000021", "step-00000045", "step-00000060"]
     assert json.loads((out / "checkpoints" / "best-00000021" / "best.json").read_text()) == {
-        "step": 21, "epoch": 1.4, "value": 1.0, "metric": "eval_accuracy"}
+        "step": 21, "epoch": 1.4, "value": 1.0, "metric": "eval_accuracy", "weights_as_exported": True}
+
+
+def test_the_best_weights_are_written_once_and_the_export_takes_them_an_earlier_trainers_best_still_exports(
+        tmp_path, tiny_model, sentiment_csv):
+    # When the best step was not the last, best-N's weights (safetensors' save_model) and the export's (save_pretrained)
+    # were the same tensors written twice at the end of the run. best-N's file is now written as the export writes it
+    # and the export takes it; a best-N of an earlier trainer (save_model's file, no flag in best.json) is still
+    # loaded back and exported, by writing the weights as before.
+    import os
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from transformers import AutoModelForSequenceClassification
+
+    from ftcli_trainer import checkpoint
+
+    out = tmp_path / "run"
+    argv = _argv(sentiment_csv, tiny_model, out, "--keep-best")
+    assert main(argv) == 0
+    best, exported = out / "checkpoints" / "best-00000021", out / "model" / "model.safetensors"
+    assert _metrics(out)["best_global_step"] == 21
+    assert os.path.samefile(exported, best / "model.safetensors")
+    with safe_open(str(exported), "pt") as f:
+        assert f.metadata() == {"format": "pt"}  # what from_pretrained requires of a safetensors file
+    weights = _weights(exported)
+    assert json.loads((best / "best.json").read_text())["weights_as_exported"] is True
+
+    # the resume from a best loads it (load_best: strict), stopped during the export: taken again
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=2)
+    checkpoint.load_best(str(out / "checkpoints"), 21, model)
+    assert all(np.array_equal(model.state_dict()[k].numpy(), w) for k, w in weights.items())
+    shutil.rmtree(out / "model")
+    assert main(argv) == 0
+    assert os.path.samefile(exported, best / "model.safetensors") and _metrics(out)["best_global_step"] == 21
+
+    # an earlier trainer's best-21: save_model's file (a tied weight's second name in its metadata), no flag
+    from safetensors.torch import _remove_duplicate_names, load_file
+
+    tensors = load_file(best / "model.safetensors")
+    for kept, removed in _remove_duplicate_names(model.state_dict()).items():
+        assert all(name not in tensors for name in removed), kept
+    (best / "model.safetensors").unlink()
+    save_file(tensors, best / "model.safetensors")  # (no "format": from_pretrained would refuse this file)
+    (best / "best.json").write_text(json.dumps({"step": 21, "epoch": 1.4, "value": 1.0, "metric": "eval_accuracy"}))
+    shutil.rmtree(out / "model")
+    assert main(argv) == 0
+    assert not os.path.samefile(exported, best / "model.safetensors")
+    again = _weights(exported)
+    assert again.keys() == weights.keys() and all(np.array_equal(again[k], weights[k]) for k in weights)
+    loaded = AutoModelForSequenceClassification.from_pretrained(out / "model")
+    assert all(np.array_equal(loaded.state_dict()[k].numpy(), w) for k, w in weights.items())
 
 
 def test_a_finished_run_run_again_with_keep_best_toggled_is_refused_and_its_model_left_alone(tmp_path, tiny_model,
