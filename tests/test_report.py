@@ -191,3 +191,37 @@ def test_a_kept_best_step_is_said_and_drawn(tmp_path):
     del metrics["best_global_step"]
     (root / "model" / "metrics.json").write_text(json.dumps(metrics))
     assert kept_line(load_run(root)) is None
+
+
+def test_the_curve_beside_a_model_folder_is_drawn_only_when_it_is_its_own_runs(tmp_path):
+    # A model folder copied beside another run's logs/ was reported with that run's learning curves as its own.
+    root = mnli_run(tmp_path / "run")
+    model = root / "model"
+    rows = [json.loads(x) for x in (root / "logs" / "metrics.jsonl").read_text().splitlines()]
+    last = {k: v for k, v in next(r for r in rows if r["type"] == "eval" and r["step"] == 20).items()
+            if k.startswith("eval_")}
+    own = json.loads((model / "metrics.json").read_text()) | last | {"eval_runtime": 2.5}  # (not compared)
+
+    def loaded(metrics: dict):
+        (model / "metrics.json").write_text(json.dumps(metrics))
+        return load_run(model)
+
+    run = loaded(own)
+    assert run.curve_left_out is None and len(run.history) == 22
+    # --keep-best: metrics.json's evaluation is the best step's; the last step's is its last_eval
+    kept = own | {"eval_accuracy": 0.99, "eval_loss": 0.01, "best_global_step": 10,
+                  "last_eval": {"global_step": 20, "epoch": 2.0, **last}}
+    assert loaded(kept).curve_left_out is None
+    # another run's curve: the same steps and other numbers, or another length
+    run = loaded(own | {"eval_mismatched_loss": last["eval_mismatched_loss"] + 0.001})
+    assert run.history == [] and run.curve_left_out == (
+        f"the learning curves are left out: {root / 'logs' / 'metrics.jsonl'} is another run's (its evaluation at "
+        "step 20 is not the one in this model's metrics.json)")
+    names = [f.name for f in write_report(run, tmp_path / "out")]
+    assert "learning_curves.png" not in names
+    assert "The learning curves are left out: " in (tmp_path / "out" / "report.md").read_text()
+    assert loaded(kept | {"last_eval": {**kept["last_eval"], "eval_accuracy": 0.5}}).history == []
+    assert loaded(own | {"global_step": 30}).curve_left_out.endswith(
+        "(that curve ends at step 20, and this model's run at step 30)")
+    # the run folder itself: its logs/ is its own
+    assert len(load_run(root).history) == 22

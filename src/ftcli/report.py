@@ -85,6 +85,8 @@ class Run:
     eval_sets: list[str] = field(default_factory=list)
     label_names: list[str] = field(default_factory=list)
     skipped_lines: int = 0
+    # Why the metrics.jsonl beside a model folder was not drawn (another run's: _not_its_curve), or None
+    curve_left_out: str | None = None
 
     def prefix(self, i: int) -> str:
         """`eval_` for the primary eval set, `eval_NAME_` for the others (the trainer's keys)."""
@@ -151,8 +153,32 @@ def _read_predictions(path: Path) -> dict[str, np.ndarray] | None:
                          "report without it") from None
 
 
+def _not_its_curve(metrics: dict, history: list[dict]) -> str | None:
+    """Why `history` (the metrics.jsonl beside a model folder) is not the run that exported the model whose
+    metrics.json is `metrics`, or None when it is. A model folder says which run it came from by nothing but its
+    numbers (ftcli_run.json's paths are names only, there is no run id): the run's curve ends at the model's
+    global_step with an evaluation, and that evaluation is the one in metrics.json (--keep-best: its last_eval).
+    A model copied beside another run's logs/ (an earlier run of the same command, another seed) was drawn with
+    that run's curve and written into its report/. (Close, not equal: a run resumed after its last checkpoint
+    evaluates again for its metrics.json without logging it.)"""
+    step = metrics.get("global_step")
+    if not isinstance(step, int):
+        return "this model's metrics.json does not say at which step its run ended"
+    last = max(int(r["step"]) for r in history)
+    if last != step:
+        return f"that curve ends at step {last}, and this model's run at step {step}"
+    final: dict = metrics["last_eval"] if isinstance(metrics.get("last_eval"), dict) else metrics
+    rows = [r for r in history if r["type"] == "eval" and int(r["step"]) == step]
+    keys = [k for k in (rows[0] if rows else {}) if k.startswith("eval_") and k not in NOT_PER_SET]
+    if not keys or any(not isinstance(final.get(k), (int, float)) or not isinstance(rows[0][k], (int, float))
+                       or not math.isclose(final[k], rows[0][k], rel_tol=1e-6, abs_tol=1e-12) for k in keys):
+        return f"its evaluation at step {step} is not the one in this model's metrics.json"
+    return None
+
+
 def load_run(path: Path, source: str | None = None) -> Run:
-    """Read a run folder (model/ and logs/) or a model folder (metrics.json, with logs/ beside it if there)."""
+    """Read a run folder (model/ and logs/) or a model folder (metrics.json, with logs/ beside it if there: drawn
+    only when it is the model's own run's, _not_its_curve)."""
     if not path.is_dir():
         raise UsageError(f"{path} is not a folder", hint="give the run folder that ftcli local printed, or a job")
     if (path / "model").is_dir() or (path / "logs").is_dir():
@@ -164,9 +190,14 @@ def load_run(path: Path, source: str | None = None) -> Run:
                          hint="give the run folder that ftcli local printed (run folder: ...), a model folder, or "
                               "a job")
     history, skipped = _read_history(logs / "metrics.jsonl")
-    run = Run(source=source or str(path), metrics=_read_json(model / "metrics.json"), history=history,
+    metrics = _read_json(model / "metrics.json")
+    left_out = None
+    if model == path and history and metrics is not None and (why := _not_its_curve(metrics, history)):
+        left_out = f"the learning curves are left out: {logs / 'metrics.jsonl'} is another run's ({why})"
+        history, skipped = [], 0
+    run = Run(source=source or str(path), metrics=metrics, history=history,
               predictions=_read_predictions(model / "eval_predictions.npz"), config=_read_json(model / "config.json"),
-              run_config=_read_json(model / "ftcli_run.json"), skipped_lines=skipped)
+              run_config=_read_json(model / "ftcli_run.json"), skipped_lines=skipped, curve_left_out=left_out)
     if run.metrics is None and not run.history:
         if model == path and run.run_config is None and not logs.is_dir():
             # a model folder from elsewhere (a plain save_pretrained, a Hub snapshot): no run of ftcli's, no "yet"
@@ -252,15 +283,17 @@ def set_metrics(run: Run, i: int) -> dict[str, float]:
 # -- the output folder ----------------------------------------------------------------------------------------
 
 
-def default_out(run_dir: Path) -> Path:
+def default_out(run_dir: Path, in_its_run: bool = True) -> Path:
     """Where a report goes without --out: RUN/report for a run folder or its model/; beside a model folder of its
     own (DIR-report). Never inside a model folder: an export replaces that folder whole, report and all. (`.` and
-    `..` are made absolute first: Path(".").parent is ".", and `ftcli report .` in a model folder wrote into it.)"""
+    `..` are made absolute first: Path(".").parent is ".", and `ftcli report .` in a model folder wrote into it.)
+    `in_its_run` False: the run folder around a model folder is another run's (Run.curve_left_out), whose own
+    report/ this one replaced; the report goes beside the model folder."""
     if run_dir.name in ("", ".."):
         run_dir = Path(os.path.abspath(run_dir))
     if (run_dir / "model").is_dir() or (run_dir / "logs").is_dir():
         return run_dir / REPORT_DIR
-    if (run_dir.parent / "logs").is_dir() or (run_dir.parent / "checkpoints").is_dir():
+    if in_its_run and ((run_dir.parent / "logs").is_dir() or (run_dir.parent / "checkpoints").is_dir()):
         return run_dir.parent / REPORT_DIR
     return run_dir.parent / f"{run_dir.resolve().name}-{REPORT_DIR}"
 
@@ -651,6 +684,8 @@ def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None)
     lines += [" · ".join(f for f in facts if f), ""]
     if not run.metrics:
         lines += ["The run has not finished: no final metrics yet (the curves are what it has logged).", ""]
+    if run.curve_left_out:
+        lines += [_one_line(run.curve_left_out[:1].upper() + run.curve_left_out[1:]) + ".", ""]
     per_set = [set_metrics(run, i) for i in range(len(run.eval_sets))]
     keys = [k for k in run.headline() if any(k in s for s in per_set)]
     keys += sorted({k for s in per_set for k in s} - set(keys) - {"loss"}) + (

@@ -479,6 +479,35 @@ def test_a_model_folders_report_is_written_beside_it_never_inside(capsys, single
     assert sorted(p.name for p in alone.iterdir()) == sorted(p.name for p in (run / "model").iterdir())
 
 
+def test_a_model_folder_beside_another_runs_logs_is_reported_without_that_curve(capsys, single_run, tiny_model,
+                                                                                tmp_path):
+    # A model folder copied into another run's folder (the same command again with another seed: as many steps)
+    # was reported with that run's learning curves as its own, and its report written over that run's report/.
+    data = single_run.parent
+    other = ftcli_local(tmp_path, "--task", "csv", "--train-file", str(data / "train.csv"), "--eval-file",
+                        str(data / "test.csv"), "--model", str(tiny_model), "--epochs", "3", "--learning-rate",
+                        "3e-3", "--log-every", "2", "--seed", "7")
+    assert run_cli(capsys, "report", str(other)).code == 0
+    theirs = (other / "report" / "report.md").read_text()
+    mine = Path(shutil.copytree(single_run / "model", other / "mine"))
+    r = run_cli(capsys, "report", str(mine), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["report"] == str(other / "mine-report")
+    step = json.loads((mine / "metrics.json").read_text())["global_step"]
+    assert json.loads((other / "model" / "metrics.json").read_text())["global_step"] == step
+    said = " ".join(r.err.split())
+    assert (f"the learning curves are left out: {other / 'logs' / 'metrics.jsonl'} is another run's (its "
+            f"evaluation at step {step} is not the one in this model's metrics.json)") in said
+    assert sorted(p.name for p in (other / "mine-report").iterdir()) == [
+        "confusion_matrix.png", "ftcli-report.json", "report.md"]
+    assert (other / "report" / "report.md").read_text() == theirs  # that run's report, as it was
+    # in its own run folder, the model folder's curve is drawn
+    run = copy_run(single_run, tmp_path / "own")
+    r = run_cli(capsys, "report", str(run / "model"))
+    assert r.code == 0 and "left out" not in r.err
+    assert (run / "report" / "learning_curves.png").is_file()
+
+
 def test_a_model_folder_given_as_dot_from_inside_it_is_reported_beside_it_too(capsys, single_run, tmp_path,
                                                                             monkeypatch):
     # `cd RUN/model && ftcli report .` wrote ./model-report, inside the model folder the next export replaces whole

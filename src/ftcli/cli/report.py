@@ -127,8 +127,10 @@ def _draw(run: str, out_dir: Path | None, trial: str | None, project: str | None
                 from ftcli.errors import UsageError
 
                 raise UsageError(f"--trial is for tuning jobs; {run} is a folder")
-            target = out_dir or default_out(path)
             loaded = load_run(path)
+            if loaded.curve_left_out:
+                note(loaded.curve_left_out)
+            target = out_dir or default_out(path, in_its_run=loaded.curve_left_out is None)
         else:
             job_id, source = _download_run(run, project, region, Path(tmp), trial)
             target = out_dir or Path(REPORTS_DIR) / job_id
