@@ -41,17 +41,19 @@ def _list(root: str, pattern: re.Pattern = STEP_RE) -> list[tuple[int, str]]:
 
 
 @contextlib.contextmanager
-def _staged(root: str, name: str, prefix: str, what: str, files: list) -> Iterator[Path]:
+def _staged(root: str, name: str, prefix: str, what: str, files: list,
+            copies: dict[str, str] | None = None) -> Iterator[Path]:
     """A folder `name` staged (in a local temporary folder named `prefix` for gs://, else beside it), filled by the
     with-block, then published whole under `root`: a reader sees all of it or none. A full disk or a read-only folder
     is the environment, not a bug: one line that names `what` (an OSError recorded by one of `files`, the block's
     RecordingFiles, names the cause); the last complete checkpoint is still there to resume from. The staging goes
-    either way."""
+    either way. `copies`, filled by the with-block for a gs:// `root`: files of the folder copied from objects
+    (storage.publish_dir's)."""
     staged = None
     try:
         staged = storage.local_tmp(prefix) if storage.is_gcs(root) else storage.staging_dir(Path(root), name)
         yield staged
-        storage.publish_dir(staged, storage.join(root, name), ours_only=False)
+        storage.publish_dir(staged, storage.join(root, name), ours_only=False, copies=copies)
     except Exception as e:
         os_error = storage.os_error_of(e, *files)
         if os_error is None:
@@ -70,18 +72,23 @@ WEIGHTS = "model.safetensors"
 AS_EXPORTED = "weights_as_exported"
 
 
-def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool = False) -> bool:
+def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool = False,
+         weights_from: str | None = None) -> bool:
     """Write the step's checkpoint. `final` (after the last epoch, or an early stop: the export follows) writes the
-    weights as the export does when it can (_save_as_exported); return whether it did."""
+    weights as the export does when it can (_save_as_exported); return whether it did. `weights_from`: a folder under
+    `root` whose weights file is `model`'s weights as the export writes them (--keep-best's best-<step> of this very
+    step, written a moment ago by save_best), taken instead of written again (_take_weights)."""
     import torch
     from safetensors.torch import save_model
 
     still_held(root)  # never over another run's checkpoints
     files: list[storage.RecordingFile] = []
+    copies: dict[str, str] = {}
     as_exported = False
-    with _staged(root, f"step-{step:08d}", "ckpt", f"the step {step} checkpoint", files) as staged:
-        as_exported = final and _save_as_exported(model, staged)
-        if not as_exported:
+    with _staged(root, f"step-{step:08d}", "ckpt", f"the step {step} checkpoint", files, copies) as staged:
+        taken = weights_from is not None and _take_weights(storage.join(weights_from, WEIGHTS), staged, copies)
+        as_exported = final and (taken or _save_as_exported(model, staged))
+        if not (taken or as_exported):
             save_model(model, str(staged / WEIGHTS))
         state = {**state, AS_EXPORTED: True} if as_exported else state
         files.append(state_file := storage.RecordingFile(staged / "trainer_state.pt", "wb"))
@@ -95,6 +102,27 @@ def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool 
         if name not in keep:
             _remove(storage.join(root, name))
     return as_exported
+
+
+def _take_weights(source: str, staged: Path, copies: dict[str, str]) -> bool:
+    """The weights file `source` taken as the staged checkpoint's own: a second name of it locally (a hard link, or a
+    copy across filesystems: storage.link_or_copy), a copy made inside Cloud Storage on publishing for gs://
+    (`copies`). With --keep-best and the best evaluation at the step being checkpointed (the last step's, where the
+    curve still improves: the end of the run), best-<step> and step-<step> wrote the same tensors twice, each with
+    save_pretrained (BERT-base: 440 MB more written, and uploaded from a Vertex job). Each folder keeps its own name of
+    the file, so the rotation may delete either (rmtree, or the objects under its prefix) and the other stays whole;
+    no writer here changes a file in place. False (write them then) when `source` is gone (removed by hand, an object
+    deleted)."""
+    if storage.is_gcs(source):
+        if not storage.exists(source):
+            return False
+        copies[WEIGHTS] = source
+        return True
+    try:
+        storage.link_or_copy(Path(source), staged / WEIGHTS)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _save_as_exported(model: torch.nn.Module, staged: Path) -> bool:
@@ -130,14 +158,15 @@ def _save_as_exported(model: torch.nn.Module, staged: Path) -> bool:
         shutil.rmtree(written, ignore_errors=True)
 
 
-def save_best(root: str, step: int, model: torch.nn.Module, info: dict) -> None:
+def save_best(root: str, step: int, model: torch.nn.Module, info: dict) -> bool:
     """--keep-best: the weights of the best evaluation so far, as `best-<step>` beside the checkpoints (never only in
     memory: a preempted worker's restart exports them), staged and published whole as a checkpoint is. `info` (the
     step, its metric) goes beside them in best.json, for whoever looks into the folder.
 
     The weights are written as the export writes them when that file loads back as a checkpoint (_save_as_exported),
     and best.json says so (AS_EXPORTED): when the best step is not the last, the export writes these very weights,
-    and it now takes this file (load_best's answer, export_model's weights_from) instead of writing them again."""
+    and it now takes this file (load_best's answer, export_model's weights_from) instead of writing them again; when
+    it is the last step, the final checkpoint takes it (save's weights_from). Return whether it is written so."""
     import json
 
     from safetensors.torch import save_model
@@ -149,6 +178,7 @@ def save_best(root: str, step: int, model: torch.nn.Module, info: dict) -> None:
             save_model(model, str(staged / WEIGHTS))
         info = {**info, AS_EXPORTED: True} if as_exported else info
         (staged / "best.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    return as_exported
 
 
 def has_best(root: str, step: int) -> bool:

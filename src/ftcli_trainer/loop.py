@@ -353,6 +353,9 @@ class Trainer:
         self._stop_said = False  # a restart of a run that stopped early: its stop was said then
         self._lost_best: int | None = None  # the step of a best whose weights were gone at the resume
         self._best_refs: list[int | None] = []
+        # The step whose best-<step> this process wrote as the export writes its weights (save_best's answer): a
+        # checkpoint of that very step holds the same weights, and takes that file (save_checkpoint)
+        self._best_as_exported: int | None = None
         self.last_eval: dict = {}
         # The checkpoint folder whose weights file holds the model's weights as the export writes them (a final
         # checkpoint's: checkpoint.save), for the export to take instead of writing them again; None: it writes them
@@ -701,7 +704,13 @@ class Trainer:
                 state["best"] = dict(self.best)
             state["bad_evals"] = self.bad_evals  # (NaN evaluations count before any best too)
         root = self.paths.checkpoint_dir
-        as_exported = checkpoint.save(root, self.global_step, self.model, state, final=final)
+        # The best evaluation's weights written at this very step (no optimizer step since: global_step counts them),
+        # as the export writes them: the same tensors, taken from best-<step> (at the end of a run whose curve still
+        # improves, the final checkpoint's; at an epoch's end, a best there)
+        same = (self.keep_best and self.best is not None and self.best["step"] == self.global_step
+                and self._best_as_exported == self.global_step)
+        as_exported = checkpoint.save(root, self.global_step, self.model, state, final=final,
+                                      weights_from=storage.join(root, f"best-{self.global_step:08d}") if same else None)
         self.weights_from = storage.join(root, f"step-{self.global_step:08d}") if as_exported else None
         if self.keep_best:
             # The kept checkpoints' best weights stay (a resume from either needs its own); older ones go
@@ -953,7 +962,9 @@ class Trainer:
                          f"best: {self.bad_evals}/{cfg.early_stopping} without improvement")
             if self.dist.is_main:
                 root = self.paths.checkpoint_dir
-                checkpoint.save_best(root, self.global_step, self.model, {**self.best, "metric": self.best_key})
+                written = checkpoint.save_best(root, self.global_step, self.model,
+                                               {**self.best, "metric": self.best_key})
+                self._best_as_exported = self.global_step if written else None
                 if previous is not None and previous["step"] not in self._best_refs:
                     checkpoint.prune_best(root, self._kept_best_steps())  # superseded before any checkpoint named it
         elif self.best is not None:

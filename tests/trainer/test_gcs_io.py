@@ -124,6 +124,42 @@ def test_a_keep_best_jobs_export_copies_the_best_weights_inside_the_bucket(gcs, 
     assert "model.safetensors" in json.loads(gcs.read("vertex-out", "runs/job-4/model/ftcli_files.json"))["files"]
 
 
+def test_a_keep_best_job_whose_best_is_its_last_step_uploads_those_weights_once(gcs, tiny_model, sentiment_csv,
+                                                                               monkeypatch, tmp_path):
+    # With --keep-best and the best evaluation at the last step (here the one evaluation of one epoch), the job
+    # uploaded the same weights twice at its end: in best-15/ and in the final checkpoint step-15/. The checkpoint's
+    # object is now a copy of best-15's made by Cloud Storage, as is the export's.
+    from google.cloud.storage import transfer_manager
+
+    train, test = sentiment_csv
+    gcs.create_bucket("vertex-out")
+    base = "gs://vertex-out/runs/job-5"
+    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
+    monkeypatch.chdir(tmp_path)
+    uploaded, upload_many = [], transfer_manager.upload_many
+    monkeypatch.setattr(transfer_manager, "upload_many",
+                        lambda pairs, **kw: uploaded.extend(b.name for _, b in pairs) or upload_many(pairs, **kw))
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "16", "--keep-best"]
+    assert main(argv) == 0
+    metrics = json.loads(gcs.read("vertex-out", "runs/job-5/model/metrics.json"))
+    assert metrics["best_global_step"] == metrics["global_step"] == 15
+    assert [n for n in uploaded if n.endswith("model.safetensors")] == [
+        "runs/job-5/checkpoints/best-00000015/model.safetensors"]
+    kept = gcs.read("vertex-out", "runs/job-5/checkpoints/best-00000015/model.safetensors")
+    assert gcs.read("vertex-out", "runs/job-5/checkpoints/step-00000015/model.safetensors") == kept
+    assert gcs.read("vertex-out", "runs/job-5/model/model.safetensors") == kept
+    assert "runs/job-5/checkpoints/step-00000015/_COMPLETE" in gcs.list("vertex-out", "runs/job-5/checkpoints/")
+
+    # A worker restarted after the run ended (during its export): it resumes from step-15 and exports the same
+    uploaded.clear()
+    assert main(argv) == 0
+    assert not [n for n in uploaded if n.endswith("model.safetensors")]
+    assert gcs.read("vertex-out", "runs/job-5/model/model.safetensors") == kept
+
+
 def _stdout_until(proc, prefix: str, deadline: float) -> None:
     for line in proc.stdout:
         if line.startswith(prefix):

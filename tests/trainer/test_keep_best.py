@@ -177,6 +177,92 @@ def test_the_best_weights_are_written_once_and_the_export_takes_them_an_earlier_
     assert all(np.array_equal(loaded.state_dict()[k].numpy(), w) for k, w in weights.items())
 
 
+def test_a_best_at_the_last_step_is_written_once_its_checkpoint_takes_the_best_folders_file(tmp_path, tiny_model,
+                                                                                          sentiment_csv):
+    # When the best evaluation was the last step's (a curve still improving; here the one evaluation of one epoch),
+    # the end of the run wrote the same weights twice: best-15/ at the evaluation, then the final checkpoint step-15/,
+    # both with save_pretrained. The checkpoint now takes best-15's file (a hard link): one file, three names with
+    # the export's. Each folder still stands alone: the rotation deletes them independently.
+    import os
+
+    from transformers import AutoModelForSequenceClassification
+
+    from ftcli_trainer import checkpoint
+
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    assert main(["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+                 "--output-dir", str(out), "--epochs", "1", "--batch-size", "16", "--keep-best"]) == 0
+    m = _metrics(out)
+    assert m["best_global_step"] == m["global_step"] == 15
+    ckpts = out / "checkpoints"
+    best, final = ckpts / "best-00000015" / "model.safetensors", ckpts / "step-00000015" / "model.safetensors"
+    assert os.path.samefile(best, final) and os.path.samefile(final, out / "model" / "model.safetensors")
+    assert os.stat(final).st_nlink == 3
+    assert json.loads((best.parent / "best.json").read_text())["weights_as_exported"] is True
+    state = torch.load(final.parent / "trainer_state.pt", weights_only=True)
+    assert state["weights_as_exported"] is True and state["global_step"] == 15
+    weights = _weights(final)
+
+    def fresh():
+        return AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=2)
+
+    def same(model) -> bool:
+        return all(np.array_equal(model.state_dict()[k].numpy(), w) for k, w in weights.items())
+
+    # the best folder gone (pruned, removed by hand): the checkpoint still resumes; the checkpoint gone (rotated
+    # away), the best still loads; either way the model still loads (a copy of the folder whose files are the same
+    # files, hard links, for the first)
+    other = tmp_path / "other"
+    shutil.copytree(ckpts, other, copy_function=os.link)
+    shutil.rmtree(other / "best-00000015")
+    model = fresh()
+    assert checkpoint.load_latest(str(other), model)["global_step"] == 15 and same(model)
+    shutil.rmtree(final.parent)
+    model = fresh()
+    assert checkpoint.load_best(str(ckpts), 15, model) is True and same(model)
+    assert same(AutoModelForSequenceClassification.from_pretrained(out / "model"))
+
+
+def test_a_checkpoint_at_a_new_bests_step_mid_run_takes_its_file_and_a_later_step_writes_its_own(tmp_path, tiny_model,
+                                                                                                  sentiment_csv):
+    # The same at an epoch's end (or a --save-every step) where the evaluation just before is a new best: best-5 and
+    # step-5 held the same tensors, written twice. step-5 takes best-5's file; it resumes from it (strict), and is not
+    # marked for the export to take (training goes on from it). A checkpoint of another step writes its own.
+    import os
+
+    train, _ = sentiment_csv
+    trainer = _trainer(tmp_path, tiny_model, train, "--keep-best")
+    trainer._loss_acc, trainer._loss_acc_n, trainer._loss_total, trainer._loss_count = torch.zeros(()), 0, 0.0, 0
+    trainer.global_step = 5
+    trainer._keep_if_best({"eval_accuracy": 0.75})
+    trainer.save_checkpoint()
+    ckpts = tmp_path / "c"
+    step5, best5 = ckpts / "step-00000005" / "model.safetensors", ckpts / "best-00000005" / "model.safetensors"
+    assert os.path.samefile(step5, best5)
+    assert "weights_as_exported" not in torch.load(step5.parent / "trainer_state.pt", weights_only=True)
+    trainer.global_step = 6
+    trainer._keep_if_best({"eval_accuracy": 0.5})  # (no better: best-5 stays the best)
+    trainer.save_checkpoint()
+    assert not os.path.samefile(ckpts / "step-00000006" / "model.safetensors", best5)
+    shutil.rmtree(ckpts / "step-00000006")
+    shutil.rmtree(best5.parent)
+    again = _trainer(tmp_path, tiny_model, train, "--keep-best")
+    with torch.no_grad():
+        for p in again.model.parameters():
+            p.zero_()
+    again.resume()
+    assert again.global_step == 5
+    assert all(torch.equal(again.model.state_dict()[k], v) for k, v in trainer.model.state_dict().items())
+    trainer.global_step = 7
+    trainer._keep_if_best({"eval_accuracy": 0.8})
+    (ckpts / "best-00000007" / "model.safetensors").unlink()  # (gone before it was taken: written then)
+    trainer.save_checkpoint()
+    assert (ckpts / "step-00000007" / "model.safetensors").is_file()
+    again.resume()
+    assert again.global_step == 7
+
+
 def test_a_finished_run_run_again_with_keep_best_toggled_is_refused_and_its_model_left_alone(tmp_path, tiny_model,
                                                                                               sentiment_csv, capsys):
     # The same command without --keep-best re-exported the last step's weights (accuracy 0.17) over the kept model
