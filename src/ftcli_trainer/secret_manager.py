@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from google.cloud.secretmanager_v1 import SecretManagerServiceClient
 
 log = logging.getLogger("ftcli_trainer")
-ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"  # http://host:port: a plaintext emulator (tests)
+ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"  # host:port over TLS, or http://host:port: a plaintext emulator
 # Which --hf-secret this process's HF_TOKEN came from: torchrun's workers inherit both and need not read it again.
 HF_TOKEN_FROM = "FTCLI_HF_TOKEN_FROM"
 
@@ -38,6 +38,8 @@ def _secret_client() -> SecretManagerServiceClient:
 
         channel = grpc.insecure_channel(endpoint[len("http://"):])
         return secretmanager_v1.SecretManagerServiceClient(transport=SecretManagerServiceGrpcTransport(channel=channel))
+    if endpoint:  # host:port, as the launcher's check takes it (`ftcli local` hands this process the user's variables)
+        return secretmanager_v1.SecretManagerServiceClient(client_options={"api_endpoint": endpoint})
     return secretmanager_v1.SecretManagerServiceClient()
 
 

@@ -1598,6 +1598,29 @@ def test_a_missing_secret_is_found_before_any_upload(capsys, cloud_env, secret_m
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_tls_secret_manager_endpoint_is_used_and_named(capsys, cloud_env, monkeypatch, tmp_path):
+    """FTCLI_SECRETMANAGER_ENDPOINT=host:port, the TLS form FTCLI_VERTEX_ENDPOINT takes, was dropped without a word:
+    the check went to secretmanager.googleapis.com and its error named neither. Here the check goes there over TLS (a
+    listener that takes the TLS hello and hangs up), and the failure names it. The login file's token endpoint refuses
+    every grant, so nothing can reach Google."""
+    from tests.emulators.oauth import RefusingTokenEndpoint
+    from tests.emulators.tls_probe import TlsProbe
+
+    gcs, vertex = cloud_env
+    with RefusingTokenEndpoint() as tokens, TlsProbe() as probe:
+        key = tmp_path / "adc.json"
+        key.write_text(json.dumps({"type": "authorized_user", "client_id": "c", "client_secret": "s",
+                                   "refresh_token": "r", "token_uri": tokens.url}))
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+        monkeypatch.setenv("FTCLI_SECRETMANAGER_ENDPOINT", probe.endpoint)
+        r = run_cli(capsys, *BASE, "--task", "imdb", *WANDB)
+        assert probe.wait_for_hello(timeout=0), probe.first_bytes
+    assert r.code == 1 and "Traceback" not in r.err and r.out == ""
+    assert r.err.splitlines()[-2].startswith(
+        f"error: Secret Manager at {probe.endpoint} (from FTCLI_SECRETMANAGER_ENDPOINT) did not answer")
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_secret_with_no_version_or_a_disabled_one_is_found_before_any_upload(capsys, cloud_env, secret_manager):
     # `gcloud secrets create NAME` without --data-file makes a secret with no version; the job read `latest` at its
     # start and failed there, after the upload, the create and the machines' start.

@@ -145,3 +145,26 @@ def test_what_reads_as_a_credential_is_never_repeated(capsys, pasted):
     assert main(["--hf-secret", pasted]) == 2
     err = capsys.readouterr().err
     assert pasted not in err and "not the token" in err
+
+
+def test_a_tls_endpoint_is_where_the_secret_is_read(tmp_path):
+    """FTCLI_SECRETMANAGER_ENDPOINT=host:port (TLS, as the launcher's check takes it) was dropped here too: `ftcli
+    local --hf-secret` read the secret from secretmanager.googleapis.com whatever it named. A listener takes the TLS
+    hello; the reader, which retries for a minute, is then stopped. The login's token endpoint refuses every grant."""
+    from tests.emulators.oauth import RefusingTokenEndpoint
+    from tests.emulators.tls_probe import TlsProbe
+
+    with RefusingTokenEndpoint() as tokens, TlsProbe() as probe:
+        key = tmp_path / "adc.json"
+        key.write_text(json.dumps({"type": "authorized_user", "client_id": "c", "client_secret": "s",
+                                   "refresh_token": "r", "token_uri": tokens.url}))
+        env = {**os.environ, "GOOGLE_APPLICATION_CREDENTIALS": str(key), "FTCLI_SECRETMANAGER_ENDPOINT": probe.endpoint,
+               "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+        reader = subprocess.Popen([sys.executable, "-c", "from ftcli_trainer.secret_manager import read_secret; "
+                                   f"read_secret({SECRET!r}, '--hf-secret', 'the token')"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert probe.wait_for_hello(timeout=30), probe.first_bytes
+        finally:
+            reader.kill()
+            reader.wait()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ftcli.errors import FtcliError
 from ftcli.gcp import ROLES, account_problem, plaintext_endpoint, translate
 
@@ -20,12 +22,18 @@ class SecretsGateway:
                 SecretManagerServiceGrpcTransport,
             )
 
+            self.endpoint = addr
             transport = SecretManagerServiceGrpcTransport(channel=grpc.insecure_channel(addr))
             self.client = secretmanager_v1.SecretManagerServiceClient(transport=transport)
         else:
             from ftcli.gcp import credentials
 
-            self.client = secretmanager_v1.SecretManagerServiceClient(credentials=credentials())
+            # `host:port` is a TLS endpoint, as FTCLI_VERTEX_ENDPOINT's and FTCLI_LOGGING_ENDPOINT's are: it was read
+            # only in its http:// form, and any other value was dropped without a word (the check went to Google's
+            # endpoint, and its errors never named the variable).
+            self.endpoint = os.environ.get(ENDPOINT_VAR) or "secretmanager.googleapis.com"
+            self.client = secretmanager_v1.SecretManagerServiceClient(client_options={"api_endpoint": self.endpoint},
+                                                                      credentials=credentials())
 
     def check_exists(self, name: str, variable: str = "WANDB_API_KEY") -> None:
         """Fail, before anything is uploaded, when the secret (projects/P/secrets/NAME[/versions/V]) is missing, or the
@@ -53,7 +61,8 @@ class SecretsGateway:
                              hint=f"grant yourself {ROLES['secretmanager']}; the job's service account needs "
                                   "roles/secretmanager.secretAccessor") from None
         except gexc.GoogleAPICallError as e:
-            raise translate(e, service="secretmanager", project=self.project, what=secret) from None
+            raise translate(e, service="secretmanager", project=self.project, what=secret, endpoint=self.endpoint,
+                            endpoint_var=ENDPOINT_VAR) from None
         # The version the job reads must be there and ENABLED: a secret made without --data-file has none, and a
         # disabled one cannot be accessed. "projects/*/secrets/*/versions/latest is an alias to the most recently
         # created SecretVersion" (https://docs.cloud.google.com/secret-manager/docs/reference/rest/v1/
@@ -69,7 +78,8 @@ class SecretsGateway:
             raise FtcliError(f"secret {secret} has no version {version.rsplit('/', 1)[-1]} for the job to read",
                              hint=f"add the {noun} to it: {add}") from None
         except gexc.GoogleAPICallError as e:
-            raise translate(e, service="secretmanager", project=self.project, what=version) from None
+            raise translate(e, service="secretmanager", project=self.project, what=version, endpoint=self.endpoint,
+                            endpoint_var=ENDPOINT_VAR) from None
         if found.state.name != "ENABLED":
             raise FtcliError(f"secret version {found.name} is {found.state.name}: the job could not read it",
                              hint=f"enable it (gcloud secrets versions enable {found.name.rsplit('/', 1)[-1]} "
