@@ -303,13 +303,15 @@ def _gcloud_values() -> dict[str, tuple[str, str, str]]:
     `google.auth.default`). Read otherwise, a job went to the project of a configuration gcloud was not using.
     """
     root = gcloud_config_dir()
-    active = os.environ.get("CLOUDSDK_ACTIVE_CONFIG_NAME", "").strip()
+    named = active = os.environ.get("CLOUDSDK_ACTIVE_CONFIG_NAME", "").strip()
     if not active:
         try:
             active = (root / "active_config").read_text().strip() or "default"
         except OSError:
             active = "default"
     path = root / "configurations" / f"config_{active}"
+    if named and named != "NONE" and not path.is_file():
+        _no_such_configuration(named, path)
     parser = configparser.ConfigParser()
     try:
         parser.read(path)
@@ -340,6 +342,27 @@ def _gcloud_values() -> dict[str, tuple[str, str, str]]:
     if impersonate := gcloud(prop("auth", "impersonate_service_account")):
         out["impersonate_service_account"] = impersonate  # not a setting: gcloud_impersonation says why it is read
     return out
+
+
+def _no_such_configuration(name: str, path: Path) -> None:
+    """Say that CLOUDSDK_ACTIVE_CONFIG_NAME names a configuration with no file (a typo: `prdo`), which is then read as
+    empty, as gcloud reads it: its named_configs takes the variable's name as it is (`_EffectiveActiveConfigName`, no
+    check that the configuration exists), and its PropertiesFile reads the file with ConfigParser.read, which skips a
+    file that is not there (google-cloud-sdk, lib/googlecloudsdk/core/configurations/named_configs.py and
+    properties_file.py, github.com/google-cloud-sdk-unofficial/google-cloud-sdk at 797f815, read 2026-11-29). NONE,
+    gcloud's reserved configuration of no properties, has no file either and is not said. gcloud then has no project
+    and its commands stop on that; ftcli (like Google's client libraries) went on to a key file's project_id, and a
+    job went to a project nobody chose, without a word."""
+    try:
+        names = sorted(m.group(1) for f in path.parent.iterdir()
+                       if (m := re.match(r"^config_([a-z][-a-z0-9]*)$", f.name)))
+    except OSError:  # no configurations folder (gcloud never set up), or one this user may not list
+        names = []
+    here = ", ".join(names) or "none"
+    _log.warning(f"CLOUDSDK_ACTIVE_CONFIG_NAME names the gcloud configuration {name!r}, which does not exist ({path}): "
+                 "gcloud reads it as empty, and so does ftcli",
+                 extra={"hint": f"`gcloud config configurations list` names yours (here: {here}); set "
+                                "CLOUDSDK_ACTIVE_CONFIG_NAME to one of them, or unset it"})
 
 
 def _key_file_project() -> tuple[str, str] | None:

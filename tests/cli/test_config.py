@@ -80,6 +80,29 @@ def test_list_shows_every_value_and_source_whole_at_80_columns(capsys, monkeypat
     assert region.rstrip().split(None, 2)[1:] == ["asia-east1", "gcloud: compute/region (work configuration)"]
 
 
+@pytest.mark.parametrize("name", ["prdo", "NONE"])
+def test_a_gcloud_configuration_that_does_not_exist_is_read_empty_and_said(capsys, monkeypatch, isolated, name):
+    """CLOUDSDK_ACTIVE_CONFIG_NAME=prdo (for prod) was read as an empty configuration without a word, and the project
+    came from the key file: a job went to another project than the one the user chose. gcloud reads it as empty too
+    (its named_configs takes the variable's name as it is, and its properties file skips a file that is not there), so
+    ftcli still does, and says so. NONE is gcloud's own configuration with no properties: nothing to say."""
+    gcloud = isolated / "gcloud"
+    (gcloud / "configurations").mkdir(parents=True)
+    (gcloud / "configurations" / "config_prod").write_text("[core]\nproject = prod-project\n")
+    key = isolated / "key.json"
+    key.write_text('{"type": "service_account", "project_id": "key-project", "client_email": "a@b.com"}')
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.setenv("CLOUDSDK_ACTIVE_CONFIG_NAME", name)
+    r = run_cli(capsys, "config", "get", "project")
+    assert (r.code, r.out) == (0, "key-project\n")
+    said = [line for line in r.err.splitlines() if not line.startswith("(key file:")]
+    assert said == ([] if name == "NONE" else [
+        f"warning: CLOUDSDK_ACTIVE_CONFIG_NAME names the gcloud configuration 'prdo', which does not exist "
+        f"({gcloud / 'configurations' / 'config_prdo'}): gcloud reads it as empty, and so does ftcli "
+        "hint: `gcloud config configurations list` names yours (here: prod); set CLOUDSDK_ACTIVE_CONFIG_NAME to one "
+        "of them, or unset it"])
+
+
 def test_a_project_google_s_libraries_read_is_not_labelled_gcloud(capsys, monkeypatch, isolated):
     # A key file's project_id read "gcloud: project_id of KEY (GOOGLE_APPLICATION_CREDENTIALS)", and
     # GOOGLE_CLOUD_PROJECT "gcloud: GOOGLE_CLOUD_PROJECT": the user looked in a gcloud configuration that had no project
