@@ -207,6 +207,11 @@ REJECTED = [
     ("none", "c2-highmem-8", "not a machine type Vertex AI custom training offers"),
     ("none", "e2-standard-9999", "not a machine type Vertex AI custom training offers"),
     ("none", "n4-standard-96", "not a machine type Vertex AI custom training offers; did you mean n4-standard-80"),
+    # A typo keeps its suggestion; a name merely built of the same parts gets none: difflib's 0.6 cutoff answered
+    # mars-standard with "did you mean n4-standard-8 or n4-standard-4 or n4-standard-2".
+    ("none", "n1-standrd-8", "offers; did you mean n1-standard-8? (or leave it out for n1-standard-8)"),
+    ("none", "mars-standard", "offers; e.g. n1-standard-8, n2-standard-8, e2-standard-8 (or leave it out"),
+    ("none", "standard", "offers; e.g. n1-standard-8, n2-standard-8, e2-standard-8 (or leave it out"),
 ]
 
 

@@ -135,6 +135,23 @@ def test_a_region_in_capitals_or_with_a_space_names_the_region_meant(region, mea
     assert check_region(region, "region") == f"region: unknown Vertex AI region {region!r}; did you mean {meant}?"
 
 
+@pytest.mark.parametrize("region,hint", [
+    # typos keep their region
+    ("us-centrl1", "did you mean us-central1?"), ("europe-west-4", "did you mean europe-west4?"),
+    ("US-CENTRAL1", "did you mean us-central1?"), ("us-cental", "did you mean us-central1?"),
+    ("us-central1-a", "did you mean us-central1?"),  # a zone
+    ("us-east2", "did you mean us-east1, us-east4 or us-east5?"),  # equally near: each
+    # far ones, and ones too many regions are as near to, get the examples: difflib's 0.6 cutoff suggested
+    # asia-northeast1 for mars-north1 (ratio 0.69, from the parts region names share)
+    ("mars-north1", "e.g. us-central1, europe-west4, asia-southeast1"),
+    ("eu-west1", "e.g. us-central1, europe-west4, asia-southeast1"),
+    ("europe-west5", "e.g. us-central1, europe-west4, asia-southeast1"),
+    ("global", "e.g. us-central1, europe-west4, asia-southeast1"),
+])
+def test_a_region_is_suggested_only_when_it_is_near(region, hint):
+    assert check_region(region) == f"--region: unknown Vertex AI region {region!r}; {hint}"
+
+
 def test_default_region_and_gcs_paths():
     s = resolve(project="my-project", bucket="gs://my-bucket/x/")
     assert s.region == "us-central1" and s.bucket == "gs://my-bucket/x"

@@ -10,12 +10,12 @@ and memory). Container images live in `ftcli.images`, regions in `ftcli.regions`
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ftcli.errors import UsageError
+from ftcli.spelling import near
 
 
 @dataclass(frozen=True)
@@ -410,7 +410,9 @@ def _cpu(machine: str | None) -> Hardware:
         if family and size.isdigit():
             close = sorted(family, key=lambda m: abs(int(m.rsplit("-", 1)[1]) - int(size)))[:2]
         else:
-            close = difflib.get_close_matches(machine, CPU_MACHINE_TYPES, n=3, cutoff=0.6)
+            # a few keystrokes away, not merely of the same parts (`mars-standard` was "did you mean n4-standard-8,
+            # n4-standard-4 or n4-standard-2", difflib's 0.6 cutoff: spelling.near says why)
+            close = near(machine, CPU_MACHINE_TYPES)
         hint = f"did you mean {' or '.join(close)}?" if close else f"e.g. {_CPU_DEFAULT}, n2-standard-8, e2-standard-8"
         raise UsageError(f"--machine-type {machine} is not a machine type Vertex AI custom training offers; {hint} "
                          f"(or leave it out for {_CPU_DEFAULT})")

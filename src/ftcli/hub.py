@@ -203,11 +203,6 @@ def _typo_of(given: str, known: str) -> bool:
     a, b = given.lower(), known.lower()
     if abs(len(a) - len(b)) > 2 or min(len(a), len(b)) < 5:
         return False
-    # optimal string alignment distance (Damerau-Levenshtein without repeated edits of one substring)
-    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
-    for i in range(1, len(a) + 1):
-        for j in range(1, len(b) + 1):
-            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
-            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
-    return d[len(a)][len(b)] <= 2
+    from ftcli.spelling import edits
+
+    return edits(a, b) <= 2

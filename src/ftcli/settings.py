@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ftcli.errors import FtcliError, UsageError, reason
+from ftcli.spelling import near
 from ftcli_trainer.storage import split_gcs
 
 REGION_FIELD = "{region}"  # in a bucket value, stands for the job's region
@@ -151,6 +152,10 @@ def _settings_in_tables(data: dict, table: str = "") -> Iterator[tuple[str, str,
 
 def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _or(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
 def toml_text(path: Path) -> str:
@@ -676,9 +681,10 @@ def check_region(value: str, where: str = "--region") -> str | None:
         # ...; did you mean europe-west4?", as if the first region were a typo to drop.
         return (f"{where}: {value!r} names several regions, where one is taken (a list of regions to fall back on "
                 "is given to `ftcli train --region`)")
-    # `US-CENTRAL1`, `Europe-West4`: region names are lowercase, and difflib compares case and all
-    close = difflib.get_close_matches(value.strip().lower(), sorted(VERTEX_REGIONS), n=1)
-    hint = f"did you mean {close[0]}?" if close else "e.g. us-central1, europe-west4, asia-southeast1"
+    # `US-CENTRAL1`, `europe-west-4`, `us-centrl1`; never a region that is merely built of the same parts
+    # (`mars-north1` was "did you mean asia-northeast1?": spelling.near says why)
+    close = near(value, sorted(VERTEX_REGIONS))
+    hint = f"did you mean {_or(close)}?" if close else "e.g. us-central1, europe-west4, asia-southeast1"
     return f"{where}: unknown Vertex AI region {value!r}; {hint}"
 
 
