@@ -239,9 +239,11 @@ def check_cancellable(job: Job | TuningJob, shown: str) -> None:
         raise FtcliError(f"{kind} {shown} has already ended ({job.state}): there is nothing to cancel")
 
 
-def _cancel(job: J, shown: str, cancel: Callable[[Any], None], get: Callable[[Any], J]) -> J:
+def _cancel(job: J, shown: str, cancel: Callable[[Any], None], get: Callable[[Any], J],
+            sent: Callable[[], None] | None = None) -> J:
     # cancel and get take job.name: a JobName for a Job, a TuningName for a TuningJob
-    """Cancel through `cancel(name)`; `get(name)` reads the job (a CustomJob's or a tuning job's calls)."""
+    """Cancel through `cancel(name)`; `get(name)` reads the job (a CustomJob's or a tuning job's calls). `sent()` is
+    called once Vertex has taken the request, before the job is read again."""
     check_cancellable(job, shown)
     try:
         cancel(job.name)
@@ -249,18 +251,22 @@ def _cancel(job: J, shown: str, cancel: Callable[[Any], None], get: Callable[[An
         # It ended between our read and the cancel: say so as above, not as Vertex's FAILED_PRECONDITION.
         check_cancellable(get(job.name), shown)
         raise
+    if sent is not None:
+        sent()
     return get(job.name)
 
 
-def cancel(gateway: VertexGateway, job: Job, shown: str) -> Job:
-    """Ask Vertex to cancel the job; return it as it is then (CANCELLING, usually)."""
-    return _cancel(job, shown, gateway.cancel, gateway.get)
+def cancel(gateway: VertexGateway, job: Job, shown: str, sent: Callable[[], None] | None = None) -> Job:
+    """Ask Vertex to cancel the job; return it as it is then (CANCELLING, usually). `sent()`: the request was taken."""
+    return _cancel(job, shown, gateway.cancel, gateway.get, sent)
 
 
-def cancel_tuning(job: TuningJob, shown: str, notify: Notify | None = None) -> TuningJob:
-    """Ask Vertex to cancel the tuning job (its running trials stop with it); return it as it is then."""
+def cancel_tuning(job: TuningJob, shown: str, notify: Notify | None = None,
+                  sent: Callable[[], None] | None = None) -> TuningJob:
+    """Ask Vertex to cancel the tuning job (its running trials stop with it); return it as it is then. `sent()`: the
+    request was taken."""
     gateway = vertex_for(job.name, notify)
-    return _cancel(job, shown, gateway.cancel_tuning, gateway.get_tuning)
+    return _cancel(job, shown, gateway.cancel_tuning, gateway.get_tuning, sent)
 
 
 def task_and_model(labels: Mapping[str, str], pools: Sequence[Pool]) -> tuple[str | None, str | None]:

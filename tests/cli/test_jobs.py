@@ -455,6 +455,83 @@ def test_cancelling_a_tuning_job_and_a_race_with_its_end(capsys, cloud_env):
     assert r.err.startswith("error: tuning job 2 has already ended (CANCELLED)")
 
 
+class HoldAfterCancel:
+    """A gRPC proxy in front of the JobService emulator that, once a cancel has gone through, holds the next read of
+    the job for a minute: the window between Vertex taking the cancel and ftcli reading the job again."""
+
+    def __init__(self, upstream: str):
+        import threading
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.upstream = grpc.insecure_channel(upstream)
+        self.holding = threading.Event()
+        self.server = grpc.server(ThreadPoolExecutor(8))
+        proxy, cancelled = self, threading.Event()
+
+        class Forward(grpc.GenericRpcHandler):
+            def service(self, details):
+                method, call = details.method, proxy.upstream.unary_unary(details.method)  # raw bytes both ways
+
+                def forward(request: bytes, context):
+                    if cancelled.is_set() and method.endswith(("/GetCustomJob", "/GetHyperparameterTuningJob")):
+                        proxy.holding.set()
+                        time.sleep(60)
+                    try:
+                        response = call(request, timeout=30)
+                    except grpc.RpcError as e:
+                        context.abort(e.code(), e.details())
+                    if method.endswith(("/CancelCustomJob", "/CancelHyperparameterTuningJob")):
+                        cancelled.set()
+                    return response
+
+                return grpc.unary_unary_rpc_method_handler(forward)
+
+        self.server.add_generic_rpc_handlers((Forward(),))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(grace=0)
+        self.upstream.close()
+
+
+@pytest.mark.parametrize("kind", ["job", "tuning job"])
+def test_ctrl_c_after_the_cancel_was_taken_says_it_was(capsys, cloud_env, tmp_path, kind):
+    """A Ctrl-C while the job was read again after Vertex took the cancel said only "interrupted": nobody could tell
+    whether the job was being cancelled. It is said on stderr; stdout stays empty with --json, as the README's --json
+    rule has it (the job ends without the script's help: nothing is left for it to act on)."""
+    import signal
+    import time
+
+    from tests.cli.helpers import signal_child
+
+    gcs, vertex = cloud_env
+    if kind == "job":
+        name = submit(capsys, "--task", "imdb", "--gpu", "T4")["name"]
+    else:
+        r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--json")
+        assert r.code == 0, r.err
+        name = json.loads(r.out)["name"]
+
+    def held():
+        assert proxy.holding.wait(60), "the job was never read after the cancel"
+        time.sleep(0.5)
+
+    with HoldAfterCancel(vertex.address) as proxy:
+        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+        code, out, err = signal_child([*FTCLI, "jobs", "cancel", "1", "--yes", "--json"], env, tmp_path, held,
+                                      signal.SIGINT)
+    assert (code, out) == (130, "")
+    assert "Traceback" not in err and err.splitlines()[-1] == (
+        f"interrupted; the cancel of {kind} #1 {name.rsplit('/', 1)[-1]} was requested ({name}). Its state: ftcli "
+        "jobs describe 1")
+    assert len(vertex.calls("CancelHyperparameterTuningJob" if kind != "job" else "CancelCustomJob")) == 1
+
+
 @pytest.mark.parametrize("command", [["jobs", "describe"], ["jobs", "cancel", "--yes"], ["logs", "--no-follow"],
                                      ["download"]])
 def test_an_unknown_job_id_says_where_it_was_looked_for_and_how_to_look_elsewhere(capsys, cloud_env, command):

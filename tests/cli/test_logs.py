@@ -400,6 +400,32 @@ def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env, sig, status):
     assert not [m for m, _ in vertex.requests if m == "CancelCustomJob"]
 
 
+def test_a_detached_json_stream_is_whole_lines_without_a_closing_object(logs_env):
+    """`logs --json` detached by Ctrl-C prints no object of its own: the job runs on as it would have without ftcli,
+    so nothing is left for a script to act on, and a stream without the job's final state event is the README's sign
+    of a detach. What was printed stays whole JSON lines."""
+    vertex, logs, job = logs_env
+    proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        wait_for_child(proc, lambda: logs.wait_for_tails(1, timeout=20) or pytest.fail("no tail in 20 s"))
+        logs.write_line(job["id"], "workerpool0-0", "still training")
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert any(x.get("text") == "still training" for x in lines)
+    assert [x["state"] for x in lines if x.get("event") == "state"] == ["RUNNING"]  # no final state
+    assert not any("detached" in json.dumps(x) or "interrupted" in json.dumps(x) for x in lines)
+    assert err.splitlines()[-1] == ("detached; the job keeps running. Re-attach: ftcli logs 1   cancel: ftcli jobs "
+                                    "cancel 1")
+
+
 @pytest.mark.parametrize("json_out", [False, True], ids=["lines", "json"])
 def test_a_reader_that_stops_early_ends_the_following_quietly(logs_env, json_out):
     # `ftcli logs 1 | head -1`: once head had exited, ftcli followed on (re-reading the job's state, holding one of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sys
 from typing import TYPE_CHECKING, Annotated
@@ -12,11 +13,11 @@ from ftcli.cli.cost import spent_or_warning
 from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from ftcli.output import Column
     from ftcli.prices import Spent
-    from ftcli.values import TuningName
+    from ftcli.values import JobName, TuningName
 
 app = typer.Typer(help="List, describe and cancel Vertex AI training jobs.", no_args_is_help=True)
 
@@ -307,14 +308,38 @@ def cancel(
         if not typer.confirm(f"cancel job {shown}, {j.display_name} ({j.state})?", default=False, err=True):
             err().print("not cancelled")
             raise typer.Exit(1)
-    j = jobs.cancel(gateway, j, shown)
-    if json_out:  # the fields of jobs list --json, what it has cost so far included
-        from ftcli import prices
+    with _said_if_interrupted_once_sent(name, n) as sent:
+        j = jobs.cancel(gateway, j, shown, sent)
+        if json_out:  # the fields of jobs list --json, what it has cost so far included
+            from ftcli import prices
 
-        spent, _ = spent_or_warning(lambda: prices.job_cost(j))
-        show_one({**jobs.record(j, n), **_cost_usd(spent)}, (), json_out=True)
-        return
+            spent, _ = spent_or_warning(lambda: prices.job_cost(j))
+            show_one({**jobs.record(j, n), **_cost_usd(spent)}, (), json_out=True)
+            return
     out().print(f"cancel requested for job {shown} ({name.id}); it is {j.state}")
+
+
+@contextlib.contextmanager
+def _said_if_interrupted_once_sent(name: JobName | TuningName, n: int | None) -> Iterator[Callable[[], None]]:
+    """Around a cancel: a Ctrl-C after Vertex took the request (while the job is read again, or its cost worked out)
+    said only "interrupted", and nobody could tell whether the job was being cancelled. It is said, on stderr; stdout
+    stays empty, --json too: the job ends without the script's help, so nothing is left for it to act on (README,
+    --json: an interruption prints an object only where it leaves something to act on). Before the request was taken
+    the Ctrl-C is said as ever."""
+    from ftcli.output import err
+    from ftcli.values import TuningName
+
+    taken: list[bool] = []
+    try:
+        yield lambda: taken.append(True)
+    except KeyboardInterrupt:
+        if not taken:
+            raise
+        what = "tuning job" if isinstance(name, TuningName) else "job"
+        ref = str(n) if n else name.full
+        err().print(f"\ninterrupted; the cancel of {what} {f'#{n} ' if n else ''}{name.id} was requested "
+                    f"({name.full}). Its state: ftcli jobs describe {ref}", markup=False, highlight=False)
+        raise typer.Exit(130) from None
 
 
 def _cancel_tuning(name: TuningName, shown: str, *, yes: bool, json_out: bool) -> None:
@@ -327,11 +352,12 @@ def _cancel_tuning(name: TuningName, shown: str, *, yes: bool, json_out: bool) -
         if not typer.confirm(f"cancel tuning job {shown}, {tj.display_name} ({tj.state})?", default=False, err=True):
             err().print("not cancelled")
             raise typer.Exit(1)
-    tj = jobs.cancel_tuning(tj, shown, notify=note)
-    if json_out:
-        from ftcli import prices
+    with _said_if_interrupted_once_sent(name, jobs.short_id(name)) as sent:
+        tj = jobs.cancel_tuning(tj, shown, notify=note, sent=sent)
+        if json_out:
+            from ftcli import prices
 
-        spent, _ = spent_or_warning(lambda: prices.tuning_cost(tj))
-        show_one({**tuning.record(tj, jobs.short_id(name)), **_cost_usd(spent)}, (), json_out=True)
-        return
+            spent, _ = spent_or_warning(lambda: prices.tuning_cost(tj))
+            show_one({**tuning.record(tj, jobs.short_id(name)), **_cost_usd(spent)}, (), json_out=True)
+            return
     out().print(f"cancel requested for tuning job {shown} ({name.id}); it is {tj.state}")
