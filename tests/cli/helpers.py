@@ -141,3 +141,48 @@ def signal_during_download(gcs_url: str, wanted: str, command: str, args: list[s
     ftcli = [sys.executable, "-c", "from ftcli.cli.app import main; main()", command, *args]
     with FaultyProxy(gcs_url, fail_when=hold) as proxy:
         return signal_child(ftcli, {**(env if env is not None else os.environ), **proxy.env()}, cwd, ready, sig)
+
+
+class GrpcProxy:
+    """A gRPC proxy in front of an emulator (raw bytes both ways) whose `before(method)` and `after(method)` run around
+    each call it forwards: a test holds a call there (sleeps) to open the window a signal must land in. A failed call
+    is answered with the upstream's status, and `after` does not run."""
+
+    def __init__(self, upstream: str, before: Callable[[str], object] | None = None,
+                 after: Callable[[str], object] | None = None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        import grpc
+
+        self.upstream = grpc.insecure_channel(upstream)
+        self.server = grpc.server(ThreadPoolExecutor(8))
+        proxy = self
+
+        class Forward(grpc.GenericRpcHandler):
+            def service(self, details):
+                method = details.method
+                call = proxy.upstream.unary_unary(method)
+
+                def forward(request: bytes, context):
+                    if before is not None:
+                        before(method)
+                    try:
+                        response = call(request, timeout=30)
+                    except grpc.RpcError as e:
+                        context.abort(e.code(), e.details())
+                    if after is not None:
+                        after(method)
+                    return response
+
+                return grpc.unary_unary_rpc_method_handler(forward)
+
+        self.server.add_generic_rpc_handlers((Forward(),))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(grace=0)
+        self.upstream.close()

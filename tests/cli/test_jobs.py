@@ -10,7 +10,7 @@ import sys
 import grpc
 import pytest
 
-from tests.cli.helpers import run_cli
+from tests.cli.helpers import GrpcProxy, run_cli
 from tests.conftest import use_price_file
 
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
@@ -455,48 +455,26 @@ def test_cancelling_a_tuning_job_and_a_race_with_its_end(capsys, cloud_env):
     assert r.err.startswith("error: tuning job 2 has already ended (CANCELLED)")
 
 
-class HoldAfterCancel:
+class HoldAfterCancel(GrpcProxy):
     """A gRPC proxy in front of the JobService emulator that, once a cancel has gone through, holds the next read of
     the job for a minute: the window between Vertex taking the cancel and ftcli reading the job again."""
 
     def __init__(self, upstream: str):
         import threading
         import time
-        from concurrent.futures import ThreadPoolExecutor
 
-        self.upstream = grpc.insecure_channel(upstream)
-        self.holding = threading.Event()
-        self.server = grpc.server(ThreadPoolExecutor(8))
-        proxy, cancelled = self, threading.Event()
+        self.holding, cancelled = threading.Event(), threading.Event()
 
-        class Forward(grpc.GenericRpcHandler):
-            def service(self, details):
-                method, call = details.method, proxy.upstream.unary_unary(details.method)  # raw bytes both ways
+        def before(method: str) -> None:
+            if cancelled.is_set() and method.endswith(("/GetCustomJob", "/GetHyperparameterTuningJob")):
+                self.holding.set()
+                time.sleep(60)
 
-                def forward(request: bytes, context):
-                    if cancelled.is_set() and method.endswith(("/GetCustomJob", "/GetHyperparameterTuningJob")):
-                        proxy.holding.set()
-                        time.sleep(60)
-                    try:
-                        response = call(request, timeout=30)
-                    except grpc.RpcError as e:
-                        context.abort(e.code(), e.details())
-                    if method.endswith(("/CancelCustomJob", "/CancelHyperparameterTuningJob")):
-                        cancelled.set()
-                    return response
+        def after(method: str) -> None:
+            if method.endswith(("/CancelCustomJob", "/CancelHyperparameterTuningJob")):
+                cancelled.set()
 
-                return grpc.unary_unary_rpc_method_handler(forward)
-
-        self.server.add_generic_rpc_handlers((Forward(),))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-
-    def __enter__(self):
-        self.server.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.stop(grace=0)
-        self.upstream.close()
+        super().__init__(upstream, before, after)
 
 
 @pytest.mark.parametrize("kind", ["job", "tuning job"])

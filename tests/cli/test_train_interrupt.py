@@ -7,12 +7,11 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 
-from tests.cli.helpers import signal_child
+from tests.cli.helpers import GrpcProxy, signal_child
 
 FTCLI = [sys.executable, "-c", "from ftcli.cli.app import main; main()"]
 
@@ -24,45 +23,20 @@ def ctrl_c_train(args: list[str], env: dict, cwd, ready, command: str = "train",
     return signal_child([*FTCLI, command, *args], env, cwd, ready, sig)
 
 
-class SlowCreateProxy:
+class SlowCreateProxy(GrpcProxy):
     """A gRPC proxy in front of the JobService emulator that holds CreateCustomJob's (and
     CreateHyperparameterTuningJob's) answer for `delay` seconds after the job exists: the window in which a Ctrl-C
     used to leave a running job unnamed."""
 
     def __init__(self, upstream: str, delay: float):
-        self.upstream = grpc.insecure_channel(upstream)
-        self.delay = delay
         self.created = threading.Event()
-        self.server = grpc.server(ThreadPoolExecutor(8))
-        proxy = self
 
-        class Forward(grpc.GenericRpcHandler):
-            def service(self, details):
-                method = details.method
-                call = proxy.upstream.unary_unary(method)  # raw bytes both ways
+        def after(method: str) -> None:
+            if method.endswith(("/CreateCustomJob", "/CreateHyperparameterTuningJob")):
+                self.created.set()
+                time.sleep(delay)
 
-                def forward(request: bytes, context):
-                    try:
-                        response = call(request, timeout=30)
-                    except grpc.RpcError as e:
-                        context.abort(e.code(), e.details())
-                    if method.endswith(("/CreateCustomJob", "/CreateHyperparameterTuningJob")):
-                        proxy.created.set()
-                        time.sleep(proxy.delay)
-                    return response
-
-                return grpc.unary_unary_rpc_method_handler(forward)
-
-        self.server.add_generic_rpc_handlers((Forward(),))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-
-    def __enter__(self):
-        self.server.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.stop(grace=0)
-        self.upstream.close()
+        super().__init__(upstream, after=after)
 
 
 def signal_in_create(vertex, tmp_path, command: str, sig: int, mode: str) -> tuple[int, str, str]:
