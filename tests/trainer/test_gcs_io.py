@@ -60,23 +60,28 @@ def test_gs_data_in_gs_outputs_out_then_resume_from_gs(gcs, tiny_model, sentimen
 
 
 
+def job_uploads(gcs, monkeypatch, tmp_path, job: str) -> list[str]:
+    """A job's environment (_as_a_vertex_job), and the list that
+    the names of the objects the trainer uploads (transfer_manager.upload_many's, not those copied inside the bucket)
+    are added to."""
+    from google.cloud.storage import transfer_manager
+
+    _as_a_vertex_job(gcs, monkeypatch, tmp_path, job)
+    uploaded: list[str] = []
+    upload_many = transfer_manager.upload_many
+    monkeypatch.setattr(transfer_manager, "upload_many",
+                        lambda pairs, **kw: uploaded.extend(b.name for _, b in pairs) or upload_many(pairs, **kw))
+    return uploaded
+
+
 def test_a_jobs_export_copies_the_last_checkpoints_weights_inside_the_bucket(gcs, tiny_model, sentiment_csv,
                                                                              monkeypatch, tmp_path):
     # The job uploaded the last epoch's weights twice, once in its checkpoint and once in the export (BERT-base:
     # 440 MB more from the VM at the end of every job). The export's object is now a copy made by Cloud Storage.
-    from google.cloud.storage import transfer_manager
     from safetensors import safe_open
 
     train, test = sentiment_csv
-    gcs.create_bucket("vertex-out")
-    base = "gs://vertex-out/runs/job-3"
-    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
-    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
-    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
-    monkeypatch.chdir(tmp_path)
-    uploaded, upload_many = [], transfer_manager.upload_many
-    monkeypatch.setattr(transfer_manager, "upload_many",
-                        lambda pairs, **kw: uploaded.extend(b.name for _, b in pairs) or upload_many(pairs, **kw))
+    uploaded = job_uploads(gcs, monkeypatch, tmp_path, "job-3")
     argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
             "--epochs", "2", "--batch-size", "16"]
     assert main(argv) == 0
@@ -100,18 +105,9 @@ def test_a_keep_best_jobs_export_copies_the_best_weights_inside_the_bucket(gcs, 
                                                                           monkeypatch, tmp_path):
     # With --keep-best and a best step before the last, the job uploaded the best weights twice, in best-N/ and in
     # the export. The export's object is now a copy of best-N's made by Cloud Storage.
-    from google.cloud.storage import transfer_manager
 
     train, test = sentiment_csv
-    gcs.create_bucket("vertex-out")
-    base = "gs://vertex-out/runs/job-4"
-    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
-    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
-    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
-    monkeypatch.chdir(tmp_path)
-    uploaded, upload_many = [], transfer_manager.upload_many
-    monkeypatch.setattr(transfer_manager, "upload_many",
-                        lambda pairs, **kw: uploaded.extend(b.name for _, b in pairs) or upload_many(pairs, **kw))
+    uploaded = job_uploads(gcs, monkeypatch, tmp_path, "job-4")
     # (test_keep_best's run: its accuracy reaches 1.0 at step 21 and falls apart by the last step, 60)
     argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
             "--epochs", "4", "--warmup-ratio", "1", "--batch-size", "16", "--learning-rate", "3e-2",
@@ -129,18 +125,9 @@ def test_a_keep_best_job_whose_best_is_its_last_step_uploads_those_weights_once(
     # With --keep-best and the best evaluation at the last step (here the one evaluation of one epoch), the job
     # uploaded the same weights twice at its end: in best-15/ and in the final checkpoint step-15/. The checkpoint's
     # object is now a copy of best-15's made by Cloud Storage, as is the export's.
-    from google.cloud.storage import transfer_manager
 
     train, test = sentiment_csv
-    gcs.create_bucket("vertex-out")
-    base = "gs://vertex-out/runs/job-5"
-    monkeypatch.setenv("AIP_MODEL_DIR", f"{base}/model/")
-    monkeypatch.setenv("AIP_CHECKPOINT_DIR", f"{base}/checkpoints/")
-    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", f"{base}/logs/")
-    monkeypatch.chdir(tmp_path)
-    uploaded, upload_many = [], transfer_manager.upload_many
-    monkeypatch.setattr(transfer_manager, "upload_many",
-                        lambda pairs, **kw: uploaded.extend(b.name for _, b in pairs) or upload_many(pairs, **kw))
+    uploaded = job_uploads(gcs, monkeypatch, tmp_path, "job-5")
     argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
             "--epochs", "1", "--batch-size", "16", "--keep-best"]
     assert main(argv) == 0
