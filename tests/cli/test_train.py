@@ -1598,15 +1598,30 @@ def test_a_missing_secret_is_found_before_any_upload(capsys, cloud_env, secret_m
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_moments_unavailable_from_secret_manager_is_retried(capsys, cloud_env, secret_manager):
+    # The secret's check made one call: a transient UNAVAILABLE (which Google's guidance says to retry) stopped the
+    # submission before the upload, saying "did not answer after several retries" though none was made.
+    gcs, vertex = cloud_env
+    secret_manager.put("projects/test-project/secrets/wandb-key", b"0123456789abcdef0123456789abcdef01234567")
+    secret_manager.fail_next("GetSecret")
+    secret_manager.fail_next("GetSecretVersion")
+    submitted(capsys, "--task", "imdb", *WANDB)
+    assert [m for m, _ in secret_manager.requests] == ["GetSecret", "GetSecret", "GetSecretVersion",
+                                                       "GetSecretVersion"]
+    assert [m for m, _ in vertex.requests if m == "CreateCustomJob"] == ["CreateCustomJob"]
+
+
 def test_a_tls_secret_manager_endpoint_is_used_and_named(capsys, cloud_env, monkeypatch, tmp_path):
     """FTCLI_SECRETMANAGER_ENDPOINT=host:port, the TLS form FTCLI_VERTEX_ENDPOINT takes, was dropped without a word:
     the check went to secretmanager.googleapis.com and its error named neither. Here the check goes there over TLS (a
     listener that takes the TLS hello and hangs up), and the failure names it. The login file's token endpoint refuses
     every grant, so nothing can reach Google."""
+    import ftcli.gcp
     from tests.emulators.oauth import RefusingTokenEndpoint
     from tests.emulators.tls_probe import TlsProbe
 
     gcs, vertex = cloud_env
+    monkeypatch.setattr(ftcli.gcp, "CALL_RETRY_S", 2.0)  # (the probe hangs up on every call: UNAVAILABLE, retried)
     with RefusingTokenEndpoint() as tokens, TlsProbe() as probe:
         key = tmp_path / "adc.json"
         key.write_text(json.dumps({"type": "authorized_user", "client_id": "c", "client_secret": "s",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 from ftcli.errors import Conflict, FtcliError, NoCapacity, NotFound, Rejected
 
 if TYPE_CHECKING:
+    from google.api_core.retry import Retry
     from google.auth.credentials import Credentials
 
 Notify = Callable[[str], None]
@@ -228,6 +229,20 @@ def retryable(*kinds: type[BaseException]) -> Callable[[BaseException], bool]:
     """An api_core Retry predicate: one of `kinds`, or a per-minute rate limit (`rate_limited`), and never a failed
     login that gRPC words as UNAVAILABLE (`credentials_failure`): retrying cannot fix that."""
     return lambda e: (isinstance(e, kinds) or rate_limited(e)) and credentials_failure(e) is None
+
+
+CALL_RETRY_S = 90.0  # how long call_retry goes on retrying one call
+
+
+def call_retry(service: str, method: str, notify: Notify | None = None) -> Retry:
+    """The retry of one call to a Google API: on UNAVAILABLE and DEADLINE_EXCEEDED (AIP-194's code to retry, and a
+    call that timed out) and a per-minute rate limit (`retryable`), with growing pauses for CALL_RETRY_S, each said
+    (`retry_notice`) when someone listens."""
+    from google.api_core import exceptions as gexc
+    from google.api_core.retry import Retry
+
+    return Retry(predicate=retryable(gexc.ServiceUnavailable, gexc.DeadlineExceeded), initial=0.5, maximum=8.0,
+                 multiplier=2.0, timeout=CALL_RETRY_S, on_error=retry_notice(service, method, notify))
 
 
 def first_line(e: BaseException) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ftcli.errors import FtcliError
-from ftcli.gcp import ROLES, account_problem, plaintext_endpoint, translate
+from ftcli.gcp import ROLES, account_problem, call_retry, plaintext_endpoint, translate
 
 ENDPOINT_VAR = "FTCLI_SECRETMANAGER_ENDPOINT"
 
@@ -45,7 +45,10 @@ class SecretsGateway:
         noun = "token" if variable == "HF_TOKEN" else "key"
         short = secret.rsplit("/", 1)[-1]
         try:
-            self.client.get_secret(name=secret, timeout=30)
+            # Retried as Vertex's calls are: a moment's UNAVAILABLE stopped `ftcli train --wandb-secret` before the
+            # upload, with "did not answer after several retries" though none was made (the generated client retries
+            # only AccessSecretVersion)
+            self.client.get_secret(name=secret, timeout=30, retry=call_retry("secretmanager", "GetSecret"))
         except gexc.NotFound:
             raise FtcliError(f"secret {secret} does not exist",
                              hint=f"create it: printf %s \"${variable}\" | gcloud secrets create {short} "
@@ -60,7 +63,7 @@ class SecretsGateway:
             raise FtcliError(f"cannot see secret {secret} (secretmanager.secrets.get denied)",
                              hint=f"grant yourself {ROLES['secretmanager']}; the job's service account needs "
                                   "roles/secretmanager.secretAccessor") from None
-        except gexc.GoogleAPICallError as e:
+        except (gexc.GoogleAPICallError, gexc.RetryError) as e:  # (RetryError: the retries ran out)
             raise translate(e, service="secretmanager", project=self.project, what=secret, endpoint=self.endpoint,
                             endpoint_var=ENDPOINT_VAR) from None
         # The version the job reads must be there and ENABLED: a secret made without --data-file has none, and a
@@ -73,11 +76,12 @@ class SecretsGateway:
         version = name if "/versions/" in name else f"{secret}/versions/latest"
         add = f"printf %s \"${variable}\" | gcloud secrets versions add {short} --data-file=-"
         try:
-            found = self.client.get_secret_version(name=version, timeout=30)
+            found = self.client.get_secret_version(name=version, timeout=30,
+                                                   retry=call_retry("secretmanager", "GetSecretVersion"))
         except gexc.NotFound:
             raise FtcliError(f"secret {secret} has no version {version.rsplit('/', 1)[-1]} for the job to read",
                              hint=f"add the {noun} to it: {add}") from None
-        except gexc.GoogleAPICallError as e:
+        except (gexc.GoogleAPICallError, gexc.RetryError) as e:  # (RetryError: the retries ran out)
             raise translate(e, service="secretmanager", project=self.project, what=version, endpoint=self.endpoint,
                             endpoint_var=ENDPOINT_VAR) from None
         if found.state.name != "ENABLED":

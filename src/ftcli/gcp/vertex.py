@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ftcli.gcp import Notify, credentials, guard, plaintext_endpoint, retry_notice, retryable
+from ftcli.gcp import Notify, call_retry, credentials, guard, plaintext_endpoint
 from ftcli.spec import SUBMISSION_LABEL, from_container_text
 from ftcli.values import Job, JobName, Pool, Trial, TuningJob, TuningName
 
@@ -153,12 +153,7 @@ class VertexGateway:
     def _call(self, what: str, method: str, fn: Callable[[], T]) -> T:
         """Run `fn` with retries on UNAVAILABLE / DEADLINE_EXCEEDED and a per-minute rate limit (each one reported),
         errors translated."""
-        from google.api_core import exceptions as gexc
-        from google.api_core.retry import Retry
-
-        retry = Retry(predicate=retryable(gexc.ServiceUnavailable, gexc.DeadlineExceeded),
-                      initial=0.5, maximum=8.0, multiplier=2.0, timeout=90.0,
-                      on_error=retry_notice("vertex", method, self.notify))
+        retry = call_retry("vertex", method, self.notify)
         with guard(service="vertex", project=self.project, what=what, region=self.region, endpoint=self.endpoint,
                    endpoint_var=ENDPOINT_VAR):
             return retry(fn)()
