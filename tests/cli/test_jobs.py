@@ -4,6 +4,7 @@ shows each finished job's headline metric, --json is one object per job, a finis
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -477,17 +478,31 @@ class HoldAfterCancel(GrpcProxy):
         super().__init__(upstream, before, after)
 
 
-@pytest.mark.parametrize("kind", ["job", "tuning job"])
-def test_ctrl_c_after_the_cancel_was_taken_says_it_was(capsys, cloud_env, tmp_path, kind):
-    """A Ctrl-C while the job was read again after Vertex took the cancel said only "interrupted": nobody could tell
-    whether the job was being cancelled. It is said on stderr; stdout stays empty with --json, as the README's --json
-    rule has it (the job ends without the script's help: nothing is left for it to act on)."""
-    import signal
+class HoldCancelAnswer(GrpcProxy):
+    """A gRPC proxy in front of the JobService emulator that holds the answer to a cancel for a minute, the cancel
+    carried out: the window in which ftcli cannot know whether Vertex took it."""
+
+    def __init__(self, upstream: str):
+        import threading
+        import time
+
+        self.holding = threading.Event()
+
+        def after(method: str) -> None:
+            if method.endswith(("/CancelCustomJob", "/CancelHyperparameterTuningJob")):
+                self.holding.set()
+                time.sleep(60)
+
+        super().__init__(upstream, after=after)
+
+
+def _signal_in_cancel(capsys, vertex, tmp_path, kind: str, proxy_class: type, sig: int) -> tuple[str, int, str, str]:
+    """Submit a job (or tune), then `ftcli jobs cancel 1 --yes --json` through `proxy_class`, given `sig` half a second
+    into its hold: (the job's name, exit status, stdout, stderr)."""
     import time
 
     from tests.cli.helpers import signal_child
 
-    gcs, vertex = cloud_env
     if kind == "job":
         name = submit(capsys, "--task", "imdb", "--gpu", "T4")["name"]
     else:
@@ -496,18 +511,42 @@ def test_ctrl_c_after_the_cancel_was_taken_says_it_was(capsys, cloud_env, tmp_pa
         name = json.loads(r.out)["name"]
 
     def held():
-        assert proxy.holding.wait(60), "the job was never read after the cancel"
+        assert proxy.holding.wait(60), "the proxy never held a call"
         time.sleep(0.5)
 
-    with HoldAfterCancel(vertex.address) as proxy:
+    with proxy_class(vertex.address) as proxy:
         env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
-        code, out, err = signal_child([*FTCLI, "jobs", "cancel", "1", "--yes", "--json"], env, tmp_path, held,
-                                      signal.SIGINT)
-    assert (code, out) == (130, "")
+        code, out, err = signal_child([*FTCLI, "jobs", "cancel", "1", "--yes", "--json"], env, tmp_path, held, sig)
+    return name, code, out, err
+
+
+@pytest.mark.parametrize(("kind", "sig", "status"), [("job", signal.SIGINT, 130), ("tuning job", signal.SIGINT, 130),
+                                                     ("job", signal.SIGTERM, 143), ("job", signal.SIGHUP, 129)])
+def test_ctrl_c_after_the_cancel_was_taken_says_it_was(capsys, cloud_env, tmp_path, kind, sig, status):
+    """A Ctrl-C while the job was read again after Vertex took the cancel said only "interrupted": nobody could tell
+    whether the job was being cancelled. It is said on stderr; stdout stays empty with --json, as the README's --json
+    rule has it (the job ends without the script's help: nothing is left for it to act on). SIGTERM and SIGHUP killed
+    ftcli without a word: they are said as Ctrl-C is."""
+    gcs, vertex = cloud_env
+    name, code, out, err = _signal_in_cancel(capsys, vertex, tmp_path, kind, HoldAfterCancel, sig)
+    assert (code, out) == (status, "")
     assert "Traceback" not in err and err.splitlines()[-1] == (
         f"interrupted; the cancel of {kind} #1 {name.rsplit('/', 1)[-1]} was requested ({name}). Its state: ftcli "
         "jobs describe 1")
     assert len(vertex.calls("CancelHyperparameterTuningJob" if kind != "job" else "CancelCustomJob")) == 1
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_before_vertex_answered_the_cancel_says_where_to_look(capsys, cloud_env, tmp_path, sig, status):
+    # Before Vertex answered, the cancel may have been taken (here it was) or not: "interrupted" alone said neither,
+    # and SIGTERM killed ftcli without a word.
+    gcs, vertex = cloud_env
+    name, code, out, err = _signal_in_cancel(capsys, vertex, tmp_path, "job", HoldCancelAnswer, sig)
+    assert (code, out) == (status, "")
+    assert "Traceback" not in err and err.splitlines()[-1] == (
+        f"interrupted; before Vertex answered the cancel of job #1 {name.rsplit('/', 1)[-1]} ({name}); whether it was "
+        "taken: ftcli jobs describe 1")
+    assert len(vertex.calls("CancelCustomJob")) == 1
 
 
 @pytest.mark.parametrize("command", [["jobs", "describe"], ["jobs", "cancel", "--yes"], ["logs", "--no-follow"],

@@ -324,22 +324,26 @@ def _said_if_interrupted_once_sent(name: JobName | TuningName, n: int | None) ->
     """Around a cancel: a Ctrl-C after Vertex took the request (while the job is read again, or its cost worked out)
     said only "interrupted", and nobody could tell whether the job was being cancelled. It is said, on stderr; stdout
     stays empty, --json too: the job ends without the script's help, so nothing is left for it to act on (README,
-    --json: an interruption prints an object only where it leaves something to act on). Before the request was taken
-    the Ctrl-C is said as ever."""
+    --json: an interruption prints an object only where it leaves something to act on). Before Vertex answered, the
+    request may or may not have been taken: said so, with where to look. SIGTERM and SIGHUP (a CI step's timeout, a
+    closed terminal) are said as Ctrl-C is (they killed ftcli without a word), exit 128 + the signal."""
+    from ftcli.cli.watch import stop_signals_interrupt
     from ftcli.output import err
     from ftcli.values import TuningName
 
     taken: list[bool] = []
+    got: list[int] = []
     try:
-        yield lambda: taken.append(True)
+        with stop_signals_interrupt() as got:
+            yield lambda: taken.append(True)
     except KeyboardInterrupt:
-        if not taken:
-            raise
         what = "tuning job" if isinstance(name, TuningName) else "job"
         ref = str(n) if n else name.full
-        err().print(f"\ninterrupted; the cancel of {what} {f'#{n} ' if n else ''}{name.id} was requested "
-                    f"({name.full}). Its state: ftcli jobs describe {ref}", markup=False, highlight=False)
-        raise typer.Exit(130) from None
+        job = f"{what} {f'#{n} ' if n else ''}{name.id}"
+        said = (f"the cancel of {job} was requested ({name.full}). Its state" if taken else
+                f"before Vertex answered the cancel of {job} ({name.full}); whether it was taken")
+        err().print(f"\ninterrupted; {said}: ftcli jobs describe {ref}", markup=False, highlight=False)
+        raise typer.Exit(128 + got[0] if got else 130) from None
 
 
 def _cancel_tuning(name: TuningName, shown: str, *, yes: bool, json_out: bool) -> None:
