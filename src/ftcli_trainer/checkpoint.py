@@ -86,7 +86,7 @@ def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool 
     copies: dict[str, str] = {}
     as_exported = False
     with _staged(root, f"step-{step:08d}", "ckpt", f"the step {step} checkpoint", files, copies) as staged:
-        taken = weights_from is not None and _take_weights(storage.join(weights_from, WEIGHTS), staged, copies)
+        taken = weights_from is not None and take_weights(storage.join(weights_from, WEIGHTS), staged, copies)
         as_exported = final and (taken or _save_as_exported(model, staged))
         if not (taken or as_exported):
             save_model(model, str(staged / WEIGHTS))
@@ -104,15 +104,15 @@ def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool 
     return as_exported
 
 
-def _take_weights(source: str, staged: Path, copies: dict[str, str]) -> bool:
-    """The weights file `source` taken as the staged checkpoint's own: a second name of it locally (a hard link, or a
-    copy across filesystems: storage.link_or_copy), a copy made inside Cloud Storage on publishing for gs://
-    (`copies`). With --keep-best and the best evaluation at the step being checkpointed (the last step's, where the
-    curve still improves: the end of the run), best-<step> and step-<step> wrote the same tensors twice, each with
-    save_pretrained (BERT-base: 440 MB more written, and uploaded from a Vertex job). Each folder keeps its own name of
-    the file, so the rotation may delete either (rmtree, or the objects under its prefix) and the other stays whole;
-    no writer here changes a file in place. False (write them then) when `source` is gone (removed by hand, an object
-    deleted)."""
+def take_weights(source: str, staged: Path, copies: dict[str, str]) -> bool:
+    """The weights file `source` taken as the staged folder's own (a checkpoint's, or the export's): a second name of
+    it locally (a hard link, or a copy across filesystems: storage.link_or_copy), a copy made inside Cloud Storage on
+    publishing for gs:// (`copies`). With --keep-best and the best evaluation at the step being checkpointed (the
+    last step's, where the curve still improves: the end of the run), best-<step> and step-<step> wrote the same
+    tensors twice, each with save_pretrained (BERT-base: 440 MB more written, and uploaded from a Vertex job). Each
+    folder keeps its own name of the file, so the rotation may delete either (rmtree, or the objects under its
+    prefix) and the other stays whole; no writer here changes a file in place. False (write them then) when `source`
+    is gone (removed by hand, an object deleted)."""
     if storage.is_gcs(source):
         if not storage.exists(source):
             return False
@@ -185,7 +185,7 @@ def has_best(root: str, step: int) -> bool:
     """The step's best weights are there whole: marked complete, and their file not lost since (removed by hand, an
     object deleted from the bucket), which load_best read as a FileNotFoundError traceback."""
     path = storage.join(root, f"best-{step:08d}")
-    return _is_complete(path) and storage.exists(storage.join(path, "model.safetensors"))
+    return _is_complete(path) and storage.exists(storage.join(path, WEIGHTS))
 
 
 def load_best(root: str, step: int, model: torch.nn.Module) -> bool:
@@ -206,7 +206,7 @@ def load_best(root: str, step: int, model: torch.nn.Module) -> bool:
             downloaded = local = storage.download_dir(path, storage.local_tmp("best"))
         else:
             local = Path(path)
-        load_model(model, str(local / "model.safetensors"), strict=True)
+        load_model(model, str(local / WEIGHTS), strict=True)
         try:
             info = json.loads((local / "best.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):  # (only for whoever looks into the folder until AS_EXPORTED: not needed)
@@ -280,7 +280,7 @@ def load_latest(root: str, model: torch.nn.Module) -> dict | None:
             else:
                 local = Path(path)
             state = torch.load(local / "trainer_state.pt", map_location="cpu", weights_only=True)
-            load_model(model, str(local / "model.safetensors"), strict=True)
+            load_model(model, str(local / WEIGHTS), strict=True)
         except Exception as e:  # noqa: BLE001 - any damage means: not this one
             why = one_line(e)
             if downloaded is not None:  # the checkpoint's own gs:// name, not the temporary copy's

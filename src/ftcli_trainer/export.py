@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ftcli_trainer import storage
-from ftcli_trainer.checkpoint import WEIGHTS
+from ftcli_trainer.checkpoint import WEIGHTS, take_weights
 from ftcli_trainer.errors import TrainerError
 
 if TYPE_CHECKING:
@@ -90,17 +90,16 @@ def export_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, mod
 
         hf_logging.disable_progress_bar()
         source = storage.join(weights_from, WEIGHTS) if weights_from is not None else None
-        if source is not None and storage.is_gcs(source) == storage.is_gcs(model_dir) and storage.exists(source):
-            # The last checkpoint wrote these weights a moment ago with this very call: its file is taken (a hard
-            # link, or a copy made inside Cloud Storage), and save_pretrained writes the rest (the config, a
-            # remote-code model's code), which an empty state_dict leaves without a weights file.
+        taken = False
+        if source is not None and storage.is_gcs(source) == storage.is_gcs(model_dir):
+            # The last checkpoint (or the kept best) wrote these weights with this very call: its file is taken (a
+            # hard link, or a copy made inside Cloud Storage: checkpoint.take_weights, as a checkpoint takes a best's),
+            # and save_pretrained writes the rest (the config, a remote-code model's code), which an empty state_dict
+            # leaves without a weights file. (First: save_pretrained removes the weight files it did not write.)
             model.save_pretrained(staged, state_dict={})
             (staged / WEIGHTS).unlink(missing_ok=True)
-            if storage.is_gcs(model_dir):
-                copies[WEIGHTS] = source
-            else:
-                storage.link_or_copy(Path(source), staged / WEIGHTS)
-        else:
+            taken = take_weights(source, staged, copies)
+        if not taken:  # (none to take, or the file gone since: removed by hand, an object deleted)
             model.save_pretrained(staged)
         # The length the run trained and evaluated at becomes the tokenizer's limit: pipeline(...) and ftcli predict
         # then cut a long text where the run did, not at the model's 512 (the same text scored differently).
