@@ -283,13 +283,13 @@ def test_a_setting_that_is_not_a_string_in_the_config_file_is_refused_in_one_lin
 def test_a_config_file_windows_powershell_wrote_is_read(tmp_path, encoding):
     # `'region = "europe-west4"' | Out-File -Encoding utf8 config.toml` in Windows PowerShell writes a byte-order
     # mark (`> config.toml`, UTF-16 with one): "not valid TOML (Invalid statement (at line 1, column 1))" for a line
-    # that looks right, and a UTF-8 decoding error. `config set` edits it, and saves it as UTF-8.
+    # that looks right, and a UTF-8 decoding error. `config set` edits it, and keeps its mark, its encoding and its
+    # CRLF line breaks: it was saved as UTF-8 without a mark, the new line ending in a bare LF.
     config = tmp_path / "config.toml"
     config.write_text('# mine\r\nregion = "europe-west4"\r\n', encoding=encoding, newline="")
     assert load_config_file() == {"region": "europe-west4"}
     save_config_file({"project": "my-project"})
-    assert config.read_bytes().decode("utf-8").splitlines() == ["# mine", 'region = "europe-west4"',
-                                                                'project = "my-project"']
+    assert config.read_bytes() == '# mine\r\nregion = "europe-west4"\r\nproject = "my-project"\r\n'.encode(encoding)
     config.write_bytes(b'region = "caf\xe9"\n')  # Latin-1 is still refused, naming the file
     with pytest.raises(UsageError, match=f"^{config} is not valid TOML"):
         load_config_file()

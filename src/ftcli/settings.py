@@ -169,12 +169,44 @@ def toml_text(path: Path) -> str:
     (really utf-16)", read 2026-11-29). tomllib takes neither: `"region = ..." | Out-File -Encoding utf8` gave "not
     valid TOML (Invalid statement (at line 1, column 1))" for a line that looks right, and `> config.toml` a UTF-8
     decoding error."""
+    data = path.read_bytes()
+    bom, codec = _text_form(data)
+    return data[len(bom):].decode(codec)
+
+
+def _text_form(data: bytes) -> tuple[bytes, str]:
+    """The byte-order mark a text file starts with (b"" for none) and the codec of the rest: what toml_text reads it
+    with, and what `config set` writes it back with."""
     import codecs
 
-    data = path.read_bytes()
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data.decode("utf-16")
-    return data.decode("utf-8-sig")
+    marks = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+    return next(((bom, codec) for bom, codec in marks if data.startswith(bom)), (b"", "utf-8"))
+
+
+_LONE_LF = re.compile(r"(?<!\r)\n")
+
+
+def _toml_edited(data: bytes, values: dict[str, str | None]) -> bytes:
+    """The bytes of a TOML file (`data`, b"" for a new one) with these keys set (or, with None, removed), and nothing
+    else changed. tomlkit keeps what it parsed as it was, but ends what it adds (a new key's line, a line break after
+    a last line that had none, a blank line before a table) with "\n", and dumps str: a file Windows Notepad or
+    PowerShell wrote, with CRLF line breaks, came back with one LF-ended line among them, and its byte-order mark (and
+    UTF-16, PowerShell's `>`: toml_text) was dropped. A file whose every line break is CRLF gets CRLF ones; one that
+    mixes them keeps its own and gets LF ones, as before; the mark and the codec are the file's."""
+    import tomlkit
+
+    bom, codec = _text_form(data)
+    text = data[len(bom):].decode(codec)
+    doc = tomlkit.parse(text)
+    for key, value in values.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    edited = tomlkit.dumps(doc)
+    if "\r\n" in text and not _LONE_LF.search(text):
+        edited = _LONE_LF.sub("\r\n", edited)
+    return bom + edited.encode(codec)
 
 
 def _near_key(key: str) -> str | None:
@@ -203,9 +235,7 @@ def _file_kind(path: Path) -> str:
 
 def save_config_file(values: dict[str, str | None]) -> Path:
     """Set (or, with None, remove) these keys in the config file and keep everything else in it as it was: its
-    comments, its order, keys and tables of its own (tomlkit edits the document rather than rewriting it)."""
-    import tomlkit
-
+    comments, its order, keys and tables of its own, its line breaks and its encoding (_toml_edited)."""
     path = config_path()
     # A config file that is a link (dotfiles kept in a repository) is edited where it points: the rename replaced
     # the link with a copy, and the file it pointed at no longer changed.
@@ -228,13 +258,7 @@ def save_config_file(values: dict[str, str | None]) -> Path:
     # earlier one's key.
     with _folder_lock(real.parent):
         load_config_file()  # a file that is not there, not a file or not TOML is said as the commands say it
-        doc = tomlkit.parse(toml_text(real)) if real.exists() else tomlkit.document()
-        for key, value in values.items():
-            if value is None:
-                doc.pop(key, None)
-            else:
-                doc[key] = value
-        _replace_file(real, tomlkit.dumps(doc).encode("utf-8"))
+        _replace_file(real, _toml_edited(real.read_bytes() if real.exists() else b"", values))
     return path
 
 

@@ -224,6 +224,30 @@ def test_set_keeps_the_files_comments_order_and_other_keys(capsys, isolated):
     assert (isolated / "config.toml").read_text() == '# my comment\nregion = "europe-west4"\n\n[extra]\nfoo = 1\n'
 
 
+@pytest.mark.parametrize("before, args, after", [
+    (b'# mine\r\nproject = "my-project"   # prod\r\n\r\n[notes]\r\nx = 1\r\n', ["set", "region", "europe-west4"],
+     b'# mine\r\nproject = "my-project"   # prod\r\nregion = "europe-west4"\r\n\r\n[notes]\r\nx = 1\r\n'),
+    (b'project = "my-project"  # prod\r\nregion = "us-central1"', ["set", "region", "europe-west4"],
+     b'project = "my-project"  # prod\r\nregion = "europe-west4"'),
+    (b'# mine\r\nproject = "my-project"', ["set", "region", "europe-west4"],
+     b'# mine\r\nproject = "my-project"\r\nregion = "europe-west4"\r\n'),
+    (b'\xef\xbb\xbfregion = "us-central1"\r\n# end\r\n', ["unset", "region"], b'\xef\xbb\xbf# end\r\n'),
+    ('\ufeff# mine\r\nregion = "us-central1"\r\n'.encode("utf-16-be"), ["set", "project", "my-project"],  # a mark
+     '\ufeff# mine\r\nregion = "us-central1"\r\nproject = "my-project"\r\n'.encode("utf-16-be")),
+    (b'# mine\nregion = "us-central1"\r\n', ["set", "project", "my-project"],  # mixed: its own kept, LF added
+     b'# mine\nregion = "us-central1"\r\nproject = "my-project"\n')],
+    ids=["crlf", "crlf-replaced", "crlf-no-last-break", "utf8-bom-unset", "utf16be-bom", "mixed"])
+def test_set_and_unset_keep_the_files_line_breaks_and_encoding(capsys, isolated, before, args, after):
+    # A config file written on Windows (CRLF; Notepad's or PowerShell's byte-order mark, PowerShell's UTF-16) came back
+    # with the new line ending in a bare LF among CRLF ones, and without its mark: everything but the line set or
+    # unset is now kept byte for byte.
+    config = isolated / "config.toml"
+    config.write_bytes(before)
+    r = run_cli(capsys, "config", *args)
+    assert r.code == 0, r.err
+    assert config.read_bytes() == after
+
+
 def test_set_edits_the_file_a_linked_config_points_at_and_keeps_the_link(capsys, isolated):
     # Dotfiles kept in a repository and linked into place: the rename replaced the link with a copy, and the
     # repository's file silently stopped being the config.
