@@ -174,7 +174,12 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
     natural = [min(max(len(c.header), *(len(r[i]) for r in cells)), c.max_width or 10**6)
                for i, c in enumerate(columns)]
     leasts = [min(max(c.min_width or 0, len(c.header)), natural[i]) for i, c in enumerate(columns)]
-    caps = _shrink_to(natural, [c.shrink for c in columns], leasts, out().width - 2 * (len(columns) - 1))
+    room = out().width - 2 * (len(columns) - 1)
+    if sum(least if c.shrink else natural[i] for i, (c, least) in enumerate(zip(columns, leasts, strict=True))) > room:
+        # Nothing is left to drop (_fitting) and the table is still too wide at the min_widths: they give way too,
+        # down to the header. Kept, they made `config list` 58 columns wide in a terminal of 40 or 30.
+        leasts = [min(len(c.header), natural[i]) for i, c in enumerate(columns)]
+    caps = _shrink_to(natural, [c.shrink for c in columns], leasts, room)
     for i, c in enumerate(columns):
         # A column that must not shrink (an id the user types) is given its full width; the others share the rest,
         # each keeping at least its header. Rich alone spreads the excess over every column and then crops the lines
@@ -196,9 +201,9 @@ def _fitting(columns: Sequence[Column], rows: Sequence[dict], width: int) -> lis
     kept = list(columns)
 
     def narrowest(c: Column) -> int:
-        if c.shrink:
-            return max(c.min_width or 0, len(c.header))
-        return min(max(len(c.header), *(len(c.cell(r)) for r in rows)), c.max_width or 10**6)
+        widest = min(max(len(c.header), *(len(c.cell(r)) for r in rows)), c.max_width or 10**6)
+        # as show_list lays it out: a min_width wider than the column's widest cell is not kept
+        return min(max(c.min_width or 0, len(c.header)), widest) if c.shrink else widest
 
     for gone in sorted((c for c in columns if c.drop), key=lambda c: c.drop):
         if sum(map(narrowest, kept)) + 2 * (len(kept) - 1) <= width:

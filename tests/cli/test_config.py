@@ -80,6 +80,57 @@ def test_list_shows_every_value_and_source_whole_at_80_columns(capsys, monkeypat
     assert region.rstrip().split(None, 2)[1:] == ["asia-east1", "gcloud: compute/region (work configuration)"]
 
 
+@pytest.mark.parametrize("columns, table, said", [
+    (54, ["KEY              VALUE                 SOURCE",
+          "project          my-project-123        flag: --project",
+          "region           us-central1           ftcli's default",
+          "bucket           gs://my-long-project  config file",
+          "                 -name-123-ftcli/stag",
+          "                 ing",
+          "service-account  trainer-sa@my-long-p  config file",
+          "                 roject-name-123.iam.",
+          "                 gserviceaccount.com",
+          "image-mirror     (not set)             -"], []),
+    (40, ["KEY              VALUE",
+          "project          my-project-123",
+          "region           us-central1",
+          "bucket           gs://my-long-project-na",
+          "                 me-123-ftcli/staging",
+          "service-account  trainer-sa@my-long-proj",
+          "                 ect-name-123.iam.gservi",
+          "                 ceaccount.com",
+          "image-mirror     (not set)"],
+     ["(SOURCE left out to fit 40 columns; a wider terminal or --json shows it)"]),
+    (30, ["KEY              VALUE",
+          "project          my-project-12",
+          "                 3",
+          "region           us-central1",
+          "bucket           gs://my-long-",
+          "                 project-name-",
+          "                 123-ftcli/sta",
+          "                 ging",
+          "service-account  trainer-sa@my",
+          "                 -long-project",
+          "                 -name-123.iam",
+          "                 .gserviceacco",
+          "                 unt.com",
+          "image-mirror     (not set)"],
+     ["(SOURCE left out to fit 30 columns; a wider terminal or --json shows it)"])])
+def test_list_fits_a_narrow_terminal(capsys, monkeypatch, isolated, columns, table, said):
+    # README: "Tables fit the terminal". Below about 58 columns the table stayed 58 wide (the value was held at 24
+    # columns): the terminal wrapped each line. The value and the source now fold, and below about 50 columns the
+    # source gives way, said on stderr, as jobs list's MODEL and TASK do.
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for key, value in (("bucket", "gs://my-long-project-name-123-ftcli/staging"),
+                       ("service-account", "trainer-sa@my-long-project-name-123.iam.gserviceaccount.com")):
+        assert run_cli(capsys, "config", "set", key, value).code == 0
+    r = run_cli(capsys, "config", "list", "--project", "my-project-123")
+    assert r.code == 0, r.err
+    assert max(map(len, r.out.splitlines())) == columns
+    assert [line.rstrip() for line in r.out.splitlines()] == table
+    assert [line for line in r.err.splitlines() if line.startswith("(")] == said
+
+
 @pytest.mark.parametrize("name", ["prdo", "NONE"])
 def test_a_gcloud_configuration_that_does_not_exist_is_read_empty_and_said(capsys, monkeypatch, isolated, name):
     """CLOUDSDK_ACTIVE_CONFIG_NAME=prdo (for prod) was read as an empty configuration without a word, and the project

@@ -184,13 +184,16 @@ def list_(
     # Every value and source whole at 80 columns: a long one wraps in its column. SOURCE was cut to "file:…" beside a
     # service account's 61 characters; the config file is named under the table, so the table says only "config file".
     # A value (a name to copy) wraps only once its source (words) is down to 22 characters ("gcloud: core/project").
+    # Below about 50 columns, where the value would get fewer than 16 (all but the longest regions whole), SOURCE is
+    # left out and said so on stderr, as jobs list leaves out MODEL and TASK (`config get KEY` and --json still say
+    # it): with a value held at 24 columns the table was 58 wide in any terminal narrower than that.
     from ftcli.output import out
 
     source_least, keys = 22, max(len("KEY"), *(len(r["key"]) for r in rows))
     columns = (Column("KEY", lambda r: r["key"], shrink=False),
                Column("VALUE", lambda r: r["value"] or "(not set)", wrap=True,
-                      min_width=max(24, out().width - keys - source_least - 4)),
-               Column("SOURCE", _source_cell, min_width=source_least, wrap=True))
+                      min_width=max(16, out().width - keys - source_least - 4)),
+               Column("SOURCE", _source_cell, min_width=source_least, wrap=True, drop=1))
     show_list(rows, columns, json_out=json_out)
     for problem in problems_of(values, need_bucket=False):
         warn(problem)
