@@ -268,7 +268,7 @@ def test_a_mistyped_key_in_the_config_file_is_refused_not_ignored(tmp_path, typo
 @pytest.mark.parametrize("toml,kind", [
     ('region = ["us-central1"]', "a list"), ("region = true", "true/false"),
     ("[region]\nname = 'us-central1'", "a table"), ("region = 1.5", "a decimal number"),
-    ("region = 2026-01-01", "a date or time")])
+    ("region = 2026-01-01", "a date or time"), ("[[region]]\nname = 'us-central1'", "an array of tables")])
 def test_a_setting_that_is_not_a_string_in_the_config_file_is_refused_in_one_line(tmp_path, toml, kind):
     # Read as its Python text: `region = ["us-central1"]` was "unknown Vertex AI region \"['us-central1']\"", and
     # `region = true` the region 'True'
@@ -313,6 +313,22 @@ def test_keys_and_tables_of_the_users_own_are_kept_and_said_to_be_ignored(tmp_pa
     text = (tmp_path / "config.toml").read_text()
     assert 'team = "nlp"' in text and "[notes]" in text
     assert resolve(need_bucket=False).region == "europe-west4"
+
+
+def test_an_array_of_tables_is_said_to_be_one(tmp_path, caplog):
+    # `[[profiles]]` (a profile per region, as TOML writes a list of them) was "the unknown key 'profiles'": the
+    # file has no such key line. It is named as the file writes it, wherever a key or table would be.
+    config = tmp_path / "config.toml"
+    config.write_text('project = "my-project"\nteam = "nlp"\n[[profiles]]\nname = "eu"\n[[profiles]]\nname = "us"\n')
+    assert load_config_file() == {"project": "my-project"}
+    (record,) = caplog.records
+    assert record.getMessage() == f"{config}: ftcli ignores the unknown key 'team' and array of tables [[profiles]]"
+    assert record.hint == ("ftcli reads project, region, bucket, service_account, image_mirror; delete it or make it "
+                           "a comment (#)")
+    config.write_text('[[regoin]]\nname = "europe-west4"\n')
+    with pytest.raises(UsageError) as e:
+        load_config_file()
+    assert e.value.message == f"{config}: unknown array of tables [[regoin]]; did you mean region?"
 
 
 @pytest.mark.parametrize("toml, says", [

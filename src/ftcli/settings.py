@@ -108,7 +108,7 @@ def load_config_file() -> dict[str, str]:
         raise UsageError(f"{path} is not valid TOML ({e})", hint=f"fix or delete {path}") from None
     if typos := [(k, near) for k in data if k not in KEYS and (near := _near_key(k))]:
         key, near = typos[0]
-        raise UsageError(f"{path}: unknown key {key!r}; did you mean {near}?",
+        raise UsageError(f"{path}: unknown {_entry(key, data[key])}; did you mean {near}?",
                          hint=f"rename it in {path} (ftcli reads {', '.join(KEYS)}, at the top of the file)")
     if nested := next(_settings_in_tables(data), None):
         # A line appended after a [table] belongs to that table (`echo 'region = "europe-west4"' >> config.toml`
@@ -124,11 +124,11 @@ def load_config_file() -> dict[str, str]:
     if wrong := next(((k, v) for k, v in data.items() if k in KEYS and (isinstance(v, bool) or not isinstance(
             v, (str, int)))), None):
         key, value = wrong
-        kind = ("true/false" if isinstance(value, bool) else "a list" if isinstance(value, list)
-                else "a table" if isinstance(value, dict) else "a decimal number" if isinstance(value, float)
-                else "a date or time")
+        kind = ("true/false" if isinstance(value, bool) else "an array of tables" if _array_of_tables(value)
+                else "a list" if isinstance(value, list) else "a table" if isinstance(value, dict)
+                else "a decimal number" if isinstance(value, float) else "a date or time")
         raise UsageError(f"{path}: {key} must be a string, not {kind}", hint=f'write it in quotes: {key} = "VALUE"')
-    if unknown := [f"table [{k}]" if isinstance(v, dict) else f"key {k!r}" for k, v in data.items() if k not in KEYS]:
+    if unknown := [_entry(k, v) for k, v in data.items() if k not in KEYS]:
         # A warning, not an error: every command reads this file, and a key no setting is near (a newer ftcli's, a
         # note of the user's) must not stop `ftcli logs` or `ftcli jobs cancel`; but it is said, since it changes
         # nothing. A key near a setting, a setting inside a table and a value of the wrong type are refused above:
@@ -136,6 +136,21 @@ def load_config_file() -> dict[str, str]:
         _log.warning(f"{path}: ftcli ignores the unknown {_and(unknown)}",
                      extra={"hint": f"ftcli reads {', '.join(KEYS)}; delete it or make it a comment (#)"})
     return {k: str(v) for k, v in data.items() if k in KEYS}
+
+
+def _entry(key: str, value: object) -> str:
+    """What a top-level entry of the config file is, named as the file writes it: key 'team', table [notes], array of
+    tables [[profiles]]. A [[profiles]] array (what a profile per region looks like in TOML) was "the unknown key
+    'profiles'", though the file has no such key line."""
+    if isinstance(value, dict):
+        return f"table [{key}]"
+    return f"array of tables [[{key}]]" if _array_of_tables(value) else f"key {key!r}"
+
+
+def _array_of_tables(value: object) -> bool:
+    """Whether tomllib read `value` from an array of tables: [[NAME]] headers, or `NAME = [{...}]`, which it reads
+    alike (and which is named [[NAME]] too)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
 def _settings_in_tables(data: dict, table: str = "") -> Iterator[tuple[str, str, str]]:
