@@ -335,10 +335,16 @@ def test_an_array_of_tables_is_said_to_be_one(tmp_path, caplog):
     ('[notes]\ntext = "x"\nregion = "europe-west4"', "region is inside the table [notes]"),
     ('[ftcli]\nproject = "my-project"', "project is inside the table [ftcli]"),
     ('[profiles.eu]\nRegion = "europe-west4"', "'Region' (did you mean region?) is inside the table [profiles.eu]"),
-    ('ftcli.bucket = "gs://b-1"', "bucket is inside the table [ftcli]")])
+    ('ftcli.bucket = "gs://b-1"', "bucket is inside the table [ftcli]"),
+    ('[[profiles]]\nname = "eu"\nregion = "europe-west4"', "region is inside the array of tables [[profiles]]"),
+    ('[[profiles]]\nname = "eu"\n[[profiles]]\nproject = "my-project"',
+     "project is inside the array of tables [[profiles]]"),
+    ('[ftcli]\n[[ftcli.eu]]\nRegion = "europe-west4"',
+     "'Region' (did you mean region?) is inside the array of tables [[ftcli.eu]]")])
 def test_a_setting_inside_a_table_is_refused_not_ignored(tmp_path, toml, says):
     # A line appended below a [table] belongs to it (`echo 'region = "europe-west4"' >> config.toml`), and a
-    # [ftcli] table reads like a profile: the setting was not read, and the job went to us-central1.
+    # [ftcli] table reads like a profile: the setting was not read, and the job went to us-central1. A [[profiles]]
+    # array of tables was only warned about as unknown, the region under it unread all the same.
     (tmp_path / "config.toml").write_text(toml + "\n")
     with pytest.raises(UsageError) as e:
         load_config_file()

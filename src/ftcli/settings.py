@@ -116,7 +116,7 @@ def load_config_file() -> dict[str, str]:
         # not read, and the job went to the default region.
         table, key, near = nested
         said = key if key == near else f"{key!r} (did you mean {near}?)"
-        raise UsageError(f"{path}: {said} is inside the table [{table}], where ftcli does not read it",
+        raise UsageError(f"{path}: {said} is inside the {table}, where ftcli does not read it",
                          hint=f"move it above the file's first [table] line: ftcli reads {', '.join(KEYS)} only at "
                               "the top of the file")
     # A list, table, boolean or date was read as its Python text (`region = ["us-central1"]` was "unknown Vertex AI
@@ -154,15 +154,18 @@ def _array_of_tables(value: object) -> bool:
 
 
 def _settings_in_tables(data: dict, table: str = "") -> Iterator[tuple[str, str, str]]:
-    """(table, key, the setting it names) for each key inside a table, at any depth, that names a setting or is near
-    one."""
+    """(the table as _entry names it, key, the setting it names) for each key inside a table or an array of tables,
+    at any depth, that names a setting or is near one. A [[profiles]] table with `region = ...` under it was only an
+    unknown entry: the region was not read, and the job went to the default one."""
     for k, v in data.items():
-        if isinstance(v, dict) and (table or k not in KEYS):  # a top-level [region] is a value of the wrong type
+        # (a top-level [region] or [[region]] is a value of the wrong type)
+        if (isinstance(v, dict) or _array_of_tables(v)) and (table or k not in KEYS):
             inner = f"{table}.{k}" if table else k
-            for key in v:
-                if not isinstance(v[key], dict) and (near := _near_key(key)):
-                    yield inner, key, near
-            yield from _settings_in_tables(v, inner)
+            for each in [v] if isinstance(v, dict) else v:
+                for key in each:
+                    if not isinstance(each[key], dict) and (near := _near_key(key)):
+                        yield _entry(inner, v), key, near
+                yield from _settings_in_tables(each, inner)
 
 
 def _and(items: list[str]) -> str:
