@@ -350,15 +350,18 @@ def _gcloud_values() -> dict[str, tuple[str, str, str]]:
     `google.auth.default`). Read otherwise, a job went to the project of a configuration gcloud was not using.
     """
     root = gcloud_config_dir()
-    named = active = os.environ.get("CLOUDSDK_ACTIVE_CONFIG_NAME", "").strip()
+    active = os.environ.get("CLOUDSDK_ACTIVE_CONFIG_NAME", "").strip()
+    named_by = "CLOUDSDK_ACTIVE_CONFIG_NAME" if active else None
     if not active:
         try:
-            active = (root / "active_config").read_text().strip() or "default"
+            active = (root / "active_config").read_text().strip()
         except OSError:
-            active = "default"
+            active = ""
+        named_by = str(root / "active_config") if active else None
+    active = active or "default"
     path = root / "configurations" / f"config_{active}"
-    if named and named != "NONE" and not path.is_file():
-        _no_such_configuration(named, path)
+    if named_by and active != "NONE" and not path.is_file():
+        _no_such_configuration(active, path, named_by)
     parser = configparser.ConfigParser()
     try:
         parser.read(path)
@@ -391,25 +394,29 @@ def _gcloud_values() -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def _no_such_configuration(name: str, path: Path) -> None:
-    """Say that CLOUDSDK_ACTIVE_CONFIG_NAME names a configuration with no file (a typo: `prdo`), which is then read as
-    empty, as gcloud reads it: its named_configs takes the variable's name as it is (`_EffectiveActiveConfigName`, no
-    check that the configuration exists), and its PropertiesFile reads the file with ConfigParser.read, which skips a
+def _no_such_configuration(name: str, path: Path, named_by: str) -> None:
+    """Say that CLOUDSDK_ACTIVE_CONFIG_NAME, or gcloud's own active_config file, names a configuration with no file
+    (a typo: `prdo`; a configuration file deleted by hand, which `gcloud config configurations delete` refuses for the
+    active one), which is then read as empty, as gcloud reads it: its named_configs takes the variable's name as it
+    is, and the file's when it is a valid name (`_EffectiveActiveConfigName`, `_ActiveConfigNameFromFile`: neither
+    checks that the configuration exists), and its PropertiesFile reads the file with ConfigParser.read, which skips a
     file that is not there (google-cloud-sdk, lib/googlecloudsdk/core/configurations/named_configs.py and
     properties_file.py, github.com/google-cloud-sdk-unofficial/google-cloud-sdk at 797f815, read 2026-11-29). NONE,
     gcloud's reserved configuration of no properties, has no file either and is not said. gcloud then has no project
     and its commands stop on that; ftcli (like Google's client libraries) went on to a key file's project_id, and a
-    job went to a project nobody chose, without a word."""
+    job went to a project nobody chose, without a word. `named_by` is the variable's name or the file's path."""
     try:
         names = sorted(m.group(1) for f in path.parent.iterdir()
                        if (m := re.match(r"^config_([a-z][-a-z0-9]*)$", f.name)))
     except OSError:  # no configurations folder (gcloud never set up), or one this user may not list
         names = []
     here = ", ".join(names) or "none"
-    _log.warning(f"CLOUDSDK_ACTIVE_CONFIG_NAME names the gcloud configuration {name!r}, which does not exist ({path}): "
-                 "gcloud reads it as empty, and so does ftcli",
-                 extra={"hint": f"`gcloud config configurations list` names yours (here: {here}); set "
-                                "CLOUDSDK_ACTIVE_CONFIG_NAME to one of them, or unset it"})
+    # The variable is the user's to change; the file is gcloud's, which `activate` rewrites.
+    fix = ("set CLOUDSDK_ACTIVE_CONFIG_NAME to one of them, or unset it" if named_by == "CLOUDSDK_ACTIVE_CONFIG_NAME"
+           else "`gcloud config configurations activate NAME` makes one of them the active one")
+    _log.warning(f"{named_by} names the gcloud configuration {name!r}, which does not exist ({path}): gcloud reads it "
+                 "as empty, and so does ftcli",
+                 extra={"hint": f"`gcloud config configurations list` names yours (here: {here}); {fix}"})
 
 
 def _key_file_project() -> tuple[str, str] | None:

@@ -154,6 +154,30 @@ def test_a_gcloud_configuration_that_does_not_exist_is_read_empty_and_said(capsy
         "of them, or unset it"])
 
 
+@pytest.mark.parametrize("name", ["prdo", "NONE"])
+def test_a_gcloud_configuration_gclouds_active_config_names_that_does_not_exist_is_said(capsys, monkeypatch, isolated,
+                                                                                         name):
+    """gcloud's own active_config file naming a configuration whose file is gone (deleted by hand; gcloud refuses to
+    delete the active one) was read as empty without a word, where CLOUDSDK_ACTIVE_CONFIG_NAME naming one is said:
+    gcloud takes the file's name as it is too, and the project came from the key file. The warning names the file,
+    and the fix is gcloud's `activate` (which rewrites it)."""
+    gcloud = isolated / "gcloud"
+    (gcloud / "configurations").mkdir(parents=True)
+    (gcloud / "configurations" / "config_prod").write_text("[core]\nproject = prod-project\n")
+    (gcloud / "active_config").write_text(name)
+    key = isolated / "key.json"
+    key.write_text('{"type": "service_account", "project_id": "key-project", "client_email": "a@b.com"}')
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    r = run_cli(capsys, "config", "get", "project")
+    assert (r.code, r.out) == (0, "key-project\n")
+    said = [line for line in r.err.splitlines() if not line.startswith("(key file:")]
+    assert said == ([] if name == "NONE" else [
+        f"warning: {gcloud / 'active_config'} names the gcloud configuration 'prdo', which does not exist "
+        f"({gcloud / 'configurations' / 'config_prdo'}): gcloud reads it as empty, and so does ftcli "
+        "hint: `gcloud config configurations list` names yours (here: prod); `gcloud config configurations activate "
+        "NAME` makes one of them the active one"])
+
+
 def test_a_project_google_s_libraries_read_is_not_labelled_gcloud(capsys, monkeypatch, isolated):
     # A key file's project_id read "gcloud: project_id of KEY (GOOGLE_APPLICATION_CREDENTIALS)", and
     # GOOGLE_CLOUD_PROJECT "gcloud: GOOGLE_CLOUD_PROJECT": the user looked in a gcloud configuration that had no project
