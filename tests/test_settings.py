@@ -59,6 +59,21 @@ def test_gcloud_values_are_taken_as_gcloud_takes_them(tmp_path, monkeypatch):
     assert resolve(bucket="gs://b-1").project == "file-project"
 
 
+@pytest.mark.parametrize("text", ["Prod", "my prod", "prod_eu", "-prod"])
+def test_a_name_gcloud_never_writes_in_active_config_is_read_as_gcloud_reads_it(tmp_path, caplog, text):
+    # gcloud deletes such an active_config and reads its default configuration; ftcli read config_Prod (on macOS's
+    # case-insensitive disk, config_prod: another project than gcloud's), or warned of a configuration gcloud
+    # never looks for.
+    configs = tmp_path / "gcloud" / "configurations"
+    configs.mkdir(parents=True)
+    (tmp_path / "gcloud" / "active_config").write_text(text)
+    (configs / "config_default").write_text("[core]\nproject = default-project\n")
+    (configs / f"config_{text}").write_text("[core]\nproject = other-project\n")
+    assert (effective()["project"].value, effective()["project"].origin) == (
+        "default-project", "gcloud configuration default (core/project)")
+    assert caplog.records == []
+
+
 def test_a_service_account_keys_project_is_the_last_default(tmp_path, monkeypatch):
     """CI given only a key (GOOGLE_APPLICATION_CREDENTIALS) had "no Google Cloud project", though google.auth.default
     returns the key's project_id; a user login's quota_project_id is no default project; gcloud's project and

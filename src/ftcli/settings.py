@@ -357,6 +357,12 @@ def _gcloud_values() -> dict[str, tuple[str, str, str]]:
             active = (root / "active_config").read_text().strip()
         except OSError:
             active = ""
+        if active != "NONE" and not re.fullmatch(r"[a-z][-a-z0-9]*", active):
+            # A name gcloud never writes (`Prod`, `my config`): gcloud deletes the file and reads its default
+            # configuration (named_configs._ActiveConfigNameFromFile, "Somehow the file got corrupt, just remove it";
+            # the same source as _no_such_configuration's, read 2026-11-29). ftcli read config_Prod, which a
+            # case-insensitive disk (macOS) opens as config_prod: another project than gcloud's.
+            active = ""
         named_by = str(root / "active_config") if active else None
     active = active or "default"
     path = root / "configurations" / f"config_{active}"
