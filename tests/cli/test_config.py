@@ -281,13 +281,6 @@ def test_a_bad_value_in_the_config_file_names_the_file(capsys, isolated):
     assert f"region in {isolated / 'config.toml'}: unknown Vertex AI region 'mars-north1'" in r.err
 
 
-def test_a_bad_logs_interval_names_the_variable(capsys, monkeypatch):
-    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "fast")
-    monkeypatch.setenv("FTCLI_PROJECT", "my-project")
-    r = run_cli(capsys, "logs", "projects/my-project/locations/us-central1/customJobs/123456789")
-    assert r.code == 2 and "FTCLI_LOGS_INTERVAL must be a positive number" in r.err and "'fast'" in r.err
-
-
 def test_set_keeps_the_files_comments_order_and_other_keys(capsys, isolated):
     # The file was rewritten from the known keys alone: comments, a table of the user's, and types were lost.
     (isolated / "config.toml").write_text('# my comment\nproject = "local-project"  # prod\nregion = "us-central1"\n\n'

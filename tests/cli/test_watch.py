@@ -8,8 +8,8 @@ import time
 import pytest
 from rich.console import Console
 
-from ftcli.cli.watch import FollowView
-from ftcli.follow import Line, Outcome
+from ftcli.cli.watch import FollowView, timing_from_env
+from ftcli.follow import Line, Outcome, Timing
 from ftcli.output import Waiting
 from ftcli.values import Job, JobName
 from tests.conftest import use_price_file
@@ -227,3 +227,14 @@ def test_predict_and_evaluate_on_a_model_folder_draw_no_download_bar(capsys, mon
     r = run_cli(capsys, "evaluate", str(tiny_model), str(rows))
     assert r.code == 0, buf.getvalue()
     assert "downloading" not in buf.getvalue()
+
+
+@pytest.mark.parametrize("value", ["fast", "0", "-1", "nan", "inf", ""])
+def test_the_tests_interval_knob_is_ignored_unless_it_is_a_positive_number(monkeypatch, value):
+    # FTCLI_LOGS_INTERVAL scales the follower's waits for the tests, and README does not mention it (a user gains
+    # nothing from it): a bad value stopped `ftcli logs` with a usage error naming it, and `ftcli train` with exit 2
+    # after the job was created. It is ignored; "inf" made every wait endless.
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", value)
+    assert timing_from_env() == Timing()
+    monkeypatch.setenv("FTCLI_LOGS_INTERVAL", "0.1")
+    assert timing_from_env() == Timing().scaled(0.1)
