@@ -77,11 +77,32 @@ def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool 
     """Write the step's checkpoint. `final` (after the last epoch, or an early stop: the export follows) writes the
     weights as the export does when it can (_save_as_exported); return whether it did. `weights_from`: a folder under
     `root` whose weights file is `model`'s weights as the export writes them (--keep-best's best-<step> of this very
-    step, written a moment ago by save_best), taken instead of written again (_take_weights)."""
+    step, written a moment ago by save_best), taken instead of written again (take_weights)."""
+    still_held(root)  # never over another run's checkpoints
+    try:
+        as_exported = _save(root, step, model, state, final, weights_from)
+    except storage.SourceGone as e:
+        # Deleted from the bucket between take_weights' look and the copy (a lifecycle rule, someone cleaning up): the
+        # job ended with a NotFound traceback. The checkpoint is made again as when the file is not there at all.
+        log.warning("%s was deleted before it could be copied into the step %d checkpoint; writing the weights "
+                    "instead", e.source, step)
+        as_exported = _save(root, step, model, state, final, None)
+    # Keep the newest KEEP complete checkpoints, and always this one; anything else (older, or torn by a crash)
+    # goes. (Newer ones than this step are there when the resume could not read them: two of them took both places,
+    # and the checkpoint just written was deleted.)
+    keep = set(_complete(root)[-KEEP:]) | {f"step-{step:08d}"}
+    for _, name in _list(root):
+        if name not in keep:
+            _remove(storage.join(root, name))
+    return as_exported
+
+
+def _save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool, weights_from: str | None) -> bool:
+    """save's staging and publishing of the checkpoint; storage.SourceGone when `weights_from`'s weights object was
+    deleted before its copy (nothing published)."""
     import torch
     from safetensors.torch import save_model
 
-    still_held(root)  # never over another run's checkpoints
     files: list[storage.RecordingFile] = []
     copies: dict[str, str] = {}
     as_exported = False
@@ -94,13 +115,6 @@ def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool 
         files.append(state_file := storage.RecordingFile(staged / "trainer_state.pt", "wb"))
         with state_file:
             torch.save(state, state_file)
-    # Keep the newest KEEP complete checkpoints, and always this one; anything else (older, or torn by a crash)
-    # goes. (Newer ones than this step are there when the resume could not read them: two of them took both places,
-    # and the checkpoint just written was deleted.)
-    keep = set(_complete(root)[-KEEP:]) | {f"step-{step:08d}"}
-    for _, name in _list(root):
-        if name not in keep:
-            _remove(storage.join(root, name))
     return as_exported
 
 
@@ -112,7 +126,8 @@ def take_weights(source: str, staged: Path, copies: dict[str, str]) -> bool:
     tensors twice, each with save_pretrained (BERT-base: 440 MB more written, and uploaded from a Vertex job). Each
     folder keeps its own name of the file, so the rotation may delete either (rmtree, or the objects under its
     prefix) and the other stays whole; no writer here changes a file in place. False (write them then) when `source`
-    is gone (removed by hand, an object deleted)."""
+    is gone (removed by hand, an object deleted); an object deleted after this look is found by the copy, which raises
+    storage.SourceGone from the publishing (the caller then writes them as for False)."""
     if storage.is_gcs(source):
         if not storage.exists(source):
             return False

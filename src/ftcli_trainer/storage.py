@@ -389,6 +389,16 @@ class InTheWay(Exception):
         self.names = names
 
 
+class SourceGone(Exception):
+    """An object that upload_dir was to copy inside Cloud Storage (`copies`), there when the caller looked for it
+    (checkpoint.take_weights) and gone when the copy was made: deleted in between (a lifecycle rule, someone cleaning
+    the bucket). The folder is not published; the caller writes the file itself and publishes it again."""
+
+    def __init__(self, source: str):
+        super().__init__(f"{source} is gone")
+        self.source = source
+
+
 class Unlisted(InTheWay):
     """An earlier ftcli's export, without the list of its files, that holds files the new export does not write: that
     export's own (a shard, a tokenizer file), which would be left beside the new model and loaded with it, or the
@@ -425,7 +435,8 @@ def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = 
     next, and the marker is written last. With `ours_only` (a model) only objects an earlier export wrote (its
     EXPORT_MANIFEST) are replaced or removed: what the user put beside them stays; one of theirs where the new export
     writes a file raises InTheWay before anything changes. `copies` (a name relative to `uri` -> a gs:// object) are
-    files of the folder too, copied inside Cloud Storage (_copy_object) instead of uploaded.
+    files of the folder too, copied inside Cloud Storage (_copy_object) instead of uploaded; SourceGone when one of
+    those objects is gone, with the folder not published (no marker).
     """
     from google.cloud.storage import transfer_manager
 
@@ -463,11 +474,13 @@ def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = 
         if ours_only:  # both lists, until the stale files are gone: a failure half-way still knows them all
             both = {n[len(base):] for n in stale} | rels
             bucket.blob(base + EXPORT_MANIFEST).upload_from_string(_export_list_text(both).encode())
+    # The copies first: one whose object is gone (SourceGone) is found before the uploads, which the caller's second
+    # publishing makes again (a checkpoint's trainer_state.pt: twice the weights' size, with AdamW's two moments).
+    for rel, source in sorted(copies.items()):
+        _copy_object(source, bucket.blob(base + rel))
     pairs = [(str(p), bucket.blob(base + p.relative_to(local).as_posix())) for p in files]
     transfer_manager.upload_many(pairs, raise_exception=True, worker_type=transfer_manager.THREAD,
                                  max_workers=TRANSFER_WORKERS)
-    for rel, source in sorted(copies.items()):
-        _copy_object(source, bucket.blob(base + rel))
     if marker:
         for name in stale:
             bucket.blob(name).delete()
@@ -482,11 +495,19 @@ def _copy_object(source: str, dest: Any) -> None:
     using the rewriteToken returned in the prior response until the done flag is true" (Objects: rewrite,
     https://cloud.google.com/storage/docs/json_api/v1/objects/rewrite, read 2026-11-29); within one location and
     storage class it is done in one."""
+    from google.api_core.exceptions import NotFound
+
     bucket_name, name = split_gcs(source)
     blob = _client().bucket(bucket_name).blob(name)
-    token, _, _ = dest.rewrite(blob)
-    while token is not None:
-        token, _, _ = dest.rewrite(blob, token=token)
+    try:
+        token, _, _ = dest.rewrite(blob)
+        while token is not None:
+            token, _, _ = dest.rewrite(blob, token=token)
+    except NotFound:
+        # (a 404 names no side: the source is the one that can go, but the destination's bucket is asked too)
+        if blob.exists():
+            raise
+        raise SourceGone(source) from None
 
 
 def link_or_copy(source: Path, dest: Path) -> None:
@@ -740,7 +761,11 @@ def _beside(staged: Path, target: str, theirs: str | None = None, copies: Mappin
 
     beside = f"{target.rstrip('/')}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     if is_gcs(beside):
-        upload_dir(staged, beside, ours_only=True, copies=copies)
+        try:
+            upload_dir(staged, beside, ours_only=True, copies=copies)
+        except SourceGone:
+            delete_prefix(beside)  # (this run's, begun a moment ago: the export made again goes to a new one)
+            raise
     else:
         staged.rename(beside)
     if unlisted:

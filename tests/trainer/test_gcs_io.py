@@ -147,6 +147,47 @@ def test_a_keep_best_job_whose_best_is_its_last_step_uploads_those_weights_once(
     assert gcs.read("vertex-out", "runs/job-5/model/model.safetensors") == kept
 
 
+@pytest.mark.parametrize("taker", ["the_checkpoint", "the_export"])
+def test_weights_deleted_from_the_bucket_before_their_copy_are_written_instead(gcs, tiny_model, sentiment_csv,
+                                                                                monkeypatch, tmp_path, taker):
+    # The weights object to copy was there when the trainer looked (storage.exists) and gone when Cloud Storage was
+    # asked to copy it (a lifecycle rule, someone cleaning the bucket): the job ended with a NotFound traceback. It
+    # now writes the weights itself, as it does when the object is not there at all. the_checkpoint: the final
+    # checkpoint's copy of best-15's (--keep-best, the best at the last step); the_export: the export's copy of the
+    # final checkpoint's.
+    from google.cloud.storage import Blob
+    from safetensors import safe_open
+
+    train, test = sentiment_csv
+    job = f"job-{taker}"
+    uploaded = job_uploads(gcs, monkeypatch, tmp_path, job)
+    source = {"the_checkpoint": "checkpoints/best-00000015/", "the_export": "checkpoints/step-00000015/"}[taker]
+    source = f"runs/{job}/{source}model.safetensors"
+    rewrite, deleted = Blob.rewrite, []
+
+    def deleted_first(self, blob, *args, **kwargs):
+        if blob.name == source and not deleted:  # between the trainer's look and Cloud Storage's copy
+            blob.delete()
+            deleted.append(source)
+        return rewrite(self, blob, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "rewrite", deleted_first)
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "1", "--batch-size", "16", *(["--keep-best"] if taker == "the_checkpoint" else [])]
+    assert main(argv) == 0
+    assert deleted == [source]
+    written = {"the_checkpoint": f"runs/{job}/checkpoints/step-00000015/model.safetensors",
+               "the_export": f"runs/{job}/model/model.safetensors"}[taker]
+    assert written in uploaded  # written by the trainer, not copied
+    objects = gcs.list("vertex-out", f"runs/{job}/")
+    assert f"runs/{job}/checkpoints/step-00000015/_COMPLETE" in objects and f"runs/{job}/model/_COMPLETE" in objects
+    (tmp_path / "w.safetensors").write_bytes(gcs.read("vertex-out", written))
+    with safe_open(str(tmp_path / "w.safetensors"), "pt") as f:
+        assert f.metadata() == {"format": "pt"}  # as the export writes them (from_pretrained needs it)
+    assert gcs.read("vertex-out", f"runs/{job}/model/model.safetensors") == gcs.read("vertex-out", written)
+    assert "model.safetensors" in json.loads(gcs.read("vertex-out", f"runs/{job}/model/ftcli_files.json"))["files"]
+
+
 def _stdout_until(proc, prefix: str, deadline: float) -> None:
     for line in proc.stdout:
         if line.startswith(prefix):

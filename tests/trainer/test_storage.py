@@ -551,6 +551,21 @@ def test_an_earlier_ftclis_export_in_a_bucket_without_its_list_is_left_as_it_is(
     assert len(beside) == 1 and gcs.read("b", f"run/{beside[0]}/model.safetensors") == b"new"
 
 
+def test_a_copy_whose_object_was_deleted_leaves_no_model_beside_the_refused_folder(gcs, tmp_path):
+    # The export's weights, to be copied inside the bucket, deleted since the trainer looked (checkpoint.take_weights):
+    # the copy says so (SourceGone, for the trainer to write them instead) where a model goes beside a folder it may
+    # not write into, and the folder begun beside it goes too: the export made again begins another.
+    gcs.create_bucket("b")
+    storage.publish_dir(_export(tmp_path, {"config.json": b"1", "tokenizer.json": b"old"}), "gs://b/run/model/")
+    storage._client().bucket("b").blob("run/model/ftcli_files.json").delete()  # an earlier ftcli's: Unlisted
+    with pytest.raises(storage.SourceGone) as gone:
+        storage.publish_dir(_export(tmp_path, {"config.json": b"2"}), "gs://b/run/model/",
+                            copies={"model.safetensors": "gs://b/run/checkpoints/step-1/model.safetensors"})
+    assert gone.value.source == "gs://b/run/checkpoints/step-1/model.safetensors"
+    assert [o for o in gcs.list("b") if not o.startswith("run/model/")] == []
+    assert gcs.list("b", "run/model/") == ["run/model/_COMPLETE", "run/model/config.json", "run/model/tokenizer.json"]
+
+
 def test_a_re_export_to_a_bucket_keeps_the_objects_the_user_put_there(gcs, tmp_path):
     # publish_dir deleted every object under the prefix that the new export lacked: the user's README.md too
     gcs.create_bucket("b")
