@@ -7,6 +7,7 @@ starts. The command (`ftcli.cli.local`) renders the `LocalRun` this returns.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,14 +252,34 @@ def _folders(base: str) -> set[Path]:
     return {p for p in (Path(base), Path(base) / "checkpoints", Path(base) / "logs") if p.is_dir()}
 
 
-def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: AbstractSet[Path] = frozenset()) -> None:
+def _missing_through_links(base: str) -> list[Path]:
+    """The folders not there now that a run makes through the user's links (storage.make_dirs: a link to a folder not
+    made yet gets it): where checkpoints/ or logs/ link, and the folder of the file logs/metrics.jsonl links to, with
+    their missing parents; deepest first (_unclaim's `through_links`)."""
+    logs = Path(base) / "logs"
+    ends = [Path(os.path.realpath(p)) for p in (Path(base) / "checkpoints", logs) if p.is_symlink()]
+    if (logs / "metrics.jsonl").is_symlink():
+        ends.append(Path(os.path.realpath(logs / "metrics.jsonl")).parent)
+    missing: set[Path] = set()
+    for folder in ends:
+        while not os.path.lexists(folder) and folder != folder.parent:
+            missing.add(folder)
+            folder = folder.parent
+    return sorted(missing, key=lambda p: len(p.parts), reverse=True)
+
+
+def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: AbstractSet[Path] = frozenset(),
+             through_links: Sequence[Path] = ()) -> None:
     """A run that failed before its first checkpoint and logged nothing leaves no folder behind just for its
     fingerprint (and its W&B run id), nor for empty logs. One that logged keeps its logs and its fingerprint: the
     same command goes on in that folder, another run is refused there. `before`: the TensorBoard files that were
     in logs/ before the run (someone else's: they stay); `folders`: those that were there before it (_folders), which
     stay too (an empty --output-dir the user made, a mount point, was removed with the rest). `before` holds what
     _logs_there found: a logs/metrics.jsonl that was there (a link to where the user keeps curves, an empty file set
-    up ahead) stays; it was removed with the run's own, a link in place of the file it points to."""
+    up ahead) stays; it was removed with the run's own, a link in place of the file it points to. `through_links`: the
+    folders where the user's links point that were not there before the run (_missing_through_links): the run made
+    them, and each one left empty goes (a link's target folder on a bigger disk stayed behind, empty); one that holds
+    anything stays."""
     from ftcli_trainer import checkpoint, storage
 
     if storage.is_gcs(base):
@@ -280,6 +301,9 @@ def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: Abstra
         f.unlink(missing_ok=True)
     for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID, checkpoint.LOCK):
         (ckpt / name).unlink(missing_ok=True)
+    for folder in through_links:  # (deepest first: each one's parent is empty once it is gone)
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty, and never a link (NotADirectoryError)
     for folder in (ckpt, logs, Path(base)):
         if folder in folders:
             continue  # not the run's to remove
@@ -458,6 +482,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         if aside:
             say(f"--restart: the earlier run is in {aside}")
     folders = set() if storage.is_gcs(base) else _folders(base)
+    through_links = [] if storage.is_gcs(base) else _missing_through_links(base)  # (before the claim makes any)
     claimed = _claim(base, cfg)
     if not claimed and (done := finished(base)):
         say(done)
@@ -480,5 +505,5 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     say(f"running: python -m ftcli_trainer.task {shlex.join(argv)}")
     code, signum = run_trainer(cmd, env, stdout=2 if quiet_stdout else None)
     if code != 0 and claimed:
-        _unclaim(base, logs_before, folders)
+        _unclaim(base, logs_before, folders, through_links)
     return LocalRun(code, base, signum)

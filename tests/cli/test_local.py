@@ -550,8 +550,12 @@ def test_a_failed_run_after_its_metrics_were_opened_keeps_the_users_link_and_rem
     where it points): the link stays, the empty file the run made there goes."""
     pytest.importorskip("wandb")
     train, _ = sentiment_csv
-    out, curves = tmp_path / "run", tmp_path / "curves"
+    # The link's file in folders not made yet (the run made them, storage.make_dirs), in a folder of the user's: the
+    # empty folders were left behind
+    out, kept = tmp_path / "run", tmp_path / "kept"
+    curves = kept / "curves" / "2026"
     (out / "logs").mkdir(parents=True)
+    kept.mkdir()
     (out / "logs" / "metrics.jsonl").symlink_to(curves / "run.jsonl")
     env = {"WANDB_MODE": "online", "WANDB_API_KEY": "", "HOME": str(tmp_path), "WANDB_DIR": str(tmp_path),
            "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "NETRC": str(tmp_path / "no-netrc")}
@@ -559,8 +563,25 @@ def test_a_failed_run_after_its_metrics_were_opened_keeps_the_users_link_and_rem
               "--output-dir", str(out), cwd=tmp_path, env=env)
     assert r.returncode == 2 and "Weights & Biases refused the run (p)" in r.stderr, r.stderr
     assert os.readlink(out / "logs" / "metrics.jsonl") == str(curves / "run.jsonl")
-    assert not (curves / "run.jsonl").exists()
+    assert kept.is_dir() and not any(kept.iterdir())  # the user's folder stays, the run's two in it go
     assert sorted(p.name for p in out.rglob("*")) == ["logs", "metrics.jsonl"]
+
+
+def test_a_failed_run_removes_the_empty_folder_it_made_where_the_users_checkpoints_link_points(tmp_path, tiny_model):
+    """checkpoints/ linked to a folder on a bigger disk not made yet: the run made it (for its fingerprint and lock,
+    storage.make_dirs) and, failing before its first checkpoint, left it there empty. The link stays (the user's)."""
+    out, big = tmp_path / "run", tmp_path / "big"
+    out.mkdir()
+    big.mkdir()
+    (out / "checkpoints").symlink_to(big / "ckpt" / "run")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\nx,pos\ny,\n")
+    r = ftcli("local", "--task", "csv", "--train-file", str(bad), "--model", str(tiny_model), "--output-dir",
+              str(out), cwd=tmp_path)
+    assert r.returncode == 2 and "empty label" in r.stderr
+    assert os.readlink(out / "checkpoints") == str(big / "ckpt" / "run")
+    assert sorted(p.name for p in big.rglob("*")) == []  # big/ is the user's: it stays
+    assert sorted(p.name for p in out.rglob("*")) == ["checkpoints"]
 
 
 def test_missing_offline_model_names_the_pip_command(capsys, tmp_path, monkeypatch):
