@@ -389,6 +389,11 @@ class InTheWay(Exception):
         self.names = names
 
 
+class NotAnExport(InTheWay):
+    """A folder with files in it that is no export of ftcli's: it has neither the marker nor the list of its files (a
+    model from elsewhere, the user's notes). Nothing of it is replaced: locally too (replaceable)."""
+
+
 class SourceGone(Exception):
     """An object that upload_dir was to copy inside Cloud Storage (`copies`), there when the caller looked for it
     (checkpoint.take_weights) and gone when the copy was made: deleted in between (a lifecycle rule, someone cleaning
@@ -463,9 +468,13 @@ def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = 
             if earlier is not None and (taken := sorted(n for n in names - ours if n in there)):
                 raise InTheWay([n[len(base):] for n in taken])
             if earlier is None:  # (a name ending in "/" is a console folder's placeholder, no file)
-                others = there - names - {base + COMPLETE_MARKER, base + EXPORT_MANIFEST}
+                # With its marker, an earlier ftcli's export, whose files this export may replace; without it (and
+                # without the list) nothing says any file there is ftcli's: a folder of the user's, as locally
+                # (replaceable), where an export wrote over a config.json or model.safetensors of theirs.
+                complete = base + COMPLETE_MARKER in there
+                others = there - (names if complete else set()) - {base + COMPLETE_MARKER, base + EXPORT_MANIFEST}
                 if left := sorted(n[len(base):] for n in others if not n.endswith("/")):
-                    raise Unlisted(left)
+                    raise Unlisted(left) if complete else NotAnExport(left)
             stale = sorted((ours & there) - names)
         else:
             stale = [n for n in old if n not in names and n != base + COMPLETE_MARKER]
@@ -702,9 +711,9 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True, copies: Mappi
     an earlier export (its marker or list) or empty: only the earlier export's files are replaced or removed, and
     what else the user put there stays (one of theirs where this export has a file: refused, nothing changed, the new
     model beside it). An earlier ftcli's export, which does not list its files, is written into only when it holds no
-    file this export does not write (Unlisted). A checkpoint's step-N, in a folder that is the trainer's own, is
-    replaced whole, torn or not (ours_only=False). `copies` (gs:// `target` only: upload_dir's) are files of the
-    folder copied from objects."""
+    file this export does not write (Unlisted); a folder with files that is neither, never (NotAnExport). A
+    checkpoint's step-N, in a folder that is the trainer's own, is replaced whole, torn or not (ours_only=False).
+    `copies` (gs:// `target` only: upload_dir's) are files of the folder copied from objects."""
     rels = _files_in(staged) - {COMPLETE_MARKER, EXPORT_MANIFEST} | set(copies or {})
     if ours_only:
         (staged / EXPORT_MANIFEST).write_text(_export_list_text(rels), encoding="utf-8")
@@ -713,6 +722,8 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True, copies: Mappi
             upload_dir(staged, target, ours_only=ours_only, copies=copies)
         except Unlisted as e:
             _beside(staged, target, copies=copies, unlisted=e.names)
+        except NotAnExport as e:
+            _beside(staged, target, copies=copies, foreign=e.names)
         except InTheWay as e:
             _beside(staged, target, f"{join(target, e.names[0])}" + _more(e.names), copies)
         return
@@ -726,7 +737,7 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True, copies: Mappi
         return
     if ours_only:
         if not replaceable(dest):
-            _beside(staged, target)
+            _beside(staged, target, foreign=sorted(_files_in(dest)) if dest.is_dir() else None)
         try:
             ours = _export_list(read_text(str(dest / EXPORT_MANIFEST)))
         except (OSError, UnicodeDecodeError):
@@ -752,9 +763,10 @@ def _more(names: list[str]) -> str:
 
 
 def _beside(staged: Path, target: str, theirs: str | None = None, copies: Mapping[str, str] | None = None,
-            unlisted: list[str] | None = None) -> NoReturn:
+            unlisted: list[str] | None = None, foreign: list[str] | None = None) -> NoReturn:
     """Refuse to export into `target`: the new model goes to `target-TIME` beside it, and the error says so.
-    `theirs`: the user's file where this export has one; `unlisted`: an earlier ftcli's export's files (Unlisted)."""
+    `theirs`: the user's file where this export has one; `unlisted`: an earlier ftcli's export's files (Unlisted);
+    `foreign`: the files of a folder that is no export (NotAnExport)."""
     import datetime as dt
 
     from ftcli_trainer.errors import TrainerError
@@ -772,6 +784,12 @@ def _beside(staged: Path, target: str, theirs: str | None = None, copies: Mappin
         raise TrainerError(f"{target} is an earlier ftcli's export, which does not list its files ({EXPORT_MANIFEST}), "
                            f"and holds {unlisted[0]}{_more(unlisted)}, which this export does not write: left over "
                            "from that export (loaded with the new model) or yours, they cannot be told apart, so "
+                           f"{target} is left as it is, and the new model is in {beside}; keep what is yours from "
+                           f"{target}, then put {beside} in its place")
+    if foreign:
+        # (it was called "an earlier ftcli's export" in a bucket, where it held only files of the user's)
+        raise TrainerError(f"{target} is not a model ftcli exported (it has neither {COMPLETE_MARKER} nor "
+                           f"{EXPORT_MANIFEST}) and holds {foreign[0]}{_more(foreign)}, which ftcli did not write: "
                            f"{target} is left as it is, and the new model is in {beside}; keep what is yours from "
                            f"{target}, then put {beside} in its place")
     if theirs is None:

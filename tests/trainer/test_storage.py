@@ -340,11 +340,15 @@ def test_a_local_publish_replaces_only_an_earlier_export_and_never_a_fixed_sibli
 
     (tmp_path / "model" / COMPLETE_MARKER).unlink()  # now it is not an export (no marker, no list of its files)
     (tmp_path / "model" / storage.EXPORT_MANIFEST).unlink()
-    with pytest.raises(TrainerError, match="is not a model this trainer exported: it is left as it is, and the "
-                                           "new model is in .*model-2"):
+    with pytest.raises(TrainerError) as refused:
         storage.publish_dir(staged("3"), str(tmp_path / "model"))
     assert (tmp_path / "model" / "config.json").read_text() == "2"
     (beside,) = tmp_path.glob("model-2*")
+    model = tmp_path / "model"
+    assert str(refused.value) == (
+        f"{model} is not a model ftcli exported (it has neither _COMPLETE nor ftcli_files.json) and holds config.json, "
+        f"which ftcli did not write: {model} is left as it is, and the new model is in {beside}; keep what is yours "
+        f"from {model}, then put {beside} in its place")
     assert (beside / "config.json").read_text() == "3" and (beside / COMPLETE_MARKER).is_file()
 
 
@@ -549,6 +553,30 @@ def test_an_earlier_ftclis_export_in_a_bucket_without_its_list_is_left_as_it_is(
     assert gcs.read("b", "run/model/config.json") == b"1"
     beside = sorted({o.split("/")[1] for o in gcs.list("b", "run/") if o.startswith("run/model-")})
     assert len(beside) == 1 and gcs.read("b", f"run/{beside[0]}/model.safetensors") == b"new"
+
+
+def test_a_bucket_folder_with_only_the_users_files_is_not_called_an_earlier_export(gcs, tmp_path):
+    # A gs:// model folder with neither _COMPLETE nor ftcli_files.json, only the user's notes: the line that refused it
+    # called it "an earlier ftcli's export, which does not list its files"; one with only a config.json of theirs (a
+    # name the export writes) was written over. Both are said as what they are, as a local folder is, and left alone.
+    gcs.create_bucket("b")
+    gcs.write("b", "run/model/README.md", b"my notes")
+    gcs.write("b", "run/model/notes/a.txt", b"a")
+    with pytest.raises(TrainerError) as refused:
+        storage.publish_dir(_export(tmp_path, {"config.json": b"2"}), "gs://b/run/model/")
+    (beside,) = sorted({o.split("/")[1] for o in gcs.list("b", "run/") if o.startswith("run/model-")})
+    assert str(refused.value) == (
+        "gs://b/run/model/ is not a model ftcli exported (it has neither _COMPLETE nor ftcli_files.json) and holds "
+        "README.md (and 1 more), which ftcli did not write: gs://b/run/model/ is left as it is, and the new model is "
+        f"in gs://b/run/{beside}; keep what is yours from gs://b/run/model/, then put gs://b/run/{beside} in its place")
+    assert gcs.list("b", "run/model/") == ["run/model/README.md", "run/model/notes/a.txt"]
+    assert gcs.read("b", f"run/{beside}/config.json") == b"2" and f"run/{beside}/_COMPLETE" in gcs.list("b")
+
+    gcs.reset(keep_buckets=True)
+    gcs.write("b", "run/model/config.json", b"theirs")
+    with pytest.raises(TrainerError, match=r"^gs://b/run/model/ is not a model ftcli exported .* holds config.json, "):
+        storage.publish_dir(_export(tmp_path, {"config.json": b"2"}), "gs://b/run/model/")
+    assert gcs.read("b", "run/model/config.json") == b"theirs"
 
 
 def test_a_copy_whose_object_was_deleted_leaves_no_model_beside_the_refused_folder(gcs, tmp_path):
