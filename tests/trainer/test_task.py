@@ -476,3 +476,39 @@ def test_checkpoints_logs_and_metrics_linked_to_places_not_made_yet_get_them_mad
     argv[-1] = str(run2)
     assert main(argv) == 0, capsys.readouterr().err
     assert (run2 / "logs" / "metrics.jsonl").is_symlink() and (big / "curves" / "run2.jsonl").stat().st_size > 0
+
+
+def test_a_run_folder_moved_without_where_its_relative_logs_link_points_resumes_into_the_new_target(
+        tmp_path, tiny_model, sentiment_csv, monkeypatch, capsys):
+    # Pinned (README, the run folder's table): a relative link is read from where it is now, as the filesystem reads
+    # it. run/logs -> ../big/logs, run/ moved to another folder without big/: the resumed run's logs go to the new
+    # folder's ../big/logs (made, as for a run set up ahead), and the earlier ones stay where they were, untouched.
+    # ftcli keeps no record of where the link pointed before, and cannot tell a move from a link pointed anew on
+    # purpose; moving the folder with big/, or an absolute link, keeps the logs together.
+    import os
+    import shutil
+
+    from ftcli_trainer.loop import Trainer
+    from tests.trainer.helpers import sigterm_when_evaluating
+
+    train, test = sentiment_csv
+    before, after = tmp_path / "before", tmp_path / "after"
+    (before / "run").mkdir(parents=True)
+    after.mkdir()
+    (before / "run" / "logs").symlink_to(os.path.join("..", "big", "logs"))
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--epochs", "2", "--batch-size", "16", "--output-dir", str(before / "run")]
+    evaluate = Trainer.evaluate
+    sigterm_when_evaluating(monkeypatch, 30)  # stopped at the end of the run, its last checkpoint written
+    assert main(argv) == 143
+    monkeypatch.setattr(Trainer, "evaluate", evaluate)
+    earlier = (before / "big" / "logs" / "metrics.jsonl").read_text()
+
+    shutil.move(before / "run", after / "run")
+    argv[-1] = str(after / "run")
+    assert main(argv) == 0, capsys.readouterr().err
+    assert os.readlink(after / "run" / "logs") == os.path.join("..", "big", "logs")
+    assert (before / "big" / "logs" / "metrics.jsonl").read_text() == earlier  # left as it was
+    rows = [json.loads(r) for r in (after / "big" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["type"], r["step"]) for r in rows] == [("eval", 30)]  # the resumed run's only: its evaluation
+    assert json.loads((after / "run" / "model" / "metrics.json").read_text())["global_step"] == 30
