@@ -298,16 +298,17 @@ def default_out(run_dir: Path, in_its_run: bool = True) -> Path:
     return run_dir.parent / f"{run_dir.resolve().name}-{REPORT_DIR}"
 
 
-def earlier_report(out: Path) -> list[str]:
+def earlier_report(out: Path, flag: str = "--out") -> list[str]:
     """The files an earlier report wrote into `out` ([] for a new or empty folder). A non-empty folder that is
-    not a report is refused, so a user's files are never overwritten."""
+    not a report is refused, so a user's files are never overwritten. `flag` is the option that named `out`, which the
+    hint tells the user to change: `ftcli evaluate` names it --report and has no --out."""
     # A link to a folder is that folder (a report kept in a shared place: it was refused as "not a folder"); one to
     # nothing is refused here, not by the rename onto it after every picture is drawn.
     if out.is_symlink() and not out.exists():
         raise UsageError(f"{out} is a link to {os.readlink(out)}, which does not exist",
-                         hint="create the folder it points to, or give --out another folder")
+                         hint=f"create the folder it points to, or give {flag} another folder")
     if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} is not a folder", hint="give --out a new or empty folder")
+        raise UsageError(f"{out} is not a folder", hint=f"give {flag} a new or empty folder")
     # Another report being drawn into this folder now stages inside it (a dead one's staging is gone by now:
     # clear_staging_inside): it made an empty folder "not empty" and no report's, while `ls` showed nothing there.
     if not out.is_dir() or all(is_staging_inside(p, INSIDE_STAGING) for p in out.iterdir()):
@@ -319,16 +320,16 @@ def earlier_report(out: Path) -> list[str]:
         files = None
     if not isinstance(files, list) or not all(isinstance(f, str) and "/" not in f for f in files):
         raise UsageError(f"{out} is not empty and holds no earlier ftcli report",
-                         hint="give --out a new or empty folder; nothing was written")
+                         hint=f"give {flag} a new or empty folder; nothing was written")
     return files
 
 
-def _check_names(out: Path, names: list[str], earlier: list[str]) -> None:
+def _check_names(out: Path, names: list[str], earlier: list[str], flag: str) -> None:
     taken = [n for n in names if (out / n).exists() and n not in earlier and n != MANIFEST]
     if taken:
         raise UsageError(f"{out / taken[0]} is not from the earlier report" + (
             f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""),
-            hint="move it away, or give --out a new folder; nothing was written")
+            hint=f"move it away, or give {flag} a new folder; nothing was written")
 
 
 def _write_manifest(path: Path, source: str, files: list[str]) -> None:
@@ -737,9 +738,11 @@ def nothing_written(out: Path, existed: bool) -> str:
     return f"nothing was written to {out}" + (" (its files are as they were)" if existed else "")
 
 
-def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda message: None) -> list[Path]:
+def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda message: None, flag: str = "--out"
+                 ) -> list[Path]:
     """Draw every picture the run allows and the Markdown into `out` (new, empty, or an earlier report's);
-    return the files written, the Markdown first. `say` hears what a picture leaves out.
+    return the files written, the Markdown first. `say` hears what a picture leaves out; `flag`, the option that
+    named `out`, is what a refusal's hint tells the user to change (earlier_report).
 
     Everything is drawn in a staging folder first, beside a new `out`, inside one that exists (a dead writer's is
     removed by the next report), so a crash or a kill midway leaves `out` as it was: never a half-written folder
@@ -747,8 +750,8 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
     plan = _plan(run)
     names = ["report.md", *(p.name for p in plan)]
     clear_staging_inside(out, INSIDE_STAGING)  # a folder that exists is staged in (staging_for)
-    earlier = earlier_report(out)
-    _check_names(out, names, earlier)
+    earlier = earlier_report(out, flag)
+    _check_names(out, names, earlier, flag)
     notes = {}
     for p in plan:
         if p.note:

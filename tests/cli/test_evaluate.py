@@ -315,6 +315,38 @@ def test_report_draws_the_evaluation_as_ftcli_report_draws_the_run(capsys, tmp_p
     assert r.err.startswith(f"error: {mine_too} is not empty and holds no earlier ftcli report\n")
     assert [p.name for p in mine_too.iterdir()] == ["todo.txt"] and (mine_too / "todo.txt").read_text() == "mine"
 
+    # an earlier report's folder where a picture's name is the user's file: refused after the scoring, when the
+    # pictures are known, with the hint naming evaluate's own option (it told the user to give --out, which
+    # evaluate does not take)
+    (out / "confusion_matrix.png").unlink()
+    (out / "ftcli-report.json").write_text(json.dumps({"ftcli_report": 1, "files": ["report.md"]}))
+    (out / "confusion_matrix.png").write_text("mine")
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--report", str(out))
+    assert r.code == 2
+    assert r.err.endswith(f"error: {out / 'confusion_matrix.png'} is not from the earlier report\n"
+                          "hint: move it away, or give --report a new folder; nothing was written\n")
+    assert (out / "confusion_matrix.png").read_text() == "mine"
+
+
+@pytest.mark.parametrize("mine", ["a folder of the user's files", "a file"])
+def test_a_report_folder_refused_says_to_change_report_not_out(capsys, tmp_path, mine):
+    # `ftcli evaluate --report DIR` refused a folder of other files (or a file) with "hint: give --out a new or empty
+    # folder", ftcli report's option, which evaluate does not take; it names --report now. Refused before the model
+    # or the file is looked at: neither exists here.
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "notes"
+    if mine == "a file":
+        target.write_text("mine")
+        said = f"error: {target} is not a folder\nhint: give --report a new or empty folder\n"
+    else:
+        target.mkdir()
+        (target / "todo.txt").write_text("mine")
+        said = (f"error: {target} is not empty and holds no earlier ftcli report\n"
+                "hint: give --report a new or empty folder; nothing was written\n")
+    r = run_cli(capsys, "evaluate", str(tmp_path / "model"), str(tmp_path / "dev.csv"), "--report", str(target))
+    assert (r.code, r.out, r.err) == (2, "", said)
+    assert (target.read_text() if mine == "a file" else (target / "todo.txt").read_text()) == "mine"
+
 
 def test_report_of_a_multi_label_or_regression_evaluation(capsys, tmp_path, tiny_model):
     pytest.importorskip("matplotlib")

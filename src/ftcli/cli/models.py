@@ -296,7 +296,7 @@ def evaluate(
         from ftcli.report import earlier_report, require_matplotlib
 
         require_matplotlib()
-        earlier_report(report_dir)
+        earlier_report(report_dir, "--report")
     import time
 
     from ftcli.output import Waiting
@@ -350,7 +350,7 @@ def evaluate(
 
         try:
             files = write_report(evaluation_run(path, result, evaluation.labels, evaluation.logits), report_dir,
-                                 say=note)
+                                 say=note, flag="--report")
         except ReportInterrupted as e:  # while the report was drawn or moved in: what DIR holds now
             _interrupted(f"the metrics are printed above; {e.said}", stopped)
     note(f"report in {report_dir}: {', '.join(f.name for f in files)}")
