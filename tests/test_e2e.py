@@ -116,7 +116,7 @@ def test_an_image_docker_hub_refuses_says_how_to_pull_it_through_artifact_regist
     r = run_cli(capsys, "train", "--task", "csv", "--train-file", data, "--gpu", "none", "--model", str(tiny_model),
                 "--image", mirror)
     assert r.code == 0, r.err + r.out
-    assert "checked as Docker Hub's pytorch:2.7.1-cuda12.6-cudnn9-runtime" in " ".join(r.err.split())
+    assert "checked as Docker Hub's pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime," in " ".join(r.err.split())
     assert [j.job_spec.worker_pool_specs[0].container_spec.image_uri for j in vertex.jobs.values()] == [image, mirror]
 
 

@@ -310,7 +310,7 @@ def _image_problems(image: str | None, hw: Hardware, notes: list[str],
         return f"{mirror}/{path}", images.problems(default, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
     chosen = images.known(image) if image else images.default_image(hw)
     if chosen is None and image and (upstream := images.mirror_of(image)) is not None:
-        notes.append(f"--image {image}: checked as Docker Hub's {upstream.name}, which an Artifact Registry remote "
+        notes.append(f"--image {image}: checked as Docker Hub's {upstream.ref}, which an Artifact Registry remote "
                      "repository serves under that path")
         return image, images.problems(upstream, hw, REQUIRES_PYTHON, TRAINER_DEPENDENCIES)
     if chosen is None:

@@ -415,6 +415,20 @@ def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, 
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_an_image_through_an_artifact_registry_mirror_is_said_as_docker_hubs_own_path(capsys, monkeypatch, tmp_path):
+    # The note said "checked as Docker Hub's pytorch:2.7.1-cuda12.6-cudnn9-runtime, which an Artifact Registry remote
+    # repository serves under that path": a reference Docker reads as library/pytorch (no such image), and not the
+    # path the repository serves (pytorch/pytorch:TAG). It names what --image would take for Docker Hub's image now.
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    mirror = "us-central1-docker.pkg.dev/my-project/dockerhub/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+    r = run_cli(capsys, "train", "--task", "imdb", "--gpu", "T4", "--image", mirror, "--project", "my-project",
+                "--bucket", "gs://my-bucket", "--region", "us-central1", "--dry-run")
+    assert r.code == 0, r.err
+    assert f"note: --image {mirror}: checked as Docker Hub's pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime, which an " \
+           "Artifact Registry remote repository serves under that path\n" in r.err
+    assert json.loads(r.out)["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == mirror
+
+
 @pytest.mark.parametrize("flag", ["--project", "--region"])
 def test_an_empty_project_or_region_flag_creates_nothing(capsys, cloud_env, flag):
     # `--region "$REGION"` with REGION unset trained in the default region, `--project ""` in FTCLI_PROJECT's.
