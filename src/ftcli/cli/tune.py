@@ -45,7 +45,7 @@ def tune(
         "\"loguniform(1e-5,1e-4)\" or NAME = [16, 32]); flags win over it.", rich_help_panel=TUNE)] = None,
     metric: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--metric", metavar="NAME",
-        help="The eval metric to optimise (a *_loss is minimised) [default: the task's: eval_accuracy, "
+        help="The eval metric to optimise (a *_loss or *_mse is minimised) [default: the task's: eval_accuracy, "
         "eval_matthews_correlation for CoLA, eval_pearson for STS-B, ...].", rich_help_panel=TUNE)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the HyperparameterTuningJob JSON; upload and "
                                           "create nothing.")] = False,
