@@ -65,10 +65,11 @@ TRAINING_ROWS = (("train_loss", "train loss"), ("global_step", "optimizer steps"
                  ("train_runtime", "train runtime (s)"))
 
 
-def require_matplotlib() -> None:
-    """Before any work (or download): the pictures need the `report` extra."""
+def require_matplotlib(command: str = "ftcli report") -> None:
+    """Before any work (or download): the pictures need the `report` extra. `command` is what the user ran, named in
+    the error (`ftcli evaluate --report` draws them too)."""
     if importlib.util.find_spec("matplotlib") is None:
-        raise FtcliError("ftcli report draws with matplotlib, which is not installed: pip install 'ftcli[report]'")
+        raise FtcliError(f"{command} draws with matplotlib, which is not installed: pip install 'ftcli[report]'")
 
 
 @dataclass

@@ -236,6 +236,21 @@ def test_without_the_trainers_packages_evaluate_says_so_by_its_name(capsys, tmp_
         "error: ftcli evaluate needs the trainer's dependencies on this machine (torch missing)", r.err
 
 
+def test_without_matplotlib_evaluate_report_says_so_by_its_name(capsys, tmp_path, monkeypatch):
+    # `ftcli evaluate --report DIR` without matplotlib said "ftcli report draws with matplotlib", a command the user
+    # did not run; it names evaluate --report now, before the model or the file is looked at (neither exists here)
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    r = run_cli(capsys, "evaluate", str(tmp_path / "model"), str(tmp_path / "dev.csv"), "--report",
+                str(tmp_path / "r"))
+    assert (r.code, r.out) == (1, "")
+    assert r.err == ("error: ftcli evaluate --report draws with matplotlib, which is not installed: "
+                     "pip install 'ftcli[report]'\n")
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_run_that_evaluated_part_of_its_eval_file_says_so(capsys, tmp_path, tiny_model, sentiment_csv):
     # --max-eval-samples: the run's own eval file scored whole gives other numbers than metrics.json, with no word why
     train, dev = sentiment_csv

@@ -295,7 +295,7 @@ def evaluate(
     if report_dir is not None:  # before any work: an hour of scoring, then "not empty" or "no matplotlib"
         from ftcli.report import earlier_report, require_matplotlib
 
-        require_matplotlib()
+        require_matplotlib("ftcli evaluate --report")
         earlier_report(report_dir, "--report")
     import time
 
