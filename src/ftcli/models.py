@@ -287,9 +287,10 @@ def cached_model(name: JobName) -> Path:
 
 
 def model_folder(model: str, project: str | None, region: str | None, *, notify: Notify | None = None,
-                 progress: Callable[[int, int | None], None] | None = None, trial: str | None = None) -> Path:
+                 progress: Callable[[int, int | None], None] | None = None, trial: str | None = None,
+                 command: str = "ftcli predict") -> Path:
     """A model folder, or a job reference (a tuning job: its best trial, or `trial`) whose model is downloaded to
-    the user cache once."""
+    the user cache once. `command` (predict or evaluate) is what a hint tells the user to run on a folder instead."""
     from ftcli import jobs
     from ftcli.history import folder_over_job
     from ftcli_trainer.model import cache_snapshot
@@ -311,7 +312,7 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
             raise FtcliError(f"cannot keep the model of job {model} in ftcli's model cache {path.parent}: "
                              f"{reason(e)}",
                              hint=f"set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download {model} DIR` "
-                                  "and `ftcli predict DIR ...`") from None
+                                  f"and `{command} DIR ...`") from None
         if not (path / COMPLETE_MARKER).exists():
             # ftcli's own cache folder: a copy left without its marker is completed in place
             path = download_model(name, path, force=True, shown=model, notify=notify, progress=progress).path

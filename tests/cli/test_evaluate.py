@@ -223,6 +223,26 @@ def test_a_jobs_model_on_a_gcs_file(capsys, cloud_env, monkeypatch, tmp_path, ti
         f"ls gs://{BUCKET}/data/` lists what is there\n", r.err
 
 
+def test_evaluate_on_a_job_without_a_writable_home_names_evaluate_in_its_hint(capsys, cloud_env, monkeypatch,
+                                                                              tmp_path):
+    # No writable home (a container's user): `ftcli evaluate JOB FILE` said "... or run `ftcli download JOB DIR` and
+    # `ftcli predict DIR ...`", the other command; it names evaluate now
+    from tests.cli.test_models import BUCKET, make_job
+
+    gcs, vertex = cloud_env
+    blocker = tmp_path / "not-a-home"
+    blocker.write_text("a file where the home should be")
+    monkeypatch.setenv("HOME", str(blocker))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("FTCLI_CACHE_DIR", raising=False)
+    job = make_job(vertex, "run", f"gs://{BUCKET}/team/runs/run/").rsplit("/", 1)[1]
+    rows = write_csv(tmp_path / "dev.csv", ["text", "label"], [("a fine film", 0)])
+    r = run_cli(capsys, "evaluate", job, str(rows))
+    assert r.code == 1 and r.out == ""
+    assert r.err.splitlines()[-1] == (f"hint: set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download {job} "
+                                      "DIR` and `ftcli evaluate DIR ...`")
+
+
 def test_without_the_trainers_packages_evaluate_says_so_by_its_name(capsys, tmp_path, monkeypatch):
     import importlib.util
 

@@ -313,7 +313,8 @@ def evaluate(
             columns, rows = models.read_table(file)  # before the model is downloaded: a bad file is said first
             phase = "getting the model"
             with transfer("downloading the model") as progress:
-                path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial)
+                path = models.model_folder(model, project, region, notify=note, progress=progress, trial=trial,
+                                           command="ftcli evaluate")
             phase = "loading the model"  # (and reading the rows' texts and labels; then progress(0, n))
             # a spinner with the count on a terminal, a line a minute in a log: a big file on a CPU takes minutes to
             # hours
