@@ -410,12 +410,15 @@ def _holds_something(path: str) -> bool:
 
 
 def foreign_model_dir(model_dir: str) -> str | None:
-    """A local model folder that is there but is not a complete ftcli export (it has no _COMPLETE): the run's
-    export must never replace it. Say why, or None."""
-    if storage.is_gcs(model_dir) or storage.replaceable(Path(model_dir)):
+    """A model folder, local or gs://, that is there and is no export of ftcli's (storage.not_an_export): the export
+    at the run's end would leave it as it is and put the model beside it (storage._beside), so the run is refused
+    before any work. Say why, in the export's own words, or None. (It said "the export would replace it", which the
+    export no longer does; a gs:// folder of the user's files was called "an earlier run's output".)"""
+    files = storage.not_an_export(model_dir)
+    if files is None:
         return None
-    return (f"{model_dir} is there and is not a model this trainer exported (it has no {storage.COMPLETE_MARKER}): "
-            "the export would replace it")
+    return (f"{storage.not_an_export_line(model_dir, files)}: this run's export would leave it as it is and put the "
+            f"new model beside it, in {model_dir.rstrip('/')}-TIME")
 
 
 def _read_fingerprint(root: str) -> dict | None:

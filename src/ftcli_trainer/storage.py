@@ -644,6 +644,32 @@ def replaceable(dest: Path) -> bool:
                               or (dest / EXPORT_MANIFEST).is_file())
 
 
+def not_an_export(target: str) -> list[str] | None:
+    """The files of the model folder `target` when it is there and is no export of ftcli's (neither its marker nor
+    the list of its files), which the export never writes into (replaceable locally, NotAnExport in a bucket); [] for
+    a file in the folder's place; None where the export may write (nothing there, empty, or an export of ftcli's)."""
+    if is_gcs(target):
+        bucket_name, name = split_gcs(target)
+        base = f"{name}/" if name else ""
+        there = [b.name[len(base):] for b in _client().list_blobs(bucket_name, prefix=base)]
+        if COMPLETE_MARKER in there or EXPORT_MANIFEST in there:
+            return None
+        return sorted(n for n in there if not n.endswith("/")) or None  # (a console folder's placeholder: no file)
+    dest = Path(target)
+    if replaceable(dest):
+        return None
+    return sorted(_files_in(dest)) if dest.is_dir() else []
+
+
+def not_an_export_line(target: str, files: list[str]) -> str:
+    """What the model folder `target` is, for a folder not_an_export found (`files`): the export's refusal at the
+    end (_beside) and the run's at its start (checkpoint.foreign_model_dir) begin with these words."""
+    if not files:
+        return f"{target} is there and is not a model this trainer exported"
+    return (f"{target} is not a model ftcli exported (it has neither {COMPLETE_MARKER} nor {EXPORT_MANIFEST}) and "
+            f"holds {files[0]}{_more(files)}, which ftcli did not write")
+
+
 def _files_in(folder: Path) -> set[str]:
     """Every file and link under `folder` (links not followed), relative, as the export lists them."""
     found = set()
@@ -788,12 +814,9 @@ def _beside(staged: Path, target: str, theirs: str | None = None, copies: Mappin
                            f"{target}, then put {beside} in its place")
     if foreign:
         # (it was called "an earlier ftcli's export" in a bucket, where it held only files of the user's)
-        raise TrainerError(f"{target} is not a model ftcli exported (it has neither {COMPLETE_MARKER} nor "
-                           f"{EXPORT_MANIFEST}) and holds {foreign[0]}{_more(foreign)}, which ftcli did not write: "
-                           f"{target} is left as it is, and the new model is in {beside}; keep what is yours from "
-                           f"{target}, then put {beside} in its place")
+        raise TrainerError(f"{not_an_export_line(target, foreign)}: {target} is left as it is, and the new model is "
+                           f"in {beside}; keep what is yours from {target}, then put {beside} in its place")
     if theirs is None:
-        raise TrainerError(f"{target} is there and is not a model this trainer exported: it is left as it is, and "
-                           f"the new model is in {beside}")
+        raise TrainerError(f"{not_an_export_line(target, [])}: it is left as it is, and the new model is in {beside}")
     raise TrainerError(f"{theirs} is not from the earlier export, and this one has a file there: {target} is left as "
                        f"it is, and the new model is in {beside}")

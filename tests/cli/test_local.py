@@ -166,7 +166,11 @@ def test_a_model_folder_ftcli_did_not_write_is_never_replaced(tmp_path, tiny_mod
     (tmp_path / "run" / "model.old" / "keep.txt").write_text("keep")
     before = tree(tmp_path / "run")
     r = _tiny_run(tmp_path, tiny_model, train)
-    assert r.returncode == 2 and "is not a model this trainer exported" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[0] == (
+        f"error: {mine} is not a model ftcli exported (it has neither _COMPLETE nor ftcli_files.json) and holds "
+        f"notes.txt, which ftcli did not write: this run's export would leave it as it is and put the new model beside "
+        f"it, in {mine}-TIME")
     assert "running:" not in r.stderr and tree(tmp_path / "run") == before
 
     r = _tiny_run(tmp_path, tiny_model, train, "--restart")  # sets it aside, deletes nothing

@@ -179,10 +179,34 @@ def test_a_model_folder_the_trainer_did_not_export_is_refused_whatever_the_check
     fake_checkpoint(root, 5)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "notes.txt").write_text("mine")
-    with pytest.raises(checkpoint.RunMismatch, match="is not a model this trainer exported"):
+    with pytest.raises(checkpoint.RunMismatch, match="is not a model ftcli exported"):
         checkpoint.claim(root, {"seed": 1}, model)
     (tmp_path / "model" / storage.COMPLETE_MARKER).touch()  # an earlier export of this run: replaced at the end
     assert checkpoint.claim(root, {"seed": 1}, model) is False
+
+
+def test_the_start_says_of_a_model_folder_of_the_users_what_the_export_would_do(root):
+    # The refusal said "is there and is not a model this trainer exported (it has no _COMPLETE): the export would
+    # replace it", and in a bucket "gs://.../model holds an earlier run's, and no checkpoints say which run it was,
+    # output: this run would replace or mix with it"; the export leaves such a folder as it is and puts the model
+    # beside it (storage._beside), and says so in the same words.
+    from pathlib import Path
+
+    model = storage.join(root.rsplit("/", 1)[0], "model")
+    for name in ("README.md", "notes/a.txt"):
+        if storage.is_gcs(model):
+            storage.write_text(storage.join(model, name), "mine")
+        else:
+            Path(model, name).parent.mkdir(parents=True, exist_ok=True)
+            Path(model, name).write_text("mine")
+    with pytest.raises(checkpoint.RunMismatch) as refused:
+        checkpoint.claim(root, {"seed": 1}, model)
+    assert refused.value.detail == (
+        f"{model} is not a model ftcli exported (it has neither _COMPLETE nor ftcli_files.json) and holds README.md "
+        f"(and 1 more), which ftcli did not write: this run's export would leave it as it is and put the new model "
+        f"beside it, in {model}-TIME")
+    assert storage.read_text(storage.join(model, "README.md")) == "mine"
+    assert storage.read_text(storage.join(root, checkpoint.FINGERPRINT)) is None  # nothing claimed
 
 
 def test_a_folder_held_by_a_live_run_is_refused_to_a_second_one(tmp_path):
