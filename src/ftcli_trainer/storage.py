@@ -407,22 +407,38 @@ class SourceGone(Exception):
 class Unlisted(InTheWay):
     """An earlier ftcli's export, without the list of its files, that holds files the new export does not write: that
     export's own (a shard, a tokenizer file), which would be left beside the new model and loaded with it, or the
-    user's, which are never deleted. They cannot be told apart."""
+    user's, which are never deleted. They cannot be told apart. `unreadable`: why the list that is there cannot be
+    read (_read_export_list), where there is one."""
+
+    def __init__(self, names: list[str], unreadable: str | None = None):
+        super().__init__(names)
+        self.unreadable = unreadable
 
 
 def _export_list(text: str | None) -> set[str] | None:
-    """The files an export's EXPORT_MANIFEST names, or None (absent or unreadable: an export of an older ftcli)."""
+    """The files an export's EXPORT_MANIFEST names, or None (absent or unreadable)."""
+    return _read_export_list(None if text is None else text.encode("utf-8"))[0]
+
+
+def _read_export_list(data: bytes | None) -> tuple[set[str] | None, str | None]:
+    """The files an export's EXPORT_MANIFEST (its bytes, None when absent) names, and why it cannot be read where it
+    is there and cannot: (files, None), (None, None) for none (an export of an older ftcli), (None, why)."""
     import json
 
-    if text is None:
-        return None
+    if data is None:
+        return None, None
     try:
-        files = json.loads(text)["files"]
-    except (ValueError, KeyError, TypeError):
-        return None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None, "not JSON"
+    files = value.get("files") if isinstance(value, dict) else None
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        return None
-    return set(files)
+        return None, "not the list of files ftcli writes"
+    return set(files), None
 
 
 def _export_list_text(files: AbstractSet[str]) -> str:
@@ -460,9 +476,10 @@ def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = 
     if marker:
         old = [b.name for b in client.list_blobs(bucket_name, prefix=base)]
         if ours_only:
-            earlier = None
+            earlier, unreadable = None, None
             if base + EXPORT_MANIFEST in old:
-                earlier = _export_list(bucket.blob(base + EXPORT_MANIFEST).download_as_text())
+                # (bytes: download_as_text of a list not UTF-8 ended the export with a UnicodeDecodeError traceback)
+                earlier, unreadable = _read_export_list(bucket.blob(base + EXPORT_MANIFEST).download_as_bytes())
             ours = {base + rel for rel in earlier or ()}
             there = set(old)
             if earlier is not None and (taken := sorted(n for n in names - ours if n in there)):
@@ -470,11 +487,12 @@ def upload_dir(local: Path, uri: str, *, marker: bool = True, ours_only: bool = 
             if earlier is None:  # (a name ending in "/" is a console folder's placeholder, no file)
                 # With its marker, an earlier ftcli's export, whose files this export may replace; without it (and
                 # without the list) nothing says any file there is ftcli's: a folder of the user's, as locally
-                # (replaceable), where an export wrote over a config.json or model.safetensors of theirs.
-                complete = base + COMPLETE_MARKER in there
-                others = there - (names if complete else set()) - {base + COMPLETE_MARKER, base + EXPORT_MANIFEST}
+                # (replaceable), where an export wrote over a config.json or model.safetensors of theirs. A list that
+                # is there but unreadable makes it an export of ftcli's too, as locally (replaceable), which lost it.
+                ftclis = base + COMPLETE_MARKER in there or unreadable is not None
+                others = there - (names if ftclis else set()) - {base + COMPLETE_MARKER, base + EXPORT_MANIFEST}
                 if left := sorted(n[len(base):] for n in others if not n.endswith("/")):
-                    raise Unlisted(left) if complete else NotAnExport(left)
+                    raise Unlisted(left, unreadable) if ftclis else NotAnExport(left)
             stale = sorted((ours & there) - names)
         else:
             stale = [n for n in old if n not in names and n != base + COMPLETE_MARKER]
@@ -747,7 +765,7 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True, copies: Mappi
         try:
             upload_dir(staged, target, ours_only=ours_only, copies=copies)
         except Unlisted as e:
-            _beside(staged, target, copies=copies, unlisted=e.names)
+            _beside(staged, target, copies=copies, unlisted=e.names, unreadable=e.unreadable)
         except NotAnExport as e:
             _beside(staged, target, copies=copies, foreign=e.names)
         except InTheWay as e:
@@ -765,13 +783,15 @@ def publish_dir(staged: Path, target: str, ours_only: bool = True, copies: Mappi
         if not replaceable(dest):
             _beside(staged, target, foreign=sorted(_files_in(dest)) if dest.is_dir() else None)
         try:
-            ours = _export_list(read_text(str(dest / EXPORT_MANIFEST)))
-        except (OSError, UnicodeDecodeError):
-            ours = None
+            ours, unreadable = _read_export_list((dest / EXPORT_MANIFEST).read_bytes())
+        except FileNotFoundError:
+            ours, unreadable = None, None
+        except OSError as e:
+            ours, unreadable = None, e.strerror or type(e).__name__
         if ours is not None and (taken := _in_the_way(dest, rels, ours)):
             _beside(staged, target, f"{dest / taken[0]}" + _more(taken))
         if ours is None and (left := sorted(_files_in(dest) - rels - {COMPLETE_MARKER, EXPORT_MANIFEST})):
-            _beside(staged, target, unlisted=left)
+            _beside(staged, target, unlisted=left, unreadable=unreadable)
         # (an earlier ftcli's export, with no list, and no file this export does not write: they are the ones it wrote)
         _replace_in(staged, dest, rels, ours if ours is not None else rels)
         shutil.rmtree(staged, ignore_errors=True)  # its empty folders
@@ -789,10 +809,12 @@ def _more(names: list[str]) -> str:
 
 
 def _beside(staged: Path, target: str, theirs: str | None = None, copies: Mapping[str, str] | None = None,
-            unlisted: list[str] | None = None, foreign: list[str] | None = None) -> NoReturn:
+            unlisted: list[str] | None = None, foreign: list[str] | None = None,
+            unreadable: str | None = None) -> NoReturn:
     """Refuse to export into `target`: the new model goes to `target-TIME` beside it, and the error says so.
-    `theirs`: the user's file where this export has one; `unlisted`: an earlier ftcli's export's files (Unlisted);
-    `foreign`: the files of a folder that is no export (NotAnExport)."""
+    `theirs`: the user's file where this export has one; `unlisted`: an earlier ftcli's export's files (Unlisted),
+    with `unreadable` why its list that is there cannot be read; `foreign`: the files of a folder that is no export
+    (NotAnExport)."""
     import datetime as dt
 
     from ftcli_trainer.errors import TrainerError
@@ -807,8 +829,12 @@ def _beside(staged: Path, target: str, theirs: str | None = None, copies: Mappin
     else:
         staged.rename(beside)
     if unlisted:
-        raise TrainerError(f"{target} is an earlier ftcli's export, which does not list its files ({EXPORT_MANIFEST}), "
-                           f"and holds {unlisted[0]}{_more(unlisted)}, which this export does not write: left over "
+        # (an unreadable list was said to be none: "does not list its files", or in a bucket without the marker "has
+        # neither _COMPLETE nor ftcli_files.json")
+        what = (f"{join(target, EXPORT_MANIFEST)} is unreadable ({unreadable}), so which files of {target} an earlier "
+                f"export wrote is not known, and {target}" if unreadable else
+                f"{target} is an earlier ftcli's export, which does not list its files ({EXPORT_MANIFEST}), and")
+        raise TrainerError(f"{what} holds {unlisted[0]}{_more(unlisted)}, which this export does not write: left over "
                            "from that export (loaded with the new model) or yours, they cannot be told apart, so "
                            f"{target} is left as it is, and the new model is in {beside}; keep what is yours from "
                            f"{target}, then put {beside} in its place")

@@ -614,3 +614,40 @@ def test_a_re_export_to_a_bucket_keeps_the_objects_the_user_put_there(gcs, tmp_p
     assert "run/model/_COMPLETE" in gcs.list("b", "run/model/")
     beside = sorted({o.split("/")[1] for o in gcs.list("b", "run/") if o.startswith("run/model-")})
     assert len(beside) == 1 and gcs.read("b", f"run/{beside[0]}/README.md") == b"card"
+
+
+@pytest.mark.parametrize(("where", "complete"), [("local", True), ("local", False), ("gcs", True), ("gcs", False)])
+@pytest.mark.parametrize(("written", "why"), [(b"\xff\xfe{}", "not UTF-8"), (b'{"files": ', "not JSON"),
+                                              (b'{"files": "config.json"}', "not the list of files ftcli writes")])
+def test_an_unreadable_list_of_the_earlier_exports_files_is_said_so_naming_it(request, tmp_path, where, complete,
+                                                                              written, why):
+    # An ftcli_files.json that cannot be read (not UTF-8, not JSON, not the list) was taken for no list at all: the
+    # refusal said the folder "does not list its files" or "has neither _COMPLETE nor ftcli_files.json", of a folder
+    # that has it; in a bucket, one not UTF-8 ended the export with a UnicodeDecodeError traceback.
+    if where == "gcs":
+        gcs = request.getfixturevalue("gcs")
+        gcs.create_bucket("b")
+        model = "gs://b/run/model"
+    else:
+        model = str(tmp_path / "model")
+    storage.publish_dir(_export(tmp_path, {"config.json": b"1", "tokenizer.json": b"old"}), model)
+    if not complete:  # (an export cut short: the list there, the marker not yet)
+        if where == "gcs":
+            storage._client().bucket("b").blob("run/model/_COMPLETE").delete()
+        else:
+            (tmp_path / "model" / COMPLETE_MARKER).unlink()
+    manifest = storage.join(model, storage.EXPORT_MANIFEST)
+    if where == "gcs":
+        storage._client().bucket("b").blob("run/model/ftcli_files.json").upload_from_string(written)
+    else:
+        Path(manifest).write_bytes(written)
+    with pytest.raises(TrainerError) as refused:
+        storage.publish_dir(_export(tmp_path, {"config.json": b"2"}), model)
+    beside = str(refused.value).split("the new model is in ")[1].split(";")[0]
+    assert str(refused.value) == (
+        f"{manifest} is unreadable ({why}), so which files of {model} an earlier export wrote is not known, and "
+        f"{model} holds tokenizer.json, which this export does not write: left over from that export (loaded with the "
+        f"new model) or yours, they cannot be told apart, so {model} is left as it is, and the new model is in "
+        f"{beside}; keep what is yours from {model}, then put {beside} in its place")
+    assert storage.read_text(storage.join(model, "config.json")) == "1"
+    assert storage.read_text(storage.join(beside, "config.json")) == "2"
