@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import shlex
 import signal
@@ -462,8 +463,8 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
               say: Callable[[str], None] = lambda message: None, quiet_stdout: bool = False) -> LocalRun:
     """Run the trainer here with Vertex's environment; `say` hears what ftcli does on the way. With
     `quiet_stdout` the trainer's own output goes to stderr (stdout is kept for a --json result)."""
-    from ftcli_trainer import storage
-    from ftcli_trainer.task import STOPS_SAID_BY_VAR, new_run_id
+    from ftcli_trainer import checkpoint, storage
+    from ftcli_trainer.task import LINKS_SAID_BY_VAR, STOPS_SAID_BY_VAR, new_run_id
 
     cfg, argv = validate(trainer)
     if restart and not cfg.output_dir:
@@ -481,6 +482,11 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         aside = _set_aside(base, cfg)
         if aside:
             say(f"--restart: the earlier run is in {aside}")
+    if not storage.is_gcs(base):
+        # Before the claim makes the folder a checkpoints/ link points to (and said here, not by the trainer: it looks
+        # after the claim). The trainer's logger: `warning: ...`, as ftcli's own (output.route_warnings).
+        for line in checkpoint.dead_links(*(storage.join(base, d) for d in ("checkpoints", "logs", "model"))):
+            logging.getLogger("ftcli_trainer").warning("%s", line)
     folders = set() if storage.is_gcs(base) else _folders(base)
     through_links = [] if storage.is_gcs(base) else _missing_through_links(base)  # (before the claim makes any)
     claimed = _claim(base, cfg)
@@ -496,6 +502,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         AIP_TENSORBOARD_LOG_DIR=storage.join(base, "logs") + "/",
     )
     env[STOPS_SAID_BY_VAR] = "1"  # ftcli says how a stopped run resumes (cli/local.py), in the command the user typed
+    env[LINKS_SAID_BY_VAR] = "1"  # ftcli said the dead links above, before its claim
     if offline or not needs_hub(cfg):
         # Set before transformers is imported: later, a Hub id retries DNS for ~20 s before failing.
         env["HF_HUB_OFFLINE"] = "1"

@@ -421,6 +421,37 @@ def foreign_model_dir(model_dir: str) -> str | None:
             f"new model beside it, in {model_dir.rstrip('/')}-TIME")
 
 
+def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str) -> list[str]:
+    """The warnings for a local checkpoints/ or logs/ that is a link to a folder not there (a relative link moved with
+    its run folder, a disk not mounted), in a run folder an earlier run wrote into: the run made the folder the link
+    points to (storage.make_dirs), found no checkpoints there and started from step 0 (or was refused, for the model
+    or metrics that no checkpoints said were its own), or put its logs apart from the earlier ones, without a word.
+    Said before the run makes those folders, while the user can stop it and fix the link.
+    Not for a link to a folder not made yet in a run folder that holds nothing else (model/ nothing, the other of
+    checkpoints/ and logs/ nothing): that is how a run is set up on a bigger disk, and it cannot be told from one
+    whose folders were all links that are all gone (then nothing is said)."""
+    links = [p.rstrip("/") for p in (checkpoint_dir, logs_dir) if not storage.is_gcs(p)]
+    dead = [p for p in links if os.path.islink(p) and not os.path.exists(p)]
+    if not dead:
+        return []
+    others = [p for p in (checkpoint_dir.rstrip("/"), logs_dir.rstrip("/"), model_dir) if p not in dead]
+    if not any(not storage.is_gcs(p) and _holds_something(p) for p in others):
+        return []
+    lines = []
+    for link in dead:
+        where = (f"{link} links to {os.path.realpath(link)}, which is not there (the run folder moved without it, or a "
+                 "disk not mounted?)")
+        if link == checkpoint_dir.rstrip("/"):
+            # (Where the earlier run left a model/ or its metrics, claim refuses next, "no checkpoints say which run
+            # it was": this says why.)
+            lines.append(f"{where}: the earlier run's checkpoints are not found, and none is resumed (a run starts "
+                         "from step 0, in a new folder made there); to resume them, stop and fix the link")
+        else:
+            lines.append(f"{where}: this run's logs go to a new folder made there, apart from the earlier run's; to "
+                         "keep them together, stop it and fix the link")
+    return lines
+
+
 def _read_fingerprint(root: str) -> dict | None:
     import json
 

@@ -582,10 +582,46 @@ def test_a_failed_run_removes_the_empty_folder_it_made_where_the_users_checkpoin
     bad.write_text("text,label\nx,pos\ny,\n")
     r = ftcli("local", "--task", "csv", "--train-file", str(bad), "--model", str(tiny_model), "--output-dir",
               str(out), cwd=tmp_path)
-    assert r.returncode == 2 and "empty label" in r.stderr
+    assert r.returncode == 2 and "empty label" in r.stderr and " links to " not in r.stdout + r.stderr  # (set up ahead)
     assert os.readlink(out / "checkpoints") == str(big / "ckpt" / "run")
     assert sorted(p.name for p in big.rglob("*")) == []  # big/ is the user's: it stays
     assert sorted(p.name for p in out.rglob("*")) == ["checkpoints"]
+
+
+def test_a_run_folder_moved_without_where_its_links_point_is_said_to_before_anything_is_made(
+        tmp_path, tiny_model, sentiment_csv):
+    """checkpoints/ and logs/ relative links to ../big/, the run folder moved without big/: the resumed run found no
+    checkpoints where the links now point and went on as a run with none, saying only that its model was "an earlier
+    run's, and no checkpoints say which run it was", nothing of the links. Each dead link is now a warning first. The
+    same links to folders not made yet, in a run folder that holds nothing else, are a run set up on a bigger disk:
+    nothing said (ftcli local says the warnings before its claim makes the checkpoints/ link's folder; the trainer,
+    looking after that, would take it for an earlier run's)."""
+    import shutil
+
+    train, _ = sentiment_csv
+    before, after = tmp_path / "before", tmp_path / "after"
+    (before / "run").mkdir(parents=True)
+    after.mkdir()
+    (before / "run" / "checkpoints").symlink_to(os.path.join("..", "big", "ckpt"))
+    (before / "run" / "logs").symlink_to(os.path.join("..", "big", "logs"))
+    r = _tiny_run(tmp_path, tiny_model, train, out="before/run")
+    assert r.returncode == 0, r.stderr
+    assert " links to " not in r.stdout + r.stderr and list((before / "big" / "ckpt").glob("step-*"))
+
+    shutil.move(before / "run", after / "run")
+    r = _tiny_run(tmp_path, tiny_model, train, out="after/run")
+    assert r.returncode == 2, r.stderr
+    run, big = after / "run", after / "big"
+    assert r.stderr.splitlines()[:3] == [
+        f"warning: {run / 'checkpoints'} links to {big / 'ckpt'}, which is not there (the run folder moved without it, "
+        "or a disk not mounted?): the earlier run's checkpoints are not found, and none is resumed (a run starts from "
+        "step 0, in a new folder made there); to resume them, stop and fix the link",
+        f"warning: {run / 'logs'} links to {big / 'logs'}, which is not there (the run folder moved without it, or a "
+        "disk not mounted?): this run's logs go to a new folder made there, apart from the earlier run's; to keep "
+        "them together, stop it and fix the link",
+        f"error: {run / 'model'} holds an earlier run's, and no checkpoints say which run it was, output: this run "
+        "would replace or mix with it"]
+    assert not big.exists() and "Traceback" not in r.stderr
 
 
 def test_missing_offline_model_names_the_pip_command(capsys, tmp_path, monkeypatch):

@@ -464,6 +464,7 @@ def test_checkpoints_logs_and_metrics_linked_to_places_not_made_yet_get_them_mad
     argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
             "--epochs", "1", "--batch-size", "16", "--output-dir", str(out)]
     assert main(argv) == 0, capsys.readouterr().err
+    assert " links to " not in capsys.readouterr().out  # (a run set up ahead: checkpoint.dead_links says nothing)
     assert (big / "checkpoints").is_dir() and list((big / "checkpoints").glob("step-*/_COMPLETE"))
     assert (big / "logs" / "metrics.jsonl").is_file() and list((big / "logs").glob("events.out.tfevents.*"))
     assert os.readlink(out / "checkpoints") == str(big / "checkpoints")  # the links stay as they were
@@ -506,7 +507,12 @@ def test_a_run_folder_moved_without_where_its_relative_logs_link_points_resumes_
 
     shutil.move(before / "run", after / "run")
     argv[-1] = str(after / "run")
+    capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err
+    # Said first, while it can be stopped and the link fixed (it went on without a word)
+    assert (f"warning: {after / 'run' / 'logs'} links to {after / 'big' / 'logs'}, which is not there (the run folder "
+            "moved without it, or a disk not mounted?): this run's logs go to a new folder made there, apart from the "
+            "earlier run's; to keep them together, stop it and fix the link") in capsys.readouterr().out.splitlines()
     assert os.readlink(after / "run" / "logs") == os.path.join("..", "big", "logs")
     assert (before / "big" / "logs" / "metrics.jsonl").read_text() == earlier  # left as it was
     rows = [json.loads(r) for r in (after / "big" / "logs" / "metrics.jsonl").read_text().splitlines()]
