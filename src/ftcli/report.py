@@ -100,6 +100,17 @@ class Run:
     def task(self) -> str | None:
         return (self.run_config or {}).get("task")
 
+    @property
+    def threshold(self) -> float | None:
+        """A multi-label model's threshold, the one its F1s are at (config.json's ftcli_threshold, which ftcli predict
+        and ftcli evaluate take by default; else the run's --threshold); None for other models, or when unsaid."""
+        if self.kind != "multi_label":
+            return None
+        for value in ((self.config or {}).get("ftcli_threshold"), (self.run_config or {}).get("threshold")):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+        return None
+
     def headline(self) -> tuple[str, ...]:
         """The metrics the trainer's own log lines show for this run, most important first."""
         from ftcli_trainer.metrics import headline
@@ -689,6 +700,11 @@ def markdown(run: Run, pictures: list[str], notes: dict[str, str] | None = None)
     if run.curve_left_out:
         lines += [_one_line(run.curve_left_out[:1].upper() + run.curve_left_out[1:]) + ".", ""]
     per_set = [set_metrics(run, i) for i in range(len(run.eval_sets))]
+    if run.threshold is not None:
+        # the threshold a multi-label run's F1s are at, beside them, as `ftcli evaluate` (and its --report) shows it:
+        # metrics.json does not hold it, and a run at --threshold 0.3 read as one at the usual 0.5
+        for found in filter(None, per_set):
+            found.setdefault("threshold", run.threshold)
     keys = [k for k in run.headline() if any(k in s for s in per_set)]
     keys += sorted({k for s in per_set for k in s} - set(keys) - {"loss"}) + (
         ["loss"] if any("loss" in s for s in per_set) else [])

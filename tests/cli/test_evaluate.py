@@ -405,6 +405,23 @@ def test_report_of_a_multi_label_or_regression_evaluation(capsys, tmp_path, tiny
     assert (tmp_path / "reg-report" / "predicted_vs_true.png").is_file()
 
 
+def test_a_multi_label_runs_report_says_its_threshold_as_evaluate_does(capsys, tmp_path, tiny_model):
+    # A run trained at --threshold 0.3: ftcli evaluate (and its --report) said "threshold 0.3" beside the F1s, while
+    # ftcli report's table of the same run and rows had the same F1s without it (metrics.json does not hold it), so
+    # they read as F1s at the usual 0.5
+    pytest.importorskip("matplotlib")
+    train = write_csv(tmp_path / "train.csv", ["text", "pos", "neg"], _topics(120, 1))
+    dev = write_csv(tmp_path / "dev.csv", ["text", "pos", "neg"], _topics(40, 2))
+    model, _ = _train(tmp_path, tiny_model, train, dev, "--label-columns", "pos,neg", "--threshold", "0.3", epochs=1)
+    r = run_cli(capsys, "report", str(model.parent), "--out", str(tmp_path / "run-report"))
+    assert r.code == 0, r.err
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--report", str(tmp_path / "eval-report"))
+    assert r.code == 0, r.err
+    runs = _table(tmp_path / "run-report" / "report.md", "## Metrics")
+    assert "| threshold | 0.3000 |" in runs
+    assert _table(tmp_path / "eval-report" / "report.md", "## Metrics") == runs
+
+
 # -- cut short: Ctrl-C, SIGTERM (a CI step's timeout, `docker stop`), SIGHUP (a closed terminal) --------------------
 
 
