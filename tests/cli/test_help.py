@@ -104,12 +104,34 @@ def test_a_shell_name_after_a_completion_flag_is_refused_not_ignored(capsys, mon
 
 
 LEAVES = [p for p, c in ALL if not hasattr(c, "commands")]
+GROUPS = [p for p, c in ALL if hasattr(c, "commands")]
 
 
-@pytest.mark.parametrize("path", LEAVES, ids=" ".join)
-def test_every_command_shows_an_example(path):
-    r = CliRunner().invoke(app, [*path, "--help"], prog_name="ftcli", terminal_width=200)
-    assert "Example" in r.output
+def _examples(path: tuple[str, ...]) -> list[str]:
+    """The commands of the Example/Examples section of `ftcli PATH -h` (each one's first line, as shown)."""
+    r = CliRunner().invoke(app, [*path, "-h"], prog_name="ftcli", terminal_width=200)
+    assert r.exit_code == 0, r.output
+    description = r.output.split("\n\nArguments:\n")[0].split("\n\nOptions:\n")[0]
+    lines = [line.strip() for line in description.splitlines()]
+    if "Examples:" in lines:
+        return [line for line in lines[lines.index("Examples:") + 1:] if line.startswith("ftcli ")]
+    return [line.removeprefix("Example: ") for line in lines if line.startswith("Example: ftcli ")]
+
+
+@pytest.mark.parametrize("path", [p for p, _ in ALL], ids=lambda p: " ".join(p) or "ftcli")
+def test_every_command_and_group_shows_examples(path):
+    # README: "Every command takes -h/--help (with examples)"; `ftcli jobs -h` and `ftcli config -h` had none. Found
+    # from the app, so a command or group added without examples fails here.
+    examples = _examples(path)
+    assert examples, f"ftcli {' '.join(path)} -h shows no Example/Examples section"
+    assert examples[0].startswith(" ".join(["ftcli", *path, ""])), examples
+
+
+@pytest.mark.parametrize("path", [p for p in GROUPS if p], ids=" ".join)
+def test_a_groups_examples_are_its_commands_own(path):
+    # so they run as the commands' tests run them, and do not drift from them
+    own = {line for p in LEAVES if p[:len(path)] == path for line in _examples(p)}
+    assert set(_examples(path)) <= own
 
 
 def _dry_run_examples():
@@ -139,8 +161,9 @@ def test_the_config_examples_in_the_help_run_as_written_in_order(capsys, monkeyp
     # Each saves, reads or forgets a setting offline: set's examples are what a new user types first
     import shlex
 
+    # (the commands' own: `ftcli config -h` repeats some of them, test_a_groups_examples_are_its_commands_own)
     lines = [line.strip().removeprefix("Example:").strip() for path, cmd in ALL if path[:1] == ("config",)
-             for line in (cmd.help or "").splitlines()]
+             and len(path) == 2 for line in (cmd.help or "").splitlines()]
     examples = [shlex.split(line)[1:] for line in lines if line.startswith("ftcli config ")]
     assert [a[:2] for a in examples] == [["config", "get"], ["config", "list"], ["config", "set"], ["config", "set"],
                                          ["config", "unset"]]

@@ -18,8 +18,14 @@ if TYPE_CHECKING:
 
     from ftcli.settings import Value
 
+# The group's examples are its commands' own (tests/cli/test_help.py holds them to that), so `ftcli config -h` shows
+# what to type as every command's -h does (README: "Every command takes -h/--help (with examples)").
 app = typer.Typer(help="Set defaults for --project, --region, --bucket, --service-account, and the image mirror; see "
-                       "where each value comes from.", no_args_is_help=True)
+                       "where each value comes from.\n\n"
+                       "Examples:\n\n"
+                       "  ftcli config set project my-project\n\n"
+                       "  ftcli config get project\n\n"
+                       "  ftcli config list --json", no_args_is_help=True)
 
 KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="project, region, bucket, service-account or image-mirror.")]
 ValueArg = Annotated[str, typer.Argument(

@@ -19,7 +19,13 @@ if TYPE_CHECKING:
     from ftcli.prices import Spent
     from ftcli.values import JobName, TuningName
 
-app = typer.Typer(help="List, describe and cancel Vertex AI training jobs.", no_args_is_help=True)
+# The group's examples are its commands' own (tests/cli/test_help.py holds them to that), so `ftcli jobs -h` shows
+# what to type as every command's -h does (README: "Every command takes -h/--help (with examples)").
+app = typer.Typer(help="List, describe and cancel Vertex AI training jobs.\n\n"
+                       "Examples:\n\n"
+                       "  ftcli jobs list --limit 5\n\n"
+                       "  ftcli jobs describe last\n\n"
+                       "  ftcli jobs cancel 3 --yes", no_args_is_help=True)
 
 
 def _since(iso: str | None, now: dt.datetime) -> float | None:
