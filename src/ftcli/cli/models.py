@@ -11,12 +11,12 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from ftcli.cli.options import JobArg, JsonOpt, ProjectOpt, RegionOpt, TrialOpt
+from ftcli.cli.options import JOB_FORMS, JobArg, JsonOpt, ProjectOpt, RegionOpt, TrialOpt
 from ftcli.errors import UsageError
 
 # predict's and evaluate's own (the file is predict's --file, evaluate's FILE)
 ModelArg = Annotated[str, typer.Argument(
-    metavar="MODEL_DIR_OR_JOB", help="A model folder, or a job (short id, last, id or resource name).")]
+    metavar="MODEL_DIR_OR_JOB", help=f"A model folder, or a job: {JOB_FORMS}.")]
 TextColumnOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--text-column", metavar="NAME", help="The column of a .csv, .tsv or .jsonl file that holds the text [default: the "
     "one the model was trained on].")]

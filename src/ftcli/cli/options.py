@@ -31,10 +31,12 @@ ServiceAccountOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--service-account", metavar="EMAIL", help="Service account the job runs as [env FTCLI_SERVICE_ACCOUNT, config].",
     rich_help_panel=PANEL)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-JobArg = Annotated[str, typer.Argument(
-    metavar="JOB",
-    help="Job: short id (3), last, numeric id, projects/P/locations/R/customJobs/ID, or the display name of a job "
-         "submitted from this machine.")]
+# Every form history.resolve takes a job in, said once for every command that takes one (JOB, MODEL_DIR_OR_JOB,
+# RUN_DIR_OR_JOB): the console URL, which the README names and `ftcli train` prints, was in no -h, and predict,
+# evaluate and report named fewer forms than logs.
+JOB_FORMS = ("short id (3), last, numeric id, projects/P/locations/R/customJobs/ID, its console URL (as ftcli train "
+             "prints it), or the display name of a job submitted from this machine")
+JobArg = Annotated[str, typer.Argument(metavar="JOB", help=f"A job: {JOB_FORMS}.")]
 
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ftcli.cli.options import JsonOpt, ProjectOpt, RegionOpt, TrialOpt
+from ftcli.cli.options import JOB_FORMS, JsonOpt, ProjectOpt, RegionOpt, TrialOpt
 
 if TYPE_CHECKING:
     from ftcli.report import Run
@@ -57,8 +57,7 @@ def _download_run(ref: str, project: str | None, region: str | None, into: Path,
 def report(
     run: Annotated[str, typer.Argument(
         metavar="RUN_DIR_OR_JOB",
-        help="A run folder (ftcli local's, with model/ and logs/), a model folder, or a job (short id, last, "
-             "numeric id or resource name).")],
+        help=f"A run folder (ftcli local's, with model/ and logs/), a model folder, or a job: {JOB_FORMS}.")],
     out_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer reads it at runtime
         "--out", metavar="DIR",
         help="Folder for the report, new or empty (or an earlier report's) [default: RUN_DIR/report; "
