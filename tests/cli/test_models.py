@@ -998,6 +998,41 @@ def test_predict_on_a_job_without_a_writable_home_says_what_it_needs(capsys, clo
     assert f"history:     {tmp_path / 'state' / 'history.sqlite3'}\n" in r.err
 
 
+def test_a_tuning_trials_model_without_a_writable_home_hints_with_its_trial(capsys, cloud_env, monkeypatch, tmp_path):
+    """`ftcli predict JOB --trial 2` (and evaluate's) with no writable home hinted `ftcli download JOB DIR`: run as
+    said, that downloads the best trial's model (trial 1 here), not trial 2's. The hint carries --trial."""
+    from google.cloud.aiplatform_v1.types import study
+
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--detach", "--json")
+    assert r.code == 0, r.err
+    tuning = json.loads(r.out)["name"]
+    trial_jobs = [make_job(vertex, f"trial-{n}", f"gs://{BUCKET}/team/runs/t/{n}/") for n in (1, 2)]
+
+    def trials(job) -> None:  # (trial 1 is the best)
+        job.trials.extend(study.Trial(id=str(n), state=study.Trial.State.SUCCEEDED, custom_job=name,
+                                      final_measurement=study.Measurement(metrics=[study.Measurement.Metric(
+                                          metric_id=job.study_spec.metrics[0].metric_id, value=value)]))
+                          for n, name, value in ((1, trial_jobs[0], 0.9), (2, trial_jobs[1], 0.8)))
+
+    vertex._tuning_scripts[tuning] = [trials]
+    blocker = tmp_path / "not-a-home"
+    blocker.write_text("a file where the home should be")
+    monkeypatch.setenv("HOME", str(blocker))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("FTCLI_CACHE_DIR", raising=False)
+    rows = tmp_path / "dev.csv"
+    rows.write_text("text,label\na fine film,0\n")
+    for command, args in (("predict", ["a wonderful film"]), ("evaluate", [str(rows)])):
+        r = run_cli(capsys, command, "1", *args, "--trial", "2")
+        assert r.code == 1 and r.out == "" and "Traceback" not in r.err, r.err
+        assert f"job {trial_jobs[1].rsplit('/', 1)[1]}" in r.err  # (trial 2's job was the one resolved)
+        assert r.err.splitlines()[-1] == ("hint: set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download 1 "
+                                          f"DIR --trial 2` and `ftcli {command} DIR ...`")
+    assert blocker.read_text() == "a file where the home should be"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 @pytest.mark.parametrize("into", ["new", "empty"])
 def test_ctrl_c_during_a_download_says_what_the_folder_holds(cloud_env, job, tmp_path, into, sig):
