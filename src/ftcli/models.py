@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -309,12 +310,13 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
         except OSError as e:
             # A home that is missing or read-only (a container's user): it said "cannot use /nonexistent: No such
             # file or directory", naming neither the cache nor how to move it. The download carries --trial: without
-            # it, a tuning job's download is its best trial's model, not the one asked for.
-            chosen = "" if trial is None else f" --trial {trial}"
+            # it, a tuning job's download is its best trial's model, not the one asked for. Quoted for the shell: a
+            # console URL's '?' is a glob that zsh refuses unmatched.
+            chosen = "" if trial is None else f" --trial {shlex.quote(trial)}"
             raise FtcliError(f"cannot keep the model of job {model} in ftcli's model cache {path.parent}: "
                              f"{reason(e)}",
-                             hint=f"set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download {model} DIR"
-                                  f"{chosen}` and `{command} DIR ...`") from None
+                             hint=f"set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download "
+                                  f"{shlex.quote(model)} DIR{chosen}` and `{command} DIR ...`") from None
         if not (path / COMPLETE_MARKER).exists():
             # ftcli's own cache folder: a copy left without its marker is completed in place
             path = download_model(name, path, force=True, shown=model, notify=notify, progress=progress).path

@@ -1033,6 +1033,30 @@ def test_a_tuning_trials_model_without_a_writable_home_hints_with_its_trial(caps
     assert blocker.read_text() == "a file where the home should be"
 
 
+def test_a_console_urls_model_without_a_writable_home_hints_a_command_a_shell_runs(capsys, cloud_env, monkeypatch,
+                                                                                    tmp_path):
+    # `ftcli predict URL` (the console URL ftcli train prints) with no writable home hinted `ftcli download URL DIR`
+    # unquoted: zsh says "no matches found" for its '?', and an '&' in it would cut the command in any shell
+    import shlex
+
+    from ftcli.values import JobName
+
+    gcs, vertex = cloud_env
+    monkeypatch.chdir(tmp_path)
+    url = JobName.parse(make_job(vertex, "run", f"gs://{BUCKET}/team/runs/run/")).console_url
+    blocker = tmp_path / "not-a-home"
+    blocker.write_text("a file where the home should be")
+    monkeypatch.setenv("HOME", str(blocker))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("FTCLI_CACHE_DIR", raising=False)
+    r = run_cli(capsys, "predict", url, "a wonderful film")
+    assert r.code == 1 and r.out == "", r.err
+    hint = r.err.splitlines()[-1]
+    assert hint == (f"hint: set FTCLI_CACHE_DIR to a writable folder, or run `ftcli download '{url}' DIR` and "
+                    "`ftcli predict DIR ...`")
+    assert shlex.split(hint.split("`")[1]) == ["ftcli", "download", url, "DIR"]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 @pytest.mark.parametrize("into", ["new", "empty"])
 def test_ctrl_c_during_a_download_says_what_the_folder_holds(cloud_env, job, tmp_path, into, sig):
