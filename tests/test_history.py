@@ -46,9 +46,47 @@ def test_the_console_urls_ftcli_prints_are_job_references():
 
 def test_a_malformed_resource_name_is_said_as_one():
     # it was "no such folder, and not a job reference", from commands (logs) that take no folder
-    with pytest.raises(UsageError, match=r"is not a job's resource name") as info:
+    with pytest.raises(UsageError, match=r"is not a job's resource name: its ID 'abc' is not all digits$") as info:
         history.resolve("projects/P/locations/R/customJobs/abc")
-    assert "projects/PROJECT/locations/REGION/customJobs/ID (ID all digits)" in info.value.hint
+    assert "projects/P/locations/R/customJobs/ID" in info.value.hint
+    with pytest.raises(UsageError, match=r"'trainingPipelines' is not customJobs or hyperparameterTuningJobs$"):
+        history.resolve("projects/P/locations/R/trainingPipelines/1")
+    with pytest.raises(UsageError, match=r": it is not projects/PROJECT/locations/REGION/COLLECTION/ID$"):
+        history.resolve("projects/P/R/customJobs/1")
+
+
+def test_a_reference_that_is_no_job_is_told_every_form_the_help_says():
+    # The hints listed the forms by hand, without the console URL that -h and the README name (nor, in the folder
+    # commands' hint, the display name): a user who pasted a slightly wrong URL was not told that URLs work.
+    from ftcli.cli.options import JOB_FORMS
+
+    for ref, folder_too in (("abc", False), ("TYPO", True), ("projects/P/locations/R/customJobs/abc", False)):
+        with pytest.raises(UsageError) as info:
+            history.resolve(ref, folder_too=folder_too)
+        assert info.value.hint.endswith(f"give a job as: {JOB_FORMS}"), info.value.hint
+    assert "console URL" in JOB_FORMS and "display name" in JOB_FORMS
+
+
+@pytest.mark.parametrize(("url", "lacks"), [
+    ("https://console.cloud.google.com/vertex-ai/locations/us-east1/training/5/cpu", "project (?project=PROJECT)"),
+    ("https://console.cloud.google.com/vertex-ai/locations/us-east1/training/5/cpu?authuser=1", "project "
+     "(?project=PROJECT)"),
+    ("https://console.cloud.google.com/vertex-ai/training/custom-jobs?project=p",  # the list's page, not a job's
+     "region (/locations/REGION/) and no job id (/training/ID/, all digits)"),
+    ("https://console.cloud.google.com/vertex-ai/locations/us-east1/training/cpu?project=p",
+     "job id (/training/ID/, all digits)"),
+    ("console.cloud.google.com/vertex-ai/locations/us-east1/training/5/cpu?project=p", "https:// at its start"),
+])
+def test_a_console_url_that_names_no_job_says_what_it_lacks(url, lacks):
+    # It was "not a job reference", with a hint that did not name console URLs, for an address one part short.
+    with pytest.raises(UsageError) as info:
+        history.resolve(url)
+    assert info.value.message == f"{url!r} is not a job's console URL: it has no {lacks}"
+    assert info.value.hint == ("a job's page is https://console.cloud.google.com/vertex-ai/locations/REGION/training/"
+                               "ID/cpu?project=PROJECT, as ftcli train and ftcli jobs describe show it")
+    with pytest.raises(UsageError) as folder:  # predict and report: not "no such folder"
+        history.resolve(url, folder_too=True)
+    assert folder.value.message == info.value.message
 
 
 def test_a_display_name_of_a_job_from_this_machine_names_it():

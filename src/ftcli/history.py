@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ftcli.errors import FtcliError, UsageError, reason
-from ftcli.values import JobName, TuningName, from_console_url
+from ftcli.values import JOB_FORMS, JobName, TuningName, console_url_problem, from_console_url, resource_name_problem
 
 DB_NAME = "history.sqlite3"
 OLD_JSONL = "history.jsonl"
@@ -239,10 +239,15 @@ def resolve(ref: str, project: str | None = None, region: str | None = None, *, 
         return ref
     if (shown := from_console_url(ref)) is not None:  # the console URL ftcli prints for a job
         return shown.full
+    # A console URL or resource name that misses a part says which: it was "not a job reference" (the URL), or a
+    # hint without the console URL or a tuning job's name, as if those were not taken.
+    if (wrong := console_url_problem(ref)) is not None:
+        raise UsageError(f"{ref!r} is not a job's console URL: {wrong}",
+                         hint=f"a job's page is {JobName('PROJECT', 'REGION', 'ID').console_url}, as ftcli train and "
+                              "ftcli jobs describe show it")
     if ref.startswith("projects/"):
-        raise UsageError(f"{ref!r} is not a job's resource name",
-                         hint="write projects/PROJECT/locations/REGION/customJobs/ID (ID all digits), or use a "
-                              "short id (3), `last` or the numeric job id")
+        raise UsageError(f"{ref!r} is not a job's resource name: {resource_name_problem(ref)}",
+                         hint=f"give a job as: {JOB_FORMS}")
     if ref == "last":
         hist = entries()
         if not hist:
@@ -268,9 +273,5 @@ def resolve(ref: str, project: str | None = None, region: str | None = None, *, 
                          hint="give one's short id: " + ", ".join(f"#{e['n']}" for e in named))
     if folder_too:  # predict, report: a mistyped path or name is said as one
         what = f"{ref!r} is a file, not a folder" if Path(ref).expanduser().exists() else f"{ref!r}: no such folder"
-        raise UsageError(f"{what}, and not a job reference",
-                         hint="check the path, or give a job: a short id (3), `last`, a numeric job id, or "
-                              "projects/P/locations/R/customJobs/ID")
-    raise UsageError(f"{ref!r} is not a job reference",
-                     hint="use a short id (3), `last`, a numeric job id, projects/P/locations/R/customJobs/ID, or the "
-                          "display name of a job submitted from this machine")
+        raise UsageError(f"{what}, and not a job reference", hint=f"check the path, or give a job as: {JOB_FORMS}")
+    raise UsageError(f"{ref!r} is not a job reference", hint=f"give a job as: {JOB_FORMS}")

@@ -81,6 +81,46 @@ def from_console_url(url: str) -> JobName | TuningName | None:
     return kind(m["project"], m["region"], m["id"])
 
 
+_CONSOLE_ADDRESS = re.compile(r"^(?:(?P<scheme>[A-Za-z]+)://)?console\.cloud\.google\.com(?P<path>/[^?#]*)?"
+                              r"(?:\?(?P<query>[^#]*))?", re.IGNORECASE)
+
+
+def console_url_problem(text: str) -> str | None:
+    """What keeps `text`, an address in the Cloud console, from naming a job ("it has no project (?project=...)"),
+    for the error that says so; None for text that is no console address, or one that names a job. A pasted address
+    that misses one part was called "not a job reference", as if console URLs were not taken at all."""
+    m = _CONSOLE_ADDRESS.match(text.strip())
+    if m is None or from_console_url(text) is not None:
+        return None
+    path, query = m["path"] or "", m["query"] or ""
+    lacks = [what for what, found in (
+        ("https:// at its start", (m["scheme"] or "").lower() == "https"),
+        ("region (/locations/REGION/)", re.search(r"/vertex-ai/locations/[a-z0-9-]+/", path, re.IGNORECASE)),
+        ("job id (/training/ID/, all digits)", re.search(r"/training/\d+(?:/|$)", path)),
+        ("project (?project=PROJECT)", re.search(r"(?:^|&)project=[^&]", query))) if not found]
+    if not lacks:
+        return f"it is not in the form {JobName('PROJECT', 'REGION', 'ID').console_url}"
+    return "it has no " + (", no ".join(lacks[:-1]) + " and no " if len(lacks) > 1 else "") + lacks[-1]
+
+
+def resource_name_problem(text: str) -> str:
+    """Why `text`, which starts as a resource name does (projects/...), names no job that ftcli takes."""
+    parts = text.strip().split("/")
+    if len(parts) != 6 or parts[0] != "projects" or parts[2] != "locations" or not all(parts):
+        return "it is not projects/PROJECT/locations/REGION/COLLECTION/ID"
+    if parts[4] not in (JobName.COLLECTION, TuningName.COLLECTION):
+        return f"{parts[4]!r} is not {JobName.COLLECTION} or {TuningName.COLLECTION}"
+    return f"its ID {parts[5]!r} is not all digits"
+
+
+# Every form history.resolve takes a job in, said once: the help of every command that takes a job (cli/options.py)
+# and resolve's own errors. The errors kept a second list, which had no console URL: a user who pasted a slightly
+# wrong URL was told the forms without it. (Here, not in cli/options.py: history is core code, and the CLI imports
+# this module already for `ftcli --help`.)
+JOB_FORMS = ("short id (3), last, numeric id, projects/P/locations/R/customJobs/ID, its console URL (as ftcli train "
+             "prints it), or the display name of a job submitted from this machine")
+
+
 @dataclass(frozen=True, order=True)
 class JobName(_ResourceName):
     """projects/PROJECT/locations/REGION/customJobs/ID."""

@@ -720,3 +720,15 @@ def test_a_state_unreadable_past_the_patience_says_the_job_was_not_stopped(capsy
         "stopped following the job, which may still be running)",
         "hint: nothing in your request caused it: try again in a few minutes; https://status.cloud.google.com lists "
         "Google Cloud incidents; then follow it again: ftcli logs 1   cancel it: ftcli jobs cancel 1"]
+
+
+def test_a_console_url_one_part_short_is_one_line_that_names_the_part(capsys):
+    # `ftcli logs URL` of an address copied without its ?project=: "not a job reference", and a hint that listed the
+    # forms without console URLs
+    url = "https://console.cloud.google.com/vertex-ai/locations/us-central1/training/1234567890/cpu"
+    r = run_cli(capsys, "logs", url)
+    assert r.code == 2 and r.out == ""
+    assert r.err.splitlines() == [
+        f"error: '{url}' is not a job's console URL: it has no project (?project=PROJECT)",
+        "hint: a job's page is https://console.cloud.google.com/vertex-ai/locations/REGION/training/ID/cpu?"
+        "project=PROJECT, as ftcli train and ftcli jobs describe show it"]

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 import typer.core
 
+from ftcli import values
+
 if TYPE_CHECKING:
     from typer._click import Context as ClickContext  # typer 0.29 carries its own click (pinned <0.30: pyproject)
 
@@ -33,9 +35,8 @@ ServiceAccountOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 # Every form history.resolve takes a job in, said once for every command that takes one (JOB, MODEL_DIR_OR_JOB,
 # RUN_DIR_OR_JOB): the console URL, which the README names and `ftcli train` prints, was in no -h, and predict,
-# evaluate and report named fewer forms than logs.
-JOB_FORMS = ("short id (3), last, numeric id, projects/P/locations/R/customJobs/ID, its console URL (as ftcli train "
-             "prints it), or the display name of a job submitted from this machine")
+# evaluate and report named fewer forms than logs. The same words as resolve's errors (values.JOB_FORMS).
+JOB_FORMS = values.JOB_FORMS
 JobArg = Annotated[str, typer.Argument(metavar="JOB", help=f"A job: {JOB_FORMS}.")]
 
 
