@@ -113,14 +113,6 @@ def resource_name_problem(text: str) -> str:
     return f"its ID {parts[5]!r} is not all digits"
 
 
-# Every form history.resolve takes a job in, said once: the help of every command that takes a job (cli/options.py)
-# and resolve's own errors. The errors kept a second list, which had no console URL: a user who pasted a slightly
-# wrong URL was told the forms without it. (Here, not in cli/options.py: history is core code, and the CLI imports
-# this module already for `ftcli --help`.)
-JOB_FORMS = ("short id (3), last, numeric id, projects/P/locations/R/customJobs/ID, its console URL (as ftcli train "
-             "prints it), or the display name of a job submitted from this machine")
-
-
 @dataclass(frozen=True, order=True)
 class JobName(_ResourceName):
     """projects/PROJECT/locations/REGION/customJobs/ID."""
@@ -137,6 +129,15 @@ class TuningName(_ResourceName):
     COLLECTION: ClassVar[str] = "hyperparameterTuningJobs"
     KIND: ClassVar[str] = "HyperparameterTuningJob"
     CONSOLE_PAGE: ClassVar[str] = "hyperparameter-tuning-trials"
+
+
+# Every form history.resolve takes a job in, said once: the help of every command that takes a job (cli/options.py)
+# and resolve's own errors. The errors kept a second list, which had no console URL: a user who pasted a slightly
+# wrong URL was told the forms without it. (Here, not in cli/options.py: history is core code, and the CLI imports
+# this module already for `ftcli --help`.) A tuning job's resource name, which every command that takes a job takes
+# (jobs.resolve_any: describe and cancel the tuning job, the others its best trial or --trial's), was in neither.
+JOB_FORMS = (f"short id (3), last, numeric id, {JobName('P', 'R', 'ID')} or {TuningName('P', 'R', 'ID')}, its "
+             "console URL (as ftcli train prints it), or the display name of a job submitted from this machine")
 
 
 def run_seconds(started: dt.datetime | None, ended: dt.datetime | None, now: dt.datetime | None = None

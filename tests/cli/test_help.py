@@ -304,3 +304,6 @@ def test_every_job_argument_names_every_form_a_job_is_given_in(path):
     forms = _job_forms(path)
     assert forms is not None and "console URL" in forms and "display name" in forms, forms
     assert forms == _job_forms(("logs",))
+    # a tuning job's resource name, which the README says each of them takes (and does: tests/cli/test_jobs.py
+    # test_every_command_that_takes_a_job_takes_a_tuning_job_in_every_form), was in no -h
+    assert "projects/P/locations/R/hyperparameterTuningJobs/ID" in forms, forms

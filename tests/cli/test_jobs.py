@@ -634,3 +634,33 @@ def test_describe_of_a_job_not_started_says_what_it_waits_for(capsys, cloud_env)
     assert "https://console.cloud.google.com/iam-admin/quotas?project=test-project" in r.out.replace("\n", "")
     vertex.set_state(job["name"], "RUNNING")
     assert "waiting" not in run_cli(capsys, "jobs", "describe", "1").out
+
+
+def test_every_command_that_takes_a_job_takes_a_tuning_job_in_every_form(capsys, cloud_env, tmp_path):
+    # What each command's -h (JOB_FORMS) and the README say: a tuning job by its short id, numeric id, resource name,
+    # console URL or display name. jobs describe and cancel act on the tuning job; the others on its best trial (here
+    # none yet: said of this tuning job, so it was the one resolved).
+    from ftcli.values import TuningName
+
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--json", "--display-name", "study")
+    assert r.code == 0, r.err
+    name = TuningName.parse(json.loads(r.out)["name"])
+    rows = tmp_path / "rows.csv"
+    rows.write_text("text,label\nfine,positive\n")
+    refs = ("1", name.id, name.full, name.console_url, "study")
+    for ref in refs:
+        r = run_cli(capsys, "jobs", "describe", ref)
+        assert r.code == 0 and f"tuning job  #1 · {name.full}" in r.out, (ref, r.err)
+        for args in (["logs", ref, "--no-follow"], ["download", ref, str(tmp_path / "model")], ["predict", ref, "hi"],
+                     ["evaluate", ref, str(rows)], ["report", ref]):
+            r = run_cli(capsys, *args)
+            assert r.code == 2 and r.err.startswith(f"error: tuning job {name.id} has no trials yet (PENDING)\n"), (
+                args, r.err)
+    assert not (tmp_path / "model").exists()
+    r = run_cli(capsys, "jobs", "cancel", refs[0], "--yes", "--json")
+    assert r.code == 0 and json.loads(r.out)["name"] == name.full, r.err
+    for ref in refs[1:]:
+        r = run_cli(capsys, "jobs", "cancel", ref, "--yes")
+        assert r.code == 1 and r.err.startswith("error: tuning job 1 has already ended (CANCELLED)"), (ref, r.err)
+    assert len(vertex.calls("CancelHyperparameterTuningJob")) == 1
