@@ -137,7 +137,7 @@ class TuningName(_ResourceName):
 # this module already for `ftcli --help`.) A tuning job's resource name, which every command that takes a job takes
 # (jobs.resolve_any: describe and cancel the tuning job, the others its best trial or --trial's), was in neither.
 JOB_FORMS = (f"short id (3), last, numeric id, {JobName('P', 'R', 'ID')} or {TuningName('P', 'R', 'ID')}, its "
-             "console URL (as ftcli train prints it), or the display name of a job submitted from this machine")
+             "console URL (as ftcli train or tune prints it), or the display name of a job submitted from this machine")
 
 
 def run_seconds(started: dt.datetime | None, ended: dt.datetime | None, now: dt.datetime | None = None

@@ -307,3 +307,20 @@ def test_every_job_argument_names_every_form_a_job_is_given_in(path):
     # a tuning job's resource name, which the README says each of them takes (and does: tests/cli/test_jobs.py
     # test_every_command_that_takes_a_job_takes_a_tuning_job_in_every_form), was in no -h
     assert "projects/P/locations/R/hyperparameterTuningJobs/ID" in forms, forms
+
+
+def test_the_readme_says_the_forms_of_a_job_the_help_says():
+    # The README said a tuning job is taken by its short id or resource name only, and its console URL "as ftcli
+    # train prints it" (-h the same): `ftcli tune` prints a tuning job's, and its numeric id, console URL and display
+    # name are taken as well (test_jobs.py: test_every_command_that_takes_a_job_takes_a_tuning_job_in_every_form).
+    from pathlib import Path
+
+    from ftcli.values import JOB_FORMS, JobName, TuningName
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    paragraph = _flat(readme.read_text(encoding="utf-8").split("`JOB` is a short id", 1)[1].split("\n\n", 1)[0])
+    for name in (JobName("P", "R", "ID"), TuningName("P", "R", "ID")):
+        assert f"`{name}`" in paragraph and str(name) in JOB_FORMS
+    assert "console URL (as `ftcli train` or `ftcli tune` prints it" in paragraph
+    assert "console URL (as ftcli train or tune prints it)" in JOB_FORMS
+    assert "A tuning job (`ftcli tune`'s) is taken in every one of these forms" in paragraph
