@@ -44,6 +44,16 @@ def test_the_console_urls_ftcli_prints_are_job_references():
                            "project=my-p") == "projects/my-p/locations/us-east1/customJobs/5"
 
 
+@pytest.mark.parametrize("path", ["agent-platform", "ai/platform"])
+def test_the_console_urls_googles_sdk_prints_are_job_references(path):
+    # google-cloud-aiplatform prints "View Custom Job: https://console.cloud.google.com/agent-platform/locations/R/
+    # training/ID?project=P" (/ai/platform/ before 2.x's rename): "not a job reference"
+    url = f"https://console.cloud.google.com/{path}/locations/us-east1/training/123456789012?project=my-p"
+    assert history.resolve(url) == "projects/my-p/locations/us-east1/customJobs/123456789012"
+    with pytest.raises(UsageError, match=r"is not a job's console URL: it has no project \(\?project=PROJECT\)$"):
+        history.resolve(url.split("?")[0])
+
+
 def test_a_malformed_resource_name_is_said_as_one():
     # it was "no such folder, and not a job reference", from commands (logs) that take no folder
     with pytest.raises(UsageError, match=r"is not a job's resource name: its ID 'abc' is not all digits$") as info:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ftcli.errors import Conflict, FtcliError, UsageError
 from ftcli.gcp import Notify
 from ftcli.spec import CREATED_BY_LABEL, MODEL_LABEL, TASK_LABEL
-from ftcli.values import Job, JobName, Pool, TuningJob, TuningName
+from ftcli.values import Job, JobName, Pool, TuningJob, TuningName, console_url_says_kind, from_console_url
 
 if TYPE_CHECKING:
     from ftcli.gcp.storage import StorageGateway
@@ -57,11 +57,15 @@ def resolve_any(ref: str, project: str | None = None, region: str | None = None,
     def named(full: str) -> JobName | TuningName:
         return TuningName.parse(full) if TuningName.is_full(full) else JobName.parse(full)
 
-    if not history.is_job_id(ref):
+    if history.is_job_id(ref):
+        name = resolve(ref, project, region)
+    elif (shown := from_console_url(ref)) is not None and not console_url_says_kind(ref):
+        name = JobName(shown.project, shown.region, shown.id)
+    else:
         return named(history.resolve(ref, folder_too=folder_too))
-    name = resolve(ref, project, region)
-    # A numeric id names a training job or a tuning job (one id space; `jobs list` shows both): this machine's
-    # history knows which for the ones it submitted; otherwise Vertex is asked, training job first.
+    # A numeric id, or a console URL without ftcli's page after the id, names a training job or a tuning job (one id
+    # space; `jobs list` shows both): this machine's history knows which for the ones it submitted; otherwise Vertex
+    # is asked, training job first.
     if (n := history.short_id(name)) is not None:
         return named(history.resolve(str(n)))
     tuning = TuningName(name.project, name.region, name.id)

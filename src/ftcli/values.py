@@ -67,18 +67,33 @@ class _ResourceName:
         return self.full
 
 
-_CONSOLE_URL = re.compile(r"^https://console\.cloud\.google\.com/vertex-ai/locations/(?P<region>[a-z0-9-]+)/"
+# The console's address of a job, under each name the console has had: ftcli prints /vertex-ai/; Google's own SDK
+# prints /agent-platform/ ("View Custom Job:", "View HyperparameterTuningJob:": google-cloud-aiplatform 2.7.0,
+# google/cloud/aiplatform/jobs.py _Job._dashboard_uri and utils/console_utils.py custom_job_console_uri, read
+# 2026-11-29), and its releases before that /ai/platform/ (the same functions in googleapis/python-aiplatform's
+# history, read 2026-11-29). A job's address copied from the SDK's output, or from an older notebook, was "not a job
+# reference". Both kinds of job are at training/ID; only the page after it (ftcli's) says which.
+_CONSOLE_PATHS = r"(?:vertex-ai|agent-platform|ai/platform)"
+_CONSOLE_URL = re.compile(rf"^https://console\.cloud\.google\.com/{_CONSOLE_PATHS}/locations/(?P<region>[a-z0-9-]+)/"
                           r"training/(?P<id>\d+)(?:/(?P<page>[a-z-]+))?/?\?(?:[^#]*&)?project=(?P<project>[^&#]+)")
 
 
 def from_console_url(url: str) -> JobName | TuningName | None:
     """The job a console URL (`console_url`, as ftcli prints it) shows, or None for any other text: a training job,
-    or a tuning job by its page."""
+    or a tuning job by its page (an address with no page, as Google's SDK prints, is read as a training job's; see
+    `console_url_says_kind`)."""
     m = _CONSOLE_URL.match(url.strip())
     if m is None:
         return None
     kind = TuningName if m["page"] == TuningName.CONSOLE_PAGE else JobName
     return kind(m["project"], m["region"], m["id"])
+
+
+def console_url_says_kind(url: str) -> bool:
+    """Whether a console URL's page says which kind of job it shows (ftcli's do); one without (Google's SDK prints
+    training/ID?project=P for a tuning job too) needs Vertex asked, as a numeric id does."""
+    m = _CONSOLE_URL.match(url.strip())
+    return m is not None and m["page"] in (JobName.CONSOLE_PAGE, TuningName.CONSOLE_PAGE)
 
 
 _CONSOLE_ADDRESS = re.compile(r"^(?:(?P<scheme>[A-Za-z]+)://)?console\.cloud\.google\.com(?P<path>/[^?#]*)?"
@@ -95,7 +110,7 @@ def console_url_problem(text: str) -> str | None:
     path, query = m["path"] or "", m["query"] or ""
     lacks = [what for what, found in (
         ("https:// at its start", (m["scheme"] or "").lower() == "https"),
-        ("region (/locations/REGION/)", re.search(r"/vertex-ai/locations/[a-z0-9-]+/", path, re.IGNORECASE)),
+        ("region (/locations/REGION/)", re.search(rf"/{_CONSOLE_PATHS}/locations/[a-z0-9-]+/", path, re.IGNORECASE)),
         ("job id (/training/ID/, all digits)", re.search(r"/training/\d+(?:/|$)", path)),
         ("project (?project=PROJECT)", re.search(r"(?:^|&)project=[^&]", query))) if not found]
     if not lacks:

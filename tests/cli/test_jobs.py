@@ -664,3 +664,25 @@ def test_every_command_that_takes_a_job_takes_a_tuning_job_in_every_form(capsys,
         r = run_cli(capsys, "jobs", "cancel", ref, "--yes")
         assert r.code == 1 and r.err.startswith("error: tuning job 1 has already ended (CANCELLED)"), (ref, r.err)
     assert len(vertex.calls("CancelHyperparameterTuningJob")) == 1
+
+
+def test_a_tuning_job_by_the_console_url_googles_sdk_prints(capsys, cloud_env, tmp_path, monkeypatch):
+    # google-cloud-aiplatform prints "View HyperparameterTuningJob: https://console.cloud.google.com/agent-platform/
+    # locations/R/training/ID?project=P", the address of a custom job's page too: it was "not a job reference", and
+    # read as a CustomJob's it would be "not found". Now, as a numeric id, this machine's history or Vertex says which.
+    from ftcli.values import TuningName
+
+    gcs, vertex = cloud_env
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--json")
+    tuning = TuningName.parse(json.loads(r.out)["name"])
+    job = submit(capsys, "--task", "imdb", "--gpu", "T4")["name"]
+    for path in ("agent-platform", "ai/platform"):
+        for full, said in ((tuning.full, f"tuning job  #1 · {tuning.full}"), (job, f"job       #2 · {job}")):
+            url = f"https://console.cloud.google.com/{path}/locations/{tuning.region}/training/{full.rsplit('/')[-1]}" \
+                  f"?project={tuning.project}"
+            r = run_cli(capsys, "jobs", "describe", url)
+            assert r.code == 0 and said in r.out, (url, r.out, r.err)
+            with monkeypatch.context() as m:  # another machine: no history, Vertex says which
+                m.setenv("FTCLI_STATE_DIR", str(tmp_path / "elsewhere"))
+                r = run_cli(capsys, "jobs", "describe", url, "--json")
+                assert r.code == 0 and json.loads(r.out)["name"] == full, (url, r.err)
