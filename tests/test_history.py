@@ -246,3 +246,19 @@ def test_a_tuning_record_that_cannot_be_saved_still_names_the_job(tmp_path, monk
         history.record(name, "a", project="p", region="us-central1", kind="tune")
     assert name in e.value.message and "was created" in e.value.message
     assert "ftcli logs 123456789 --project p --region us-central1" in e.value.hint
+
+
+def test_a_folder_named_like_a_job_reference_names_the_job_it_shadows(tmp_path, monkeypatch):
+    # predict/report on a folder named `last` or `3`: the note said to give "projects/P/locations/R/customJobs/ID",
+    # which names no job when the one meant is a tuning job
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "last").mkdir()
+    (tmp_path / "1").mkdir()
+    assert history.folder_over_job("last") == ("'last' is a folder here, so that folder is used; for a job, give its "
+                                               "numeric id or resource name (ftcli jobs list)")
+    tuning = "projects/p/locations/us-central1/hyperparameterTuningJobs/7100000000000000001"
+    history.record(tuning, "study")
+    for ref in ("last", "1"):
+        assert history.folder_over_job(ref) == f"'{ref}' is a folder here, so that folder is used; for job #1, give " \
+                                               f"{tuning}"
+    assert history.folder_over_job("./1") is None

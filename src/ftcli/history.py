@@ -225,10 +225,16 @@ def folder_over_job(ref: str) -> str | None:
     """Where a command takes a folder or a job (predict, report) and `ref` is both a folder here and a job reference
     (`last`, a short id): the folder is taken, and this says so."""
     ref = ref.strip()
-    if (ref == "last" or is_short_id(ref)) and Path(ref).is_dir():
-        return (f"'{ref}' is a folder here, so that folder is used; for the job, give its numeric id or "
-                f"projects/P/locations/R/customJobs/ID (ftcli jobs list)")
-    return None
+    if not ((ref == "last" or is_short_id(ref)) and Path(ref).is_dir()):
+        return None
+    used = f"'{ref}' is a folder here, so that folder is used"
+    # The job it would have meant, by its resource name: the note said "projects/P/locations/R/customJobs/ID" for
+    # any job, which for a tuning job (ftcli tune's) names no job.
+    try:
+        name = resolve(ref)
+    except FtcliError:  # no such job here, or no readable history: the general words
+        return f"{used}; for a job, give its numeric id or resource name (ftcli jobs list)"
+    return f"{used}; for job #{short_id(name)}, give {name}"
 
 
 def resolve(ref: str, project: str | None = None, region: str | None = None, *, folder_too: bool = False) -> str:

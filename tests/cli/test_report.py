@@ -268,7 +268,7 @@ def test_a_folder_named_like_a_job_reference_is_used_and_said_to_be(capsys, sing
     shutil.copytree(single_run, tmp_path / "last")
     r = run_cli(capsys, "report", "last")
     assert r.code == 0, r.err
-    said = "'last' is a folder here, so that folder is used; for the job, give its numeric id"
+    said = "'last' is a folder here, so that folder is used; for a job, give its numeric id or resource name"
     assert said in r.err.replace("\n", " ")
     r = run_cli(capsys, "predict", "last/model", "a good film")
     assert r.code == 0 and "is a folder here" not in r.err  # no job reference looks like that
