@@ -38,8 +38,21 @@ def test_the_console_urls_ftcli_prints_are_job_references():
 
     job = JobName.parse("projects/my-p/locations/us-east1/customJobs/123456789012")
     tuning = TuningName.parse("projects/my-p/locations/europe-west4/hyperparameterTuningJobs/987654321")
+    # Google's SDK's address, which it prints for either kind of job (google-cloud-aiplatform 2.7.0)
+    assert job.console_url == ("https://console.cloud.google.com/agent-platform/locations/us-east1/training/"
+                               "123456789012?project=my-p")
+    assert tuning.console_url == ("https://console.cloud.google.com/agent-platform/locations/europe-west4/training/"
+                                  "987654321?project=my-p")
     assert history.resolve(job.console_url) == job.full
+    # The address names no kind: a tuning job this machine submitted is one by its history (jobs.resolve_any asks
+    # Vertex about the others)
+    assert history.resolve(tuning.console_url) == "projects/my-p/locations/europe-west4/customJobs/987654321"
+    history.record(tuning.full, "study")
     assert history.resolve(tuning.console_url) == tuning.full
+    # The addresses earlier ftcli's printed, whose page says the kind
+    for name, page in ((job, "cpu"), (tuning, "hyperparameter-tuning-trials")):
+        old = f"https://console.cloud.google.com/vertex-ai/locations/{name.region}/training/{name.id}/{page}?project=my-p"
+        assert history.resolve(old) == name.full
     assert history.resolve("https://console.cloud.google.com/vertex-ai/locations/us-east1/training/5?authuser=1&"
                            "project=my-p") == "projects/my-p/locations/us-east1/customJobs/5"
 
@@ -92,8 +105,8 @@ def test_a_console_url_that_names_no_job_says_what_it_lacks(url, lacks):
     with pytest.raises(UsageError) as info:
         history.resolve(url)
     assert info.value.message == f"{url!r} is not a job's console URL: it has no {lacks}"
-    assert info.value.hint == ("a job's page is https://console.cloud.google.com/vertex-ai/locations/REGION/training/"
-                               "ID/cpu?project=PROJECT, as ftcli train and ftcli jobs describe show it")
+    assert info.value.hint == ("a job's page is https://console.cloud.google.com/agent-platform/locations/REGION/"
+                               "training/ID?project=PROJECT, as ftcli train and ftcli jobs describe show it")
     with pytest.raises(UsageError) as folder:  # predict and report: not "no such folder"
         history.resolve(url, folder_too=True)
     assert folder.value.message == info.value.message

@@ -37,4 +37,4 @@ def test_record_of_a_finished_multi_machine_job():
     assert (r["short_id"], r["id"], r["task"], r["model"], r["gpu"]) == (7, "42", "mnli", "bert-base-uncased", "A100x8")
     assert r["hardware"] == "8 x A100 on a2-highgpu-8g" and r["machines"] == 2  # the reduction servers do not count
     assert r["duration_s"] == 63 * 60 and r["metric"] == {"name": "eval_accuracy", "value": 0.84}
-    assert r["console_url"].endswith("/locations/europe-west4/training/42/cpu?project=p")
+    assert r["console_url"] == "https://console.cloud.google.com/agent-platform/locations/europe-west4/training/42?project=p"

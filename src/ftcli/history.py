@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from ftcli.errors import FtcliError, UsageError, reason
-from ftcli.values import JOB_FORMS, JobName, TuningName, console_url_problem, from_console_url, resource_name_problem
+from ftcli.values import (
+    JOB_FORMS,
+    JobName,
+    TuningName,
+    console_url_problem,
+    console_url_says_kind,
+    from_console_url,
+    resource_name_problem,
+)
 
 DB_NAME = "history.sqlite3"
 OLD_JSONL = "history.jsonl"
@@ -243,7 +251,12 @@ def resolve(ref: str, project: str | None = None, region: str | None = None, *, 
     ref = ref.strip()
     if JobName.is_full(ref) or TuningName.is_full(ref):
         return ref
-    if (shown := from_console_url(ref)) is not None:  # the console URL ftcli prints for a job
+    if (shown := from_console_url(ref)) is not None:  # the console URL ftcli (or Google's SDK) prints for a job
+        # One without an earlier ftcli's page after the id names either kind of job (both are at training/ID): this
+        # machine's history knows which for the ones it submitted (by region and id); jobs.resolve_any asks Vertex
+        # for the others.
+        if not console_url_says_kind(ref) and (n := short_id(shown)) is not None:
+            return resolve(str(n))
         return shown.full
     # A console URL or resource name that misses a part says which: it was "not a job reference" (the URL), or a
     # hint without the console URL or a tuning job's name, as if those were not taken.

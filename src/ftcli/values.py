@@ -33,7 +33,7 @@ class _ResourceName:
 
     COLLECTION: ClassVar[str] = ""
     KIND: ClassVar[str] = ""
-    CONSOLE_PAGE: ClassVar[str] = ""  # the Cloud console's page for this kind of job
+    CONSOLE_PAGE: ClassVar[str] = ""  # the page after the id in the console address earlier ftcli's printed
 
     @classmethod
     def _pattern(cls) -> re.Pattern:
@@ -60,19 +60,26 @@ class _ResourceName:
 
     @property
     def console_url(self) -> str:
-        return (f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/training/{self.id}/"
-                f"{self.CONSOLE_PAGE}?project={self.project}")
+        # The address Google's own SDK prints for a job of either kind ("View Custom Job:", "View
+        # HyperparameterTuningJob:": google-cloud-aiplatform 2.7.0, google/cloud/aiplatform/jobs.py
+        # _Job._dashboard_uri, read 2026-11-29), under the console's name since Vertex AI became Gemini Enterprise
+        # Agent Platform (its documentation's links are console.cloud.google.com/agent-platform/..., read 2026-11-29).
+        # ftcli printed /vertex-ai/locations/R/training/ID/cpu (or /hyperparameter-tuning-trials), the console's
+        # address before the rename, with a page whose name no Google source gives; those still resolve.
+        return (f"https://console.cloud.google.com/agent-platform/locations/{self.region}/training/{self.id}"
+                f"?project={self.project}")
 
     def __str__(self) -> str:
         return self.full
 
 
-# The console's address of a job, under each name the console has had: ftcli prints /vertex-ai/; Google's own SDK
-# prints /agent-platform/ ("View Custom Job:", "View HyperparameterTuningJob:": google-cloud-aiplatform 2.7.0,
-# google/cloud/aiplatform/jobs.py _Job._dashboard_uri and utils/console_utils.py custom_job_console_uri, read
-# 2026-11-29), and its releases before that /ai/platform/ (the same functions in googleapis/python-aiplatform's
-# history, read 2026-11-29). A job's address copied from the SDK's output, or from an older notebook, was "not a job
-# reference". Both kinds of job are at training/ID; only the page after it (ftcli's) says which.
+# The console's address of a job, under each name the console has had: ftcli printed /vertex-ai/ (with a page after
+# the id, which says the job's kind); Google's own SDK, and ftcli now (console_url), print /agent-platform/ ("View
+# Custom Job:", "View HyperparameterTuningJob:": google-cloud-aiplatform 2.7.0, google/cloud/aiplatform/jobs.py
+# _Job._dashboard_uri and utils/console_utils.py custom_job_console_uri, read 2026-11-29), and its releases before
+# that /ai/platform/ (the same functions in googleapis/python-aiplatform's history, read 2026-11-29). A job's address
+# copied from the SDK's output, or from an older notebook, was "not a job reference". Both kinds of job are at
+# training/ID; only the page after it (earlier ftcli's) says which.
 _CONSOLE_PATHS = r"(?:vertex-ai|agent-platform|ai/platform)"
 _CONSOLE_URL = re.compile(rf"^https://console\.cloud\.google\.com/{_CONSOLE_PATHS}/locations/(?P<region>[a-z0-9-]+)/"
                           r"training/(?P<id>\d+)(?:/(?P<page>[a-z-]+))?/?\?(?:[^#]*&)?project=(?P<project>[^&#]+)")

@@ -730,5 +730,5 @@ def test_a_console_url_one_part_short_is_one_line_that_names_the_part(capsys):
     assert r.code == 2 and r.out == ""
     assert r.err.splitlines() == [
         f"error: '{url}' is not a job's console URL: it has no project (?project=PROJECT)",
-        "hint: a job's page is https://console.cloud.google.com/vertex-ai/locations/REGION/training/ID/cpu?"
+        "hint: a job's page is https://console.cloud.google.com/agent-platform/locations/REGION/training/ID?"
         "project=PROJECT, as ftcli train and ftcli jobs describe show it"]
