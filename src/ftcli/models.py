@@ -561,7 +561,7 @@ def predict(path: Path, texts: Sequence[Text | str], threshold: float | None = N
 
 def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | None = None,
                    pairs: list[str] | None = None, chunk: int = PREDICT_CHUNK, text_column: str | None = None,
-                   text_pair_column: str | None = None) -> Iterator[list[dict]]:
+                   text_pair_column: str | None = None, notify: Notify | None = None) -> Iterator[list[dict]]:
     """Classify `texts` with the model in `path`, `chunk` results at a time, in order (a big --file shows its first
     lines in seconds; bad input raises before the first chunk): {"text", "label", "score"} each, or for a
     multi-label model {"text", "labels": [{"label", "score"}, ...]} with the labels at or above the threshold
@@ -569,10 +569,11 @@ def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | N
     model trained on sentence pairs takes `pairs` (or TAB-separated texts, see pair_up); each result then has
     "text_pair" too. A CSV / JSON Lines row's text is in `text_column` (and `text_pair_column`) where given, else in
     the model's own columns. The model is loaded when this is called, before the first chunk is asked for (ftcli
-    predict says which of the two an interruption stopped)."""
+    predict says which of the two an interruption stopped); `notify` hears of a choice made as it loads (torch's
+    threads made to wait asleep on a busy machine)."""
     run = run_config(path)  # read once: the columns and the length the model was trained at
     texts, seconds = _pair_up(path, run, texts, pairs, text_column, text_pair_column)
-    return _chunks(_Classifier(path, run, threshold), texts, seconds, chunk)
+    return _chunks(_Classifier(path, run, threshold, notify=notify), texts, seconds, chunk)
 
 
 def _chunks(c: _Classifier, texts: list[str], seconds: list[str | None], chunk: int) -> Iterator[list[dict]]:
@@ -601,11 +602,20 @@ class _Classifier:
     without a trained head, a tokenizer that does not match), with what it is: multi-label (its `threshold`: the
     one given, else the model's own), regression, or single-label."""
 
-    def __init__(self, path: Path, run: dict | None, threshold: float | None = None, command: str = "ftcli predict"):
+    def __init__(self, path: Path, run: dict | None, threshold: float | None = None, command: str = "ftcli predict",
+                 notify: Notify | None = None):
         from ftcli.local import require_train_extra
+        from ftcli_trainer.cpu import wait_passively_if_busy
         from ftcli_trainer.model import vocabulary_problem
 
         require_train_extra(command)
+        # Torch's threads wait for each other asleep when other work keeps the CPUs busy, as in the trainer (its
+        # evaluation and this scoring are the same forward passes): spinning, they took the CPU the thread they waited
+        # for needed, and `ftcli evaluate` of the 872 SST-2 dev rows on MiniLM-L6 took 25-28 s of CPU on the busy
+        # 2-core VM where the trainer's own evaluation of them took ~7 (bench/README.md, 2026-11-29). Before torch
+        # is imported (OpenMP reads the setting once, as it loads); a value the user set is kept.
+        if (said := wait_passively_if_busy(os.environ)) is not None and notify:
+            notify(said.removeprefix("note: "))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
         from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
         from transformers.utils import logging as hf_logging
@@ -713,7 +723,7 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     known = run_config(path)
     trained_pairs = _pairs_of(known)
     run = known or {}
-    c = _Classifier(path, run, threshold, "ftcli evaluate")  # (it said "ftcli predict needs the trainer's ...")
+    c = _Classifier(path, run, threshold, "ftcli evaluate", notify)  # (it said "ftcli predict needs the trainer's")
     cfg, by_columns = _evaluation_config(path, c, run, trained_pairs, columns, file, text_column, text_pair_column,
                                          label_column, label_names)
     task = cfg.task

@@ -185,7 +185,7 @@ def predict(
             items = arguments + from_file
             phase = "loading the model"
             chunks = models.predict_chunks(path, items, threshold, pairs=pair or None, text_column=text_column,
-                                           text_pair_column=text_pair_column)
+                                           text_pair_column=text_pair_column, notify=note)
             phase = ""  # scoring the first chunk
             # Each chunk is printed as it is scored: a 100,000-line --file printed nothing for hours, then everything
             # (with --json too: its JSON Lines were all held, in memory, until the last line was scored). Counted
