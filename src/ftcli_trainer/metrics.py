@@ -103,9 +103,14 @@ def regression(predicted: np.ndarray, targets: np.ndarray) -> dict:
     }
 
 
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """A multi-label model's probabilities, in float64: the ones its threshold is applied to, here and in ftcli
+    predict (which applied it to float32 ones, and could keep a label this evaluation left out)."""
+    return 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+
+
 def multi_label(logits: np.ndarray, labels: np.ndarray, names: list[str], threshold: float) -> dict:
-    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
-    pred = probs >= threshold
+    pred = sigmoid(logits) >= threshold
     truth = labels >= 0.5
     tp = (pred & truth).sum(axis=0).astype(np.float64)
     fp = (pred & ~truth).sum(axis=0).astype(np.float64)

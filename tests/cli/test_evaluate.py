@@ -445,8 +445,8 @@ def test_a_signal_while_evaluate_scores_says_how_far_it_got_and_that_dir_is_as_i
     if report == "earlier":
         assert run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--report", str(out)).code == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()} if out.exists() else None
-    # the second batch of scoring: the first (4 of the pipeline's batches) has been counted
-    code, printed, err = signal_when_held("ftcli.models:_Classifier.scores", 2,
+    # the fifth batch of scoring: the first four have been counted
+    code, printed, err = signal_when_held("ftcli.models:_Classifier._forward", 5,
                                           ["evaluate", str(tiny_model), "rows.csv",
                                            *(["--report", str(out)] if report else [])], sig, tmp_path / "held",
                                           tmp_path)
@@ -465,7 +465,7 @@ def test_a_signal_while_evaluate_scores_says_how_far_it_got_and_that_dir_is_as_i
 @pytest.mark.parametrize(("where", "at", "said"), [
     ("ftcli_trainer.data:open_text", 1, "no example was scored (it was reading rows.csv)"),
     ("ftcli.models:_Classifier.__init__", 1, "no example was scored (it was loading the model)"),
-    ("ftcli.models:_Classifier.scores", 1, "0 of 20 examples were scored, no metrics printed")],
+    ("ftcli.models:_Classifier._forward", 1, "0 of 20 examples were scored, no metrics printed")],
     ids=["reading", "loading", "scoring"])
 def test_a_signal_before_evaluate_has_scored_a_batch_says_what_it_was_doing(tmp_path, tiny_model, where, at, said):
     # Reading a big file, or loading a big model (torch's import with it), takes a while before the first example is

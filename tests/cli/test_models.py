@@ -1113,7 +1113,7 @@ def test_a_signal_while_predict_scores_keeps_the_lines_printed_and_says_how_many
     texts = [f"a fine film {i}" for i in range(PREDICT_CHUNK + 88)]
     (tmp_path / "texts.txt").write_text("".join(t + "\n" for t in texts))
     # the `at`-th chunk's scoring (1: the first, before any line is printed) is where the signal lands
-    code, out, err = signal_when_held("ftcli.models:_Classifier.scores", at,
+    code, out, err = signal_when_held("ftcli.models:_Classifier.logits", at,
                                       ["predict", str(tiny_model), "--file", "texts.txt",
                                        *(["--json"] if json_out else [])], sig, tmp_path / "held", tmp_path)
     assert code == 128 + sig and "Traceback" not in err, err
@@ -1247,8 +1247,9 @@ def test_predict_batches_texts_of_a_length_and_yields_results_chunk_by_chunk(tin
             ftcli.models.PREDICT_BATCH = batch
     finally:
         handle.remove()
-    # length order: the two shortest texts together, padded to the longer of them, not to the 30-film one
-    assert [n for n, _ in widths] == [2, 2, 1] and widths[0][1] < widths[1][1] < widths[2][1]
+    # length order, longest first as the trainer evaluates: the two longest together, then the next two, padded to
+    # the longer of them, not to the 30-film one
+    assert [n for n, _ in widths] == [2, 2, 1] and widths[0][1] > widths[1][1] > widths[2][1]
 
 
 @pytest.mark.parametrize("json_out", [False, True], ids=["lines", "json"])
@@ -1325,3 +1326,96 @@ def test_two_downloads_of_one_job_into_one_folder_both_get_the_model(job, tmp_pa
     assert got["second"].already is True and got["second"].bytes == sum(len(b) for b in MODEL.values())
     assert tree(out) == MODEL
     assert not [p for p in [*tmp_path.iterdir(), *out.iterdir()] if ".tmp-" in p.name]  # no staging left
+
+
+def _scoring_model(tmp_path: Path, tiny_model: Path, kind: str) -> Path:
+    """The tiny model as a single-label, sentence-pair, multi-label (3 labels) or regression model, trained at
+    --max-length 16."""
+    import shutil
+
+    import torch
+    import transformers
+
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    if kind in ("multi", "regression"):
+        config = transformers.AutoConfig.from_pretrained(
+            model, num_labels=3 if kind == "multi" else 1,
+            problem_type="multi_label_classification" if kind == "multi" else "regression")
+        torch.manual_seed(0)
+        transformers.BertForSequenceClassification(config).save_pretrained(model)
+    (model / "ftcli_run.json").write_text(json.dumps({"text_column": "text", "max_length": 16,
+                                                      "text_pair_column": "pair" if kind == "pairs" else None}))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["single", "pairs", "multi", "regression"])
+def test_predict_and_evaluate_score_as_the_pipeline_the_recipe_loads(tmp_path, tiny_model, kind):
+    # Scoring went through a transformers text-classification pipeline (row by row: tokenized, padded and
+    # post-processed one text at a time), ~30 % more CPU than the trainer's own tokenizing and batching, which it now
+    # uses. The pipeline is what pipeline_recipe tells users to load the model with: the outputs are still its own,
+    # cut at the run's length, pairs as pairs, in several batches of mixed lengths.
+    import random
+
+    import numpy as np
+    import transformers
+
+    from ftcli import models
+    from tests.conftest import FILLER, NEGATIVE, POSITIVE
+
+    model = _scoring_model(tmp_path, tiny_model, kind)
+    rng = random.Random(3)
+    words = POSITIVE + NEGATIVE + FILLER
+    texts = [" ".join(rng.choices(words, k=rng.randint(1, 30))) for _ in range(75)]  # past 16 tokens too
+    seconds = [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in texts] if kind == "pairs" else None
+    c = models._Classifier(model, models.run_config(model))
+    got = c.logits(texts, seconds or [None] * len(texts))
+    clf = transformers.pipeline("text-classification", model=str(model), top_k=None)
+    inputs = [{"text": t, "text_pair": p} for t, p in zip(texts, seconds, strict=True)] if seconds else texts
+    raw = clf(inputs, function_to_apply="none", truncation=True, max_length=16)  # type: ignore[arg-type]
+    want = np.array([[{s["label"]: s["score"] for s in r}[name] for name in c.names] for r in raw])
+    assert got.shape == want.shape and np.abs(got - want).max() < 1e-5
+
+    # predict's lines: the pipeline's own scores (softmax, sigmoid or the output), rounded as predict rounds them
+    shown = clf(inputs, truncation=True, max_length=16, **({"function_to_apply": "none"} if kind == "regression"
+                                                          else {}))  # type: ignore[arg-type]
+    for r, s in zip(models.predict(model, texts, pairs=seconds), shown, strict=True):
+        best = max(s, key=lambda x: x["score"])
+        if kind == "regression":
+            assert r["score"] == pytest.approx(best["score"], abs=1e-4)
+        elif kind == "multi":
+            assert [(x["label"], x["score"]) for x in r["labels"]] == [
+                (x["label"], pytest.approx(x["score"], abs=1e-4)) for x in sorted(s, key=lambda x: -x["score"])
+                if x["score"] >= 0.5]
+        else:
+            assert (r["label"], r["score"]) == (best["label"], pytest.approx(best["score"], abs=1e-4))
+
+
+def test_predict_keeps_the_labels_evaluate_counts_at_the_same_threshold(capsys, tmp_path, tiny_model):
+    # predict applied a multi-label model's threshold to float32 probabilities (the pipeline's), ftcli evaluate (and
+    # the trainer's evaluation) to float64 ones: at a threshold between the two, predict listed a label that
+    # evaluate counted as not predicted, or the reverse. Both now apply it to the same probabilities.
+    import numpy as np
+    import torch
+    import transformers
+
+    model = _scoring_model(tmp_path, tiny_model, "multi")
+    text = "a really good film"
+    with torch.inference_mode():
+        given = transformers.AutoTokenizer.from_pretrained(model)(text, return_tensors="pt")
+        logits = transformers.AutoModelForSequenceClassification.from_pretrained(model)(**given).logits[0].numpy()
+    as_float32 = 1.0 / (1.0 + np.exp(-logits))  # (float32, as the pipeline's post-processing computed it)
+    as_float64 = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    k = int(np.argmax(np.abs(as_float32 - as_float64)))
+    assert as_float32[k] != as_float64[k]
+    threshold = (float(as_float32[k]) + float(as_float64[k])) / 2
+    name = f"LABEL_{k}"
+    r = run_cli(capsys, "predict", str(model), text, "--threshold", repr(threshold), "--json")
+    assert r.code == 0, r.err
+    listed = name in [x["label"] for x in json.loads(r.out)["labels"]]
+    rows = tmp_path / "rows.csv"
+    rows.write_text("text,LABEL_0,LABEL_1,LABEL_2\n" + f"{text}," + ",".join("1" if i == k else "0" for i in range(3))
+                    + "\n")
+    r = run_cli(capsys, "evaluate", str(model), str(rows), "--threshold", repr(threshold), "--json")
+    assert r.code == 0, r.err
+    counted = json.loads(r.out)["per_label"][name]["recall"] == 1.0
+    assert listed == counted == (as_float64[k] >= threshold)
