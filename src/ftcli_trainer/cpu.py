@@ -75,7 +75,7 @@ def wait_passively_if_busy(environ: MutableMapping[str, str]) -> str | None:
     environ["OMP_WAIT_POLICY"] = "PASSIVE"
     return (f"note: other work keeps {other:.1f} of this machine's {len(cpus)} CPUs busy: torch's {threads} threads "
             "wait for each other passively (OMP_WAIT_POLICY=PASSIVE), not spinning, which beside other work makes "
-            "steps several times slower (set OMP_WAIT_POLICY or GOMP_SPINCOUNT to choose)")
+            "them several times slower (set OMP_WAIT_POLICY or GOMP_SPINCOUNT to choose)")
 
 
 def _torch_threads(environ: Mapping[str, str], cpus: list[int]) -> int:
