@@ -516,6 +516,36 @@ def test_every_problem_reported_at_once():
     assert len(info.value.problems) == 3
 
 
+def test_the_shortest_timeout_is_one_second():
+    # `--timeout 1s` parses to 1: the job goes out with it, as the check's own words ("at least 1 second") promise.
+    assert build_custom_job(request(timeout_s=1))["jobSpec"]["scheduling"] == {"timeout": "1s"}
+
+
+def test_the_largest_counts_an_int64_holds_are_sent_and_one_more_is_refused():
+    # WorkerPoolSpec.replica_count is an int64: 2**63 - 1 converts to the message, 2**63 does not.
+    most = 2**63 - 1
+    job = build_custom_job(request(replicas=most, reduction_server=most))
+    assert [p["replicaCount"] for p in job["jobSpec"]["workerPoolSpecs"]] == ["1", str(most - 1), str(most)]
+    assert to_proto(job).job_spec.worker_pool_specs[2].replica_count == most
+    for changes, message in [
+        (dict(replicas=most + 1), f"--replicas {most + 1} is more than a worker pool's replicaCount can hold ({most})"),
+        (dict(replicas=2, reduction_server=most + 1),
+         f"--reduction-server {most + 1} is more than a worker pool's replicaCount can hold ({most})"),
+    ]:
+        with pytest.raises(UsageError) as info:
+            build_custom_job(request(**changes))
+        assert info.value.message == message
+
+
+def test_two_problems_are_both_listed():
+    # Two is already "several": the count line and both problems, not the first alone nor the count without them.
+    with pytest.raises(UsageError) as info:
+        build_custom_job(request(replicas=0, timeout_s=0))
+    assert info.value.message == "2 problems with the job:"
+    assert info.value.problems == ["--replicas must be 1 or more (got 0)",
+                                   "the job timeout must be at least 1 second (got 0)"]
+
+
 # --- the proto round trip: the dict's names and value forms are the real CustomJob's -------------------
 
 @pytest.mark.parametrize("case", ALL)
