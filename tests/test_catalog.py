@@ -193,6 +193,10 @@ REJECTED = [
                                 "(64 vCPUs, 416 GB)"),
     ("T4", "n1-standard-2", "n1-standard-2 is not an n1 machine type Vertex training offers"),
     ("T4", "n1-standard-7", "n1-standard-7 is not an n1 machine type Vertex training offers"),
+    # not n1-KIND-VCPUS at all, though of an n1 family: no shape is read into it
+    ("T4", "n1-standard-eight", "n1-standard-eight is not an n1 machine type Vertex training offers: try "
+                                "--machine-type n1-standard-8 or leave it out"),
+    ("T4", "n1-standard-8-x", "n1-standard-8-x is not an n1 machine type Vertex training offers"),
     # A CPU job on a GPU machine.
     ("none", "a2-highgpu-1g", "a2-highgpu-1g is a GPU machine (A100): give --gpu A100 with it, or leave "
                               "--machine-type out for a CPU machine (n1-standard-8)"),
@@ -206,7 +210,9 @@ REJECTED = [
     ("none", "n1-standard-2", "not a machine type Vertex AI custom training offers"),
     ("none", "c2-highmem-8", "not a machine type Vertex AI custom training offers"),
     ("none", "e2-standard-9999", "not a machine type Vertex AI custom training offers"),
-    ("none", "n4-standard-96", "not a machine type Vertex AI custom training offers; did you mean n4-standard-80"),
+    # the two nearest sizes, not more
+    ("none", "n4-standard-96", "not a machine type Vertex AI custom training offers; did you mean n4-standard-80 or "
+                               "n4-standard-64? (or leave it out for n1-standard-8)"),
     # A typo keeps its suggestion; a name merely built of the same parts gets none: difflib's 0.6 cutoff answered
     # mars-standard with "did you mean n4-standard-8 or n4-standard-4 or n4-standard-2".
     ("none", "n1-standrd-8", "offers; did you mean n1-standard-8? (or leave it out for n1-standard-8)"),
@@ -437,3 +443,13 @@ def test_estimate_with_a_price_table_adds_machines_and_gpus():
     other = estimate(resolve_gpu("L4"), replicas=1, reduction_server=0, timeout_s=3600, region="us-central1",
                      prices=table)
     assert other.per_hour is None and "no us-central1 rate for g2-standard-8, L4" in other.missing
+
+
+def test_only_several_rdma_machines_get_the_host_network_note():
+    # The note is for several a3-ultragpu/a4 machines; every other job gets none (plan adds whatever this returns).
+    assert catalog.rdma_note(resolve_gpu("H200"), 2) == (
+        "the 2 a3-ultragpu-8g machines talk over their host network: ftcli does not set up Vertex's GPUDirect-RDMA "
+        "(README 'The CustomJob')")
+    assert catalog.rdma_note(resolve_gpu("H200"), 1) is None
+    assert catalog.rdma_note(resolve_gpu("A100x8"), 2) is None
+    assert catalog.rdma_note(resolve_gpu("none"), 4) is None
