@@ -502,6 +502,14 @@ def test_max_wait_0_queues_however_long_as_vertex_documents(capsys, cloud_env, v
     assert "max_wait_duration" in scheduling and scheduling.max_wait_duration.total_seconds() == 0
 
 
+@pytest.mark.parametrize(("value", "sent"), [("3600s", "3600s"), ("90m", "5400s"), ("6h", "21600s"),
+                                             ("2D", "172800s")])
+def test_a_timeout_reaches_vertex_in_seconds_by_its_unit(capsys, cloud_env, value, sent):
+    r = run_cli(capsys, "train", "--task", "imdb", "--timeout", value, "--dry-run")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["jobSpec"]["scheduling"] == {"timeout": sent}
+
+
 @pytest.mark.parametrize("value", ["-1h", "0x", "00:30"])
 def test_a_max_wait_that_is_not_a_duration_is_still_refused(capsys, cloud_env, value):
     gcs, vertex = cloud_env
@@ -1927,6 +1935,10 @@ def test_a_rejection_that_is_not_about_the_pairing_suggests_no_machine():
                             "Accelerator count must be positive.") is None
     assert machine_hint(t4, 'Machine type "n1-standard-8" is not supported with accelerator type '
                             'NVIDIA_TESLA_T4.').startswith("T4x1 also runs on ")
+    # a pairing may name the GPU only by its AcceleratorType enum
+    assert machine_hint(t4, 'Machine type "n1-standard-8" does not take NVIDIA_TESLA_T4.') == (
+        "T4x1 also runs on n1-standard-4, n1-standard-16, n1-highmem-2: try --machine-type n1-standard-4 (or another "
+        "--gpu count)")
 
 
 def test_p100_warns_of_its_end_of_support_and_still_builds_the_job(capsys, cloud_env):
