@@ -214,6 +214,17 @@ def test_a_problem_of_the_options_themselves_is_said_once_not_again_for_a_search
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_searched_max_length_beside_a_wrong_option_says_the_option_alone(capsys, cloud_env):
+    # The check of a searched --max-length against a model folder's positions needs the options to be valid; with
+    # one wrong it must step aside for the line that names it (its answer was added to the problems as it was).
+    gcs, vertex = cloud_env
+    for search in ("max_length=int(64,128)", "model=choice(bert-base-uncased,distilbert-base-uncased)"):
+        r = run_cli(capsys, "tune", "--task", "csv", "--search", search)
+        assert r.code == 2 and r.err.splitlines() == [
+            "error: --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)"], r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_study_files_count_is_named_as_the_file_gives_it(capsys, cloud_env, tmp_path):
     # `parallel = 3` in the file with `trials = 2` blamed --parallel, a flag never given
     gcs, vertex = cloud_env
