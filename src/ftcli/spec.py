@@ -237,9 +237,9 @@ def build_custom_job(req: JobRequest) -> dict[str, Any]:
     if req.replicas > 1:
         pools.append(_worker_pool(req, req.replicas - 1))
     if req.reduction_server:
-        # Vertex gives a pool its role by position (0 chief, 1 workers, 2 reduction servers, 3 evaluators);
-        # a skipped position is an empty spec `{}`. `_check` requires workers, so this pads nothing today.
-        pools += [{}] * (2 - len(pools))
+        # Vertex gives a pool its role by position (0 chief, 1 workers, 2 reduction servers, 3 evaluators; a
+        # skipped position would be an empty spec `{}`): `_check` (topology_problems) requires --replicas 2 or more
+        # with Reduction Server, so the workers' pool is always there and this one is third.
         pools.append({
             "machineSpec": {"machineType": REDUCTION_SERVER_MACHINE},
             "replicaCount": str(req.reduction_server),
