@@ -577,8 +577,6 @@ def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | N
 
 
 def _chunks(c: _Classifier, texts: list[str], seconds: list[str | None], chunk: int) -> Iterator[list[dict]]:
-    import numpy as np
-
     from ftcli_trainer import metrics
 
     for start in range(0, len(texts), chunk):
@@ -591,9 +589,7 @@ def _chunks(c: _Classifier, texts: list[str], seconds: list[str | None], chunk: 
         if c.multi:
             scores = metrics.sigmoid(logits)
         elif not c.regression:
-            x = logits.astype(np.float64)
-            e = np.exp(x - x.max(axis=1, keepdims=True))
-            scores = e / e.sum(axis=1, keepdims=True)
+            scores = metrics.softmax(logits)
         out: list[dict] = []
         for j, i in enumerate(part):
             given = {"text": texts[i]} if seconds[i] is None else {"text": texts[i], "text_pair": seconds[i]}

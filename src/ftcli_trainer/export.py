@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ftcli_trainer import storage
+from ftcli_trainer import metrics, storage
 from ftcli_trainer.checkpoint import WEIGHTS, take_weights
 from ftcli_trainer.errors import TrainerError
 
@@ -31,18 +31,16 @@ def prediction_arrays(predictions: dict[str, tuple[np.ndarray, np.ndarray]], lab
     out: dict[str, np.ndarray] = {"kind": np.array(kind), "label_names": np.array(label_names, dtype=str),
                                   "eval_sets": np.array(list(predictions), dtype=str)}
     for name, (labels, logits) in predictions.items():
-        x = logits.astype(np.float64)
         if regression:
-            scores = x[:, 0]
+            scores = logits[:, 0].astype(np.float64)
             predicted = scores.astype(np.float32)
         elif multi_label:
-            scores = 1.0 / (1.0 + np.exp(-x))
+            scores = metrics.sigmoid(logits)
             predicted = (scores >= threshold).astype(np.uint8)
             labels = (labels >= 0.5).astype(np.uint8)
         else:
-            e = np.exp(x - x.max(axis=1, keepdims=True))
-            scores = e / e.sum(axis=1, keepdims=True)
-            predicted = x.argmax(axis=1).astype(np.int64)
+            scores = metrics.softmax(logits)
+            predicted = logits.argmax(axis=1).astype(np.int64)
         out[f"{name}/labels"] = labels
         out[f"{name}/predicted"] = predicted
         out[f"{name}/scores"] = scores.astype(np.float32)

@@ -109,6 +109,14 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """A single-label model's probabilities (rows x labels), in float64: the scores ftcli predict prints and the
+    export's eval_predictions.npz holds."""
+    x = logits.astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def multi_label(logits: np.ndarray, labels: np.ndarray, names: list[str], threshold: float) -> dict:
     pred = sigmoid(logits) >= threshold
     truth = labels >= 0.5
