@@ -113,3 +113,41 @@ def test_headline_metrics_put_glues_first():
     assert metrics.headline(("f1", "accuracy"), False, False) == ("f1", "accuracy", "macro_f1")
     assert metrics.headline(("pearson", "spearmanr"), False, True) == ("pearson", "spearmanr", "mse")
     assert metrics.headline((), True, False) == ("micro_f1", "macro_f1")
+
+
+def test_multi_label_scores_at_a_threshold_other_than_one_half_by_the_sigmoid():
+    # Found by mutation testing: 1 / (1 - e^-x) in place of the sigmoid passed every test, as all of them scored at
+    # 0.5, where only the logit's sign counts. At --threshold 0.3 a logit of -0.5 (sigmoid 0.378) is a positive
+    # prediction, one of -1.0 (0.269) is not: the cut is at ln(0.3 / 0.7) = -0.847.
+    logits = np.array([[-0.5, 2.0], [-1.0, -0.5], [-0.8, -3.0], [1.0, -0.9]])
+    truth = np.array([[1, 1], [1, 0], [0, 0], [1, 1]], dtype=np.float32)
+    m = metrics.multi_label(logits, truth, ["a", "b"], threshold=0.3)
+    # predicted: [1, 1], [0, 1], [1, 0], [1, 0] -> a: tp 2 fp 1 fn 1; b: tp 1 fp 1 fn 1; micro: tp 3 fp 2 fn 2
+    assert m["per_label"]["a"] == {"precision": 2 / 3, "recall": 2 / 3, "f1": pytest.approx(2 / 3), "support": 3}
+    assert m["per_label"]["b"]["f1"] == pytest.approx(0.5)
+    assert (m["micro_precision"], m["micro_recall"]) == (pytest.approx(0.6), pytest.approx(0.6))
+    assert m["micro_f1"] == pytest.approx(0.6) and m["macro_f1"] == pytest.approx((2 / 3 + 0.5) / 2)
+    assert m["subset_accuracy"] == 0.25  # only the first row is right on both labels
+    pred = logits >= np.log(0.3 / 0.7)
+    assert m["micro_f1"] == pytest.approx(sk.f1_score(truth, pred, average="micro"))
+
+
+def test_the_loss_is_the_mean_per_example_loss_the_model_trains_on():
+    # Found by mutation testing: eval_loss's sums in place of means, or a sign flipped, passed every test (the loss
+    # was checked only against itself, between runs). Hand-worked: logits (0, ln 3) are the softmax (1/4, 3/4) and
+    # the sigmoids (1/2, 3/4).
+    logits = np.array([[0.0, np.log(3)], [0.0, np.log(3)], [np.log(3), 0.0]])
+    labels = np.array([1, 0, 0])
+    # cross entropy: -ln(3/4), -ln(1/4), -ln(3/4), averaged over the examples
+    expected = -(2 * np.log(0.75) + np.log(0.25)) / 3
+    m = metrics.of_logits(logits, labels, ["a", "b"], is_multi_label=False, is_regression=False, threshold=0.5)
+    assert m["loss"] == pytest.approx(expected)
+    # binary cross entropy per label, averaged over examples and labels: row 1 (1, 0): -ln(1/2) - ln(1 - 3/4)
+    multi = np.array([[1, 0], [0, 1]], dtype=np.float32)
+    expected = (np.log(2) + np.log(4) + np.log(2) + -np.log(0.75)) / 4
+    m = metrics.of_logits(logits[:2], multi, ["a", "b"], is_multi_label=True, is_regression=False, threshold=0.5)
+    assert m["loss"] == pytest.approx(expected)
+    # regression: the mean squared error of the one output
+    m = metrics.of_logits(np.array([[1.0], [3.0], [2.5]]), np.array([2.0, 2.0, 0.5], dtype=np.float32), ["score"],
+                          is_multi_label=False, is_regression=True, threshold=0.5)
+    assert m["loss"] == pytest.approx((1 + 1 + 4) / 3) == m["mse"]
