@@ -343,3 +343,92 @@ def test_multi_label_and_regression_subsets_are_the_rows_they_were(tmp_path, kin
     perm = np.random.default_rng(seed).permutation(n)
     assert data.train.texts == [f"t{i}" for i in sorted(perm[:15])]
     assert data.evals["eval"].texts == [f"t{i}" for i in sorted(perm[:12])]
+
+
+def test_a_numeric_label_set_takes_no_number_outside_it_as_a_class_id(tmp_path):
+    # Found by mutation testing: with --label-names that are numbers (ratings 1 to 5), a 0 in the data is no class;
+    # read as the id 0 it was trained as rating "1". Nothing failed when the check that the names are numbers was
+    # dropped.
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", 1 + i % 5) for i in range(20)] + [("z", 0)])
+    msg = error_of("--task", "csv", "--train-file", str(path), "--label-names", "1,2,3,4,5")
+    assert "line 22: label '0' is not in the label set (1, 2, 3, 4, 5)" in msg
+    data = load("--task", "csv", "--train-file", str(write_csv(tmp_path / "ok.csv", ["text", "label"],
+                [(f"t{i}", 1 + i % 5) for i in range(20)])), "--label-names", "1,2,3,4,5", "--eval-fraction", "0.5")
+    rows = {f"t{i}": 1 + i % 5 for i in range(20)}
+    for ex in (data.train, data.evals["eval"]):  # rating r is the class at id r - 1, the name's place in the list
+        assert [data.label_names[i] for i in ex.labels] == [str(rows[t]) for t in ex.texts]
+
+
+def test_a_tiny_share_still_holds_out_and_trains_on_one_row(tmp_path):
+    # Found by mutation testing: 8 rows at --eval-fraction 0.05 is 0.4 of a row, and 40 rows at
+    # --fraction-of-train-data 0.01 is 0.4 too: each rounds to 0, and at least one row is taken (an empty eval set
+    # scores nothing, an empty training set trains nothing). No test had a share under a row.
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", "ab"[i % 2]) for i in range(8)])
+    data = load("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.05")
+    assert (len(data.train), len(data.evals["eval"])) == (7, 1)
+    path = write_csv(tmp_path / "u.csv", ["text", "label"], [(f"t{i}", "ab"[i % 2]) for i in range(44)])
+    data = load("--task", "csv", "--train-file", str(path), "--fraction-of-train-data", "0.01")
+    assert (len(data.train), len(data.evals["eval"])) == (1, 4)
+
+
+def test_a_hold_out_leaves_at_least_one_row_to_train_on_and_no_fewer(tmp_path):
+    # Found by mutation testing: the "too few to hold out" check could refuse 2 rows, or let 1 through (to train on
+    # nothing), and no test failed. 10 rows at 0.9 hold out 9 and train on 1; at 0.96, 9.6 rounds to all 10.
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", "ab"[i % 2]) for i in range(10)])
+    data = load("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.9")
+    assert (len(data.train), len(data.evals["eval"])) == (1, 9)
+    assert error_of("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.96") == (
+        "only 10 training example(s): too few to hold out an eval set; pass --eval-file")
+
+
+def test_training_data_of_one_label_is_refused(tmp_path):
+    # Found by mutation testing: the trainer's own check (the launcher's check_files has another) was untested
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", "pos") for i in range(20)])
+    assert error_of("--task", "csv", "--train-file", str(path)) == (
+        "the training data has only one label ('pos'); a classifier needs at least two")
+
+
+def test_collate_keeps_a_pairs_token_types():
+    # Found by mutation testing: token_type_ids left all 0 (the second text read as the first's) passed every test
+    enc = Encoded(ids=np.arange(1, 9, dtype=np.int32), offsets=np.array([0, 5, 8]),
+                  type_ids=np.array([0, 0, 0, 1, 1, 0, 1, 1], dtype=np.int8), labels=np.array([1, 0]))
+    batch = collate(enc, np.array([1, 0]), pad_id=0)
+    assert batch["input_ids"].tolist() == [[6, 7, 8, 0, 0], [1, 2, 3, 4, 5]]
+    assert batch["token_type_ids"].tolist() == [[0, 1, 1, 0, 0], [0, 0, 0, 1, 1]]
+    assert batch["labels"].tolist() == [0, 1]
+    assert "token_type_ids" not in collate(_encoded([3, 2]), np.array([0, 1]), pad_id=0)
+
+
+def test_label_column_globs_leave_out_the_text_pair_column(tmp_path):
+    # Found by mutation testing: '*' matched the second text's column too when the exclusion of it was dropped
+    rows = [(f"premise {i}", f"hypothesis {i}", i % 2, (i // 2) % 2) for i in range(20)]
+    path = write_csv(tmp_path / "m.csv", ["text", "hyp", "a", "b"], rows)
+    data = load("--task", "csv", "--train-file", str(path), "--text-pair-column", "hyp", "--label-columns", "*")
+    assert data.label_names == ["a", "b"]
+    assert data.train.pairs == [f"hypothesis {t.split()[1]}" for t in data.train.texts]
+
+
+def test_a_hub_task_trains_on_its_train_split_and_scores_its_eval_splits_in_order(monkeypatch):
+    # Found by mutation testing: the Hub loader had no test that ran it (the Hub is not reached from tests), so
+    # --dataset-config ignored, or the dataset and configuration passed the wrong way round, failed nothing. The
+    # Hub's load_dataset is replaced by one that serves each split's rows from memory.
+    datasets = pytest.importorskip("datasets")
+    calls = []
+
+    def load_dataset(path, name, split):
+        calls.append((path, name, split))
+        return datasets.Dataset.from_list([{"premise": f"{split} {i}", "hypothesis": f"h {i}", "label": i % 3,
+                                            "idx": i} for i in range(6)])
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    data = load("--task", "mnli")
+    assert calls == [("nyu-mll/glue", "mnli", "train"), ("nyu-mll/glue", "mnli", "validation_matched"),
+                     ("nyu-mll/glue", "mnli", "validation_mismatched")]
+    assert data.label_names == ["entailment", "neutral", "contradiction"]
+    assert data.train.texts == [f"train {i}" for i in range(6)] and data.train.pairs == [f"h {i}" for i in range(6)]
+    assert data.train.labels.tolist() == [0, 1, 2, 0, 1, 2]
+    assert list(data.evals) == ["matched", "mismatched"]  # the first is the primary eval set
+    assert data.evals["mismatched"].texts == [f"validation_mismatched {i}" for i in range(6)]
+    calls.clear()
+    load("--task", "mnli", "--dataset-config", "ax")
+    assert {c[:2] for c in calls} == {("nyu-mll/glue", "ax")}

@@ -305,6 +305,12 @@ def test_regression_targets_from_csv_and_json_lines(tmp_path):
      "line 2: target 'high' in column 'label' is not a finite number; --regression needs a number per row"),
     ('{"text": "a", "label": 1}\n{"text": "b", "label": true}\n', "line 2: target True in column 'label'"),
     ('{"text": "a", "label": 1}\n{"text": "b", "label": "NaN"}\n', "line 2: target 'NaN'"),
+    # JSON's NaN and Infinity are floats (json.loads reads them): trained on as targets, the loss is NaN from the first
+    # step. Found by mutation testing: no test failed without the finiteness check.
+    ('{"text": "a", "label": 1}\n{"text": "b", "label": NaN}\n', "line 2: target nan in column 'label' is not a finite "
+     "number"),
+    ('{"text": "a", "label": 1}\n{"text": "b", "label": -Infinity}\n', "line 2: target -inf in column 'label' is "
+     "not a finite number"),
     ('{"text": "a", "label": 1}\n{"text": "b", "label": [1, 2]}\n', "line 2: target [1, 2]"),
     ('{"text": "a", "label": 1}\n{"text": "b"}\n', "line 2: no 'label' (every example needs a target"),
     ('{"text": "a", "label": 1}\n{"text": "b", "label": " "}\n', "line 2: empty target in column 'label'"),
