@@ -150,7 +150,32 @@ def test_jsonl_list_labels_with_label_names(tmp_path):
 def test_jsonl_lists_mixed_with_single_labels(tmp_path):
     path = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": ["x"]}, {"text": "b", "label": "x"}] * 3)
     msg = error_of("--task", "jsonl", "--train-file", str(path))
-    assert "line 2" in msg and "list" in msg
+    assert "line 2: label 'x' in 'label' is not a list, but other labels are lists; give every example a list" in msg
+
+
+def test_an_eval_file_whose_labels_are_not_the_training_files_kind_is_refused(tmp_path):
+    # Found by mutation testing: an eval file of lists only, for a model of one label per example, was read as
+    # multi-label (a 0/1 matrix scored against single-label logits) when the check of the training file's kind was
+    # loosened, and no test failed
+    train = jsonl(tmp_path / "t.jsonl", [{"text": f"t{i}", "label": [["x"], ["y"]][i % 2]} for i in range(10)])
+    ev = jsonl(tmp_path / "e.jsonl", [{"text": "a", "label": "x"}, {"text": "b", "label": "y"}])
+    msg = error_of("--task", "jsonl", "--train-file", str(train), "--eval-file", str(ev))
+    assert "e.jsonl line 1: label 'x' in 'label' is not a list, but the training data's labels are lists" in msg
+    # and the other way round: an eval file of lists only, for a model of one label per example
+    train = jsonl(tmp_path / "t1.jsonl", [{"text": f"t{i}", "label": "xy"[i % 2]} for i in range(10)])
+    ev = jsonl(tmp_path / "e1.jsonl", [{"text": "a", "label": ["x"]}, {"text": "b", "label": ["y"]}])
+    msg = error_of("--task", "jsonl", "--train-file", str(train), "--eval-file", str(ev))
+    assert "e1.jsonl line 1: label ['x'] is a list, but the training data has one label per example" in msg
+
+
+@pytest.mark.parametrize("item,shown", [("true", "True"), ('" "', "' '"), ("null", "None"), ('["x"]', "['x']")])
+def test_a_label_list_item_that_is_no_name_is_refused(tmp_path, item, shown):
+    # Found by mutation testing: a JSON true in a label list became a class 'true', and a blank one a class '', with
+    # either check dropped and no test failing
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "a", "label": ["x"]}\n' f'{{"text": "b", "label": ["y", {item}]}}\n' * 3)
+    assert f"line 2: {shown} in the label list is not a label name" in error_of(
+        "--task", "jsonl", "--train-file", str(path))
 
 
 def test_missing_or_null_jsonl_label_names_the_line(tmp_path):
@@ -229,6 +254,16 @@ def test_a_number_past_the_given_label_names_says_ids_start_at_0(tmp_path):
                    "bad,ok,good")
     assert "line 4: label '3' is a number, so a class id, but the 3 label names (bad, ok, good) have ids 0 to 2" in msg
     assert "training data's labels are names" not in msg and "ids start at 0" in msg
+
+
+@pytest.mark.parametrize("label", ["-1", "1.5"])
+def test_a_number_that_is_no_id_of_the_given_label_names_is_refused(tmp_path, label):
+    # Found by mutation testing: with `0 <=` loosened, -1 was taken as the id of the last name (Python's and numpy's
+    # index -1), a silent wrong label; without the whole-number check, 1.5 was a ValueError traceback
+    train = write_csv(tmp_path / "t.csv", ["text", "label"], [("a", "0"), ("b", "1")] * 3 + [("c", label)])
+    msg = error_of("--task", "csv", "--train-file", str(train), "--label-names", "neg,pos")
+    assert (f"line 8: label {label!r} is a number, so a class id, but the 2 label names (neg, pos) have ids 0 "
+            "to 1") in msg
 
 
 @pytest.mark.parametrize("indent", [None, 2], ids=["one-line", "pretty"])
