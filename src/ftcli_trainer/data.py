@@ -666,10 +666,10 @@ def _label_value(value: object, where: str, col: str) -> str | int | float | boo
     return value
 
 
-def infer_label_names(values: list, positions: list[str] | None = None, shown: str = "the data") -> list[str]:
+def infer_label_names(values: list, positions: list[str], shown: str) -> list[str]:
     """The classes seen, in a stable order (numerically when they are numbers). Labels of different kinds
-    cannot be told apart ("neg", "1", "0", "pos": is 1 "pos" or a fifth class?): that is an error."""
-    positions = positions or [f"row {i + 1}" for i in range(len(values))]
+    cannot be told apart ("neg", "1", "0", "pos": is 1 "pos" or a fifth class?): that is an error, naming each
+    kind's first value at its place in `positions` (a file's line, a Hub dataset's row) in `shown`."""
     first: dict[str, int] = {}
     keys = []
     for i, v in enumerate(values):
