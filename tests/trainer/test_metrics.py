@@ -151,3 +151,32 @@ def test_the_loss_is_the_mean_per_example_loss_the_model_trains_on():
     m = metrics.of_logits(np.array([[1.0], [3.0], [2.5]]), np.array([2.0, 2.0, 0.5], dtype=np.float32), ["score"],
                           is_multi_label=False, is_regression=True, threshold=0.5)
     assert m["loss"] == pytest.approx((1 + 1 + 4) / 3) == m["mse"]
+
+
+@pytest.mark.parametrize("task_metrics,multi,regression,expected", [
+    ((), False, False, ("accuracy", "macro_f1", "loss")),
+    (("matthews_correlation",), False, False, ("matthews_correlation", "accuracy", "macro_f1", "loss")),
+    (("f1", "accuracy"), False, False, ("f1", "accuracy", "macro_f1", "loss")),
+    ((), True, False, ("micro_f1", "macro_f1", "micro_precision", "micro_recall", "subset_accuracy", "loss")),
+    (("pearson", "spearmanr"), False, True, ("pearson", "spearmanr", "mse", "loss")),
+])
+def test_scalar_names_are_every_number_an_evaluation_reports(task_metrics, multi, regression, expected):
+    # Found by mutation testing: the multi-label list (what `ftcli evaluate` shows and `ftcli tune --metric` takes)
+    # could be None and no test failed. Checked against what an evaluation of that kind writes, every float in it.
+    assert metrics.scalar_names(task_metrics, multi, regression) == expected
+    labels = np.array([0, 1, 1, 0])
+    logits = np.eye(2)[[0, 1, 0, 0]]
+    if multi:
+        labels, logits = np.eye(2, dtype=np.float32)[labels], logits * 4 - 2
+    elif regression:
+        labels, logits = np.array([1.0, 2.0, 3.0, 5.0]), np.array([[1.5], [2.0], [2.5], [4.0]])
+    m = metrics.of_logits(logits, labels, ["a", "b"], task_metrics, is_multi_label=multi, is_regression=regression,
+                          threshold=0.5)
+    assert sorted(k for k, v in m.items() if isinstance(v, float)) == sorted(expected)
+
+
+def test_keep_best_judges_by_the_headlines_first_metric():
+    assert metrics.best_metric((), False, False) == ("eval_accuracy", True)
+    assert metrics.best_metric(("matthews_correlation",), False, False) == ("eval_matthews_correlation", True)
+    assert metrics.best_metric((), True, False) == ("eval_micro_f1", True)
+    assert metrics.best_metric((), False, True) == ("eval_pearson", True)
