@@ -180,3 +180,12 @@ def test_keep_best_judges_by_the_headlines_first_metric():
     assert metrics.best_metric(("matthews_correlation",), False, False) == ("eval_matthews_correlation", True)
     assert metrics.best_metric((), True, False) == ("eval_micro_f1", True)
     assert metrics.best_metric((), False, True) == ("eval_pearson", True)
+
+
+def test_a_perfect_correlation_is_1_not_a_rounding_error_past_it():
+    # Found by mutation testing: the clip to [-1, 1] could be loosened and no test failed. Unclipped, these
+    # predictions (exactly 3 x the targets) correlate 1.0000000000000002 in float64, a score past the maximum in
+    # metrics.json, and the opposite ones -1.0000000000000002.
+    truth = np.array([0.8, 0.3, -1.3, 0.9, 0.4, -0.5, 0.6, 0.4, 0.3, 0.0])
+    assert metrics.regression(3 * truth, truth)["pearson"] == 1.0
+    assert metrics.regression(-3 * truth, truth)["pearson"] == -1.0
