@@ -248,8 +248,16 @@ def trial(job: TuningJob, which: str | None) -> Trial:
     if job.best is not None:
         return job.best
     if not job.trials:
+        # The hint said "wait for the first trial, or follow it: ftcli tune ... without --detach" for a job that had
+        # ended (cancelled before its first trial) too, and read as "submit a new one".
+        from ftcli import history
+
+        ref = f"{n}" if (n := history.short_id(job.name)) is not None else job.name.full
+        if job.final:
+            raise UsageError(f"tuning job {job.name.id} ended ({job.state}) before any trial started",
+                             hint=f"ftcli jobs describe {ref} says why")
         raise UsageError(f"tuning job {job.name.id} has no trials yet ({job.state})",
-                         hint="wait for the first trial, or follow it: ftcli tune ... without --detach")
+                         hint=f"wait for its first trial to start; ftcli jobs describe {ref} lists them as they do")
     return max(job.trials, key=lambda t: int(t.id))
 
 

@@ -666,6 +666,26 @@ def test_every_command_that_takes_a_job_takes_a_tuning_job_in_every_form(capsys,
     assert len(vertex.calls("CancelHyperparameterTuningJob")) == 1
 
 
+def test_a_tuning_job_without_trials_is_said_as_waiting_or_as_ended(capsys, cloud_env, tmp_path):
+    # A tuning job cancelled before its first trial got "has no trials yet (CANCELLED)" and "hint: wait for the first
+    # trial, or follow it: ftcli tune ... without --detach": nothing to wait for, and a hint that read as "submit
+    # another".
+    r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--json")
+    assert r.code == 0, r.err
+    job_id = json.loads(r.out)["name"].rsplit("/", 1)[-1]
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: tuning job {job_id} has no trials yet (PENDING)",
+        "hint: wait for its first trial to start; ftcli jobs describe 1 lists them as they do"], r.err
+    assert run_cli(capsys, "jobs", "cancel", "1", "--yes").code == 0
+    for args in (["logs", "1", "--no-follow"], ["download", "1", str(tmp_path / "model")]):
+        r = run_cli(capsys, *args)
+        assert r.code == 2 and r.err.splitlines() == [
+            f"error: tuning job {job_id} ended (CANCELLED) before any trial started",
+            "hint: ftcli jobs describe 1 says why"], (args, r.err)
+    assert not (tmp_path / "model").exists()
+
+
 def test_a_tuning_job_by_the_console_url_googles_sdk_prints(capsys, cloud_env, tmp_path, monkeypatch):
     # google-cloud-aiplatform prints "View HyperparameterTuningJob: https://console.cloud.google.com/agent-platform/
     # locations/R/training/ID?project=P", the address of a custom job's page too: it was "not a job reference", and
