@@ -246,8 +246,9 @@ def folder_over_job(ref: str) -> str | None:
 
 
 def resolve(ref: str, project: str | None = None, region: str | None = None, *, folder_too: bool = False) -> str:
-    """A short id (3), `last`, a numeric job id or a full resource name -> the full resource name. `folder_too`: the
-    command takes a folder as well (predict, report), so a reference that is neither is said to be neither."""
+    """A job reference in any of the forms JOB_FORMS says (short id, `last`, numeric id, resource name, console URL,
+    display name) -> the full resource name. `folder_too`: the command takes a folder as well (predict, report), so a
+    reference that is neither is said to be neither."""
     ref = ref.strip()
     if JobName.is_full(ref) or TuningName.is_full(ref):
         return ref

@@ -34,8 +34,8 @@ HEADLINES = (("eval_matthews_correlation", "MCC"), ("eval_pearson", "pearson"), 
 
 
 def resolve(ref: str, project: str | None = None, region: str | None = None, *, folder_too: bool = False) -> JobName:
-    """A short id (3), `last`, a numeric job id or a full resource name -> the job's name. Settings are read only
-    for a numeric id (it needs a project and a region). `folder_too`: as in `history.resolve`."""
+    """A job reference (any of JOB_FORMS, as `history.resolve` takes them) -> the training job's name. Settings are
+    read only for a numeric id (it needs a project and a region). `folder_too`: as in `history.resolve`."""
     from ftcli import history
     from ftcli.settings import resolve as resolve_settings
 
