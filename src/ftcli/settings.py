@@ -333,6 +333,12 @@ def _replace_file(path: Path, data: bytes) -> None:
         raise
 
 
+# What gcloud takes as a configuration's name: the name an active_config file may hold, and the one a
+# configurations/config_NAME file carries (named_configs._VALID_CONFIG_NAME_REGEX and _CONFIG_FILE_REGEX, in the
+# source _no_such_configuration cites, read 2026-11-29). Written once: it was two copies of one rule.
+GCLOUD_CONFIG_NAME = r"[a-z][-a-z0-9]*"
+
+
 def _gcloud_values() -> dict[str, tuple[str, str, str]]:
     """Project and region as gcloud itself would take them, each as (value, source, origin) (running `gcloud` costs
     a second or more, and it may not be installed). The source is "gcloud" for gcloud's configuration and its
@@ -357,7 +363,7 @@ def _gcloud_values() -> dict[str, tuple[str, str, str]]:
             active = (root / "active_config").read_text().strip()
         except OSError:
             active = ""
-        if active != "NONE" and not re.fullmatch(r"[a-z][-a-z0-9]*", active):
+        if active != "NONE" and not re.fullmatch(GCLOUD_CONFIG_NAME, active):
             # A name gcloud never writes (`Prod`, `my config`): gcloud deletes the file and reads its default
             # configuration (named_configs._ActiveConfigNameFromFile, "Somehow the file got corrupt, just remove it";
             # the same source as _no_such_configuration's, read 2026-11-29). ftcli read config_Prod, which a
@@ -413,7 +419,7 @@ def _no_such_configuration(name: str, path: Path, named_by: str) -> None:
     job went to a project nobody chose, without a word. `named_by` is the variable's name or the file's path."""
     try:
         names = sorted(m.group(1) for f in path.parent.iterdir()
-                       if (m := re.match(r"^config_([a-z][-a-z0-9]*)$", f.name)))
+                       if (m := re.fullmatch(f"config_({GCLOUD_CONFIG_NAME})", f.name)))
     except OSError:  # no configurations folder (gcloud never set up), or one this user may not list
         names = []
     here = ", ".join(names) or "none"
