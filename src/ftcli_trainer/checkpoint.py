@@ -12,9 +12,9 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ftcli_trainer import storage
 from ftcli_trainer.errors import TrainerError, one_line
@@ -28,6 +28,7 @@ log = logging.getLogger("ftcli_trainer")
 STEP_RE = re.compile(r"^step-(\d+)$")
 BEST_RE = re.compile(r"^best-(\d+)$")  # --keep-best: the best evaluation's weights, beside the checkpoints
 KEEP = 2
+_T = TypeVar("_T")
 
 
 def _list(root: str, pattern: re.Pattern = STEP_RE) -> list[tuple[int, str]]:
@@ -79,14 +80,8 @@ def save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool 
     `root` whose weights file is `model`'s weights as the export writes them (--keep-best's best-<step> of this very
     step, written a moment ago by save_best), taken instead of written again (take_weights)."""
     still_held(root)  # never over another run's checkpoints
-    try:
-        as_exported = _save(root, step, model, state, final, weights_from)
-    except storage.SourceGone as e:
-        # Deleted from the bucket between take_weights' look and the copy (a lifecycle rule, someone cleaning up): the
-        # job ended with a NotFound traceback. The checkpoint is made again as when the file is not there at all.
-        log.warning("%s was deleted before it could be copied into the step %d checkpoint; writing the weights "
-                    "instead", e.source, step)
-        as_exported = _save(root, step, model, state, final, None)
+    as_exported = taking_weights(lambda source: _save(root, step, model, state, final, source), weights_from,
+                                 f"the step {step} checkpoint")
     # Keep the newest KEEP complete checkpoints, and always this one; anything else (older, or torn by a crash)
     # goes. (Newer ones than this step are there when the resume could not read them: two of them took both places,
     # and the checkpoint just written was deleted.)
@@ -118,6 +113,19 @@ def _save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool
     return as_exported
 
 
+def taking_weights(publish: Callable[[str | None], _T], weights_from: str | None, into: str) -> _T:
+    """`publish(weights_from)`: a folder staged, its weights file taken from `weights_from` (take_weights), and
+    published (save's checkpoint, export.export_model's model). When that file's object was deleted from the bucket
+    between take_weights' look and its copy (storage.SourceGone: a lifecycle rule, someone cleaning up), the job
+    ended with a NotFound traceback: the folder is made again with `publish(None)`, the weights written as when the
+    file is not there at all, and a warning names the object and `into`, the folder it was to be copied into."""
+    try:
+        return publish(weights_from)
+    except storage.SourceGone as e:
+        log.warning("%s was deleted before it could be copied into %s; writing the weights instead", e.source, into)
+        return publish(None)
+
+
 def take_weights(source: str, staged: Path, copies: dict[str, str]) -> bool:
     """The weights file `source` taken as the staged folder's own (a checkpoint's, or the export's): a second name of
     it locally (a hard link, or a copy across filesystems: storage.link_or_copy), a copy made inside Cloud Storage on
@@ -127,7 +135,7 @@ def take_weights(source: str, staged: Path, copies: dict[str, str]) -> bool:
     folder keeps its own name of the file, so the rotation may delete either (rmtree, or the objects under its
     prefix) and the other stays whole; no writer here changes a file in place. False (write them then) when `source`
     is gone (removed by hand, an object deleted); an object deleted after this look is found by the copy, which raises
-    storage.SourceGone from the publishing (the caller then writes them as for False)."""
+    storage.SourceGone from the publishing (the caller's taking_weights then writes them as for False)."""
     if storage.is_gcs(source):
         if not storage.exists(source):
             return False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -12,13 +11,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ftcli_trainer import metrics, storage
-from ftcli_trainer.checkpoint import WEIGHTS, take_weights
+from ftcli_trainer.checkpoint import WEIGHTS, take_weights, taking_weights
 from ftcli_trainer.errors import TrainerError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-log = logging.getLogger("ftcli_trainer")
 PREDICTIONS = "eval_predictions.npz"
 
 
@@ -70,13 +68,8 @@ def export_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, mod
                  weights_from: str | None = None) -> None:
     """`weights_from`: a checkpoint folder whose weights file is the model's weights as save_pretrained writes them
     (the final checkpoint's: checkpoint._save_as_exported), taken instead of written again."""
-    try:
-        _export(model, tokenizer, model_dir, metrics, run_config, predictions, weights_from)
-    except storage.SourceGone as e:
-        # Deleted from the bucket between take_weights' look and the copy (a lifecycle rule, someone cleaning up): the
-        # job ended with a NotFound traceback. The model is exported again as when the file is not there at all.
-        log.warning("%s was deleted before it could be copied into the model; writing the weights instead", e.source)
-        _export(model, tokenizer, model_dir, metrics, run_config, predictions, None)
+    taking_weights(lambda source: _export(model, tokenizer, model_dir, metrics, run_config, predictions, source),
+                   weights_from, "the model")
 
 
 def _export(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, model_dir: str, metrics: dict,

@@ -149,7 +149,7 @@ def test_a_keep_best_job_whose_best_is_its_last_step_uploads_those_weights_once(
 
 @pytest.mark.parametrize("taker", ["the_checkpoint", "the_export"])
 def test_weights_deleted_from_the_bucket_before_their_copy_are_written_instead(gcs, tiny_model, sentiment_csv,
-                                                                                monkeypatch, tmp_path, taker):
+                                                                                monkeypatch, tmp_path, taker, capsys):
     # The weights object to copy was there when the trainer looked (storage.exists) and gone when Cloud Storage was
     # asked to copy it (a lifecycle rule, someone cleaning the bucket): the job ended with a NotFound traceback. It
     # now writes the weights itself, as it does when the object is not there at all. the_checkpoint: the final
@@ -174,8 +174,14 @@ def test_weights_deleted_from_the_bucket_before_their_copy_are_written_instead(g
     monkeypatch.setattr(Blob, "rewrite", deleted_first)
     argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
             "--epochs", "1", "--batch-size", "16", *(["--keep-best"] if taker == "the_checkpoint" else [])]
+    capsys.readouterr()
     assert main(argv) == 0
     assert deleted == [source]
+    # (checkpoint.taking_weights, for both: the object, and the folder it was to be copied into)
+    into = {"the_checkpoint": "the step 15 checkpoint", "the_export": "the model"}[taker]
+    assert [line for line in capsys.readouterr().out.splitlines() if "deleted before" in line] == [
+        f"warning: gs://vertex-out/{source} was deleted before it could be copied into {into}; writing the weights "
+        "instead"]
     written = {"the_checkpoint": f"runs/{job}/checkpoints/step-00000015/model.safetensors",
                "the_export": f"runs/{job}/model/model.safetensors"}[taker]
     assert written in uploaded  # written by the trainer, not copied
