@@ -182,9 +182,9 @@ def _move_keeping_links(path: Path, to: Path) -> None:
         os.replace(made, to / rel)
 
 
-def _claim(base: str, cfg: TrainConfig) -> bool:
+def _claim(base: str, cfg: TrainConfig, gone: Sequence[str] = ()) -> bool:
     """Refuse, before the trainer starts, to resume another run's checkpoints in this output folder; return
-    whether a fingerprint was written now."""
+    whether a fingerprint was written now. `gone`: checkpoint.gone_links', for the claim's error."""
     from ftcli_trainer import checkpoint, storage
 
     root = storage.join(base, "checkpoints")
@@ -195,12 +195,13 @@ def _claim(base: str, cfg: TrainConfig) -> bool:
         raise UsageError(busy)
     try:
         return checkpoint.claim(root, checkpoint.run_fingerprint(cfg), storage.join(base, "model"),
-                                storage.join(base, "logs", "metrics.jsonl"))
+                                storage.join(base, "logs", "metrics.jsonl"), gone)
     except checkpoint.RunMismatch as e:
+        fix = f"{e.fix}; or " if e.fix else ""
         if storage.is_gcs(base):  # (--restart sets local folders aside only)
-            raise UsageError(e.detail, hint="start fresh with a new --output-dir") from None
+            raise UsageError(e.detail, hint=f"{fix}start fresh with a new --output-dir") from None
         raise UsageError(e.detail,
-                         hint="start fresh with a new --output-dir, or --restart to set the earlier run's model, "
+                         hint=f"{fix}start fresh with a new --output-dir, or --restart to set the earlier run's model, "
                               "checkpoints and logs aside in this folder (nothing is deleted)") from None
 
 
@@ -482,14 +483,16 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         aside = _set_aside(base, cfg)
         if aside:
             say(f"--restart: the earlier run is in {aside}")
-    if not storage.is_gcs(base):
-        # Before the claim makes the folder a checkpoints/ link points to (and said here, not by the trainer: it looks
-        # after the claim). The trainer's logger: `warning: ...`, as ftcli's own (output.route_warnings).
-        for line in checkpoint.dead_links(*(storage.join(base, d) for d in ("checkpoints", "logs", "model"))):
-            logging.getLogger("ftcli_trainer").warning("%s", line)
+    # Looked at before the claim makes the folder a checkpoints/ link points to (here, not by the trainer: it looks
+    # after the claim); said once the claim has taken the run folder (refused, its error names the dead links).
+    ckpt, logs = storage.join(base, "checkpoints"), storage.join(base, "logs")
+    gone = checkpoint.gone_links(ckpt, logs)
+    dead = checkpoint.dead_links(ckpt, logs, storage.join(base, "model"), gone)
     folders = set() if storage.is_gcs(base) else _folders(base)
     through_links = [] if storage.is_gcs(base) else _missing_through_links(base)  # (before the claim makes any)
-    claimed = _claim(base, cfg)
+    claimed = _claim(base, cfg, gone)
+    for line in dead:  # the trainer's logger: `warning: ...`, as ftcli's own (output.route_warnings)
+        logging.getLogger("ftcli_trainer").warning("%s", line)
     if not claimed and (done := finished(base)):
         say(done)
         return LocalRun(0, base)

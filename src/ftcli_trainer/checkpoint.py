@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -332,11 +332,14 @@ MATH_OPTIONS = ("task", "model", "dataset_config", "text_column", "text_pair_col
 
 
 class RunMismatch(TrainerError):
-    """The checkpoint folder holds another run's checkpoints. `detail` says how it differs."""
+    """The checkpoint folder holds another run's checkpoints. `detail` says how it differs; `fix`, where there is one,
+    how the earlier run is found again (said before the other ways out)."""
 
-    def __init__(self, detail: str):
-        super().__init__(f"{detail}; start fresh with a new --output-dir, or move that folder away")
+    def __init__(self, detail: str, fix: str | None = None):
+        super().__init__(f"{detail}; {fix + '; or ' if fix else ''}start fresh with a new --output-dir, or move that "
+                         "folder away")
         self.detail = detail
+        self.fix = fix
 
 
 def _digest(path: str) -> str:
@@ -429,34 +432,68 @@ def foreign_model_dir(model_dir: str) -> str | None:
             f"new model beside it, in {model_dir.rstrip('/')}-TIME")
 
 
-def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str) -> list[str]:
-    """The warnings for a local checkpoints/ or logs/ that is a link to a folder not there (a relative link moved with
-    its run folder, a disk not mounted), in a run folder an earlier run wrote into: the run made the folder the link
-    points to (storage.make_dirs), found no checkpoints there and started from step 0 (or was refused, for the model
-    or metrics that no checkpoints said were its own), or put its logs apart from the earlier ones, without a word.
-    Said before the run makes those folders, while the user can stop it and fix the link.
-    Not for a link to a folder not made yet in a run folder that holds nothing else (model/ nothing, the other of
-    checkpoints/ and logs/ nothing): that is how a run is set up on a bigger disk, and it cannot be told from one
-    whose folders were all links that are all gone (then nothing is said)."""
-    links = [p.rstrip("/") for p in (checkpoint_dir, logs_dir) if not storage.is_gcs(p)]
-    dead = [p for p in links if os.path.islink(p) and not os.path.exists(p)]
-    if not dead:
-        return []
-    others = [p for p in (checkpoint_dir.rstrip("/"), logs_dir.rstrip("/"), model_dir) if p not in dead]
-    if not any(not storage.is_gcs(p) and _holds_something(p) for p in others):
+def gone_links(checkpoint_dir: str, logs_dir: str) -> list[str]:
+    """checkpoints/, logs/ and logs/metrics.jsonl (local ones) where they are links to something not there, looked at
+    before the run makes it (storage.make_dirs: lock, claim, the metrics' writer): dead_links' warnings, and claim's
+    `gone`."""
+    logs = logs_dir.rstrip("/")
+    links = [p.rstrip("/") for p in (checkpoint_dir, logs, f"{logs}/{METRICS}") if not storage.is_gcs(p)]
+    return [p for p in links if os.path.islink(p) and not os.path.exists(p)]
+
+
+METRICS = "metrics.jsonl"  # in logs/: the run's metrics, a row a line (loop.py)
+
+
+def _gone_line(link: str) -> str:
+    return (f"{link} links to {os.path.realpath(link)}, which is not there (the run folder moved without it, or a disk "
+            "not mounted?)")
+
+
+def _wrote_into(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequence[str]) -> bool:
+    """Whether an earlier run wrote into the run folder: checkpoints/, logs/ or model/ hold something, the dead links
+    aside (a logs/ that holds only a metrics.jsonl link to a file not made yet is a run set up ahead, as a dead
+    checkpoints/ link is)."""
+    logs = logs_dir.rstrip("/")
+    for path in (checkpoint_dir.rstrip("/"), logs, model_dir.rstrip("/")):
+        if storage.is_gcs(path) or path in gone:
+            continue
+        if path == logs and f"{logs}/{METRICS}" in gone:
+            try:
+                held = any(e.name != METRICS for e in Path(path).iterdir())
+            except OSError:
+                held = False
+        else:
+            held = _holds_something(path)
+        if held:
+            return True
+    return False
+
+
+def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequence[str]) -> list[str]:
+    """The warnings for a local checkpoints/, logs/ or logs/metrics.jsonl that is a link to something not there
+    (`gone`: gone_links'; a relative link moved with its run folder, a disk not mounted), in a run folder an earlier run
+    wrote into: the run made the folder the link points to (storage.make_dirs), found no checkpoints there and started
+    from step 0, or put its logs or metrics apart from the earlier ones, without a word. Said once claim has taken the
+    folder (where the earlier run's model or metrics are there, claim refuses and its error names the dead links
+    instead: a warning that the run starts from step 0, then an error that it does not, was two stories).
+    Not for links to something not made yet in a run folder that holds nothing else (model/ nothing, checkpoints/ and
+    logs/ nothing but those links): that is how a run is set up on a bigger disk (a logs/metrics.jsonl link to a file
+    not made yet was taken for an earlier run's logs, and a checkpoints/ link beside it said to have lost "the earlier
+    run's checkpoints"), and it cannot be told from one whose folders were all links that are all gone (then nothing is
+    said)."""
+    if not gone or not _wrote_into(checkpoint_dir, logs_dir, model_dir, gone):
         return []
     lines = []
-    for link in dead:
-        where = (f"{link} links to {os.path.realpath(link)}, which is not there (the run folder moved without it, or a "
-                 "disk not mounted?)")
+    for link in gone:
         if link == checkpoint_dir.rstrip("/"):
-            # (Where the earlier run left a model/ or its metrics, claim refuses next, "no checkpoints say which run
-            # it was": this says why.)
-            lines.append(f"{where}: the earlier run's checkpoints are not found, and none is resumed (a run starts "
-                         "from step 0, in a new folder made there); to resume them, stop and fix the link")
+            lines.append(f"{_gone_line(link)}: the earlier run's checkpoints are not found, and none is resumed (a run "
+                         "starts from step 0, in a new folder made there); to resume them, stop and fix the link")
+        elif link == logs_dir.rstrip("/"):
+            lines.append(f"{_gone_line(link)}: this run's logs go to a new folder made there, apart from the earlier "
+                         "run's; to keep them together, stop it and fix the link")
         else:
-            lines.append(f"{where}: this run's logs go to a new folder made there, apart from the earlier run's; to "
-                         "keep them together, stop it and fix the link")
+            lines.append(f"{_gone_line(link)}: this run's metrics go to a new file made there, apart from the earlier "
+                         "run's; to keep them together, stop it and fix the link")
     return lines
 
 
@@ -578,13 +615,15 @@ def unlock() -> None:
         held.release()
 
 
-def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: str | None = None) -> bool:
+def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: str | None = None,
+          gone: Sequence[str] = ()) -> bool:
     """Make `root` this run's checkpoint folder, or refuse: checkpoints of another run (other data, labels,
     model or options that change the math) are never resumed. Call once, on the main process, before
     training. A folder with no checkpoints is taken unless the run's local `model_dir` or `metrics` (its
     metrics.jsonl) hold something that is not known to be this run's: its model would be replaced and its metrics
-    mixed with this run's. A model folder that ftcli did not export is refused whatever the checkpoints say.
-    Return whether the fingerprint was written now."""
+    mixed with this run's; where `root` is among `gone` (gone_links', found before lock made the folder), the error
+    says that its link points to nothing, the cause, and how to get the earlier run back. A model folder that ftcli did
+    not export is refused whatever the checkpoints say. Return whether the fingerprint was written now."""
     import json
 
     if model_dir and (why := foreign_model_dir(model_dir)):
@@ -603,6 +642,17 @@ def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: s
     if found == fingerprint:
         return False
     held = [path for path in (model_dir, metrics) if path and _holds_something(path)]
+    if held and root.rstrip("/") in gone:
+        # (dead_links' warning said the run starts from step 0, and "no checkpoints say which run it was" followed,
+        # about the model, with nothing of the link)
+        also = [f"{link} links to {os.path.realpath(link)}, not there either" for link in gone
+                if link != root.rstrip("/")]
+        them = "the links point at its checkpoints and logs" if also else "the link point at its checkpoints"
+        hold = f"{' and '.join(held)} hold{'s' if len(held) == 1 else ''}"
+        raise RunMismatch(f"{_gone_line(root.rstrip('/'))}: the earlier run's checkpoints, which say whose output "
+                          f"{hold}, are not found, and this run would replace or mix with it"
+                          f"{''.join(f' ({a})' for a in also)}",
+                          fix=f"to resume the earlier run, make {them} again (move them back, or mount the disk)")
     if held:
         whose = (f"a different run's ({_differ(differ)})" if found else
                  "an earlier run's, and no checkpoints say which run it was,")

@@ -208,14 +208,18 @@ def run(cfg: TrainConfig) -> dict:
     if not dist.is_main:
         log.setLevel(logging.WARNING)  # one voice in the job's log: rank 0's
     if dist.is_main:
-        if os.environ.get(LINKS_SAID_BY_VAR) != "1":  # (before lock and claim make the folders the links point to)
-            for line in checkpoint.dead_links(paths.checkpoint_dir, paths.logs_dir, paths.model_dir):
-                log.warning("%s", line)
+        # (before lock and claim make the folders the links point to; said once claim has taken the folder: refused,
+        # its error names them)
+        gone = checkpoint.gone_links(paths.checkpoint_dir, paths.logs_dir)
+        dead = ([] if os.environ.get(LINKS_SAID_BY_VAR) == "1" else
+                checkpoint.dead_links(paths.checkpoint_dir, paths.logs_dir, paths.model_dir, gone))
         # Resume only this run: another run's checkpoints in the same folder (other data, labels, model or math)
         # are refused in one line before any work, never silently resumed.
         checkpoint.lock(paths.checkpoint_dir)
         checkpoint.claim(paths.checkpoint_dir, checkpoint.run_fingerprint(cfg), paths.model_dir,
-                         storage.join(paths.logs_dir, "metrics.jsonl"))
+                         storage.join(paths.logs_dir, "metrics.jsonl"), gone)
+        for line in dead:
+            log.warning("%s", line)
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     if not os.environ.get("CLOUD_ML_JOB_ID"):
@@ -485,9 +489,9 @@ SAID_DIR_VAR = "FTCLI_SAID_DIR"  # set by ftcli_trainer.launcher for its workers
 # folder it chose): the trainer's line said it a second time, as "the same command" (python -m ftcli_trainer.task ...,
 # which the user never typed), under ftcli's.
 STOPS_SAID_BY_VAR = "FTCLI_STOPS_SAID_BY_LAUNCHER"
-# Set by `ftcli local`, which says checkpoint.dead_links' warnings before its own claim makes the folder a dead
-# checkpoints/ link points to: the trainer, looking after that, took a run set up on a bigger disk (both links to
-# folders not made yet) for an earlier run's folder, its fingerprint just written there.
+# Set by `ftcli local`, which looks for checkpoint.dead_links' warnings before its own claim makes the folder a dead
+# checkpoints/ link points to, and says them: the trainer, looking after that, took a run set up on a bigger disk
+# (both links to folders not made yet) for an earlier run's folder, its fingerprint just written there.
 LINKS_SAID_BY_VAR = "FTCLI_LINKS_SAID_BY_LAUNCHER"
 
 

@@ -588,14 +588,16 @@ def test_a_failed_run_removes_the_empty_folder_it_made_where_the_users_checkpoin
     assert sorted(p.name for p in out.rglob("*")) == ["checkpoints"]
 
 
-def test_a_run_folder_moved_without_where_its_links_point_is_said_to_before_anything_is_made(
+def test_a_run_folder_moved_without_where_its_links_point_is_refused_naming_the_links(
         tmp_path, tiny_model, sentiment_csv):
     """checkpoints/ and logs/ relative links to ../big/, the run folder moved without big/: the resumed run found no
     checkpoints where the links now point and went on as a run with none, saying only that its model was "an earlier
-    run's, and no checkpoints say which run it was", nothing of the links. Each dead link is now a warning first. The
-    same links to folders not made yet, in a run folder that holds nothing else, are a run set up on a bigger disk:
-    nothing said (ftcli local says the warnings before its claim makes the checkpoints/ link's folder; the trainer,
-    looking after that, would take it for an earlier run's)."""
+    run's, and no checkpoints say which run it was", nothing of the links. Then each dead link was a warning first,
+    the checkpoints one saying the run starts from step 0, and the error that it does not followed, about the model,
+    with a hint that named neither link. The refusal now tells it once: the dead links, why the model is not known to
+    be this run's, how to get the earlier run back. The same links to folders not made yet, in a run folder that holds
+    nothing else, are a run set up on a bigger disk: nothing said (ftcli local looks before its claim makes the
+    checkpoints/ link's folder; the trainer, looking after that, would take it for an earlier run's)."""
     import shutil
 
     train, _ = sentiment_csv
@@ -612,16 +614,49 @@ def test_a_run_folder_moved_without_where_its_links_point_is_said_to_before_anyt
     r = _tiny_run(tmp_path, tiny_model, train, out="after/run")
     assert r.returncode == 2, r.stderr
     run, big = after / "run", after / "big"
-    assert r.stderr.splitlines()[:3] == [
-        f"warning: {run / 'checkpoints'} links to {big / 'ckpt'}, which is not there (the run folder moved without it, "
-        "or a disk not mounted?): the earlier run's checkpoints are not found, and none is resumed (a run starts from "
-        "step 0, in a new folder made there); to resume them, stop and fix the link",
-        f"warning: {run / 'logs'} links to {big / 'logs'}, which is not there (the run folder moved without it, or a "
-        "disk not mounted?): this run's logs go to a new folder made there, apart from the earlier run's; to keep "
-        "them together, stop it and fix the link",
-        f"error: {run / 'model'} holds an earlier run's, and no checkpoints say which run it was, output: this run "
-        "would replace or mix with it"]
-    assert not big.exists() and "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: {run / 'checkpoints'} links to {big / 'ckpt'}, which is not there (the run folder moved without it, "
+        f"or a disk not mounted?): the earlier run's checkpoints, which say whose output {run / 'model'} holds, are "
+        f"not found, and this run would replace or mix with it ({run / 'logs'} links to {big / 'logs'}, not there "
+        "either)",
+        "hint: to resume the earlier run, make the links point at its checkpoints and logs again (move them back, or "
+        "mount the disk); or start fresh with a new --output-dir, or --restart to set the earlier run's model, "
+        "checkpoints and logs aside in this folder (nothing is deleted)"]
+    assert not big.exists()
+
+    # Moved back, the links point at the earlier run's folders again: it is resumed (finished: nothing to do)
+    shutil.move(before / "big", big)
+    r = _tiny_run(tmp_path, tiny_model, train, out="after/run")
+    assert r.returncode == 0 and "this run finished at step" in r.stderr + r.stdout, r.stderr
+    assert " links to " not in r.stdout + r.stderr
+
+
+def test_a_resumed_run_whose_metrics_jsonl_link_points_to_nothing_is_warned(tmp_path, tiny_model, sentiment_csv):
+    """logs/metrics.jsonl a link to the user's curves file, the curves folder moved away since (or its disk not
+    mounted): the resumed run wrote its metrics to a new file where the link points, apart from the earlier ones
+    (`ftcli report` then showed a curve from the resume on), without a word. It is said first now, as a dead logs/
+    link is; the earlier file is left as it is."""
+    import shutil
+
+    train, _ = sentiment_csv
+    run, curves = tmp_path / "run", tmp_path / "curves"
+    (run / "logs").mkdir(parents=True)
+    curves.mkdir()
+    (run / "logs" / "metrics.jsonl").symlink_to(curves / "run.jsonl")
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 0, r.stderr
+    assert " links to " not in r.stdout + r.stderr
+    shutil.move(curves, tmp_path / "elsewhere")
+    earlier = (tmp_path / "elsewhere" / "run.jsonl").read_bytes()
+    shutil.rmtree(run / "model")  # (the run resumes from its last checkpoint, and evaluates and exports again)
+
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 0, r.stderr
+    assert (f"warning: {run / 'logs' / 'metrics.jsonl'} links to {curves / 'run.jsonl'}, which is not there (the run "
+            "folder moved without it, or a disk not mounted?): this run's metrics go to a new file made there, apart "
+            "from the earlier run's; to keep them together, stop it and fix the link") in r.stderr.splitlines()
+    assert (tmp_path / "elsewhere" / "run.jsonl").read_bytes() == earlier
+    assert os.readlink(run / "logs" / "metrics.jsonl") == str(curves / "run.jsonl")
 
 
 def test_missing_offline_model_names_the_pip_command(capsys, tmp_path, monkeypatch):

@@ -173,6 +173,57 @@ def test_without_checkpoints_a_folder_whose_outputs_are_not_this_runs_is_refused
     assert checkpoint.claim(root, {"seed": 1})  # no outputs named: taken, as before
 
 
+def test_without_checkpoints_behind_a_dead_link_the_refusal_names_the_link(tmp_path):
+    # checkpoints/ a link to a folder not there (the run folder moved without it), the earlier run's model and metrics
+    # in the run folder: dead_links warned that the run starts from step 0, then claim refused it, "no checkpoints say
+    # which run it was", naming neither the link nor how to get the earlier run back.
+    import os
+
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run / "model").mkdir()
+    (run / "model" / storage.COMPLETE_MARKER).touch()
+    (run / "checkpoints").symlink_to(tmp_path / "big" / "ckpt")
+    root, logs, model = (str(run / d) for d in ("checkpoints", "logs", "model"))
+    gone = checkpoint.gone_links(root + "/", logs + "/")
+    assert gone == [root]
+    (tmp_path / "big" / "ckpt").mkdir(parents=True)  # (the trainer's lock, before its claim, makes it)
+    with pytest.raises(checkpoint.RunMismatch) as refused:
+        checkpoint.claim(root + "/", {"seed": 1}, model, str(run / "logs" / "metrics.jsonl"), gone)
+    assert str(refused.value) == (
+        f"{root} links to {tmp_path / 'big' / 'ckpt'}, which is not there (the run folder moved without it, or a disk "
+        f"not mounted?): the earlier run's checkpoints, which say whose output {model} and "
+        f"{run / 'logs'}/metrics.jsonl hold, are not found, and this run would replace or mix with it; to resume the "
+        "earlier run, make the link point at its checkpoints again (move them back, or mount the disk); or start fresh "
+        "with a new --output-dir, or move that folder away")
+    assert not os.path.exists(tmp_path / "big" / "ckpt" / checkpoint.FINGERPRINT)  # nothing claimed
+
+
+def test_links_to_things_not_made_yet_warn_only_in_a_run_folder_an_earlier_run_wrote_into(tmp_path):
+    # A run folder set up ahead on a bigger disk: checkpoints/ and logs/metrics.jsonl links to places not made yet.
+    # The logs/ that holds the metrics.jsonl link was taken for an earlier run's logs, and the checkpoints/ link was
+    # said to have lost "the earlier run's checkpoints"; a dead logs/metrics.jsonl link was never said at all (its
+    # run's metrics went to a new file, apart from the earlier ones, without a word).
+    run, big = tmp_path / "run", tmp_path / "big"
+    (run / "logs").mkdir(parents=True)
+    (run / "checkpoints").symlink_to(big / "ckpt")
+    (run / "logs" / "metrics.jsonl").symlink_to(big / "curves" / "run.jsonl")
+    ckpt, logs, model = str(run / "checkpoints"), str(run / "logs") + "/", str(run / "model")
+    gone = checkpoint.gone_links(ckpt, logs)
+    assert gone == [ckpt, f"{run / 'logs'}/metrics.jsonl"]
+    assert checkpoint.dead_links(ckpt, logs, model, gone) == []  # set up ahead: nothing said
+
+    (run / "logs" / "events.out.tfevents.1.host.1.0").write_bytes(b"x")  # an earlier run wrote there
+    assert checkpoint.dead_links(ckpt, logs, model, gone) == [
+        f"{ckpt} links to {big / 'ckpt'}, which is not there (the run folder moved without it, or a disk not "
+        "mounted?): the earlier run's checkpoints are not found, and none is resumed (a run starts from step 0, in a "
+        "new folder made there); to resume them, stop and fix the link",
+        f"{run / 'logs' / 'metrics.jsonl'} links to {big / 'curves' / 'run.jsonl'}, which is not there (the run folder "
+        "moved without it, or a disk not mounted?): this run's metrics go to a new file made there, apart from the "
+        "earlier run's; to keep them together, stop it and fix the link"]
+
+
 def test_a_model_folder_the_trainer_did_not_export_is_refused_whatever_the_checkpoints(tmp_path):
     root, model = str(tmp_path / "checkpoints"), str(tmp_path / "model")
     checkpoint.claim(root, {"seed": 1}, model)
