@@ -254,16 +254,18 @@ def _folders(base: str) -> set[Path]:
     return {p for p in (Path(base), Path(base) / "checkpoints", Path(base) / "logs") if p.is_dir()}
 
 
-def _missing_through_links(base: str) -> list[Path]:
+def _missing_through_links(gone: Sequence[str]) -> list[Path]:
     """The folders not there now that a run makes through the user's links (storage.make_dirs: a link to a folder not
-    made yet gets it): where checkpoints/ or logs/ link, and the folder of the file logs/metrics.jsonl links to, with
-    their missing parents; deepest first (_unclaim's `through_links`)."""
-    logs = Path(base) / "logs"
-    ends = [Path(os.path.realpath(p)) for p in (Path(base) / "checkpoints", logs) if p.is_symlink()]
-    if (logs / "metrics.jsonl").is_symlink():
-        ends.append(Path(os.path.realpath(logs / "metrics.jsonl")).parent)
+    made yet gets it): where the links that point to nothing (`gone`, checkpoint.gone_links': checkpoints/, logs/,
+    logs/metrics.jsonl) point, the folder of the file for metrics.jsonl, with their missing parents; deepest first
+    (_unclaim's `through_links`, removed again when the run fails and they are empty)."""
+    from ftcli_trainer.checkpoint import METRICS
+
     missing: set[Path] = set()
-    for folder in ends:
+    for link in gone:
+        folder = Path(os.path.realpath(link))
+        if Path(link).name == METRICS:
+            folder = folder.parent
         while not os.path.lexists(folder) and folder != folder.parent:
             missing.add(folder)
             folder = folder.parent
@@ -489,7 +491,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     gone = checkpoint.gone_links(ckpt, logs)
     dead = checkpoint.dead_links(ckpt, logs, storage.join(base, "model"), gone)
     folders = set() if storage.is_gcs(base) else _folders(base)
-    through_links = [] if storage.is_gcs(base) else _missing_through_links(base)  # (before the claim makes any)
+    through_links = _missing_through_links(gone)  # (before the claim makes any)
     claimed = _claim(base, cfg, gone)
     for line in dead:  # the trainer's logger: `warning: ...`, as ftcli's own (output.route_warnings)
         logging.getLogger("ftcli_trainer").warning("%s", line)

@@ -435,7 +435,8 @@ def foreign_model_dir(model_dir: str) -> str | None:
 def gone_links(checkpoint_dir: str, logs_dir: str) -> list[str]:
     """checkpoints/, logs/ and logs/metrics.jsonl (local ones) where they are links to something not there, looked at
     before the run makes it (storage.make_dirs: lock, claim, the metrics' writer): dead_links' warnings, and claim's
-    `gone`."""
+    `gone`, and ftcli.local's _missing_through_links (the folders the run makes where they point, which a failed
+    run removes again)."""
     logs = logs_dir.rstrip("/")
     links = [p.rstrip("/") for p in (checkpoint_dir, logs, f"{logs}/{METRICS}") if not storage.is_gcs(p)]
     return [p for p in links if os.path.islink(p) and not os.path.exists(p)]
