@@ -568,8 +568,27 @@ class Trainer:
         root = self.paths.checkpoint_dir
         step = int(state["global_step"]) if state else 0
         best = state.get("best") if state else None
-        if isinstance(best, dict) and not checkpoint.has_best(root, int(best["step"])):
-            if state and (self.epoch >= self.cfg.epochs or state.get("early_stopped")):
+        ended = bool(state and (self.epoch >= self.cfg.epochs or state.get("early_stopped")))  # nothing to train
+        if isinstance(best, dict) and not checkpoint.has_best(root, int(best["step"])) and int(best["step"]) == step:
+            # The checkpoint just loaded is of the best's very step (a curve still improving at the run's end, or a
+            # checkpoint at a new best's step): the model holds the best's weights (the evaluation comes before its
+            # step's checkpoint, no optimizer step between). A finished run was refused ("put that folder back"), and
+            # one with steps left looked for another best, exporting another model than the uninterrupted run's. The
+            # best stays; with steps left, its folder is written again from these weights (a later export or resume
+            # loads it from there).
+            if self.dist.is_main:
+                if ended:
+                    log.info("the best evaluation's weights (step %d) are not in %s: the step %d checkpoint holds "
+                             "them", step, root, step)
+                else:
+                    written = checkpoint.save_best(root, step, self.model, {
+                        "step": step, "epoch": float(best["epoch"]), "value": float(best["value"]),
+                        "metric": self.best_key})
+                    self._best_as_exported = step if written else None
+                    log.info("the best evaluation's weights (step %d) were not in %s: written again from the step %d "
+                             "checkpoint, which holds them", step, root, step)
+        elif isinstance(best, dict) and not checkpoint.has_best(root, int(best["step"])):
+            if ended:
                 # Nothing left to train, so no evaluation to find a best in: the last step's weights would be exported
                 # (over a kept model/) under a warning that no evaluation gave a finite metric.
                 kept = int(best["step"])

@@ -818,6 +818,76 @@ def test_a_finished_run_whose_best_weights_are_gone_is_refused_and_its_model_lef
     assert (out / "model" / "model.safetensors").read_bytes() == exported
 
 
+@pytest.mark.parametrize("lost", ["folder", "weights"])
+def test_a_finished_run_whose_best_is_its_last_step_exports_from_that_checkpoint_without_the_best_folder(
+        tmp_path, tiny_model, sentiment_csv, capsys, lost):
+    # The best at the last step (a curve still improving; here the one evaluation of one epoch): best-15/ removed by
+    # hand (its file is the final checkpoint's too, a hard link: it looks like a copy) and the same command again (a
+    # worker restarted during the export) was refused, "put that folder back to export it", though step-15/ holds
+    # those very weights. It exports them.
+    train, test = sentiment_csv
+    out = tmp_path / "run"
+    argv = ["--task", "csv", "--train-file", str(train), "--eval-file", str(test), "--model", str(tiny_model),
+            "--output-dir", str(out), "--epochs", "1", "--batch-size", "16", "--keep-best"]
+    assert main(argv) == 0
+    exported, m = (out / "model" / "model.safetensors").read_bytes(), _metrics(out)
+    assert m["best_global_step"] == m["global_step"] == 15
+    best = out / "checkpoints" / "best-00000015"
+    if lost == "folder":
+        shutil.rmtree(best)
+    else:
+        (best / "model.safetensors").unlink()
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    said = capsys.readouterr()
+    assert (f"the best evaluation's weights (step 15) are not in {out / 'checkpoints'}: the step 15 checkpoint holds "
+            "them") in said.out
+    assert "error" not in said.err and "warning" not in said.out + said.err
+    assert (out / "model" / "model.safetensors").read_bytes() == exported
+    again = _metrics(out)
+    assert (again["best_global_step"], again["eval_accuracy"]) == (15, m["eval_accuracy"])
+
+
+def test_a_resume_from_the_best_steps_checkpoint_keeps_that_best_when_its_folder_is_gone(tmp_path, tiny_model,
+                                                                                          sentiment_csv, monkeypatch,
+                                                                                          capsys):
+    # A checkpoint at the best's very step (21) holds the best's weights; best-21/ removed by hand, the resumed run
+    # warned "the best is looked for from step 21 on" and kept a later evaluation as the best, exporting another model
+    # than the uninterrupted run's. The best stays, its folder written again from the checkpoint's weights.
+    from ftcli_trainer.loop import Trainer
+    from ftcli_trainer.task import run
+
+    args = ("--keep-best", "--save-every", "21")
+    whole = tmp_path / "whole"
+    assert main(_argv(sentiment_csv, tiny_model, whole, *args)) == 0
+    assert _metrics(whole)["best_global_step"] == 21
+
+    train_step = Trainer.train_step
+
+    def crashing(self, *a, **k):
+        if self.global_step == 25:  # (after step-21/, before the second epoch's end)
+            raise _Crash
+        return train_step(self, *a, **k)
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(Trainer, "train_step", crashing)
+    with pytest.raises(_Crash):
+        run(parse_args(_argv(sentiment_csv, tiny_model, out, *args)))
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    newest = out / "checkpoints" / "step-00000021" / "trainer_state.pt"
+    assert torch.load(newest, weights_only=True)["best"]["step"] == 21
+    shutil.rmtree(out / "checkpoints" / "best-00000021")  # removed by hand
+    capsys.readouterr()
+    assert main(_argv(sentiment_csv, tiny_model, out, *args)) == 0
+    said = capsys.readouterr().out
+    assert (f"the best evaluation's weights (step 21) were not in {out / 'checkpoints'}: written again from the step "
+            "21 checkpoint, which holds them") in said and "looked for" not in said
+    m, w = _metrics(out), _metrics(whole)
+    assert (m["best_global_step"], m["eval_accuracy"], m["eval_loss"]) == (21, w["eval_accuracy"], w["eval_loss"])
+    kept, uninterrupted = _weights(out / "model" / "model.safetensors"), _weights(whole / "model" / "model.safetensors")
+    assert kept.keys() == uninterrupted.keys() and all(np.array_equal(kept[k], uninterrupted[k]) for k in kept)
+
+
 def test_no_best_after_a_resume_that_lost_it_says_so_not_only_no_finite_metric(tmp_path, tiny_model, sentiment_csv,
                                                                               caplog):
     train, _ = sentiment_csv
