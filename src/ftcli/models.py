@@ -385,6 +385,17 @@ def _max_length(run: dict | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def saved_threshold(config: dict | None, run: dict | None) -> float | None:
+    """The threshold a multi-label model's F1s are at, as its folder says it: config.json's `ftcli_threshold` (the
+    trainer sets it on the model's config), else ftcli_run.json's `threshold` (the run's --threshold); None when
+    neither holds a number. The one reading of it: `ftcli predict` and `ftcli evaluate` apply it (when no
+    --threshold is given) and `ftcli report` shows it beside the F1s, so the three never disagree on a model."""
+    for value in ((config or {}).get("ftcli_threshold"), (run or {}).get("threshold")):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
 @dataclass
 class Text:
     """One input to classify and where it came from (for an error that names it): an argument, a line of a text
@@ -614,6 +625,7 @@ class _Classifier:
     def __init__(self, path: Path, run: dict | None, threshold: float | None = None, command: str = "ftcli predict",
                  notify: Notify | None = None):
         from ftcli.local import require_train_extra
+        from ftcli_trainer.config import TrainConfig
         from ftcli_trainer.cpu import wait_passively_if_busy
         from ftcli_trainer.model import vocabulary_problem
 
@@ -671,7 +683,10 @@ class _Classifier:
                 "single-label (the top label is the answer)"
             raise UsageError(f"--threshold applies to multi-label models; {path} is {kind}",
                              hint="leave --threshold out")
-        self.threshold = threshold if threshold is not None else getattr(config, "ftcli_threshold", 0.5)
+        # Without --threshold, the model's own (saved_threshold); one whose folder says none (a model from
+        # elsewhere) gets the trainer's --threshold default
+        saved = saved_threshold(config.to_dict(), run)
+        self.threshold = threshold if threshold is not None else saved if saved is not None else TrainConfig.threshold
         # Cut where the run trained and evaluated; a model from elsewhere at what its tokenizer and positions allow
         # (a tokenizer without a limit says 1e30: a long text then overran the position embeddings).
         tokenizer = clf.tokenizer

@@ -104,12 +104,9 @@ class Run:
     def threshold(self) -> float | None:
         """A multi-label model's threshold, the one its F1s are at (config.json's ftcli_threshold, which ftcli predict
         and ftcli evaluate take by default; else the run's --threshold); None for other models, or when unsaid."""
-        if self.kind != "multi_label":
-            return None
-        for value in ((self.config or {}).get("ftcli_threshold"), (self.run_config or {}).get("threshold")):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
-        return None
+        from ftcli.models import saved_threshold
+
+        return saved_threshold(self.config, self.run_config) if self.kind == "multi_label" else None
 
     def headline(self) -> tuple[str, ...]:
         """The metrics the trainer's own log lines show for this run, most important first."""

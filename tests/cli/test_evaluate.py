@@ -422,6 +422,25 @@ def test_a_multi_label_runs_report_says_its_threshold_as_evaluate_does(capsys, t
     assert _table(tmp_path / "eval-report" / "report.md", "## Metrics") == runs
 
 
+
+def test_evaluate_and_predict_take_the_threshold_report_shows(capsys, tmp_path, tiny_model):
+    # The threshold was read in two places: ftcli report from config.json's ftcli_threshold, else ftcli_run.json's
+    # --threshold; evaluate and predict from config.json alone, else 0.5. A run at --threshold 0.3 whose config.json
+    # no longer says it (re-saved by another tool) was reported at 0.3 and evaluated and predicted at 0.5.
+    pytest.importorskip("matplotlib")
+    train = write_csv(tmp_path / "train.csv", ["text", "pos", "neg"], _topics(120, 1))
+    dev = write_csv(tmp_path / "dev.csv", ["text", "pos", "neg"], _topics(40, 2))
+    model, _ = _train(tmp_path, tiny_model, train, dev, "--label-columns", "pos,neg", "--threshold", "0.3", epochs=1)
+    config = json.loads((model / "config.json").read_text())
+    del config["ftcli_threshold"]
+    (model / "config.json").write_text(json.dumps(config))
+    r = run_cli(capsys, "report", str(model.parent), "--out", str(tmp_path / "run-report"))
+    assert r.code == 0, r.err
+    assert "| threshold | 0.3000 |" in _table(tmp_path / "run-report" / "report.md", "## Metrics")
+    r = run_cli(capsys, "evaluate", str(model), str(dev), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["threshold"] == 0.3  # (predict's model is read by the same code)
+
 # -- cut short: Ctrl-C, SIGTERM (a CI step's timeout, `docker stop`), SIGHUP (a closed terminal) --------------------
 
 
