@@ -535,9 +535,12 @@ REPORT_WITH_PEAK_RSS = ("import sys\nfrom ftcli.cli.app import main\ntry:\n    m
                         "    print('peak_rss_kib', hwm.split()[1], file=sys.stderr)")
 
 
-def many_labels_run(root: Path, k: int, multi_label: bool = False, n: int = 4000) -> tuple[Path, list[str]]:
+def many_labels_run(root: Path, k: int, multi_label: bool = False, n: int = 4000, threshold: float | None = None
+                    ) -> tuple[Path, list[str]]:
     """A finished run with `k` labels as the trainer leaves it (its own metrics and prediction arrays), written
-    directly (training a 1000-label model would take minutes); return it and the labels, most support first."""
+    directly (training a 1000-label model would take minutes); return it and the labels, most support first. A
+    multi-label run's `threshold`, when given, is its F1s' and its config.json's (ftcli_threshold), as the trainer
+    saves it."""
     from ftcli_trainer.export import prediction_arrays
     from ftcli_trainer.metrics import multi_label as multi_label_metrics
     from ftcli_trainer.metrics import single_label
@@ -550,7 +553,7 @@ def many_labels_run(root: Path, k: int, multi_label: bool = False, n: int = 4000
     if multi_label:
         truth = (rng.random((n, k)) < np.clip(weight * 3, 0, 0.9)).astype(np.float32)
         logits = np.where(rng.random((n, k)) < 0.8, truth * 4 - 2, 2 - truth * 4).astype(np.float32)
-        metrics = multi_label_metrics(logits, truth, names, 0.5)
+        metrics = multi_label_metrics(logits, truth, names, 0.5 if threshold is None else threshold)
         support = truth.sum(axis=0)
     else:
         truth = rng.choice(k, size=n, p=weight / weight.sum())
@@ -566,11 +569,12 @@ def many_labels_run(root: Path, k: int, multi_label: bool = False, n: int = 4000
                                                                   "train_loss": 2.0, "device": "cpu"}
     (model / "metrics.json").write_text(json.dumps(final))
     problem = "multi_label_classification" if multi_label else "single_label_classification"
-    (model / "config.json").write_text(json.dumps({"problem_type": problem,
+    saved = {"ftcli_threshold": threshold} if multi_label and threshold is not None else {}
+    (model / "config.json").write_text(json.dumps({"problem_type": problem, **saved,
                                                    "id2label": {str(i): x for i, x in enumerate(names)}}))
     (model / "ftcli_run.json").write_text(json.dumps({"task": "csv", "model": "tiny"}))
     np.savez_compressed(model / "eval_predictions.npz", **prediction_arrays(
-        {"eval": (truth, logits)}, names, multi_label, False, 0.5))
+        {"eval": (truth, logits)}, names, multi_label, False, 0.5 if threshold is None else threshold))
     rows = [{"type": "train", "step": s, "epoch": s / 20, "loss": 3 - s / 20, "learning_rate": 1e-4} for s in
             range(1, 41)] + [{"type": "eval", "step": s, "epoch": s / 20, "eval_loss": 2 - s / 40} for s in (20, 40)]
     (logs / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -625,6 +629,21 @@ def test_a_run_with_1000_labels_draws_the_most_frequent_in_bounded_memory(tmp_pa
     per_label = table(md, "Per label (eval)")
     assert list(per_label) == list(m["eval_per_label"]) and len(per_label) == 1000
     assert len(md.splitlines()) < 1100
+
+
+def test_report_json_gives_a_multi_label_runs_threshold_and_null_for_others(capsys, tmp_path):
+    # report.md said a multi-label run's threshold beside its F1s; --json listed the files alone, so a script read
+    # the F1s without knowing which threshold they were at
+    run, _ = many_labels_run(tmp_path / "multi", 4, multi_label=True, n=200, threshold=0.3)
+    r = run_cli(capsys, "report", str(run), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out) == {"report": str(run / "report"), "threshold": 0.3, "files": [
+        str(run / "report" / n) for n in ("report.md", "learning_curves.png", "per_label_f1.png")]}
+    assert "| threshold | 0.3000 |" in (run / "report" / "report.md").read_text()  # the same number
+    run, _ = many_labels_run(tmp_path / "single", 4, n=200)
+    r = run_cli(capsys, "report", str(run), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["threshold"] is None
 
 
 def test_a_run_at_the_limit_draws_every_label(capsys, tmp_path):

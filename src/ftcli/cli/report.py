@@ -98,7 +98,9 @@ def report(
     if loaded.skipped_lines:
         err().print(f"[dim]skipped {loaded.skipped_lines} unreadable line(s) of metrics.jsonl[/]")
     if json_out:
-        print(json.dumps({"report": str(target), "files": [str(f) for f in files]}))
+        # with the threshold a multi-label run's F1s are at, as report.md has it beside them (null for a single-label
+        # or regression run, and for a run whose files do not say it yet: a job's come with its model)
+        print(json.dumps({"report": str(target), "files": [str(f) for f in files], "threshold": loaded.threshold}))
     else:
         for f in files:
             out().print(str(f), markup=False)
