@@ -112,6 +112,63 @@ def reader_gone(stream: IO[str]) -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
+# How long the last words after an interruption wait for a reader that is not reading (`ftcli logs 3 | slow_reader`,
+# a stopped pager): a reader that is alive makes room within it; past it, ftcli exits without them, inside
+# `docker stop`'s 10 s between its SIGTERM and its SIGKILL.
+LAST_WRITE_PATIENCE = 5.0
+
+
+class _Stuck(Exception):
+    """The last words waited past their patience."""
+
+
+@contextmanager
+def last_words(patience: float = LAST_WRITE_PATIENCE) -> Iterator[None]:
+    """What the block writes after an interruption (Ctrl-C, SIGTERM, SIGHUP), and what stdout and stderr still hold,
+    written if a reader takes it within `patience` seconds; otherwise dropped, and the command goes on to exit. The
+    write a signal cut short left its line in stdout's buffer, and Python's flush at exit waited for the pipe's reader
+    however long it took: a reader that no longer read (`ftcli logs 3 | reader`, `2>&1` too) kept ftcli from
+    exiting, after it had said it would. Past the patience, when a reader has gone (EPIPE), or at a second Ctrl-C,
+    stdout and stderr are pointed at os.devnull, so that the flush at exit neither waits nor says "Exception ignored".
+    The wait is bounded with SIGALRM, in the main thread (the signal's; not on Windows: there it is unbounded)."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    timed = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    writing = [True]
+
+    def give_up(signum: int, frame: object) -> None:
+        if writing[0]:  # (an alarm that comes as the writes end is ignored)
+            raise _Stuck
+
+    before: Any = None
+    if timed:
+        before = signal.signal(signal.SIGALRM, give_up)
+        signal.setitimer(signal.ITIMER_REAL, patience)
+    try:
+        yield
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        writing[0] = False
+    except (_Stuck, OSError, ValueError, KeyboardInterrupt):  # ValueError: a closed stream
+        writing[0] = False
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                fd = stream.fileno()
+            except (OSError, ValueError, AttributeError):  # no file descriptor (a test's capture): nothing waits
+                continue
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if before is None else before)
+
+
 def emit_json(obj: Any) -> None:
     """One JSON value on one line of stdout, flushed (a reader may be waiting for it)."""
     print(json_line(obj), flush=True)

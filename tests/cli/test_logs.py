@@ -400,6 +400,9 @@ def test_ctrl_c_detaches_and_leaves_the_job_running(logs_env, sig, status):
     assert not [m for m, _ in vertex.requests if m == "CancelCustomJob"]
 
 
+DETACHED = "detached; the job keeps running. Re-attach: ftcli logs 1   cancel: ftcli jobs cancel 1"
+
+
 def test_a_detached_json_stream_is_whole_lines_without_a_closing_object(logs_env):
     """`logs --json` detached by Ctrl-C prints no object of its own: the job runs on as it would have without ftcli,
     so nothing is left for a script to act on, and a stream without the job's final state event is the README's sign
@@ -424,6 +427,89 @@ def test_a_detached_json_stream_is_whole_lines_without_a_closing_object(logs_env
     assert not any("detached" in json.dumps(x) or "interrupted" in json.dumps(x) for x in lines)
     assert err.splitlines()[-1] == ("detached; the job keeps running. Re-attach: ftcli logs 1   cancel: ftcli jobs "
                                     "cancel 1")
+
+
+def _fill_then_signal(logs, job, json_out: bool, sig: int) -> tuple[subprocess.Popen, int]:
+    """`ftcli logs 1` writing into a pipe nobody reads, until the pipe is full and ftcli waits in a write, then sent
+    `sig`: (the child, the pipe's read end). Python's own buffering, as a user's shell runs it: with
+    PYTHONUNBUFFERED the line a signal cuts short is not held for the exit."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1",
+                             *(["--json"] if json_out else [])], stdout=w, stderr=subprocess.PIPE, text=True, env=env)
+    os.close(w)
+    try:
+        _fill(proc, r, logs, job)
+    except BaseException:  # a child left running would keep its tail open, and the next test would wait for it
+        proc.kill()
+        proc.communicate()
+        os.close(r)
+        raise
+    proc.send_signal(sig)
+    return proc, r
+
+
+def _fill(proc: subprocess.Popen, r: int, logs, job) -> None:
+    import fcntl
+    import termios
+
+    wait_for_child(proc, lambda: logs.wait_for_tails(1, timeout=20) or pytest.fail("no tail in 20 s"))
+    size = fcntl.fcntl(r, 1032)  # F_GETPIPE_SZ
+
+    def held() -> int:
+        return int.from_bytes(fcntl.ioctl(r, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+
+    start, i, before = dt.datetime.now(dt.UTC), 0, -1
+    deadline = time.monotonic() + 60
+    # Full: it holds no more though more lines were written (a line does not share a page of the pipe with the one
+    # before it when it does not fit, so full is short of F_GETPIPE_SZ)
+    while not (held() == before and held() > size - 4096) and time.monotonic() < deadline:
+        before = held()
+        for _ in range(100):
+            logs.write_line(job["id"], REPLICAS[i % 3], f"line {i:05d}", timestamp=start + dt.timedelta(
+                milliseconds=10 * i), insert_id=f"id-{i}")
+            i += 1
+        time.sleep(0.5)
+    assert held() == before, (held(), size)  # and ftcli waits in a write, its last lines not taken
+
+
+def _drain(r: int) -> str:
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    return b"".join(chunks).decode()
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["lines", "json"])
+def test_a_signal_while_the_reader_reads_nothing_still_ends_ftcli(logs_env, json_out):
+    # `ftcli logs 1 | reader` whose reader had stopped reading (a stopped pager, a hung script), the pipe full: a
+    # SIGTERM (or Ctrl-C) said "detached" and ftcli never exited, Python's flush at exit waiting on the line the
+    # signal had cut short. It waits a few seconds for the reader (output.LAST_WRITE_PATIENCE), then exits without it.
+    from ftcli.output import LAST_WRITE_PATIENCE
+
+    vertex, logs, job = logs_env
+    proc = r = None
+    try:
+        proc, r = _fill_then_signal(logs, job, json_out, signal.SIGTERM)
+        signalled = time.monotonic()
+        proc.wait(timeout=LAST_WRITE_PATIENCE + 10)
+        took = time.monotonic() - signalled
+        err = proc.stderr.read()
+        out = _drain(r)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143 and took < LAST_WRITE_PATIENCE + 5, (took, err)
+    assert "Traceback" not in err and "Exception ignored" not in err and err.splitlines()[-1] == DETACHED, err
+    lines = out.splitlines()
+    assert out.endswith("\n") and len(lines) > 300  # whole lines
+    if json_out:
+        texts = [json.loads(line).get("text") for line in lines]
+        got = [t for t in texts if t]
+        assert got == [f"line {i:05d}" for i in range(len(got))]  # nothing torn, nothing out of order
+    assert vertex.job(job["name"]).state.name == "JOB_STATE_RUNNING"
 
 
 @pytest.mark.parametrize("json_out", [False, True], ids=["lines", "json"])

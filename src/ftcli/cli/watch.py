@@ -144,6 +144,16 @@ class FollowView(Events):
 
         return reader_gone(self.out.file)
 
+    def detached(self) -> None:
+        """Ctrl-C (SIGTERM, SIGHUP) ended the following, the job running on: said on stderr with what to run next,
+        within output.last_words' patience: a reader that no longer reads does not keep ftcli from exiting."""
+        from ftcli.output import last_words
+
+        self.wait.stop()
+        with last_words():
+            self.err.print(f"\ndetached; the job keeps running. Re-attach: ftcli logs {self.shown}   "
+                           f"cancel: ftcli jobs cancel {self.shown}")
+
     def ended(self, outcome: Outcome) -> None:
         from ftcli.follow import FAILED_REPLICA_RE, error_parts
         from ftcli.images import pull_failure_hint
@@ -224,7 +234,7 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
     from ftcli.errors import FollowingLost
     from ftcli.gcp.cloud_logging import get_logging
     from ftcli.gcp.vertex import get_vertex
-    from ftcli.output import err, note
+    from ftcli.output import note
 
     timing = timing_from_env()
     vertex = get_vertex(name.project, name.region, notify=note)
@@ -235,9 +245,7 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
                                       events=view, follow=follow,
                                       replica=replica, severity=severity, since=since, timing=timing, label=shown)
     except KeyboardInterrupt:
-        view.done_waiting()
-        err().print(f"\ndetached; the job keeps running. Re-attach: ftcli logs {shown}   "
-                    f"cancel: ftcli jobs cancel {shown}")
+        view.detached()
         return 128 + got[0] if got else 130
     except FollowingLost as e:
         e.then(f"follow it again: ftcli logs {shown}   cancel it: ftcli jobs cancel {shown}")
