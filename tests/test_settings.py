@@ -270,7 +270,9 @@ def test_a_bucket_can_name_the_jobs_region(monkeypatch):
 
 @pytest.mark.parametrize("typo, meant", [("service-account", "service_account"), ("Region", "region"),
                                          ("regoin", "region"), ("projet", "project"), ("buckets", "bucket"),
-                                         ("location", "region"), ("staging_bucket", "bucket")])
+                                         ("location", "region"), ("staging_bucket", "bucket"),
+                                         ("project_id", "project"), ("service_account_email", "service_account"),
+                                         ("image-mirror-url", "image_mirror"), ("bucket_name", "bucket")])
 def test_a_mistyped_key_in_the_config_file_is_refused_not_ignored(tmp_path, typo, meant):
     # A hand-edited `service-account = ...` was dropped without a word: the job ran as the default service account
     # (or, for `regoin`, in us-central1).

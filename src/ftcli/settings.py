@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import configparser
 import contextlib
-import difflib
 import json
 import logging
 import os
@@ -106,7 +105,7 @@ def load_config_file() -> dict[str, str]:
         raise
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path} is not valid TOML ({e})", hint=f"fix or delete {path}") from None
-    if typos := [(k, near) for k in data if k not in KEYS and (near := _near_key(k))]:
+    if typos := [(k, near) for k in data if k not in KEYS and (near := near_key(k))]:
         key, near = typos[0]
         raise UsageError(f"{path}: unknown {_entry(key, data[key])}; did you mean {near}?",
                          hint=f"rename it in {path} (ftcli reads {', '.join(KEYS)}, at the top of the file)")
@@ -163,7 +162,7 @@ def _settings_in_tables(data: dict, table: str = "") -> Iterator[tuple[str, str,
             inner = f"{table}.{k}" if table else k
             for each in [v] if isinstance(v, dict) else v:
                 for key in each:
-                    if not isinstance(each[key], dict) and (near := _near_key(key)):
+                    if not isinstance(each[key], dict) and (near := near_key(key)):
                         yield _entry(inner, v), key, near
                 yield from _settings_in_tables(each, inner)
 
@@ -227,17 +226,21 @@ def _toml_edited(data: bytes, values: dict[str, str | None]) -> bytes:
     return bom + edited.encode(codec)
 
 
-def _near_key(key: str) -> str | None:
-    """The setting a key of the config file was most likely meant to be (`service-account`, `Region`, `regoin`,
-    `location`), or None. Such a key was ignored without a word, and the job went to the default region or ran as
-    the default service account."""
+def near_key(key: str) -> str | None:
+    """The setting a key was most likely meant to be (`service-account`, `Region`, `regoin`, `location`), or None:
+    for a key of the config file (such a key was ignored without a word, and the job went to the default region or
+    ran as the default service account) and for `ftcli config set | get | unset KEY`. One rule for both: a typo
+    (spelling.near says why it is counted in edits), or a setting's name with a word after it (`service_account_email`,
+    `image_mirror_url`, `bucket_name`, `region_name`). The file's check took difflib's ratio at 0.8 and the commands'
+    at 0.6, which also "meant" what is only the start of a name (`image`, which is rather --image, the trainer image,
+    than image-mirror), and not `bucket_name`."""
     folded = key.strip().lower().replace("-", "_").replace(" ", "_")
     if folded in KEYS:
         return folded
     if folded in ALIASES:
         return ALIASES[folded]
-    close = difflib.get_close_matches(folded, KEYS, n=1, cutoff=0.8)
-    return close[0] if close else None
+    close = near(folded, KEYS, n=1) or [k for k in KEYS if folded.startswith(f"{k}_")]
+    return close[0] if len(close) == 1 else None
 
 
 def _file_kind(path: Path) -> str:

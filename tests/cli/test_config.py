@@ -427,18 +427,25 @@ def test_set_without_a_writable_home_names_the_config_file_and_the_variables(cap
 
 
 @pytest.mark.parametrize("args,says", [
-    (["set", "projet", "my-project"], "error: unknown setting 'projet'; did you mean project? (settings: project, "
-                                      "region, bucket, service-account, image-mirror)"),
-    (["get", "service_acount"], "error: unknown setting 'service_acount'; did you mean service-account? (settings: "
-                                "project, region, bucket, service-account, image-mirror)"),
-    (["unset", "zone"], "error: unknown setting 'zone'; choose one of project, region, bucket, service-account, "
-                        "image-mirror"),
-    (["set", "location", "europe-west4"], "error: unknown setting 'location'; did you mean region? (settings: "
-                                          "project, region, bucket, service-account, image-mirror)"),
+    (["set", "projet", "my-project"], ["error: unknown setting 'projet'; did you mean project?",
+                                       "hint: ftcli config set project my-project"]),
+    (["get", "service_acount"], ["error: unknown setting 'service_acount'; did you mean service-account?",
+                                 "hint: ftcli config get service-account"]),
+    (["get", "imag-mirror", "--json"], ["error: unknown setting 'imag-mirror'; did you mean image-mirror?",
+                                        "hint: ftcli config get image-mirror --json"]),
+    # (only the start of a name: `image` is as likely --image, the trainer image, which is no setting)
+    (["set", "image", "pytorch/pytorch"], ["error: unknown setting 'image'; choose one of project, region, bucket, "
+                                           "service-account, image-mirror"]),
+    # `unset` says what `set` says: the key is unknown, the one meant, and the command to run instead
+    (["unset", "regoin"], ["error: unknown setting 'regoin'; did you mean region?", "hint: ftcli config unset region"]),
+    (["unset", "zone"], ["error: unknown setting 'zone'; choose one of project, region, bucket, service-account, "
+                         "image-mirror"]),
+    (["set", "location", "europe west4"], ["error: unknown setting 'location'; did you mean region?",
+                                           "hint: ftcli config set region 'europe west4'"]),
 ])
 def test_an_unknown_setting_says_which_was_meant(capsys, isolated, args, says):
     r = run_cli(capsys, "config", *args)
-    assert (r.code, r.out, r.err.splitlines()) == (2, "", [says])
+    assert (r.code, r.out, r.err.splitlines()) == (2, "", says)
     assert not (isolated / "config.toml").exists()
 
 

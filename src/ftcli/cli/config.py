@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
@@ -42,26 +43,26 @@ HOW_TO_SET = {"project": "--project ID, FTCLI_PROJECT, `ftcli config set project
                               "LOCATION-docker.pkg.dev/PROJECT/REPOSITORY` (a remote repository of Docker Hub)"}
 
 
-def _key(key: str) -> str:
-    from ftcli.settings import ALIASES, KEYS
-    from ftcli_trainer.config import did_you_mean
+def _key(key: str, retyped: Callable[[str], str]) -> str:
+    """The setting `key` names (`service-account` is service_account); an unknown one is refused, naming the
+    setting it most likely meant (settings.near_key, the rule the config file's keys are held to) with `retyped(k)`,
+    the command again with that setting, as the hint. `config set`, `get` and `unset` all come here."""
+    from ftcli.settings import KEYS, near_key
 
     k = key.replace("-", "_")
-    if k not in KEYS:
-        names = [x.replace("_", "-") for x in KEYS]
-        alias = ALIASES.get(k.lower())  # Vertex AI's SDK's name for it (`location`, `staging-bucket`)
-        near = f"did you mean {alias.replace('_', '-')}?" if alias else did_you_mean(key.replace("_", "-"), names)
-        raise UsageError(f"unknown setting {key!r}; " + (f"{near} (settings: {', '.join(names)})" if near
-                                                           else f"choose one of {', '.join(names)}"))
-    return k
+    if k in KEYS:
+        return k
+    names = [x.replace("_", "-") for x in KEYS]
+    if (meant := near_key(key)) is None:
+        raise UsageError(f"unknown setting {key!r}; choose one of {', '.join(names)}")
+    shown = meant.replace("_", "-")
+    raise UsageError(f"unknown setting {key!r}; did you mean {shown}?", hint=retyped(shown))
 
 
 def usage_hint(ctx: ClickContext) -> str | None:
     """The hint for a usage error of `config set` typed as other tools take it, or None: `config set region=X` (git's
     and .env's KEY=VALUE) said only "missing argument 'value'", and two settings at once "got unexpected extra
     argument(s)", each with "see ftcli config set -h"."""
-    import shlex
-
     if ctx.info_name != "set" or ctx.parent is None or ctx.parent.info_name != "config":
         return None
     key, value = ctx.params.get("key") or "", ctx.params.get("value")
@@ -128,7 +129,7 @@ def set_(key: KeyArg, value: ValueArg) -> None:
     from ftcli import settings
     from ftcli.output import note, out
 
-    k = _key(key)
+    k = _key(key, lambda k: f"ftcli config set {k} {shlex.quote(value)}")
     check = _check(k)
     # `{region}` in a bucket stands for the job's region (settings.effective): checked as one region would fill it
     checked = value.replace(settings.REGION_FIELD, settings.DEFAULT_REGION) if k == "bucket" else value
@@ -151,7 +152,7 @@ def get(key: KeyArg, json_out: JsonOpt = False) -> None:
     from ftcli.output import emit_json, note, warn
     from ftcli.settings import effective
 
-    k = _key(key)
+    k = _key(key, lambda k: f"ftcli config get {k}" + (" --json" if json_out else ""))
     v = effective()[k]
     # Printed as it is, a value every command refuses (FTCLI_REGION=us-centrall1) went by without a word, though
     # `config list` says it
@@ -238,7 +239,7 @@ def unset(key: KeyArg) -> None:
     from ftcli import settings
     from ftcli.output import note, out
 
-    k = _key(key)
+    k = _key(key, lambda k: f"ftcli config unset {k}")
     # It said nothing, whether the file had the key or not, and whatever value the setting still had from a
     # variable or gcloud: a user could not tell that FTCLI_REGION still won.
     if k not in settings.load_config_file():
