@@ -129,6 +129,29 @@ def test_a_price_file_variable_naming_no_file_is_said_not_ignored(tmp_path, monk
         for_region("us-central1", quiet_without_file=True)
 
 
+@pytest.mark.parametrize("variable", [True, False])
+def test_a_price_file_that_is_a_folder_or_not_text_says_how_to_fix_that_not_the_format(tmp_path, monkeypatch,
+                                                                                       variable):
+    # Each was "price file P: ...", hint "see README 'What a job costs' for its format": no format fixes either.
+    path = tmp_path / "user-config" / "prices.toml"  # beside the config file (conftest's FTCLI_CONFIG)
+    if variable:
+        path = tmp_path / "prices.toml"
+        monkeypatch.setenv("FTCLI_PRICES", str(path))
+    path.mkdir(parents=True)
+    with pytest.raises(UsageError) as e:
+        for_region("us-central1")
+    assert (e.value.message, e.value.hint) == (f"price file {path}: is a folder, not a file", (
+        "point FTCLI_PRICES at the price file itself" if variable else
+        "move that folder away (ftcli reads rates from a file there), or point FTCLI_PRICES at your price file"))
+    path.rmdir()
+    path.write_bytes('source = "café"\nread = 2026-11-20\n'.encode("latin-1"))  # an editor's Windows-1252
+    with pytest.raises(UsageError) as e:
+        for_region("us-central1")
+    assert (e.value.message, e.value.hint) == (
+        f"price file {path}: is not UTF-8 text (byte 13: invalid continuation byte)",
+        "save it as UTF-8 (or UTF-16 with a byte-order mark)")
+
+
 def test_a_tuning_jobs_cost_is_every_trials_run_time(tmp_path, monkeypatch):
     import datetime as dt
 

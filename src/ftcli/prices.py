@@ -19,6 +19,7 @@ one line that names the file and the key.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import functools
 import math
 import os
@@ -48,9 +49,11 @@ def price_path() -> Path:
     return config_path().parent / "prices.toml"
 
 
-def _problem(path: Path, what: str) -> UsageError:
-    return UsageError(f"price file {path}: {what}",
-                      hint="see README 'What a job costs' for its format; FTCLI_PRICES names another file")
+FORMAT_HINT = "see README 'What a job costs' for its format; FTCLI_PRICES names another file"
+
+
+def _problem(path: Path, what: str, hint: str = FORMAT_HINT) -> UsageError:
+    return UsageError(f"price file {path}: {what}", hint=hint)
 
 
 def _rate(path: Path, where: str, value: object) -> float:
@@ -131,10 +134,20 @@ def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceT
                              hint="fix the path, or unset FTCLI_PRICES to use prices.toml beside the config "
                              "file") from None
         return None, None if quiet_without_file else f"no price file ({path}); ftcli ships no rates"
+    # What is wrong here is not the file's format: a folder, bytes that are not text, a file ftcli may not read were
+    # each sent to README's format ("see README 'What a job costs' for its format").
     except IsADirectoryError:
-        raise _problem(path, "is a folder, not a file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise _problem(path, f"cannot be read ({getattr(e, 'strerror', None) or e})") from None
+        raise _problem(path, "is a folder, not a file", hint=(
+            "point FTCLI_PRICES at the price file itself" if os.environ.get("FTCLI_PRICES") else
+            "move that folder away (ftcli reads rates from a file there), or point FTCLI_PRICES at your price "
+            "file")) from None
+    except UnicodeDecodeError as e:
+        raise _problem(path, f"is not UTF-8 text (byte {e.start}: {e.reason})",
+                       hint="save it as UTF-8 (or UTF-16 with a byte-order mark)") from None
+    except OSError as e:
+        fix = (f"check the permissions of {path} and of its folder" if e.errno in (errno.EACCES, errno.EPERM)
+               else "FTCLI_PRICES names another file")
+        raise _problem(path, f"cannot be read ({e.strerror or e})", hint=fix) from None
     if region not in tables:
         have = ", ".join(sorted(tables)) or "none"
         return None, f"{path} has no {region} rates (it has: {have})"

@@ -218,6 +218,20 @@ def test_list_names_the_price_file_and_whether_it_is_there(capsys, monkeypatch, 
     assert f"price file:  {isolated / 'prices.toml'}" in r.err.splitlines()
 
 
+def test_list_warns_of_a_price_file_that_train_would_refuse(capsys, monkeypatch, isolated):
+    # It named the file as if it were fine, while `ftcli train` stopped on it and `jobs list` warned of it.
+    monkeypatch.delenv("FTCLI_PRICES", raising=False)
+    (isolated / "prices.toml").write_text('source = "s"\n')
+    r = run_cli(capsys, "config", "list")
+    assert r.code == 0, r.err
+    lines = r.err.splitlines()
+    assert lines[lines.index(f"price file:  {isolated / 'prices.toml'}  (FTCLI_PRICES moves it)") + 1] == (
+        f"warning: price file {isolated / 'prices.toml'}: needs read = YYYY-MM-DD: when the rates were read hint: "
+        "see README 'What a job costs' for its format; FTCLI_PRICES names another file")
+    (isolated / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n')
+    assert "warning: price file" not in run_cli(capsys, "config", "list").err
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="XDG_CONFIG_HOME places the config file on Linux")
 def test_list_names_the_variable_that_moves_each_file(capsys, monkeypatch, isolated):
     # The history and the model cache said "(FTCLI_STATE_DIR moves it)", "(FTCLI_CACHE_DIR moves it)"; the config

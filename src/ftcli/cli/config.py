@@ -183,6 +183,7 @@ def list_(
 
     Example: ftcli config list --json
     """
+    from ftcli import settings
     from ftcli.output import Column, note, show_list, warn
     from ftcli.settings import config_path, effective, problems_of
 
@@ -218,6 +219,14 @@ def list_(
         else:
             missing = " (none: cost lines give no dollar amounts; FTCLI_PRICES moves it)"
             note(f"price file:  {prices}" + ("  (FTCLI_PRICES moves it)" if prices.exists() else missing))
+        if prices.exists():
+            # A price file that `train` refuses (and `jobs list` warns of) was named here as if it were fine.
+            from ftcli.prices import for_region
+
+            try:
+                for_region(values["region"].value or settings.DEFAULT_REGION)
+            except FtcliError as e:
+                warn(e.message, e.hint)
         # README's set-up says `config list` names where the history and the model cache go: a container or CI
         # runner without a writable home needs to know what to move (FTCLI_STATE_DIR, FTCLI_CACHE_DIR).
         from ftcli.history import db_path
