@@ -25,6 +25,8 @@ J = TypeVar("J", Job, TuningJob)
 
 METRICS_FILE = "metrics.json"  # written by the trainer's export next to the model
 METRIC_READERS = 8
+# --trial given with a training job or a run folder (logs, download, predict, evaluate, report): one run, no trials.
+NO_TRIAL = "run it again without --trial"
 # The headline of a finished job, first found wins: the trainer's own choice when it names one, then the metric
 # each kind of task is judged by (GLUE's: Matthews for CoLA, Pearson for STS-B, F1 for MRPC/QQP), then accuracy,
 # micro-F1 (multi-label), and what every run has. Keys as the trainer's metrics.json writes them.
@@ -91,7 +93,7 @@ def resolve_job(ref: str, project: str | None = None, region: str | None = None,
     name = resolve_any(ref, project, region, folder_too=folder_too)
     if isinstance(name, JobName):
         if trial is not None:
-            raise UsageError(f"--trial is for tuning jobs; {ref} is a training job")
+            raise UsageError(f"--trial is for tuning jobs; {ref} is a training job", hint=NO_TRIAL)
         return name
     study = tuning.get(name, notify)
     t = tuning.trial(study, trial)

@@ -299,7 +299,7 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
     path = Path(model)
     if path.is_dir():
         if trial is not None:  # (it was dropped without a word: the folder's model was used, not trial N's)
-            raise UsageError(f"--trial is for tuning jobs; {model} is a folder")
+            raise UsageError(f"--trial is for tuning jobs; {model} is a folder", hint=jobs.NO_TRIAL)
         if notify is not None and (shadowed := folder_over_job(model)):
             notify(shadowed)
     else:

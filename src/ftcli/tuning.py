@@ -264,7 +264,13 @@ def trial(job: TuningJob, which: str | None) -> Trial:
 def trial_job(job: TuningJob, t: Trial) -> JobName:
     """The CustomJob trial `t` of `job` ran as (for its logs, its model)."""
     if t.job is None:
-        raise UsageError(f"trial {t.id} of tuning job {job.name.id} has not started a job yet ({t.state})")
+        # (it said only that, with no word of where the trials' states are or that another trial can be picked)
+        from ftcli import history
+
+        ref = f"{n}" if (n := history.short_id(job.name)) is not None else job.name.full
+        raise UsageError(f"trial {t.id} of tuning job {job.name.id} has not started a job yet ({t.state})",
+                         hint=f"wait for it to start (ftcli jobs describe {ref} lists the trials), or pick one that "
+                              "has with --trial N")
     return t.job
 
 

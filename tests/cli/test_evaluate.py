@@ -96,7 +96,8 @@ def test_rows_the_model_cannot_be_scored_on_are_one_line(capsys, tmp_path, tiny_
     # --trial with a model folder was dropped without a word (the folder's model scored, not trial 2's), as predict
     for command in (["evaluate", str(model), str(dev)], ["predict", str(model), "a fine film"]):
         r = run_cli(capsys, *command, "--trial", "2")
-        assert r.code == 2 and not r.out and r.err == f"error: --trial is for tuning jobs; {model} is a folder\n", r.err
+        assert r.code == 2 and not r.out and r.err.splitlines() == [
+            f"error: --trial is for tuning jobs; {model} is a folder", "hint: run it again without --trial"], r.err
 
 
 def _topics(n: int, seed: int) -> list[tuple[str, int, int]]:

@@ -670,6 +670,7 @@ def test_a_tuning_job_without_trials_is_said_as_waiting_or_as_ended(capsys, clou
     # A tuning job cancelled before its first trial got "has no trials yet (CANCELLED)" and "hint: wait for the first
     # trial, or follow it: ftcli tune ... without --detach": nothing to wait for, and a hint that read as "submit
     # another".
+    _, vertex = cloud_env
     r = run_cli(capsys, "tune", "--task", "imdb", "--gpu", "T4", "--trials", "2", "--json")
     assert r.code == 0, r.err
     job_id = json.loads(r.out)["name"].rsplit("/", 1)[-1]
@@ -677,6 +678,23 @@ def test_a_tuning_job_without_trials_is_said_as_waiting_or_as_ended(capsys, clou
     assert r.code == 2 and r.err.splitlines() == [
         f"error: tuning job {job_id} has no trials yet (PENDING)",
         "hint: wait for its first trial to start; ftcli jobs describe 1 lists them as they do"], r.err
+    # a trial asked for (or the latest) that has no job yet: where the trials are said, and that another can be picked
+    from tests.emulators.vertex import add_trial
+
+    with vertex._lock:
+        add_trial("1", "REQUESTED", {})(next(iter(vertex._tuning.values())))
+    r = run_cli(capsys, "logs", "1", "--trial", "1", "--no-follow")
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: trial 1 of tuning job {job_id} has not started a job yet (REQUESTED)",
+        "hint: wait for it to start (ftcli jobs describe 1 lists the trials), or pick one that has with --trial N",
+    ], r.err
+    # a training job given --trial
+    submit(capsys, "--task", "imdb", "--gpu", "T4")
+    r = run_cli(capsys, "logs", "2", "--trial", "1", "--no-follow")
+    assert r.code == 2 and r.err.splitlines() == [
+        "error: --trial is for tuning jobs; 2 is a training job", "hint: run it again without --trial"], r.err
+    with vertex._lock:
+        del next(iter(vertex._tuning.values())).trials[:]
     assert run_cli(capsys, "jobs", "cancel", "1", "--yes").code == 0
     for args in (["logs", "1", "--no-follow"], ["download", "1", str(tmp_path / "model")]):
         r = run_cli(capsys, *args)

@@ -476,7 +476,8 @@ def test_tuning_runs_trials_and_names_the_best(tuned, capsys, tmp_path, monkeypa
     assert r.code == 0, r.err
     assert (tmp_path / "rep-other" / "report.md").read_text().startswith(f"# ftcli report: job {other_job}\n")
     r = run_cli(capsys, "report", str(tmp_path / "rep-best"), "--trial", other)
-    assert r.code == 2 and "--trial is for tuning jobs" in r.err
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: --trial is for tuning jobs; {tmp_path / 'rep-best'} is a folder", "hint: run it again without --trial"]
 
 
 def test_a_queued_study_says_what_it_waits_for_when_followed_and_described(capsys, cloud_env, monkeypatch):

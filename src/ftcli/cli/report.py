@@ -126,8 +126,9 @@ def _draw(run: str, out_dir: Path | None, trial: str | None, project: str | None
                 note(shadowed)
             if trial is not None:
                 from ftcli.errors import UsageError
+                from ftcli.jobs import NO_TRIAL
 
-                raise UsageError(f"--trial is for tuning jobs; {run} is a folder")
+                raise UsageError(f"--trial is for tuning jobs; {run} is a folder", hint=NO_TRIAL)
             loaded = load_run(path)
             if loaded.curve_left_out:
                 note(loaded.curve_left_out)
