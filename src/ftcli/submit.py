@@ -123,7 +123,9 @@ def parse_labels(items: list[str]) -> dict[str, str]:
             key, sep, value = pair.partition("=")
             key = key.strip()
             if not sep or not key:
-                raise UsageError(f"--labels takes KEY=VALUE pairs, got {pair!r}")
+                # (the form alone, without one written out; this line is one of the pre-flight's list, which keeps
+                # no hint, so the example is in it)
+                raise UsageError(f"--labels takes KEY=VALUE pairs, e.g. --labels team=nlp,owner=ana; got {pair!r}")
             if key in out and out[key] != value.strip():  # the last one won, without a word
                 raise UsageError(f"--labels gives {key} twice ({out[key]!r} and {value.strip()!r}): keep one")
             # ftcli's own won, without a word (ftcli_try comes from plan_candidates through this same list)

@@ -174,14 +174,21 @@ def load_study_file(path: str) -> StudyFile:
     from pathlib import Path
 
     where = f"--search-file {path}"
+    # (each was the one line alone: nothing said what a study file is, or where one is shown)
+    shown = "README's 'ftcli tune' section shows a study file"
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{where}: cannot read it ({e})") from None
+        raise UsageError(f"{where}: no such file", hint=f"check the path; {shown}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{where}: is a folder", hint=f"give the study file in it; {shown}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where}: is not UTF-8 text (byte {e.start}: {e.reason})",
+                         hint="save it as UTF-8") from None
+    except OSError as e:
+        raise UsageError(f"{where}: cannot read it ({e.strerror or e})") from None
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{where}: not valid TOML ({e})") from None
+        raise UsageError(f"{where}: not valid TOML ({e})", hint=f"fix the line it names; {shown}") from None
     unknown = sorted(set(data) - set(STUDY_KEYS))
     if unknown:
         raise UsageError(f"{where}: unknown key {', '.join(unknown)}; a study file holds {', '.join(STUDY_KEYS)}")

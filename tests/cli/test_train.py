@@ -340,6 +340,7 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     (["--train-file", "/", "--task", "csv"], "--train-file: data file / is a folder"),
     (["--model", "./no-such-model"], "--model ./no-such-model: no such folder"),
     (["--labels", "team=ml,team=x"], "--labels gives team twice ('ml' and 'x'): keep one"),
+    (["--labels", "team"], "error: --labels takes KEY=VALUE pairs, e.g. --labels team=nlp,owner=ana; got 'team'\n"),
     (["--labels", "ftcli_task=x"], "--labels ftcli_task: ftcli sets the ftcli_task label itself"),
     # Vertex allows 64 labels (REST CustomJob.labels, read 2026-11-27) and ftcli adds 5: "65 labels" for 60 given
     (["--labels", ",".join(f"k{i}=v" for i in range(60))], "--labels gives 60 labels and ftcli adds 5 of its own "

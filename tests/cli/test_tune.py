@@ -122,6 +122,24 @@ def test_a_trial_that_keeps_its_best_evaluation_is_judged_by_it(capsys, monkeypa
         assert json.loads(r.out)["studySpec"].get("measurementSelectionType") == selection, extra
 
 
+def test_a_study_file_that_cannot_be_read_says_what_to_do(capsys, monkeypatch, tmp_path):
+    # Each was the error line alone: nothing said what a study file holds or where one is shown.
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    shown = "README's 'ftcli tune' section shows a study file"
+    (tmp_path / "bad.toml").write_text("trials = \n")
+    (tmp_path / "latin.toml").write_bytes('metric = "é"\n'.encode("latin-1"))
+    for name, says, hint in (
+            ("none.toml", "no such file", f"check the path; {shown}"),
+            ("", "is a folder", f"give the study file in it; {shown}"),
+            ("bad.toml", "not valid TOML (Invalid value (at line 1, column 10))", f"fix the line it names; {shown}"),
+            ("latin.toml", "is not UTF-8 text (byte 10: invalid continuation byte)", "save it as UTF-8")):
+        study = tmp_path / name if name else tmp_path
+        r = run_cli(capsys, "tune", "--task", "mnli", "--search-file", str(study), "--project", "my-project",
+                    "--bucket", "gs://b-1/x", "--dry-run")
+        assert (r.code, r.out, r.err.splitlines()) == (2, "", [f"error: --search-file {study}: {says}",
+                                                               f"hint: {hint}"])
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     (None, "no such file"),
     ("trials = \n", "not valid TOML"),
