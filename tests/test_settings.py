@@ -1,7 +1,15 @@
 import pytest
 
 from ftcli.errors import UsageError
-from ftcli.settings import check_project, check_region, effective, load_config_file, resolve, save_config_file
+from ftcli.settings import (
+    check_bucket,
+    check_project,
+    check_region,
+    effective,
+    load_config_file,
+    resolve,
+    save_config_file,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -120,6 +128,17 @@ def test_a_flag_given_empty_is_refused_not_passed_over(monkeypatch):
         "--service-account must be a service account e-mail (NAME@PROJECT.iam.gserviceaccount.com), got ''"]
     monkeypatch.setenv("FTCLI_PROJECT", "")
     assert resolve().project == "file-project"
+
+
+@pytest.mark.parametrize("value,meant", [
+    # It said only "must be a gs:// URI (gs://BUCKET[/PREFIX]), got 'my-bucket'", not the URI meant
+    ("my-bucket", "gs://my-bucket"), ("my-bucket/runs", "gs://my-bucket/runs"),
+    ("gcs://my-bucket/runs", "gs://my-bucket/runs"), ("gs:/my-bucket", "gs://my-bucket"),
+    # nothing is made up for a local path, another cloud's URI, or a name Cloud Storage refuses
+    ("/tmp/out", None), ("./runs", None), ("s3://my-bucket", None), ("My Bucket", None)])
+def test_a_bucket_without_gs_says_the_uri_it_meant(value, meant):
+    assert check_bucket(value) == (f"--bucket must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}"
+                                   + (f": write {meant}" if meant else ""))
 
 
 @pytest.mark.parametrize("project,says", [

@@ -667,7 +667,12 @@ def check_bucket(value: str, where: str = "--bucket", staging: bool = True) -> s
     """What is wrong with a gs://BUCKET[/PREFIX] value, or None; `staging`: it is the staging bucket, whose prefix
     the job also reads through /gcs/."""
     if not value.startswith("gs://"):
-        return f"{where} must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}"
+        # `my-bucket`, `gs:/my-bucket`, `gcs://my-bucket/runs` (how gcsfs and some tools write it): the URI it
+        # most likely meant, written out; never for a local path (`/tmp/out`, `./runs`), nor another scheme (s3://).
+        meant = re.sub(r"^(?:gcs:/+|gs:/*)", "", value.strip())
+        fix = (f": write gs://{meant}" if meant and not meant.startswith((".", "/", "~")) and "://" not in meant
+               and bucket_name_problem(meant.partition("/")[0]) is None else "")
+        return f"{where} must be a gs:// URI (gs://BUCKET[/PREFIX]), got {value!r}{fix}"
     name, _, prefix = value[len("gs://"):].partition("/")
     problem = bucket_name_problem(name)
     if problem:

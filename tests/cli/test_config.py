@@ -268,7 +268,7 @@ def test_list_says_which_value_would_be_refused_and_where_it_came_from(capsys, m
     monkeypatch.setenv("FTCLI_BUCKET", "my-bucket")
     r = run_cli(capsys, "config", "list")
     assert r.code == 0
-    assert "FTCLI_BUCKET must be a gs:// URI (gs://BUCKET[/PREFIX]), got 'my-bucket'" in r.err
+    assert "FTCLI_BUCKET must be a gs:// URI (gs://BUCKET[/PREFIX]), got 'my-bucket': write gs://my-bucket" in r.err
 
 
 def test_get_prints_a_value_every_command_would_refuse_and_says_so(capsys, monkeypatch, isolated):
