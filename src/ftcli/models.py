@@ -321,7 +321,9 @@ def model_folder(model: str, project: str | None, region: str | None, *, notify:
             # ftcli's own cache folder: a copy left without its marker is completed in place
             path = download_model(name, path, force=True, shown=model, notify=notify, progress=progress).path
     if not (path / "config.json").exists():
-        hint = None
+        # (any other folder had no hint: what a model folder is, and where ftcli puts one)
+        hint = "give a folder with the model's config.json (a run's model/ folder, or where ftcli download put it), " \
+               "or a job"
         if (path / "model" / "config.json").exists():  # `ftcli local` prints the run folder last
             hint = f"it is a run folder; its model is {path / 'model'}"
         elif snapshot := cache_snapshot(str(path)):

@@ -887,6 +887,14 @@ def test_predict_on_a_run_folder_points_at_its_model(capsys, tmp_path, tiny_mode
     (stopped / "checkpoints").mkdir(parents=True)
     r = run_cli(capsys, "predict", str(stopped), "a film")
     assert r.code == 2 and f"hint: it is a run folder with no exported model yet ({stopped / 'model'})" in r.err
+    # any other folder: what a model folder is, and where ftcli puts one (it was the error line alone)
+    other = tmp_path / "other"
+    other.mkdir()
+    r = run_cli(capsys, "predict", str(other), "a film")
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: {other} is not a model folder (no config.json)",
+        "hint: give a folder with the model's config.json (a run's model/ folder, or where ftcli download put it), "
+        "or a job"]
 
 
 def test_predict_file_lines_end_only_at_line_breaks(capsys, tmp_path, tiny_model):
