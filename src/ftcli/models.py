@@ -50,7 +50,10 @@ PREDICT_CHUNK = 512
 
 def model_uri_of(job: Job) -> str:
     if not job.model_dir:
-        raise FtcliError(f"{job.display_name} has no base output directory: it was not started by ftcli train")
+        # (the line alone left the user nowhere: ftcli cannot know where such a job put its model, the user can)
+        raise FtcliError(f"{job.display_name} has no base output directory: it was not started by ftcli train",
+                         hint="copy the model it wrote to a folder here (gcloud storage cp -r gs://.../model DIR), "
+                              "then give ftcli predict, evaluate or report that folder")
     return job.model_dir
 
 

@@ -203,6 +203,19 @@ def test_default_folder_is_named_by_the_job_id_not_its_display_name(capsys, clou
     assert tree(victim) == before
 
 
+def test_a_job_without_a_base_output_directory_says_how_to_get_its_model(capsys, cloud_env, tmp_path):
+    # A job ftcli did not start (no base output directory) was that line alone, for download and predict alike.
+    gcs, vertex = cloud_env
+    name = make_job(vertex, "theirs", "")
+    for args in (["download", name, str(tmp_path / "m")], ["predict", name, "a film"]):
+        r = run_cli(capsys, *args)
+        assert r.code == 1 and r.err.splitlines() == [
+            "error: theirs has no base output directory: it was not started by ftcli train",
+            "hint: copy the model it wrote to a folder here (gcloud storage cp -r gs://.../model DIR), then give ftcli "
+            "predict, evaluate or report that folder"], (args, r.err)
+    assert not (tmp_path / "m").exists()
+
+
 def test_object_names_that_escape_the_destination_are_refused(capsys, cloud_env, monkeypatch, tmp_path):
     gcs, vertex = cloud_env
     monkeypatch.chdir(tmp_path)
