@@ -632,7 +632,7 @@ class _Classifier:
         from ftcli.local import require_train_extra
         from ftcli_trainer.config import TrainConfig
         from ftcli_trainer.cpu import wait_passively_if_busy
-        from ftcli_trainer.model import vocabulary_problem
+        from ftcli_trainer.model import scoring_pad_id, vocabulary_problem
 
         require_train_extra(command)
         # Torch's threads wait for each other asleep when other work keeps the CPUs busy, as in the trainer (its
@@ -674,7 +674,8 @@ class _Classifier:
         # scoring is logits()'s.
         self.model, self.device = clf.model, clf.device
         self.tokenizer = cast("PreTrainedTokenizerBase", clf.tokenizer)
-        self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        # A model with no padding id scores one row per forward pass (no padding, nothing to pool wrong)
+        self.pad_id = scoring_pad_id(self.model, self.tokenizer)
         id2label = cast(dict[int, str], config.id2label or {})
         self.names = [str(id2label.get(i, f"LABEL_{i}")) for i in range(int(config.num_labels or 0))]
         self.multi = config.problem_type == "multi_label_classification"
@@ -727,13 +728,14 @@ class _Classifier:
             enc = data.encode(self.tokenizer, data.Examples([texts[i] for i in rows], pairs, np.zeros(len(rows))),
                               self.cut_at)
             order = np.argsort(-enc.lengths, kind="stable")
-            batches += [(rows, enc, order[s:s + PREDICT_BATCH]) for s in range(0, len(order), PREDICT_BATCH)]
+            size = PREDICT_BATCH if self.pad_id is not None else 1
+            batches += [(rows, enc, order[s:s + size]) for s in range(0, len(order), size)]
         if progress:  # the scoring begins (what came before it: reading the rows, loading the model)
             progress(0, n)
         done = 0
         with torch.inference_mode():
             for b, (rows, enc, idx) in enumerate(batches):
-                out[rows[idx]] = self._forward(data.collate(enc, idx, self.pad_id))
+                out[rows[idx]] = self._forward(data.collate(enc, idx, self.pad_id or 0))
                 done += len(idx)
                 # every few batches, so that `progress` moves: 25,000 IMDB reviews on a CPU said nothing for an hour
                 # after "scoring"

@@ -232,6 +232,27 @@ def align_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, na
     return said
 
 
+def scoring_pad_id(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The id to pad a batch of a trained model's inputs with so that each row scores as it would alone, with the
+    model's config made to agree; None where there is none (the rows are then to be scored one at a time).
+
+    For a model a run exported, align_padding's choice (config.json and the tokenizer carry it). A model from
+    elsewhere may carry one in neither, or in its config only (GPT-2 classifiers are often saved with
+    `config.pad_token_id = tokenizer.eos_token_id` and a tokenizer without one): a decoder pools the last token that
+    is not config.pad_token_id (align_padding's docstring), so rows padded with any other id were scored at their
+    padding, and a config without one cannot be batched at all. The config's own id, where it is the tokenizer's, is
+    what the model pools by; else the tokenizer's padding, else its end-of-sequence token, as align_padding picks."""
+    config = model.config.get_text_config()
+    own = config.pad_token_id
+    if isinstance(own, int) and 0 <= own < len(tokenizer):
+        return own
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if isinstance(pad, int):
+        config.pad_token_id = pad
+        return pad
+    return None
+
+
 # The Hub's answer to a token it does not know (revoked, expired, mistyped), for any model, public ones too: 401 with
 # this X-Error-Message (huggingface_hub 2.4's utils/_http.py hf_raise_for_status; "the download fails with a 401 error
 # "Invalid credentials in Authorization header" even if the repo is public",

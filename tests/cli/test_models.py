@@ -1440,3 +1440,62 @@ def test_predict_keeps_the_labels_evaluate_counts_at_the_same_threshold(capsys, 
     assert r.code == 0, r.err
     counted = json.loads(r.out)["per_label"][name]["recall"] == 1.0
     assert listed == counted == (as_float64[k] >= threshold)
+
+
+def _decoder_classifier(tmp_path: Path, tiny_decoders: dict[str, Path], sentiment_csv, kind: str) -> Path:
+    """A two-label GPT-2 classifier laid out as GPT-2's own files are (its end-of-sequence token the last id, not 0):
+    trained by ftcli ("trained"), or saved elsewhere with no padding id anywhere ("none"), with the config's padding
+    id set to that token and the tokenizer given none ("config-eos": a common way to make GPT-2 batch), or with
+    neither a padding nor an end-of-sequence token ("neither")."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, GPT2ForSequenceClassification
+
+    folder = Path(shutil.copytree(tiny_decoders["gpt2"], tmp_path / f"gpt2-{kind}"))
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.add_special_tokens({"eos_token": "<|end|>"})
+    if kind == "neither":
+        tok.eos_token = None
+    tok.save_pretrained(folder)
+    eos = tok.convert_tokens_to_ids("<|end|>")
+    assert tok.pad_token_id is None and eos == len(tok) - 1
+    config = AutoConfig.from_pretrained(folder, vocab_size=len(tok), eos_token_id=eos, num_labels=2,
+                                        pad_token_id=eos if kind == "config-eos" else None)
+    torch.manual_seed(0)
+    GPT2ForSequenceClassification(config).save_pretrained(folder)
+    if kind != "trained":
+        return folder
+    from ftcli_trainer.task import main
+
+    out = tmp_path / "run"
+    assert main(["--task", "csv", "--train-file", str(sentiment_csv[0]), "--model", str(folder), "--epochs", "1",
+                 "--batch-size", "16", "--output-dir", str(out)]) == 0
+    return out / "model"
+
+
+@pytest.mark.parametrize("kind", ["trained", "none", "config-eos", "neither"])
+def test_a_decoder_scores_a_text_in_a_batch_as_it_scores_it_alone(capsys, tmp_path, tiny_decoders, sentiment_csv,
+                                                                  kind):
+    # predict and evaluate padded with the tokenizer's padding id, or 0 where it had none. A GPT-2 classifier from
+    # elsewhere without a padding id anywhere stopped with transformers' "Cannot handle batch sizes > 1 if no padding
+    # token is defined" traceback; one whose config pads with its end-of-sequence token (the tokenizer with none) was
+    # padded with token 0, which the model read as text: a short text in a batch with a longer one was scored at
+    # its padding. The model a run exported carries its padding (align_padding) and scored right.
+    import numpy as np
+
+    from ftcli import models
+
+    model = _decoder_classifier(tmp_path, tiny_decoders, sentiment_csv, kind)
+    texts = ["dull", "a wonderful and superb film that was quite moving and the acting was really brilliant"]
+    c = models._Classifier(model, models.run_config(model))
+    alone = np.concatenate([c.logits([t], [None]) for t in texts])
+    together = c.logits(texts, [None, None])
+    assert np.abs(together - alone).max() < 1e-5 and np.abs(alone[0] - alone[1]).max() > 1e-3
+    r = run_cli(capsys, "predict", str(model), *texts, "--json")
+    assert r.code == 0 and "Traceback" not in r.err, r.err
+    rows = tmp_path / "rows.csv"
+    rows.write_text("text,label\n" + "".join(f'"{t}",{c.names[int(k)]}\n' for t, k in zip(texts, alone.argmax(1),
+                                                                                            strict=True)))
+    r = run_cli(capsys, "evaluate", str(model), str(rows), "--json")
+    assert r.code == 0 and json.loads(r.out)["accuracy"] == 1.0, r.err
