@@ -589,7 +589,17 @@ def predict_chunks(path: Path, texts: Sequence[Text | str], threshold: float | N
     threads made to wait asleep on a busy machine)."""
     run = run_config(path)  # read once: the columns and the length the model was trained at
     texts, seconds = _pair_up(path, run, texts, pairs, text_column, text_pair_column)
-    return _chunks(_Classifier(path, run, threshold, notify=notify), texts, seconds, chunk)
+    chars = sum(map(len, texts)) + sum(len(s) for s in seconds if s is not None)
+    return _chunks(_Classifier(path, run, threshold, notify=notify, chars=chars), texts, seconds, chunk)
+
+
+def _weight_bytes(path: Path) -> int:
+    """The bytes of the weight files in a model folder (safetensors, or PyTorch's .bin; both counted where both are
+    there), a measure of the work of its forward passes."""
+    try:
+        return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file())
+    except OSError:
+        return 0
 
 
 def _chunks(c: _Classifier, texts: list[str], seconds: list[str | None], chunk: int) -> Iterator[list[dict]]:
@@ -628,10 +638,12 @@ class _Classifier:
     single-label."""
 
     def __init__(self, path: Path, run: dict | None, threshold: float | None = None, command: str = "ftcli predict",
-                 notify: Notify | None = None):
+                 notify: Notify | None = None, chars: int | None = None):
+        """`chars`: how many characters there are to score, where known (a few are scored without looking at what
+        else the machine runs, below)."""
         from ftcli.local import require_train_extra
         from ftcli_trainer.config import TrainConfig
-        from ftcli_trainer.cpu import wait_passively_if_busy
+        from ftcli_trainer.cpu import wait_passively_if_busy, worth_a_look
         from ftcli_trainer.model import scoring_pad_id, vocabulary_problem
 
         require_train_extra(command)
@@ -639,9 +651,11 @@ class _Classifier:
         # evaluation and this scoring are the same forward passes): spinning, they took the CPU the thread they waited
         # for needed, and `ftcli evaluate` of the 872 SST-2 dev rows on MiniLM-L6 took 25-28 s of CPU on the busy
         # 2-core VM where the trainer's own evaluation of them took ~7 (bench/README.md, 2026-11-29). Before torch
-        # is imported (OpenMP reads the setting once, as it loads); a value the user set is kept.
-        if (said := wait_passively_if_busy(os.environ)) is not None and notify:
-            notify(said.removeprefix("note: "))
+        # is imported (OpenMP reads the setting once, as it loads); a value the user set is kept. A few texts are
+        # scored without the look: it would cost them more than spinning could (cpu.WORTH_A_LOOK).
+        if chars is None or worth_a_look(chars, _weight_bytes(path)):
+            if (said := wait_passively_if_busy(os.environ)) is not None and notify:
+                notify(said.removeprefix("note: "))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never wait on the Hub
         from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
         from transformers.utils import logging as hf_logging
@@ -793,7 +807,9 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     known = run_config(path)
     trained_pairs = _pairs_of(known)
     run = known or {}
-    c = _Classifier(path, run, threshold, "ftcli evaluate", notify)  # (it said "ftcli predict needs the trainer's")
+    # (it said "ftcli predict needs the trainer's"; the characters of every column: more than those scored, never less)
+    c = _Classifier(path, run, threshold, "ftcli evaluate", notify,
+                    chars=sum(len(str(v)) for row in rows for v in row.values()))
     cfg, by_columns = _evaluation_config(path, c, run, trained_pairs, columns, file, text_column, text_pair_column,
                                          label_column, label_names)
     task = cfg.task

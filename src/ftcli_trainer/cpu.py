@@ -45,6 +45,22 @@ LOOK_S = 0.15
 CONTENDED_CPUS = 0.5
 
 
+# Scoring too small to lose more to spinning threads than LOOK_S costs it (characters to score x bytes of the model's
+# weights: the forward passes' work). `ftcli evaluate` and `ftcli predict --file` of the 872 SST-2 dev rows (92,300
+# characters) on MiniLM-L6 (91 MB of weights) beside other work took 14-39 s longer spinning than waiting passively
+# (bench/README.md, 2026-11-29): 0.15-0.42 ms a character, so the look pays for itself from 360-1,000 characters of
+# MiniLM's work. A one-text `ftcli predict` (a sentence: ~100) spent more on the look than its scoring could lose, and
+# said a line about threads besides. Below the least of those: 300 characters of MiniLM, ~60 of BERT-base (440 MB),
+# ~14 of a 1B-parameter model in bfloat16 (2 GB).
+WORTH_A_LOOK = 300 * 91_000_000
+
+
+def worth_a_look(chars: int, weight_bytes: int) -> bool:
+    """Whether scoring `chars` characters of text with a model of `weight_bytes` bytes of weights is work enough for
+    wait_passively_if_busy's look at the machine (LOOK_S) to pay for itself (WORTH_A_LOOK)."""
+    return chars * weight_bytes >= WORTH_A_LOOK
+
+
 def contended(other_busy: float, cpus: int, threads: int) -> bool:
     """Whether `threads` OpenMP threads on `cpus` CPUs meet other work that keeps `other_busy` CPUs busy: more of it
     than the CPUs they leave free, by more than CONTENDED_CPUS. One thread has no team to wait for."""

@@ -64,6 +64,20 @@ def test_other_work_contends_with_torchs_threads_beyond_the_cpus_they_leave_free
     assert contended(other, cpus, threads) is expected
 
 
+@pytest.mark.parametrize(("chars", "weights", "expected"), [
+    (100, 91_000_000, False),  # a sentence on MiniLM-L6: the look (0.15 s) costs more than spinning could
+    (92_300, 91_000_000, True),  # the 872 SST-2 dev rows on MiniLM: 14-39 s lost spinning beside other work
+    (300, 91_000_000, True),
+    (100, 440_000_000, True),  # a sentence on BERT-base
+    (20, 2_000_000_000, True),  # four words on a 1B-parameter model in bfloat16
+    (100, 0, False),  # no weights found: the loading fails next
+])
+def test_scoring_is_worth_a_look_at_the_machine_by_its_work(chars, weights, expected):
+    from ftcli_trainer.cpu import worth_a_look
+
+    assert worth_a_look(chars, weights) is expected
+
+
 def test_the_threads_counted_are_torchs_own():
     # By default torch computes on one thread per physical core (a core's second hardware thread is not used):
     # counting every CPU of the affinity mask would call a hyperthreaded machine busy when it is not.
