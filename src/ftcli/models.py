@@ -434,7 +434,7 @@ def read_inputs(file: Path) -> tuple[list[Text], str | None]:
         if is_table(file):
             _, rows = data.read_rows(str(file), shown=shown)
             return _row_texts(file, rows), None
-        with data.open_text(file, shown) as f:
+        with data.open_text(file, shown, str(file)) as f:
             text = f.read()
     except DataError as e:
         raise UsageError(str(e)) from None

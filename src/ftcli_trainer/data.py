@@ -138,12 +138,12 @@ def _open_bytes(path: Path) -> io.BufferedReader | _GzipOf:
     return _GzipOf(f) if gzipped else f
 
 
-def _utf8_error(path: Path, shown: str) -> DataError:
+def _utf8_error(path: Path, shown: str, given: str | None = None) -> DataError:
     """The line and byte of the first invalid UTF-8 in `path`, found again by a second pass (the text was read
     in blocks, which know no lines): an error's path only. A UTF-8 sequence never holds a newline byte, so each
     line decodes on its own."""
     with _open_bytes(path) as raw:
-        if other := _other_format(raw.read(8), shown):
+        if other := _other_format(raw.read(8), shown, given):
             return other
         raw.seek(0)
         return _utf8_error_in(raw, shown)
@@ -163,19 +163,46 @@ _NOT_TEXT = (
 )
 
 
-def _other_format(head: bytes, shown: str) -> DataError | None:
+def _other_format(head: bytes, shown: str, given: str | None = None) -> DataError | None:
     """The one line for a file whose first bytes (decompressed, where they were gzip's) say it is no CSV or JSON Lines
-    (nor UTF-8 text), else None."""
+    (nor UTF-8 text), else None. `given`: the file as its user named it, for the code that converts it (`shown` may
+    be "--file NAME"; default `shown`)."""
     if head.startswith(GZIP_MAGIC):  # (the bytes of a gzip file are decompressed once: these are a second one's)
         return DataError(f"{shown} is gzip-compressed twice (a gzip file inside a gzip file); decompress it once, "
                          "and give what that leaves")
     for magic, what, fix in _NOT_TEXT:
         if head.startswith(magic):
-            fix = fix.replace("PATH", repr(shown))
+            fix = fix.replace("PATH", repr(given or shown))
             return DataError(f"{shown} is {what}, not CSV or JSON Lines; convert it: {fix}")
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return DataError(f"{shown} is UTF-16 text, not UTF-8; re-save it as UTF-8 (in Excel: Save As 'CSV UTF-8')")
     return None
+
+
+# Bytes no UTF-8 text's first line holds: C0 controls other than tab, line feed, form feed and carriage return.
+# Formats that are not text hold them from their first bytes (Parquet's page header after PAR1, a zip's PK\x03\x04);
+# text in UTF-16 holds a NUL beside each ASCII character. Such a file whose bytes happen to be valid UTF-8 (a small
+# uncompressed Parquet file, UTF-16 without a byte order mark) was read as text: "no data rows", "duplicate column
+# names" or "line 6: fewer fields than the header's 2". A CSV whose first column is named PAR1 holds none.
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
+
+
+def _binary_error(head: bytes, shown: str, given: str | None = None) -> DataError | None:
+    """The one line for a file whose first bytes (decompressed, where they were gzip's) are not UTF-8 text though
+    they may decode as UTF-8: a control character in its first line (_CONTROL). None for text."""
+    first = head.split(b"\n", 1)[0]
+    if (found := _CONTROL.search(first)) is None:
+        return None
+    if other := _other_format(head, shown, given):
+        return other
+    sample = head[:400]
+    odd, even = sample[1::2], sample[0::2]
+    if len(sample) >= 4 and (odd.count(0) >= len(odd) / 2 and 0 not in even or
+                             even.count(0) >= len(even) / 2 and 0 not in odd):
+        return DataError(f"{shown} is UTF-16 text (with no byte order mark), not UTF-8; re-save it as UTF-8 (in "
+                         "Excel: Save As 'CSV UTF-8')")
+    return DataError(f"{shown} is not text: its first line holds the control byte 0x{first[found.start()]:02x} (a "
+                     "binary file?); give a CSV or JSON Lines file, UTF-8 text")
 
 
 def _utf8_error_in(lines: Iterable[bytes], shown: str, cut: bool = False) -> DataError:
@@ -195,18 +222,25 @@ class _TextFile(io.TextIOWrapper):
     of 4 bytes a character, before its first row is parsed): a decoding or gzip problem met on the way is the
     one-line DataError that names the file."""
 
-    def __init__(self, path: Path, shown: str):
-        self._path, self._shown = path, shown
+    def __init__(self, path: Path, shown: str, given: str | None = None):
+        self._path, self._shown, self._given = path, shown, given
         try:
             raw = _open_bytes(path)
         except OSError as e:
             raise DataError(f"cannot read {shown}: {e.strerror or type(e).__name__}") from None
         self._gzipped = isinstance(raw, gzip.GzipFile)
+        try:  # (peek: the bytes stay to be read, a named pipe's too; a gzip problem is the reading's to say)
+            problem = _binary_error(raw.peek(HEAD_PEEK)[:HEAD_PEEK], shown, given)
+        except (EOFError, OSError, zlib.error):
+            problem = None
+        if problem is not None:
+            raw.close()
+            raise problem
         super().__init__(raw, encoding="utf-8-sig", newline="")
 
     def _failed(self, e: BaseException) -> DataError:
         if isinstance(e, UnicodeDecodeError):
-            return _utf8_error(self._path, self._shown)
+            return _utf8_error(self._path, self._shown, self._given)
         if self._gzipped and isinstance(e, (EOFError, OSError, zlib.error)):
             return _gzip_error(self._shown, e)  # gzip.BadGzipFile is an OSError
         return DataError(f"cannot read {self._shown}: {getattr(e, 'strerror', None) or type(e).__name__}")
@@ -230,10 +264,15 @@ class _TextFile(io.TextIOWrapper):
             raise self._failed(e) from None
 
 
-def open_text(path: Path, shown: str) -> io.TextIOBase:
+# The first bytes of a file looked at for a binary format before it is read as text (_binary_error)
+HEAD_PEEK = 4096
+
+
+def open_text(path: Path, shown: str, given: str | None = None) -> io.TextIOBase:
     """A local file's text (decompressed where it is gzip's, UTF-8 with or without a BOM), read as it is iterated; a
-    DataError naming `shown` otherwise. Close it when done (or use it in a `with`)."""
-    return _TextFile(path, shown)
+    DataError naming `shown` otherwise (a file that is not text: what it is, and how to convert it, named as `given`,
+    the file as its user named it; default `shown`). Close it when done (or use it in a `with`)."""
+    return _TextFile(path, shown, given)
 
 
 def _is_jsonl(path: str, fmt: str | None = None) -> bool:
@@ -273,7 +312,7 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
             local = Path(path).expanduser()
             if (missing := local_file_error(path)) is not None:
                 raise missing
-        with open_text(local, shown) as f:
+        with open_text(local, shown, path) as f:
             return rows_of(f, path, fmt=fmt, shown=shown)
     finally:
         if tmp is not None:
@@ -1340,10 +1379,12 @@ def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[l
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head)
         except zlib.error as e:
             raise _gzip_error(shown, e) from None
+    if problem := _binary_error(head[:HEAD_PEEK], shown, path):
+        raise problem
     try:
         text = codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=False)
     except UnicodeDecodeError:
-        raise _other_format(head, shown) or _utf8_error_in(head.split(b"\n"), shown, cut=True) from None
+        raise _other_format(head, shown, path) or _utf8_error_in(head.split(b"\n"), shown, cut=True) from None
     text = text[:text.rfind("\n") + 1]  # whole lines only
     if not text:
         return None

@@ -1499,3 +1499,14 @@ def test_a_decoder_scores_a_text_in_a_batch_as_it_scores_it_alone(capsys, tmp_pa
                                                                                             strict=True)))
     r = run_cli(capsys, "evaluate", str(model), str(rows), "--json")
     assert r.code == 0 and json.loads(r.out)["accuracy"] == 1.0, r.err
+
+
+@pytest.mark.parametrize("name", ["texts.txt", "texts.csv"])
+def test_predict_file_that_is_parquet_names_the_file_in_the_code_that_converts_it(capsys, tmp_path, tiny_model, name):
+    # The code said pandas.read_parquet('--file texts.txt'): the file as the error named it, not as pandas opens it
+    path = tmp_path / name
+    path.write_bytes(b"PAR1\x15\x04\x15\x9a\x01" + bytes(range(256)))
+    r = run_cli(capsys, "predict", str(tiny_model), "--file", str(path))
+    assert r.code == 2 and r.err.splitlines()[0] == (
+        f"error: --file {path} is a Parquet file, not CSV or JSON Lines; convert it: "
+        f"pandas.read_parquet({str(path)!r}).to_csv('train.csv', index=False)"), r.err

@@ -797,6 +797,52 @@ def test_a_file_that_is_no_text_says_what_it_is(tmp_path, name, head, said):
     assert str(e.value).startswith(f"gs://b/{name} {said}")
 
 
+TEXT = "text,label\na fine film,pos\ndull,neg\ngreat,pos\nbad,neg\n"
+
+
+@pytest.mark.parametrize(("name", "content", "said"), [
+    # a small uncompressed Parquet file's bytes can all be ASCII: it was read as CSV text ("no data rows")
+    ("t.csv", b"PAR1\x15\x00\x15\x1c\x15\x1c,\x00\x00\x0e\x1c\x0b\x00\x00\x00a fine film\x04\x00\x00\x00dull\n",
+     "is a Parquet file, not CSV or JSON Lines; convert it: pandas.read_parquet(PATH).to_csv('train.csv', "
+     "index=False)"),
+    ("t.jsonl", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00[Content_Types].xml\n",
+     "is a zip archive (an Excel .xlsx is one), not CSV or JSON Lines; convert it: save the sheet as 'CSV UTF-8' "
+     "(pandas: read_excel(PATH).to_csv('train.csv', index=False)), or unzip it and give the CSV inside"),
+    # UTF-16 without a byte order mark: "line 6: fewer fields than the header's 2", "line 1 is not valid JSON"
+    ("t.csv", TEXT.encode("utf-16-le"), "is UTF-16 text (with no byte order mark), not UTF-8; re-save it as UTF-8 "
+     "(in Excel: Save As 'CSV UTF-8')"),
+    ("t.jsonl", '{"text": "dull", "label": "neg"}\n'.encode("utf-16-be"), "is UTF-16 text (with no byte order "
+     "mark), not UTF-8; re-save it as UTF-8 (in Excel: Save As 'CSV UTF-8')"),
+    ("t.csv.gz", gzip.compress(b"\x93NUMPY\x01\x00v\x00{'descr': '<f4'}\n", mtime=0), "is not text: its first line "
+     "holds the control byte 0x01 (a binary file?); give a CSV or JSON Lines file, UTF-8 text"),
+], ids=["parquet", "zip", "utf16-le", "utf16-be", "binary-gzipped"])
+def test_a_file_that_is_no_text_but_decodes_as_utf8_says_what_it_is(tmp_path, name, content, said):
+    # Files that are not text, or not UTF-8, were told by the first byte that is no UTF-8; where there was none, they
+    # were read as text, and said something about their rows. Their first line's control bytes tell them now.
+    from ftcli_trainer.data import head_columns, read_rows
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    said = said.replace("PATH", repr(str(path)))
+    for task in ("csv", "jsonl"):
+        assert error_of("--task", task, "--train-file", str(path)) == f"{path} {said}"
+    with pytest.raises(DataError) as e:
+        read_rows(str(path), shown="--file t")
+    assert str(e.value) == f"--file t {said}"  # (the code that converts it names the file, not how it was shown)
+    with pytest.raises(DataError) as e:
+        head_columns(path.read_bytes(), str(path), f"gs://b/{name}", None)
+    assert str(e.value) == f"gs://b/{name} {said}"
+
+
+def test_a_csv_whose_first_column_is_named_par1_is_read_as_csv(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("PAR1,text,label\nx,a fine film,pos\ny,dull,neg\n")
+    from ftcli_trainer.data import read_rows
+
+    assert read_rows(str(path)) == (["PAR1", "text", "label"], [{"PAR1": "x", "text": "a fine film", "label": "pos"},
+                                                                {"PAR1": "y", "text": "dull", "label": "neg"}])
+
+
 def test_a_label_column_empty_in_every_row_is_said_once_for_the_column(tmp_path):
     # A label column left empty (or the wrong column) was "line 2: empty label in column 'label'; fill it in or remove
     # the row", as if one row were wrong.
