@@ -329,6 +329,8 @@ def rows_of(f: io.TextIOBase, path: str, *, fmt: str | None = None, shown: str |
     else:
         _refuse_json_lines_as_csv(f, shown, fmt)
         rows = _read_tsv(f, shown) if _separator(path) == "\t" else _read_csv(f, shown)
+    if not rows and _is_jsonl(path, fmt):  # (the JSON Lines reader returns no rows only where no line holds any)
+        raise DataError(f"{shown} is empty: expected one JSON object per line, one per example")
     if not rows:
         raise DataError(f"{shown} has no data rows")
     columns = list(rows[0].keys())
@@ -381,8 +383,12 @@ def _first_line(f: io.TextIOBase) -> str:
 
 def _refuse_json_lines_as_csv(f: io.TextIOBase, shown: str, fmt: str | None) -> None:
     """A JSON Lines file read as CSV gives misleading lines ("fewer fields than the header's 3"): say so first.
-    It looks like JSON Lines when its first line is a JSON object, or starts with `{` in a .jsonl/.json file."""
+    It looks like JSON Lines when its first line is a JSON object, or starts with `{` in a .jsonl/.json file. A JSON
+    array of objects (json.dump's, pandas' to_json(orient="records")) named .csv was "has duplicate column names:
+    "label": "pos"}": it is said as the JSON Lines reader says it (_refuse_json_array)."""
     line = _first_line(f)
+    if line.startswith("["):
+        _refuse_json_array(f, shown, _use_format(fmt, "jsonl"))
     if not line.startswith("{"):
         return
     try:
@@ -511,7 +517,7 @@ def _looks_like_csv(line: str, shown: str) -> bool:
     return not line.lstrip().startswith(("{", "[")) and ("," in line or name.endswith(".csv"))
 
 
-def _refuse_json_array(f: io.TextIOBase, shown: str) -> None:
+def _refuse_json_array(f: io.TextIOBase, shown: str, as_csv: str | None = None) -> None:
     """A .json file that is one JSON array (json.dump, pandas' to_json(orient="records")) read as JSON Lines failed
     on its first line ("not valid JSON (Expecting value)", or "got list"), without saying what to do."""
     if not _first_line(f).startswith("["):
@@ -524,6 +530,9 @@ def _refuse_json_array(f: io.TextIOBase, shown: str) -> None:
     finally:
         f.seek(pos)
     if isinstance(whole, list) and whole and all(isinstance(row, dict) for row in whole):
+        if as_csv is not None:  # (read as CSV: `as_csv` says how to have it read as JSON Lines)
+            raise DataError(f"{shown} is one JSON array, not CSV: write it as JSON Lines, one object per line "
+                            f"(pandas: df.to_json(path, orient='records', lines=True)), and {as_csv}")
         raise DataError(f"{shown} is one JSON array, not JSON Lines: write one object per line (pandas: "
                         f"df.to_json(path, orient='records', lines=True))")
 

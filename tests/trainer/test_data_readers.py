@@ -843,6 +843,27 @@ def test_a_csv_whose_first_column_is_named_par1_is_read_as_csv(tmp_path):
                                                                 {"PAR1": "y", "text": "dull", "label": "neg"}])
 
 
+@pytest.mark.parametrize("content", ["", "\n\n  \n"], ids=["empty", "blank-lines"])
+def test_an_empty_json_lines_file_says_what_it_should_hold(tmp_path, content):
+    # It was "has no data rows", where an empty CSV says what it should hold
+    path = tmp_path / "t.jsonl"
+    path.write_text(content)
+    assert error_of("--task", "jsonl", "--train-file", str(path)) == (
+        f"{path} is empty: expected one JSON object per line, one per example")
+
+
+@pytest.mark.parametrize("task", ["csv", "imdb"])
+def test_a_json_array_named_csv_says_it_is_json(tmp_path, task):
+    # It was "has duplicate column names:  "label": "pos"}"
+    path = tmp_path / "t.csv"
+    path.write_text(json.dumps([{"text": f"t{i}", "label": ["neg", "pos"][i % 2]} for i in range(6)], indent=2))
+    fix = "use --task jsonl (the train and eval files take the same format)" if task == "csv" else \
+        "name it .jsonl (without --task csv or --task jsonl, the file's extension picks its format)"
+    assert error_of("--task", task, "--train-file", str(path)) == (
+        f"{path} is one JSON array, not CSV: write it as JSON Lines, one object per line (pandas: df.to_json(path, "
+        f"orient='records', lines=True)), and {fix}")
+
+
 def test_a_label_column_empty_in_every_row_is_said_once_for_the_column(tmp_path):
     # A label column left empty (or the wrong column) was "line 2: empty label in column 'label'; fill it in or remove
     # the row", as if one row were wrong.
