@@ -200,8 +200,8 @@ def folder_max_length_problem(folder: str, max_length: int, name: str) -> str | 
 
 
 def align_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> str:
-    """Give the tokenizer and the model's config the same padding token, where one of them has none; returns what
-    was done, in words for the log ("" when nothing was).
+    """Give the tokenizer and the model's config the same padding token, where one of them has none or they differ
+    (the config's then); returns what was done, in words for the log ("" when nothing was).
 
     Decoder models with a classification head (GPT-2, Llama, Mistral, Qwen, ...) classify from the last token that
     is not `config.pad_token_id`; with none, transformers 5.24 raises "Cannot handle batch sizes > 1 if no padding
@@ -229,6 +229,15 @@ def align_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, na
     if config.pad_token_id is None:
         config.pad_token_id = tokenizer.pad_token_id
         said = said or f"config.json has no pad_token_id: the tokenizer's, {tokenizer.pad_token!r}, is used"
+    elif (isinstance(own := config.pad_token_id, int) and own != tokenizer.pad_token_id and 0 <= own < len(tokenizer)
+          and isinstance(token := tokenizer.convert_ids_to_tokens(own), str)):
+        # Both have one, not the same (a tokenizer given a '<pad>' of its own, the config left at its end-of-sequence
+        # id): a decoder, pooling the last token that is not the config's, was trained and evaluated on each padded
+        # row's padding, and its exported pipeline scored a text in a batch otherwise than alone. The config's is
+        # the one the model reads as padding (RoBERTa's positions too: create_position_ids_from_input_ids).
+        theirs, tokenizer.pad_token = tokenizer.pad_token, token
+        said = (f"the tokenizer pads with {theirs!r}, the model's config.json with {tokenizer.pad_token!r}: padding "
+                "with the model's")
     return said
 
 

@@ -296,6 +296,40 @@ def test_a_decoder_without_a_padding_token_trains_and_exports_a_batching_pipelin
     assert [g["score"] for g in got] == pytest.approx(alone.softmax(-1).max(-1).values.tolist(), rel=1e-4)
 
 
+def test_a_decoder_whose_tokenizer_and_config_pad_differently_pads_with_the_configs(tmp_path, tiny_decoders,
+                                                                                   sentiment_csv, capsys):
+    # A tokenizer given a '<pad>' of its own, the config's pad_token_id left at the end-of-sequence token: the run
+    # padded with the tokenizer's, which GPT-2 pools as text (the last token that is not the config's), so each padded
+    # row trained and evaluated on its padding, and the exported pipeline scored a text in a batch otherwise than
+    # alone (by 0.04 here).
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = tmp_path / "gpt2-own-pad"
+    shutil.copytree(tiny_decoders["gpt2"], folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.add_special_tokens({"pad_token": "<pad>"})
+    tok.save_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder, vocab_size=len(tok), pad_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(folder)
+    out = tmp_path / "run"
+    run_ok(["--task", "csv", "--train-file", str(sentiment_csv[0]), "--model", str(folder), "--epochs", "1",
+            "--batch-size", "16", "--output-dir", str(out)])
+    assert ("the tokenizer pads with '<pad>', the model's config.json with '<|endoftext|>': padding with the model's"
+            in capsys.readouterr().out.splitlines())
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    model = AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    assert tok.pad_token == "<|endoftext|>" and model.config.pad_token_id == tok.pad_token_id
+    texts = ["dull", "a wonderful and superb film that was quite moving and the acting was really brilliant"]
+    with torch.no_grad():
+        alone = torch.cat([model(**tok([t], return_tensors="pt")).logits for t in texts])
+        batch = model(**tok(texts, return_tensors="pt", padding=True)).logits
+    torch.testing.assert_close(batch, alone, rtol=1e-5, atol=1e-5)
+
+
 def test_a_tokenizer_with_no_padding_or_end_token_is_refused_in_one_line(tmp_path, tiny_decoders, sentiment_csv,
                                                                          capsys):
     import shutil
