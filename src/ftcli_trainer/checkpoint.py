@@ -387,7 +387,8 @@ def run_fingerprint(cfg: TrainConfig) -> dict:
         # Which rows --max-train-samples or --fraction-of-train-data trains on (data._subset_idx draws single-label
         # classes label by label; earlier trainers drew them at random): resumed here, a run one of those started would
         # go on with other rows. Absent where the subset is still the random one, as held_out_by_label. (Present too
-        # where the option asks for all the rows, which only the data says: such an older run is refused as well.)
+        # where the option asks for all the rows, which only the data says: claim compares these keys by the rows they
+        # keep once the fingerprint holds the count, TRAIN_ROWS; an older run, whose file has none, is refused.)
         fp["train_subset_by_label"] = True
     if cfg.max_eval_samples is not None and (cfg.keep_best or cfg.early_stopping):
         # The rows whose evaluations pick the exported weights (--keep-best) or end the run (--early-stopping): resumed
@@ -496,6 +497,68 @@ def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequenc
             lines.append(f"{_gone_line(link)}: this run's metrics go to a new file made there, apart from the earlier "
                          "run's; to keep them together, stop it and fix the link")
     return lines
+
+
+# In the fingerprint file, beside the run's options: the rows left to train on before a subset (data's
+# rows_before_subset), written once the data is loaded (record_train_rows). Not an option: never compared itself.
+TRAIN_ROWS = "train_rows"
+# The fingerprint's keys that say which rows are trained on, compared by the rows they keep once TRAIN_ROWS is known.
+SUBSET_KEYS = ("max_train_samples", "fraction_of_train_data", "train_subset_by_label")
+
+
+def _rows_kept(fp: dict, rows: int) -> int | None:
+    """How many of `rows` the subset options in `fp` train on; None for all of them, in their order: as no option."""
+    from ftcli_trainer.config import kept_train_rows
+
+    kept = kept_train_rows(rows, fp.get("max_train_samples"), fp.get("fraction_of_train_data"))
+    return None if kept >= rows else kept
+
+
+def _same_rows(found: dict, fingerprint: dict, rows: object) -> bool:
+    """Whether the subset options of `found` (the folder's fingerprint) and `fingerprint` (this run's) train on the
+    same rows of the `rows` left to train on (found's TRAIN_ROWS). A run started with --max-train-samples 100000 on
+    8,000 rows trains on every row, as one without it; a resume that dropped the option (or gave another that keeps
+    them all, or the --fraction-of-train-data that keeps as many) was refused as "a different run". Two options that
+    keep the same count draw the same rows (data._subset_idx: the count, the seed, the labels, and whether it is drawn
+    by label, which is compared then). Without `rows` (a fingerprint from before TRAIN_ROWS, or of a run that failed
+    before its data loaded) the options are compared as given, as they were."""
+    if all(found.get(k) == fingerprint.get(k) for k in SUBSET_KEYS):
+        return True
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+        return False
+    try:
+        kept = _rows_kept(found, rows)
+    except TypeError:  # (a value in the file of another type than the option's: not comparable, so not the same)
+        return False
+    return kept == _rows_kept(fingerprint, rows) and (
+        kept is None or found.get("train_subset_by_label") == fingerprint.get("train_subset_by_label"))
+
+
+def _differing(found: dict, fingerprint: dict, rows: object = None) -> list[str]:
+    """The keys on which `found` and `fingerprint` differ, TRAIN_ROWS aside and the subset options compared by the
+    rows they keep (_same_rows: of `rows`, found's own TRAIN_ROWS when not given)."""
+    rows = found.get(TRAIN_ROWS) if rows is None else rows
+    same_rows = _same_rows(found, fingerprint, rows)
+    return [k for k in sorted(set(found) | set(fingerprint))
+            if k != TRAIN_ROWS and found.get(k) != fingerprint.get(k) and not (k in SUBSET_KEYS and same_rows)]
+
+
+def record_train_rows(root: str, fingerprint: dict, rows: int | None) -> None:
+    """Once the data is loaded, on the main process: keep the number of rows left to train on before a subset
+    (`rows`: data's rows_before_subset) in the folder's fingerprint (TRAIN_ROWS), so that a resume compares the subset
+    options by the rows they keep (_same_rows). The file keeps the options it was claimed with. Where it held another
+    count (a Hub dataset of the same name that changed since) and the options differ as given, what claim took for the
+    same rows is checked again on the rows there are now: refused when they are not (RunMismatch)."""
+    import json
+
+    found = _read_fingerprint(root)
+    if not found or rows is None or found.get(TRAIN_ROWS) == rows:
+        return
+    if differ := _differing(found, fingerprint, rows):
+        raise RunMismatch(f"{root} holds checkpoints of a different run ({_differ(differ)}, on the {rows:,} rows "
+                          "there are to train on now): resuming them would mix two runs")
+    storage.write_text(storage.join(root, FINGERPRINT),
+                       json.dumps({**found, TRAIN_ROWS: rows}, indent=2, sort_keys=True) + "\n")
 
 
 def _read_fingerprint(root: str) -> dict | None:
@@ -632,7 +695,7 @@ def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: s
 
     has_checkpoints = bool(_list(root))
     found = _read_fingerprint(root)
-    differ = [k for k in sorted(set(found or {}) | set(fingerprint)) if (found or {}).get(k) != fingerprint.get(k)]
+    differ = _differing(found or {}, fingerprint)
     if has_checkpoints:
         if found is None:
             raise RunMismatch(f"{root} holds checkpoints that do not say which run they belong to")
@@ -640,7 +703,7 @@ def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: s
             return False
         raise RunMismatch(f"{root} holds checkpoints of a different run ({_differ(differ)}): resuming them "
                           f"would mix two runs")
-    if found == fingerprint:
+    if found is not None and not differ:
         return False
     held = [path for path in (model_dir, metrics) if path and _holds_something(path)]
     if held and root.rstrip("/") in gone:

@@ -570,6 +570,17 @@ def early_stopping_problems(cfg: dict[str, Any], given: dict[str, Any]) -> list[
             "--keep-best alone"]
 
 
+def kept_train_rows(n: int, max_train_samples: int | None, fraction_of_train_data: float | None) -> int:
+    """How many of `n` rows left to train on are trained on: --max-train-samples, or --fraction-of-train-data (not
+    both); `n` when neither is given or the option asks for as many rows as there are (data.load_task_data then takes
+    them all, in their order, as without it). Also what checkpoint.claim compares a resumed run's option by."""
+    if max_train_samples is not None:
+        return min(n, max_train_samples)
+    if fraction_of_train_data is not None:
+        return min(n, max(1, round(n * fraction_of_train_data)))
+    return n
+
+
 def steps_per_epoch(train_rows: int, batch_size: int, gradient_accumulation_steps: int, processes: int = 1) -> int:
     """The optimizer steps an epoch of `train_rows` examples takes, as the trainer plans them (data.plan_batches: a
     batch of batch_size x processes rows, the last one shorter; distributed.shard_batches drops a last one too small

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ftcli_trainer import storage
-from ftcli_trainer.config import TrainConfig, name_list
+from ftcli_trainer.config import TrainConfig, kept_train_rows, name_list
 from ftcli_trainer.errors import DataError, first_line, one_line
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS, Task, bundled_sample_file
 
@@ -87,6 +87,9 @@ class TaskData:
     label_names: list[str]  # regression: one name, the label column's
     multi_label: bool
     regression: bool = False
+    # The rows left to train on before --max-train-samples or --fraction-of-train-data takes a subset of them (after the
+    # hold-out): whether such an option keeps every row (checkpoint.record_train_rows)
+    rows_before_subset: int | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1031,11 +1034,7 @@ def _eval_share(n: int, cfg: TrainConfig) -> int:
 
 def _kept_train_rows(n: int, cfg: TrainConfig) -> int:
     """How many of `n` training rows are trained on: --max-train-samples, or --fraction-of-train-data (not both)."""
-    if cfg.max_train_samples is not None:
-        return min(n, cfg.max_train_samples)
-    if cfg.fraction_of_train_data is not None:
-        return max(1, round(n * cfg.fraction_of_train_data))
-    return n
+    return kept_train_rows(n, cfg.max_train_samples, cfg.fraction_of_train_data)
 
 
 def _held_out_per_label(counts: np.ndarray, n_eval: int, rng: np.random.Generator) -> np.ndarray:
@@ -1142,6 +1141,7 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
     else:
         _warn_thin_labels(train, evals, names)
     # (after the hold-out: the subset is of the rows left to train on, so none of it is ever an eval row)
+    rows_before_subset = len(train)
     if (k := _kept_train_rows(len(train), cfg)) < len(train):
         whole, train = train, train.subset(_subset_idx(train, k, cfg))
         given = (f"--max-train-samples {cfg.max_train_samples}" if cfg.max_train_samples is not None else
@@ -1160,7 +1160,8 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
         _check_targets_vary(train.labels, "the training data")
     elif not multi_label and len(names) < 2:
         raise DataError(f"the training data has only one label ({names[0]!r}); a classifier needs at least two")
-    return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label, regression=cfg.regression)
+    return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label, regression=cfg.regression,
+                    rows_before_subset=rows_before_subset)
 
 
 MIN_TRAIN_EXAMPLES = 3  # fewer examples of a label than this: said before training, not found out from the scores

@@ -215,13 +215,16 @@ def run(cfg: TrainConfig) -> dict:
                 checkpoint.dead_links(paths.checkpoint_dir, paths.logs_dir, paths.model_dir, gone))
         # Resume only this run: another run's checkpoints in the same folder (other data, labels, model or math)
         # are refused in one line before any work, never silently resumed.
+        fingerprint = checkpoint.run_fingerprint(cfg)
         checkpoint.lock(paths.checkpoint_dir)
-        checkpoint.claim(paths.checkpoint_dir, checkpoint.run_fingerprint(cfg), paths.model_dir,
+        checkpoint.claim(paths.checkpoint_dir, fingerprint, paths.model_dir,
                          storage.join(paths.logs_dir, "metrics.jsonl"), gone)
         for line in dead:
             log.warning("%s", line)
     set_seed(cfg.seed)
     data = load_task_data(cfg)
+    if dist.is_main:  # (whether --max-train-samples or --fraction-of-train-data keeps every row: a resume's claim)
+        checkpoint.record_train_rows(paths.checkpoint_dir, fingerprint, data.rows_before_subset)
     if not os.environ.get("CLOUD_ML_JOB_ID"):
         # Outside a Vertex job (ftcli local, or by hand) an --early-stopping that this data can never stop is refused
         # before the model loads; a job, whose machines are up already, says so in a warning and keeps the best.

@@ -156,6 +156,35 @@ def test_a_run_whose_training_subset_an_older_ftcli_drew_is_refused_not_resumed(
     r = _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "40")  # this ftcli's run: its own, finished
     assert r.returncode == 0 and "nothing to do" in r.stderr, r.stderr
 
+def test_a_training_subset_option_that_keeps_every_row_is_not_another_run(tmp_path, tiny_model, sentiment_csv):
+    # --max-train-samples 100000 on 216 rows (240, 24 held out) trains on every row, as the run without it; the same
+    # command without the option (or with one that keeps them all) was refused: "a different run (max-train-samples
+    # and train-subset-by-label differ)". Another subset still is another run.
+    train, _ = sentiment_csv
+    assert _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "100000").returncode == 0
+    for same in ((), ("--max-train-samples", "216"), ("--fraction-of-train-data", "1")):
+        r = _tiny_run(tmp_path, tiny_model, train, *same)
+        assert r.returncode == 0 and "this run finished at step 7" in r.stderr, (same, r.stderr)
+    r = _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "215")
+    assert r.returncode == 2 and "holds checkpoints of a different run (max-train-samples differs)" in r.stderr, (
+        r.stderr)
+
+    # A run started before the row count was kept in its fingerprint: the same command resumes it as it did (the
+    # option compared as given until then), and from then on it is compared by the rows it keeps
+    fingerprint = tmp_path / "run" / "checkpoints" / "run-fingerprint.json"
+    ours = json.loads(fingerprint.read_text())
+    assert ours.pop("train_rows") == 216
+    fingerprint.write_text(json.dumps(ours))  # what the older ftcli wrote
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 2 and "(max-train-samples and train-subset-by-label differ)" in r.stderr, r.stderr
+    shutil.rmtree(tmp_path / "run" / "model")  # (the run resumes from its last checkpoint, evaluates and exports)
+    r = _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "100000")
+    assert r.returncode == 0 and "resuming from" in r.stdout, r.stderr
+    assert json.loads(fingerprint.read_text()) == {**ours, "train_rows": 216}
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 0 and "this run finished at step 7" in r.stderr, r.stderr
+
+
 def test_a_model_folder_ftcli_did_not_write_is_never_replaced(tmp_path, tiny_model, sentiment_csv):
     # The export renamed an existing model/ to model.old and deleted it (and any model.old before it).
     train, _ = sentiment_csv

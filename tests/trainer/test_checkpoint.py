@@ -1,6 +1,8 @@
 """Which run a checkpoint folder belongs to: claim() takes an empty folder, resumes the same run, refuses
 another (local folders and gs://, against the GCS emulator)."""
 
+import json
+
 import pytest
 
 from ftcli_trainer import checkpoint, storage
@@ -95,6 +97,59 @@ def test_fingerprint_says_when_the_training_subset_is_drawn_by_label(tmp_path, r
     assert checkpoint.claim(fresh, new) is True
     fake_checkpoint(fresh, 5)
     assert checkpoint.claim(fresh, new) is False  # a run this trainer started resumes
+
+def test_a_subset_option_that_keeps_every_row_is_the_same_run_once_the_rows_are_known(tmp_path, root):
+    # --max-train-samples 100000 on 8,000 rows trains on every row, as a run without it does; a resume that dropped
+    # the option (or gave another that keeps them all) was refused as "a different run (max-train-samples ...)"
+    a = write_csv(tmp_path / "a.csv", ["text", "label"], [("x", "p"), ("y", "n")])
+
+    def fp(*args):
+        return checkpoint.run_fingerprint(parse_args(["--task", "csv", "--train-file", str(a), *args]))
+
+    started = fp("--max-train-samples", "100000")
+    checkpoint.claim(root, started)
+    fake_checkpoint(root, 5)
+    # until its data is loaded, the folder does not say how many rows there are: the options compared as given (so
+    # a fingerprint written before the count was kept, or by a run that failed before loading its data)
+    with pytest.raises(checkpoint.RunMismatch,
+                       match=r"a different run \(max-train-samples and train-subset-by-label differ\): resuming"):
+        checkpoint.claim(root, fp())
+    assert checkpoint.claim(root, started) is False  # the same command resumes, as it did
+    checkpoint.record_train_rows(root, started, 8000)  # (the trainer, once the data is loaded)
+    for same in ((), ("--max-train-samples", "8000"), ("--fraction-of-train-data", "1"),
+                 ("--fraction-of-train-data", "0.99995")):  # (7,999.6 rows: 8,000)
+        assert checkpoint.claim(root, fp(*same)) is False, same
+    for other, differ in ((("--max-train-samples", "7999"), "max-train-samples differs"),
+                          (("--fraction-of-train-data", "0.5"), "fraction-of-train-data and max-train-samples differ"),
+                          (("--max-train-samples", "100000", "--seed", "1"), "seed differs")):
+        with pytest.raises(checkpoint.RunMismatch, match=rf"a different run \({differ}\): resuming"):
+            checkpoint.claim(root, fp(*other))
+    stored = json.loads(storage.read_text(storage.join(root, checkpoint.FINGERPRINT)))
+    assert stored == {**started, "train_rows": 8000}  # the options it was started with, and the count
+
+    # A subset: two options that keep as many rows draw the same ones (data._subset_idx), whether by label is held
+    half = root + "-half"
+    checkpoint.claim(half, fp("--max-train-samples", "4000"))
+    fake_checkpoint(half, 5)
+    checkpoint.record_train_rows(half, fp("--max-train-samples", "4000"), 8000)
+    assert checkpoint.claim(half, fp("--fraction-of-train-data", "0.5")) is False
+    for other in ((), ("--max-train-samples", "4001")):
+        with pytest.raises(checkpoint.RunMismatch, match="a different run"):
+            checkpoint.claim(half, fp(*other))
+    older = {k: v for k, v in fp("--fraction-of-train-data", "0.5").items() if k != "train_subset_by_label"}
+    with pytest.raises(checkpoint.RunMismatch, match=r"\(fraction-of-train-data, max-train-samples and "
+                                                     r"train-subset-by-label differ\)"):
+        checkpoint.claim(half, older)  # (drawn at random by an older trainer: other rows)
+
+    # The rows found once the data is loaded are not those counted before (a Hub dataset of the same name changed):
+    # what was taken for the same rows is checked again, on the rows there are now
+    with pytest.raises(checkpoint.RunMismatch, match=r"a different run \(max-train-samples and train-subset-by-label "
+                                                     r"differ, on the 200,000 rows there are to train on now\)"):
+        checkpoint.record_train_rows(root, fp(), 200_000)
+    checkpoint.record_train_rows(root, started, 200_000)  # the options it was started with: the count follows
+    assert json.loads(storage.read_text(storage.join(root, checkpoint.FINGERPRINT)))["train_rows"] == (
+        200_000)
+
 
 def test_fingerprint_holds_the_eval_subset_when_evaluations_decide_the_model(tmp_path, root):
     # --keep-best keeps the best evaluation's weights and --early-stopping ends the run on them: resumed with another
