@@ -664,6 +664,56 @@ def lock(root: str) -> None:
     _held = f
 
 
+def lock_and_claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: str | None = None,
+                   gone: Sequence[str] = ()) -> bool:
+    """The trainer's start: lock(root), then claim (its arguments, its answer). A refused claim leaves nothing that
+    lock made: run by hand (`python -m ftcli_trainer.task`, as the README says one may) with checkpoints/ a link to
+    a folder not there, lock made that folder and its .run.lock before claim refused; the folder stayed, the link
+    was no longer dead, and the same command was refused again in other, older words ("an earlier run's, and no
+    checkpoints say which run it was", nothing of the link). The lock is given back then, its file removed where lock
+    made it, and the folders lock made (a missing checkpoints/, or where its link points) are removed when empty.
+    (`ftcli local` claims before the trainer starts, and without lock: nothing to leave.) A gs:// folder makes no
+    folders; its lease is given back at the process's end (unlock), as for any failure."""
+    local = not storage.is_gcs(root)
+    made = _missing_folders(root) if local else []
+    lock_file = Path(root) / LOCK
+    fresh_lock = local and not os.path.lexists(lock_file)
+    ours = _held is None  # (a process locks once: a second lock, of another folder, holds nothing)
+    lock(root)
+    try:
+        return claim(root, fingerprint, model_dir, metrics, gone)
+    except RunMismatch:
+        if local:
+            _let_go(lock_file if fresh_lock else None, ours, made)
+        raise
+
+
+def _missing_folders(root: str) -> list[Path]:
+    """The folders that storage.make_dirs would make for the local `root` (through a link, where it points) that are
+    not there now, deepest first."""
+    missing = []
+    folder = Path(os.path.realpath(root))
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _let_go(lock_file: Path | None, ours: bool, made: Sequence[Path]) -> None:
+    """lock_and_claim's refusal: this process's flock given back (if it took it), `lock_file` removed (the one lock
+    made; removed first, while still held, so that no other run's lock file is removed), `made` removed when empty."""
+    global _held
+    if lock_file is not None:
+        with contextlib.suppress(OSError):
+            lock_file.unlink()
+    if ours and _held is not None:
+        _held.close()
+        _held = None
+    for folder in made:  # (deepest first: each one's parent is empty once it is gone)
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
+
+
 def still_held(root: str) -> None:
     """Before writing into `root`: raise TrainerError when this run lost its gs:// lease to another run (it could
     not renew it in time). A local folder's flock cannot be lost."""

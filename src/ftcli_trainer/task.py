@@ -216,9 +216,8 @@ def run(cfg: TrainConfig) -> dict:
         # Resume only this run: another run's checkpoints in the same folder (other data, labels, model or math)
         # are refused in one line before any work, never silently resumed.
         fingerprint = checkpoint.run_fingerprint(cfg)
-        checkpoint.lock(paths.checkpoint_dir)
-        checkpoint.claim(paths.checkpoint_dir, fingerprint, paths.model_dir,
-                         storage.join(paths.logs_dir, "metrics.jsonl"), gone)
+        checkpoint.lock_and_claim(paths.checkpoint_dir, fingerprint, paths.model_dir,
+                                  storage.join(paths.logs_dir, "metrics.jsonl"), gone)
         for line in dead:
             log.warning("%s", line)
     set_seed(cfg.seed)

@@ -552,3 +552,44 @@ def test_a_run_folder_moved_without_where_its_relative_logs_link_points_resumes_
     rows = [json.loads(r) for r in (after / "big" / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"]) for r in rows] == [("eval", 30)]  # the resumed run's only: its evaluation
     assert json.loads((after / "run" / "model" / "metrics.json").read_text())["global_step"] == 30
+
+
+def test_by_hand_a_refusal_behind_a_dead_checkpoints_link_leaves_nothing_and_says_the_same_again(tmp_path, tiny_model,
+                                                                                                 sentiment_csv):
+    # `python -m ftcli_trainer.task` by hand (README), checkpoints/ a link to a folder not there beside an earlier run's
+    # model and metrics: lock made the folder the link points to, with .run.lock in it, before claim refused. It stayed,
+    # and the same command then got another, older refusal: "an earlier run's, and no checkpoints say which run it
+    # was", nothing of the link. Each attempt is a process of its own, as by hand (a process locks once).
+    import os
+
+    from ftcli_trainer import storage
+
+    train, _ = sentiment_csv
+    run, big = tmp_path / "run", tmp_path / "big"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run / "model").mkdir()
+    (run / "model" / storage.COMPLETE_MARKER).touch()
+    (run / "checkpoints").symlink_to(big / "ckpt")
+    argv = ["--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--output-dir", str(run)]
+    tries = [subprocess.run([sys.executable, "-m", "ftcli_trainer.task", *argv], capture_output=True, text=True)
+             for _ in range(2)]
+    for r in tries:
+        assert r.returncode == 2 and r.stderr.splitlines() == [
+            f"error: {run / 'checkpoints'} links to {big / 'ckpt'}, which is not there (the run folder moved without "
+            f"it, or a disk not mounted?): the earlier run's checkpoints, which say whose output {run / 'model'} and "
+            f"{run / 'logs'}/metrics.jsonl hold, are not found, and this run would replace or mix with it; to resume "
+            "the earlier run, make the link point at its checkpoints again (move them back, or mount the disk); or "
+            "start fresh with a new --output-dir, or move that folder away"], r.stderr
+    assert not big.exists()  # nothing made where the link points
+    assert os.readlink(run / "checkpoints") == str(big / "ckpt")
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == [
+        "checkpoints", "logs", "logs/metrics.jsonl", "model", "model/_COMPLETE"]
+
+    # The same when checkpoints/ is no link and is not there: the folder lock made goes with the refusal
+    (run / "checkpoints").unlink()
+    (run / "model" / "notes.txt").write_text("mine")
+    (run / "model" / storage.COMPLETE_MARKER).unlink()
+    r = subprocess.run([sys.executable, "-m", "ftcli_trainer.task", *argv], capture_output=True, text=True)
+    assert r.returncode == 2 and "is not a model ftcli exported" in r.stderr, r.stderr
+    assert not (run / "checkpoints").exists()
