@@ -451,12 +451,12 @@ def _gone_line(link: str) -> str:
             "not mounted?)")
 
 
-def _wrote_into(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequence[str]) -> bool:
-    """Whether an earlier run wrote into the run folder: checkpoints/, logs/ or model/ hold something, the dead links
-    aside (a logs/ that holds only a metrics.jsonl link to a file not made yet is a run set up ahead, as a dead
-    checkpoints/ link is)."""
+def _wrote_into(checkpoint_dir: str, logs_dir: str, model_dir: str | None, gone: Sequence[str]) -> bool:
+    """Whether an earlier run wrote into the run folder: checkpoints/, logs/ or model/ (None: not looked at) hold
+    something, the dead links aside (a logs/ that holds only a metrics.jsonl link to a file not made yet is a run set
+    up ahead, as a dead checkpoints/ link is)."""
     logs = logs_dir.rstrip("/")
-    for path in (checkpoint_dir.rstrip("/"), logs, model_dir.rstrip("/")):
+    for path in (checkpoint_dir.rstrip("/"), logs, *([model_dir.rstrip("/")] if model_dir else [])):
         if storage.is_gcs(path) or path in gone:
             continue
         if path == logs and f"{logs}/{METRICS}" in gone:
@@ -559,6 +559,19 @@ def record_train_rows(root: str, fingerprint: dict, rows: int | None) -> None:
                           "there are to train on now): resuming them would mix two runs")
     storage.write_text(storage.join(root, FINGERPRINT),
                        json.dumps({**found, TRAIN_ROWS: rows}, indent=2, sort_keys=True) + "\n")
+
+
+def _dead_too(root: str, metrics: str | None, gone: Sequence[str]) -> str:
+    """The dead links (`gone`) that a refusal of the model folder (one of the user's) adds, where checkpoints/ or logs/
+    hold an earlier run's output besides (_wrote_into, model/ aside): said after it only, once model/ was fixed, the
+    same command was refused again for the dead checkpoints/ link, or started from step 0 with a warning. Not in a run
+    folder set up ahead, where such links point to folders not made yet (dead_links says nothing there either)."""
+    logs = metrics.rsplit("/", 1)[0] if metrics else None
+    if not gone or logs is None or not _wrote_into(root, logs, None, gone):
+        return ""
+    also = "".join(f" ({link} links to {os.path.realpath(link)}, not there either)" for link in gone[1:])
+    them, they = ("those links", "they") if len(gone) > 1 else ("that link", "it")
+    return f"; and {_gone_line(gone[0])}{also}: fix {them} too (move what {they} pointed at back, or mount the disk)"
 
 
 def _read_fingerprint(root: str) -> dict | None:
@@ -741,7 +754,7 @@ def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: s
     import json
 
     if model_dir and (why := foreign_model_dir(model_dir)):
-        raise RunMismatch(why)
+        raise RunMismatch(why + _dead_too(root, metrics, gone))
 
     has_checkpoints = bool(_list(root))
     found = _read_fingerprint(root)

@@ -660,6 +660,42 @@ def test_a_run_folder_moved_without_where_its_links_point_is_refused_naming_the_
     assert " links to " not in r.stdout + r.stderr
 
 
+def test_a_model_folder_of_the_users_and_a_dead_link_are_said_in_one_refusal(tmp_path, tiny_model, sentiment_csv):
+    """model/ holds files ftcli did not export, and checkpoints/ is a link to nothing beside an earlier run's metrics:
+    the model's refusal came first and said nothing of the link; with model/ moved away, the same command was refused
+    again, for the link. Both are known before any work: one refusal says both."""
+    import shutil
+
+    train, _ = sentiment_csv
+    run, big = tmp_path / "run", tmp_path / "big"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run / "model").mkdir()
+    (run / "model" / "notes.txt").write_text("mine")
+    (run / "checkpoints").symlink_to(big / "ckpt")
+    before = tree(run)
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"error: {run / 'model'} is not a model ftcli exported (it has neither _COMPLETE nor ftcli_files.json) and "
+        f"holds notes.txt, which ftcli did not write: this run's export would leave it as it is and put the new model "
+        f"beside it, in {run / 'model'}-TIME; and {run / 'checkpoints'} links to {big / 'ckpt'}, which is not there "
+        "(the run folder moved without it, or a disk not mounted?): fix that link too (move what it pointed at back, "
+        "or mount the disk)",
+        "hint: start fresh with a new --output-dir, or --restart to set the earlier run's model, checkpoints and logs "
+        "aside in this folder (nothing is deleted)"], r.stderr
+    assert tree(run) == before and not big.exists()
+
+    shutil.move(run / "model", tmp_path / "my-notes")  # model/ fixed: what is left is what was said
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 2 and f"error: {run / 'checkpoints'} links to {big / 'ckpt'}, which is not there" in (
+        r.stderr), r.stderr
+    # No earlier run's output beside the model folder: the links are not said (a run folder set up ahead)
+    shutil.move(tmp_path / "my-notes", run / "model")
+    shutil.rmtree(run / "logs")
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 2 and " links to " not in r.stderr and "is not a model ftcli exported" in r.stderr
+
+
 def test_a_resumed_run_whose_metrics_jsonl_link_points_to_nothing_is_warned(tmp_path, tiny_model, sentiment_csv):
     """logs/metrics.jsonl a link to the user's curves file, the curves folder moved away since (or its disk not
     mounted): the resumed run wrote its metrics to a new file where the link points, apart from the earlier ones

@@ -255,6 +255,31 @@ def test_without_checkpoints_behind_a_dead_link_the_refusal_names_the_link(tmp_p
     assert not os.path.exists(tmp_path / "big" / "ckpt" / checkpoint.FINGERPRINT)  # nothing claimed
 
 
+def test_a_model_folder_of_the_users_is_refused_with_the_dead_links_of_an_earlier_run(tmp_path):
+    # Said after the model's refusal only, once model/ was fixed (ftcli local's test: one refusal says both)
+    run, big = tmp_path / "run", tmp_path / "big"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "events.out.tfevents.1.host.1.0").write_bytes(b"x")  # an earlier run's
+    (run / "logs" / "metrics.jsonl").symlink_to(big / "curves.jsonl")
+    (run / "model").mkdir()
+    (run / "model" / "notes.txt").write_text("mine")
+    (run / "checkpoints").symlink_to(big / "ckpt")
+    root, model, metrics = str(run / "checkpoints"), str(run / "model"), str(run / "logs" / "metrics.jsonl")
+    gone = checkpoint.gone_links(root, str(run / "logs"))
+    with pytest.raises(checkpoint.RunMismatch) as refused:
+        checkpoint.claim(root, {"seed": 1}, model, metrics, gone)
+    assert refused.value.detail == (
+        f"{model} is not a model ftcli exported (it has neither _COMPLETE nor ftcli_files.json) and holds notes.txt, "
+        f"which ftcli did not write: this run's export would leave it as it is and put the new model beside it, in "
+        f"{model}-TIME; and {root} links to {big / 'ckpt'}, which is not there (the run folder moved without it, or a "
+        f"disk not mounted?) ({metrics} links to {big / 'curves.jsonl'}, not there either): fix those links too (move "
+        "what they pointed at back, or mount the disk)")
+    (run / "logs" / "events.out.tfevents.1.host.1.0").unlink()  # set up ahead: links to places not made yet
+    with pytest.raises(checkpoint.RunMismatch) as refused:
+        checkpoint.claim(root, {"seed": 1}, model, metrics, gone)
+    assert refused.value.detail.endswith(f"put the new model beside it, in {model}-TIME")
+
+
 def test_links_to_things_not_made_yet_warn_only_in_a_run_folder_an_earlier_run_wrote_into(tmp_path):
     # A run folder set up ahead on a bigger disk: checkpoints/ and logs/metrics.jsonl links to places not made yet.
     # The logs/ that holds the metrics.jsonl link was taken for an earlier run's logs, and the checkpoints/ link was
