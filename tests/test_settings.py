@@ -343,8 +343,8 @@ def test_keys_and_tables_of_the_users_own_are_kept_and_said_to_be_ignored(tmp_pa
     assert resolve(need_bucket=False).project == "my-project"
     (record,) = caplog.records
     assert record.getMessage() == f"{tmp_path / 'config.toml'}: ftcli ignores the unknown key 'team' and table [notes]"
-    assert record.hint == ("ftcli reads project, region, bucket, service_account, image_mirror; delete it or make it "
-                           "a comment (#)")
+    assert record.hint == ("ftcli reads project, region, bucket, service_account, image_mirror; remove them with "
+                           "`ftcli config unset team` and `ftcli config unset notes`, or make them comments (#)")
     save_config_file({"region": "europe-west4"})
     text = (tmp_path / "config.toml").read_text()
     assert 'team = "nlp"' in text and "[notes]" in text
@@ -359,8 +359,8 @@ def test_an_array_of_tables_is_said_to_be_one(tmp_path, caplog):
     assert load_config_file() == {"project": "my-project"}
     (record,) = caplog.records
     assert record.getMessage() == f"{config}: ftcli ignores the unknown key 'team' and array of tables [[profiles]]"
-    assert record.hint == ("ftcli reads project, region, bucket, service_account, image_mirror; delete it or make it "
-                           "a comment (#)")
+    assert record.hint == ("ftcli reads project, region, bucket, service_account, image_mirror; remove them with "
+                           "`ftcli config unset team` and `ftcli config unset profiles`, or make them comments (#)")
     config.write_text('[[regoin]]\nname = "europe-west4"\n')
     with pytest.raises(UsageError) as e:
         load_config_file()

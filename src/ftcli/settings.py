@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -86,7 +86,11 @@ def config_path() -> Path:
     return Path(user_config_dir("ftcli")) / "config.toml"
 
 
-def load_config_file() -> dict[str, str]:
+def config_entries() -> dict:
+    """The config file's top-level entries as TOML reads them, settings or not ({} when there is no file); a path
+    that is not a file, or a file that is not TOML, is refused as every command refuses it. No entry is checked:
+    this is what `config unset` removes a key ftcli does not read from, a misspelled one included, which
+    load_config_file refuses."""
     path = config_path()
     if not path.exists():
         return {}
@@ -96,7 +100,7 @@ def load_config_file() -> dict[str, str]:
                          "exist yet)")
     import tomllib
     try:
-        data = tomllib.loads(toml_text(path))
+        return tomllib.loads(toml_text(path))
     except OSError as e:
         # A read error that names no file (EIO on a failing disk or a stale network mount) was one line saying
         # "Input/output error", not which file: every command reads this one first.
@@ -105,6 +109,11 @@ def load_config_file() -> dict[str, str]:
         raise
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path} is not valid TOML ({e})", hint=f"fix or delete {path}") from None
+
+
+def load_config_file() -> dict[str, str]:
+    path = config_path()
+    data = config_entries()
     if typos := [(k, near) for k in data if k not in KEYS and (near := near_key(k))]:
         key, near = typos[0]
         raise UsageError(f"{path}: unknown {_entry(key, data[key])}; did you mean {near}?",
@@ -132,8 +141,15 @@ def load_config_file() -> dict[str, str]:
         # note of the user's) must not stop `ftcli logs` or `ftcli jobs cancel`; but it is said, since it changes
         # nothing. A key near a setting, a setting inside a table and a value of the wrong type are refused above:
         # there the user meant a setting, and the job would run without it.
+        # The hint names the command that removes each one: `config unset zone` refused it as an unknown setting,
+        # and the file had to be edited by hand.
+        import shlex
+
+        unset = [f"`ftcli config unset {shlex.quote(k)}`" for k in data if k not in KEYS]
+        them = ("it", "it a comment") if len(unset) == 1 else ("them", "them comments")
         _log.warning(f"{path}: ftcli ignores the unknown {_and(unknown)}",
-                     extra={"hint": f"ftcli reads {', '.join(KEYS)}; delete it or make it a comment (#)"})
+                     extra={"hint": f"ftcli reads {', '.join(KEYS)}; remove {them[0]} with {_and(unset)}, or make "
+                                    f"{them[1]} (#)"})
     return {k: str(v) for k, v in data.items() if k in KEYS}
 
 
@@ -257,6 +273,28 @@ def _file_kind(path: Path) -> str:
 def save_config_file(values: dict[str, str | None]) -> Path:
     """Set (or, with None, remove) these keys in the config file and keep everything else in it as it was: its
     comments, its order, keys and tables of its own, its line breaks and its encoding (_toml_edited)."""
+    return _edit_config_file(values, load_config_file)
+
+
+def remove_config_entry(key: str) -> tuple[Path, str] | None:
+    """Remove the config file's top-level entry `key`, one that is no setting (a key, a table or an array of tables
+    ftcli does not read, which every command warns of, or a misspelled setting, which every command refuses), and
+    keep the rest of the file as save_config_file does. Returns (the file, the entry as _entry names it), or None
+    when the file has no such entry. Only the file's own reading is checked first, not its other keys: removing one
+    misspelled key must not be refused for another."""
+    found: list[str] = []
+
+    def check() -> None:
+        entries = config_entries()
+        if key in entries and key not in KEYS:
+            found.append(_entry(key, entries[key]))
+
+    path = _edit_config_file({key: None}, check)  # (without the entry, the edit leaves the file as it was)
+    return (path, found[0]) if found else None
+
+
+def _edit_config_file(values: dict[str, str | None], check: Callable[[], object]) -> Path:
+    """save_config_file's edit, with `check` run on the file first, under the lock (it raises to refuse)."""
     path = config_path()
     # A config file that is a link (dotfiles kept in a repository) is edited where it points: the rename replaced
     # the link with a copy, and the file it pointed at no longer changed.
@@ -278,7 +316,7 @@ def save_config_file(values: dict[str, str | None]) -> Path:
     # running them in parallel) each read the file before the other wrote it, and the later rename dropped the
     # earlier one's key.
     with _folder_lock(real.parent):
-        load_config_file()  # a file that is not there, not a file or not TOML is said as the commands say it
+        check()  # a file that is not there, not a file or not TOML is said as the commands say it
         _replace_file(real, _toml_edited(real.read_bytes() if real.exists() else b"", values))
     return path
 

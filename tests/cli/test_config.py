@@ -469,12 +469,36 @@ def test_a_key_ftcli_ignores_is_said_once_a_command_and_kept(capsys, isolated):
     config = isolated / "config.toml"
     config.write_text('zone = "europe-west4-a"\n')
     warning = (f"warning: {config}: ftcli ignores the unknown key 'zone' hint: ftcli reads project, region, bucket, "
-               "service_account, image_mirror; delete it or make it a comment (#)")
+               "service_account, image_mirror; remove it with `ftcli config unset zone`, or make it a comment (#)")
     for args in (["set", "region", "europe-west4"], ["get", "region"]):
         r = run_cli(capsys, "config", *args)
         assert r.code == 0, r.err
         assert [line for line in r.err.splitlines() if line.startswith("warning")] == [warning]
     assert config.read_text() == 'zone = "europe-west4-a"\nregion = "europe-west4"\n'
+
+
+@pytest.mark.parametrize("before, key, said, after", [
+    (b'# mine\r\nzone = "europe-west4-a"  # old\r\nregion = "europe-west4"\r\n', "zone", "key 'zone'",
+     b'# mine\r\nregion = "europe-west4"\r\n'),
+    (b'\xef\xbb\xbfregion = "europe-west4"\nteam = "nlp"\n[notes]\nx = 1\n', "notes", "table [notes]",
+     b'\xef\xbb\xbfregion = "europe-west4"\nteam = "nlp"\n'),
+    ('\ufeffmy-key = 1\r\nregion = "europe-west4"\r\n'.encode("utf-16-le"), "my-key", "key 'my-key'",
+     '\ufeffregion = "europe-west4"\r\n'.encode("utf-16-le")),
+    # a misspelled setting, which every command refuses ("did you mean region?"), beside another one
+    (b'regoin = "europe-west4"\nprojet = "p"\n', "regoin", "key 'regoin'", b'projet = "p"\n')],
+    ids=["crlf-comments", "bom-table", "utf16", "misspelled"])
+def test_unset_removes_a_key_ftcli_does_not_read(capsys, isolated, before, key, said, after):
+    # Every command warned of `zone = ...` ("delete it"), but `ftcli config unset zone` refused it as an unknown
+    # setting: the file had to be edited by hand. It is removed now, and the rest of the file kept byte for byte.
+    config = isolated / "config.toml"
+    config.write_bytes(before)
+    r = run_cli(capsys, "config", "unset", key)
+    assert (r.code, r.out, r.err) == (0, f"{said} removed  ({config})\n", "")
+    assert config.read_bytes() == after
+    # not in the file any more: refused as an unknown setting, as before, and the file left as it is
+    r = run_cli(capsys, "config", "unset", key)
+    assert r.code == 2 and r.err.startswith(f"error: unknown setting {key!r}")
+    assert config.read_bytes() == after
 
 
 @pytest.mark.parametrize("text", ['regoin = "europe-west4"\n', '[notes]\nx = 1\nregion = "europe-west4"\n'])

@@ -241,13 +241,22 @@ def list_(
 @app.command("unset")
 def unset(key: KeyArg) -> None:
     """Forget a saved default (the config file's other keys and comments are kept), and say what the setting is
-    now.
+    now. A key of the file that ftcli does not read (the one a warning names) is removed too.
 
     Example: ftcli config unset region
     """
     from ftcli import settings
     from ftcli.output import note, out
 
+    # A key of the file that is no setting (`zone`, an older or a misspelled one: every command warns of it, or
+    # refuses it, and says to remove it) was refused here as an unknown setting, and the file had to be edited by
+    # hand. One that is not in the file is still refused, naming the setting meant.
+    if key.replace("-", "_") not in settings.KEYS and key in settings.config_entries():
+        removed = settings.remove_config_entry(key)
+        if removed is not None:
+            path, what = removed
+            out().print(f"{what} removed  ({path})", markup=False)
+            return
     k = _key(key, lambda k: f"ftcli config unset {k}")
     # It said nothing, whether the file had the key or not, and whatever value the setting still had from a
     # variable or gcloud: a user could not tell that FTCLI_REGION still won.
