@@ -125,8 +125,9 @@ def run_trainer(cmd: list[str], env: dict[str, str], stdout: int | None = None) 
 
 def _set_aside(base: str, cfg: TrainConfig) -> str | None:
     """--restart: move an earlier run's model/, checkpoints/, logs/ and report/ into previous-TIME/ (nothing
-    deleted; the report describes the earlier run). Refused when the run's own --model or data is in one of them
-    (going on from the earlier run's model): the trainer would then find it gone."""
+    deleted; the report describes the earlier run), and return the line that says where they went, or None when
+    there was nothing to move. Refused when the run's own --model or data is in one of them (going on from the
+    earlier run's model): the trainer would then find it gone."""
     import datetime as dt
 
     from ftcli_trainer import checkpoint, storage
@@ -138,7 +139,15 @@ def _set_aside(base: str, cfg: TrainConfig) -> str | None:
         raise UsageError(busy)
     found = [Path(base) / d for d in ("model", "checkpoints", "logs", "report") if (Path(base) / d).exists()]
     if not found:
+        # Links to something not there, and nothing else: a run folder set up ahead on a bigger disk (as
+        # checkpoint.dead_links takes it), whose links are this run's to write through.
         return None
+    # A link to something not there (the run folder moved without where it points, a disk not mounted) beside the
+    # earlier run's output: Path.exists() is false for it, so it stayed, and the new run made the folder it points
+    # to and wrote through it. It goes aside with the rest, as a link (_move_keeping_links; nothing followed, made
+    # or deleted), and is said, since the new run's checkpoints or logs are then in the run folder itself.
+    dead = [Path(base) / d for d in ("model", "checkpoints", "logs", "report")
+            if (Path(base) / d).is_symlink() and not (Path(base) / d).exists()]
     inputs = {"--model": resolve_model_path(cfg.model), "--train-file": cfg.train_file, "--eval-file": cfg.eval_file}
     for flag, value in inputs.items():
         if not value or storage.is_gcs(value) or not Path(value).exists():
@@ -150,9 +159,19 @@ def _set_aside(base: str, cfg: TrainConfig) -> str | None:
                                  hint=f"copy it out of {base} first, or give a new --output-dir")
     aside = Path(base) / f"previous-{dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     aside.mkdir(parents=True)
-    for d in found:
+    for d in (*found, *dead):
         _move_keeping_links(d, aside / d.name)
-    return str(aside)
+    line = f"--restart: the earlier run is in {aside}"
+    if dead:
+        def _and(items: list[str]) -> str:
+            return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+        one = len(dead) == 1
+        targets = [os.path.realpath(aside / d.name) for d in dead]
+        line += (f" (with {_and([d.name for d in dead])}, {'a link' if one else 'links'} to {_and(targets)}, which "
+                 f"{'is' if one else 'are'} not there: set aside as {'it is' if one else 'they are'}; this run writes "
+                 f"its own in {base})")
+    return line
 
 
 def _move_keeping_links(path: Path, to: Path) -> None:
@@ -482,9 +501,8 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     if not cfg.output_dir:
         argv += ["--output-dir", base]
     elif restart:
-        aside = _set_aside(base, cfg)
-        if aside:
-            say(f"--restart: the earlier run is in {aside}")
+        if aside := _set_aside(base, cfg):
+            say(aside)
     # Looked at before the claim makes the folder a checkpoints/ link points to (here, not by the trainer: it looks
     # after the claim); said once the claim has taken the run folder (refused, its error names the dead links).
     ckpt, logs = storage.join(base, "checkpoints"), storage.join(base, "logs")

@@ -244,6 +244,36 @@ def test_restart_keeps_a_linked_model_folder_pointing_where_it_did(tmp_path, tin
     assert not (tmp_path / "run" / "model").is_symlink() and (tmp_path / "run" / "model" / "_COMPLETE").is_file()
 
 
+def test_restart_sets_a_dead_link_aside_with_the_earlier_run(tmp_path, tiny_model, sentiment_csv):
+    """checkpoints/ and logs/ links to ../big/, the run folder moved without big/, and --restart (what the refusal's
+    hint offers): the earlier model was set aside but the dead links were not (Path.exists() is false for them), so
+    the new run made big/ckpt and big/logs where they pointed and wrote through them. They are set aside with the
+    model now, still pointing where they did (nothing followed, made or deleted), and the line says so."""
+    import shutil
+
+    train, _ = sentiment_csv
+    (tmp_path / "before" / "run").mkdir(parents=True)
+    (tmp_path / "before" / "run" / "checkpoints").symlink_to(os.path.join("..", "big", "ckpt"))
+    (tmp_path / "before" / "run" / "logs").symlink_to(os.path.join("..", "big", "logs"))
+    assert _tiny_run(tmp_path, tiny_model, train, out="before/run").returncode == 0
+    shutil.move(tmp_path / "before" / "run", tmp_path / "run")
+    run, big = tmp_path / "run", tmp_path / "big"
+
+    r = _tiny_run(tmp_path, tiny_model, train, "--restart")
+    assert r.returncode == 0, r.stderr
+    assert not os.path.lexists(big)  # (made, written through the links, before)
+    (aside,) = run.glob("previous-*")
+    assert [line for line in r.stderr.splitlines() if line.startswith("--restart")] == [
+        f"--restart: the earlier run is in {aside} (with checkpoints and logs, links to {big / 'ckpt'} and "
+        f"{big / 'logs'}, which are not there: set aside as they are; this run writes its own in {run})"]
+    for name, target in (("checkpoints", big / "ckpt"), ("logs", big / "logs")):  # still links, to where they were
+        assert (aside / name).is_symlink() and os.path.realpath(aside / name) == str(target)
+    assert (aside / "model" / "_COMPLETE").is_file()
+    for name in ("checkpoints", "logs", "model"):
+        assert not (run / name).is_symlink() and (run / name).is_dir()
+    assert (run / "model" / "_COMPLETE").is_file() and list((run / "checkpoints").glob("step-*"))
+
+
 def test_restart_keeps_the_links_inside_a_folder_it_moves_pointing_where_they_did(tmp_path):
     from ftcli.local import _move_keeping_links
 
