@@ -141,12 +141,12 @@ def _open_bytes(path: Path) -> io.BufferedReader | _GzipOf:
     return _GzipOf(f) if gzipped else f
 
 
-def _utf8_error(path: Path, shown: str, given: str | None = None) -> DataError:
+def _utf8_error(path: Path, shown: str, given: str | None = None, fmt: str | None = None) -> DataError:
     """The line and byte of the first invalid UTF-8 in `path`, found again by a second pass (the text was read
     in blocks, which know no lines): an error's path only. A UTF-8 sequence never holds a newline byte, so each
     line decodes on its own."""
     with _open_bytes(path) as raw:
-        if other := _other_format(raw.read(8), shown, given):
+        if other := _other_format(raw.read(8), shown, given, fmt):
             return other
         raw.seek(0)
         return _utf8_error_in(raw, shown)
@@ -166,10 +166,10 @@ _NOT_TEXT = (
 )
 
 
-def _other_format(head: bytes, shown: str, given: str | None = None) -> DataError | None:
+def _other_format(head: bytes, shown: str, given: str | None = None, fmt: str | None = None) -> DataError | None:
     """The one line for a file whose first bytes (decompressed, where they were gzip's) say it is no CSV or JSON Lines
     (nor UTF-8 text), else None. `given`: the file as its user named it, for the code that converts it (`shown` may
-    be "--file NAME"; default `shown`)."""
+    be "--file NAME"; default `shown`); `fmt`: the format it is read as, where no name says it (_utf16_fix)."""
     if head.startswith(GZIP_MAGIC):  # (the bytes of a gzip file are decompressed once: these are a second one's)
         return DataError(f"{shown} is gzip-compressed twice (a gzip file inside a gzip file); decompress it once, "
                          "and give what that leaves")
@@ -178,8 +178,30 @@ def _other_format(head: bytes, shown: str, given: str | None = None) -> DataErro
             fix = fix.replace("PATH", repr(given or shown))
             return DataError(f"{shown} is {what}, not CSV or JSON Lines; convert it: {fix}")
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return DataError(f"{shown} is UTF-16 text, not UTF-8; re-save it as UTF-8 (in Excel: Save As 'CSV UTF-8')")
+        return DataError(f"{shown} is UTF-16 text, not UTF-8; re-save it as UTF-8 "
+                         f"({_utf16_fix(given or shown, fmt, 'UTF-16')})")
     return None
+
+
+def _utf16_fix(name: str, fmt: str | None, codec: str) -> str:
+    """How to re-save the UTF-16 file `name` as UTF-8, for its kind: Excel's way for a CSV (Excel's "Unicode Text"
+    export is UTF-16, tab-separated), an editor's or iconv's for JSON Lines, which no spreadsheet writes (a .jsonl
+    was told "in Excel: Save As 'CSV UTF-8'"). The kind is the name's (.csv/.tsv, .jsonl/.json/.ndjson), else the
+    format it is read as (`fmt`, CSV by default). `codec`: iconv's name for what the file holds: UTF-16 where a
+    byte order mark says which, UTF-16LE or UTF-16BE where none does (without a mark, iconv reads plain UTF-16 in
+    an order of its own choosing: glibc 2.36's on x86-64 is little-endian, tried 2026-11-29, wrong for a
+    big-endian file)."""
+    base = name.lower().removesuffix(".gz")
+    if base.endswith(".tsv"):
+        return "in Excel: Save As 'CSV UTF-8', and give that .csv"
+    if not (_is_jsonl(name) or fmt == "jsonl" and not base.endswith(".csv")):
+        return "in Excel: Save As 'CSV UTF-8'"
+    if storage.is_gcs(name) or name.lower().endswith(".gz") or name.startswith("-"):
+        return f"in an editor: save with the encoding UTF-8; or with iconv -f {codec} -t UTF-8"
+    path = Path(name)
+    out = path.with_name(f"{path.stem}-utf8{path.suffix}")
+    return (f"in an editor: save with the encoding UTF-8; or `iconv -f {codec} -t UTF-8 {shlex.quote(name)} > "
+            f"{shlex.quote(str(out))}`")
 
 
 # Bytes no UTF-8 text's first line holds: C0 controls other than tab, line feed, form feed and carriage return.
@@ -190,20 +212,21 @@ def _other_format(head: bytes, shown: str, given: str | None = None) -> DataErro
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
 
 
-def _binary_error(head: bytes, shown: str, given: str | None = None) -> DataError | None:
+def _binary_error(head: bytes, shown: str, given: str | None = None, fmt: str | None = None) -> DataError | None:
     """The one line for a file whose first bytes (decompressed, where they were gzip's) are not UTF-8 text though
     they may decode as UTF-8: a control character in its first line (_CONTROL). None for text."""
     first = head.split(b"\n", 1)[0]
     if (found := _CONTROL.search(first)) is None:
         return None
-    if other := _other_format(head, shown, given):
+    if other := _other_format(head, shown, given, fmt):
         return other
     sample = head[:400]
     odd, even = sample[1::2], sample[0::2]
-    if len(sample) >= 4 and (odd.count(0) >= len(odd) / 2 and 0 not in even or
-                             even.count(0) >= len(even) / 2 and 0 not in odd):
-        return DataError(f"{shown} is UTF-16 text (with no byte order mark), not UTF-8; re-save it as UTF-8 (in "
-                         "Excel: Save As 'CSV UTF-8')")
+    # (ASCII text's high bytes are its NULs: second in little-endian UTF-16, first in big-endian)
+    if len(sample) >= 4 and (codec := "UTF-16LE" if odd.count(0) >= len(odd) / 2 and 0 not in even else
+                             "UTF-16BE" if even.count(0) >= len(even) / 2 and 0 not in odd else None):
+        return DataError(f"{shown} is UTF-16 text (with no byte order mark), not UTF-8; re-save it as UTF-8 "
+                         f"({_utf16_fix(given or shown, fmt, codec)})")
     return DataError(f"{shown} is not text: its first line holds the control byte 0x{first[found.start()]:02x} (a "
                      "binary file?); give a CSV or JSON Lines file, UTF-8 text")
 
@@ -225,15 +248,15 @@ class _TextFile(io.TextIOWrapper):
     of 4 bytes a character, before its first row is parsed): a decoding or gzip problem met on the way is the
     one-line DataError that names the file."""
 
-    def __init__(self, path: Path, shown: str, given: str | None = None):
-        self._path, self._shown, self._given = path, shown, given
+    def __init__(self, path: Path, shown: str, given: str | None = None, fmt: str | None = None):
+        self._path, self._shown, self._given, self._fmt = path, shown, given, fmt
         try:
             raw = _open_bytes(path)
         except OSError as e:
             raise DataError(f"cannot read {shown}: {e.strerror or type(e).__name__}") from None
         self._gzipped = isinstance(raw, gzip.GzipFile)
         try:  # (peek: the bytes stay to be read, a named pipe's too; a gzip problem is the reading's to say)
-            problem = _binary_error(raw.peek(HEAD_PEEK)[:HEAD_PEEK], shown, given)
+            problem = _binary_error(raw.peek(HEAD_PEEK)[:HEAD_PEEK], shown, given, fmt)
         except (EOFError, OSError, zlib.error):
             problem = None
         if problem is not None:
@@ -243,7 +266,7 @@ class _TextFile(io.TextIOWrapper):
 
     def _failed(self, e: BaseException) -> DataError:
         if isinstance(e, UnicodeDecodeError):
-            return _utf8_error(self._path, self._shown, self._given)
+            return _utf8_error(self._path, self._shown, self._given, self._fmt)
         if self._gzipped and isinstance(e, (EOFError, OSError, zlib.error)):
             return _gzip_error(self._shown, e)  # gzip.BadGzipFile is an OSError
         return DataError(f"cannot read {self._shown}: {getattr(e, 'strerror', None) or type(e).__name__}")
@@ -271,11 +294,12 @@ class _TextFile(io.TextIOWrapper):
 HEAD_PEEK = 4096
 
 
-def open_text(path: Path, shown: str, given: str | None = None) -> io.TextIOBase:
+def open_text(path: Path, shown: str, given: str | None = None, fmt: str | None = None) -> io.TextIOBase:
     """A local file's text (decompressed where it is gzip's, UTF-8 with or without a BOM), read as it is iterated; a
     DataError naming `shown` otherwise (a file that is not text: what it is, and how to convert it, named as `given`,
-    the file as its user named it; default `shown`). Close it when done (or use it in a `with`)."""
-    return _TextFile(path, shown, given)
+    the file as its user named it, default `shown`, for the format it is read as, `fmt`, where its name says none).
+    Close it when done (or use it in a `with`)."""
+    return _TextFile(path, shown, given, fmt)
 
 
 def _is_jsonl(path: str, fmt: str | None = None) -> bool:
@@ -315,7 +339,7 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
             local = Path(path).expanduser()
             if (missing := local_file_error(path)) is not None:
                 raise missing
-        with open_text(local, shown, path) as f:
+        with open_text(local, shown, path, fmt) as f:
             return rows_of(f, path, fmt=fmt, shown=shown)
     finally:
         if tmp is not None:
@@ -1389,12 +1413,12 @@ def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[l
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head)
         except zlib.error as e:
             raise _gzip_error(shown, e) from None
-    if problem := _binary_error(head[:HEAD_PEEK], shown, path):
+    if problem := _binary_error(head[:HEAD_PEEK], shown, path, fmt):
         raise problem
     try:
         text = codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=False)
     except UnicodeDecodeError:
-        raise _other_format(head, shown, path) or _utf8_error_in(head.split(b"\n"), shown, cut=True) from None
+        raise _other_format(head, shown, path, fmt) or _utf8_error_in(head.split(b"\n"), shown, cut=True) from None
     text = text[:text.rfind("\n") + 1]  # whole lines only
     if not text:
         return None

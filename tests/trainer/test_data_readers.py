@@ -812,7 +812,8 @@ TEXT = "text,label\na fine film,pos\ndull,neg\ngreat,pos\nbad,neg\n"
     ("t.csv", TEXT.encode("utf-16-le"), "is UTF-16 text (with no byte order mark), not UTF-8; re-save it as UTF-8 "
      "(in Excel: Save As 'CSV UTF-8')"),
     ("t.jsonl", '{"text": "dull", "label": "neg"}\n'.encode("utf-16-be"), "is UTF-16 text (with no byte order "
-     "mark), not UTF-8; re-save it as UTF-8 (in Excel: Save As 'CSV UTF-8')"),
+     "mark), not UTF-8; re-save it as UTF-8 (in an editor: save with the encoding UTF-8; or `iconv -f UTF-16BE -t "
+     "UTF-8 FILE > OUT`)"),
     ("t.csv.gz", gzip.compress(b"\x93NUMPY\x01\x00v\x00{'descr': '<f4'}\n", mtime=0), "is not text: its first line "
      "holds the control byte 0x01 (a binary file?); give a CSV or JSON Lines file, UTF-8 text"),
 ], ids=["parquet", "zip", "utf16-le", "utf16-be", "binary-gzipped"])
@@ -823,7 +824,8 @@ def test_a_file_that_is_no_text_but_decodes_as_utf8_says_what_it_is(tmp_path, na
 
     path = tmp_path / name
     path.write_bytes(content)
-    said = said.replace("PATH", repr(str(path)))
+    said = said.replace("PATH", repr(str(path))).replace("FILE", str(path))
+    said = said.replace("OUT", str(tmp_path / "t-utf8.jsonl"))
     for task in ("csv", "jsonl"):
         assert error_of("--task", task, "--train-file", str(path)) == f"{path} {said}"
     with pytest.raises(DataError) as e:
@@ -832,6 +834,49 @@ def test_a_file_that_is_no_text_but_decodes_as_utf8_says_what_it_is(tmp_path, na
     with pytest.raises(DataError) as e:
         head_columns(path.read_bytes(), str(path), f"gs://b/{name}", None)
     assert str(e.value) == f"gs://b/{name} {said}"
+
+
+@pytest.mark.parametrize(("name", "fmt", "codec", "fix"), [
+    ("t.csv", None, "utf-16", "in Excel: Save As 'CSV UTF-8'"),
+    ("t.tsv", None, "utf-16", "in Excel: Save As 'CSV UTF-8', and give that .csv"),  # Excel's "Unicode Text"
+    ("t.jsonl", None, "utf-16", "in an editor: save with the encoding UTF-8; or `iconv -f UTF-16 -t UTF-8 FILE > "
+     "DIR/t-utf8.jsonl`"),
+    ("t.jsonl", "csv", "utf-16", "in an editor: save with the encoding UTF-8; or `iconv -f UTF-16 -t UTF-8 FILE > "
+     "DIR/t-utf8.jsonl`"),  # (--task csv: the name says what the file is)
+    ("t.json", None, "utf-16-le", "in an editor: save with the encoding UTF-8; or `iconv -f UTF-16LE -t UTF-8 FILE > "
+     "DIR/t-utf8.json`"),
+    ("t.txt", "jsonl", "utf-16", "in an editor: save with the encoding UTF-8; or `iconv -f UTF-16 -t UTF-8 FILE > "
+     "DIR/t-utf8.txt`"),  # (no name says which: the format it is read as)
+    ("t.txt", None, "utf-16", "in Excel: Save As 'CSV UTF-8'"),
+    ("t.jsonl.gz", None, "utf-16", "in an editor: save with the encoding UTF-8; or with iconv -f UTF-16 -t UTF-8"),
+], ids=["csv", "tsv", "jsonl", "jsonl-as-csv", "json-no-mark", "txt-as-jsonl", "txt", "jsonl-gzipped"])
+def test_utf16_text_is_told_how_to_resave_it_for_its_kind(tmp_path, name, fmt, codec, fix):
+    # A .jsonl in UTF-16 was told "in Excel: Save As 'CSV UTF-8'": no spreadsheet writes JSON Lines.
+    from ftcli_trainer.data import head_columns, read_rows
+
+    path = tmp_path / name
+    text = '{"text": "dull", "label": "neg"}\n' if "json" in name or fmt else "text\tlabel\ndull\tneg\n"
+    content = (text * 3).encode(codec)  # ("utf-16" writes a byte order mark; "utf-16-le" none)
+    path.write_bytes(gzip.compress(content, mtime=0) if name.endswith(".gz") else content)
+    mark = "" if codec == "utf-16" else " (with no byte order mark)"
+
+    def said(shown: str, fix: str) -> str:
+        return f"{shown} is UTF-16 text{mark}, not UTF-8; re-save it as UTF-8 ({fix})"
+
+    local = said(str(path), fix.replace("FILE", str(path)).replace("DIR", str(tmp_path)))
+    with pytest.raises(DataError) as e:
+        read_rows(str(path), fmt=fmt)
+    assert str(e.value) == local
+    if not name.endswith(".gz"):
+        with pytest.raises(DataError) as e:
+            head_columns(content, str(path), str(path), fmt)
+        assert str(e.value) == local
+    # in a bucket: how to convert it, with no local path to run it on
+    iconv = {"utf-16": "UTF-16", "utf-16-le": "UTF-16LE"}[codec]
+    with pytest.raises(DataError) as e:
+        head_columns(content, f"gs://b/{name}", f"gs://b/{name}", fmt)
+    assert str(e.value) == said(f"gs://b/{name}", fix if "Excel" in fix else
+                                f"in an editor: save with the encoding UTF-8; or with iconv -f {iconv} -t UTF-8")
 
 
 def test_a_csv_whose_first_column_is_named_par1_is_read_as_csv(tmp_path):
