@@ -175,6 +175,30 @@ def use_price_file(tmp_path: Path, monkeypatch, text: str = T4_RATES) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def fifo_read_at_most_for(path: Path, seconds: float = 5) -> Iterator[None]:
+    """A named pipe made at `path` for the block, which a code path that reads it (and would wait for ever for a
+    writer) is let go from after `seconds`: opened for writing and closed, so its reader sees the end of the file.
+    The test then fails on what it got, rather than hanging the suite."""
+    import threading
+
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def let_go() -> None:
+        while not done.wait(seconds):
+            with contextlib.suppress(OSError):  # ENXIO: no reader waits on it
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+    thread = threading.Thread(target=let_go, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 @pytest.fixture(autouse=True)
 def _no_user_price_file(tmp_path, monkeypatch):
     """The developer's own config and prices.toml never change what a test sees: tests that want rates write one

@@ -9,7 +9,7 @@ import pytest
 from ftcli.catalog import estimate, resolve_gpu
 from ftcli.errors import UsageError
 from ftcli.prices import for_region, parse
-from tests.conftest import use_price_file
+from tests.conftest import fifo_read_at_most_for, use_price_file
 
 GOOD = '''source = "https://cloud.google.com/vertex-ai/pricing"
 read = 2026-11-20
@@ -150,6 +150,21 @@ def test_a_price_file_that_is_a_folder_or_not_text_says_how_to_fix_that_not_the_
     assert (e.value.message, e.value.hint) == (
         f"price file {path}: is not UTF-8 text (byte 13: invalid continuation byte)",
         "save it as UTF-8 (or UTF-16 with a byte-order mark)")
+
+
+@pytest.mark.parametrize("variable", [True, False])
+def test_a_price_file_that_is_a_named_pipe_is_refused_not_waited_on(tmp_path, monkeypatch, variable):
+    # Read as the file: with nothing writing into the pipe, `ftcli jobs list` (and train, config list) waited for ever.
+    path = tmp_path / "user-config" / "prices.toml"  # beside the config file (conftest's FTCLI_CONFIG)
+    path.parent.mkdir()
+    if variable:
+        path = tmp_path / "prices.toml"
+        monkeypatch.setenv("FTCLI_PRICES", str(path))
+    with fifo_read_at_most_for(path), pytest.raises(UsageError) as e:
+        for_region("us-central1", quiet_without_file=True)
+    assert (e.value.message, e.value.hint) == (f"price file {path}: is a named pipe, not a regular file", (
+        "point FTCLI_PRICES at the price file itself" if variable else
+        "move it away (ftcli reads rates from a file there), or point FTCLI_PRICES at your price file"))
 
 
 def test_a_tuning_jobs_cost_is_every_trials_run_time(tmp_path, monkeypatch):

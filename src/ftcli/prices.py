@@ -124,9 +124,17 @@ def _parsed(path: str, inode: int, mtime_ns: int, size: int) -> dict[str, PriceT
 def for_region(region: str, *, quiet_without_file: bool = False) -> tuple[PriceTable | None, str | None]:
     """The user's rates for `region`, or None and why there are none (no file; the file lacks the region). With
     `quiet_without_file` (a job's cost after the fact), no file is None and None: nothing to say."""
+    from ftcli.settings import special_file
+
     path = price_path()
     try:
         st = path.stat()
+        # A named pipe (or a device) was read as the file: with nothing writing into it, `ftcli jobs list` and
+        # `ftcli train` waited for ever, saying nothing.
+        if kind := special_file(path):
+            raise _problem(path, f"is {kind}, not a regular file", hint=(
+                "point FTCLI_PRICES at the price file itself" if os.environ.get("FTCLI_PRICES") else
+                "move it away (ftcli reads rates from a file there), or point FTCLI_PRICES at your price file"))
         tables = _parsed(str(path), st.st_ino, st.st_mtime_ns, st.st_size)
     except FileNotFoundError:
         if os.environ.get("FTCLI_PRICES"):  # named on purpose: a typo must not make every cost vanish quietly

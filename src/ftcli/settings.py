@@ -259,6 +259,21 @@ def near_key(key: str) -> str | None:
     return close[0] if len(close) == 1 else None
 
 
+def special_file(path: Path) -> str | None:
+    """What `path` is where it is neither a regular file nor a folder (a named pipe, a device, a socket: _file_kind),
+    else None; a missing path raises as stat does. Reading one can wait forever or never end: a price file that was a
+    named pipe nothing writes into hung `ftcli jobs list`, and /dev/zero never ends. A pipe the shell hands over,
+    `--search-file <(...)` or /dev/stdin (/dev/fd/N, /proc/PID/fd/N), is None: its writer is there."""
+    import stat
+
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if str(path).startswith(("/dev/fd/", "/dev/std")) or os.path.realpath(path).startswith("/proc/"):
+        return None
+    return _file_kind(path)
+
+
 def _file_kind(path: Path) -> str:
     import stat
 

@@ -173,10 +173,16 @@ def load_study_file(path: str) -> StudyFile:
     import tomllib
     from pathlib import Path
 
+    from ftcli.settings import special_file
+
     where = f"--search-file {path}"
     # (each was the one line alone: nothing said what a study file is, or where one is shown)
     shown = "README's 'ftcli tune' section shows a study file"
     try:
+        # A named pipe nothing writes into (or a device) was read as the study: `ftcli tune` waited for ever, before
+        # anything was said. `<(...)`, a pipe the shell hands over with its writer, is read (special_file).
+        if special := special_file(Path(path)):
+            raise UsageError(f"{where}: is {special}, not a regular file", hint=f"give the study file itself; {shown}")
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{where}: no such file", hint=f"check the path; {shown}") from None

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from tests.cli.helpers import run_cli
-from tests.conftest import T4_RATES, sentiment_rows, use_price_file, write_csv
+from tests.conftest import T4_RATES, fifo_read_at_most_for, sentiment_rows, use_price_file, write_csv
 
 pytest.importorskip("torch")
 
@@ -138,6 +138,31 @@ def test_a_study_file_that_cannot_be_read_says_what_to_do(capsys, monkeypatch, t
                     "--bucket", "gs://b-1/x", "--dry-run")
         assert (r.code, r.out, r.err.splitlines()) == (2, "", [f"error: --search-file {study}: {says}",
                                                                f"hint: {hint}"])
+
+
+def test_a_study_file_that_is_a_named_pipe_is_refused_and_one_the_shell_hands_over_is_read(capsys, monkeypatch,
+                                                                                            tmp_path):
+    # A named pipe nothing writes into was read as the study: `ftcli tune` waited for ever, saying nothing.
+    import os
+
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    pipe = tmp_path / "study.toml"
+    argv = ["--task", "mnli", "--project", "my-project", "--bucket", "gs://b-1/x", "--dry-run"]
+    with fifo_read_at_most_for(pipe):
+        r = run_cli(capsys, "tune", "--search-file", str(pipe), *argv)
+    assert (r.code, r.out, r.err.splitlines()) == (2, "", [
+        f"error: --search-file {pipe}: is a named pipe, not a regular file",
+        "hint: give the study file itself; README's 'ftcli tune' section shows a study file"])
+    # `--search-file <(...)`: the pipe the shell hands over, /dev/fd/N, has its writer, and is read as before
+    read, write = os.pipe()
+    try:
+        os.write(write, b"trials = 3\n")
+        os.close(write)
+        r = run_cli(capsys, "tune", "--search-file", f"/dev/fd/{read}", *argv)
+    finally:
+        os.close(read)
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["maxTrialCount"] == 3
 
 
 @pytest.mark.parametrize(("text", "needle"), [
