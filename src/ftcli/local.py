@@ -163,14 +163,13 @@ def _set_aside(base: str, cfg: TrainConfig) -> str | None:
         _move_keeping_links(d, aside / d.name)
     line = f"--restart: the earlier run is in {aside}"
     if dead:
-        def _and(items: list[str]) -> str:
-            return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+        from ftcli.settings import and_list
 
         one = len(dead) == 1
         targets = [os.path.realpath(aside / d.name) for d in dead]
-        line += (f" (with {_and([d.name for d in dead])}, {'a link' if one else 'links'} to {_and(targets)}, which "
-                 f"{'is' if one else 'are'} not there: set aside as {'it is' if one else 'they are'}; this run writes "
-                 f"its own in {base})")
+        line += (f" (with {and_list([d.name for d in dead])}, {'a link' if one else 'links'} to "
+                 f"{and_list(targets)}, which {'is' if one else 'are'} not there: set aside as "
+                 f"{'it is' if one else 'they are'}; this run writes its own in {base})")
     return line
 
 

@@ -147,8 +147,8 @@ def load_config_file() -> dict[str, str]:
 
         unset = [f"`ftcli config unset {shlex.quote(k)}`" for k in data if k not in KEYS]
         them = ("it", "it a comment") if len(unset) == 1 else ("them", "them comments")
-        _log.warning(f"{path}: ftcli ignores the unknown {_and(unknown)}",
-                     extra={"hint": f"ftcli reads {', '.join(KEYS)}; remove {them[0]} with {_and(unset)}, or make "
+        _log.warning(f"{path}: ftcli ignores the unknown {and_list(unknown)}",
+                     extra={"hint": f"ftcli reads {', '.join(KEYS)}; remove {them[0]} with {and_list(unset)}, or make "
                                     f"{them[1]} (#)"})
     return {k: str(v) for k, v in data.items() if k in KEYS}
 
@@ -183,12 +183,9 @@ def _settings_in_tables(data: dict, table: str = "") -> Iterator[tuple[str, str,
                 yield from _settings_in_tables(each, inner)
 
 
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
-def _or(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+def and_list(items: list[str], word: str = "and") -> str:
+    """`a`, `a and b`, `a, b and c` (`word`: "or" for choices), in the messages of settings and of --restart."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
 def toml_text(path: Path) -> str:
@@ -806,7 +803,7 @@ def check_region(value: str, where: str = "--region") -> str | None:
     # `US-CENTRAL1`, `europe-west-4`, `us-centrl1`; never a region that is merely built of the same parts
     # (`mars-north1` was "did you mean asia-northeast1?": spelling.near says why)
     close = near(value, sorted(VERTEX_REGIONS))
-    hint = f"did you mean {_or(close)}?" if close else "e.g. us-central1, europe-west4, asia-southeast1"
+    hint = f"did you mean {and_list(close, 'or')}?" if close else "e.g. us-central1, europe-west4, asia-southeast1"
     return f"{where}: unknown Vertex AI region {value!r}; {hint}"
 
 
