@@ -58,6 +58,29 @@ def wait_for_child(proc: subprocess.Popen, ready: Callable[[], object],
                              f"--- stdout\n{out}\n--- stderr\n{err}") from e
 
 
+def read_until(proc: subprocess.Popen, wanted: str, timeout: float = 60) -> str:
+    """What `proc` (its stdout a pipe, not yet read) has written to stdout, whole lines read as they come until one
+    holds `wanted`; it fails, with what was read, when none has within `timeout` s. The rest is
+    `proc.communicate()`'s: the two together are all the child wrote. For a test that acts once the child has printed
+    a line: a sleep that was long enough for it on a quiet machine was not on a busy one."""
+    import os
+    import select
+    import time
+
+    assert proc.stdout is not None
+    fd, read, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
+    # (the raw file descriptor: what the text wrapper buffered would be out of select's sight, and communicate()
+    # reads the rest through that wrapper, whose buffer is then empty)
+    while not (wanted.encode() in read and read.endswith(b"\n")):  # (whole lines: a character is never cut in two)
+        left = deadline - time.monotonic()
+        assert left > 0, f"no line with {wanted!r} in {timeout:g} s; stdout so far: {read.decode(errors='replace')!r}"
+        if select.select([fd], [], [], left)[0]:
+            got = os.read(fd, 65536)
+            assert got, f"stdout ended without a line with {wanted!r}: {read.decode(errors='replace')!r}"
+            read += got
+    return read.decode()
+
+
 # `ftcli ARGS` with one function held: its AT-th call touches READY, then sleeps a minute before it runs, so that a
 # signal sent once READY exists lands in that call (the phase a test means), not wherever a sleep happened to end.
 HELD = """
