@@ -138,32 +138,62 @@ def signal_child(argv: list[str], env: dict[str, str] | None, cwd: Path | str | 
     return proc.returncode, out, err
 
 
+# `ftcli ARGS` whose downloads say when they have been told to stop: TOOK is touched once a download batch's stop is
+# set (storage._run_batch's; a signal sets it, through _signals_deferred's handler), so that a download held until
+# then is let go only once the signal has been taken, and its next chunk is where it ends.
+STOPPING = """
+import pathlib, sys, threading
+from ftcli.gcp import storage
+
+took, real = pathlib.Path(sys.argv[1]), storage._StoppableWriter.__init__
+
+def watched(self, f, stop, moved):
+    real(self, f, stop, moved)
+    threading.Thread(target=lambda: stop.wait() and took.touch(), daemon=True).start()
+
+storage._StoppableWriter.__init__ = watched
+sys.argv = ["ftcli", *sys.argv[2:]]
+from ftcli.cli.app import main
+main()
+"""
+
+
 def signal_during_download(gcs_url: str, wanted: str, command: str, args: list[str], cwd: Path | str, sig: int,
                            env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run `ftcli COMMAND ARGS` through a proxy in front of the GCS emulator that holds the download of the object
-    whose name holds `wanted` for 2 s, and send `sig` 0.2 s into that hold, while its bytes are awaited; return (exit
-    status, stdout, stderr). (A time-based hold, not a deterministic one: the request is held at the proxy.)"""
+    whose name holds `wanted`, send `sig` once that download has been asked for (its bytes are awaited), and return
+    (exit status, stdout, stderr). The download is held until ftcli has taken the signal (STOPPING), or has ended
+    (a read in the main thread, which the signal interrupts), or for a minute: it was held 2 s and the signal sent
+    0.2 s into them, and on a busy machine the download could end before the signal was taken."""
     import os
+    import tempfile
     import threading
     import time
 
     from tests.emulators.gcs import FaultyProxy
 
-    seen = threading.Event()
+    seen, ended = threading.Event(), threading.Event()
+    took = Path(tempfile.mkdtemp(prefix="ftcli-took-")) / "took"
 
-    def hold(method: str, target: str, n: int) -> bool:
+    def hold(method: str, target: str, n: int) -> float:
         if wanted in target and "alt=media" in target:
             seen.set()
-            time.sleep(2)
-        return False
+            deadline = time.monotonic() + 60
+            while not (took.exists() or ended.is_set()) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return 0
 
     def ready() -> None:
         assert seen.wait(60), f"{wanted} was never requested"
-        time.sleep(0.2)
 
-    ftcli = [sys.executable, "-c", "from ftcli.cli.app import main; main()", command, *args]
-    with FaultyProxy(gcs_url, fail_when=hold) as proxy:
-        return signal_child(ftcli, {**(env if env is not None else os.environ), **proxy.env()}, cwd, ready, sig)
+    ftcli = [sys.executable, "-c", STOPPING, str(took), command, *args]
+    with FaultyProxy(gcs_url, hold_when=hold) as proxy:
+        try:
+            return signal_child(ftcli, {**(env if env is not None else os.environ), **proxy.env()}, cwd, ready, sig)
+        finally:
+            ended.set()  # (before the proxy stops: it waits for the request it holds)
+            took.unlink(missing_ok=True)
+            took.parent.rmdir()
 
 
 class GrpcProxy:
