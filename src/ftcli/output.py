@@ -130,11 +130,13 @@ def last_words(patience: float = LAST_WRITE_PATIENCE) -> Iterator[None]:
     however long it took: a reader that no longer read (`ftcli logs 3 | reader`, `2>&1` too) kept ftcli from
     exiting, after it had said it would. Past the patience, when a reader has gone (EPIPE), or at a second Ctrl-C,
     stdout and stderr are pointed at os.devnull, so that the flush at exit neither waits nor says "Exception ignored".
-    The wait is bounded with SIGALRM, in the main thread (the signal's; not on Windows: there it is unbounded)."""
+    The wait is bounded with SIGALRM, in the main thread (the signal's; not on Windows: there it is unbounded); an
+    alarm set before (pytest-timeout's, in the tests) is put back after, with the time it had left."""
     import os
     import signal
     import sys
     import threading
+    import time
 
     timed = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     writing = [True]
@@ -144,9 +146,10 @@ def last_words(patience: float = LAST_WRITE_PATIENCE) -> Iterator[None]:
             raise _Stuck
 
     before: Any = None
+    outer, since = 0.0, time.monotonic()
     if timed:
         before = signal.signal(signal.SIGALRM, give_up)
-        signal.setitimer(signal.ITIMER_REAL, patience)
+        outer = signal.setitimer(signal.ITIMER_REAL, patience)[0]
     try:
         yield
         for stream in (sys.stdout, sys.stderr):
@@ -167,6 +170,8 @@ def last_words(patience: float = LAST_WRITE_PATIENCE) -> Iterator[None]:
         if timed:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, signal.SIG_DFL if before is None else before)
+            if outer > 0:  # (an alarm already due goes off at once, with its own handler)
+                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - since), 1e-3))
 
 
 def emit_json(obj: Any) -> None:
