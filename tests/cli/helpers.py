@@ -239,3 +239,85 @@ class GrpcProxy:
     def __exit__(self, *exc):
         self.server.stop(grace=0)
         self.upstream.close()
+
+
+def full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is already full: (read end, write end). A child given the write end as its stdout waits in
+    its first write to it, as ftcli does behind a reader that stopped reading (`ftcli ... | reader`, a stopped pager,
+    a hung script)."""
+    import os
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"\n" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)
+    return r, w
+
+
+def waits_in_a_pipe_write(pid: int) -> bool:
+    """True when process `pid`'s main thread waits in a write to a pipe (Linux's /proc/PID/wchan: pipe_write, or
+    anon_pipe_write in newer kernels)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return "pipe_write" in f.read()
+    except OSError:
+        return False
+
+
+def signal_behind_a_full_pipe(argv: list[str], env: dict[str, str], cwd: Path | str | None, sig: int,
+                              ready: Callable[[], object] | None = None, timeout: float = 60
+                              ) -> tuple[int, float, str, str]:
+    """Run `argv` with its stdout a pipe that is full and that nobody reads, wait until `ready()` holds (default: the
+    child waits in a write to that pipe), send `sig`, and return (exit status, seconds from the signal to the exit,
+    what stdout held past the filling, stderr). Without PYTHONUNBUFFERED, as a user's shell runs it: with it, the line
+    a signal cuts short is not held for the exit. The process never outlives the test."""
+    import os
+    import threading
+    import time
+
+    env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    r, w = full_pipe()
+    proc = subprocess.Popen(argv, env=env, stdout=w, stderr=subprocess.PIPE, cwd=cwd)
+    os.close(w)
+    err: list[bytes] = []
+    reading = threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else b""), daemon=True)
+    reading.start()
+    try:
+        if ready is not None:
+            wait_for_child(proc, ready)
+        else:
+            deadline = time.monotonic() + timeout
+            while not waits_in_a_pipe_write(proc.pid):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    reading.join(10)
+                    raise AssertionError(f"the child never waited in a write to stdout (exit status "
+                                         f"{proc.returncode}); it printed on stderr:\n{b''.join(err).decode()}")
+                time.sleep(0.05)
+        proc.send_signal(sig)
+        signalled = time.monotonic()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reading.join(10)
+    os.set_blocking(r, False)
+    chunks = []
+    try:
+        while chunk := os.read(r, 65536):
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    os.close(r)
+    out = b"".join(chunks).decode(errors="replace").lstrip("\n")
+    return proc.returncode, took, out, b"".join(err).decode(errors="replace")

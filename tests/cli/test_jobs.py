@@ -724,3 +724,20 @@ def test_a_tuning_job_by_the_console_url_googles_sdk_prints(capsys, cloud_env, t
                 m.setenv("FTCLI_STATE_DIR", str(tmp_path / "elsewhere"))
                 r = run_cli(capsys, "jobs", "describe", url, "--json")
                 assert r.code == 0 and json.loads(r.out)["name"] == full, (url, r.err)
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["table", "json"])
+def test_ctrl_c_while_the_listing_waits_on_a_reader_that_reads_nothing_ends_ftcli(capsys, cloud_env, json_out):
+    # `ftcli jobs list | reader` whose reader had stopped reading (a stopped pager, a hung script), then Ctrl-C: ftcli
+    # said "interrupted" and never exited, Python's flush at exit waiting on the lines the Ctrl-C had cut short. It
+    # waits a few seconds for the reader (output.LAST_WRITE_PATIENCE), then exits without them.
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    gcs, vertex = cloud_env
+    three_jobs(capsys, gcs, vertex)
+    code, took, out, err = signal_behind_a_full_pipe(
+        [*FTCLI, "jobs", "list", *(["--json"] if json_out else [])], {**os.environ, "COLUMNS": "80"}, None,
+        signal.SIGINT)
+    assert code == 130 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and "Exception ignored" not in err and err.splitlines()[-1] == "interrupted", err

@@ -198,7 +198,7 @@ def main() -> None:
     except KeyboardInterrupt:
         if os.environ.get("FTCLI_DEBUG") == "1":
             raise
-        print("\ninterrupted", file=sys.stderr)
+        _say_interrupted()
         sys.exit(130)
     except SystemExit as e:
         # Typer turns a Ctrl-C into a silent exit 130 (`raise Exit(130) from` the KeyboardInterrupt), so the clause
@@ -208,5 +208,16 @@ def main() -> None:
             raise
         if os.environ.get("FTCLI_DEBUG") == "1":
             raise interrupt from None
-        print("\ninterrupted", file=sys.stderr)
+        _say_interrupted()
         raise
+
+
+def _say_interrupted() -> None:
+    """A command that has no words of its own for an interruption (`jobs list`, `jobs describe`) says "interrupted",
+    within output.last_words' patience: a Ctrl-C that cut short a write to a pipe whose reader no longer reads (`ftcli
+    jobs list | reader`, a stopped pager) left its lines in stdout's buffer, and Python's flush at exit waited on that
+    reader for as long as it took, after ftcli had said "interrupted"."""
+    from ftcli.output import last_words
+
+    with last_words():
+        print("\ninterrupted", file=sys.stderr)
