@@ -1226,6 +1226,29 @@ def test_a_signal_while_a_prediction_is_written_counts_that_line(tiny_model, tmp
     assert err.strip().splitlines()[-1] == "interrupted; the predictions of the first 3 of 5 texts were printed", err
 
 
+@pytest.mark.parametrize(("sig", "json_out"), [(signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["sigterm", "ctrl-c-json"])
+def test_a_signal_while_predictions_wait_on_a_reader_that_reads_nothing_ends_ftcli(tiny_model, tmp_path, sig,
+                                                                                    json_out):
+    # `ftcli predict MODEL --file big.txt | reader` whose reader had stopped reading (a stopped pager, a hung script),
+    # then SIGTERM or Ctrl-C: ftcli said how many predictions were printed and then never exited, Python's flush at
+    # exit waiting on the lines the signal had cut short. It waits a few seconds for the reader
+    # (output.LAST_WRITE_PATIENCE), then exits without them.
+    import sys
+
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    texts = [f"a fine film {i}" for i in range(40)]
+    (tmp_path / "texts.txt").write_text("".join(t + "\n" for t in texts))
+    code, took, out, err = signal_behind_a_full_pipe(
+        [sys.executable, "-c", "from ftcli.cli.app import main; main()", "predict", str(tiny_model), "--file",
+         "texts.txt", *(["--json"] if json_out else [])], {**os.environ}, tmp_path, sig)
+    assert code == 128 + sig and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert err.strip().splitlines()[-1].startswith("interrupted; the predictions of the first "), err
+
+
 def test_predict_batches_texts_of_a_length_and_yields_results_chunk_by_chunk(tiny_model):
     # The pipeline ran one text per forward pass (2,000 short sentences: 290 s on 2 cores) and `predict --file`
     # printed nothing before its last line was scored. Now: batches of texts of similar length, each padded to its

@@ -45,10 +45,13 @@ def _check_options(threshold: float | None, text_column: str | None, text_pair_c
 def _interrupted(said: str, stopped: list[int]) -> NoReturn:
     """End a command cut short by Ctrl-C, or by the SIGTERM or SIGHUP that stop_signals_interrupt made one (`stopped`
     holds its number): one line saying what is left, and 130 (Ctrl-C) or 128 + the signal's number, as a shell
-    reports a signal. (typer turns a bare Ctrl-C into exit 130 without a word: the app's "interrupted" alone.)"""
-    from ftcli.output import err
+    reports a signal. (typer turns a bare Ctrl-C into exit 130 without a word: the app's "interrupted" alone.) Said
+    within output.last_words' patience: a reader that no longer reads (`ftcli predict M --file big.txt | reader`, a
+    stopped pager) kept ftcli from exiting, Python's flush at exit waiting on the lines the signal had cut short."""
+    from ftcli.output import err, last_words
 
-    err().print(f"\ninterrupted; {said}", markup=False, highlight=False)
+    with last_words():
+        err().print(f"\ninterrupted; {said}", markup=False, highlight=False)
     raise typer.Exit(128 + stopped[0] if stopped else 130) from None
 
 
