@@ -180,3 +180,33 @@ def test_json_of_an_interrupted_submission_still_names_the_job_it_created(cloud_
     assert said["interrupted"] is True and said["name"] == name and said["short_id"] == 1
     assert said["id"] == name.rsplit("/", 1)[-1] and said["base_output_dir"].startswith("gs://ftcli-test/team/")
     assert "keeps running" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("command", "sig", "mode"), [("train", signal.SIGTERM, "--json"),
+                                                    ("tune", signal.SIGINT, "--json"), ("train", signal.SIGINT, "")],
+                         ids=["train-json", "tune-json", "train-follow"])
+def test_an_interrupted_submission_behind_a_reader_that_reads_nothing_names_the_job_and_ends(cloud_env, tmp_path,
+                                                                                            command, sig, mode):
+    # `ftcli train --json ... | reader` whose reader had stopped reading (a hung script, its pipe full), then a signal
+    # in the create call: the object that names the job waited on that reader forever, and ftcli never said, on
+    # stderr, which job keeps running, nor exited. Without --json, Ctrl-C while "submitted job #1" waited on the reader
+    # named the job and never exited. It waits a few seconds for the reader (output.LAST_WRITE_PATIENCE), then exits.
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    gcs, vertex = cloud_env
+    with SlowCreateProxy(vertex.address, delay=60 if mode else 0) as proxy:
+        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+
+        def created():
+            assert proxy.created.wait(60), "the create call never arrived"
+            time.sleep(0.5)
+
+        code, took, out, err = signal_behind_a_full_pipe(
+            [*FTCLI, command, "--task", "imdb", "--gpu", "T4", *([mode] if mode else []),
+             *(["--trials", "2"] if command == "tune" else [])], env, tmp_path, sig, ready=created if mode else None)
+    (name,) = vertex.tuning_jobs if command == "tune" else vertex.jobs
+    what = "tuning job" if command == "tune" else "job"
+    assert code == 128 + sig and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert f"interrupted; {what} #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err, err

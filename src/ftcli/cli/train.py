@@ -172,14 +172,17 @@ def submitted_json(created: Job | TuningJob, n: int | None, base_output_dir: str
 
 
 def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
-    from ftcli.output import err
+    """The line of an interruption once the job exists, within output.last_words' patience: behind a reader that no
+    longer reads (`ftcli train ... | reader`, its pipe full) the lines the signal cut short kept ftcli from exiting."""
+    from ftcli.output import err, last_words
 
     ref = str(n) if n else name.full
     # (a tuning job has no command that follows it again: describe shows its trials as they are now)
     what, follow = ("tuning job", "Its trials: ftcli jobs describe") if isinstance(name, TuningName) else (
         "job", "Follow it: ftcli logs")
-    err().print(f"\ninterrupted; {what} {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
-                f"{follow} {ref}   cancel it: ftcli jobs cancel {ref}", markup=False, highlight=False)
+    with last_words():
+        err().print(f"\ninterrupted; {what} {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
+                    f"{follow} {ref}   cancel it: ftcli jobs cancel {ref}", markup=False, highlight=False)
 
 
 @contextlib.contextmanager
@@ -204,23 +207,30 @@ def interrupted_submission(subs: Iterable[Submission], *, tuning: bool = False, 
     whether a job exists, and name it when it does; exit 130. With --json, a job that exists is also printed on
     stdout as a finished submission prints it, with "interrupted": true: a script reads the job it must follow or
     cancel from stdout, and it runs, billed, whether or not the answer to the create call came. Nothing is printed
-    there when no job exists (the exit status says the command did not finish), nor when Vertex could not be asked."""
+    there when no job exists (the exit status says the command did not finish), nor when Vertex could not be asked.
+    What it says is said within output.last_words' patience (after Vertex was asked: the patience is the reader's),
+    the line on stderr first: behind a reader that no longer reads (`ftcli train --json ... | reader`, its pipe full)
+    the object waited on it forever, and the job was never named."""
     from ftcli import submit
-    from ftcli.output import emit_json, err
+    from ftcli.output import emit_json, err, last_words
 
     what = "tuning job" if tuning else "job"
     for sub in subs:
         looked, job, n = submit.recover(sub, tuning=tuning)
         if not looked:
-            err().print(f"\ninterrupted; a {what} may have been created: ftcli jobs list shows it (label "
-                        f"ftcli_submission={sub.submission_id})", markup=False, highlight=False)
+            with last_words():
+                err().print(f"\ninterrupted; a {what} may have been created: ftcli jobs list shows it (label "
+                            f"ftcli_submission={sub.submission_id})", markup=False, highlight=False)
             return 130
         if job is not None:
-            if json_out:
-                emit_json({**submitted_json(job, n, sub.base_output_dir, None), "interrupted": True})
             _say_job_keeps_running(job.name, n)
+            if json_out:
+                with last_words():
+                    emit_json({**submitted_json(job, n, sub.base_output_dir, None), "interrupted": True})
             return 130
-    err().print(f"\ninterrupted before the {what} was created; nothing is running", markup=False, highlight=False)
+    with last_words():
+        err().print(f"\ninterrupted before the {what} was created; nothing is running", markup=False,
+                    highlight=False)
     return 130
 
 
