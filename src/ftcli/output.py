@@ -174,6 +174,16 @@ def last_words(patience: float = LAST_WRITE_PATIENCE) -> Iterator[None]:
                 signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - since), 1e-3))
 
 
+def say_last(line: str, obj: Any = None) -> None:
+    """The last words of an interrupted command: `line` on stderr (as it is: no markup), then `obj` (with --json,
+    where the interruption leaves something for a script to act on) as one JSON line on stdout, within last_words'
+    patience. The line comes first: a stdout whose reader no longer reads would otherwise take it with it."""
+    with last_words():
+        err().print(line, markup=False, highlight=False)
+        if obj is not None:
+            emit_json(obj)
+
+
 def emit_json(obj: Any) -> None:
     """One JSON value on one line of stdout, flushed (a reader may be waiting for it)."""
     print(json_line(obj), flush=True)

@@ -954,6 +954,61 @@ def test_json_of_a_stopped_run_names_the_folder_to_resume_on_stdout(capsys, monk
     assert f"the same command with --output-dir {base} resumes from its checkpoint at step 3" in r.err
 
 
+# `ftcli local ARGS` whose trainer is stood in for by a wait for SIGTERM (touching READY as it begins to wait), after
+# which the run ends as a trainer stopped by the SIGTERM ftcli passed on ends: exit 143, in run folder BASE.
+STOPPED_BY_SIGTERM = """
+import pathlib, signal, sys
+
+from ftcli import local
+
+base, ready = sys.argv[1], pathlib.Path(sys.argv[2])
+
+
+def stopped(*args, **kwargs):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    ready.touch()
+    signal.sigwait({signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    return local.LocalRun(code=143, base=base, signal=signal.SIGTERM)
+
+
+local.run_local = stopped
+sys.argv = ["ftcli", *sys.argv[3:]]
+from ftcli.cli.app import main
+main()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_json_of_a_stopped_run_behind_a_reader_that_reads_nothing_ends_ftcli(tmp_path):
+    # `ftcli local --json ... | reader` whose reader had stopped reading (a hung script, its pipe full), then SIGTERM
+    # (a CI step's timeout): the trainer checkpointed and stopped, and the object naming the run to resume waited on
+    # that reader forever; the line on stderr that says how to resume was never said. It waits a few seconds for the
+    # reader (output.LAST_WRITE_PATIENCE), then says the line and exits.
+    import signal
+
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    base, ready = tmp_path / "run", tmp_path / "ready"
+    (base / "checkpoints" / "step-00000003").mkdir(parents=True)
+    (base / "checkpoints" / "step-00000003" / "_COMPLETE").touch()
+
+    def waiting() -> None:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert time.monotonic() < deadline, "the run never began"
+            time.sleep(0.05)
+
+    code, took, out, err = signal_behind_a_full_pipe(
+        [sys.executable, "-c", STOPPED_BY_SIGTERM, str(base), str(ready), "local", "--epochs", "1", "--json"],
+        dict(os.environ), tmp_path, signal.SIGTERM, ready=waiting)
+    assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert err.rstrip().splitlines()[-1] == (f"stopped by SIGTERM; the same command with --output-dir {base} resumes "
+                                             "from its checkpoint at step 3"), err
+
+
 def test_the_launcher_imports_where_the_platform_has_no_sighup_or_sigquit():
     # Windows defines neither: `ftcli predict`, `ftcli local` and `ftcli train --smoke` import ftcli.local, and
     # naming them there was an AttributeError traceback before anything ran.

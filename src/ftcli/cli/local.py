@@ -44,7 +44,7 @@ def local(
       ftcli local --task csv --train-file reviews.csv --label-column sentiment --model distilbert-base-uncased
     """
     from ftcli.local import run_local
-    from ftcli.output import emit_json, err, escape, note, show_one
+    from ftcli.output import escape, note, say_last, show_one
 
     run = run_local(trainer, offline, restart, say=note, quiet_stdout=json_out)
     if run.code == 0:
@@ -59,14 +59,14 @@ def local(
         how = "interrupted" if stopped_by == signal.SIGINT else f"stopped by {signal.Signals(stopped_by).name}"
         # The one line of a stopped run: the trainer leaves it to ftcli (STOPS_SAID_BY_VAR), whose command it is
         step = _resume_step(run.base)
-        if json_out and step is not None:
-            # The run to resume is what the script must act on, and its folder (a fresh ./ftcli-runs/RUN_ID unless
-            # --output-dir named one) was on stderr only, in a sentence: stdout holds it as an object, "interrupted"
-            # and without a model; a run with nothing to resume leaves stdout empty, the exit status saying it stopped
-            emit_json({"run_folder": run.base, "model": None, "metrics": None, "interrupted": True,
-                       "resumes_from_step": step})
-        err().print(f"{how}; {_resumes(run.base, step)}" if step is not None else
-                    f"{how} before the first checkpoint; nothing to resume", markup=False)
+        # The run to resume is what the script must act on, and its folder (a fresh ./ftcli-runs/RUN_ID unless
+        # --output-dir named one) was on stderr only, in a sentence: with --json stdout holds it as an object,
+        # "interrupted" and without a model; a run with nothing to resume leaves stdout empty, the exit status saying
+        # it stopped. (say_last: behind a reader that no longer reads, the object waited on it forever, the line unsaid)
+        say_last(f"{how}; {_resumes(run.base, step)}" if step is not None else
+                 f"{how} before the first checkpoint; nothing to resume",
+                 {"run_folder": run.base, "model": None, "metrics": None, "interrupted": True,
+                  "resumes_from_step": step} if json_out and step is not None else None)
         raise typer.Exit(128 + stopped_by)
     if run.code == 2:  # the trainer already printed its one-line error
         raise typer.Exit(2)
