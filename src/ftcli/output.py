@@ -174,12 +174,13 @@ def last_words(patience: float = LAST_WRITE_PATIENCE) -> Iterator[None]:
                 signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - since), 1e-3))
 
 
-def say_last(line: str, obj: Any = None) -> None:
-    """The last words of an interrupted command: `line` on stderr (as it is: no markup), then `obj` (with --json,
-    where the interruption leaves something for a script to act on) as one JSON line on stdout, within last_words'
-    patience. The line comes first: a stdout whose reader no longer reads would otherwise take it with it."""
+def say_last(line: str, obj: Any = None, *, to: Console | None = None) -> None:
+    """The last words of an interrupted command: `line` on stderr (`to`, when not ftcli's stderr console; as it is: no
+    markup), then `obj` (with --json, where the interruption leaves something for a script to act on) as one JSON line
+    on stdout, within last_words' patience. The line comes first: a stdout whose reader no longer reads would
+    otherwise take it with it."""
     with last_words():
-        err().print(line, markup=False, highlight=False)
+        (to or err()).print(line, markup=False, highlight=False)
         if obj is not None:
             emit_json(obj)
 

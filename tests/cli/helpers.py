@@ -269,19 +269,20 @@ def waits_in_a_pipe_write(pid: int) -> bool:
 
 
 def signal_behind_a_full_pipe(argv: list[str], env: dict[str, str], cwd: Path | str | None, sig: int,
-                              ready: Callable[[], object] | None = None, timeout: float = 60
-                              ) -> tuple[int, float, str, str]:
-    """Run `argv` with its stdout a pipe that is full and that nobody reads, wait until `ready()` holds (default: the
-    child waits in a write to that pipe), send `sig`, and return (exit status, seconds from the signal to the exit,
-    what stdout held past the filling, stderr). Without PYTHONUNBUFFERED, as a user's shell runs it: with it, the line
-    a signal cuts short is not held for the exit. The process never outlives the test."""
+                              ready: Callable[[], object] | None = None, timeout: float = 60,
+                              stderr_too: bool = False) -> tuple[int, float, str, str]:
+    """Run `argv` with its stdout (and its stderr, with `stderr_too`: `2>&1`) a pipe that is full and that nobody reads,
+    wait until `ready()` holds (default: the child waits in a write to that pipe), send `sig`, and return (exit status,
+    seconds from the signal to the exit, what the pipe held past the filling, stderr: empty with `stderr_too`).
+    Without PYTHONUNBUFFERED, as a user's shell runs it: with it, the line a signal cuts short is not held for the
+    exit. The process never outlives the test."""
     import os
     import threading
     import time
 
     env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
     r, w = full_pipe()
-    proc = subprocess.Popen(argv, env=env, stdout=w, stderr=subprocess.PIPE, cwd=cwd)
+    proc = subprocess.Popen(argv, env=env, stdout=w, stderr=w if stderr_too else subprocess.PIPE, cwd=cwd)
     os.close(w)
     err: list[bytes] = []
     reading = threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else b""), daemon=True)

@@ -549,6 +549,30 @@ def test_a_signal_before_vertex_answered_the_cancel_says_where_to_look(capsys, c
     assert len(vertex.calls("CancelCustomJob")) == 1
 
 
+def test_a_signal_in_a_cancel_behind_a_reader_that_reads_nothing_ends_ftcli(capsys, cloud_env, tmp_path):
+    # `ftcli jobs cancel 1 --yes 2>&1 | reader` whose reader had stopped reading (a hung script, its pipe full), then
+    # SIGTERM while the job was read again: the line that says the cancel was taken waited on that reader forever, and
+    # ftcli never exited. It waits a few seconds for the reader (output.LAST_WRITE_PATIENCE), then exits without it.
+    import time
+
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    gcs, vertex = cloud_env
+    submit(capsys, "--task", "imdb", "--gpu", "T4")
+
+    def held():
+        assert proxy.holding.wait(60), "the proxy never held a call"
+        time.sleep(0.5)
+
+    with HoldAfterCancel(vertex.address) as proxy:
+        env = {**os.environ, "FTCLI_VERTEX_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+        code, took, out, _ = signal_behind_a_full_pipe([*FTCLI, "jobs", "cancel", "1", "--yes"], env, tmp_path,
+                                                       signal.SIGTERM, ready=held, stderr_too=True)
+    assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, out)
+    assert len(vertex.calls("CancelCustomJob")) == 1
+
+
 @pytest.mark.parametrize("command", [["jobs", "describe"], ["jobs", "cancel", "--yes"], ["logs", "--no-follow"],
                                      ["download"]])
 def test_an_unknown_job_id_says_where_it_was_looked_for_and_how_to_look_elsewhere(capsys, cloud_env, command):

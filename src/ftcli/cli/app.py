@@ -217,7 +217,6 @@ def _say_interrupted() -> None:
     within output.last_words' patience: a Ctrl-C that cut short a write to a pipe whose reader no longer reads (`ftcli
     jobs list | reader`, a stopped pager) left its lines in stdout's buffer, and Python's flush at exit waited on that
     reader for as long as it took, after ftcli had said "interrupted"."""
-    from ftcli.output import last_words
+    from ftcli.output import say_last
 
-    with last_words():
-        print("\ninterrupted", file=sys.stderr)
+    say_last("\ninterrupted")

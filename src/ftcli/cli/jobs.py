@@ -334,7 +334,7 @@ def _said_if_interrupted_once_sent(name: JobName | TuningName, n: int | None) ->
     request may or may not have been taken: said so, with where to look. SIGTERM and SIGHUP (a CI step's timeout, a
     closed terminal) are said as Ctrl-C is (they killed ftcli without a word), exit 128 + the signal."""
     from ftcli.cli.watch import stop_signals_interrupt
-    from ftcli.output import err
+    from ftcli.output import say_last
     from ftcli.values import TuningName
 
     taken: list[bool] = []
@@ -348,7 +348,7 @@ def _said_if_interrupted_once_sent(name: JobName | TuningName, n: int | None) ->
         job = f"{what} {f'#{n} ' if n else ''}{name.id}"
         said = (f"the cancel of {job} was requested ({name.full}). Its state" if taken else
                 f"before Vertex answered the cancel of {job} ({name.full}); whether it was taken")
-        err().print(f"\ninterrupted; {said}: ftcli jobs describe {ref}", markup=False, highlight=False)
+        say_last(f"\ninterrupted; {said}: ftcli jobs describe {ref}")
         raise typer.Exit(128 + got[0] if got else 130) from None
 
 

@@ -48,10 +48,9 @@ def _interrupted(said: str, stopped: list[int]) -> NoReturn:
     reports a signal. (typer turns a bare Ctrl-C into exit 130 without a word: the app's "interrupted" alone.) Said
     within output.last_words' patience: a reader that no longer reads (`ftcli predict M --file big.txt | reader`, a
     stopped pager) kept ftcli from exiting, Python's flush at exit waiting on the lines the signal had cut short."""
-    from ftcli.output import err, last_words
+    from ftcli.output import say_last
 
-    with last_words():
-        err().print(f"\ninterrupted; {said}", markup=False, highlight=False)
+    say_last(f"\ninterrupted; {said}")
     raise typer.Exit(128 + stopped[0] if stopped else 130) from None
 
 

@@ -81,7 +81,7 @@ def report(
       ftcli report last --out ./reports/mnli --json
     """
     from ftcli.cli.watch import stop_signals_interrupt
-    from ftcli.output import err, out
+    from ftcli.output import err, out, say_last
     from ftcli.report import ReportInterrupted, open_files, require_matplotlib
 
     require_matplotlib()
@@ -93,7 +93,7 @@ def report(
         except KeyboardInterrupt as e:
             said = e.said if isinstance(e, ReportInterrupted) else "nothing was written" + (
                 "" if Path(run).is_dir() else "; what had been downloaded of the job's run was removed")
-            err().print(f"\ninterrupted; {said}", markup=False, highlight=False)
+            say_last(f"\ninterrupted; {said}")
             raise typer.Exit(128 + stopped[0] if stopped else 130) from None
     if loaded.skipped_lines:
         err().print(f"[dim]skipped {loaded.skipped_lines} unreadable line(s) of metrics.jsonl[/]")

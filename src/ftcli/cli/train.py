@@ -171,18 +171,18 @@ def submitted_json(created: Job | TuningJob, n: int | None, base_output_dir: str
             "console_url": created.name.console_url, "base_output_dir": base_output_dir, "uploaded_bytes": sent}
 
 
-def _say_job_keeps_running(name: JobName | TuningName, n: int | None) -> None:
-    """The line of an interruption once the job exists, within output.last_words' patience: behind a reader that no
-    longer reads (`ftcli train ... | reader`, its pipe full) the lines the signal cut short kept ftcli from exiting."""
-    from ftcli.output import err, last_words
+def _say_job_keeps_running(name: JobName | TuningName, n: int | None, obj: dict | None = None) -> None:
+    """The line of an interruption once the job exists (then `obj`, --json's, on stdout), with output.say_last:
+    behind a reader that no longer reads (`ftcli train ... | reader`, its pipe full) the lines the signal cut short
+    kept ftcli from exiting."""
+    from ftcli.output import say_last
 
     ref = str(n) if n else name.full
     # (a tuning job has no command that follows it again: describe shows its trials as they are now)
     what, follow = ("tuning job", "Its trials: ftcli jobs describe") if isinstance(name, TuningName) else (
         "job", "Follow it: ftcli logs")
-    with last_words():
-        err().print(f"\ninterrupted; {what} {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
-                    f"{follow} {ref}   cancel it: ftcli jobs cancel {ref}", markup=False, highlight=False)
+    say_last(f"\ninterrupted; {what} {f'#{n} ' if n else ''}{name.id} keeps running ({name.full}). "
+             f"{follow} {ref}   cancel it: ftcli jobs cancel {ref}", obj)
 
 
 @contextlib.contextmanager
@@ -208,29 +208,24 @@ def interrupted_submission(subs: Iterable[Submission], *, tuning: bool = False, 
     stdout as a finished submission prints it, with "interrupted": true: a script reads the job it must follow or
     cancel from stdout, and it runs, billed, whether or not the answer to the create call came. Nothing is printed
     there when no job exists (the exit status says the command did not finish), nor when Vertex could not be asked.
-    What it says is said within output.last_words' patience (after Vertex was asked: the patience is the reader's),
-    the line on stderr first: behind a reader that no longer reads (`ftcli train --json ... | reader`, its pipe full)
-    the object waited on it forever, and the job was never named."""
+    What it says is said with output.say_last once Vertex was asked, the line on stderr first: behind a reader that no
+    longer reads (`ftcli train --json ... | reader`, its pipe full) the object waited on it forever, and the job was
+    never named."""
     from ftcli import submit
-    from ftcli.output import emit_json, err, last_words
+    from ftcli.output import say_last
 
     what = "tuning job" if tuning else "job"
     for sub in subs:
         looked, job, n = submit.recover(sub, tuning=tuning)
         if not looked:
-            with last_words():
-                err().print(f"\ninterrupted; a {what} may have been created: ftcli jobs list shows it (label "
-                            f"ftcli_submission={sub.submission_id})", markup=False, highlight=False)
+            say_last(f"\ninterrupted; a {what} may have been created: ftcli jobs list shows it (label "
+                     f"ftcli_submission={sub.submission_id})")
             return 130
         if job is not None:
-            _say_job_keeps_running(job.name, n)
-            if json_out:
-                with last_words():
-                    emit_json({**submitted_json(job, n, sub.base_output_dir, None), "interrupted": True})
+            _say_job_keeps_running(job.name, n, {**submitted_json(job, n, sub.base_output_dir, None),
+                                                 "interrupted": True} if json_out else None)
             return 130
-    with last_words():
-        err().print(f"\ninterrupted before the {what} was created; nothing is running", markup=False,
-                    highlight=False)
+    say_last(f"\ninterrupted before the {what} was created; nothing is running")
     return 130
 
 

@@ -146,13 +146,12 @@ class FollowView(Events):
 
     def detached(self) -> None:
         """Ctrl-C (SIGTERM, SIGHUP) ended the following, the job running on: said on stderr with what to run next,
-        within output.last_words' patience: a reader that no longer reads does not keep ftcli from exiting."""
-        from ftcli.output import last_words
+        with output.say_last: a reader that no longer reads does not keep ftcli from exiting."""
+        from ftcli.output import say_last
 
         self.wait.stop()
-        with last_words():
-            self.err.print(f"\ndetached; the job keeps running. Re-attach: ftcli logs {self.shown}   "
-                           f"cancel: ftcli jobs cancel {self.shown}")
+        say_last(f"\ndetached; the job keeps running. Re-attach: ftcli logs {self.shown}   "
+                 f"cancel: ftcli jobs cancel {self.shown}", to=self.err)
 
     def ended(self, outcome: Outcome) -> None:
         from ftcli.follow import FAILED_REPLICA_RE, error_parts
