@@ -345,6 +345,9 @@ class Events:
     def state(self, state: str, error: str | None) -> None:
         """The job's state changed (RUNNING, SUCCEEDED, ...), with the job's error when it has one."""
 
+    def draining(self, state: str) -> None:
+        """The job ended in `state`; the lines still arriving are read before the end is said (state())."""
+
     def notice(self, notice: Notice) -> None:
         """The logs cannot be read now (said once per reason); the job's state is still followed."""
 
@@ -492,6 +495,7 @@ class Follower:
                             self.events.state(state, job.error)
                     if state in FINAL_STATES and ended_at is None:
                         ended_at = now
+                        self.events.draining(state)
                     next_state_check = now + t.state_interval
                 assert state is not None and job is not None  # both read on the first pass
                 if ended_at is None and (state in WAITING_STATES or not shown_any):

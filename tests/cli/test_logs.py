@@ -443,6 +443,39 @@ def test_a_detached_json_stream_is_whole_lines_without_a_closing_object(logs_env
                                     "cancel 1")
 
 
+def test_a_detach_while_an_ended_jobs_last_lines_come_in_says_it_ended(logs_env):
+    # Once the job has ended, `ftcli logs` reads the lines still coming in before it says the end: a Ctrl-C then said
+    # "detached; the job keeps running" and how to cancel it, of a job that had SUCCEEDED. It says the state it ended
+    # in.
+    vertex, logs, job = logs_env
+    env = {**os.environ, "FTCLI_LOGS_INTERVAL": "1"}  # ftcli's own waits: the end is drained until 3 s of quiet
+    proc = subprocess.Popen([sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for_child(proc, lambda: logs.wait_for_tails(1, timeout=20) or pytest.fail("no tail in 20 s"))
+        logs.write_line(job["id"], "workerpool0-0", "training")
+        read = len(vertex.calls("GetCustomJob"))
+        vertex.set_state(job["name"], "SUCCEEDED")
+        deadline = time.monotonic() + 30
+        i = 0
+        # two reads of the state since it ended (one may have been answered before), the lines coming in all along
+        while len(vertex.calls("GetCustomJob")) < read + 2 and time.monotonic() < deadline:
+            logs.write_line(job["id"], "workerpool0-0", f"exporting {i}")
+            i += 1
+            time.sleep(0.3)
+        logs.write_line(job["id"], "workerpool0-0", "still exporting")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.splitlines()[-1] == (
+        "detached; job 1 has ended: SUCCEEDED (its last lines were still coming in). Its logs: ftcli logs 1"), err
+    assert "keeps running" not in err and "cancel" not in err
+
+
 def _fill_then_signal(logs, job, json_out: bool, sig: int) -> tuple[subprocess.Popen, int]:
     """`ftcli logs 1` writing into a pipe nobody reads, until the pipe is full and ftcli waits in a write, then sent
     `sig`: (the child, the pipe's read end). Python's own buffering, as a user's shell runs it: with

@@ -86,6 +86,7 @@ class FollowView(Events):
         self.wait = output.Waiting(self.err)
         self.provisioning: str | None = None
         self.project = "PROJECT_ID"
+        self.ended_in: str | None = None  # the state the job ended in, once known (its last lines still read)
 
     def start(self, job: Job) -> None:
         self.provisioning = job.provisioning
@@ -144,12 +145,21 @@ class FollowView(Events):
 
         return reader_gone(self.out.file)
 
+    def draining(self, state: str) -> None:
+        self.ended_in = state
+
     def detached(self) -> None:
         """Ctrl-C (SIGTERM, SIGHUP) ended the following, the job running on: said on stderr with what to run next,
-        with output.say_last: a reader that no longer reads does not keep ftcli from exiting."""
+        with output.say_last: a reader that no longer reads does not keep ftcli from exiting. A job that had already
+        ended, its last lines still coming in, is said as ended, in its state: "the job keeps running" and a cancel
+        to run said otherwise of a job that had SUCCEEDED (or FAILED)."""
         from ftcli.output import say_last
 
         self.wait.stop()
+        if self.ended_in is not None:
+            say_last(f"\ndetached; job {self.shown} has ended: {self.ended_in} (its last lines were still coming in). "
+                     f"Its logs: ftcli logs {self.shown}", to=self.err)
+            return
         say_last(f"\ndetached; the job keeps running. Re-attach: ftcli logs {self.shown}   "
                  f"cancel: ftcli jobs cancel {self.shown}", to=self.err)
 
