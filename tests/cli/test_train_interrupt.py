@@ -210,3 +210,25 @@ def test_an_interrupted_submission_behind_a_reader_that_reads_nothing_names_the_
     assert code == 128 + sig and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert f"interrupted; {what} #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err, err
+
+
+@pytest.mark.parametrize(("command", "mode"), [("train", "--json"), ("train", "--detach"), ("tune", "--json")])
+def test_a_sigterm_while_the_created_job_waits_on_a_reader_that_reads_nothing_names_it(cloud_env, tmp_path, command,
+                                                                                       mode):
+    # `ftcli train --json ... | reader` whose reader had stopped reading, then SIGTERM (a CI step's timeout) while the
+    # created job was printed: ftcli was killed without a word (exit -15), the job running on unnamed; Ctrl-C said only
+    # "interrupted". The job is named on stderr, within output.LAST_WRITE_PATIENCE.
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    gcs, vertex = cloud_env
+    code, took, out, err = signal_behind_a_full_pipe(
+        [*FTCLI, command, "--task", "imdb", "--gpu", "T4", mode, *(["--trials", "2"] if command == "tune" else [])],
+        dict(os.environ), tmp_path, signal.SIGTERM)
+    (name,) = vertex.tuning_jobs if command == "tune" else vertex.jobs
+    what = "tuning job" if command == "tune" else "job"
+    assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert f"interrupted; {what} #1 {name.rsplit('/', 1)[-1]} keeps running ({name})" in err, err
+    state = vertex.tuning_jobs[name].state if command == "tune" else vertex.job(name).state
+    assert state.name == "JOB_STATE_PENDING"

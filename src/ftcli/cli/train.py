@@ -143,11 +143,11 @@ def _report_and_follow(created: Job, n: int, sent: int, sub: Submission, *, deta
     """Say what was created and follow it (unless --detach/--json); the exit status to end with."""
     from ftcli.output import emit_json, escape, out
 
-    if json_out:
-        emit_json(submitted_json(created, n, sub.base_output_dir, sent))
-        return 0
-    o = out()
-    try:
+    with named_if_interrupted(created.name, n):
+        if json_out:
+            emit_json(submitted_json(created, n, sub.base_output_dir, sent))
+            return 0
+        o = out()
         o.print(f"submitted job [bold]#{n}[/] {escape(created.display_name)}")
         o.print(f"  id       {created.name.id}  ({created.name.full})")
         o.print(f"  console  {escape(created.name.console_url)}")
@@ -159,9 +159,23 @@ def _report_and_follow(created: Job, n: int, sent: int, sub: Submission, *, deta
         from ftcli.cli.watch import watch
 
         return watch(created.name, shown=str(n))
+
+
+@contextlib.contextmanager
+def named_if_interrupted(name: JobName | TuningName, n: int | None) -> Iterator[None]:
+    """While a job that was just created is said (and followed): Ctrl-C, SIGTERM or SIGHUP name it on stderr and end
+    with 130, or 128 + the signal's number. A write that waits on a reader that stopped reading (`ftcli train --json
+    ... | reader`) is where one lands: SIGTERM killed ftcli there without a word, and Ctrl-C said only
+    "interrupted", the job running on unnamed. (An ignored signal stays ignored: stop_signals_interrupt.)"""
+    from ftcli.cli.watch import stop_signals_interrupt
+
+    got: list[int] = []
+    try:
+        with stop_signals_interrupt() as got:
+            yield
     except KeyboardInterrupt:
-        _say_job_keeps_running(created.name, n)
-        raise typer.Exit(130) from None
+        _say_job_keeps_running(name, n)
+        raise typer.Exit(128 + got[0] if got else 130) from None
 
 
 def submitted_json(created: Job | TuningJob, n: int | None, base_output_dir: str, sent: int | None) -> dict:

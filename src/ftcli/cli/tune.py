@@ -108,19 +108,20 @@ def tune(
         print(json.dumps(ts.job, indent=2))
         err().print(f"[dim]dry run: nothing uploaded, no job created. Package: {escape(ts.sub.package_uri)}[/]")
         return
-    from ftcli.cli.train import submitted_json, submitting
+    from ftcli.cli.train import named_if_interrupted, submitted_json, submitting
 
     with submitting([ts.sub], tuning=True, json_out=json_out):
         created, n, sent = tuning.submit(ts, notify=note, uploading=transfer)
-    if json_out:
-        emit_json(submitted_json(created, n, ts.sub.base_output_dir, sent))
-        return
-    o = out()
-    o.print(f"submitted tuning job [bold]#{n}[/] {escape(created.display_name)}")
-    o.print(f"  id       {created.name.id}  ({created.name.full})")
-    o.print(f"  console  {escape(created.name.console_url)}")
-    o.print(f"  trials   {escape(ts.sub.base_output_dir)}/TRIAL_ID/model/")
-    o.print(f"next: ftcli jobs describe {n}   ·   ftcli logs {n} --trial ID   ·   ftcli jobs cancel {n}")
+    with named_if_interrupted(created.name, n):
+        if json_out:
+            emit_json(submitted_json(created, n, ts.sub.base_output_dir, sent))
+            return
+        o = out()
+        o.print(f"submitted tuning job [bold]#{n}[/] {escape(created.display_name)}")
+        o.print(f"  id       {created.name.id}  ({created.name.full})")
+        o.print(f"  console  {escape(created.name.console_url)}")
+        o.print(f"  trials   {escape(ts.sub.base_output_dir)}/TRIAL_ID/model/")
+        o.print(f"next: ftcli jobs describe {n}   ·   ftcli logs {n} --trial ID   ·   ftcli jobs cancel {n}")
     if detach:
         return
     code = _follow(created.name, n)
