@@ -258,14 +258,22 @@ def full_pipe() -> tuple[int, int]:
     return r, w
 
 
-def waits_in_a_pipe_write(pid: int) -> bool:
+def waits_in_a_pipe_write(pid: int, fds: tuple[int, ...] = (1,)) -> bool:
     """True when process `pid`'s main thread waits in a write to a pipe (Linux's /proc/PID/wchan: pipe_write, or
-    anon_pipe_write in newer kernels)."""
+    anon_pipe_write in newer kernels) on one of file descriptors `fds` (/proc/PID/syscall's first argument, where it
+    can be read): not in a write to the stderr pipe the test reads, which a signal there would not be meant for."""
     try:
         with open(f"/proc/{pid}/wchan") as f:
-            return "pipe_write" in f.read()
+            if "pipe_write" not in f.read():
+                return False
     except OSError:
         return False
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+        return int(fields[1], 16) in fds
+    except (OSError, IndexError, ValueError):
+        return True
 
 
 def signal_behind_a_full_pipe(argv: list[str], env: dict[str, str], cwd: Path | str | None, sig: int,
@@ -292,7 +300,7 @@ def signal_behind_a_full_pipe(argv: list[str], env: dict[str, str], cwd: Path | 
             wait_for_child(proc, ready)
         else:
             deadline = time.monotonic() + timeout
-            while not waits_in_a_pipe_write(proc.pid):
+            while not waits_in_a_pipe_write(proc.pid, (1, 2) if stderr_too else (1,)):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     proc.kill()
                     proc.wait()
