@@ -792,6 +792,14 @@ def test_a_resume_whose_best_weights_are_gone_says_so_and_looks_for_the_best_aga
     assert m["best_global_step"] == 42 and m["eval_accuracy"] == 1.0  # the first evaluation after the resume
 
 
+def _lose(best, lost: str) -> None:
+    """A best-N folder removed by hand ("folder"), or its weights lost from it ("weights")."""
+    if lost == "folder":
+        shutil.rmtree(best)
+    else:
+        (best / "model.safetensors").unlink()
+
+
 @pytest.mark.parametrize("lost", ["folder", "weights"])
 def test_a_finished_run_whose_best_weights_are_gone_is_refused_and_its_model_left_alone(tmp_path, tiny_model,
                                                                                         sentiment_csv, capsys, lost):
@@ -803,10 +811,7 @@ def test_a_finished_run_whose_best_weights_are_gone_is_refused_and_its_model_lef
     assert main(_argv(sentiment_csv, tiny_model, out, "--keep-best")) == 0
     exported = (out / "model" / "model.safetensors").read_bytes()
     best = out / "checkpoints" / "best-00000021"
-    if lost == "folder":
-        shutil.rmtree(best)
-    else:
-        (best / "model.safetensors").unlink()
+    _lose(best, lost)
     capsys.readouterr()
     assert main(_argv(sentiment_csv, tiny_model, out, "--keep-best")) == 2
     said = capsys.readouterr()
@@ -833,10 +838,7 @@ def test_a_finished_run_whose_best_is_its_last_step_exports_from_that_checkpoint
     exported, m = (out / "model" / "model.safetensors").read_bytes(), _metrics(out)
     assert m["best_global_step"] == m["global_step"] == 15
     best = out / "checkpoints" / "best-00000015"
-    if lost == "folder":
-        shutil.rmtree(best)
-    else:
-        (best / "model.safetensors").unlink()
+    _lose(best, lost)
     capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err
     said = capsys.readouterr()
