@@ -6,6 +6,7 @@ A recipe of small set-up steps; every option problem is reported before any data
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime as dt
 import errno
 import logging
@@ -447,14 +448,19 @@ def _run(cfg: TrainConfig) -> int:
     try:
         run(cfg)
     except TrainerError as e:
+        _failing()
         say_once(f"error: {e}")
         return e.exit_code
     except KeyboardInterrupt:
         _say_stop("interrupted")
         return 130
     except Terminated:
-        _say_stop("stopped: SIGTERM; a restarted worker, or the same command, goes on from the newest complete "
-                  "checkpoint (from the start if there is none)")
+        # A worker that another one's failure stopped (torchrun sends the others SIGTERM once one has left non-zero)
+        # said "stopped: SIGTERM; ... goes on from the newest complete checkpoint" under the failing worker's error,
+        # as if the run could just be run again; the launcher's last line names it ("rank 0 with 143").
+        if not _a_worker_failed():
+            _say_stop("stopped: SIGTERM; a restarted worker, or the same command, goes on from the newest complete "
+                      "checkpoint (from the start if there is none)")
         return 143
     except Exception as e:  # noqa: BLE001
         from ftcli_trainer.loop import Preempted
@@ -463,11 +469,13 @@ def _run(cfg: TrainConfig) -> int:
             _say_stop(f"stopped: {e}")
             return e.exit_code
         if _is_oom(e):
+            _failing()
             say_once(oom_line(cfg))
             return 1
         from ftcli_trainer.distributed import shm_problem
 
         if line := shm_problem(e):  # NCCL's set-up, in a container with too small a /dev/shm
+            _failing()
             say_once(line)
             return 1
         if os.environ.get("FTCLI_DEBUG") == "1":
@@ -477,10 +485,12 @@ def _run(cfg: TrainConfig) -> int:
             # a full or read-only disk anywhere else under the run (the logs, checkpoints and model name their
             # file themselves): the user's to fix, one line, the exit status of every other such error
             where = " -> ".join(str(f) for f in (failed.filename, failed.filename2) if f) or "the output folder"
+            _failing()
             say_once(f"error: {storage.write_error(failed, 'the run', where)}")
             return TrainerError.exit_code
         # Not the user's input: a bug or an environment failure. Keep the traceback in the job's log (a failed
         # upload's session left out of its URLs: storage.redact_urls).
+        _failing()
         print(storage.redact_urls(traceback.format_exc()), end="", file=sys.stderr)
         return 1
     return 0
@@ -502,6 +512,22 @@ def _say_stop(line: str) -> None:
     if os.environ.get(STOPS_SAID_BY_VAR) != "1":
         say_once(line)
 
+
+
+# In the launcher's SAID_DIR_VAR folder: a worker has failed (said its error), and the others' SIGTERM is torchrun's
+FAILED_MARK = "a-worker-failed"
+
+
+def _failing() -> None:
+    """Mark, for the other workers under the same launcher, that this one is failing (before it says why and leaves)."""
+    if said := os.environ.get(SAID_DIR_VAR):
+        with contextlib.suppress(OSError):
+            Path(said, FAILED_MARK).touch()
+
+
+def _a_worker_failed() -> bool:
+    said = os.environ.get(SAID_DIR_VAR)
+    return bool(said) and os.path.exists(os.path.join(said, FAILED_MARK))
 
 
 def say_once(line: str) -> None:
