@@ -528,6 +528,31 @@ def test_a_signal_while_evaluate_draws_its_report_keeps_the_metrics_and_says_wha
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]  # no staging, beside DIR or in it
 
 
+@pytest.mark.parametrize("report", [False, True], ids=["metrics", "report"])
+def test_sigterm_while_evaluate_prints_its_metrics_says_so_and_exits_143(tmp_path, tiny_model, report):
+    # `ftcli evaluate M rows.csv | reader` whose reader had stopped reading, then SIGTERM (a CI step's timeout) once
+    # every example was scored: the metrics' printing was outside the command's own handling, and it ended with the
+    # app's bare "interrupted" and exit 130, as if it were a Ctrl-C, saying nothing of the scoring nor of --report's
+    # folder. Now: 143, the scoring done, the metrics cut short, nothing written to DIR.
+    import sys
+
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    if report:
+        pytest.importorskip("matplotlib")
+    _rows(tmp_path, 20)
+    out = tmp_path / "eval-report"
+    code, took, _, err = signal_behind_a_full_pipe(
+        [sys.executable, "-c", "from ftcli.cli.app import main; main()", "evaluate", str(tiny_model), "rows.csv",
+         *(["--report", str(out)] if report else [])], {**os.environ}, tmp_path, signal.SIGTERM)
+    kept = f"; nothing was written to {out}" if report else ""
+    assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        f"interrupted; all 20 examples were scored, the metrics were cut short as they were printed{kept}"), err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("held", ["model", "file"])
 def test_a_signal_while_evaluate_downloads_leaves_nothing_behind(cloud_env, monkeypatch, tmp_path, tiny_model, held):
     # `ftcli evaluate JOB gs://FILE` downloads the file into a temporary folder, then the job's model into ftcli's

@@ -345,8 +345,16 @@ def evaluate(
                 said += "; " + nothing_written(report_dir, report_dir.is_dir())
             _interrupted(said, stopped)
         # The metrics before the report: a signal while it was drawn (seconds, after perhaps an hour of scoring) lost
-        # them, since they were printed after it
-        _show_evaluation(result, file, path, json_out)
+        # them, since they were printed after it. A signal while they are printed (a SIGTERM behind a reader that
+        # stopped reading) is said here too: outside the handling above, it ended with the app's bare "interrupted"
+        # and exit 130, a SIGTERM reported as a Ctrl-C, nothing said of the scoring nor of --report's folder.
+        try:
+            _show_evaluation(result, file, path, json_out)
+        except KeyboardInterrupt:
+            said = f"all {result['examples']:,} examples were scored, the metrics were cut short as they were printed"
+            if report_dir is not None:
+                said += "; " + nothing_written(report_dir, report_dir.is_dir())
+            _interrupted(said, stopped)
         if report_dir is None:
             return
         from ftcli.report import evaluation_run, write_report
