@@ -750,18 +750,20 @@ def test_a_tuning_job_by_the_console_url_googles_sdk_prints(capsys, cloud_env, t
                 assert r.code == 0 and json.loads(r.out)["name"] == full, (url, r.err)
 
 
-@pytest.mark.parametrize("json_out", [False, True], ids=["table", "json"])
-def test_ctrl_c_while_the_listing_waits_on_a_reader_that_reads_nothing_ends_ftcli(capsys, cloud_env, json_out):
+@pytest.mark.parametrize(("sig", "json_out"), [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False),
+                                               (signal.SIGHUP, True)],
+                         ids=["table", "json", "sigterm", "sighup-json"])
+def test_ctrl_c_while_the_listing_waits_on_a_reader_that_reads_nothing_ends_ftcli(capsys, cloud_env, sig, json_out):
     # `ftcli jobs list | reader` whose reader had stopped reading (a stopped pager, a hung script), then Ctrl-C: ftcli
     # said "interrupted" and never exited, Python's flush at exit waiting on the lines the Ctrl-C had cut short. It
-    # waits a few seconds for the reader (output.LAST_WRITE_PATIENCE), then exits without them.
+    # waits a few seconds for the reader (output.LAST_WRITE_PATIENCE), then exits without them. A SIGTERM (a CI step's
+    # timeout) or SIGHUP there killed ftcli without a word (exit -15, -1): now "interrupted" too, and 128 + the signal.
     from ftcli.output import LAST_WRITE_PATIENCE
     from tests.cli.helpers import signal_behind_a_full_pipe
 
     gcs, vertex = cloud_env
     three_jobs(capsys, gcs, vertex)
     code, took, out, err = signal_behind_a_full_pipe(
-        [*FTCLI, "jobs", "list", *(["--json"] if json_out else [])], {**os.environ, "COLUMNS": "80"}, None,
-        signal.SIGINT)
-    assert code == 130 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+        [*FTCLI, "jobs", "list", *(["--json"] if json_out else [])], {**os.environ, "COLUMNS": "80"}, None, sig)
+    assert code == (130 if sig == signal.SIGINT else 128 + sig) and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
     assert "Traceback" not in err and "Exception ignored" not in err and err.splitlines()[-1] == "interrupted", err

@@ -55,6 +55,24 @@ def user_folder(path: Path) -> dict[str, bytes]:
     return tree(path)
 
 
+@pytest.mark.parametrize("json_out", [False, True], ids=["lines", "json"])
+def test_a_sigterm_once_downloaded_while_the_result_is_printed_says_interrupted(job, tmp_path, json_out):
+    # `ftcli download JOB | reader` whose reader had stopped reading, then SIGTERM (a CI step's timeout) once the model
+    # was downloaded, while the result was printed (after the command's own handling of signals): ftcli was killed
+    # without a word, exit -15. Now it says so and exits 128 + the signal; the model stays whole.
+    import sys
+
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    code, took, _, err = signal_behind_a_full_pipe(
+        [sys.executable, "-c", "from ftcli.cli.app import main; main()", "download", job, "out",
+         *(["--json"] if json_out else [])], {**os.environ}, tmp_path, signal.SIGTERM)
+    assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "interrupted", err
+    assert tree(tmp_path / "out") == MODEL and not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
 def test_downloads_into_a_new_folder(capsys, job, tmp_path):
     r = run_cli(capsys, "download", job, "out")
     assert r.code == 0, r.err

@@ -768,6 +768,23 @@ def test_a_ctrl_c_while_a_report_moves_in_says_how_far_it_got(capsys, single_run
     assert (run / "report" / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("json_out", [False, True], ids=["lines", "json"])
+def test_a_sigterm_once_the_report_is_written_while_its_files_are_printed_says_interrupted(single_run, tmp_path,
+                                                                                          json_out):
+    # `ftcli report RUN | reader` whose reader had stopped reading, then SIGTERM (a CI step's timeout) once the report
+    # was written, while its files were printed (after the command's own handling of signals): ftcli was killed
+    # without a word, exit -15. Now it says so and exits 128 + the signal; the report stays whole.
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    run = copy_run(single_run, tmp_path)
+    code, took, _, err = signal_behind_a_full_pipe([*FTCLI, "report", "run", *(["--json"] if json_out else [])],
+                                                   {**os.environ}, tmp_path, signal.SIGTERM)
+    assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "interrupted", err
+    assert (run / "report" / "report.md").is_file() and not [p for p in run.rglob("*") if ".tmp-" in p.name]
+
+
 def run_cli_process(run: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*FTCLI, "report", str(run)], capture_output=True, text=True, timeout=300)
 

@@ -167,8 +167,8 @@ def check_completion_args(argv: list[str]) -> None:
 
 
 def main() -> None:
-    from ftcli.errors import FtcliError
     from ftcli.output import route_warnings
+    from ftcli.signals import stop_signals_interrupt
 
     route_warnings()
     if sys.stdout is not None and hasattr(sys.stdout, "reconfigure"):
@@ -177,6 +177,32 @@ def main() -> None:
         # with a UnicodeEncodeError traceback. Shown escaped instead, as Python already does on stderr; --json
         # is ASCII either way.
         sys.stdout.reconfigure(errors="backslashreplace")
+    # SIGTERM and SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C for the whole command:
+    # outside a command's own handling of them (`jobs list`, `jobs describe`, download's and report's printing once
+    # their work was done) they killed ftcli without a word, exit -15 or -1, a CI log showing nothing. Now
+    # "interrupted" at least, and 128 + the signal. A command's own handling (train's, download's, ...) replaces this
+    # for its block and puts it back after; `ftcli local` passes them on to its trainer while it runs. Output still
+    # buffered when the command ends (`report --json`'s line, behind a reader that stopped reading) is flushed while
+    # they are held too: Python's flush at exit, after they were put back, was where such a SIGTERM landed.
+    stopped: list[int] = []
+    try:
+        with stop_signals_interrupt() as stopped:
+            try:
+                _run(stopped)
+            finally:
+                _flush_output()
+    except KeyboardInterrupt:  # one that came once the command had ended: in that flush, or as an error was said
+        if os.environ.get("FTCLI_DEBUG") == "1":
+            raise
+        _say_interrupted()
+        sys.exit(128 + stopped[0] if stopped else 130)
+
+
+def _run(stopped: list[int]) -> None:
+    """The command, its errors said as one line and a hint, its interruption as "interrupted" (unless it said its own
+    words): 130 for Ctrl-C, 128 + the signal's number for the SIGTERM or SIGHUP `stopped` holds."""
+    from ftcli.errors import FtcliError
+
     try:
         check_completion_args(sys.argv[1:])
         app()
@@ -199,17 +225,32 @@ def main() -> None:
         if os.environ.get("FTCLI_DEBUG") == "1":
             raise
         _say_interrupted()
-        sys.exit(130)
+        sys.exit(128 + stopped[0] if stopped else 130)
     except SystemExit as e:
         # Typer turns a Ctrl-C into a silent exit 130 (`raise Exit(130) from` the KeyboardInterrupt), so the clause
-        # above never ran and a command cut short said nothing: said here, from the exit's chain.
+        # above never ran and a command cut short said nothing: said here, from the exit's chain (a SIGTERM or
+        # SIGHUP's exit is 128 + its number: typer reads every KeyboardInterrupt as a Ctrl-C).
         interrupt = getattr(e.__context__, "__cause__", None)
         if e.code != 130 or not isinstance(interrupt, KeyboardInterrupt):
             raise
         if os.environ.get("FTCLI_DEBUG") == "1":
             raise interrupt from None
         _say_interrupted()
+        if stopped:
+            sys.exit(128 + stopped[0])
         raise
+
+
+def _flush_output() -> None:
+    """Flush stdout and stderr (a reader that has gone, or a closed stream, is left to Python's flush at exit, as
+    before)."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _say_interrupted() -> None:

@@ -3,14 +3,12 @@ reports events, `FollowView` renders them (lines to stdout, states and waits to 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
-from collections.abc import Iterator
-from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from ftcli.follow import Events, Line, Notice, Outcome, Timing
+from ftcli.signals import stop_signals_interrupt as stop_signals_interrupt  # (where the commands import it from)
 from ftcli.values import WAITING_STATES, Job, JobName
 
 if TYPE_CHECKING:
@@ -201,38 +199,6 @@ class FollowView(Events):
         if job is not None:
             say_spent(lambda: prices.job_cost(job), "ran {ran}: {amount} at your {region} rates (on-demand; "
                       "{per_hour} an hour{billed})", err=self.err)
-
-
-@contextlib.contextmanager
-def stop_signals_interrupt() -> Iterator[list[int]]:
-    """While the block runs, SIGTERM and SIGHUP (a CI runner cancelling the step, `docker stop`, a closed terminal)
-    raise KeyboardInterrupt as Ctrl-C does, so the block's Ctrl-C handling names the job and what to run next; by
-    default they killed ftcli without a word, the job running on. The list it yields gets the signal's number (the
-    caller exits with 128 + it, as a shell reports a signal). An ignored signal stays ignored (`nohup ftcli ...`)."""
-    import signal
-
-    from ftcli.gcp.storage import INTERRUPTS
-
-    got: list[int] = []
-
-    def stop(signum: int, frame: FrameType | None) -> NoReturn:
-        got.append(signum)
-        raise KeyboardInterrupt
-
-    setattr(stop, INTERRUPTS, True)  # a batch of transfers may run it once its transfers have stopped
-    before = {}
-    for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
-        if sig is None or signal.getsignal(sig) == signal.SIG_IGN:
-            continue
-        try:
-            before[sig] = signal.signal(sig, stop)
-        except ValueError:  # not the main thread: nothing to change
-            pass
-    try:
-        yield got
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None = None,

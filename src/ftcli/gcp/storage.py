@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ftcli.errors import FtcliError
 from ftcli.gcp import CallContext, Notify, account_problem, guard, retry_notice
+from ftcli.signals import INTERRUPTS
 from ftcli_trainer.storage import size_text
 from ftcli_trainer.storage import split_gcs as split_uri
 
@@ -87,9 +88,6 @@ class _StoppableWriter:
         return getattr(self._f, name)
 
 
-# A signal handler that raises KeyboardInterrupt carries this attribute, set true (Python's own for Ctrl-C is known
-# without it): _signals_deferred may run it later, at a line of its choosing.
-INTERRUPTS = "ftcli_interrupts"
 
 
 @contextlib.contextmanager
