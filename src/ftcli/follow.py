@@ -591,6 +591,9 @@ def follow_job(name: JobName, *, vertex: JobsGateway, logs: LogsGateway, events:
     follower = Follower(logs=logs, get_job=lambda: vertex.get(name), job_id=name.id, events=events, replica=replica,
                         severity=severity, since=since, timing=timing or Timing())
     if not follow:
+        if job.final:
+            # (its lines are printed before the end is said: an interruption there is of a job that has ended)
+            events.draining(job.state)
         follower.snapshot()
         if not job.final:
             return Outcome(None, job)

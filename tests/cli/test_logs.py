@@ -476,6 +476,27 @@ def test_a_detach_while_an_ended_jobs_last_lines_come_in_says_it_ended(logs_env)
     assert "keeps running" not in err and "cancel" not in err
 
 
+def test_sigterm_while_no_follow_prints_an_ended_jobs_lines_says_it_ended(logs_env):
+    # `ftcli logs 1 --no-follow | reader` of a job that had SUCCEEDED, the reader having stopped reading, then SIGTERM
+    # (a CI step's timeout) while its lines were printed: ftcli said "detached; the job keeps running" and how to
+    # cancel it, of a job that had ended (the snapshot never told the view the state it had read). It says the
+    # state the job ended in, and that its lines were being printed.
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    vertex, logs, job = logs_env
+    for i in range(50):
+        logs.write_line(job["id"], "workerpool0-0", f"step {i}")
+    vertex.set_state(job["name"], "SUCCEEDED")
+    code, took, _, err = signal_behind_a_full_pipe(
+        [sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1", "--no-follow"],
+        {**os.environ}, None, signal.SIGTERM)
+    assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "interrupted; job 1 has ended: SUCCEEDED (its lines were still being printed). Its logs: ftcli logs 1"), err
+    assert "keeps running" not in err and "cancel" not in err
+
+
 def _fill_then_signal(logs, job, json_out: bool, sig: int) -> tuple[subprocess.Popen, int]:
     """`ftcli logs 1` writing into a pipe nobody reads, until the pipe is full and ftcli waits in a write, then sent
     `sig`: (the child, the pipe's read end). Python's own buffering, as a user's shell runs it: with

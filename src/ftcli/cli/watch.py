@@ -72,10 +72,12 @@ def waiting_briefly(state: str, provisioning: str | None) -> str:
 
 
 class FollowView(Events):
-    def __init__(self, shown: str, *, json_out: bool, out: Console | None = None, err: Console | None = None) -> None:
+    def __init__(self, shown: str, *, json_out: bool, out: Console | None = None, err: Console | None = None,
+                 follow: bool = True) -> None:
         from ftcli import output
 
         self.shown = shown
+        self.follow = follow  # False: --no-follow, what is logged now and no more
         self.multi = False
         self.replicas: set[str] = set()
         self.json_out = json_out
@@ -150,10 +152,15 @@ class FollowView(Events):
         """Ctrl-C (SIGTERM, SIGHUP) ended the following, the job running on: said on stderr with what to run next,
         with output.say_last: a reader that no longer reads does not keep ftcli from exiting. A job that had already
         ended, its last lines still coming in, is said as ended, in its state: "the job keeps running" and a cancel
-        to run said otherwise of a job that had SUCCEEDED (or FAILED)."""
+        to run said otherwise of a job that had SUCCEEDED (or FAILED). With --no-follow, the lines of a job that had
+        ended were being printed, and nothing was attached to: said so."""
         from ftcli.output import say_last
 
         self.wait.stop()
+        if self.ended_in is not None and not self.follow:
+            say_last(f"\ninterrupted; job {self.shown} has ended: {self.ended_in} (its lines were still being "
+                     f"printed). Its logs: ftcli logs {self.shown}", to=self.err)
+            return
         if self.ended_in is not None:
             say_last(f"\ndetached; job {self.shown} has ended: {self.ended_in} (its last lines were still coming in). "
                      f"Its logs: ftcli logs {self.shown}", to=self.err)
@@ -213,7 +220,7 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
 
     timing = timing_from_env()
     vertex = get_vertex(name.project, name.region, notify=note)
-    view = FollowView(shown, json_out=json_out)
+    view = FollowView(shown, json_out=json_out, follow=follow)
     try:
         with stop_signals_interrupt() as got:
             outcome = core.follow_job(name, vertex=vertex, logs=get_logging(name.project, notify=note),
