@@ -59,7 +59,7 @@ def user_folder(path: Path) -> dict[str, bytes]:
 def test_a_sigterm_once_downloaded_while_the_result_is_printed_says_interrupted(job, tmp_path, json_out):
     # `ftcli download JOB | reader` whose reader had stopped reading, then SIGTERM (a CI step's timeout) once the model
     # was downloaded, while the result was printed (after the command's own handling of signals): ftcli was killed
-    # without a word, exit -15. Now it says so and exits 128 + the signal; the model stays whole.
+    # without a word, exit -15. Now it says the model is whole and exits 128 + the signal.
     import sys
 
     from ftcli.output import LAST_WRITE_PATIENCE
@@ -69,7 +69,8 @@ def test_a_sigterm_once_downloaded_while_the_result_is_printed_says_interrupted(
         [sys.executable, "-c", "from ftcli.cli.app import main; main()", "download", job, "out",
          *(["--json"] if json_out else [])], {**os.environ}, tmp_path, signal.SIGTERM)
     assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
-    assert "Traceback" not in err and err.strip().splitlines()[-1] == "interrupted", err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "interrupted; the model is downloaded, whole, in out"), err
     assert tree(tmp_path / "out") == MODEL and not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 

@@ -7,12 +7,16 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
 
 from ftcli.cli.options import JOB_FORMS, JobArg, JsonOpt, ProjectOpt, RegionOpt, TrialOpt
 from ftcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from ftcli.models import Downloaded
+    from ftcli.values import JobName
 
 # predict's and evaluate's own (the file is predict's --file, evaluate's FILE)
 ModelArg = Annotated[str, typer.Argument(
@@ -82,19 +86,32 @@ def download(
     """
     from ftcli import jobs, models
     from ftcli.cli.watch import stop_signals_interrupt
-    from ftcli.output import escape, note, show_one, transfer
+    from ftcli.output import note, transfer
 
     name = jobs.resolve_job(job, project, region, trial=trial, notify=note)
-    try:
-        # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C: they killed ftcli
-        # without a word, its staging folder left for the next download to clean
-        with stop_signals_interrupt() as stopped, transfer("downloading the model") as progress:
-            got = models.download_model(name, dest, force=force, shown=f"{job} --trial {trial}" if trial else job,
-                                        notify=note, progress=progress)
-    except models.DownloadInterrupted as e:
-        again = shlex.join(["ftcli", "download", job, str(dest or models.default_destination(name)), "--force",
-                            *(["--trial", trial] if trial else [])])
-        _interrupted(e.said + (f"; finish it with {again}" if e.partial else ""), stopped)
+    # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C: they killed ftcli without a
+    # word, its staging folder left for the next download to clean; and while the result was printed (behind a reader
+    # that stopped reading), the model whole in its folder, the app's bare "interrupted" left that unsaid
+    with stop_signals_interrupt() as stopped:
+        try:
+            with transfer("downloading the model") as progress:
+                got = models.download_model(name, dest, force=force, shown=f"{job} --trial {trial}" if trial else job,
+                                            notify=note, progress=progress)
+        except models.DownloadInterrupted as e:
+            again = shlex.join(["ftcli", "download", job, str(dest or models.default_destination(name)), "--force",
+                                *(["--trial", trial] if trial else [])])
+            _interrupted(e.said + (f"; finish it with {again}" if e.partial else ""), stopped)
+        try:
+            _show_download(got, name, json_out)
+        except KeyboardInterrupt:
+            _interrupted(f"the model is downloaded, whole, in {got.path}", stopped)
+
+
+def _show_download(got: Downloaded, name: JobName, json_out: bool) -> None:
+    """download's result: the folder and its files (or --json's object), then the command that uses it."""
+    from ftcli import jobs, models
+    from ftcli.output import escape, note, show_one
+
     shown = jobs.label(name, jobs.short_id(name))
     result = {"path": str(got.path), "job": name.full, "id": name.id, "files": got.files, "bytes": got.bytes,
               "already_there": got.already}

@@ -81,12 +81,13 @@ def report(
       ftcli report last --out ./reports/mnli --json
     """
     from ftcli.cli.watch import stop_signals_interrupt
-    from ftcli.output import err, out, say_last
-    from ftcli.report import ReportInterrupted, open_files, require_matplotlib
+    from ftcli.output import say_last
+    from ftcli.report import ReportInterrupted, require_matplotlib
 
     require_matplotlib()
     # SIGTERM or SIGHUP (a CI step's timeout, `docker stop`, a closed terminal) as Ctrl-C: they killed ftcli without a
-    # word, its staging folder and the job's downloaded files left behind
+    # word, its staging folder and the job's downloaded files left behind; and while its files were named (behind a
+    # reader that stopped reading), the report whole in its folder, the app's bare "interrupted" left that unsaid
     with stop_signals_interrupt() as stopped:
         try:
             target, loaded, files = _draw(run, out_dir, trial, project, region)
@@ -95,12 +96,26 @@ def report(
                 "" if Path(run).is_dir() else "; what had been downloaded of the job's run was removed")
             say_last(f"\ninterrupted; {said}")
             raise typer.Exit(128 + stopped[0] if stopped else 130) from None
+        try:
+            _show_report(target, loaded, files, json_out, show)
+        except KeyboardInterrupt:
+            say_last(f"\ninterrupted; the report is written, whole, in {target}")
+            raise typer.Exit(128 + stopped[0] if stopped else 130) from None
+
+
+def _show_report(target: Path, loaded: Run, files: list[Path], json_out: bool, show: bool) -> None:
+    """report's result: its files (or --json's object), then the pictures opened with --open."""
+    from ftcli.output import err, out
+    from ftcli.report import open_files
+
     if loaded.skipped_lines:
         err().print(f"[dim]skipped {loaded.skipped_lines} unreadable line(s) of metrics.jsonl[/]")
     if json_out:
         # with the threshold a multi-label run's F1s are at, as report.md has it beside them (null for a single-label
         # or regression run, and for a run whose files do not say it yet: a job's come with its model)
-        print(json.dumps({"report": str(target), "files": [str(f) for f in files], "threshold": loaded.threshold}))
+        # (flushed here: a signal while it waits on a reader that stopped reading is said as this command's)
+        print(json.dumps({"report": str(target), "files": [str(f) for f in files], "threshold": loaded.threshold}),
+              flush=True)
     else:
         for f in files:
             out().print(str(f), markup=False)
