@@ -527,7 +527,7 @@ def _failing() -> None:
 
 def _a_worker_failed() -> bool:
     said = os.environ.get(SAID_DIR_VAR)
-    return bool(said) and os.path.exists(os.path.join(said, FAILED_MARK))
+    return said is not None and os.path.exists(os.path.join(said, FAILED_MARK))
 
 
 def say_once(line: str) -> None:
