@@ -277,16 +277,13 @@ def _missing_through_links(gone: Sequence[str]) -> list[Path]:
     made yet gets it): where the links that point to nothing (`gone`, checkpoint.gone_links': checkpoints/, logs/,
     logs/metrics.jsonl) point, the folder of the file for metrics.jsonl, with their missing parents; deepest first
     (_unclaim's `through_links`, removed again when the run fails and they are empty)."""
-    from ftcli_trainer.checkpoint import METRICS
+    from ftcli_trainer.checkpoint import METRICS, missing_folders
 
     missing: set[Path] = set()
     for link in gone:
-        folder = Path(os.path.realpath(link))
-        if Path(link).name == METRICS:
-            folder = folder.parent
-        while not os.path.lexists(folder) and folder != folder.parent:
-            missing.add(folder)
-            folder = folder.parent
+        # (metrics.jsonl's link points at a file: the folders are those of where it points)
+        end = os.path.dirname(os.path.realpath(link)) if Path(link).name == METRICS else link
+        missing.update(missing_folders(end))
     return sorted(missing, key=lambda p: len(p.parts), reverse=True)
 
 

@@ -688,7 +688,7 @@ def lock_and_claim(root: str, fingerprint: dict, model_dir: str | None = None, m
     (`ftcli local` claims before the trainer starts, and without lock: nothing to leave.) A gs:// folder makes no
     folders; its lease is given back at the process's end (unlock), as for any failure."""
     local = not storage.is_gcs(root)
-    made = _missing_folders(root) if local else []
+    made = missing_folders(root) if local else []
     lock_file = Path(root) / LOCK
     fresh_lock = local and not os.path.lexists(lock_file)
     ours = _held is None  # (a process locks once: a second lock, of another folder, holds nothing)
@@ -701,9 +701,9 @@ def lock_and_claim(root: str, fingerprint: dict, model_dir: str | None = None, m
         raise
 
 
-def _missing_folders(root: str) -> list[Path]:
+def missing_folders(root: str) -> list[Path]:
     """The folders that storage.make_dirs would make for the local `root` (through a link, where it points) that are
-    not there now, deepest first."""
+    not there now, deepest first (also ftcli.local's _missing_through_links)."""
     missing = []
     folder = Path(os.path.realpath(root))
     while not os.path.lexists(folder) and folder != folder.parent:
