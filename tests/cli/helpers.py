@@ -32,7 +32,7 @@ def run_cli(capsys: pytest.CaptureFixture, *args: str) -> Result:
     old = sys.argv
     sys.argv = ["ftcli", *args]
     try:
-        main()
+        main(in_process=True)  # (the console script's main leaves the process after a command that loaded torch)
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

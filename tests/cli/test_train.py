@@ -1576,7 +1576,7 @@ def test_smoke_shows_in_seconds_what_would_fail_in_the_job(capfd, cloud_env, tmp
                 "--text-column", "review", "--model", str(tiny_model), "--gpu", "T4", "--smoke"]
     try:
         with pytest.raises(SystemExit) as info:
-            main()
+            main(in_process=True)
     finally:
         sys.argv = old
     out, err = capfd.readouterr()
@@ -2052,7 +2052,7 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, secre
                                           "--model", "org/gated-model", "--gpu", "L4", "--smoke",
                                           *(HF if hf_secret else [])])
         with pytest.raises(SystemExit) as info:
-            main()
+            main(in_process=True)
     finally:
         hub.shutdown()
     err = capfd.readouterr().err
