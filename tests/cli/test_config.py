@@ -501,6 +501,27 @@ def test_unset_removes_a_key_ftcli_does_not_read(capsys, isolated, before, key, 
     assert config.read_bytes() == after
 
 
+@pytest.mark.parametrize("before, key, says, after", [
+    ('# mine\nproject = "my-project"\nimage-mirror = "europe-docker.pkg.dev/my-project/dockerhub"  # pulls\n',
+     "image-mirror", ["key 'image-mirror' removed"], '# mine\nproject = "my-project"\n'),
+    ('service-account = "sa-trainer@my-project.iam.gserviceaccount.com"\nregion = "europe-west4"\n',
+     "service_account", ["key 'service-account' removed"], 'region = "europe-west4"\n'),
+    ('image_mirror = "europe-docker.pkg.dev/p-123456/a"\nimage-mirror = "europe-docker.pkg.dev/p-123456/b"\n',
+     "image-mirror", ["key 'image-mirror' removed", "image-mirror unset"], "")],
+    ids=["dash", "typed-underscore", "both"])
+def test_unset_removes_the_setting_spelled_with_dashes_in_the_file(capsys, isolated, before, key, says, after):
+    # A hand-written `image-mirror = ...` (ftcli writes image_mirror) is refused by every command ("did you mean
+    # image_mirror?"), but `ftcli config unset image-mirror`, typed as the command spells the setting, was refused
+    # with the same error, and the line had to be removed by hand. It is removed now, whichever spelling is typed.
+    config = isolated / "config.toml"
+    config.write_text(before)
+    r = run_cli(capsys, "config", "unset", key)
+    assert (r.code, r.out.splitlines(), r.err) == (0, [f"{x}  ({config})" for x in says], "")
+    assert config.read_text() == after
+    r = run_cli(capsys, "config", "get", key)
+    assert (r.code, r.err.splitlines()[0]) == (1, f"error: {key.replace('_', '-')} is not set")
+
+
 @pytest.mark.parametrize("text", ['regoin = "europe-west4"\n', '[notes]\nx = 1\nregion = "europe-west4"\n'])
 def test_set_leaves_a_refused_config_file_as_it_was(capsys, isolated, text):
     # A file every command refuses is not edited by `config set` (which could not say which region is meant): it is

@@ -241,7 +241,8 @@ def list_(
 @app.command("unset")
 def unset(key: KeyArg) -> None:
     """Forget a saved default (the config file's other keys and comments are kept), and say what the setting is
-    now. A key of the file that ftcli does not read (the one a warning names) is removed too.
+    now. A key of the file that ftcli does not read (the one a warning names) is removed too, and so is the setting
+    spelled with dashes in the file (`image-mirror = ...`: the file takes image_mirror).
 
     Example: ftcli config unset region
     """
@@ -258,10 +259,20 @@ def unset(key: KeyArg) -> None:
             out().print(f"{what} removed  ({path})", markup=False)
             return
     k = _key(key, lambda k: f"ftcli config unset {k}")
+    # The setting written in the file as the commands spell it (`image-mirror = ...`, where ftcli writes
+    # image_mirror), which the file's reading refuses ("did you mean image_mirror?"): `config unset image-mirror`
+    # was refused with that same error, and the line had to be removed by hand.
+    removed_any = False
+    for other in [e for e in settings.config_entries() if e != k and e.replace("-", "_") == k]:
+        if (removed := settings.remove_config_entry(other)) is not None:
+            path, what = removed
+            out().print(f"{what} removed  ({path})", markup=False)
+            removed_any = True
     # It said nothing, whether the file had the key or not, and whatever value the setting still had from a
     # variable or gcloud: a user could not tell that FTCLI_REGION still won.
     if k not in settings.load_config_file():
-        note(f"{key} is not in the config file {settings.config_path()}: nothing to unset")
+        if not removed_any:
+            note(f"{key} is not in the config file {settings.config_path()}: nothing to unset")
     else:
         path = settings.save_config_file({k: None})
         out().print(f"{key} unset  ({path})", markup=False)
