@@ -228,15 +228,76 @@ def _toml_edited(data: bytes, values: dict[str, str | None]) -> bytes:
     bom, codec = _text_form(data)
     text = data[len(bom):].decode(codec)
     doc = tomlkit.parse(text)
+    added = {}
     for key, value in values.items():
         if value is None:
             doc.pop(key, None)
-        else:
+        elif key in doc:
             doc[key] = value
+        else:
+            added[key] = value
     edited = tomlkit.dumps(doc)
+    for key, value in added.items():
+        edited = _with_key_added(edited, key, value)
     if "\r\n" in text and not _LONE_LF.search(text):
         edited = _LONE_LF.sub("\r\n", edited)
     return bom + edited.encode(codec)
+
+
+def _with_key_added(text: str, key: str, value: str) -> str:
+    """TOML `text` with the top-level line `key = "value"` added after its last setting, and nothing else changed.
+    tomlkit puts a new key after whatever precedes the first [table] and, where no blank line was there, adds one
+    before the table, which removing the key leaves behind: a file with a table of its own below its settings grew a
+    blank line with each `config set` and `unset` of a key, and the new key went between the table and the comment
+    over it (`# what I pay` above [prices]). Here it goes above the comment lines directly over the first table
+    header (a comment at the very top of the file is the file's own heading, and stays first) and the blank lines
+    before them. Where the file has no table, or the result would not read back as the file plus this key (a `#`
+    line inside a multi-line string), tomlkit places it."""
+    import tomllib
+
+    import tomlkit
+
+    line = tomlkit.dumps({key: value})
+    at = _settings_end(text)
+    if at is not None:
+        edited = text[:at] + line + text[at:]
+        with contextlib.suppress(tomllib.TOMLDecodeError):
+            if tomllib.loads(edited) == {**tomllib.loads(text), key: value}:
+                return edited
+    doc = tomlkit.parse(text)
+    doc[key] = value
+    return tomlkit.dumps(doc)
+
+
+def _settings_end(text: str) -> int | None:
+    """Where a new top-level key goes in TOML `text` (_with_key_added says why there), or None when it has no
+    table. The first table header is the first line starting with "[" that all the text before it reads as TOML:
+    a "[" line inside a multi-line array or string leaves the text before it unfinished."""
+    import tomllib
+
+    lines = text.split("\n")  # (not splitlines, which also breaks at the form feeds and U+2028 a comment may hold)
+    starts = [0]
+    for each in lines:
+        starts.append(starts[-1] + len(each) + 1)
+    header = None
+    for i, each in enumerate(lines):
+        if each.lstrip().startswith("["):
+            try:
+                tomllib.loads(text[:starts[i]])
+            except tomllib.TOMLDecodeError:
+                continue
+            header = i
+            break
+    if header is None:
+        return None
+    i = header
+    while i > 0 and lines[i - 1].lstrip().startswith("#"):
+        i -= 1
+    if i == 0:  # the file's heading
+        return starts[header]
+    while i > 0 and not lines[i - 1].strip():
+        i -= 1
+    return starts[i]
 
 
 def near_key(key: str) -> str | None:

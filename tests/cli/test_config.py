@@ -330,6 +330,29 @@ def test_set_and_unset_keep_the_files_line_breaks_and_encoding(capsys, isolated,
     assert config.read_bytes() == after
 
 
+@pytest.mark.parametrize("before, after", [
+    ('# my settings\nproject = "my-project"\n[prices]\nT4 = 0.35\n',
+     '# my settings\nproject = "my-project"\nregion = "europe-west4"\n[prices]\nT4 = 0.35\n'),
+    ('project = "my-project"\n\n# what I pay, read 2026-11-26\n[prices]\nT4 = 0.35\n',
+     'project = "my-project"\nregion = "europe-west4"\n\n# what I pay, read 2026-11-26\n[prices]\nT4 = 0.35\n'),
+    ('# my settings\n[notes]\nx = 1\n', '# my settings\nregion = "europe-west4"\n[notes]\nx = 1\n'),
+    ('[[profiles]]\nname = "eu"\n', 'region = "europe-west4"\n[[profiles]]\nname = "eu"\n'),
+    ('about = """\n[not a table]\n"""\n\n[notes]\nx = 1\n',
+     'about = """\n[not a table]\n"""\nregion = "europe-west4"\n\n[notes]\nx = 1\n')],
+    ids=["no-blank-line", "comment-over-table", "heading-comment", "array-of-tables", "multiline-string"])
+def test_set_and_unset_keep_the_layout_of_a_file_with_tables(capsys, isolated, before, after):
+    # A key set in a file with a table of its own below the settings came with a blank line before the table (tomlkit
+    # adds one where there was none), which `config unset` left behind; and it went between the table and the
+    # comment over it. It now goes after the file's last setting, and set then unset gives the file back byte for
+    # byte.
+    config = isolated / "config.toml"
+    config.write_text(before)
+    assert run_cli(capsys, "config", "set", "region", "europe-west4").code == 0
+    assert config.read_text() == after
+    assert run_cli(capsys, "config", "unset", "region").code == 0
+    assert config.read_text() == before
+
+
 def test_set_edits_the_file_a_linked_config_points_at_and_keeps_the_link(capsys, isolated):
     # Dotfiles kept in a repository and linked into place: the rename replaced the link with a copy, and the
     # repository's file silently stopped being the config.
