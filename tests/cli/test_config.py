@@ -131,6 +131,23 @@ def test_list_fits_a_narrow_terminal(capsys, monkeypatch, isolated, columns, tab
     assert [line for line in r.err.splitlines() if line.startswith("(")] == said
 
 
+@pytest.mark.parametrize("columns", [27, 21, 15, 8])
+def test_list_in_a_terminal_too_narrow_for_the_table_says_key_equals_value(capsys, monkeypatch, isolated, columns):
+    # Below 22 columns the table was wider than the terminal (every line wrapped by it, the value folded in 5-column
+    # pieces: "gs://", "my-lo", ...), and below 18 it had no VALUE column at all: KEY alone, the values gone. Where
+    # the value would get fewer columns than the default region's name, each setting is now one `key = value` line,
+    # whole, for the terminal to wrap.
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert run_cli(capsys, "config", "set", "bucket", "gs://my-long-project-name-123-ftcli/staging").code == 0
+    r = run_cli(capsys, "config", "list", "--project", "my-project-123")
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == ["project = my-project-123", "region = us-central1",
+                                  "bucket = gs://my-long-project-name-123-ftcli/staging",
+                                  "service-account = (not set)", "image-mirror = (not set)"]
+    assert r.err.splitlines()[0] == (f"(SOURCE left out to fit {columns} columns; a wider terminal or --json shows "
+                                     "it)")
+
+
 @pytest.mark.parametrize("name", ["prdo", "NONE"])
 def test_a_gcloud_configuration_that_does_not_exist_is_read_empty_and_said(capsys, monkeypatch, isolated, name):
     """CLOUDSDK_ACTIVE_CONFIG_NAME=prdo (for prod) was read as an empty configuration without a word, and the project

@@ -202,7 +202,19 @@ def list_(
                Column("VALUE", lambda r: r["value"] or "(not set)", wrap=True,
                       min_width=max(16, out().width - keys - source_least - 4)),
                Column("SOURCE", _source_cell, min_width=source_least, wrap=True, drop=1))
-    show_list(rows, columns, json_out=json_out)
+    if not json_out and out().width - keys - 2 < len(settings.DEFAULT_REGION):
+        # Narrower than KEY and a value as long as the default region's name (COLUMNS=15, a split pane): the table
+        # was wider than the terminal below 22 columns, its value folded in 5-column pieces ("gs://", "my-lo"), and
+        # below 18 Rich left the VALUE column out, so no value was shown at all. One `key = value` line a setting,
+        # whole (the terminal wraps it, and it copies as one), is what such a terminal can show.
+        from ftcli.output import err
+
+        err().print(f"(SOURCE left out to fit {out().width} columns; a wider terminal or --json shows it)",
+                    style="dim", markup=False, highlight=False)
+        for row in rows:
+            out().print(f"{row['key']} = {row['value'] or '(not set)'}", markup=False, soft_wrap=True)
+    else:
+        show_list(rows, columns, json_out=json_out)
     for problem in problems_of(values, need_bucket=False):
         warn(problem)
     if not json_out:
