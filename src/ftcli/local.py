@@ -200,20 +200,23 @@ def _move_keeping_links(path: Path, to: Path) -> None:
         os.replace(made, to / rel)
 
 
-def _claim(base: str, cfg: TrainConfig, gone: Sequence[str] = ()) -> bool:
+def _claim(base: str, cfg: TrainConfig, gone: Sequence[str] = ()) -> tuple[bool, bool]:
     """Refuse, before the trainer starts, to resume another run's checkpoints in this output folder; return
-    whether a fingerprint was written now. `gone`: checkpoint.gone_links', for the claim's error."""
+    whether a fingerprint was written now, and whether the folder's is taken for this run's only until the trainer
+    has counted the data's rows (checkpoint.rows_to_check: an older ftcli's run, with a subset option that may keep
+    every row). `gone`: checkpoint.gone_links', for the claim's error."""
     from ftcli_trainer import checkpoint, storage
 
     root = storage.join(base, "checkpoints")
+    fingerprint = checkpoint.run_fingerprint(cfg)
     if not storage.is_gcs(root):
         storage.clean_stale_staging(Path(base), r"\.model")  # a crashed export's staging
         checkpoint.clean_stale(root)
     if busy := checkpoint.in_use(root):
         raise UsageError(busy)
     try:
-        return checkpoint.claim(root, checkpoint.run_fingerprint(cfg), storage.join(base, "model"),
-                                storage.join(base, "logs", "metrics.jsonl"), gone)
+        claimed = checkpoint.claim(root, fingerprint, storage.join(base, "model"),
+                                   storage.join(base, "logs", "metrics.jsonl"), gone)
     except checkpoint.RunMismatch as e:
         fix = f"{e.fix}; or " if e.fix else ""
         if storage.is_gcs(base):  # (--restart sets local folders aside only)
@@ -221,6 +224,7 @@ def _claim(base: str, cfg: TrainConfig, gone: Sequence[str] = ()) -> bool:
         raise UsageError(e.detail,
                          hint=f"{fix}start fresh with a new --output-dir, or --restart to set the earlier run's model, "
                               "checkpoints and logs aside in this folder (nothing is deleted)") from None
+    return claimed, not claimed and checkpoint.rows_to_check(root, fingerprint)
 
 
 def finished(base: str) -> str | None:
@@ -506,10 +510,12 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     dead = checkpoint.dead_links(ckpt, logs, storage.join(base, "model"), gone)
     folders = set() if storage.is_gcs(base) else _folders(base)
     through_links = _missing_through_links(gone)  # (before the claim makes any)
-    claimed = _claim(base, cfg, gone)
+    claimed, rows_to_check = _claim(base, cfg, gone)
     for line in dead:  # the trainer's logger: `warning: ...`, as ftcli's own (output.route_warnings)
         logging.getLogger("ftcli_trainer").warning("%s", line)
-    if not claimed and (done := finished(base)):
+    # (a run whose options are the folder's only if they keep the same rows is not said to be done before the trainer
+    # has counted them: it checks, and resumes from the last checkpoint, evaluating and exporting again, or refuses)
+    if not claimed and not rows_to_check and (done := finished(base)):
         say(done)
         return LocalRun(0, base)
     logs_before = _logs_there(base) if claimed and not storage.is_gcs(base) else set()

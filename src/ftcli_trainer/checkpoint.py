@@ -534,6 +534,40 @@ def _same_rows(found: dict, fingerprint: dict, rows: object) -> bool:
         kept is None or found.get("train_subset_by_label") == fingerprint.get("train_subset_by_label"))
 
 
+def _has_subset(fp: dict) -> bool:
+    return fp.get("max_train_samples") is not None or fp.get("fraction_of_train_data") is not None
+
+
+def _rows_decide(found: dict, fingerprint: dict, differ: Sequence[str]) -> bool:
+    """Whether `found` (the folder's fingerprint, with no TRAIN_ROWS: an older ftcli's, or a run's that stopped before
+    its data loaded) and `fingerprint` differ (`differ`, as given) only by subset options that the rows, once loaded,
+    may show to train on the same rows: one of the two has no subset option (the other may keep every row), or both
+    draw by label or both not (two counts that keep as many rows draw the same ones). Such a run was refused as "a
+    different run" before anything loaded, `ftcli local --max-train-samples 100000` on 8,000 rows run again without the
+    option; its claim is taken now, and record_train_rows decides on the rows (refused there when they differ). Not
+    where both are subsets and only one is drawn by label (an older trainer's random draw): refused by claim, as it
+    was."""
+    return (bool(differ) and set(differ) <= set(SUBSET_KEYS) and TRAIN_ROWS not in found
+            and (not _has_subset(found) or not _has_subset(fingerprint)
+                 or found.get("train_subset_by_label") == fingerprint.get("train_subset_by_label")))
+
+
+def rows_to_check(root: str, fingerprint: dict) -> bool:
+    """Whether `root`'s fingerprint is taken for this run's only until the data's rows are counted (_rows_decide): the
+    trainer must load them (record_train_rows) before the run can be said to be this one, finished or not."""
+    found = _read_fingerprint(root)
+    return found is not None and _rows_decide(found, fingerprint, _differing(found, fingerprint))
+
+
+def _started_with(found: dict) -> str:
+    """How the run in the folder was started, as to its training subset: the way to resume it (record_train_rows)."""
+    if found.get("max_train_samples") is not None:
+        return f"give --max-train-samples {found['max_train_samples']} as it was started"
+    if found.get("fraction_of_train_data") is not None:
+        return f"give --fraction-of-train-data {found['fraction_of_train_data']:g} as it was started"
+    return "give neither --max-train-samples nor --fraction-of-train-data, as it was started"
+
+
 def _differing(found: dict, fingerprint: dict, rows: object = None) -> list[str]:
     """The keys on which `found` and `fingerprint` differ, TRAIN_ROWS aside and the subset options compared by the
     rows they keep (_same_rows: of `rows`, found's own TRAIN_ROWS when not given)."""
@@ -547,16 +581,22 @@ def record_train_rows(root: str, fingerprint: dict, rows: int | None) -> None:
     """Once the data is loaded, on the main process: keep the number of rows left to train on before a subset
     (`rows`: data's rows_before_subset) in the folder's fingerprint (TRAIN_ROWS), so that a resume compares the subset
     options by the rows they keep (_same_rows). The file keeps the options it was claimed with. Where it held another
-    count (a Hub dataset of the same name that changed since) and the options differ as given, what claim took for the
-    same rows is checked again on the rows there are now: refused when they are not (RunMismatch)."""
+    count (a Hub dataset of the same name that changed since), or none (an older ftcli's fingerprint, which claim
+    took on the subset options alone: _rows_decide), and the options differ as given, what claim took for the same rows
+    is checked on the rows there are now: refused when they are not (RunMismatch), naming the option the run was
+    started with."""
     import json
 
     found = _read_fingerprint(root)
-    if not found or rows is None or found.get(TRAIN_ROWS) == rows:
+    if not found or (rows is not None and found.get(TRAIN_ROWS) == rows):
         return
-    if differ := _differing(found, fingerprint, rows):
-        raise RunMismatch(f"{root} holds checkpoints of a different run ({_differ(differ)}, on the {rows:,} rows "
-                          "there are to train on now): resuming them would mix two runs")
+    if differ := _differing(found, fingerprint, rows):  # (no `rows`: by found's own count, as claim compared them)
+        counted = f", on the {rows:,} rows there are to train on now" if rows is not None else ""
+        raise RunMismatch(f"{root} holds checkpoints of a different run ({_differ(differ)}{counted}): resuming them "
+                          "would mix two runs",
+                          fix=f"to resume it, {_started_with(found)}" if set(differ) <= set(SUBSET_KEYS) else None)
+    if rows is None:
+        return
     storage.write_text(storage.join(root, FINGERPRINT),
                        json.dumps({**found, TRAIN_ROWS: rows}, indent=2, sort_keys=True) + "\n")
 
@@ -759,6 +799,8 @@ def claim(root: str, fingerprint: dict, model_dir: str | None = None, metrics: s
     has_checkpoints = bool(_list(root))
     found = _read_fingerprint(root)
     differ = _differing(found or {}, fingerprint)
+    if found and _rows_decide(found, fingerprint, differ):
+        differ = []  # (the rows decide, once the data is loaded: record_train_rows)
     if has_checkpoints:
         if found is None:
             raise RunMismatch(f"{root} holds checkpoints that do not say which run they belong to")

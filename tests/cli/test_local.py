@@ -169,20 +169,32 @@ def test_a_training_subset_option_that_keeps_every_row_is_not_another_run(tmp_pa
     assert r.returncode == 2 and "holds checkpoints of a different run (max-train-samples differs)" in r.stderr, (
         r.stderr)
 
-    # A run started before the row count was kept in its fingerprint: the same command resumes it as it did (the
-    # option compared as given until then), and from then on it is compared by the rows it keeps
+    # A run started before the row count was kept in its fingerprint (an older ftcli's) was refused without the
+    # option, as "a different run (max-train-samples and train-subset-by-label differ)", with no way on but to train
+    # again. The trainer counts the rows now: the same rows resume (the finished run evaluates and exports again,
+    # its count kept), and from then on it is said to be done at once
     fingerprint = tmp_path / "run" / "checkpoints" / "run-fingerprint.json"
     ours = json.loads(fingerprint.read_text())
     assert ours.pop("train_rows") == 216
     fingerprint.write_text(json.dumps(ours))  # what the older ftcli wrote
     r = _tiny_run(tmp_path, tiny_model, train)
-    assert r.returncode == 2 and "(max-train-samples and train-subset-by-label differ)" in r.stderr, r.stderr
-    shutil.rmtree(tmp_path / "run" / "model")  # (the run resumes from its last checkpoint, evaluates and exports)
-    r = _tiny_run(tmp_path, tiny_model, train, "--max-train-samples", "100000")
-    assert r.returncode == 0 and "resuming from" in r.stdout, r.stderr
+    assert r.returncode == 0 and "resuming from" in r.stdout and "nothing to do" not in r.stderr, r.stderr
     assert json.loads(fingerprint.read_text()) == {**ours, "train_rows": 216}
     r = _tiny_run(tmp_path, tiny_model, train)
     assert r.returncode == 0 and "this run finished at step 7" in r.stderr, r.stderr
+
+    # Other rows: refused once they are counted (before the model loads), naming the option to give, nothing changed
+    ours["max_train_samples"] = 100
+    fingerprint.write_text(json.dumps(ours))  # (an older ftcli's run with --max-train-samples 100)
+    before = {k: v for k, v in tree(tmp_path / "run").items() if k != "checkpoints/.run.lock"}  # (its pid: the run's)
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        f"error: {tmp_path / 'run' / 'checkpoints'} holds checkpoints of a different run (max-train-samples and "
+        "train-subset-by-label differ, on the 216 rows there are to train on now): resuming them would mix two runs; "
+        "to resume it, give --max-train-samples 100 as it was started; or start fresh with a new --output-dir, or "
+        "move that folder away")
+    assert {k: v for k, v in tree(tmp_path / "run").items() if k != "checkpoints/.run.lock"} == before
 
 
 def test_a_model_folder_ftcli_did_not_write_is_never_replaced(tmp_path, tiny_model, sentiment_csv):

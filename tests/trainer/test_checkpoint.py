@@ -109,11 +109,23 @@ def test_a_subset_option_that_keeps_every_row_is_the_same_run_once_the_rows_are_
     started = fp("--max-train-samples", "100000")
     checkpoint.claim(root, started)
     fake_checkpoint(root, 5)
-    # until its data is loaded, the folder does not say how many rows there are: the options compared as given (so
-    # a fingerprint written before the count was kept, or by a run that failed before loading its data)
-    with pytest.raises(checkpoint.RunMismatch,
-                       match=r"a different run \(max-train-samples and train-subset-by-label differ\): resuming"):
-        checkpoint.claim(root, fp())
+    # Until its data is loaded, the folder does not say how many rows there are (a fingerprint written before the
+    # count was kept, or by a run that failed before loading its data). A run that may keep the same rows was refused
+    # as "a different run" there, an older ftcli's finished run resumed without its --max-train-samples 100000: it
+    # is taken, and the rows, once counted, decide (record_train_rows), refused in the line that names the option
+    assert checkpoint.claim(root, fp()) is False
+    assert checkpoint.claim(root, fp("--fraction-of-train-data", "1")) is False
+    assert checkpoint.rows_to_check(root, fp()) and not checkpoint.rows_to_check(root, started)
+    with pytest.raises(checkpoint.RunMismatch, match=r"\(max-train-samples, seed and train-subset-by-label differ\)"):
+        checkpoint.claim(root, fp("--seed", "1"))  # (other math is refused at once, as it was)
+    with pytest.raises(checkpoint.RunMismatch) as refused:
+        checkpoint.record_train_rows(root, fp(), 200_000)  # (--max-train-samples 100000 kept half of them)
+    assert str(refused.value) == (
+        f"{root} holds checkpoints of a different run (max-train-samples and train-subset-by-label differ, on the "
+        "200,000 rows there are to train on now): resuming them would mix two runs; to resume it, give "
+        "--max-train-samples 100000 as it was started; or start fresh with a new --output-dir, or move that folder "
+        "away")
+    assert "train_rows" not in json.loads(storage.read_text(storage.join(root, checkpoint.FINGERPRINT)))
     assert checkpoint.claim(root, started) is False  # the same command resumes, as it did
     checkpoint.record_train_rows(root, started, 8000)  # (the trainer, once the data is loaded)
     for same in ((), ("--max-train-samples", "8000"), ("--fraction-of-train-data", "1"),
