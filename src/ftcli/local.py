@@ -138,16 +138,17 @@ def _set_aside(base: str, cfg: TrainConfig) -> str | None:
     if busy := checkpoint.in_use(str(Path(base) / "checkpoints")):
         raise UsageError(busy)
     found = [Path(base) / d for d in ("model", "checkpoints", "logs", "report") if (Path(base) / d).exists()]
-    if not found:
-        # Links to something not there, and nothing else: a run folder set up ahead on a bigger disk (as
-        # checkpoint.dead_links takes it), whose links are this run's to write through.
-        return None
     # A link to something not there (the run folder moved without where it points, a disk not mounted) beside the
     # earlier run's output: Path.exists() is false for it, so it stayed, and the new run made the folder it points
     # to and wrote through it. It goes aside with the rest, as a link (_move_keeping_links; nothing followed, made
     # or deleted), and is said, since the new run's checkpoints or logs are then in the run folder itself.
     dead = [Path(base) / d for d in ("model", "checkpoints", "logs", "report")
             if (Path(base) / d).is_symlink() and not (Path(base) / d).exists()]
+    if not found and not checkpoint.wrote_through(base, [str(d) for d in dead]):
+        # Links to something not there, and nothing else: a run folder set up ahead on a bigger disk (as
+        # checkpoint.dead_links takes it), whose links are this run's to write through. (Links an earlier run wrote
+        # through, checkpoint.LINKS_RECORD says, are that run's: aside with the record.)
+        return None
     inputs = {"--model": resolve_model_path(cfg.model), "--train-file": cfg.train_file, "--eval-file": cfg.eval_file}
     for flag, value in inputs.items():
         if not value or storage.is_gcs(value) or not Path(value).exists():
@@ -161,6 +162,8 @@ def _set_aside(base: str, cfg: TrainConfig) -> str | None:
     aside.mkdir(parents=True)
     for d in (*found, *dead):
         _move_keeping_links(d, aside / d.name)
+    if (record := Path(base) / checkpoint.LINKS_RECORD).is_file():  # (what the earlier run's links said: its own)
+        record.rename(aside / record.name)
     line = f"--restart: the earlier run is in {aside}"
     if dead:
         from ftcli.settings import and_list
@@ -291,8 +294,15 @@ def _missing_through_links(gone: Sequence[str]) -> list[Path]:
     return sorted(missing, key=lambda p: len(p.parts), reverse=True)
 
 
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
 def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: AbstractSet[Path] = frozenset(),
-             through_links: Sequence[Path] = ()) -> None:
+             through_links: Sequence[Path] = (), links_record: bytes | None = None) -> None:
     """A run that failed before its first checkpoint and logged nothing leaves no folder behind just for its
     fingerprint (and its W&B run id), nor for empty logs. One that logged keeps its logs and its fingerprint: the
     same command goes on in that folder, another run is refused there. `before`: the TensorBoard files that were
@@ -302,7 +312,9 @@ def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: Abstra
     up ahead) stays; it was removed with the run's own, a link in place of the file it points to. `through_links`: the
     folders where the user's links point that were not there before the run (_missing_through_links): the run made
     them, and each one left empty goes (a link's target folder on a bigger disk stayed behind, empty); one that holds
-    anything stays."""
+    anything stays. `links_record`: the run folder's checkpoint.LINKS_RECORD before the run (None: there was none),
+    put back as it was: the run wrote it for links it leaves nothing behind (a later run, finding them pointing to
+    nothing, would take them for an earlier run's), and an earlier run's record stays that run's."""
     from ftcli_trainer import checkpoint, storage
 
     if storage.is_gcs(base):
@@ -324,6 +336,12 @@ def _unclaim(base: str, before: AbstractSet[Path] = frozenset(), folders: Abstra
         f.unlink(missing_ok=True)
     for name in (checkpoint.FINGERPRINT, checkpoint.WANDB_RUN_ID, checkpoint.LOCK):
         (ckpt / name).unlink(missing_ok=True)
+    record = Path(base) / checkpoint.LINKS_RECORD
+    if _read_bytes(record) != links_record:
+        if links_record is None:
+            record.unlink(missing_ok=True)
+        else:
+            storage.write_text(str(record), links_record.decode("utf-8", "replace"))
     for folder in through_links:  # (deepest first: each one's parent is empty once it is gone)
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when empty, and never a link (NotADirectoryError)
@@ -507,7 +525,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     # after the claim); said once the claim has taken the run folder (refused, its error names the dead links).
     ckpt, logs = storage.join(base, "checkpoints"), storage.join(base, "logs")
     gone = checkpoint.gone_links(ckpt, logs)
-    dead = checkpoint.dead_links(ckpt, logs, storage.join(base, "model"), gone)
+    dead = checkpoint.dead_links(ckpt, logs, storage.join(base, "model"), gone, base)
     folders = set() if storage.is_gcs(base) else _folders(base)
     through_links = _missing_through_links(gone)  # (before the claim makes any)
     claimed, rows_to_check = _claim(base, cfg, gone)
@@ -519,6 +537,7 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
         say(done)
         return LocalRun(0, base)
     logs_before = _logs_there(base) if claimed and not storage.is_gcs(base) else set()
+    links_record = _read_bytes(Path(base) / checkpoint.LINKS_RECORD) if claimed and not storage.is_gcs(base) else None
     env = dict(os.environ)
     # The same variables Vertex sets with base_output_dir, pointing at the local folders (or gs:// ones).
     env.update(
@@ -537,5 +556,5 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     say(f"running: python -m ftcli_trainer.task {shlex.join(argv)}")
     code, signum = run_trainer(cmd, env, stdout=2 if quiet_stdout else None)
     if code != 0 and claimed:
-        _unclaim(base, logs_before, folders, through_links)
+        _unclaim(base, logs_before, folders, through_links, links_record)
     return LocalRun(code, base, signum)

@@ -433,14 +433,65 @@ def foreign_model_dir(model_dir: str) -> str | None:
             f"new model beside it, in {model_dir.rstrip('/')}-TIME")
 
 
+# In a local run folder whose checkpoints/, logs/ or logs/metrics.jsonl is a link: what each said (its own text, as
+# os.readlink gives it, so that a relative one still matches once the run folder moved) when a run wrote through it
+# (record_links). A run folder whose links all point to nothing holds nothing else, and was taken for one set up ahead
+# on a bigger disk, with nothing said: a disk not mounted, or the run folder moved without it, and the same command
+# trained a finished run again from step 0, its output made where the links point (under the mount point), without a
+# word of the earlier run. With this record, a dead link that says what it said then is an earlier run's (dead_links).
+LINKS_RECORD = ".ftcli-links.json"
+
+
+def _link_paths(checkpoint_dir: str, logs_dir: str) -> list[str]:
+    """checkpoints/, logs/ and logs/metrics.jsonl, the local ones, as gone_links and record_links look at them."""
+    logs = logs_dir.rstrip("/")
+    return [p.rstrip("/") for p in (checkpoint_dir, logs, f"{logs}/{METRICS}") if not storage.is_gcs(p)]
+
+
+def record_links(base: str) -> None:
+    """Once a run has claimed the local run folder `base`: keep in LINKS_RECORD what its checkpoints/, logs/ and
+    logs/metrics.jsonl links say (none: nothing written, the record an earlier run left stays)."""
+    import json
+
+    if storage.is_gcs(base):
+        return
+    paths = _link_paths(os.path.join(base, "checkpoints"), os.path.join(base, "logs"))
+    links = {os.path.relpath(p, base): os.readlink(p) for p in paths if os.path.islink(p)}
+    if not links or _recorded_links(base) == links:
+        return
+    storage.write_text(os.path.join(base, LINKS_RECORD), json.dumps(links, indent=2, sort_keys=True) + "\n")
+
+
+def _recorded_links(base: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(Path(base, LINKS_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def wrote_through(base: str | None, gone: Sequence[str]) -> list[str]:
+    """The links of `gone` (gone_links') in the local run folder `base` that an earlier run wrote through: they say
+    what LINKS_RECORD says they said then."""
+    if not base or not gone or storage.is_gcs(base):
+        return []
+    recorded = _recorded_links(base)
+    found = []
+    for link in gone:
+        with contextlib.suppress(OSError):
+            if recorded.get(os.path.relpath(link, base)) == os.readlink(link):
+                found.append(link)
+    return found
+
+
 def gone_links(checkpoint_dir: str, logs_dir: str) -> list[str]:
     """checkpoints/, logs/ and logs/metrics.jsonl (local ones) where they are links to something not there, looked at
     before the run makes it (storage.make_dirs: lock, claim, the metrics' writer): dead_links' warnings, and claim's
     `gone`, and ftcli.local's _missing_through_links (the folders the run makes where they point, which a failed
     run removes again)."""
-    logs = logs_dir.rstrip("/")
-    links = [p.rstrip("/") for p in (checkpoint_dir, logs, f"{logs}/{METRICS}") if not storage.is_gcs(p)]
-    return [p for p in links if os.path.islink(p) and not os.path.exists(p)]
+    return [p for p in _link_paths(checkpoint_dir, logs_dir) if os.path.islink(p) and not os.path.exists(p)]
 
 
 METRICS = "metrics.jsonl"  # in logs/: the run's metrics, a row a line (loop.py)
@@ -471,7 +522,8 @@ def _wrote_into(checkpoint_dir: str, logs_dir: str, model_dir: str | None, gone:
     return False
 
 
-def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequence[str]) -> list[str]:
+def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequence[str],
+               base: str | None = None) -> list[str]:
     """The warnings for a local checkpoints/, logs/ or logs/metrics.jsonl that is a link to something not there
     (`gone`: gone_links'; a relative link moved with its run folder, a disk not mounted), in a run folder an earlier run
     wrote into: the run made the folder the link points to (storage.make_dirs), found no checkpoints there and started
@@ -481,9 +533,9 @@ def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequenc
     Not for links to something not made yet in a run folder that holds nothing else (model/ nothing, checkpoints/ and
     logs/ nothing but those links): that is how a run is set up on a bigger disk (a logs/metrics.jsonl link to a file
     not made yet was taken for an earlier run's logs, and a checkpoints/ link beside it said to have lost "the earlier
-    run's checkpoints"), and it cannot be told from one whose folders were all links that are all gone (then nothing is
-    said)."""
-    if not gone or not _wrote_into(checkpoint_dir, logs_dir, model_dir, gone):
+    run's checkpoints"), unless the run folder `base` records that a run wrote through them (wrote_through: its folders
+    were all links, and all are gone)."""
+    if not gone or not (_wrote_into(checkpoint_dir, logs_dir, model_dir, gone) or wrote_through(base, gone)):
         return []
     lines = []
     for link in gone:

@@ -213,12 +213,14 @@ def run(cfg: TrainConfig) -> dict:
         # its error names them)
         gone = checkpoint.gone_links(paths.checkpoint_dir, paths.logs_dir)
         dead = ([] if os.environ.get(LINKS_SAID_BY_VAR) == "1" else
-                checkpoint.dead_links(paths.checkpoint_dir, paths.logs_dir, paths.model_dir, gone))
+                checkpoint.dead_links(paths.checkpoint_dir, paths.logs_dir, paths.model_dir, gone, cfg.output_dir))
         # Resume only this run: another run's checkpoints in the same folder (other data, labels, model or math)
         # are refused in one line before any work, never silently resumed.
         fingerprint = checkpoint.run_fingerprint(cfg)
         checkpoint.lock_and_claim(paths.checkpoint_dir, fingerprint, paths.model_dir,
                                   storage.join(paths.logs_dir, "metrics.jsonl"), gone)
+        if cfg.output_dir:  # (what its links say, for a later run that finds them all pointing to nothing)
+            checkpoint.record_links(cfg.output_dir)
         for line in dead:
             log.warning("%s", line)
     set_seed(cfg.seed)

@@ -702,6 +702,50 @@ def test_a_run_folder_moved_without_where_its_links_point_is_refused_naming_the_
     assert " links to " not in r.stdout + r.stderr
 
 
+def test_a_run_folder_whose_links_all_point_to_nothing_says_the_earlier_run_is_not_found(
+        tmp_path, tiny_model, sentiment_csv):
+    """checkpoints/, logs/ and model/ relative links to ../big/, the run folder moved without big/ (or a disk not
+    mounted): it holds nothing but links to nothing, as a run folder set up ahead does, and the same command trained
+    the finished run again from step 0, in folders made where the links point, without a word of the earlier run. The
+    run folder keeps what its links said when a run wrote through them (.ftcli-links.json): said now as a single dead
+    link is, in warnings first; --restart sets the links aside with that record."""
+    import shutil
+
+    train, _ = sentiment_csv
+    before = tmp_path / "before"
+    (before / "run").mkdir(parents=True)
+    for name, target in (("checkpoints", "ckpt"), ("logs", "logs"), ("model", "model")):
+        (before / "run" / name).symlink_to(os.path.join("..", "big", target))
+    r = _tiny_run(tmp_path, tiny_model, train, out="before/run")
+    assert r.returncode == 0 and " links to " not in r.stdout + r.stderr, r.stderr  # (set up ahead: nothing said)
+    shutil.move(before / "run", tmp_path / "run")
+    run, big = tmp_path / "run", tmp_path / "big"
+
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 0, r.stderr
+    where = "which is not there (the run folder moved without it, or a disk not mounted?)"
+    assert [line for line in r.stderr.splitlines() if line.startswith("warning:")] == [
+        f"warning: {run / 'checkpoints'} links to {big / 'ckpt'}, {where}: the earlier run's checkpoints are not "
+        "found, and none is resumed (a run starts from step 0, in a new folder made there); to resume them, stop and "
+        "fix the link",
+        f"warning: {run / 'logs'} links to {big / 'logs'}, {where}: this run's logs go to a new folder made there, "
+        "apart from the earlier run's; to keep them together, stop it and fix the link"]
+    assert r.stderr.index("warning:") < r.stderr.index("running:")  # (before the trainer starts)
+    assert list((before / "big" / "ckpt").glob("step-*"))  # the earlier run's, where it was
+
+    shutil.move(big, tmp_path / "second")  # (gone again: this time the earlier run is set aside)
+    r = _tiny_run(tmp_path, tiny_model, train, "--restart")
+    assert r.returncode == 0, r.stderr
+    (aside,) = run.glob("previous-*")
+    assert [line for line in r.stderr.splitlines() if line.startswith("--restart")] == [
+        f"--restart: the earlier run is in {aside} (with model, checkpoints and logs, links to {big / 'model'}, "
+        f"{big / 'ckpt'} and {big / 'logs'}, which are not there: set aside as they are; this run writes its own in "
+        f"{run})"]
+    assert (aside / ".ftcli-links.json").is_file() and not (run / ".ftcli-links.json").exists()
+    assert "warning:" not in r.stderr
+    assert not os.path.lexists(big) and (run / "model" / "_COMPLETE").is_file()
+
+
 def test_a_model_folder_of_the_users_and_a_dead_link_are_said_in_one_refusal(tmp_path, tiny_model, sentiment_csv):
     """model/ holds files ftcli did not export, and checkpoints/ is a link to nothing beside an earlier run's metrics:
     the model's refusal came first and said nothing of the link; with model/ moved away, the same command was refused

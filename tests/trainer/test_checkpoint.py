@@ -316,6 +316,36 @@ def test_links_to_things_not_made_yet_warn_only_in_a_run_folder_an_earlier_run_w
         "earlier run's; to keep them together, stop it and fix the link"]
 
 
+def test_links_that_all_point_to_nothing_warn_where_the_run_folder_records_a_run_wrote_through_them(tmp_path):
+    # A run folder whose checkpoints/ and logs/ are both links, both gone (a disk not mounted): it holds nothing but
+    # them, as a run folder set up ahead does, and the run started from step 0 without a word of the earlier run.
+    # What the links said when a run wrote through them is in the run folder (LINKS_RECORD): said as any dead link
+    run, big = tmp_path / "run", tmp_path / "big"
+    run.mkdir()
+    (run / "checkpoints").symlink_to(big / "ckpt")
+    (run / "logs").symlink_to(big / "logs")
+    ckpt, logs, model = str(run / "checkpoints"), str(run / "logs"), str(run / "model")
+    gone = checkpoint.gone_links(ckpt, logs)
+    assert gone == [ckpt, logs]
+    assert checkpoint.dead_links(ckpt, logs, model, gone, str(run)) == []  # set up ahead: nothing said
+    checkpoint.record_links(str(run))  # (the trainer, once its claim has taken the folder)
+    assert json.loads((run / checkpoint.LINKS_RECORD).read_text()) == {"checkpoints": str(big / "ckpt"),
+                                                                       "logs": str(big / "logs")}
+    assert checkpoint.dead_links(ckpt, logs, model, gone, str(run)) == [
+        f"{ckpt} links to {big / 'ckpt'}, which is not there (the run folder moved without it, or a disk not "
+        "mounted?): the earlier run's checkpoints are not found, and none is resumed (a run starts from step 0, in a "
+        "new folder made there); to resume them, stop and fix the link",
+        f"{logs} links to {big / 'logs'}, which is not there (the run folder moved without it, or a disk not "
+        "mounted?): this run's logs go to a new folder made there, apart from the earlier run's; to keep them "
+        "together, stop it and fix the link"]
+    assert checkpoint.dead_links(ckpt, logs, model, gone) == []  # (no run folder: the layout of AIP_* variables)
+    # Set up again elsewhere (links that say something else): a run folder set up ahead, nothing said
+    for name in ("checkpoints", "logs"):
+        (run / name).unlink()
+        (run / name).symlink_to(big / "new" / name)
+    assert checkpoint.dead_links(ckpt, logs, model, checkpoint.gone_links(ckpt, logs), str(run)) == []
+
+
 def test_a_model_folder_the_trainer_did_not_export_is_refused_whatever_the_checkpoints(tmp_path):
     root, model = str(tmp_path / "checkpoints"), str(tmp_path / "model")
     checkpoint.claim(root, {"seed": 1}, model)
