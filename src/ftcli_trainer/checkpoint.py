@@ -554,6 +554,9 @@ def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequenc
 # In the fingerprint file, beside the run's options: the rows left to train on before a subset (data's
 # rows_before_subset), written once the data is loaded (record_train_rows). Not an option: never compared itself.
 TRAIN_ROWS = "train_rows"
+# Beside it, for a Hub dataset (named in the fingerprint by its name only): the digest of its rows as loaded (data's
+# hub_rows), written and compared by record_train_rows. Not an option either.
+HUB_ROWS = "hub_rows"
 # The fingerprint's keys that say which rows are trained on, compared by the rows they keep once TRAIN_ROWS is known.
 SUBSET_KEYS = ("max_train_samples", "fraction_of_train_data", "train_subset_by_label")
 
@@ -621,27 +624,34 @@ def _started_with(found: dict) -> str:
 
 
 def _differing(found: dict, fingerprint: dict, rows: object = None) -> list[str]:
-    """The keys on which `found` and `fingerprint` differ, TRAIN_ROWS aside and the subset options compared by the
-    rows they keep (_same_rows: of `rows`, found's own TRAIN_ROWS when not given)."""
+    """The keys on which `found` and `fingerprint` differ, TRAIN_ROWS and HUB_ROWS aside and the subset options
+    compared by the rows they keep (_same_rows: of `rows`, found's own TRAIN_ROWS when not given)."""
     rows = found.get(TRAIN_ROWS) if rows is None else rows
     same_rows = _same_rows(found, fingerprint, rows)
     return [k for k in sorted(set(found) | set(fingerprint))
-            if k != TRAIN_ROWS and found.get(k) != fingerprint.get(k) and not (k in SUBSET_KEYS and same_rows)]
+            if k not in (TRAIN_ROWS, HUB_ROWS) and found.get(k) != fingerprint.get(k)
+            and not (k in SUBSET_KEYS and same_rows)]
 
 
-def record_train_rows(root: str, fingerprint: dict, rows: int | None) -> None:
+def record_train_rows(root: str, fingerprint: dict, rows: int | None, hub_rows: str | None = None) -> None:
     """Once the data is loaded, on the main process: keep the number of rows left to train on before a subset
     (`rows`: data's rows_before_subset) in the folder's fingerprint (TRAIN_ROWS), so that a resume compares the subset
     options by the rows they keep (_same_rows). The file keeps the options it was claimed with. Where it held another
     count (a Hub dataset of the same name that changed since), or none (an older ftcli's fingerprint, which claim
     took on the subset options alone: _rows_decide), and the options differ as given, what claim took for the same rows
     is checked on the rows there are now: refused when they are not (RunMismatch), naming the option the run was
-    started with."""
+    started with. `hub_rows` (a Hub dataset's: data's hub_rows) is kept beside the count the first time, and a resume
+    whose Hub dataset has other rows now is refused: the fingerprint names the dataset only, and the run went on with
+    the new rows after training on the old ones (whose count, when the same, said nothing)."""
     import json
 
     found = _read_fingerprint(root)
-    if not found or (rows is not None and found.get(TRAIN_ROWS) == rows):
+    if not found or (rows is not None and found.get(TRAIN_ROWS) == rows and found.get(HUB_ROWS) == hub_rows):
         return
+    if hub_rows is not None and found.get(HUB_ROWS) not in (None, hub_rows):
+        dataset = str(fingerprint.get("train_data", "")).removeprefix("hub:").rstrip("/")
+        raise RunMismatch(f"{root} holds checkpoints of a run on other rows of the Hub dataset {dataset} (it "
+                          "changed on the Hub since that run started): resuming them would mix two datasets")
     if differ := _differing(found, fingerprint, rows):  # (no `rows`: by found's own count, as claim compared them)
         counted = f", on the {rows:,} rows there are to train on now" if rows is not None else ""
         raise RunMismatch(f"{root} holds checkpoints of a different run ({_differ(differ)}{counted}): resuming them "
@@ -649,8 +659,8 @@ def record_train_rows(root: str, fingerprint: dict, rows: int | None) -> None:
                           fix=f"to resume it, {_started_with(found)}" if set(differ) <= set(SUBSET_KEYS) else None)
     if rows is None:
         return
-    storage.write_text(storage.join(root, FINGERPRINT),
-                       json.dumps({**found, TRAIN_ROWS: rows}, indent=2, sort_keys=True) + "\n")
+    kept = {TRAIN_ROWS: rows, **({HUB_ROWS: hub_rows} if hub_rows is not None else {})}
+    storage.write_text(storage.join(root, FINGERPRINT), json.dumps({**found, **kept}, indent=2, sort_keys=True) + "\n")
 
 
 def _dead_too(root: str, metrics: str | None, gone: Sequence[str]) -> str:

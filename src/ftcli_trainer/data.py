@@ -90,6 +90,37 @@ class TaskData:
     # The rows left to train on before --max-train-samples or --fraction-of-train-data takes a subset of them (after the
     # hold-out): whether such an option keeps every row (checkpoint.record_train_rows)
     rows_before_subset: int | None = None
+    # A Hub dataset's rows as loaded, every split the task reads (rows_digest): the fingerprint names a Hub dataset by
+    # its name only, and a resume after the dataset changed on the Hub went on with other rows (checkpoint.
+    # record_train_rows keeps it and compares it). None for files, whose content the fingerprint holds already.
+    hub_rows: str | None = None
+
+
+def rows_digest(sets: dict[str, Examples]) -> str:
+    """A digest of the examples of each named set: their texts, pairs and labels, in order. What the run trains and
+    scores on, whatever `datasets` version or cache loaded it (a loaded Dataset's _fingerprint follows its cache
+    folder: a datasets upgrade, or a new Hub commit that changed only the dataset card, changes it with the same
+    rows)."""
+    import hashlib
+
+    h = hashlib.sha256()
+
+    def add(value: bytes) -> None:
+        h.update(len(value).to_bytes(8, "little"))
+        h.update(value)
+
+    for name in sorted(sets):
+        ex = sets[name]
+        add(name.encode())
+        add(len(ex).to_bytes(8, "little"))
+        for column in (ex.texts, ex.pairs or []):
+            add(len(column).to_bytes(8, "little"))
+            for text in column:
+                add(text.encode("utf-8", "surrogatepass"))
+        labels = np.ascontiguousarray(ex.labels)
+        add(f"{labels.dtype.str}{labels.shape}".encode())
+        add(labels.tobytes())
+    return "sha256:" + h.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1153,6 +1184,7 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
             {"validation": str(bundled_sample_file("sst2_validation.csv.gz"))}, "csv")
     else:
         train, evals, names = _load_hub(cfg, task)
+    hub_rows = None if cfg.train_file or task.name == BUNDLED_SAMPLE else rows_digest({"train": train, **evals})
 
     if not evals:
         train, evals = _hold_out(train, cfg)
@@ -1185,7 +1217,7 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
     elif not multi_label and len(names) < 2:
         raise DataError(f"the training data has only one label ({names[0]!r}); a classifier needs at least two")
     return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label, regression=cfg.regression,
-                    rows_before_subset=rows_before_subset)
+                    rows_before_subset=rows_before_subset, hub_rows=hub_rows)
 
 
 MIN_TRAIN_EXAMPLES = 3  # fewer examples of a label than this: said before training, not found out from the scores

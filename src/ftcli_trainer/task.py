@@ -226,7 +226,7 @@ def run(cfg: TrainConfig) -> dict:
     set_seed(cfg.seed)
     data = load_task_data(cfg)
     if dist.is_main:  # (whether --max-train-samples or --fraction-of-train-data keeps every row: a resume's claim)
-        checkpoint.record_train_rows(paths.checkpoint_dir, fingerprint, data.rows_before_subset)
+        checkpoint.record_train_rows(paths.checkpoint_dir, fingerprint, data.rows_before_subset, data.hub_rows)
     if not os.environ.get("CLOUD_ML_JOB_ID"):
         # Outside a Vertex job (ftcli local, or by hand) an --early-stopping that this data can never stop is refused
         # before the model loads; a job, whose machines are up already, says so in a warning and keeps the best.

@@ -593,3 +593,53 @@ def test_by_hand_a_refusal_behind_a_dead_checkpoints_link_leaves_nothing_and_say
     r = subprocess.run([sys.executable, "-m", "ftcli_trainer.task", *argv], capture_output=True, text=True)
     assert r.returncode == 2 and "is not a model ftcli exported" in r.stderr, r.stderr
     assert not (run / "checkpoints").exists()
+
+
+def test_a_resume_on_a_hub_dataset_that_changed_since_is_refused(tmp_path, tiny_model, monkeypatch, capsys):
+    """A Hub dataset is named in the run's fingerprint by its name only: resumed after the dataset changed on the Hub
+    (as many rows, other ones), the run went on training on the new rows, or evaluated and exported a finished run
+    on them, mixing two datasets. The rows as loaded are kept in the fingerprint now and compared on resume. A local
+    dataset folder stands in for the Hub: `datasets.load_dataset` reads it through the trainer's own Hub loader."""
+    import dataclasses
+    import shutil
+
+    datasets = pytest.importorskip("datasets")
+    from ftcli_trainer import tasks
+    from tests.conftest import sentiment_rows
+
+    hub = tmp_path / "hub"
+    hub.mkdir()
+
+    def publish(seed: int) -> None:  # what the Hub serves: train and test splits, labels 0 (neg) and 1 (pos)
+        for split, n in (("train", 40), ("test", 12)):
+            write_csv(hub / f"{split}.csv", ["text", "label"],
+                      [(t, int(label == "positive")) for t, label in sentiment_rows(n, seed=seed + n)])
+
+    publish(seed=1)
+    monkeypatch.setitem(tasks.TASKS, "imdb", dataclasses.replace(tasks.TASKS["imdb"], hf_dataset=str(hub)))
+    cache = tmp_path / "hf-datasets"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    out = tmp_path / "run"
+    argv = ["--task", "imdb", "--model", str(tiny_model), "--epochs", "1", "--max-length", "32", "--output-dir",
+            str(out)]
+    assert main(argv) == 0
+    fingerprint = json.loads((out / "checkpoints" / "run-fingerprint.json").read_text())
+    assert fingerprint["train_rows"] == 40 and fingerprint["hub_rows"].startswith("sha256:")
+    capsys.readouterr()
+
+    shutil.rmtree(cache)  # (loaded again, not from datasets' cache: the same rows, the same run)
+    assert main(argv) == 0
+    assert "resuming from" in capsys.readouterr().out
+
+    publish(seed=2)  # the dataset changed on the Hub: as many rows, other ones
+    model = {p.name: p.read_bytes() for p in (out / "model").iterdir()}
+    assert main(argv) == TrainerError.exit_code
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == (  # (after datasets' "Generating train split" bars)
+        f"error: {out / 'checkpoints'} holds checkpoints of a run on other rows of the Hub dataset {hub} (it changed "
+        "on the Hub since that run started): resuming them would mix two datasets; start fresh with a new "
+        "--output-dir, or move that folder away")
+    assert "resuming from" not in captured.out
+    assert {p.name: p.read_bytes() for p in (out / "model").iterdir()} == model
+    assert json.loads((out / "checkpoints" / "run-fingerprint.json").read_text())["hub_rows"] == (
+        fingerprint["hub_rows"])
