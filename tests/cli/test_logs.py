@@ -497,6 +497,27 @@ def test_sigterm_while_no_follow_prints_an_ended_jobs_lines_says_it_ended(logs_e
     assert "keeps running" not in err and "cancel" not in err
 
 
+def test_sigterm_while_no_follow_prints_a_running_jobs_lines_says_it_was_not_following(logs_env):
+    # `ftcli logs 1 --no-follow | reader` of a RUNNING job, the reader having stopped reading, then SIGTERM while its
+    # lines were printed: ftcli said "detached; the job keeps running. Re-attach: ftcli logs 1", of a snapshot that
+    # was never attached to anything (and whose own command was `--no-follow`). It says it was interrupted, the state
+    # the job was read in, both ways to see its logs again, and how to cancel it.
+    from ftcli.output import LAST_WRITE_PATIENCE
+    from tests.cli.helpers import signal_behind_a_full_pipe
+
+    vertex, logs, job = logs_env
+    for i in range(50):
+        logs.write_line(job["id"], "workerpool0-0", f"step {i}")
+    code, took, _, err = signal_behind_a_full_pipe(
+        [sys.executable, "-c", "from ftcli.cli.app import main; main()", "logs", "1", "--no-follow"],
+        {**os.environ}, None, signal.SIGTERM)
+    assert code == 143 and took < LAST_WRITE_PATIENCE + 5, (code, took, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "interrupted; job 1 was RUNNING when its lines were read (they were still being printed). "
+        "Its lines: ftcli logs 1 --no-follow   follow it: ftcli logs 1   cancel: ftcli jobs cancel 1"), err
+    assert "detached" not in err and "Re-attach" not in err
+
+
 def _fill_then_signal(logs, job, json_out: bool, sig: int) -> tuple[subprocess.Popen, int]:
     """`ftcli logs 1` writing into a pipe nobody reads, until the pipe is full and ftcli waits in a write, then sent
     `sig`: (the child, the pipe's read end). Python's own buffering, as a user's shell runs it: with

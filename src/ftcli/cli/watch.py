@@ -87,8 +87,10 @@ class FollowView(Events):
         self.provisioning: str | None = None
         self.project = "PROJECT_ID"
         self.ended_in: str | None = None  # the state the job ended in, once known (its last lines still read)
+        self.read_in: str | None = None  # the state the job was in when following (or the snapshot) began
 
     def start(self, job: Job) -> None:
+        self.read_in = job.state
         self.provisioning = job.provisioning
         self.project = project_id(job.name.project)
         self.multi = len(job.replica_names) > 1
@@ -152,14 +154,23 @@ class FollowView(Events):
         """Ctrl-C (SIGTERM, SIGHUP) ended the following, the job running on: said on stderr with what to run next,
         with output.say_last: a reader that no longer reads does not keep ftcli from exiting. A job that had already
         ended, its last lines still coming in, is said as ended, in its state: "the job keeps running" and a cancel
-        to run said otherwise of a job that had SUCCEEDED (or FAILED). With --no-follow, the lines of a job that had
-        ended were being printed, and nothing was attached to: said so."""
+        to run said otherwise of a job that had SUCCEEDED (or FAILED). With --no-follow nothing was attached to: the
+        lines of a job read in some state were being printed, said with that state ("detached ... Re-attach: ftcli
+        logs N" was said of a RUNNING job's snapshot, as if the user had been following it and `ftcli logs N` would
+        give them back the same thing)."""
         from ftcli.output import say_last
 
         self.wait.stop()
         if self.ended_in is not None and not self.follow:
             say_last(f"\ninterrupted; job {self.shown} has ended: {self.ended_in} (its lines were still being "
                      f"printed). Its logs: ftcli logs {self.shown}", to=self.err)
+            return
+        if not self.follow:
+            n = self.shown
+            read = (f"job {n} was {self.read_in} when its lines were read (they were still being printed)"
+                    if self.read_in is not None else f"job {n}'s state was still being read")
+            say_last(f"\ninterrupted; {read}. Its lines: ftcli logs {n} --no-follow   follow it: ftcli logs {n}   "
+                     f"cancel: ftcli jobs cancel {n}", to=self.err)
             return
         if self.ended_in is not None:
             say_last(f"\ndetached; job {self.shown} has ended: {self.ended_in} (its last lines were still coming in). "
