@@ -518,6 +518,27 @@ def test_sigterm_while_no_follow_prints_a_running_jobs_lines_says_it_was_not_fol
     assert "detached" not in err and "Re-attach" not in err
 
 
+@pytest.mark.parametrize("follow", [True, False], ids=["follow", "no-follow"])
+def test_a_signal_while_an_ended_jobs_summary_is_printed_says_it_ended(logs_env, tmp_path, follow):
+    # SIGTERM once the job had FAILED and its lines were read, while the summary (what it cost, the error, the
+    # failing replica's last lines) was printed: that printing was outside the follower's handling, and ftcli said
+    # the app's bare "interrupted", nothing of the job's end. It says the state the job ended in, that its summary was
+    # being printed, and where to read it all again. Held where the summary begins (its cost), so that the signal
+    # lands there and not in the following.
+    from tests.cli.helpers import signal_when_held
+
+    vertex, logs, job = logs_env
+    logs.write_line(job["id"], "workerpool0-0", "Traceback (most recent call last):")
+    vertex.set_state(job["name"], "FAILED", "The replica workerpool0-0 exited with a non-zero status of 1.")
+    code, printed, err = signal_when_held("ftcli.cli.watch:FollowView._spent", 1,
+                                          ["logs", "1", *([] if follow else ["--no-follow"])], signal.SIGTERM,
+                                          tmp_path / "held", tmp_path)
+    assert code == 143 and "Traceback (most recent" in printed, (code, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "interrupted; job 1 has ended: FAILED (its summary was still being printed). Its logs: ftcli logs 1   "
+        "the job: ftcli jobs describe 1"), err
+
+
 def _fill_then_signal(logs, job, json_out: bool, sig: int) -> tuple[subprocess.Popen, int]:
     """`ftcli logs 1` writing into a pipe nobody reads, until the pipe is full and ftcli waits in a write, then sent
     `sig`: (the child, the pipe's read end). Python's own buffering, as a user's shell runs it: with

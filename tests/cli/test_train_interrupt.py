@@ -142,6 +142,35 @@ def test_ctrl_c_while_following_prints_the_job_and_exit_130(cloud_env, cloud_log
     assert name.rsplit("/", 1)[-1] in out and "ftcli jobs cancel 1" in err and "Traceback" not in err
 
 
+def test_a_signal_while_the_followed_jobs_summary_is_printed_says_it_ended(cloud_env, cloud_logging, tmp_path):
+    # `ftcli train` following its job, which FAILED; SIGTERM while the end's summary (its cost, the error, the last
+    # lines) was printed: it said "interrupted; job #1 ... keeps running ... cancel it: ftcli jobs cancel 1" of a job
+    # that had ended (the summary was printed outside the follower's handling, inside the submission's). It says the
+    # state the job ended in. Held where the summary begins (its cost), so that the signal lands there.
+    from tests.cli.helpers import signal_when_held
+
+    gcs, vertex = cloud_env
+    env = {**os.environ, "FTCLI_LOGGING_ENDPOINT": cloud_logging.endpoint, "FTCLI_LOGS_INTERVAL": "0.1"}
+
+    def fail_it():
+        deadline = time.monotonic() + 120
+        while not vertex.jobs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for name in list(vertex.jobs):
+            vertex.set_state(name, "FAILED", "The replica workerpool0-0 exited with a non-zero status of 1.")
+
+    failing = threading.Thread(target=fail_it, daemon=True)
+    failing.start()
+    code, out, err = signal_when_held("ftcli.cli.watch:FollowView._spent", 1,
+                                      ["train", "--task", "imdb", "--gpu", "T4"], signal.SIGTERM, tmp_path / "held",
+                                      tmp_path, env)
+    failing.join(10)
+    assert code == 143, err
+    assert "Traceback" not in err and "keeps running" not in err and err.strip().splitlines()[-1] == (
+        "interrupted; job 1 has ended: FAILED (its summary was still being printed). Its logs: ftcli logs 1   "
+        "the job: ftcli jobs describe 1"), err
+
+
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_while_following_a_tuning_job_names_it_as_the_submission_does(cloud_env, tmp_path, sig, status):
     # It said "detached: tuning job #1 keeps running · ...": no id and no resource name, the only way to the job from

@@ -179,6 +179,15 @@ class FollowView(Events):
         say_last(f"\ndetached; the job keeps running. Re-attach: ftcli logs {self.shown}   "
                  f"cancel: ftcli jobs cancel {self.shown}", to=self.err)
 
+    def summary_cut_short(self, state: str) -> None:
+        """Ctrl-C (SIGTERM, SIGHUP) while the summary of a job that ended in `state` was printed: the job has ended,
+        and what the summary said is in its logs and its description."""
+        from ftcli.output import say_last
+
+        n = self.shown
+        say_last(f"\ninterrupted; job {n} has ended: {state} (its summary was still being printed). Its logs: "
+                 f"ftcli logs {n}   the job: ftcli jobs describe {n}", to=self.err)
+
     def ended(self, outcome: Outcome) -> None:
         from ftcli.follow import FAILED_REPLICA_RE, error_parts
         from ftcli.images import pull_failure_hint
@@ -232,21 +241,31 @@ def watch(name: JobName, *, shown: str, follow: bool = True, replica: str | None
     timing = timing_from_env()
     vertex = get_vertex(name.project, name.region, notify=note)
     view = FollowView(shown, json_out=json_out, follow=follow)
+    ended: str | None = None  # the state the job ended in, once its summary is being printed
     try:
         with stop_signals_interrupt() as got:
             outcome = core.follow_job(name, vertex=vertex, logs=get_logging(name.project, notify=note),
                                       events=view, follow=follow,
                                       replica=replica, severity=severity, since=since, timing=timing, label=shown)
+            view.done_waiting()
+            # The summary (its cost, the error, the failing replica's last lines) is printed while the signals are
+            # still this function's: printed after them, a SIGTERM there (behind a reader that stopped reading) said
+            # the app's bare "interrupted" from `ftcli logs`, and from `ftcli train` that the job, FAILED, kept
+            # running, with how to cancel it.
+            if outcome.state is not None:
+                ended = outcome.state
+                view.ended(outcome)
     except KeyboardInterrupt:
-        view.detached()
+        if ended is not None:
+            view.summary_cut_short(ended)
+        else:
+            view.detached()
         return 128 + got[0] if got else 130
     except FollowingLost as e:
         e.then(f"follow it again: ftcli logs {shown}   cancel it: ftcli jobs cancel {shown}")
         raise
     finally:
         view.done_waiting()
-    if outcome.state is not None:
-        view.ended(outcome)
     return outcome.exit_code
 
 
