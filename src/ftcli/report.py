@@ -760,21 +760,29 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
 
     Everything is drawn in a staging folder first, beside a new `out`, inside one that exists (a dead writer's is
     removed by the next report), so a crash or a kill midway leaves `out` as it was: never a half-written folder
-    the next report refuses."""
-    plan = _plan(run)
-    names = ["report.md", *(p.name for p in plan)]
-    clear_staging_inside(out, INSIDE_STAGING)  # a folder that exists is staged in (staging_for)
-    earlier = earlier_report(out, flag)
-    _check_names(out, names, earlier, flag)
-    notes = {}
-    for p in plan:
-        if p.note:
-            drawn = ", ".join("`" + _one_line(n.replace("`", "'")) + "`" for n in p.drawn)
-            notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table else "")
-    existed = out.is_dir()
-    staged = staging_for(out, INSIDE_STAGING)
-    placing = False
+    the next report refuses.
+
+    An interruption anywhere in it (Ctrl-C; SIGTERM, SIGHUP where the command makes them one) is ReportInterrupted,
+    saying what `out` holds: before the drawing (the plan, the checks of `out`) and after the move in (the notes said
+    then) too, where it was a bare KeyboardInterrupt, which `ftcli report` took for "nothing was written" of a report
+    that was whole, and `ftcli evaluate --report` said as a plain "interrupted"."""
+    existed = out.is_dir()  # (nothing below creates it before the move in)
+    staged: Path | None = None
+    names: list[str] = []
+    placing = placed = False
     try:
+        plan = _plan(run)
+        names = ["report.md", *(p.name for p in plan)]
+        clear_staging_inside(out, INSIDE_STAGING)  # a folder that exists is staged in (staging_for)
+        earlier = earlier_report(out, flag)
+        _check_names(out, names, earlier, flag)
+        notes = {}
+        for p in plan:
+            if p.note:
+                drawn = ", ".join("`" + _one_line(n.replace("`", "'")) + "`" for n in p.drawn)
+                notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table
+                                                         else "")
+        staged = staging_for(out, INSIDE_STAGING)
         with names_on_failure(out):  # a full disk names no file: "No space left on device" alone said not which
             for p in plan:
                 p.draw(staged / p.name)
@@ -782,20 +790,22 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
             _write_manifest(staged / MANIFEST, run.source, names)
             placing = True
             _publish(staged, out, names, earlier, run.source)
+        placed = True
+        for p in plan:
+            if p.note:
+                say(f"{p.note}; report.md lists them")
     except KeyboardInterrupt:
         # The staging folder goes (below); what `out` holds depends on how far the move in got.
-        if placing and not (staged.exists() and any((staged / n).exists() for n in (*names, MANIFEST))):
+        if placed or (placing and staged is not None and not (
+                staged.exists() and any((staged / n).exists() for n in (*names, MANIFEST)))):
             raise ReportInterrupted(f"the report had arrived: {out} holds it, complete") from None
         if placing and existed:
             raise ReportInterrupted(f"{out} holds part of the report's files; the same command again replaces "
                                     "them") from None
         raise ReportInterrupted(nothing_written(out, existed)) from None
     finally:
-        if staged.exists():
+        if staged is not None and staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
-    for p in plan:
-        if p.note:
-            say(f"{p.note}; report.md lists them")
     return [out / n for n in names]
 
 

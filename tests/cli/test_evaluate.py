@@ -528,6 +528,32 @@ def test_a_signal_while_evaluate_draws_its_report_keeps_the_metrics_and_says_wha
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]  # no staging, beside DIR or in it
 
 
+@pytest.mark.parametrize(("where", "said"), [
+    ("ftcli.report:_plan", "nothing was written to {out}"),  # the report's plan, before anything is drawn
+    ("ftcli.output:note", "the report is written, whole, in {out}"),  # its 2nd: "report in DIR: ..." (1st: "scoring")
+], ids=["before-drawing", "report-written"])
+def test_a_signal_around_evaluates_report_drawing_says_what_dir_holds(tmp_path, tiny_model, where, said):
+    # SIGTERM once the metrics were printed but before the report's drawing had begun (its plan, the checks of DIR),
+    # or once the report was written, while "report in DIR" was said: outside the drawing's own handling, it said
+    # a plain "interrupted" (exit 130, a SIGTERM reported as a Ctrl-C, before the drawing; 143 after), nothing of
+    # what DIR held: nothing in the one case, the whole report in the other.
+    pytest.importorskip("matplotlib")
+    from tests.cli.helpers import signal_when_held
+
+    rows, out = _rows(tmp_path, 20), tmp_path / "eval-report"
+    code, printed, err = signal_when_held(where, 2 if where.endswith("note") else 1,
+                                          ["evaluate", str(tiny_model), str(rows), "--report", str(out)],
+                                          signal.SIGTERM, tmp_path / "held", tmp_path)
+    assert code == 143 and "accuracy" in printed and "Traceback" not in err, (code, err)
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted; the metrics are printed above; {said.format(out=out)}"), err
+    if where.endswith("_plan"):
+        assert not out.exists()
+    else:
+        assert {p.name for p in out.iterdir()} >= {"report.md", "confusion_matrix.png"}
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
 @pytest.mark.parametrize("report", [False, True], ids=["metrics", "report"])
 def test_sigterm_while_evaluate_prints_its_metrics_says_so_and_exits_143(tmp_path, tiny_model, report):
     # `ftcli evaluate M rows.csv | reader` whose reader had stopped reading, then SIGTERM (a CI step's timeout) once

@@ -786,6 +786,22 @@ def test_a_sigterm_once_the_report_is_written_while_its_files_are_printed_says_i
     assert (run / "report" / "report.md").is_file() and not [p for p in run.rglob("*") if ".tmp-" in p.name]
 
 
+def test_a_sigterm_while_a_written_reports_notes_are_said_says_it_is_whole(tmp_path):
+    # A report whose picture leaves labels out says so once it is written ("... draws the N labels with the most
+    # support ...; report.md lists them"): a SIGTERM while that was said (on a stderr nobody reads) reached `ftcli
+    # report` as a bare interruption, which it said as "interrupted; nothing was written" of a report that was whole.
+    from ftcli.report import MAX_DRAWN
+    from tests.cli.helpers import signal_when_held
+
+    run, _ = many_labels_run(tmp_path / "run", MAX_DRAWN + 10, n=600)
+    code, printed, err = signal_when_held("ftcli.output:note", 1, ["report", "run"], signal.SIGTERM, tmp_path / "held",
+                                          tmp_path)
+    assert code == 143 and printed == "" and "Traceback" not in err, (code, err)
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted; the report had arrived: {Path('run', 'report')} holds it, complete"), err
+    assert (run / "report" / "report.md").is_file() and not [p for p in run.rglob("*") if ".tmp-" in p.name]
+
+
 def run_cli_process(run: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*FTCLI, "report", str(run)], capture_output=True, text=True, timeout=300)
 

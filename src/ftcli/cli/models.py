@@ -376,12 +376,20 @@ def evaluate(
             return
         from ftcli.report import evaluation_run, write_report
 
+        # The report's whole making is said as what DIR holds, its last line too: the run made of the evaluation (before
+        # write_report, whose own interruptions say what DIR holds) and "report in DIR" (after it) were outside this
+        # handling, and a SIGTERM there said a plain "interrupted" (with exit 130 before the drawing: the app's).
+        existed, files = report_dir.is_dir(), None
         try:
             files = write_report(evaluation_run(path, result, evaluation.labels, evaluation.logits), report_dir,
                                  say=note, flag="--report")
+            note(f"report in {report_dir}: {', '.join(f.name for f in files)}")
         except ReportInterrupted as e:  # while the report was drawn or moved in: what DIR holds now
             _interrupted(f"the metrics are printed above; {e.said}", stopped)
-    note(f"report in {report_dir}: {', '.join(f.name for f in files)}")
+        except KeyboardInterrupt:
+            said = (f"the report is written, whole, in {report_dir}" if files is not None
+                    else nothing_written(report_dir, existed))
+            _interrupted(f"the metrics are printed above; {said}", stopped)
 
 
 def _show_evaluation(result: dict, file: str, path: Path, json_out: bool) -> None:
