@@ -100,17 +100,37 @@ def run_trainer(cmd: list[str], env: dict[str, str], stdout: int | None = None) 
     """Run the trainer as a child and pass on the signals that stop ftcli; return (exit status, the last
     signal forwarded or None). `stdout`: a file descriptor for the trainer's output (default: ours)."""
     forwarded: list[int] = []
-    proc = subprocess.Popen(cmd, env=env, stdout=stdout)
+    started: list[subprocess.Popen] = []  # the trainer, once Popen has returned it
+    early: list[int] = []  # signals that came while it was being started, to pass on once it exists
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        if not started:
+            early.append(signum)
+            return
         if signum == signal.SIGINT and _terminal_sent_it_too():
             return  # the trainer has its own copy of this Ctrl-C; a second one would cut its clean exit short
         forwarded.append(signum)
-        if proc.poll() is None:
-            proc.send_signal(signum)
+        if started[0].poll() is None:
+            started[0].send_signal(signum)
 
+    # The handlers go in before the trainer starts: installed after Popen, a SIGTERM (SIGHUP) between the two reached
+    # the app's handler, which ended ftcli with "interrupted", and the trainer it had started ran on, unseen, writing
+    # into the run folder. One that comes while Popen runs is kept (the handler raises nothing there, so Popen is not
+    # cut short with a child started and not returned) and passed on as soon as the child exists. Blocking the signals
+    # around Popen instead (signal.pthread_sigmask) would pass the block on to the trainer, deaf to SIGTERM: "A child
+    # created via fork(2) inherits a copy of its parent's signal mask; the signal mask is preserved across execve(2)"
+    # (signal(7), Linux man-pages 6.03, read 2026-11-29; a child's /proc/self/status showed SigBlk with SIGTERM's bit
+    # set), and Popen takes no mask of its own.
     previous = {s: signal.signal(s, forward) for s in (*FORWARDED, signal.SIGINT)}
     try:
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout)
+        started.append(proc)
+        for signum in early:
+            # A Ctrl-C from the terminal before the trainer existed never reached it, so every one is passed on (it
+            # cannot cut a clean exit short: the trainer is only starting).
+            forwarded.append(signum)
+            if proc.poll() is None:
+                proc.send_signal(signum)
         while True:
             try:
                 code = proc.wait()

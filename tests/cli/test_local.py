@@ -1065,6 +1065,74 @@ def test_json_of_a_stopped_run_behind_a_reader_that_reads_nothing_ends_ftcli(tmp
                                              "from its checkpoint at step 3"), err
 
 
+# `ftcli ARGS` in which the trainer's Popen (the one of `python -m ftcli_trainer.task`) writes the child's pid to
+# PIDFILE and sends this process SIGTERM the moment the child exists, before Popen returns: the window, between the
+# trainer's start and ftcli's passing signals on to it, that a `docker stop` or a CI step's timeout can land in.
+# (Only the standard library's Popen is wrapped; ftcli's own code runs as it is.)
+SIGTERM_AS_THE_TRAINER_STARTS = """
+import os, pathlib, signal, subprocess, sys
+
+pidfile, real = pathlib.Path(sys.argv[1]), subprocess.Popen
+
+
+class SignalledAsItStarts(real):
+    def __init__(self, args, *rest, **kwargs):
+        super().__init__(args, *rest, **kwargs)
+        if "ftcli_trainer.task" in args:
+            pidfile.write_text(str(self.pid))
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+subprocess.Popen = SignalledAsItStarts
+sys.argv = ["ftcli", *sys.argv[2:]]
+from ftcli.cli.app import main
+main()
+"""
+
+
+def _running(pid: int) -> bool:
+    """Process `pid` is there and not a zombie (an orphan's exit status waits for a reaper that may not come)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_sigterm_as_the_trainer_starts_stops_the_trainer_too(tmp_path, tiny_model, sentiment_csv):
+    # A SIGTERM between the trainer's start (Popen) and ftcli's handlers that pass signals on: ftcli said
+    # "interrupted" and exited 143, and the trainer it had started ran on, unseen, training and writing into the run
+    # folder. The signals are now taken before the trainer starts, and one that came while it started is passed on
+    # once it exists: the trainer stops too, and the run says so.
+    import signal
+
+    pidfile, base, said = tmp_path / "trainer.pid", tmp_path / "run", tmp_path / "stderr.txt"
+    # (its output to files: a trainer left running holds pipes open, and a read of them waited for it to end)
+    with open(said, "w") as err, open(tmp_path / "stdout.txt", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", SIGTERM_AS_THE_TRAINER_STARTS, str(pidfile), "local", "--task",
+                                 "csv", "--train-file", str(sentiment_csv[0]), "--model", str(tiny_model), "--epochs",
+                                 "500", "--output-dir", str(base)],
+                                cwd=tmp_path, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "COLUMNS": "200"})
+    trainer = None
+    try:
+        code = proc.wait(timeout=300)
+        trainer = int(pidfile.read_text())
+        deadline = time.monotonic() + 10
+        while _running(trainer) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        outlived = _running(trainer)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if trainer is not None and _running(trainer):
+            os.kill(trainer, signal.SIGKILL)  # not left training 500 epochs after the test
+    err_text = said.read_text()
+    assert not outlived, f"the trainer outlived ftcli (exit status {code}):\n{err_text}"
+    assert code == 143 and "Traceback" not in err_text, err_text
+    assert err_text.rstrip().splitlines()[-1] == "stopped by SIGTERM before the first checkpoint; nothing to resume"
+
+
 def test_the_launcher_imports_where_the_platform_has_no_sighup_or_sigquit():
     # Windows defines neither: `ftcli predict`, `ftcli local` and `ftcli train --smoke` import ftcli.local, and
     # naming them there was an AttributeError traceback before anything ran.
