@@ -437,7 +437,7 @@ def read_inputs(file: Path) -> tuple[list[Text], str | None]:
         with data.open_text(file, shown, str(file)) as f:
             text = f.read()
     except DataError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(str(e), hint=e.hint) from None
     # Lines end at \n, \r\n or \r only: str.splitlines() also cut a text at U+2028, U+0085 or a form feed (in
     # scraped or PDF-extracted text), giving more predictions than lines, misnumbered.
     lines = re.split(r"\r\n|\r|\n", text)
@@ -470,7 +470,7 @@ def tsv_inputs(path: Path, file: Path, lines: list[Text], text: str, text_column
         try:  # (newline="": the text's line breaks as the file holds them, as read_rows reads a file)
             _, rows = data.rows_of(io.StringIO(text, newline=""), str(file), shown=f"--file {file}")
         except DataError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(str(e), hint=e.hint) from None
         return _row_texts(file, rows)
     if text_column or text_pair_column:
         flag, name = ("--text-column", text_column) if text_column else ("--text-pair-column", text_pair_column)
@@ -774,7 +774,7 @@ def read_table(file: str) -> tuple[list[str], list[dict]]:
     try:
         return data.read_rows(file)
     except DataError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(str(e), hint=e.hint) from None
 
 
 @dataclass
@@ -821,7 +821,7 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
     except DataError as e:
         # --label-names here names what a file's ids stand for: "with every label" sent the user to a second refusal
         raise UsageError(str(e).replace(data.EVERY_LABEL, "pass --label-column with the column that holds the "
-                                                          "model's labels")) from None
+                                                          "model's labels"), hint=e.hint) from None
     n = len(examples)
     if notify:  # (a big file on a CPU: minutes)
         notify(f"scoring {n:,} example{'s' if n != 1 else ''} of {file}")
@@ -896,7 +896,7 @@ def _evaluation_config(path: Path, c: _Classifier, run: dict, trained_pairs: tup
     try:
         data.require_columns(columns, wanted, file, flags)
     except DataError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(str(e), hint=e.hint) from None
     return cfg, by_columns
 
 

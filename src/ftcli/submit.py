@@ -348,6 +348,8 @@ def _local_data_problems(cfg: TrainConfig, local_files: dict[str, Path], done: d
     key = ("check", repr(dataclasses.replace(cfg, varlen_attention=False)),
            tuple(sorted(map(str, local_files.items()))))
     if done is not None and key in done:
+        if isinstance(done[key], UsageError):
+            raise done[key]
         return done[key]
     sizes = {p: p.stat().st_size for p in local_files.values()}
     if say is not None and sum(sizes.values()) >= SAY_READING_BYTES:  # the trainer's own threshold and wording
@@ -355,9 +357,14 @@ def _local_data_problems(cfg: TrainConfig, local_files: dict[str, Path], done: d
             f"to check {'it' if len(sizes) == 1 else 'them'} before anything is uploaded")
     try:
         rows = check_files(cfg, {k: str(v) for k, v in local_files.items()})
-        problems = []
     except TrainerError as e:
-        rows, problems = None, [str(e)]
+        # Alone (plan reads the data only once every other option passed), so said with the trainer's hint: a list
+        # of problems keeps none, and "no column 'body' (columns: text, label)" lost its "pass --text-column NAME".
+        error = UsageError(str(e), hint=e.hint)
+        if done is not None:
+            done[key] = error
+        raise error from None
+    problems = []
     counting = {"early_stopping", "eval_every", "epochs", "batch_size", "gradient_accumulation_steps",
                 "max_train_samples", "fraction_of_train_data", "eval_fraction"}
     if rows is not None and not searched & counting and (p := early_stopping_data_problem(cfg, rows)):
@@ -657,7 +664,7 @@ def _check_gcs_data(sub: Submission, storage: StorageGateway) -> None:
         try:
             check_files(cfg, files, heads, shown=given)
         except TrainerError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(str(e), hint=e.hint) from None
 
 
 # The account a job runs as, unless --service-account names another: "When you create a CustomJob,

@@ -388,7 +388,8 @@ def rows_of(f: io.TextIOBase, path: str, *, fmt: str | None = None, shown: str |
         _refuse_json_lines_as_csv(f, shown, fmt)
         rows = _read_tsv(f, shown) if _separator(path) == "\t" else _read_csv(f, shown)
     if not rows and _is_jsonl(path, fmt):  # (the JSON Lines reader returns no rows only where no line holds any)
-        raise DataError(f"{shown} is empty: expected one JSON object per line, one per example")
+        raise DataError(f"{shown} is empty", hint="write one JSON object per line, one per example (e.g. "
+                                                  '{"text": "a fine film", "label": "pos"})')
     if not rows:
         raise DataError(f"{shown} has no data rows")
     columns = list(rows[0].keys())
@@ -531,7 +532,8 @@ def _csv_header(reader: Iterator[list[str]], shown: str, sep: str = ",") -> list
     """The header row of a CSV reader (fields separated by `sep`), or the DataError that says what is wrong with it."""
     header = next(reader, None)
     if not header:
-        raise DataError(f"{shown} is empty: expected a header row, then one row per example")
+        raise DataError(f"{shown} is empty", hint="write a header row naming the columns (e.g. text,label), then one "
+                                                  "row per example")
     if len(header) == 1 and (other := next((s for s in SEPARATOR_NAMES if s != sep and s in header[0]), None)):
         # one column holding the separators: the hints below (no column 'text', quote commas) mislead
         if other == "\t":
@@ -656,8 +658,8 @@ def require_columns(columns: list[str], wanted: list[str], shown: str, hint: dic
     flag in `hint`); `taken` are columns that cannot be the answer. The trainer's reader and `ftcli evaluate`."""
     for col in wanted:
         if col not in columns:
-            raise DataError(f"{shown} has no column {col!r} (columns: {_shown_columns(columns)}); "
-                            f"{_column_fix(col, columns, csv_file, hint.get(col), {*wanted, *taken})}")
+            raise DataError(f"{shown} has no column {col!r} (columns: {_shown_columns(columns)})",
+                            hint=_column_fix(col, columns, csv_file, hint.get(col), {*wanted, *taken}))
 
 
 def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], shown: str,
@@ -683,7 +685,7 @@ def resolve_label_columns(spec: str, columns: list[str], exclude: set[str], show
             fix = (f"a column whose name holds a comma is named in a JSON list: --label-columns "
                    f"{shlex.quote(json.dumps(named))}" if p in whole
                    else _column_fix(p, columns, csv_file, '--label-columns with the right names'))
-            raise DataError(f"{shown} has no label column {p!r} (columns: {_shown_columns(columns)}); {fix}")
+            raise DataError(f"{shown} has no label column {p!r} (columns: {_shown_columns(columns)})", hint=fix)
     if not out:
         raise DataError("--label-columns names no column")
     return out
@@ -746,7 +748,8 @@ def _first_of_several(rows: list[dict], idx: list[int], check: Callable[[int], o
             raise
         more = ", ".join(row_position(rows, i) for i in idx[1:4]) + (", ..." if len(idx) > 4 else "")
         n = len(idx) - 1
-        raise DataError(f"{e} ({'so is 1 more row' if n == 1 else f'so are {n} more rows'}: {more})") from None
+        raise DataError(f"{e} ({'so is 1 more row' if n == 1 else f'so are {n} more rows'}: {more})",
+                        hint=e.hint) from None
 
 
 def _missing(value: object) -> bool:
@@ -1215,9 +1218,16 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
     if cfg.regression:
         _check_targets_vary(train.labels, "the training data")
     elif not multi_label and len(names) < 2:
-        raise DataError(f"the training data has only one label ({names[0]!r}); a classifier needs at least two")
+        raise one_label_error("the training data", names[0], cfg)
     return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label, regression=cfg.regression,
                     rows_before_subset=rows_before_subset, hub_rows=hub_rows)
+
+
+def one_label_error(where: str, name: str, cfg: TrainConfig) -> DataError:
+    """Training data whose labels are all `name`: the trainer's own check, and the launcher's (check_files)."""
+    return DataError(f"{where} has only one label ({name!r}); a classifier needs at least two",
+                     hint=f"add examples of the other labels, or pass --label-column with the column that holds the "
+                          f"labels (read from {cfg.label_column!r})")
 
 
 MIN_TRAIN_EXAMPLES = 3  # fewer examples of a label than this: said before training, not found out from the scores
@@ -1496,8 +1506,7 @@ def check_files(cfg: TrainConfig, files: dict[str, str], heads: dict[str, tuple[
             elif key == "train_file":
                 names = found
                 if not cfg.multi_label and len(names) < 2:
-                    raise DataError(f"{where} has only one label ({names[0]!r}); a classifier needs at "
-                                    "least two")
+                    raise one_label_error(where, names[0], cfg)
         elif key in heads:
             path, head = heads[key]
             where = shown.get(key, path)

@@ -6,9 +6,22 @@ from collections.abc import Iterator
 
 
 class TrainerError(Exception):
-    """A problem with the run's input that the user can fix; the message says how."""
+    """A problem with the run's input that the user can fix: the message says what is wrong, `hint` (when the fix is
+    known) what to change. `str(e)` is the message alone. The trainer cannot import ftcli, whose errors carry a hint
+    the same way (ftcli.errors.FtcliError): the launcher's pre-flight, which reads local data with the trainer's code,
+    passes it on to its own `hint:` line, and the trainer prints it under its `error:` line (`lines`)."""
 
     exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+    def lines(self) -> str:
+        """How the trainer says it on stderr: `error: MESSAGE`, then `hint: HINT` on a line of its own, as ftcli says
+        its own errors. Both lines are printed at once: in a Vertex job each is an entry of the job's log, and
+        `ftcli logs` shows both (its failure summary keeps the replica's last lines)."""
+        return f"error: {self}" + (f"\nhint: {self.hint}" if self.hint else "")
 
 
 class DataError(TrainerError):

@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             use_hub_token(cfg.hf_secret)
         except TrainerError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(e.lines(), file=sys.stderr)
             return e.exit_code
     relaunch = _relaunch_argv(argv)
     if relaunch:
@@ -451,7 +451,7 @@ def _run(cfg: TrainConfig) -> int:
         run(cfg)
     except TrainerError as e:
         _failing()
-        say_once(f"error: {e}")
+        say_once(e.lines())
         return e.exit_code
     except KeyboardInterrupt:
         _say_stop("interrupted")

@@ -173,12 +173,12 @@ def test_a_multi_label_model_from_elsewhere_reads_its_label_columns(capsys, tmp_
     assert got["per_label"]["pos"]["support"] == sum(p for _, p, _ in _topics(8, 3))
     r = run_cli(capsys, "evaluate", str(model), str(write_csv(tmp_path / "t.csv", ["text", "pos"], [("a", 1)])))
     assert r.code == 2 and "--label-columns" not in r.err
-    assert r.err.startswith(f"error: {tmp_path / 't.csv'} has no column 'label' (columns: text, pos); give each row "
-                            "its labels as a list (in the column --label-column names), or a 0/1 column per label "
-                            "(pos, neg)"), r.err
+    assert r.err.startswith(f"error: {tmp_path / 't.csv'} has no column 'label' (columns: text, pos)\n"
+                            "hint: give each row its labels as a list (in the column --label-column names), or a "
+                            "0/1 column per label (pos, neg)"), r.err
     r = run_cli(capsys, "evaluate", str(tiny_model), str(rows))  # single-label: its label column, no other flag
-    assert r.code == 2 and r.err.startswith(f"error: {rows} has no column 'label' (columns: text, pos, neg); pass "
-                                            "--label-column NAME"), r.err
+    assert r.code == 2 and r.err.startswith(f"error: {rows} has no column 'label' (columns: text, pos, neg)\n"
+                                            "hint: pass --label-column NAME"), r.err
 
 
 def test_an_id_beyond_label_names_is_refused(capsys, tmp_path, tiny_model):

@@ -16,12 +16,13 @@ def load(*argv):
 
 
 def error_of(*argv) -> str:
-    """The DataError the arguments give, checked to be one line."""
+    """The DataError the arguments give, checked to be one line, and its hint on a line of its own ("\nhint: ...") as
+    the trainer prints them."""
     with pytest.raises(DataError) as e:
         load(*argv)
     msg = str(e.value)
-    assert "\n" not in msg
-    return msg
+    assert "\n" not in msg and "\n" not in (e.value.hint or "")
+    return msg + (f"\nhint: {e.value.hint}" if e.value.hint else "")
 
 
 def sigterm_when_evaluating(monkeypatch, step: int) -> None:

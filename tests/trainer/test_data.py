@@ -74,12 +74,12 @@ def test_multi_label_columns_with_a_comma_in_a_json_list(tmp_path):
     ("text,label\n\"unclosed,1\n", "is not valid CSV"),
     ("text,label\nfine,1\n,0\n", "line 3: empty text in column 'text'"),
     ("text,label\nfine,1\nok,1,extra\n", "more fields than the header"),
-    ("sentence,label\nfine,1\n", "has no column 'text' (columns: sentence, label); pass --text-column NAME"),
+    ("sentence,label\nfine,1\n", "has no column 'text' (columns: sentence, label)\nhint: pass --text-column NAME"),
     # the hints pointed the wrong way: "no column 'text' (columns: text;label)", "quote text that contains commas"
     ("text;label\nfine;1\n", "looks semicolon-separated (its header is one column, 'text;label'); ftcli reads "
      "comma-separated CSV"),
     ("text\tlabel\nfine\t1\n", "looks tab-separated"),
-    ("text, label\nfine,1\n", "has no column 'label' (columns: text, ' label'); column names must not start or "
+    ("text, label\nfine,1\n", "has no column 'label' (columns: text, ' label')\nhint: column names must not start or "
      "end with spaces: remove the spaces around the commas in the header"),
     ("", "is empty"),
     ("text,label\n", "has no data rows"),
@@ -385,7 +385,9 @@ def test_training_data_of_one_label_is_refused(tmp_path):
     # Found by mutation testing: the trainer's own check (the launcher's check_files has another) was untested
     path = write_csv(tmp_path / "t.csv", ["text", "label"], [(f"t{i}", "pos") for i in range(20)])
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        "the training data has only one label ('pos'); a classifier needs at least two")
+        "the training data has only one label ('pos'); a classifier needs at least two\n"
+        "hint: add examples of the other labels, or pass --label-column with the column that holds the labels (read "
+        "from 'label')")
 
 
 def test_collate_keeps_a_pairs_token_types():

@@ -483,20 +483,22 @@ def test_row_errors_after_blank_lines_and_multi_line_fields_name_the_right_line(
 
 @pytest.mark.parametrize("header,args,needle", [
     (["text", "label"], ["--label-column", "lable"],
-     "has no column 'lable' (columns: text, label); did you mean 'label'? pass --label-column label"),
-    (["text", "lable"], [], "has no column 'label' (columns: text, lable); did you mean 'lable'? pass --label-column "
-                            "lable"),
-    (["txt", "label"], [], "has no column 'text' (columns: txt, label); did you mean 'txt'? pass --text-column txt"),
-    (["sentence", "label"], [], "has no column 'text' (columns: sentence, label); pass --text-column NAME"),
+     "has no column 'lable' (columns: text, label)\nhint: did you mean 'label'? pass --label-column label"),
+    (["text", "lable"], [], "has no column 'label' (columns: text, lable)\n"
+                            "hint: did you mean 'lable'? pass --label-column lable"),
+    (["txt", "label"], [], "has no column 'text' (columns: txt, label)\n"
+                           "hint: did you mean 'txt'? pass --text-column txt"),
+    (["sentence", "label"], [], "has no column 'text' (columns: sentence, label)\nhint: pass --text-column NAME"),
     # the column to pass, quoted as a shell reads it: unquoted, a name with a space named another column when copied
-    (["the text", "label"], [], "has no column 'text' (columns: the text, label); did you mean 'the text'? "
+    (["the text", "label"], [], "has no column 'text' (columns: the text, label)\nhint: did you mean 'the text'? "
                                 "pass --text-column 'the text'"),
-    (["Text ", "label"], [], "has no column 'text' (columns: 'Text ', label); did you mean 'Text '? pass --text-column "
-                             "'Text '"),
-    (["text", "label "], [], "has no column 'label' (columns: text, 'label '); column names must not start or end "
-                             "with spaces: remove the spaces around the commas in the header"),
+    (["Text ", "label"], [], "has no column 'text' (columns: 'Text ', label)\n"
+                             "hint: did you mean 'Text '? pass --text-column 'Text '"),
+    (["text", "label "], [], "has no column 'label' (columns: text, 'label ')\n"
+                             "hint: column names must not start or end with spaces: remove the spaces around the "
+                             "commas in the header"),
     (["text", "toxic", "insult"], ["--label-columns", "toxic,insul"],
-     "has no label column 'insul' (columns: text, toxic, insult); did you mean 'insult'?"),
+     "has no label column 'insul' (columns: text, toxic, insult)\nhint: did you mean 'insult'?"),
 ])
 def test_column_typos_and_spaces_get_a_suggestion(tmp_path, header, args, needle):
     path = write_csv(tmp_path / "t.csv", header, [("a", 0, 1)[:len(header)], ("b", 1, 0)[:len(header)]] * 3)
@@ -509,25 +511,25 @@ def test_a_column_that_another_role_takes_is_never_the_suggestion(tmp_path):
     path = write_csv(tmp_path / "t.csv", ["text", "sentiment"], [("a", "pos"), ("b", "neg")] * 3)
     assert error_of("--task", "csv", "--train-file", str(path), "--text-column", "sentimen", "--label-column",
                     "sentiment") == (
-        f"{path} has no column 'sentimen' (columns: text, sentiment); pass --text-column NAME")
+        f"{path} has no column 'sentimen' (columns: text, sentiment)\nhint: pass --text-column NAME")
     train = write_csv(tmp_path / "train.csv", ["text", "toxic", "insult", "threat"],
                       [("a", 1, 0, 1), ("b", 0, 1, 0)] * 3)
     ev = write_csv(tmp_path / "eval.csv", ["text", "toxic", "insult"], [("c", 1, 0), ("d", 0, 1)])
     assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev), "--label-columns",
                     "toxic,insult,threat") == (
-        f"{ev} has no column 'threat' (columns: text, toxic, insult); every file needs the training data's label "
+        f"{ev} has no column 'threat' (columns: text, toxic, insult)\nhint: every file needs the training data's label "
         "columns (toxic, insult, threat)")
     ev = write_csv(tmp_path / "eval2.csv", ["text", "toxic", "insult", "Threat"], [("c", 1, 0, 0), ("d", 0, 1, 1)])
     assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev), "--label-columns",
                     "toxic,insult,threat") == (
-        f"{ev} has no column 'threat' (columns: text, toxic, insult, Threat); did you mean 'Threat'?")
+        f"{ev} has no column 'threat' (columns: text, toxic, insult, Threat)\nhint: did you mean 'Threat'?")
 
 
 def test_json_keys_with_spaces_say_so(tmp_path):
     path = jsonl(tmp_path / "t.jsonl", [{"text": "a", " label": "x"}, {"text": "b", " label": "y"}])
     assert error_of("--task", "jsonl", "--train-file", str(path)) == (
-        f"{path} has no column 'label' (columns: text, ' label'); column names must not start or end with spaces: "
-        f"remove them from the keys")
+        f"{path} has no column 'label' (columns: text, ' label')\n"
+        "hint: column names must not start or end with spaces: remove them from the keys")
 
 
 def test_an_eval_label_that_differs_only_by_case_says_labels_are_case_sensitive(tmp_path):
@@ -711,10 +713,10 @@ def test_a_head_only_file_is_checked_for_its_columns_and_the_label_columns_of_th
     cfg = parse_args(["--task", "csv", "--train-file", "gs://b/t.csv", "--eval-file", "gs://b/e.csv",
                       "--label-columns", "*"])
     head = b"text,toxic,other\na,1,0\n"
-    with pytest.raises(DataError, match=r"^gs://b/e\.csv has no column 'insult' \(columns: text, toxic, other\); "
-                                        r"every file needs the training data's label columns \(toxic, insult\)$"):
+    with pytest.raises(DataError, match=r"^gs://b/e\.csv has no column 'insult' \(columns: text, toxic, other\)$") as e:
         check_files(cfg, {"train_file": str(train)}, {"eval_file": ("gs://b/e.csv", head)},
                     shown={"train_file": "gs://b/t.csv", "eval_file": "gs://b/e.csv"})
+    assert e.value.hint == "every file needs the training data's label columns (toxic, insult)"
     # both heads: the training file's columns resolve the glob
     with pytest.raises(DataError, match=r"^gs://b/e\.csv has no column 'insult'"):
         check_files(cfg, {}, {"train_file": ("gs://b/t.csv", train.read_bytes()), "eval_file": ("gs://b/e.csv", head)})
@@ -894,7 +896,8 @@ def test_an_empty_json_lines_file_says_what_it_should_hold(tmp_path, content):
     path = tmp_path / "t.jsonl"
     path.write_text(content)
     assert error_of("--task", "jsonl", "--train-file", str(path)) == (
-        f"{path} is empty: expected one JSON object per line, one per example")
+        f"{path} is empty\nhint: write one JSON object per line, one per example (e.g. "
+        '{"text": "a fine film", "label": "pos"})')
 
 
 @pytest.mark.parametrize("task", ["csv", "imdb"])
