@@ -519,6 +519,11 @@ def _read_csv(f: io.TextIOBase, shown: str, sep: str = ",", quoting: bool = True
                 lines.append(line)
     except csv.Error as e:
         raise _csv_error(shown, e, start, reader.line_num) from None
+    if not rows and not records:
+        # "X has no data rows" said neither what the file held nor what to do (a header written alone, an export
+        # that kept no row): its columns, which also show whether it is the file meant
+        raise DataError(f"{shown} has only its header line (columns: {_shown_columns(header)}) and no data rows",
+                        hint="add one row per example below the header line, one field per column")
     if direct:
         return rows
     return [CsvRow(zip(header, record, strict=True), line=line)

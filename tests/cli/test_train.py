@@ -1131,6 +1131,9 @@ def test_local_data_is_read_with_the_trainers_readers_before_upload(capsys, clou
       "'label')"]),
     ("", [], ["error: {} is empty", "hint: write a header row naming the columns (e.g. text,label), then one row per "
                                     "example"]),
+    # a header line alone was "has no data rows", which neither showed what the file held nor said what to do
+    ("text,label\n\n", [], ["error: {} has only its header line (columns: text, label) and no data rows",
+                            "hint: add one row per example below the header line, one field per column"]),
 ])
 def test_the_trainers_data_errors_keep_their_hint_in_the_pre_flight(capsys, cloud_env, tmp_path, content, args,
                                                                     lines):

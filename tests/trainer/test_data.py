@@ -82,7 +82,8 @@ def test_multi_label_columns_with_a_comma_in_a_json_list(tmp_path):
     ("text, label\nfine,1\n", "has no column 'label' (columns: text, ' label')\nhint: column names must not start or "
      "end with spaces: remove the spaces around the commas in the header"),
     ("", "is empty"),
-    ("text,label\n", "has no data rows"),
+    ("text,label\n", "has only its header line (columns: text, label) and no data rows\nhint: add one row per "
+     "example below the header line, one field per column"),
 ])
 def test_bad_csv_gives_one_line(tmp_path, content, needle):
     path = tmp_path / "bad.csv"
