@@ -235,12 +235,15 @@ def _utf16_fix(name: str, fmt: str | None, codec: str) -> str:
             f"{shlex.quote(str(out))}`")
 
 
-# Bytes no UTF-8 text's first line holds: C0 controls other than tab, line feed, form feed and carriage return.
-# Formats that are not text hold them from their first bytes (Parquet's page header after PAR1, a zip's PK\x03\x04);
-# text in UTF-16 holds a NUL beside each ASCII character. Such a file whose bytes happen to be valid UTF-8 (a small
-# uncompressed Parquet file, UTF-16 without a byte order mark) was read as text: "no data rows", "duplicate column
-# names" or "line 6: fewer fields than the header's 2". A CSV whose first column is named PAR1 holds none.
-_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
+# Bytes no UTF-8 text's first line holds: C0 controls other than the ASCII whitespace (tab, line feed, vertical tab,
+# form feed, carriage return). Formats that are not text hold them from their first bytes (Parquet's page header after
+# PAR1, a zip's PK\x03\x04); text in UTF-16 holds a NUL beside each ASCII character. Such a file whose bytes happen to
+# be valid UTF-8 (a small uncompressed Parquet file, UTF-16 without a byte order mark) was read as text: "no data
+# rows", "duplicate column names" or "line 6: fewer fields than the header's 2". A CSV whose first column is named
+# PAR1 holds none. The vertical tab is text's: Word's line break within a paragraph (Shift+Enter), kept in text
+# copied out of it; a CSV with classic Mac line ends (\r: one "first line" up to the first \n) holding one in any of
+# its first rows was refused as "not text", which Python's csv reader, pandas and `datasets` read as one row.
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f]")
 
 
 def _binary_error(head: bytes, shown: str, given: str | None = None, fmt: str | None = None) -> DataError | None:

@@ -1148,6 +1148,22 @@ def test_the_trainers_data_errors_keep_their_hint_in_the_pre_flight(capsys, clou
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
+def test_a_vertical_tab_in_the_first_line_is_text(capsys, cloud_env, tmp_path):
+    # Word's line break within a paragraph (\v) in a CSV with classic Mac line ends (\r: no \n, so all of it is the
+    # first line the binary check looks at) was refused: "is not text: its first line holds the control byte 0x0b (a
+    # binary file?)". The job reads it; the row holding it is one row.
+    gcs, vertex = cloud_env
+    train = tmp_path / "train.csv"
+    train.write_bytes(b'text,label\r"first line\x0bsecond line",pos\rpage one\x0cpage two,neg\r'
+                      + b"good,pos\rbad,neg\r" * 2)
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train))
+    assert r.code == 0 and "is not text" not in r.err, r.err
+    from ftcli_trainer.data import read_rows
+
+    assert read_rows(str(train))[1][:2] == [{"text": "first line\x0bsecond line", "label": "pos"},
+                                            {"text": "page one\x0cpage two", "label": "neg"}]
+
+
 def test_label_names_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, tmp_path):
     # comma-separated, a label "yes, definitely" could not be named: the file's row was refused as "not in the label
     # set (no, yes, definitely)" whatever was passed
