@@ -1473,7 +1473,10 @@ def head_columns(head: bytes, path: str, shown: str, fmt: str | None) -> tuple[l
     if not text:
         return None
     if _is_jsonl(path, fmt):
-        lines = text.splitlines(keepends=True)
+        # Lines end where the job's reader ends them (open_text: \n, \r\n or \r): str.splitlines also cut at U+2028,
+        # U+0085 or a vertical tab, which json.dumps(ensure_ascii=False) leaves raw in a string, and a big gs:// file
+        # whose first object held one was refused ("line 1 is not valid JSON (Unterminated string ...)").
+        lines = io.StringIO(text, newline="").readlines()
         first = next((i for i, line in enumerate(lines) if line.strip()), None)
         if first is None or lines[first].lstrip().startswith("["):
             return None

@@ -702,6 +702,19 @@ def test_a_gs_data_file_without_the_column_creates_no_job(capsys, cloud_env, tmp
     assert submitted(capsys, "--task", "csv", "--train-file", "gs://ftcli-test/in/big.csv")["short_id"] == 1
 
 
+def test_a_big_gs_json_lines_file_with_a_line_separator_in_a_text_is_read_as_the_job_reads_it(capsys, cloud_env):
+    # Its head was cut into lines by str.splitlines, which also breaks at U+2028 and U+0085 (json.dumps with
+    # ensure_ascii=False leaves them raw in a string): "line 1 is not valid JSON (Unterminated string starting at)"
+    # for a file the job reads
+    gcs, vertex = cloud_env
+    first = json.dumps({"text": "a fine\u2028film \x85 truly", "label": "pos"}, ensure_ascii=False) + "\n"
+    rows = "".join(json.dumps({"text": f"review number {i}", "label": "pos" if i % 2 else "neg"}) + "\n"
+                   for i in range(40_000))
+    assert len(first + rows) > (1 << 20)  # past the head the launcher reads
+    gcs.write("ftcli-test", "in/big.jsonl", (first + rows).encode())
+    assert submitted(capsys, "--task", "jsonl", "--train-file", "gs://ftcli-test/in/big.jsonl")["short_id"] == 1
+
+
 def test_missing_bucket_is_caught_before_any_upload(capsys, cloud_env, monkeypatch):
     gcs, vertex = cloud_env
     monkeypatch.setenv("FTCLI_BUCKET", "gs://no-such-bucket")
