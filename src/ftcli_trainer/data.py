@@ -605,6 +605,22 @@ def _refuse_json_array(f: io.TextIOBase, shown: str, as_csv: str | None = None) 
                         f"df.to_json(path, orient='records', lines=True))")
 
 
+def _json_error(shown: str, n: int, line: str, e: json.JSONDecodeError) -> DataError:
+    """Line `n` of a JSON Lines file is not JSON. json's own words end in " at" where its position follows ("Invalid
+    control character at"): the column is said. A control character written as it is in a string (a vertical tab or
+    form feed copied from Word or a PDF by a writer other than json.dumps) is said as such: "All Unicode characters
+    may be placed within the quotation marks, except for the characters that MUST be escaped: quotation mark, reverse
+    solidus, and the control characters (U+0000 through U+001F)" (RFC 8259, section 7,
+    https://www.rfc-editor.org/rfc/rfc8259#section-7, read 2026-11-29); `datasets`' JSON loader refuses it too."""
+    if e.msg.startswith("Invalid control character") and e.pos < len(line):
+        code = ord(line[e.pos])
+        return DataError(f"{shown} line {n} is not valid JSON: a string holds the control character 0x{code:02x} "
+                         f"unescaped (column {e.colno})",
+                         hint=f"write it escaped, as \\u{code:04x} (json.dumps and pandas' to_json do), or remove it")
+    return DataError(f"{shown} line {n} is not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno}); "
+                     "expected one object per line")
+
+
 def _read_jsonl(f: io.TextIOBase, shown: str, fmt: str | None = None) -> list[dict]:
     _refuse_json_array(f, shown)
     rows: list[dict] = []
@@ -624,7 +640,7 @@ def _read_jsonl(f: io.TextIOBase, shown: str, fmt: str | None = None) -> list[di
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"{shown} line {n} is not valid JSON ({e.msg}); expected one object per line") from None
+            raise _json_error(shown, n, line, e) from None
         if not isinstance(obj, dict):
             raise DataError(f"{shown} line {n}: expected a JSON object per line, got {type(obj).__name__}")
         rows.append(Row(obj, line=n))

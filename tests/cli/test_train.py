@@ -1177,6 +1177,26 @@ def test_a_vertical_tab_in_the_first_line_is_text(capsys, cloud_env, tmp_path):
                                             {"text": "page one\x0cpage two", "label": "neg"}]
 
 
+def test_a_control_character_written_unescaped_in_a_json_lines_text_is_said_as_such(capsys, cloud_env, tmp_path):
+    # A vertical tab written as it is in a JSON string (JSON allows it escaped only; `datasets` refuses it too) was
+    # "is not text: its first line holds the control byte 0x0b (a binary file?)", then "line 1 is not valid JSON
+    # (Invalid control character at)", json's words cut before the position they end with
+    gcs, vertex = cloud_env
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"text": "first line\x0bsecond line", "label": "pos"}\n{"text": "dull", "label": "neg"}\n')
+    r = run_cli(capsys, *BASE, "--task", "jsonl", "--train-file", str(train))
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [
+        f"error: {train} line 1 is not valid JSON: a string holds the control character 0x0b unescaped (column 21)",
+        "hint: write it escaped, as \\u000b (json.dumps and pandas' to_json do), or remove it"]
+    train.write_text('{"text": "first line, "label": "pos"}\n')  # (a quote left out)
+    r = run_cli(capsys, *BASE, "--task", "jsonl", "--train-file", str(train))
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: {train} line 1 is not valid JSON (Expecting ',' delimiter at column 24); expected one object per "
+        "line"]
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_label_names_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, tmp_path):
     # comma-separated, a label "yes, definitely" could not be named: the file's row was refused as "not in the label
     # set (no, yes, definitely)" whatever was passed
