@@ -105,6 +105,10 @@ def display_severity(entry_severity: str, text: str) -> str:
     if m:
         word = (m.group(1) or m.group(2) or "").upper()
         return {"WARN": "WARNING", "TRACEBACK": "ERROR", "ERROR:": "ERROR", "FATAL": "CRITICAL"}.get(word, word)
+    if entry_severity == "ERROR" and text.startswith("hint: "):
+        # the trainer's error goes on with its fix on a line of its own (ftcli_trainer.errors.TrainerError.lines):
+        # shown as plain output, `--severity ERROR` kept the error and dropped how to fix it
+        return "ERROR"
     if entry_severity in ("WARNING", "CRITICAL", "ALERT", "EMERGENCY"):
         return entry_severity
     return "INFO"

@@ -274,6 +274,22 @@ def test_severity_keeps_the_lines_at_the_level_they_are_shown_at(capsys, logs_en
     assert len(r.out.splitlines()) == 1 and r.out.rstrip().endswith("error: data.csv line 7 has no label")
 
 
+def test_severity_error_keeps_the_trainers_hint_under_its_error(capsys, logs_env):
+    # The trainer says its error's fix on a `hint:` line of its own, on stderr (filed as ERROR) with the error: it was
+    # shown as plain output (INFO), so `--severity ERROR` showed the error without it
+    vertex, logs, job = logs_env
+    logs.write_line(job["id"], "workerpool0-0", "step 1/8 | loss 0.69")
+    logs.write_line(job["id"], "workerpool0-0", "error: data.csv has no column 'body' (columns: text, label)",
+                    severity="ERROR")
+    logs.write_line(job["id"], "workerpool0-0", "hint: pass --text-column NAME", severity="ERROR")
+    logs.write_line(job["id"], "workerpool0-0", "hint: a stdout line that says so is output")
+    r = run_cli(capsys, "logs", "1", "--no-follow", "--severity", "ERROR", "--json")
+    assert r.code == 0, r.err
+    assert [(x["text"], x["severity"]) for x in json_lines(r.out) if "text" in x] == [
+        ("error: data.csv has no column 'body' (columns: text, label)", "ERROR"),
+        ("hint: pass --text-column NAME", "ERROR")]
+
+
 def test_a_wrong_severity_says_which_was_meant_before_any_job_is_looked_up(capsys, monkeypatch, tmp_path):
     # `--severity warn` was checked only after the job was looked up (a wrong job id said that instead), with no
     # word of WARNING
