@@ -29,6 +29,16 @@ class UsageError(FtcliError):
     exit_code = 2
 
 
+def gather(e: FtcliError, problems: list[str], hints: list[str]) -> None:
+    """Add what `e` says is wrong (its list, else its message) to `problems`, and its hint, once, to `hints`: for a
+    pre-flight that says every problem at once (`settings.raise_problems`). It kept the problems alone, and a hint
+    said by every other command was lost there: `ftcli train` on a config file that is not TOML said nothing of
+    fixing or deleting it."""
+    problems.extend(e.problems or [e.message])
+    if e.hint and e.hint not in hints:
+        hints.append(e.hint)
+
+
 class JobFailed(FtcliError):
     """The job (or the local run) ended without success."""
 

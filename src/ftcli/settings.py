@@ -887,7 +887,11 @@ def resolve(*, project: str | None = None, region: str | None = None, bucket: st
                     image_mirror=(values["image_mirror"].value or "").rstrip("/") or None)
 
 
-def raise_problems(problems: list[str], what: str) -> None:
+def raise_problems(problems: list[str], what: str, hints: list[str] | None = None) -> None:
+    """One error for every problem of the `what` (its line alone when there is one), with the `hints` of the errors
+    they came from (`errors.gather`): one problem keeps its own; of several, each hint is said once, after the list,
+    in the order of the problems, as a problem that brought none reads as before."""
+    hint = "; ".join(dict.fromkeys(hints or ())) or None
     if len(problems) == 1:
-        raise UsageError(problems[0])
-    raise UsageError(f"{len(problems)} problems with the {what}:", problems=problems)
+        raise UsageError(problems[0], hint=hint)
+    raise UsageError(f"{len(problems)} problems with the {what}:", hint=hint, problems=problems)

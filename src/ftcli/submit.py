@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ftcli import history
 from ftcli.catalog import Estimate, Hardware, resolve_gpu
-from ftcli.errors import NoCapacity, Rejected, UsageError
+from ftcli.errors import NoCapacity, Rejected, UsageError, gather
 from ftcli.settings import Settings, object_name_length_problem, object_name_problem, raise_problems
 from ftcli.settings import resolve as resolve_settings
 from ftcli.spec import (
@@ -123,8 +123,8 @@ def parse_labels(items: list[str]) -> dict[str, str]:
             key, sep, value = pair.partition("=")
             key = key.strip()
             if not sep or not key:
-                # (the form alone, without one written out; this line is one of the pre-flight's list, which keeps
-                # no hint, so the example is in it)
+                # (the form alone, without one written out; the example is in the line, which reads whole in the
+                # pre-flight's list of problems)
                 raise UsageError(f"--labels takes KEY=VALUE pairs, e.g. --labels team=nlp,owner=ana; got {pair!r}")
             if key in out and out[key] != value.strip():  # the last one won, without a word
                 raise UsageError(f"--labels gives {key} twice ({out[key]!r} and {value.strip()!r}): keep one")
@@ -414,6 +414,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     from ftcli_trainer.tasks import TASKS
 
     problems: list[str] = []
+    hints: list[str] = []  # what the errors gathered by `collect` say to do about them
     notes: list[str] = []
     image_uri = ""
     if trainer.get("task") in (None, BUNDLED_SAMPLE) and not trainer.get("train_file"):
@@ -425,7 +426,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
         try:
             return fn(*args, **kwargs)
         except UsageError as e:
-            problems.extend(e.problems or [e.message])
+            gather(e, problems, hints)
             return None
 
     settings = collect(resolve_settings, project=project, region=region, bucket=bucket,
@@ -496,7 +497,7 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     if validated and not problems:
         problems += _local_data_problems(validated[0], local_files, data_checks, say, searched)
     if problems:
-        raise_problems(problems, "options")
+        raise_problems(problems, "options", hints)
     assert settings and validated and hardware and timeout_s
     cfg, _ = validated
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ftcli import history, tune
-from ftcli.errors import UsageError
+from ftcli.errors import UsageError, gather
+from ftcli.settings import raise_problems
 from ftcli.submit import Submission
 from ftcli.values import JobName, Trial, TuningJob, TuningName
 
@@ -67,6 +68,7 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     from ftcli_trainer.model import model_problem
 
     problems = tune.count_problems(trials, parallel, trials_from, parallel_from)
+    hints: list[str] = []
     # (--model with a model search is the trial job's own model, checked and uploaded as `ftcli train`'s)
     fixed = {o.name: f"{o.flag} {trainer[o.name]}" for o in OPTIONS
              if o.name in tune.TUNABLE and o.name != "model" and trainer.get(o.name) is not None}
@@ -76,7 +78,7 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
     try:
         params = tune.parse_search(search, {o.name: o.type for o in OPTIONS})
     except UsageError as e:
-        problems += e.problems or [e.message]
+        gather(e, problems, hints)
     try:
         validate(trainer)
         base: set[str] = set()
@@ -112,13 +114,14 @@ def plan(*, trainer: dict[str, Any], search: list[str], metric: str | None, tria
                           look_up_model=not any(p.name == "model" for p in params),
                           searched={p.name for p in params}, **train)
     except UsageError as e:
-        raise UsageError(f"{len(problems) + len(e.problems or [e.message])} problems with the options:",
-                         problems=problems + (e.problems or [e.message])) if problems else e from None
+        if not problems:
+            raise
+        gather(e, problems, hints)  # the trial job's problems after the search's, with their hints
+        raise_problems(problems, "options", hints)
     if not problems:
         problems += _searched_hub_models(params, trainer, sub, checks)
     if problems:
-        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the options:",
-                         problems=problems if len(problems) > 1 else None)
+        raise_problems(problems, "options", hints)
     params = [_upload_local_models(p, sub) if p.name == "model" else p for p in params]
     # A trial that keeps its best evaluation's weights (--keep-best, --early-stopping) is judged by that evaluation,
     # when the study's metric is the one it keeps by: by its last (Vertex's default), the study ranked the trials by

@@ -84,8 +84,7 @@ def test_a_task_that_names_no_task_says_what_to_give(capsys, monkeypatch, tmp_pa
     cloud = ["--project", "my-project", "--bucket", "gs://my-bucket", "--dry-run"] if command != "local" else []
     r = run_cli(capsys, command, "--task", task, *cloud)
     assert r.code == 2 and not r.out and "Traceback" not in r.err
-    hint = ["hint: see --help for the trainer options"] if command == "local" else []
-    assert r.err.splitlines() == [f"error: {says}", *hint]
+    assert r.err.splitlines() == [f"error: {says}", "hint: see --help for the trainer options"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reviews.csv"]  # no run folder, no state
 
 
@@ -103,9 +102,41 @@ def test_a_closed_choice_given_wrong_says_what_was_meant(capsys, monkeypatch, tm
     cloud = ["--project", "my-project", "--bucket", "gs://my-bucket", "--dry-run"] if command != "local" else []
     r = run_cli(capsys, command, *args, *cloud)
     assert r.code == 2 and not r.out and "Traceback" not in r.err
-    hint = ["hint: see --help for the trainer options"] if command == "local" else []
-    assert r.err.splitlines() == [f"error: {says}", *hint]
+    assert r.err.splitlines() == [f"error: {says}", "hint: see --help for the trainer options"]
     assert list(tmp_path.iterdir()) == []  # no run folder, no state
+
+
+@pytest.mark.parametrize("command", ["train", "tune"])
+def test_a_pre_flight_problem_keeps_its_hint_alone_and_among_others(capsys, monkeypatch, tmp_path, command):
+    # The pre-flight gathers every problem to say them at once, and kept each error's message but not its hint: a
+    # config file that is not TOML said "hint: fix or delete FILE" under `ftcli jobs list` and nothing under
+    # `ftcli train`; a trainer option's "see --help for the trainer options" was said by `ftcli local` alone.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    config = tmp_path / "config.toml"
+    config.write_text("region = [\n")
+    monkeypatch.setenv("FTCLI_CONFIG", str(config))
+    cloud = ["--project", "my-project", "--bucket", "gs://my-bucket", "--dry-run"]
+    toml = f"{config} is not valid TOML (Invalid value (at end of document))"
+    r = run_cli(capsys, command, *cloud)
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [f"error: {toml}", f"hint: fix or delete {config}"]
+    # Among others, each hint is kept once, after the list, in the order of the problems.
+    r = run_cli(capsys, command, *cloud, "--epochs", "0", "--batch-size", "0", "--timeout", "90")
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [
+        "error: 4 problems with the options:", f"  - {toml}", "  - --epochs must be positive, got 0",
+        "  - --batch-size must be positive, got 0",
+        "  - --timeout needs a positive duration with a unit, like 30m, 6h or 2d (got '90')",
+        f"hint: fix or delete {config}; see --help for the trainer options"]
+    # Problems that bring no hint of their own read as before.
+    config.unlink()
+    r = run_cli(capsys, command, *cloud, "--timeout", "90", "--labels", "foo")
+    assert r.err.splitlines() == [
+        "error: 2 problems with the options:",
+        "  - --timeout needs a positive duration with a unit, like 30m, 6h or 2d (got '90')",
+        "  - --labels takes KEY=VALUE pairs, e.g. --labels team=nlp,owner=ana; got 'foo'"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no run folder, no state
 
 
 def test_task_is_listed_in_help_and_completed_by_the_shell():
@@ -1466,7 +1497,8 @@ def test_early_stopping_that_could_never_stop_is_refused_before_any_upload(capsy
     assert r.err.splitlines() == [
         "error: --early-stopping 1 stops after 1 evaluation in a row without improvement, but --epochs 2 with no "
         "--eval-every evaluates 2 times (at each epoch's end): it could never stop the run early; add --eval-every N "
-        "(optimizer steps), give --epochs 3 or more, or use --keep-best alone"]
+        "(optimizer steps), give --epochs 3 or more, or use --keep-best alone",
+        "hint: see --help for the trainer options"]  # (as `ftcli local` says it)
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 

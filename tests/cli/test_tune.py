@@ -247,13 +247,15 @@ def test_a_problem_of_the_options_themselves_is_said_once_not_again_for_a_search
     gcs, vertex = cloud_env
     r = run_cli(capsys, "tune", "--task", "csv")
     assert r.code == 2 and "Traceback" not in r.err
-    assert r.err.splitlines() == ["error: --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)"]
+    assert r.err.splitlines() == ["error: --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)",
+                                  "hint: see --help for the trainer options"]
     # a searched value's own problem is still named with it, once, beside the options' own
     r = run_cli(capsys, "tune", "--task", "csv", "--search", "batch_size=choice(0,16)")
     assert r.code == 2 and r.err.splitlines() == [
         "error: 2 problems with the options:",
         "  - --search batch_size reaches 0: --batch-size must be positive, got 0",
-        "  - --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)"]
+        "  - --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)",
+        "hint: see --help for the trainer options"]
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
@@ -264,7 +266,8 @@ def test_a_searched_max_length_beside_a_wrong_option_says_the_option_alone(capsy
     for search in ("max_length=int(64,128)", "model=choice(bert-base-uncased,distilbert-base-uncased)"):
         r = run_cli(capsys, "tune", "--task", "csv", "--search", search)
         assert r.code == 2 and r.err.splitlines() == [
-            "error: --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)"], r.err
+            "error: --task csv needs --train-file PATH (CSV or JSON Lines, local or gs://)",
+            "hint: see --help for the trainer options"], r.err
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
