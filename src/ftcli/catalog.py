@@ -311,8 +311,35 @@ def _split(text: str) -> tuple[str, str | None]:
     for name in (key, head if sep else None):
         if name in _NOT_OFFERED:
             raise UsageError(_NOT_OFFERED[name])
-    shown = text[:len(head)] if sep and head and _SHORT_COUNT.fullmatch(tail) else text
+    counted = bool(sep and head and _SHORT_COUNT.fullmatch(tail))
+    shown = text[:len(head)] if counted else text
+    if close := _near_gpus(shown):
+        count = f"x{tail}" if counted and tail.isdigit() else ""
+        raise UsageError(f"unknown GPU {shown!r}; did you mean {' or '.join(g + count for g in close)}?")
     raise UsageError(f"unknown GPU {shown!r}; {_choices()}")
+
+
+_MEMORY = re.compile(r"(\d+)GB$")
+
+
+def _near_gpus(value: str) -> list[str]:
+    """The GPUs an unknown --gpu name is a typo of (`A100-80`, `T5`, `tesla-t4`), by the one rule of "did you mean"
+    (spelling.near, as for --region and --machine-type): counted against each GPU's short name, aliases and Vertex
+    enum name, the enum name without its NVIDIA_ (NVIDIA_TESLA_) prefix too, and each of these without the memory's
+    trailing GB (A100-80 is A100-80GB, H100-80GB is NVIDIA_H100_80GB). A name that states a memory size other than
+    a GPU's is no typo of it: `A100_40GB` is one edit from A100-80GB, and "did you mean" would have sent someone
+    who asked for 40 GB to a GPU of twice the memory, and price."""
+    spellings: dict[str, str] = {}
+    for g in _GPUS:
+        names = [g.name, *g.aliases, g.enum, g.enum.removeprefix("NVIDIA_"), g.enum.removeprefix("NVIDIA_TESLA_")]
+        for name in names:
+            spellings.setdefault(name, g.name)
+            spellings.setdefault(_MEMORY.sub(r"\1", name), g.name)
+    given = _MEMORY.search(_key(value))
+    memory = {g.name: m.group(1) for g in _GPUS if (m := _MEMORY.search(g.enum))}
+    close = [g for g in dict.fromkeys(spellings[s] for s in near(value, spellings, n=len(spellings)))
+             if given is None or memory.get(g) == given.group(1)]
+    return close if len(close) <= 3 else []  # (as spelling.near: more, equally near, say nothing of which was meant)
 
 
 def implied_count(spec: str, hw: Hardware) -> str | None:

@@ -139,6 +139,47 @@ def test_a_pre_flight_problem_keeps_its_hint_alone_and_among_others(capsys, monk
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no run folder, no state
 
 
+GPU_CHOICES = ("choose one of T4, P4, L4, P100, V100, A100, A100-80GB, RTX-PRO-6000, H100, H100-MEGA, H200, B200, or "
+               "none (add xN for N GPUs, e.g. L4x2)")
+
+
+@pytest.mark.parametrize("gpu,says", [
+    # A name a few keystrokes from one --gpu takes, by spelling.near's rule (the --region and --machine-type one),
+    # counted against the short names, Vertex's enum names and those without NVIDIA_ (and with the memory's GB left
+    # off: A100-80 is A100-80GB, as H100-80GB is NVIDIA_H100_80GB); a count after it is kept.
+    ("A100-80", "unknown GPU 'A100-80'; did you mean A100-80GB?"),
+    ("A100-80x2", "unknown GPU 'A100-80'; did you mean A100-80GBx2?"),
+    ("A100-80G", "unknown GPU 'A100-80G'; did you mean A100-80GB?"),
+    ("H100-80GB", "unknown GPU 'H100-80GB'; did you mean H100?"),
+    ("tesla-t4", "unknown GPU 'tesla-t4'; did you mean T4?"),
+    ("T5", "unknown GPU 'T5'; did you mean T4?"),
+    ("H20", "unknown GPU 'H20'; did you mean H200?"),
+    ("T4 x2", "unknown GPU 'T4 '; did you mean T4x2?"),
+    # A memory size other than the one a GPU has is no typo of it: the 40 GB A100 is not the A100-80GB.
+    ("A100_40GB", f"unknown GPU 'A100_40GB'; {GPU_CHOICES}"),
+    # Four as near as each other (A100, P100, H100, B200) say nothing of which was meant: the list.
+    ("B100", f"unknown GPU 'B100'; {GPU_CHOICES}"),
+    ("rtx4090", f"unknown GPU 'rtx4090'; {GPU_CHOICES}"),
+])
+def test_a_gpu_name_near_one_ftcli_takes_says_which(capsys, monkeypatch, tmp_path, gpu, says):
+    # An unknown --gpu was answered with the list of every GPU, whatever was typed: `A100-80` (for A100-80GB) did
+    # not say which.
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "train", "--gpu", gpu, "--project", "my-project", "--bucket", "gs://my-bucket", "--dry-run")
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [f"error: {says}"]
+
+
+@pytest.mark.parametrize("gpu,resolved", [("l4 ", "NVIDIA_L4"), ("nvidia-tesla-t4", "NVIDIA_TESLA_T4"),
+                                          ("h100x8", "NVIDIA_H100_80GB")])
+def test_a_gpu_name_in_another_case_or_spelling_ftcli_takes_is_taken(capsys, monkeypatch, tmp_path, gpu, resolved):
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    r = run_cli(capsys, "train", "--gpu", gpu, "--spot", "--project", "my-project", "--bucket", "gs://my-bucket",
+                "--dry-run")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == resolved
+
+
 def test_task_is_listed_in_help_and_completed_by_the_shell():
     from typer.testing import CliRunner
 
