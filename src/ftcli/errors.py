@@ -60,7 +60,12 @@ class NoCapacity(FtcliError):
 
 
 class NotFound(FtcliError):
-    """The resource does not exist (NOT_FOUND)."""
+    """The resource does not exist (NOT_FOUND). `of_project`: the project itself is what is missing (its hint says
+    so, and no caller's hint about the resource replaces it)."""
+
+    def __init__(self, message: str, hint: str | None = None, *, of_project: bool = False):
+        super().__init__(message, hint=hint)
+        self.of_project = of_project
 
 
 class Conflict(FtcliError):

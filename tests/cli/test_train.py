@@ -399,6 +399,37 @@ def test_vertex_errors_are_one_clear_line(capsys, cloud_env, code, needle, hint)
     assert not vertex.jobs
 
 
+WHERE = ("the project (test-project) and region (us-central1) it went to: `ftcli config list` shows where each "
+         "comes from")
+
+
+@pytest.mark.parametrize("code,said,hint", [
+    # Each said as "Vertex AI error: KIND: ..." (or with no hint at all) before: what to do was left to the user.
+    ("NOT_FOUND", "the CustomJob not found: probe", f"check what it names, and {WHERE}"),
+    ("FAILED_PRECONDITION", "Vertex AI refused: probe",
+     "Vertex AI needs what it names changed first: the same request, sent again as it is, fails the same way"),
+    ("ABORTED", "Vertex AI error: Aborted: probe", "it met another change made at the same moment: run the command "
+     "again"),
+    ("ALREADY_EXISTS", "Vertex AI error: AlreadyExists: probe", "it exists already (an earlier or another request "
+     "made it): check what is there before running the command again"),
+    ("CANCELLED", "Vertex AI error: Cancelled: probe", "the call was cancelled before it ended: run the command again"),
+    ("UNIMPLEMENTED", "Vertex AI error: MethodNotImplemented: probe",
+     "Vertex AI at {endpoint} (from FTCLI_VERTEX_ENDPOINT) does not offer this call: check that endpoint and --region"),
+    ("DATA_LOSS", "Vertex AI failed on Google's side (DATA_LOSS): probe",
+     "nothing in your request caused it: try again in a few minutes; https://status.cloud.google.com lists Google "
+     "Cloud incidents"),
+])
+def test_every_vertex_error_says_what_to_do(capsys, cloud_env, code, said, hint):
+    # The gateways' one translation gave these no hint (NOT_FOUND had one only when the message named the project):
+    # a line of Google's words with nothing to do about them.
+    gcs, vertex = cloud_env
+    vertex.fail_next("CreateCustomJob", getattr(grpc.StatusCode, code), message="probe")
+    r = run_cli(capsys, *BASE, "--task", "imdb")
+    assert r.code == 1 and not r.out
+    assert r.err.splitlines()[-2:] == [f"error: {said}", f"hint: {hint.format(endpoint=vertex.endpoint[7:])}"]
+    assert not vertex.jobs
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--gpu", "T4x3"], "T4 comes in counts 1, 2, 4"),
     (["--gpu", "L4", "--machine-type", "n1-standard-8"], "g2-standard"),

@@ -28,6 +28,20 @@ def test_failed_precondition_and_invalid_argument_keep_their_kind():
     assert isinstance(rejected, Rejected) and rejected.detail == 'Machine type "x" is not supported'
 
 
+def test_cloud_storages_http_401_and_504_are_said_as_their_grpc_kin(monkeypatch):
+    # api_core raises Unauthorized and GatewayTimeout for an HTTP 401 and 504, the parents of Unauthenticated and
+    # DeadlineExceeded (which gRPC's codes give): they were said as "Cloud Storage error: Unauthorized: ..." with no
+    # hint.
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    e = translate(gexc.Unauthorized("GET https://storage.googleapis.com/...: Invalid Credentials"), service="storage")
+    assert (e.message, e.hint) == ("not authenticated to Cloud Storage: GET https://storage.googleapis.com/...: "
+                                   "Invalid Credentials", "run `gcloud auth application-default login`")
+    e = translate(gexc.GatewayTimeout("GET https://storage.googleapis.com/...: timed out"), service="storage")
+    assert (e.message, e.hint) == ("Cloud Storage did not answer after several retries: GET "
+                                   "https://storage.googleapis.com/...: timed out",
+                                   "check your network and try again; nothing was left half-done")
+
+
 def test_unreachable_names_the_endpoint_and_its_variable(monkeypatch):
     monkeypatch.setenv("FTCLI_VERTEX_ENDPOINT", "vertex.example:443")
     e = translate(gexc.ServiceUnavailable("connection refused"), service="vertex", endpoint="vertex.example:443",

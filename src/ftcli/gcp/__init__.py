@@ -351,7 +351,7 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         return FtcliError(f"permission denied on {target}: {message}",
                           hint=f"grant {ROLES.get(service, 'the right role')} to your account (or the service "
                                f"account) on project {project or '?'}")
-    if isinstance(e, gexc.Unauthenticated):
+    if isinstance(e, gexc.Unauthorized):  # (Unauthenticated over gRPC; Cloud Storage's HTTP 401 is its parent)
         return FtcliError(f"not authenticated to {name}: {message}", hint=relogin())
     if rate_limited(e):
         metric = quota_metric(e)
@@ -368,18 +368,44 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         of_project = bool(project) and re.search(
             rf"\bproject\s+['\"]?{re.escape(project or '')}['\"]?\s.*\b(?:not found|does not exist|deleted)\b", message,
             re.IGNORECASE) is not None
-        return NotFound(f"{target} not found: {message}", hint=(
-            f"check the project: {project} comes from `ftcli config list` (or pass --project)" if of_project else None))
-    if isinstance(e, gexc.FailedPrecondition):
-        return Conflict(f"{name} refused: {message}")
+        where = f"the project ({project or '?'})" + (f" and region ({region})" if region else "")
+        return NotFound(f"{target} not found: {message}", of_project=of_project, hint=(
+            f"check the project: {project} comes from `ftcli config list` (or pass --project)" if of_project else
+            f"check what it names, and {where} it went to: `ftcli config list` shows where each comes from"))
+    # What each of the codes below asks of the caller is google.rpc.Code's ("Use FAILED_PRECONDITION if the client
+    # should not retry until the system state has been explicitly fixed", "ABORTED if the client should retry at a
+    # higher level", "CANCELLED: The operation was cancelled, typically by the caller", "UNIMPLEMENTED: The operation
+    # is not implemented or is not supported/enabled in this service", "DATA_LOSS: Unrecoverable data loss or
+    # corruption": https://github.com/googleapis/googleapis/blob/master/google/rpc/code.proto and gRPC's
+    # doc/statuscodes.md, read 2026-11-29). They were said as "NAME error: KIND: ..." with nothing to do about them.
+    if isinstance(e, (gexc.FailedPrecondition, gexc.PreconditionFailed)):
+        return Conflict(f"{name} refused: {message}",
+                        hint=f"{name} needs what it names changed first: the same request, sent again as it is, fails "
+                             "the same way")
+    if isinstance(e, gexc.AlreadyExists):
+        return FtcliError(f"{name} error: {type(e).__name__}: {message}",
+                          hint="it exists already (an earlier or another request made it): check what is there before "
+                               "running the command again")
+    if isinstance(e, gexc.Conflict):  # ABORTED over gRPC, a 409 over HTTP
+        return FtcliError(f"{name} error: {type(e).__name__}: {message}",
+                          hint="it met another change made at the same moment: run the command again")
+    if isinstance(e, gexc.Cancelled):
+        return FtcliError(f"{name} error: {type(e).__name__}: {message}",
+                          hint="the call was cancelled before it ended: run the command again")
+    if isinstance(e, gexc.MethodNotImplemented):
+        at = f" at {endpoint}{endpoint_origin(endpoint_var) if endpoint_var else ''}" if endpoint else ""
+        return FtcliError(f"{name} error: {type(e).__name__}: {message}",
+                          hint=f"{name}{at} does not offer this call: check that endpoint"
+                               + (" and --region" if region else ""))
     if isinstance(e, (gexc.InvalidArgument, gexc.BadRequest)):
         return Rejected(f"{name} rejected the request: {message}", detail=message,
                         hint="run with --dry-run to see the exact spec ftcli sends")
-    if isinstance(e, (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.RetryError)):
+    # (GatewayTimeout and BadGateway: an HTTP 504 or 502, which DeadlineExceeded and ServiceUnavailable are not)
+    if isinstance(e, (gexc.ServiceUnavailable, gexc.GatewayTimeout, gexc.BadGateway, gexc.RetryError)):
         at = f" at {endpoint}{endpoint_origin(endpoint_var) if endpoint_var else ''}" if endpoint else ""
         return FtcliError(f"{name}{at} did not answer after several retries: {message}",
                           hint="check your network and try again; nothing was left half-done")
-    if isinstance(e, (gexc.InternalServerError, gexc.Unknown)):
+    if isinstance(e, (gexc.InternalServerError, gexc.Unknown, gexc.DataLoss)):
         # A failure inside the service, not in the request. Not retried automatically: AIP-194 ("Automatic retry
         # configuration", https://google.aip.dev/194, read 2026-11-27) lists UNAVAILABLE alone as the code to retry.
         # It was said as "Vertex AI error: InternalServerError: ..." with nothing to do about it.
@@ -388,7 +414,7 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         return FtcliError(f"{name} failed on Google's side ({kind}): {message}",
                           hint="nothing in your request caused it: try again in a few minutes; "
                                "https://status.cloud.google.com lists Google Cloud incidents")
-    return FtcliError(f"{name} error: {type(e).__name__}: {message}")
+    return FtcliError(f"{name} error: {type(e).__name__}: {message}", hint="FTCLI_DEBUG=1 shows where it happened")
 
 
 @contextmanager

@@ -165,9 +165,10 @@ class VertexGateway:
         try:
             return self._call(what, method, fn)
         except NotFound as e:
-            e.hint = e.hint or (f"it was looked for in project {self.project}, region {self.region}: check the id, "
-                                f"--project and --region (`ftcli jobs list --all --project {self.project} --region "
-                                f"{self.region}` lists the jobs there)")
+            if not e.of_project:
+                e.hint = (f"it was looked for in project {self.project}, region {self.region}: check the id, "
+                          f"--project and --region (`ftcli jobs list --all --project {self.project} --region "
+                          f"{self.region}` lists the jobs there)")
             raise
 
     def _create_once(self, what: str, method: str, create: Callable[[], T], find: Callable[[], T | None]) -> T:
