@@ -194,6 +194,35 @@ def test_ctrl_c_while_following_a_tuning_job_names_it_as_the_submission_does(clo
     assert vertex.tuning_jobs[name].state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back
 
 
+@pytest.mark.parametrize(("held", "at", "printing"), [
+    # the summary after the end: its cost (held where it begins), the study's state, the failed trial's hint
+    ("ftcli.cli.cost:say_spent", 1, "its summary was still being printed"),
+    # the last read of the study, which found it ended: its state line (the 2nd; the 1st is RUNNING's)
+    ("ftcli.cli.watch:tuning_waiting_for", 2, "its last changes were still being printed")], ids=["summary", "end"])
+def test_a_signal_once_a_followed_tuning_job_has_ended_says_it_ended(cloud_env, tmp_path, held, at, printing):
+    # `ftcli tune` following its study, which FAILED (a trial INFEASIBLE); SIGTERM while the end was printed: the
+    # summary was printed outside the follower's signal handling, and ftcli said the app's bare "interrupted"; during
+    # the last read's lines it said "tuning job #1 ... keeps running ... cancel it" of a study that had ended. It says
+    # the state the study ended in, what was being printed, and where to see it again.
+    from tests.cli.helpers import signal_when_held
+    from tests.emulators.vertex import add_trial
+
+    gcs, vertex = cloud_env
+    lr = {"learning_rate": 3e-05}
+    vertex.next_tuning_scripts = [["RUNNING", add_trial("1", "ACTIVE", lr),
+                                   add_trial("1", "INFEASIBLE", lr, reason="The replica workerpool0-0 exited with a "
+                                             "non-zero status of 1."), "FAILED"]]
+    code, out, err = signal_when_held(held, at, ["tune", "--task", "imdb", "--gpu", "T4", "--trials", "1"],
+                                      signal.SIGTERM, tmp_path / "held", tmp_path,
+                                      {**os.environ, "FTCLI_LOGS_INTERVAL": "0.01"})
+    (name,) = vertex.tuning_jobs
+    assert vertex.tuning_jobs[name].state.name == "JOB_STATE_FAILED"
+    assert code == 143, err
+    assert "trial 1 INFEASIBLE" in out and "Traceback" not in err and "keeps running" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted; tuning job 1 has ended: FAILED ({printing}). Its trials: ftcli jobs describe 1"), err
+
+
 @pytest.mark.parametrize(("command", "sig", "status"), [
     ("train", signal.SIGINT, 130), ("tune", signal.SIGTERM, 143)])
 def test_json_of_an_interrupted_submission_still_names_the_job_it_created(cloud_env, tmp_path, command, sig, status):

@@ -134,12 +134,17 @@ def _follow(name: TuningName, n: int) -> int:
     from ftcli.cli.train import _say_job_keeps_running
     from ftcli.cli.watch import project_id, stop_signals_interrupt, timing_from_env, tuning_waiting_for
     from ftcli.errors import FollowingLost
-    from ftcli.follow import EXIT_FOR_STATE, error_parts, said_error
-    from ftcli.output import err, note, out, warn
+    from ftcli.follow import error_parts
+    from ftcli.output import err, note, out, say_last, warn
 
     o = out()
+    # What was being printed when the study was read ended, and the state it ended in: an interruption from then on
+    # is of a study that has ended (it said "keeps running" and how to cancel it, or the app's bare "interrupted").
+    ended: list[tuple[str, str]] = []
 
     def on_update(job: TuningJob, changed: list[Trial]) -> None:
+        if job.final:
+            ended[:] = [(job.state, "its last changes were still being printed")]
         for t in changed:
             value = f"{job.metric} {t.value:.4f}" if t.value is not None else ""
             # why an INFEASIBLE trial stopped (its first line: a replica's error goes on with its stderr's end)
@@ -159,15 +164,31 @@ def _follow(name: TuningName, n: int) -> int:
             job = tuning.follow(lambda: tuning.get(name, note), on_update, interval=timing_from_env().state_interval,
                                 on_unreadable=lambda e: warn(f"cannot read tuning job {n}'s state now ({e.message}); "
                                                              "still following it, and trying again", e.hint))
+            # The summary is printed while the signals are still this function's, as watch() prints a job's: printed
+            # after them, a SIGTERM there (behind a reader that stopped reading) said the app's bare "interrupted".
+            ended[:] = [(job.state, "its summary was still being printed")]
+            return _summary(job, n)
     except KeyboardInterrupt:
-        _say_job_keeps_running(name, n)  # as train and tune say it during the submission
+        if ended:
+            state, printing = ended[0]
+            say_last(f"\ninterrupted; tuning job {n} has ended: {state} ({printing}). Its trials: ftcli jobs "
+                     f"describe {n}")
+        else:
+            _say_job_keeps_running(name, n)  # as train and tune say it during the submission
         return 128 + got[0] if got else 130
     except FollowingLost as e:
         e.then(f"its trials: ftcli jobs describe {n}   cancel it: ftcli jobs cancel {n}")
         raise
+
+
+def _summary(job: TuningJob, n: int) -> int:
+    """What an ended study cost, its best trial or why it failed; the exit status it ends `ftcli tune` with."""
     from ftcli import prices
     from ftcli.cli.cost import say_spent
+    from ftcli.follow import EXIT_FOR_STATE, said_error
+    from ftcli.output import err, out
 
+    o = out()
     say_spent(lambda: prices.tuning_cost(job), "trials ran {ran} in all: {amount} at your {region} rates "
               "(on-demand; {per_hour} an hour a trial{billed})")
     best = job.best
