@@ -555,6 +555,23 @@ def test_a_signal_while_an_ended_jobs_summary_is_printed_says_it_ended(logs_env,
         "the job: ftcli jobs describe 1"), err
 
 
+def test_a_signal_before_the_followed_jobs_state_was_read_says_it_is_not_known(logs_env, tmp_path):
+    # SIGTERM while `ftcli logs 1` read the job's state for the first time (its first GetCustomJob held): it said
+    # "detached; the job keeps running. Re-attach: ftcli logs 1", of a job it had not read, which may have ended
+    # long before. It says that the state was still being read, and how to follow it, see its state and cancel it.
+    from tests.cli.helpers import signal_when_held
+
+    vertex, logs, job = logs_env
+    vertex.set_state(job["name"], "SUCCEEDED")
+    code, printed, err = signal_when_held("ftcli.gcp.vertex:VertexGateway.get", 1, ["logs", "1"], signal.SIGTERM,
+                                          tmp_path / "held", tmp_path)
+    assert code == 143 and printed == "", (code, printed, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "interrupted; job 1's state was still being read (whether it runs on is not known here). Follow it: "
+        "ftcli logs 1   its state: ftcli jobs describe 1   cancel: ftcli jobs cancel 1"), err
+    assert "keeps running" not in err and "detached" not in err
+
+
 def _fill_then_signal(logs, job, json_out: bool, sig: int) -> tuple[subprocess.Popen, int]:
     """`ftcli logs 1` writing into a pipe nobody reads, until the pipe is full and ftcli waits in a write, then sent
     `sig`: (the child, the pipe's read end). Python's own buffering, as a user's shell runs it: with

@@ -194,6 +194,21 @@ def test_ctrl_c_while_following_a_tuning_job_names_it_as_the_submission_does(clo
     assert vertex.tuning_jobs[name].state.name == "JOB_STATE_PENDING"  # nothing cancelled behind the user's back
 
 
+def test_a_signal_before_the_followed_jobs_state_was_read_says_it_is_not_known(cloud_env, cloud_logging, tmp_path):
+    # `ftcli train` following the job it created; SIGTERM while the follower read the job's state for the first time
+    # (held there): it said "detached; the job keeps running", of a job it had not yet read. It says what it knows.
+    from tests.cli.helpers import signal_when_held
+
+    env = {**os.environ, "FTCLI_LOGGING_ENDPOINT": cloud_logging.endpoint, "FTCLI_LOGS_INTERVAL": "0.1"}
+    code, out, err = signal_when_held("ftcli.follow:follow_job", 1, ["train", "--task", "imdb", "--gpu", "T4"],
+                                      signal.SIGTERM, tmp_path / "held", tmp_path, env)
+    assert code == 143, err
+    assert "next: ftcli logs 1" in out and "Traceback" not in err and "keeps running" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "interrupted; job 1's state was still being read (whether it runs on is not known here). Follow it: "
+        "ftcli logs 1   its state: ftcli jobs describe 1   cancel: ftcli jobs cancel 1"), err
+
+
 @pytest.mark.parametrize(("held", "at", "printing"), [
     # the summary after the end: its cost (held where it begins), the study's state, the failed trial's hint
     ("ftcli.cli.cost:say_spent", 1, "its summary was still being printed"),

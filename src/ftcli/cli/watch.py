@@ -157,7 +157,8 @@ class FollowView(Events):
         to run said otherwise of a job that had SUCCEEDED (or FAILED). With --no-follow nothing was attached to: the
         lines of a job read in some state were being printed, said with that state ("detached ... Re-attach: ftcli
         logs N" was said of a RUNNING job's snapshot, as if the user had been following it and `ftcli logs N` would
-        give them back the same thing)."""
+        give them back the same thing). Before the job's state was first read, what is known is said: not that it
+        keeps running."""
         from ftcli.output import say_last
 
         self.wait.stop()
@@ -171,6 +172,14 @@ class FollowView(Events):
                     if self.read_in is not None else f"job {n}'s state was still being read")
             say_last(f"\ninterrupted; {read}. Its lines: ftcli logs {n} --no-follow   follow it: ftcli logs {n}   "
                      f"cancel: ftcli jobs cancel {n}", to=self.err)
+            return
+        if self.read_in is None:
+            # (interrupted in the follower's first read of the job: nothing was attached yet, and a job it never read
+            # may have ended long before; "detached; the job keeps running" said more than was known)
+            n = self.shown
+            say_last(f"\ninterrupted; job {n}'s state was still being read (whether it runs on is not known here). "
+                     f"Follow it: ftcli logs {n}   its state: ftcli jobs describe {n}   cancel: ftcli jobs cancel {n}",
+                     to=self.err)
             return
         if self.ended_in is not None:
             say_last(f"\ndetached; job {self.shown} has ended: {self.ended_in} (its last lines were still coming in). "
