@@ -1079,11 +1079,27 @@ def _load_files(cfg: TrainConfig, task: Task, train_path: str, eval_paths: dict[
     return train, evals, names
 
 
-def _load_hub(cfg: TrainConfig, task: Task) -> tuple[Examples, dict[str, Examples], list[str]]:
+def _datasets_bars(on: bool) -> None:
+    """datasets' progress bars ("Generating train split", its downloads) by the rule of the trainer's own step bar:
+    on a terminal, from the main process. They were drawn on any stderr, and a job's log (Vertex takes the trainer's
+    stderr) or `ftcli local 2>run.log` got their every redraw. datasets.utils.logging.enable_progress_bar and
+    disable_progress_bar switch them (Hugging Face's datasets docs, "Utilities", read 2026-11-29); a
+    HF_DATASETS_DISABLE_PROGRESS_BARS the user set decides instead: "Environment variable
+    `HF_DATASETS_DISABLE_PROGRESS_BARS` has the priority", and the other call only warns (datasets.utils.tqdm,
+    datasets 5.2.0, read 2026-11-29)."""
+    from datasets import config
+    from datasets.utils import logging as datasets_logging
+
+    if config.HF_DATASETS_DISABLE_PROGRESS_BARS is None:
+        (datasets_logging.enable_progress_bar if on else datasets_logging.disable_progress_bar)()
+
+
+def _load_hub(cfg: TrainConfig, task: Task, bars: bool = False) -> tuple[Examples, dict[str, Examples], list[str]]:
     try:
         from datasets import load_dataset  # imported here: only Hub tasks need it
     except ImportError:  # pragma: no cover - datasets is a trainer dependency
         raise DataError("the `datasets` package is missing; pip install datasets") from None
+    _datasets_bars(bars)
     config_name = cfg.dataset_config or task.hf_config
     splits = [task.train_split, *task.eval_splits.values()]
     loaded = {}
@@ -1196,7 +1212,9 @@ def _subset_idx(ex: Examples, k: int, cfg: TrainConfig) -> np.ndarray:
     return np.sort(perm[_first_of_each_label(labels, counts, keep)])
 
 
-def load_task_data(cfg: TrainConfig) -> TaskData:
+def load_task_data(cfg: TrainConfig, *, bars: bool = False) -> TaskData:
+    """The task's data as the run trains on it. `bars`: whether a Hub dataset's loading may draw progress bars (on a
+    terminal, from the main process)."""
     task = TASKS[cfg.task]
     fmt = "jsonl" if task.name == "jsonl" else ("csv" if task.name == "csv" else None)
     if cfg.train_file:
@@ -1210,7 +1228,7 @@ def load_task_data(cfg: TrainConfig) -> TaskData:
             cfg, task, str(bundled_sample_file("sst2_train.csv.gz")),
             {"validation": str(bundled_sample_file("sst2_validation.csv.gz"))}, "csv")
     else:
-        train, evals, names = _load_hub(cfg, task)
+        train, evals, names = _load_hub(cfg, task, bars)
     hub_rows = None if cfg.train_file or task.name == BUNDLED_SAMPLE else rows_digest({"train": train, **evals})
 
     if not evals:

@@ -224,7 +224,8 @@ def run(cfg: TrainConfig) -> dict:
         for line in dead:
             log.warning("%s", line)
     set_seed(cfg.seed)
-    data = load_task_data(cfg)
+    # (progress bars by the rule of the loop's own: on a terminal, from the main process)
+    data = load_task_data(cfg, bars=sys.stderr.isatty() and dist.is_main)
     if dist.is_main:  # (whether --max-train-samples or --fraction-of-train-data keeps every row: a resume's claim)
         checkpoint.record_train_rows(paths.checkpoint_dir, fingerprint, data.rows_before_subset, data.hub_rows)
     if not os.environ.get("CLOUD_ML_JOB_ID"):

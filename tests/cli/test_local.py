@@ -50,6 +50,31 @@ def test_local_run_uses_vertex_layout(tmp_path, tiny_model, sentiment_csv):
     assert "ftcli trainer" in r.stdout and "examples    train 240" in r.stdout
 
 
+def test_a_hub_datasets_progress_bars_stay_off_a_stderr_that_is_not_a_terminal(tmp_path, tiny_model):
+    # `ftcli local --task imdb 2>run.log` (and every job's log, which Vertex takes from the trainer's stderr):
+    # datasets' "Generating train split: 100%|...| 40/40 [00:00<00:00, ...]" bars were written there, one redraw
+    # after another, though the trainer's own step bar (and transformers') stays off a stderr that is no terminal
+    # (DESIGN.md: progress bars only on a terminal). A dataset folder in the working directory, named as the task's
+    # Hub dataset, is what datasets.load_dataset reads for that name (a local folder comes before the Hub).
+    from tests.conftest import sentiment_rows, write_csv
+
+    hub = tmp_path / "stanfordnlp" / "imdb"
+    hub.mkdir(parents=True)
+    for split, n in (("train", 40), ("test", 12)):
+        write_csv(hub / f"{split}.csv", ["text", "label"],
+                  [(t, int(label == "positive")) for t, label in sentiment_rows(n, seed=n)])
+    log = tmp_path / "run.log"
+    with log.open("w") as err:
+        r = subprocess.run([*FTCLI, "local", "--task", "imdb", "--model", str(tiny_model), "--epochs", "1",
+                            "--max-length", "32", "--offline"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=err,
+                           text=True, timeout=600,
+                           env={**os.environ, "COLUMNS": "200", "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")})
+    said = log.read_text()
+    assert r.returncode == 0, said + r.stdout
+    assert "examples    train 40" in r.stdout  # (the rows came from that folder, through load_dataset)
+    assert "Generating" not in said and "%|" not in said and "\r" not in said, said
+
+
 def test_trainer_failure_is_reported_with_exit_code(tmp_path, tiny_model):
     bad = tmp_path / "bad.csv"
     bad.write_text("sentence,label\nx,1\n")

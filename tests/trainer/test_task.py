@@ -635,7 +635,7 @@ def test_a_resume_on_a_hub_dataset_that_changed_since_is_refused(tmp_path, tiny_
     model = {p.name: p.read_bytes() for p in (out / "model").iterdir()}
     assert main(argv) == TrainerError.exit_code
     captured = capsys.readouterr()
-    assert captured.err.strip().splitlines()[-1] == (  # (after datasets' "Generating train split" bars)
+    assert captured.err.strip().splitlines()[-1] == (
         f"error: {out / 'checkpoints'} holds checkpoints of a run on other rows of the Hub dataset {hub} (it changed "
         "on the Hub since that run started): resuming them would mix two datasets; start fresh with a new "
         "--output-dir, or move that folder away")
