@@ -411,6 +411,26 @@ def test_retries_say_what_is_retried(capsys, cloud_env):
     assert r.err.count("Vertex AI did not answer GetCustomJob (503 ServiceUnavailable); retrying") == 2
 
 
+@pytest.mark.parametrize("args", [("jobs", "list"), ("jobs", "describe", "1")])
+def test_a_used_up_request_quota_on_a_read_says_to_wait_not_to_pick_another_gpu(capsys, cloud_env, args):
+    # RESOURCE_EXHAUSTED on a read (ListCustomJobs, GetCustomJob) was said as a create's: "request more of ... or
+    # pick another --gpu or --region", options these commands do not have and that change nothing about requests.
+    gcs, vertex = cloud_env
+    submit(capsys, "--task", "imdb", "--gpu", "T4")
+    metric = "aiplatform.googleapis.com/resource_management_requests"
+    method = "ListCustomJobs" if args[1] == "list" else "GetCustomJob"
+    vertex.fail_next(method, grpc.StatusCode.RESOURCE_EXHAUSTED, message="Quota exceeded for quota metric "
+                     "'Resource management (CRUD) requests' and limit 'per minute per region'",
+                     quota_failure=[{"subject": "project:123456789012", "quota_metric": metric}])
+    r = run_cli(capsys, *args)
+    assert r.code == 1
+    assert r.err.splitlines() == [
+        f"error: quota exceeded ({metric}): Quota exceeded for quota metric 'Resource management (CRUD) requests' "
+        "and limit 'per minute per region'",
+        f"hint: wait a minute and try again: a quota on requests frees up within its minute; if it goes on, {metric} "
+        "in us-central1 and its use are at https://console.cloud.google.com/iam-admin/quotas?project=test-project"]
+
+
 def test_an_env_variable_error_names_the_variable(capsys, cloud_env, monkeypatch):
     monkeypatch.setenv("FTCLI_REGION", "us-centrall1")
     r = run_cli(capsys, "jobs", "list")

@@ -320,11 +320,13 @@ class CallContext(TypedDict, total=False):
     region: str | None
     endpoint: str | None
     endpoint_var: str | None
+    creates_job: bool
 
 
 def translate(e: Exception, *, service: str, project: str | None = None, what: str = "", region: str | None = None,
-              endpoint: str | None = None, endpoint_var: str | None = None) -> FtcliError:
-    """Turn a google.api_core or google.auth exception into an FtcliError that names the fix."""
+              endpoint: str | None = None, endpoint_var: str | None = None, creates_job: bool = False) -> FtcliError:
+    """Turn a google.api_core or google.auth exception into an FtcliError that names the fix. `creates_job`: the
+    call creates a job (a CustomJob, a HyperparameterTuningJob), the one call whose used-up quota is its machines'."""
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as aexc
 
@@ -361,8 +363,18 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
         metric = quota_metric(e)
         page = f"https://console.cloud.google.com/iam-admin/quotas?project={project}" if project else "the Quotas page"
         of = f"{metric}{f' in {region}' if region else ''}" if metric else "it"
-        return NoCapacity(f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
-                          hint=f"request more of {of} at {page}, or pick another --gpu or --region")
+        if creates_job:
+            return NoCapacity(f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
+                              hint=f"request more of {of} at {page}, or pick another --gpu or --region")
+        # Any other call (reading jobs or logs, cancelling) uses no machines: another --gpu or --region was no fix
+        # (`ftcli jobs list` has neither), and NoCapacity would have made `ftcli train` try its next GPU. What such a
+        # call spends is requests, counted by the minute ("The following quotas apply to Vertex AI requests for a given
+        # project and supported region": "Resource management (CRUD) requests", 600 requests per minute, "Vertex AI
+        # quotas and limits", https://docs.cloud.google.com/vertex-ai/docs/quotas, read 2026-11-29), so it frees up as
+        # the minute passes.
+        return FtcliError(f"quota exceeded{f' ({metric})' if metric else ''}: {message}",
+                          hint=f"wait a minute and try again: a quota on requests frees up within its minute; if it "
+                               f"goes on, {of} and its use are at {page}")
     if isinstance(e, gexc.NotFound):
         # The project itself (a mistyped --project): nothing about the job would fix it.
         of_project = bool(project) and re.search(

@@ -150,12 +150,12 @@ class VertexGateway:
             self.endpoint = os.environ.get(ENDPOINT_VAR) or f"{region}-aiplatform.googleapis.com"
             self.client = JobServiceClient(client_options={"api_endpoint": self.endpoint}, credentials=credentials())
 
-    def _call(self, what: str, method: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, method: str, fn: Callable[[], T], *, creates_job: bool = False) -> T:
         """Run `fn` with retries on UNAVAILABLE / DEADLINE_EXCEEDED and a per-minute rate limit (each one reported),
-        errors translated."""
+        errors translated (`creates_job`: a used-up quota is the machines', see `translate`)."""
         retry = call_retry("vertex", method, self.notify)
         with guard(service="vertex", project=self.project, what=what, region=self.region, endpoint=self.endpoint,
-                   endpoint_var=ENDPOINT_VAR):
+                   endpoint_var=ENDPOINT_VAR, creates_job=creates_job):
             return retry(fn)()
 
     def _named_call(self, what: str, method: str, fn: Callable[[], T]) -> T:
@@ -185,7 +185,7 @@ class VertexGateway:
                     return found
             return create()
 
-        return self._call(what, method, once)
+        return self._call(what, method, once, creates_job=True)
 
     def _mine(self, submission_id: str) -> dict:
         return {"parent": self.parent, "filter": f'labels.{SUBMISSION_LABEL}="{submission_id}"'}
