@@ -895,6 +895,34 @@ def test_logging_api_disabled_says_enable_it_not_grant_a_role(capsys, logs_env):
         "hint: enable it: gcloud services enable logging.googleapis.com --project test-project"]
 
 
+@pytest.mark.parametrize(("code", "said"), [
+    ("ABORTED", ["error: Cloud Logging error: Aborted: msg",
+                 "hint: it met another change made at the same moment: run the command again"]),
+    ("NOT_FOUND", ["error: project test-project not found: msg",
+                   "hint: check what it names, and the project (test-project) it went to: `ftcli config list` shows "
+                   "where each comes from"]),
+    ("FAILED_PRECONDITION", ["error: Cloud Logging refused: msg",
+                             "hint: Cloud Logging needs what it names changed first: the same request, sent again as "
+                             "it is, fails the same way"]),
+    ("DATA_LOSS", ["error: Cloud Logging failed on Google's side (DATA_LOSS): msg",
+                   "hint: nothing in your request caused it: try again in a few minutes; "
+                   "https://status.cloud.google.com lists Google Cloud incidents"]),
+    ("INVALID_ARGUMENT", ["error: Cloud Logging rejected the request: msg",
+                          "hint: FTCLI_DEBUG=1 shows where it happened"]),  # (`ftcli logs` has no --dry-run)
+    ("UNIMPLEMENTED", ["error: Cloud Logging error: MethodNotImplemented: msg",
+                       "hint: Cloud Logging at ADDRESS (from FTCLI_LOGGING_ENDPOINT) does not offer this call: check "
+                       "that endpoint"]),
+])
+def test_a_logging_error_has_the_hint_every_command_gives_its_code(capsys, logs_env, code, said):
+    """The Logging gateway had its own mapping of Google's errors beside the one every other gateway uses: each code
+    it did not name was said as "Cloud Logging error: KIND: ..." with no hint."""
+    vertex, logs, job = logs_env
+    logs.fail_next("ListLogEntries", getattr(grpc.StatusCode, code), message="msg")
+    r = run_cli(capsys, "logs", "1", "--no-follow")
+    assert r.code == 1
+    assert r.err.splitlines() == [line.replace("ADDRESS", logs.address) for line in said]
+
+
 @pytest.mark.parametrize(("code", "error_info", "said", "state_notices"), [
     (grpc.StatusCode.INTERNAL, None, "Vertex AI failed on Google's side (INTERNAL): Internal error encountered.", 1),
     # Vertex's per-minute read quota (ErrorReason RATE_LIMIT_EXCEEDED): retried within the read itself

@@ -148,8 +148,8 @@ def test_an_upload_that_loses_the_race_keeps_the_object_there(gcs, monkeypatch, 
 
 @pytest.mark.parametrize("service", ["vertex", "storage", "logging", "secretmanager"])
 def test_a_permission_hint_names_the_role_in_roles(monkeypatch, service):
-    """ROLES is the one place a role is named: `translate` and the gateways that write their own permission hint
-    (Cloud Logging, Secret Manager) all take it from there."""
+    """ROLES is the one place a role is named: `translate` (Cloud Logging's hint is translate's) and the gateway that
+    writes its own permission hint (Secret Manager) take it from there."""
     from ftcli import gcp
     from ftcli.gcp.cloud_logging import LoggingGateway
     from ftcli.gcp.secrets import SecretsGateway
@@ -159,7 +159,7 @@ def test_a_permission_hint_names_the_role_in_roles(monkeypatch, service):
     hints = [translate(denied, service=service, project="p").hint]
     if service == "logging":
         gateway = LoggingGateway.__new__(LoggingGateway)  # no client: only its error translation is used
-        gateway.project = "p"
+        gateway.project, gateway.endpoint = "p", "logging.googleapis.com"
         hints.append(gateway.translate(denied).hint)
     if service == "secretmanager":
         class Denying:
@@ -173,6 +173,28 @@ def test_a_permission_hint_names_the_role_in_roles(monkeypatch, service):
         hints.append(info.value.hint)
     for hint in hints:
         assert "roles/test.sentinel" in hint, hint
+
+
+def test_a_tail_the_endpoint_does_not_offer_says_so_with_the_hint_of_its_code(cloud_logging, monkeypatch):
+    """A tail answered UNIMPLEMENTED (the follower then polls instead) came with no hint, where translate names the
+    endpoint that does not offer the call."""
+    import threading
+
+    from ftcli.errors import LogsUnavailable
+    from ftcli.gcp.cloud_logging import LoggingGateway
+
+    monkeypatch.setenv("FTCLI_LOGGING_ENDPOINT", cloud_logging.endpoint)
+    cloud_logging.tail_unavailable = grpc.StatusCode.UNIMPLEMENTED
+    stop = threading.Event()
+    with pytest.raises(LogsUnavailable) as info:
+        for _ in LoggingGateway("test").tail('resource.labels.job_id="7"', stop):
+            pass
+    stop.set()
+    assert (info.value.reason, info.value.message, info.value.hint) == (
+        "unsupported", "live tailing is not available here (TailLogEntries is unavailable (emulator "
+        "tail_unavailable))",
+        f"Cloud Logging at {cloud_logging.address} (from FTCLI_LOGGING_ENDPOINT) does not offer this call: check that "
+        "endpoint")
 
 
 def test_a_json_payload_without_a_message_is_shown_as_its_json(cloud_logging, monkeypatch):

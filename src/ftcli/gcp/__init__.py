@@ -27,7 +27,7 @@ NAMES = {"vertex": "Vertex AI", "storage": "Cloud Storage", "logging": "Cloud Lo
 APIS = {"vertex": "aiplatform.googleapis.com", "storage": "storage.googleapis.com",
         "logging": "logging.googleapis.com", "secretmanager": "secretmanager.googleapis.com"}
 # The role that lets a gateway's calls through, for the hint of a permission error: `translate` uses it, and so
-# do the gateways that write their own permission hint (Cloud Logging, Secret Manager), so it is said in one place.
+# does the gateway that writes its own permission hint (Secret Manager), so it is said in one place.
 # Vertex AI User grants aiplatform.customJobs.* ("Vertex AI access control with IAM",
 # https://docs.cloud.google.com/vertex-ai/docs/general/access-control); Storage Admin grants storage.buckets.get
 # (which Storage Object Admin lacks) ("IAM roles for Cloud Storage",
@@ -410,8 +410,10 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
                           hint=f"{name}{at} does not offer this call: check that endpoint"
                                + (" and --region" if region else ""))
     if isinstance(e, (gexc.InvalidArgument, gexc.BadRequest)):
+        # --dry-run prints the job a create sends, and nothing any other call sends (`ftcli logs` has no --dry-run)
         return Rejected(f"{name} rejected the request: {message}", detail=message,
-                        hint="run with --dry-run to see the exact spec ftcli sends")
+                        hint="run with --dry-run to see the exact spec ftcli sends" if creates_job
+                        else "FTCLI_DEBUG=1 shows where it happened")
     # (GatewayTimeout and BadGateway: an HTTP 504 or 502, which DeadlineExceeded and ServiceUnavailable are not)
     if isinstance(e, (gexc.ServiceUnavailable, gexc.GatewayTimeout, gexc.BadGateway, gexc.RetryError)):
         at = f" at {endpoint}{endpoint_origin(endpoint_var) if endpoint_var else ''}" if endpoint else ""

@@ -18,15 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from ftcli.errors import LogsUnavailable
 from ftcli.gcp import (
-    ROLES,
     Notify,
     account_problem,
     credentials,
     first_line,
     plaintext_endpoint,
-    relogin,
     retry_notice,
     retryable,
+    translate,
 )
 from ftcli.values import LogEntry, TailBatch
 
@@ -113,31 +112,35 @@ class LoggingGateway:
                                                  credentials=credentials())
 
     def translate(self, e: Exception, *, tail: bool = False) -> LogsUnavailable:
+        """Google's error as LogsUnavailable, in the words and with the hint of the one translation
+        (`ftcli.gcp.translate`), so `ftcli logs` says a code as every other command does. A second mapping here had
+        gone its own way: every code it did not name was "Cloud Logging error: KIND: ..." with no hint, and a tail
+        the endpoint does not offer no hint either. What is Cloud Logging's own: the `reason` the follower acts on,
+        its read quota (the limits in this module's docstring, and who else spends them), and what an endpoint that
+        does not answer is called (the follower, which makes no retry within a call, retries it itself)."""
         from google.api_core import exceptions as gexc
         from google.auth import exceptions as aexc
 
         detail = first_line(e)
         problem = account_problem(e, service="logging", project=self.project)
-        if problem is not None:  # an expired login (UNAVAILABLE over gRPC), the API or billing off: no retry helps
-            return LogsUnavailable("denied", f"cannot read the job's logs: {problem.message}", hint=problem.hint)
-        if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
-            return LogsUnavailable(
-                "denied", f"cannot read the job's logs: permission denied on project {self.project} ({detail})",
-                hint=f"grant {ROLES['logging']} on project {self.project} to your account")
-        if isinstance(e, (gexc.Unauthenticated, aexc.RefreshError, aexc.DefaultCredentialsError)):
-            return LogsUnavailable("denied", f"cannot read the job's logs: not authenticated ({detail})",
-                                   hint=relogin())
-        if isinstance(e, gexc.ResourceExhausted):
+        if problem is None and isinstance(e, gexc.ResourceExhausted):
             limit = "10 live tails per project" if tail else "60 log reads a minute per project"
             return LogsUnavailable("quota", f"Cloud Logging's read quota is used up ({limit}): {detail}",
                                    hint="other `ftcli logs` or consoles are reading this project's logs")
-        if isinstance(e, (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.RetryError, aexc.TransportError)):
+        if problem is None and isinstance(e, (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.GatewayTimeout,
+                                              gexc.BadGateway, gexc.RetryError, aexc.TransportError)):
             origin = f" (from {ENDPOINT_VAR})" if os.environ.get(ENDPOINT_VAR) else ""
             return LogsUnavailable("unreachable", f"cannot reach Cloud Logging at {self.endpoint}{origin} ({detail})",
                                    hint=f"check the network, or {ENDPOINT_VAR}")
+        said = translate(e, service="logging", project=self.project, what=f"project {self.project}",
+                         endpoint=self.endpoint, endpoint_var=ENDPOINT_VAR)
+        if problem is not None or isinstance(e, (gexc.PermissionDenied, gexc.Forbidden, gexc.Unauthorized,
+                                                 aexc.GoogleAuthError)):
+            # (an expired login, the API or billing off, no role: no retry helps, and the follower stops reading)
+            return LogsUnavailable("denied", f"cannot read the job's logs: {said.message}", hint=said.hint)
         if tail and isinstance(e, (gexc.MethodNotImplemented, gexc.InvalidArgument)):
-            return LogsUnavailable("unsupported", f"live tailing is not available here ({detail})")
-        return LogsUnavailable("error", f"Cloud Logging error: {type(e).__name__}: {detail}")
+            return LogsUnavailable("unsupported", f"live tailing is not available here ({detail})", hint=said.hint)
+        return LogsUnavailable("error", said.message, hint=said.hint)
 
     def list(self, filter: str, *, page_size: int = 1000, patience: float = 0.0) -> Iterator[LogEntry]:
         """Entries matching `filter`, oldest first, across pages (each page is one entries.list request).
