@@ -384,6 +384,43 @@ def test_a_train_file_upload_that_failed_part_way_is_resumed_by_the_next_train(c
     assert len(vertex.jobs) == 1
 
 
+def test_cloud_storages_429_is_said_as_its_rate_limit_not_the_network(capsys, cloud_env, monkeypatch):
+    """Cloud Storage's HTTP 429 (api_core's TooManyRequests; only gRPC's ResourceExhausted was taken for a rate limit)
+    was retried as "Cloud Storage did not answer ... (429 TooManyRequests); retrying" and, once the retries ran out,
+    said as "did not answer after several retries: Timeout of 120.0s exceeded" with "check your network"."""
+    from ftcli.gcp import storage
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs, vertex = cloud_env
+    monkeypatch.setattr(storage, "RETRY_S", 3.0)  # (120 s otherwise)
+    said = "The project exceeded the rate limit for CloudStorage and bucket."
+    body = {"error": {"code": 429, "message": said,
+                      "errors": [{"reason": "rateLimitExceeded", "domain": "usageLimits", "message": said}]}}
+    notice = "Cloud Storage is limiting the rate of requests (429 TooManyRequests, reading gs://ftcli-test); retrying"
+    with FaultyProxy(gcs.url, status=429, error=body, fail_when=lambda m, t, n: True, max_failures=2) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        r = run_cli(capsys, *BASE, "--task", "imdb", "--gpu", "T4")
+    assert r.code == 0, r.err
+    assert [line for line in r.err.splitlines() if "Cloud Storage" in line] == [notice, notice]
+    assert len(vertex.jobs) == 1
+    with FaultyProxy(gcs.url, status=429, error=body, fail_when=lambda m, t, n: True) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        url = proxy.url
+        r = run_cli(capsys, *BASE, "--task", "imdb", "--gpu", "T4")
+    assert r.code == 1
+    assert r.err.splitlines()[-2:] == [
+        f"error: Cloud Storage is limiting the rate of requests: GET {url}/storage/v1/b/ftcli-test?projection="
+        f"noAcl&prettyPrint=false: {said}",
+        "hint: wait a minute and try again; nothing was left half-done (Cloud Storage limits how many requests a "
+        "bucket takes a second, and how often one object is written: other runs using the bucket at the same time "
+        "count too)"]
+    assert set(r.err.splitlines()[:-2]) <= {notice} | {line for line in r.err.splitlines() if line.startswith(
+        ("cost:", "      no dollar amounts"))}
+    assert len(vertex.jobs) == 1
+
+
 @pytest.mark.parametrize("code,needle,hint", [
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "quota exceeded (custom_model_training_nvidia_t4_gpus)",
      "iam-admin/quotas?project=test-project"),

@@ -217,12 +217,30 @@ def rate_limited(e: BaseException) -> bool:
     """A request refused for the rate of requests (a per-minute quota such as Vertex's resource_management_requests),
     not for capacity: RESOURCE_EXHAUSTED with the ErrorInfo reason RATE_LIMIT_EXCEEDED ("The request is denied
     because it violates a rate limit", google.api.ErrorReason,
-    https://github.com/googleapis/googleapis/blob/master/google/api/error_reason.proto, read 2026-11-27). The same
-    call goes through a minute later: it is retried, and never taken for a GPU quota (which moves on to the next
-    --gpu or --region)."""
+    https://github.com/googleapis/googleapis/blob/master/google/api/error_reason.proto, read 2026-11-27), or Cloud
+    Storage's HTTP 429 (below). The same call goes through a while later: it is retried, and never taken for a GPU
+    quota (which moves on to the next --gpu or --region).
+
+    An HTTP 429 is api_core's TooManyRequests, of which gRPC's ResourceExhausted is a subclass: only a
+    ResourceExhausted can be a quota of machines. Cloud Storage's 429 is its rate limit: "To provide service
+    stability, Cloud Storage limits request rates on buckets and objects. Exceeding these limits can cause 429 Too
+    Many Requests errors" ("Improve performance by mitigating rate limited request errors",
+    https://docs.cloud.google.com/storage/docs/storage-intelligence/findings/improve-performance-by-mitigating-429-errors,
+    read 2026-11-29). It was retried, said as "did not answer ...; retrying", and then blamed on the network."""
     from google.api_core import exceptions as gexc
 
-    return isinstance(e, gexc.ResourceExhausted) and error_info(e)[0] == "RATE_LIMIT_EXCEEDED"
+    if isinstance(e, gexc.ResourceExhausted):
+        return error_info(e)[0] == "RATE_LIMIT_EXCEEDED"
+    return isinstance(e, gexc.TooManyRequests)
+
+
+# What limits the rate, where a service says it: Cloud Storage's "Request rate and access distribution guidelines"
+# (https://cloud.google.com/storage/docs/request-rate, read 2026-11-29 in its German and Japanese versions) give a
+# bucket about 1,000 object writes and 5,000 object reads a second to begin with, growing as its load is spread
+# over more servers, and a smaller limit on repeated writes to one object name; the fix they give is a request rate
+# that grows gradually, which waiting does.
+RATE_LIMITS = {"storage": "Cloud Storage limits how many requests a bucket takes a second, and how often one object "
+                          "is written: other runs using the bucket at the same time count too"}
 
 
 def retryable(*kinds: type[BaseException]) -> Callable[[BaseException], bool]:
@@ -355,10 +373,15 @@ def translate(e: Exception, *, service: str, project: str | None = None, what: s
                                f"account) on project {project or '?'}")
     if isinstance(e, gexc.Unauthorized):  # (Unauthenticated over gRPC; Cloud Storage's HTTP 401 is its parent)
         return FtcliError(f"not authenticated to {name}: {message}", hint=relogin())
-    if rate_limited(e):
-        metric = quota_metric(e)
-        return FtcliError(f"{name} is limiting the rate of requests{f' ({metric})' if metric else ''}: {message}",
-                          hint="wait a minute and try again; nothing was left half-done")
+    # A call retried until its time ran out (RetryError) is said by its last error, when that was a rate limit: it
+    # was said as "did not answer after several retries: Timeout of 120.0s exceeded", the 429 left out.
+    limited = e.cause if isinstance(e, gexc.RetryError) and e.cause is not None and rate_limited(e.cause) else e
+    if rate_limited(limited):
+        metric = quota_metric(limited)
+        why = f" ({RATE_LIMITS[service]})" if service in RATE_LIMITS else ""
+        return FtcliError(f"{name} is limiting the rate of requests{f' ({metric})' if metric else ''}: "
+                          f"{first_line(limited)}",
+                          hint=f"wait a minute and try again; nothing was left half-done{why}")
     if isinstance(e, gexc.ResourceExhausted):
         metric = quota_metric(e)
         page = f"https://console.cloud.google.com/iam-admin/quotas?project={project}" if project else "the Quotas page"

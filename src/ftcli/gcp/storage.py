@@ -38,6 +38,7 @@ CHUNK_BYTES = 8 * 1024 * 1024
 T = TypeVar("T")
 Progress = Callable[[int, int | None], None]  # (bytes done, bytes in all or None)
 EMULATOR_VAR = "STORAGE_EMULATOR_HOST"
+RETRY_S = 120.0  # how long `_retry` goes on retrying one call (uploads say their own); tests set it shorter
 
 
 class Stopped(Exception):
@@ -237,13 +238,15 @@ class StorageGateway:
         return CallContext(service="storage", project=self.project, what=what, endpoint=self.endpoint,
                     endpoint_var=EMULATOR_VAR)
 
-    def _retry(self, what: str, timeout: float = 120.0) -> Retry:
-        """Cloud Storage's own retry policy (transient HTTP errors and dropped connections), reported."""
+    def _retry(self, what: str, timeout: float | None = None) -> Retry:
+        """Cloud Storage's own retry policy (transient HTTP errors, a 429, and dropped connections), reported, for
+        `timeout` seconds (RETRY_S)."""
         from google.api_core.retry import Retry
         from google.cloud.storage.retry import DEFAULT_RETRY
 
         # DEFAULT_RETRY's predicate is the library's list of transient errors; only on_error is ours.
-        return Retry(predicate=DEFAULT_RETRY._predicate, initial=1.0, maximum=60.0, multiplier=2.0, timeout=timeout,
+        return Retry(predicate=DEFAULT_RETRY._predicate, initial=1.0, maximum=60.0, multiplier=2.0,
+                     timeout=RETRY_S if timeout is None else timeout,
                      on_error=retry_notice("storage", what, self.notify))
 
     def check_bucket(self, bucket: str, region: str | None = None) -> str | None:
