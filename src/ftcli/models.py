@@ -820,8 +820,8 @@ def evaluate(path: Path, file: str, columns: list[str], rows: list[dict], *, tex
                                             lists=c.multi and not by_columns)
     except DataError as e:
         # --label-names here names what a file's ids stand for: "with every label" sent the user to a second refusal
-        raise UsageError(str(e).replace(data.EVERY_LABEL, "pass --label-column with the column that holds the "
-                                                          "model's labels"), hint=e.hint) from None
+        raise UsageError(str(e), hint=e.hint and e.hint.replace(
+            data.EVERY_LABEL, "pass --label-column with the column that holds the model's labels")) from None
     n = len(examples)
     if notify:  # (a big file on a CPU: minutes)
         notify(f"scoring {n:,} example{'s' if n != 1 else ''} of {file}")

@@ -724,12 +724,12 @@ def row_position(rows: list[dict], i: int) -> str:
 
 def _text(value: object, where: str, col: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise DataError(f"{where}: empty text in column {col!r}; remove the row or fill it in")
+        raise DataError(f"{where}: empty text in column {col!r}", hint=ROW_FIX)
     if isinstance(value, (list, dict)):
         # str() gave Python's repr ("['a', 'film']"), trained on as if it were the text
         kind = "list" if isinstance(value, list) else "object"
-        raise DataError(f"{where}: the text in column {col!r} is a JSON {kind}, not a string; write each text as one "
-                        "string (join a list of tokens with spaces)")
+        raise DataError(f"{where}: the text in column {col!r} is a JSON {kind}, not a string",
+                        hint="write each text as one string (join a list of tokens with spaces)")
     return value if isinstance(value, str) else str(value)
 
 
@@ -760,6 +760,9 @@ def _empty(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+ROW_FIX = "fill it in, or remove the row"  # (a row's empty text or label: the fix, for one row or several)
+
+
 def _first_of_several(rows: list[dict], idx: list[int], check: Callable[[int], object]) -> None:
     """Raise the DataError that `check` raises for row idx[0], saying how many more rows (idx[1:]) have the same
     problem, so that they are not found one run at a time (a scraped file with 300 empty texts took 300 runs)."""
@@ -773,7 +776,7 @@ def _first_of_several(rows: list[dict], idx: list[int], check: Callable[[int], o
         more = ", ".join(row_position(rows, i) for i in idx[1:4]) + (", ..." if len(idx) > 4 else "")
         n = len(idx) - 1
         raise DataError(f"{e} ({'so is 1 more row' if n == 1 else f'so are {n} more rows'}: {more})",
-                        hint=e.hint) from None
+                        hint="fill them in, or remove those rows" if e.hint == ROW_FIX else e.hint) from None
 
 
 def _missing(value: object) -> bool:
@@ -788,12 +791,12 @@ def _label_value(value: object, where: str, col: str) -> str | int | float | boo
     if value is None:
         raise DataError(f"{where}: no {col!r} (every example needs a label; --label-column picks the field)")
     if isinstance(value, str) and not value.strip():
-        raise DataError(f"{where}: empty label in column {col!r}; fill it in or remove the row")
+        raise DataError(f"{where}: empty label in column {col!r}", hint=ROW_FIX)
     if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, str)
                                                                    and value.strip().lower() == "nan"):
         # JSON's NaN, a spreadsheet's export of an empty cell: a missing label, not a class named "nan"
-        raise DataError(f"{where}: label {value!r} in column {col!r} is a missing value; fill it in or remove "
-                        "the row")
+        raise DataError(f"{where}: label {value!r} in column {col!r} is a missing value",
+                        hint=ROW_FIX)
     if not isinstance(value, (str, int, float, bool)):
         raise DataError(f"{where}: label {value!r} is not a name, a number or a list of names")
     return value
@@ -812,9 +815,9 @@ def infer_label_names(values: list, positions: list[str], shown: str) -> list[st
     if len(first) > 1:
         kinds = [k for k in KIND_WORDS if k in first]
         examples = ", ".join(f"{positions[first[k]]}: {values[first[k]]!r}" for k in kinds)
-        raise DataError(f"{shown}: labels mix {' and '.join(KIND_WORDS[k] for k in kinds)} ({examples}); make "
-                        f"every label a name (or every label a number), or pass --label-names in id order "
-                        f"(numbers are then ids)")
+        raise DataError(f"{shown}: labels mix {' and '.join(KIND_WORDS[k] for k in kinds)} ({examples})",
+                        hint="make every label a name (or every label a number), or pass --label-names in id order "
+                             "(numbers are then ids)")
     unique = sorted(set(keys))
     if "number" in first:
         unique.sort(key=float)
@@ -839,9 +842,10 @@ def _target(value: object, where: str, col: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     if isinstance(value, str) and not value.strip():
-        raise DataError(f"{where}: empty target in column {col!r}; fill it in or remove the row")
-    raise DataError(f"{where}: target {value!r} in column {col!r} is not a finite number; --regression needs a "
-                    f"number per row (drop --regression to learn classes)")
+        raise DataError(f"{where}: empty target in column {col!r}", hint=ROW_FIX)
+    raise DataError(f"{where}: target {value!r} in column {col!r} is not a finite number",
+                    hint="--regression needs a number in every row: fix the row, or drop --regression to learn "
+                         "classes")
 
 
 def _single_label_ids(values: list, names: list[str], wheres: list[str], ids_ok: bool = True) -> np.ndarray:
@@ -865,12 +869,13 @@ def _single_label_ids(values: list, names: list[str], wheres: list[str], ids_ok:
         if kind == "number" and not names_numeric and ids_ok:
             # the names were given (--label-names, or the task's own): a number is an id, and this one is none
             raise DataError(f"{wheres[i]}: label {key!r} is a number, so a class id, but the {len(names)} label "
-                            f"names ({', '.join(names)}) have ids 0 to {len(names) - 1}; ids start at 0: fix the "
-                            "row, give a name for every id, or write the labels as names")
+                            f"names ({', '.join(names)}) have ids 0 to {len(names) - 1}",
+                            hint="ids start at 0: fix the row, give a name for every id, or write the labels as "
+                                 "names")
         if kind == "number" and not names_numeric:
             raise DataError(f"{wheres[i]}: label {key!r} is a number, but the training data's labels are names "
-                            f"({', '.join(names)}); write the names here too, or pass --label-names in id order "
-                            "(numbers are then ids)")
+                            f"({', '.join(names)})",
+                            hint="write the names here too, or pass --label-names in id order (numbers are then ids)")
         raise _not_in_label_set(wheres[i], key, names, "row")
     return ids
 
@@ -883,7 +888,7 @@ def _not_in_label_set(where: str, key: str, names: list[str], row: str) -> DataE
     same = [n for n in names if label_key(n)[1].casefold() == key.casefold()]
     if same:  # `Positive` in the eval file, `positive` in the training file
         fix = f"labels are case-sensitive: write {same[0]!r}"
-    return DataError(f"{where}: label {key!r} is not in the label set ({', '.join(names)}); {fix}")
+    return DataError(f"{where}: label {key!r} is not in the label set ({', '.join(names)})", hint=fix)
 
 
 def _list_labels(values: list, names: list[str] | None, wheres: list[str], col: str, shown: str,
@@ -893,8 +898,8 @@ def _list_labels(values: list, names: list[str] | None, wheres: list[str], col: 
     for i, v in enumerate(values):
         if not isinstance(v, list):
             why = lists_expected_from or "other labels are lists"
-            raise DataError(f"{wheres[i]}: label {v!r} in {col!r} is not a list, but {why}; give every example "
-                            f"a list of labels ([] for none)")
+            raise DataError(f"{wheres[i]}: label {v!r} in {col!r} is not a list, but {why}",
+                            hint="give every example a list of labels ([] for none)")
         row = []
         for item in v:
             if not isinstance(item, (str, int, float)) or isinstance(item, bool) or not str(item).strip():
@@ -966,8 +971,9 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
                 if key in TRUE_VALUES:
                     labels[i, j] = 1.0
                 elif not key or key == "nan":
-                    raise DataError(f"{wheres[i]}: no value in label column {c!r}; multi-label columns need a 0 or "
-                                    f"1 in every row (fill it in, or remove the row)")
+                    raise DataError(f"{wheres[i]}: no value in label column {c!r}",
+                                    hint="multi-label columns need a 0 or 1 in every row: fill it in, or remove "
+                                         "the row")
                 elif key not in FALSE_VALUES:
                     raise DataError(f"{wheres[i]}: label column {c!r} holds {v!r}; multi-label columns "
                                     f"must be 0 or 1")
@@ -984,7 +990,7 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
         others = any(c not in (cfg.text_column, cfg.text_pair_column, col) for c in columns)
         fix = (f"pass --label-column with the column that holds the {what} (columns: {_shown_columns(columns)})"
                if others else f"fill in the {what}")
-        raise DataError(f"{shown}: column {col!r} is empty in all {len(rows)} rows; {fix}")
+        raise DataError(f"{shown}: column {col!r} is empty in all {len(rows)} rows", hint=fix)
     _first_of_several(rows, [i for i, v in enumerate(values) if _missing(v)],
                       lambda i: (_target if cfg.regression else _label_value)(values[i], wheres[i], col))
     if cfg.regression:
@@ -1180,7 +1186,8 @@ def _hold_out(train: Examples, cfg: TrainConfig) -> tuple[Examples, dict[str, Ex
     n = len(train)
     n_eval = _eval_share(n, cfg)
     if n - n_eval < 1:
-        raise DataError(f"only {n} training example(s): too few to hold out an eval set; pass --eval-file")
+        raise DataError(f"only {n} training example(s): too few to hold out an eval set",
+                        hint="pass --eval-file with examples to score, or add training examples")
     rng = np.random.default_rng(cfg.seed + 1)
     perm = rng.permutation(n)
     if not _by_label(train, cfg):
@@ -1367,8 +1374,8 @@ def _the_one_target(targets: np.ndarray) -> float | None:
 
 def _check_targets_vary(targets: np.ndarray, shown: str) -> None:
     if (value := _the_one_target(targets)) is not None:
-        raise DataError(f"{shown}: every target is {value:g}; a regression needs targets that vary "
-                        f"(or drop --regression for classes)")
+        raise DataError(f"{shown}: every target is {value:g}; a regression needs targets that vary",
+                        hint="add examples with other targets, or drop --regression to learn classes")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def test_a_model_scored_on_its_own_eval_file_gives_its_runs_metrics(capsys, tmp_
     r = run_cli(capsys, "evaluate", str(model), str(ids), "--json")
     assert r.code == 2 and not r.out
     assert f"error: {ids} line 2: label '" in r.err and "' is a number, but the training data's labels are names " \
-        "(negative, positive); write the names here too, or pass --label-names in id order" in r.err, r.err
+        "(negative, positive)\nhint: write the names here too, or pass --label-names in id order" in r.err, r.err
     r = run_cli(capsys, "evaluate", str(model), str(ids), "--json", "--label-names", "positive,negative")
     assert r.code == 0, r.err
     assert json.loads(r.out)["confusion_matrix"] == got["confusion_matrix"]
@@ -87,8 +87,8 @@ def test_rows_the_model_cannot_be_scored_on_are_one_line(capsys, tmp_path, tiny_
     assert r.err.startswith(f"error: {other} has no column 'text'")
     r = run_cli(capsys, "evaluate", str(model), str(other), "--text-column", "review", "--label-column", "sentiment")
     assert r.code == 2 and not r.out
-    assert r.err == f"error: {other} line 2: label 'neutral' is not in the label set (negative, positive); fix " \
-        "the row or pass --label-column with the column that holds the model's labels\n"  # (not --label-names')
+    assert r.err == f"error: {other} line 2: label 'neutral' is not in the label set (negative, positive)\nhint: " \
+        "fix the row or pass --label-column with the column that holds the model's labels\n"  # (not --label-names')
     r = run_cli(capsys, "evaluate", str(model), str(tmp_path / "missing.csv"))
     assert r.code == 2 and r.err.startswith("error: data file") and "does not exist" in r.err
     r = run_cli(capsys, "evaluate", str(model), str(dev), "--threshold", "0.3")

@@ -1287,6 +1287,19 @@ def test_local_data_is_read_with_the_trainers_readers_before_upload(capsys, clou
     # a header line alone was "has no data rows", which neither showed what the file held nor said what to do
     ("text,label\n\n", [], ["error: {} has only its header line (columns: text, label) and no data rows",
                             "hint: add one row per example below the header line, one field per column"]),
+    # a row's fix, and a column's, were after a ";" on the error's line
+    ("text,label\ngood,pos\n,neg\nfine,pos\n", [],
+     ["error: {} line 3: empty text in column 'text'", "hint: fill it in, or remove the row"]),
+    ("text,label\ngood,pos\n,neg\n ,pos\n", [],
+     ["error: {} line 3: empty text in column 'text' (so is 1 more row: line 4)",
+      "hint: fill them in, or remove those rows"]),
+    ("text,label,stars\ngood,,5\nbad,,1\n", [],
+     ["error: {}: column 'label' is empty in all 2 rows",
+      "hint: pass --label-column with the column that holds the labels (columns: text, label, stars)"]),
+    ("text,label\ngood,pos\nbad,1\n", [],
+     ["error: {}: labels mix numbers and names (line 3: '1', line 2: 'pos')",
+      "hint: make every label a name (or every label a number), or pass --label-names in id order (numbers are then "
+      "ids)"]),
 ])
 def test_the_trainers_data_errors_keep_their_hint_in_the_pre_flight(capsys, cloud_env, tmp_path, content, args,
                                                                     lines):

@@ -379,7 +379,8 @@ def test_a_hold_out_leaves_at_least_one_row_to_train_on_and_no_fewer(tmp_path):
     data = load("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.9")
     assert (len(data.train), len(data.evals["eval"])) == (1, 9)
     assert error_of("--task", "csv", "--train-file", str(path), "--eval-fraction", "0.96") == (
-        "only 10 training example(s): too few to hold out an eval set; pass --eval-file")
+        "only 10 training example(s): too few to hold out an eval set\n"
+        "hint: pass --eval-file with examples to score, or add training examples")
 
 
 def test_training_data_of_one_label_is_refused(tmp_path):

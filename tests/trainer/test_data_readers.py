@@ -150,7 +150,8 @@ def test_jsonl_list_labels_with_label_names(tmp_path):
 def test_jsonl_lists_mixed_with_single_labels(tmp_path):
     path = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": ["x"]}, {"text": "b", "label": "x"}] * 3)
     msg = error_of("--task", "jsonl", "--train-file", str(path))
-    assert "line 2: label 'x' in 'label' is not a list, but other labels are lists; give every example a list" in msg
+    assert msg.endswith("line 2: label 'x' in 'label' is not a list, but other labels are lists\n"
+                  "hint: give every example a list of labels ([] for none)")
 
 
 def test_an_eval_file_whose_labels_are_not_the_training_files_kind_is_refused(tmp_path):
@@ -204,7 +205,7 @@ def test_a_csv_error_names_the_line_an_editor_shows(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text('text,label\n"a good\nfilm",pos\n\nbad film,neg\nmeh,\nok,pos\n')
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path} line 6: empty label in column 'label'; fill it in or remove the row")
+        f"{path} line 6: empty label in column 'label'\nhint: fill it in, or remove the row")
     path.write_text('text,label\n"a good\nfilm",pos\n\nbad film,neg\n"so\r\nso",\n')  # where its record starts
     assert error_of("--task", "csv", "--train-file", str(path)).startswith(f"{path} line 6: empty label")
 
@@ -337,7 +338,8 @@ def test_regression_targets_from_csv_and_json_lines(tmp_path):
 
 @pytest.mark.parametrize("content,needle", [
     ('{"text": "a", "label": 1}\n{"text": "b", "label": "high"}\n',
-     "line 2: target 'high' in column 'label' is not a finite number; --regression needs a number per row"),
+     "line 2: target 'high' in column 'label' is not a finite number\nhint: --regression needs a number in every "
+     "row: fix the row, or drop --regression to learn classes"),
     ('{"text": "a", "label": 1}\n{"text": "b", "label": true}\n', "line 2: target True in column 'label'"),
     ('{"text": "a", "label": 1}\n{"text": "b", "label": "NaN"}\n', "line 2: target 'NaN'"),
     # JSON's NaN and Infinity are floats (json.loads reads them): trained on as targets, the loss is NaN from the first
@@ -360,8 +362,8 @@ def test_a_bad_regression_target_names_its_line(tmp_path, content, needle):
 def test_regression_targets_that_never_vary_are_refused(tmp_path):
     path = write_csv(tmp_path / "s.csv", ["text", "label"], [(f"t{i}", "2.0") for i in range(20)])
     msg = error_of("--task", "csv", "--train-file", str(path), "--regression")
-    assert msg == "the training data: every target is 2; a regression needs targets that vary (or drop --regression " \
-                  "for classes)"
+    assert msg == "the training data: every target is 2; a regression needs targets that vary\nhint: add examples " \
+                  "with other targets, or drop --regression to learn classes"
     from ftcli_trainer.data import check_files
 
     with pytest.raises(DataError) as e:  # the launcher's pre-upload check says the same
@@ -535,19 +537,19 @@ def test_json_keys_with_spaces_say_so(tmp_path):
 def test_an_eval_label_that_differs_only_by_case_says_labels_are_case_sensitive(tmp_path):
     train = write_csv(tmp_path / "train.csv", ["text", "label"], [("a", "positive"), ("b", "negative")] * 3)
     ev = write_csv(tmp_path / "eval.csv", ["text", "label"], [("c", "negative"), ("d", "Positive")])
-    msg = "line 3: label 'Positive' is not in the label set (negative, positive); labels are case-sensitive: write " \
-          "'positive'"
-    assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev)) == f"{ev} {msg}"
+    msg = "line 3: label 'Positive' is not in the label set (negative, positive)"
+    hint = "\nhint: labels are case-sensitive: write 'positive'"
+    assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev)) == f"{ev} {msg}{hint}"
     from ftcli_trainer.data import check_files
 
     with pytest.raises(DataError) as e:  # the launcher's pre-upload check says the same
         check_files(parse_args(["--task", "csv", "--train-file", str(train), "--eval-file", str(ev)]),
                     {"train_file": str(train), "eval_file": str(ev)})
-    assert str(e.value) == f"{ev} {msg}"
+    assert f"{e.value}\nhint: {e.value.hint}" == f"{ev} {msg}{hint}"
     # a label that is simply unknown keeps the old advice
     ev = write_csv(tmp_path / "eval2.csv", ["text", "label"], [("c", "neutral")])
     assert error_of("--task", "csv", "--train-file", str(train), "--eval-file", str(ev)) == (
-        f"{ev} line 2: label 'neutral' is not in the label set (negative, positive); fix the row or pass "
+        f"{ev} line 2: label 'neutral' is not in the label set (negative, positive)\nhint: fix the row or pass "
         f"--label-names with every label")
 
 
@@ -555,8 +557,8 @@ def test_a_list_label_that_differs_only_by_case_says_labels_are_case_sensitive(t
     train = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": ["sports"]}, {"text": "b", "label": ["tech"]}] * 3)
     ev = jsonl(tmp_path / "e.jsonl", [{"text": "c", "label": ["tech"]}, {"text": "d", "label": ["Sports", "tech"]}])
     assert error_of("--task", "jsonl", "--train-file", str(train), "--eval-file", str(ev)) == (
-        f"{ev} line 2: label 'Sports' is not in the label set (sports, tech); labels are case-sensitive: write "
-        f"'sports'")
+        f"{ev} line 2: label 'Sports' is not in the label set (sports, tech)\nhint: labels are case-sensitive: "
+        f"write 'sports'")
 
 
 def test_a_spreadsheets_empty_unnamed_columns_are_left_out(tmp_path):
@@ -586,8 +588,8 @@ def test_a_jsonl_text_that_is_a_list_or_an_object_is_refused(tmp_path, value, ki
     # It was trained on Python's repr of it ("['a', 'good', 'film']") without a word.
     path = jsonl(tmp_path / "t.jsonl", [{"text": "fine", "label": "pos"}, {"text": value, "label": "neg"}])
     assert error_of("--task", "jsonl", "--train-file", str(path)) == (
-        f"{path} line 2: the text in column 'text' is a JSON {kind}, not a string; write each text as one string "
-        "(join a list of tokens with spaces)")
+        f"{path} line 2: the text in column 'text' is a JSON {kind}, not a string\nhint: write each text as one "
+        "string (join a list of tokens with spaces)")
     numbers = jsonl(tmp_path / "n.jsonl", [{"text": 12, "label": "pos"}, {"text": "fine", "label": "neg"}] * 3)
     assert load("--task", "jsonl", "--train-file", str(numbers), "--eval-file", str(numbers)).train.texts[0] == "12"
 
@@ -917,18 +919,18 @@ def test_a_label_column_empty_in_every_row_is_said_once_for_the_column(tmp_path)
     # the row", as if one row were wrong.
     path = write_csv(tmp_path / "t.csv", ["text", "label", "stars"], [("a", "", "5"), ("b", "nan", "1")] * 3)
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path}: column 'label' is empty in all 6 rows; pass --label-column with the column that holds the labels "
-        "(columns: text, label, stars)")
+        f"{path}: column 'label' is empty in all 6 rows\nhint: pass --label-column with the column that holds the "
+        "labels (columns: text, label, stars)")
     assert error_of("--task", "csv", "--train-file", str(path), "--regression") == (
-        f"{path}: column 'label' is empty in all 6 rows; pass --label-column with the column that holds the targets "
-        "(columns: text, label, stars)")
+        f"{path}: column 'label' is empty in all 6 rows\nhint: pass --label-column with the column that holds the "
+        "targets (columns: text, label, stars)")
     path = jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": None}, {"text": "b", "label": float("nan")}])
     assert error_of("--task", "jsonl", "--train-file", str(path)) == (
-        f"{path}: column 'label' is empty in all 2 rows; fill in the labels")
+        f"{path}: column 'label' is empty in all 2 rows\nhint: fill in the labels")
     # one row empty among labelled ones is still that row's line
     path = write_csv(tmp_path / "u.csv", ["text", "label"], [("a", "pos"), ("b", ""), ("c", "neg")])
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path} line 3: empty label in column 'label'; fill it in or remove the row")
+        f"{path} line 3: empty label in column 'label'\nhint: fill it in, or remove the row")
 
 
 def test_a_tsv_file_is_read_with_tabs(tmp_path):
@@ -1026,17 +1028,18 @@ def test_rows_missing_a_text_or_a_label_are_counted_not_found_one_run_at_a_time(
             ("", "neg"), ("j", "pos")]
     path = write_csv(tmp_path / "t.csv", ["text", "label"], rows)
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path} line 3: empty text in column 'text'; remove the row or fill it in (so are 4 more rows: line 5, "
-        "line 7, line 9, ...)")
+        f"{path} line 3: empty text in column 'text' (so are 4 more rows: line 5, line 7, line 9, ...)\n"
+        "hint: fill them in, or remove those rows")
     path = write_csv(tmp_path / "u.csv", ["text", "label"], [(t.strip() or "x", lab) for t, lab in rows[:5]] +
                      [("y", "nan"), ("z", "")])
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path} line 6: empty label in column 'label'; fill it in or remove the row (so are 2 more rows: line 7, "
-        "line 8)")
+        f"{path} line 6: empty label in column 'label' (so are 2 more rows: line 7, line 8)\n"
+        "hint: fill them in, or remove those rows")
     pairs = write_csv(tmp_path / "p.csv", ["text", "hyp", "label"],
                       [("a", "", "pos"), ("b", "", "neg"), ("c", "x", "pos")])
     assert error_of("--task", "csv", "--train-file", str(pairs), "--text-pair-column", "hyp") == (
-        f"{pairs} line 2: empty text in column 'hyp'; remove the row or fill it in (so is 1 more row: line 3)")
+        f"{pairs} line 2: empty text in column 'hyp' (so is 1 more row: line 3)\n"
+        "hint: fill them in, or remove those rows")
 
 
 def test_a_score_column_without_regression_is_said(tmp_path, caplog):

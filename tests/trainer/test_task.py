@@ -118,8 +118,8 @@ def test_bad_label_in_eval_file_stops_before_training(tmp_path, tiny_model, caps
     assert main(["--task", "csv", "--train-file", str(train), "--eval-file", str(ev), "--model", str(tiny_model),
                  "--output-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("error: " + str(ev) + " line 2: label 'positive' is not in the label set (neg, pos); "
-                   "fix the row or pass --label-names with every label")
+    assert err == ("error: " + str(ev) + " line 2: label 'positive' is not in the label set (neg, pos)\n"
+                   "hint: fix the row or pass --label-names with every label")
 
 
 def test_help_needs_neither_torch_nor_ftcli():
