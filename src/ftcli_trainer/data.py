@@ -129,9 +129,9 @@ def rows_digest(sets: dict[str, Examples]) -> str:
 
 def _gzip_error(shown: str, e: BaseException) -> DataError:
     if isinstance(e, EOFError):
-        return DataError(f"{shown} is not a valid gzip file (it ends early: truncated by a copy or a download?); "
-                         f"copy it again, or give the uncompressed file")
-    return DataError(f"{shown} is not a valid gzip file ({e}); re-create it, or give the uncompressed file")
+        return DataError(f"{shown} is not a valid gzip file (it ends early: truncated by a copy or a download?)",
+                         hint="copy it again, or give the uncompressed file")
+    return DataError(f"{shown} is not a valid gzip file ({e})", hint="re-create it, or give the uncompressed file")
 
 
 # A gzip file's first two bytes (ID1 ID2, RFC 1952 2.3.1). No UTF-8 text starts with them (0x8b only continues a
@@ -202,15 +202,15 @@ def _other_format(head: bytes, shown: str, given: str | None = None, fmt: str | 
     (nor UTF-8 text), else None. `given`: the file as its user named it, for the code that converts it (`shown` may
     be "--file NAME"; default `shown`); `fmt`: the format it is read as, where no name says it (_utf16_fix)."""
     if head.startswith(GZIP_MAGIC):  # (the bytes of a gzip file are decompressed once: these are a second one's)
-        return DataError(f"{shown} is gzip-compressed twice (a gzip file inside a gzip file); decompress it once, "
-                         "and give what that leaves")
+        return DataError(f"{shown} is gzip-compressed twice (a gzip file inside a gzip file)",
+                         hint="decompress it once, and give what that leaves")
     for magic, what, fix in _NOT_TEXT:
         if head.startswith(magic):
             fix = fix.replace("PATH", repr(given or shown))
-            return DataError(f"{shown} is {what}, not CSV or JSON Lines; convert it: {fix}")
+            return DataError(f"{shown} is {what}, not CSV or JSON Lines", hint=f"convert it: {fix}")
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return DataError(f"{shown} is UTF-16 text, not UTF-8; re-save it as UTF-8 "
-                         f"({_utf16_fix(given or shown, fmt, 'UTF-16')})")
+        return DataError(f"{shown} is UTF-16 text, not UTF-8",
+                         hint=f"re-save it as UTF-8 ({_utf16_fix(given or shown, fmt, 'UTF-16')})")
     return None
 
 
@@ -259,10 +259,13 @@ def _binary_error(head: bytes, shown: str, given: str | None = None, fmt: str | 
     # (ASCII text's high bytes are its NULs: second in little-endian UTF-16, first in big-endian)
     if len(sample) >= 4 and (codec := "UTF-16LE" if odd.count(0) >= len(odd) / 2 and 0 not in even else
                              "UTF-16BE" if even.count(0) >= len(even) / 2 and 0 not in odd else None):
-        return DataError(f"{shown} is UTF-16 text (with no byte order mark), not UTF-8; re-save it as UTF-8 "
-                         f"({_utf16_fix(given or shown, fmt, codec)})")
+        return DataError(f"{shown} is UTF-16 text (with no byte order mark), not UTF-8",
+                         hint=f"re-save it as UTF-8 ({_utf16_fix(given or shown, fmt, codec)})")
     return DataError(f"{shown} is not text: its first line holds the control byte 0x{first[found.start()]:02x} (a "
-                     "binary file?); give a CSV or JSON Lines file, UTF-8 text")
+                     "binary file?)", hint="give a CSV or JSON Lines file, UTF-8 text")
+
+
+UTF8_FIX = "re-save it as UTF-8"
 
 
 def _utf8_error_in(lines: Iterable[bytes], shown: str, cut: bool = False) -> DataError:
@@ -273,8 +276,8 @@ def _utf8_error_in(lines: Iterable[bytes], shown: str, cut: bool = False) -> Dat
         try:
             codecs.getincrementaldecoder("utf-8")().decode(line, final=held is None or n < len(held))
         except UnicodeDecodeError as e:
-            return DataError(f"{shown} is not UTF-8 (byte 0x{line[e.start]:02x} on line {n}); re-save it as UTF-8")
-    return DataError(f"{shown} is not UTF-8; re-save it as UTF-8")
+            return DataError(f"{shown} is not UTF-8 (byte 0x{line[e.start]:02x} on line {n})", hint=UTF8_FIX)
+    return DataError(f"{shown} is not UTF-8", hint=UTF8_FIX)
 
 
 class _TextFile(io.TextIOWrapper):
@@ -365,8 +368,8 @@ def read_rows(path: str, *, fmt: str | None = None, shown: str | None = None) ->
                 if type(e).__name__ == "NotFound" and type(e).__module__.startswith("google."):
                     # (it said "NotFound: 404 GET https://storage.googleapis.com/download/storage/v1/b/...?alt=media:
                     # ('Request failed with status code', 404, 'Expected one of', <HTTPStatus.OK: 200>, ...)")
-                    raise DataError(f"data file {path} does not exist; `gcloud storage ls {path.rsplit('/', 1)[0]}/` "
-                                    "lists what is there") from None
+                    raise DataError(f"data file {path} does not exist",
+                                    hint=f"`gcloud storage ls {path.rsplit('/', 1)[0]}/` lists what is there") from None
                 said = first_line(e, 300)
                 raise DataError(f"cannot read {path}: {type(e).__name__}" + (f": {said}" if said else "")) from None
         else:
@@ -471,12 +474,12 @@ def _csv_error(shown: str, e: csv.Error, start: int, line: int) -> DataError:
     why = str(e)
     if why == "unexpected end of data":
         return DataError(f"{shown} is not valid CSV (line {start}: a quoted field opens here and is never "
-                         f"closed); {QUOTE_FIX}")
-    fix = f"; {QUOTE_FIX}" if '"' in why else ""
+                         f"closed)", hint=QUOTE_FIX)
+    fix = QUOTE_FIX if '"' in why else None
     if line > start:
         return DataError(f"{shown} is not valid CSV (line {start}: a quoted field opens here and runs on to line "
-                         f"{line}, where {why}){fix}")
-    return DataError(f"{shown} is not valid CSV (line {line}: {why}){fix}")
+                         f"{line}, where {why})", hint=fix)
+    return DataError(f"{shown} is not valid CSV (line {line}: {why})", hint=fix)
 
 
 def _read_tsv(f: io.TextIOBase, shown: str) -> list[dict]:
@@ -511,8 +514,8 @@ def _read_csv(f: io.TextIOBase, shown: str, sep: str = ",", quoting: bool = True
             if not record:  # a blank line
                 continue
             if len(record) > len(header):
-                raise DataError(f"{shown} line {line}: more fields than the header's "
-                                f"{len(header)}; quote text that contains {SEPARATOR_NAMES[sep]}s")
+                raise DataError(f"{shown} line {line}: more fields than the header's {len(header)}",
+                                hint=f"quote text that contains {SEPARATOR_NAMES[sep]}s")
             if len(record) < len(header):
                 raise DataError(f"{shown} line {line}: fewer fields than the header's {len(header)}")
             if direct:
@@ -552,10 +555,10 @@ def _csv_header(reader: Iterator[list[str]], shown: str, sep: str = ",") -> list
             fix = f"save it with {SEPARATOR_NAMES[sep]}s, or as JSON Lines"
         reads = "comma-separated CSV" if sep == "," else "a .tsv as tab-separated"
         raise DataError(f"{shown} looks {SEPARATOR_NAMES[other]}-separated (its header is one column, "
-                        f"{header[0]!r}); ftcli reads {reads}: {fix}")
+                        f"{header[0]!r}), and ftcli reads {reads}", hint=fix)
     if not any(c.strip() for c in header):
-        raise DataError(f"{shown}: its first line names no column; expected a header row (e.g. text,label), then "
-                        "one row per example")
+        raise DataError(f"{shown}: its first line names no column",
+                        hint="write a header row naming the columns (e.g. text,label), then one row per example")
     dupes = sorted({c for c in header if c.strip() and header.count(c) > 1})
     if dupes:
         raise DataError(f"{shown} has duplicate column names: {', '.join(dupes)}")
@@ -617,8 +620,8 @@ def _json_error(shown: str, n: int, line: str, e: json.JSONDecodeError) -> DataE
         return DataError(f"{shown} line {n} is not valid JSON: a string holds the control character 0x{code:02x} "
                          f"unescaped (column {e.colno})",
                          hint=f"write it escaped, as \\u{code:04x} (json.dumps and pandas' to_json do), or remove it")
-    return DataError(f"{shown} line {n} is not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno}); "
-                     "expected one object per line")
+    return DataError(f"{shown} line {n} is not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno})",
+                     hint='write one JSON object per line (e.g. {"text": "a fine film", "label": "pos"})')
 
 
 def _read_jsonl(f: io.TextIOBase, shown: str, fmt: str | None = None) -> list[dict]:
@@ -1104,7 +1107,7 @@ def _load_hub(cfg: TrainConfig, task: Task, bars: bool = False) -> tuple[Example
     try:
         from datasets import load_dataset  # imported here: only Hub tasks need it
     except ImportError:  # pragma: no cover - datasets is a trainer dependency
-        raise DataError("the `datasets` package is missing; pip install datasets") from None
+        raise DataError("the `datasets` package is missing", hint="pip install datasets") from None
     _datasets_bars(bars)
     config_name = cfg.dataset_config or task.hf_config
     splits = [task.train_split, *task.eval_splits.values()]

@@ -220,8 +220,8 @@ def test_a_jobs_model_on_a_gcs_file(capsys, cloud_env, monkeypatch, tmp_path, ti
     assert json.loads(r.out)["examples"] == 2
     # a missing object: the storage library's 404 GET URL and status tuple, said as a local file's would be
     r = run_cli(capsys, "evaluate", job, f"gs://{BUCKET}/data/test.csv")
-    assert r.code == 2 and r.err == f"error: data file gs://{BUCKET}/data/test.csv does not exist; `gcloud storage " \
-        f"ls gs://{BUCKET}/data/` lists what is there\n", r.err
+    assert r.code == 2 and r.err == f"error: data file gs://{BUCKET}/data/test.csv does not exist\nhint: `gcloud " \
+        f"storage ls gs://{BUCKET}/data/` lists what is there\n", r.err
 
 
 def test_evaluate_on_a_job_without_a_writable_home_names_evaluate_in_its_hint(capsys, cloud_env, monkeypatch,

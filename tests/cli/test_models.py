@@ -1549,6 +1549,6 @@ def test_predict_file_that_is_parquet_names_the_file_in_the_code_that_converts_i
     path = tmp_path / name
     path.write_bytes(b"PAR1\x15\x04\x15\x9a\x01" + bytes(range(256)))
     r = run_cli(capsys, "predict", str(tiny_model), "--file", str(path))
-    assert r.code == 2 and r.err.splitlines()[0] == (
-        f"error: --file {path} is a Parquet file, not CSV or JSON Lines; convert it: "
-        f"pandas.read_parquet({str(path)!r}).to_csv('train.csv', index=False)"), r.err
+    assert r.code == 2 and r.err.splitlines() == [
+        f"error: --file {path} is a Parquet file, not CSV or JSON Lines",
+        f"hint: convert it: pandas.read_parquet({str(path)!r}).to_csv('train.csv', index=False)"], r.err

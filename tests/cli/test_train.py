@@ -1287,7 +1287,13 @@ def test_local_data_is_read_with_the_trainers_readers_before_upload(capsys, clou
     # a header line alone was "has no data rows", which neither showed what the file held nor said what to do
     ("text,label\n\n", [], ["error: {} has only its header line (columns: text, label) and no data rows",
                             "hint: add one row per example below the header line, one field per column"]),
-    # a row's fix, and a column's, were after a ";" on the error's line
+    # a row's fix, a column's and a file's were after a ";" on the error's line
+    ("text;label\ngood;pos\nbad;neg\n", [],
+     ["error: {} looks semicolon-separated (its header is one column, 'text;label'), and ftcli reads comma-separated "
+      "CSV", "hint: save it with commas, or as JSON Lines"]),
+    ("text,label\ngood,pos\n\"say \"hi\" here\",neg\n", [],
+     ["error: {} is not valid CSV (line 3: ',' expected after '\"')",
+      'hint: put a field that holds quotes in quotes, and double each quote inside it: "say ""hi"" here"']),
     ("text,label\ngood,pos\n,neg\nfine,pos\n", [],
      ["error: {} line 3: empty text in column 'text'", "hint: fill it in, or remove the row"]),
     ("text,label\ngood,pos\n,neg\n ,pos\n", [],
@@ -1311,6 +1317,17 @@ def test_the_trainers_data_errors_keep_their_hint_in_the_pre_flight(capsys, clou
     r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), *args)
     assert r.code == 2 and not r.out
     assert r.err.splitlines() == [line.format(train) for line in lines]
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
+def test_a_file_that_is_not_utf8_says_how_to_re_save_it_on_a_hint_line(capsys, cloud_env, tmp_path):
+    # "error: train.csv is not UTF-8 (byte 0xe9 on line 3); re-save it as UTF-8": the fix after a ";"
+    gcs, vertex = cloud_env
+    train = tmp_path / "train.csv"
+    train.write_bytes("text,label\ngood,pos\ncaf\u00e9 bad,neg\n".encode("latin-1"))
+    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train))
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [f"error: {train} is not UTF-8 (byte 0xe9 on line 3)", "hint: re-save it as UTF-8"]
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
@@ -1345,8 +1362,8 @@ def test_a_control_character_written_unescaped_in_a_json_lines_text_is_said_as_s
     train.write_text('{"text": "first line, "label": "pos"}\n')  # (a quote left out)
     r = run_cli(capsys, *BASE, "--task", "jsonl", "--train-file", str(train))
     assert r.code == 2 and r.err.splitlines() == [
-        f"error: {train} line 1 is not valid JSON (Expecting ',' delimiter at column 24); expected one object per "
-        "line"]
+        f"error: {train} line 1 is not valid JSON (Expecting ',' delimiter at column 24)",
+        'hint: write one JSON object per line (e.g. {"text": "a fine film", "label": "pos"})']
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 

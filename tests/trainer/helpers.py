@@ -20,9 +20,14 @@ def error_of(*argv) -> str:
     the trainer prints them."""
     with pytest.raises(DataError) as e:
         load(*argv)
-    msg = str(e.value)
-    assert "\n" not in msg and "\n" not in (e.value.hint or "")
-    return msg + (f"\nhint: {e.value.hint}" if e.value.hint else "")
+    assert "\n" not in str(e.value) and "\n" not in (e.value.hint or "")
+    return with_hint(e.value)
+
+
+def with_hint(e: DataError) -> str:
+    """A DataError as the trainer prints it, without its "error: ": the message, then "hint: ..." on a line of its
+    own where it has one."""
+    return str(e) + (f"\nhint: {e.hint}" if e.hint else "")
 
 
 def sigterm_when_evaluating(monkeypatch, step: int) -> None:

@@ -76,8 +76,8 @@ def test_multi_label_columns_with_a_comma_in_a_json_list(tmp_path):
     ("text,label\nfine,1\nok,1,extra\n", "more fields than the header"),
     ("sentence,label\nfine,1\n", "has no column 'text' (columns: sentence, label)\nhint: pass --text-column NAME"),
     # the hints pointed the wrong way: "no column 'text' (columns: text;label)", "quote text that contains commas"
-    ("text;label\nfine;1\n", "looks semicolon-separated (its header is one column, 'text;label'); ftcli reads "
-     "comma-separated CSV"),
+    ("text;label\nfine;1\n", "looks semicolon-separated (its header is one column, 'text;label'), and ftcli reads "
+     "comma-separated CSV\nhint: save it with commas, or as JSON Lines"),
     ("text\tlabel\nfine\t1\n", "looks tab-separated"),
     ("text, label\nfine,1\n", "has no column 'label' (columns: text, ' label')\nhint: column names must not start or "
      "end with spaces: remove the spaces around the commas in the header"),

@@ -10,7 +10,7 @@ import pytest
 from ftcli_trainer.config import parse_args
 from ftcli_trainer.errors import DataError
 from tests.conftest import write_csv
-from tests.trainer.helpers import error_of, load
+from tests.trainer.helpers import error_of, load, with_hint
 
 
 def jsonl(path, objs, blank_first: int = 0):
@@ -464,21 +464,21 @@ def test_a_stray_quote_names_its_own_line_not_the_one_before(tmp_path, line):
     path = tmp_path / "q.csv"
     path.write_text("text,label\n" + "".join(good) + '"Great" film,1\nok,0\n')
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path} is not valid CSV (line {line}: ',' expected after '\"'); {QUOTE_FIX}")
+        f"{path} is not valid CSV (line {line}: ',' expected after '\"')\nhint: {QUOTE_FIX}")
     path.write_text("text,label\n" + "".join(good) + '"never closed,1\nok,0\nfine,1\n')
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path} is not valid CSV (line {line}: a quoted field opens here and is never closed); {QUOTE_FIX}")
+        f"{path} is not valid CSV (line {line}: a quoted field opens here and is never closed)\nhint: {QUOTE_FIX}")
     path.write_text("text,label\n" + "".join(good) + '"stray,1\nok,0\nsay "hi" there,1\nz,0\n')
     assert error_of("--task", "csv", "--train-file", str(path)) == (
         f"{path} is not valid CSV (line {line}: a quoted field opens here and runs on to line {line + 2}, where "
-        f"',' expected after '\"'); {QUOTE_FIX}")
+        f"',' expected after '\"')\nhint: {QUOTE_FIX}")
 
 
 def test_row_errors_after_blank_lines_and_multi_line_fields_name_the_right_line(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text('text,label\n"two\nlines",1\n\nok,0,extra\n')
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path} line 5: more fields than the header's 2; quote text that contains commas")
+        f"{path} line 5: more fields than the header's 2\nhint: quote text that contains commas")
     path.write_text('text,label\n"two\nlines",1\n\n\nshort\n')
     assert error_of("--task", "csv", "--train-file", str(path)) == f"{path} line 6: fewer fields than the header's 2"
 
@@ -578,7 +578,8 @@ def test_a_spreadsheets_empty_unnamed_columns_are_left_out(tmp_path):
     blank = tmp_path / "blank.csv"
     blank.write_text(",,\n,,\n")
     assert error_of("--task", "csv", "--train-file", str(blank)) == (
-        f"{blank}: its first line names no column; expected a header row (e.g. text,label), then one row per example")
+        f"{blank}: its first line names no column\nhint: write a header row naming the columns (e.g. text,label), "
+        "then one row per example")
     dupes = write_csv(tmp_path / "d.csv", ["text", "label", "text"], [("a", "pos", "b")])
     assert error_of("--task", "csv", "--train-file", str(dupes)) == f"{dupes} has duplicate column names: text"
 
@@ -636,7 +637,7 @@ def test_bad_utf8_far_into_a_file_names_its_line(tmp_path, suffix):
     path = tmp_path / f"t{suffix}"
     path.write_bytes(gzip.compress(body) if suffix.endswith(".gz") else body)
     msg = error_of("--task", "csv", "--train-file", str(path))
-    assert f"{path} is not UTF-8 (byte 0xe9 on line 5002); re-save it as UTF-8" in msg
+    assert msg == f"{path} is not UTF-8 (byte 0xe9 on line 5002)\nhint: re-save it as UTF-8"
 
 
 def test_csv_rows_are_made_as_they_are_read_and_carry_no_per_row_dict(tmp_path):
@@ -698,8 +699,9 @@ def test_a_files_first_bytes_give_its_columns_as_the_job_reads_them(tmp_path):
     assert head_columns(b'"text\n', "t.csv", "t.csv", "csv") is None  # a quoted name runs past the head
     assert head_columns(b'[{"text": "a",\n', "t.jsonl", "t.jsonl", None) is None  # a JSON array: the whole file says
     assert head_columns(b'\n{"text": "a", "y": 1}\n{"te', "t.jsonl", "t.jsonl", None) == (["text", "y"], False)
-    with pytest.raises(DataError, match=r"^t\.csv is not UTF-8 \(byte 0xe9 on line 3\); re-save it as UTF-8$"):
+    with pytest.raises(DataError, match=r"^t\.csv is not UTF-8 \(byte 0xe9 on line 3\)$") as e:
         head_columns(b"text,label\na,b\ncaf\xe9,x\nmore", "t.csv", "t.csv", "csv")
+    assert e.value.hint == "re-save it as UTF-8"
     with pytest.raises(DataError, match=r"^t\.csv\.gz is not a valid gzip file \("):
         head_columns(packed[:3] + whole[:100], "t.csv.gz", "t.csv.gz", "csv")
     with pytest.raises(DataError, match=r"looks tab-separated"):
@@ -771,20 +773,21 @@ def test_a_file_compressed_twice_is_one_line(tmp_path, name):
 
     path = tmp_path / name
     path.write_bytes(gzip.compress(gzip.compress(b"text,label\na,pos\nb,neg\n")))
-    said = "is gzip-compressed twice (a gzip file inside a gzip file); decompress it once, and give what that leaves"
+    said = "is gzip-compressed twice (a gzip file inside a gzip file)\nhint: decompress it once, and give what that " \
+           "leaves"
     assert error_of("--task", "csv", "--train-file", str(path)) == f"{path} {said}"
     with pytest.raises(DataError) as e:
         head_columns(path.read_bytes(), name, f"gs://b/{name}", "csv")
-    assert str(e.value) == f"gs://b/{name} {said}"
+    assert with_hint(e.value) == f"gs://b/{name} {said}"
 
 
 @pytest.mark.parametrize(("name", "head", "said"), [
     ("t.parquet", b"PAR1\x15\x04\x15\x9a\x01",
-     "is a Parquet file, not CSV or JSON Lines; convert it: pandas.read_parquet("),
-    ("t.feather", b"ARROW1\x00\x00\xff\xff", "is an Arrow/Feather file, not CSV or JSON Lines; convert it: "),
+     "is a Parquet file, not CSV or JSON Lines\nhint: convert it: pandas.read_parquet("),
+    ("t.feather", b"ARROW1\x00\x00\xff\xff", "is an Arrow/Feather file, not CSV or JSON Lines\nhint: convert it: "),
     ("t.xlsx", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\x9b", "is a zip archive (an Excel .xlsx is one)"),
     ("t.xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1\x00\x00\x93", "is an Excel .xls workbook, not CSV or JSON Lines"),
-    ("t.csv", "text\tlabel\na\tpos\n".encode("utf-16"), "is UTF-16 text, not UTF-8; re-save it as UTF-8"),
+    ("t.csv", "text\tlabel\na\tpos\n".encode("utf-16"), "is UTF-16 text, not UTF-8\nhint: re-save it as UTF-8"),
 ])
 def test_a_file_that_is_no_text_says_what_it_is(tmp_path, name, head, said):
     # A Parquet file (or a workbook) given as --train-file was "not UTF-8 (byte 0x9a on line 1); re-save it as UTF-8":
@@ -798,7 +801,7 @@ def test_a_file_that_is_no_text_says_what_it_is(tmp_path, name, head, said):
         assert msg.startswith(f"{path} {said}") and "byte 0x" not in msg
     with pytest.raises(DataError) as e:
         head_columns(path.read_bytes(), name, f"gs://b/{name}", "csv")
-    assert str(e.value).startswith(f"gs://b/{name} {said}")
+    assert with_hint(e.value).startswith(f"gs://b/{name} {said}")
 
 
 TEXT = "text,label\na fine film,pos\ndull,neg\ngreat,pos\nbad,neg\n"
@@ -807,19 +810,19 @@ TEXT = "text,label\na fine film,pos\ndull,neg\ngreat,pos\nbad,neg\n"
 @pytest.mark.parametrize(("name", "content", "said"), [
     # a small uncompressed Parquet file's bytes can all be ASCII: it was read as CSV text ("no data rows")
     ("t.csv", b"PAR1\x15\x00\x15\x1c\x15\x1c,\x00\x00\x0e\x1c\x0b\x00\x00\x00a fine film\x04\x00\x00\x00dull\n",
-     "is a Parquet file, not CSV or JSON Lines; convert it: pandas.read_parquet(PATH).to_csv('train.csv', "
+     "is a Parquet file, not CSV or JSON Lines\nhint: convert it: pandas.read_parquet(PATH).to_csv('train.csv', "
      "index=False)"),
     ("t.jsonl", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00[Content_Types].xml\n",
-     "is a zip archive (an Excel .xlsx is one), not CSV or JSON Lines; convert it: save the sheet as 'CSV UTF-8' "
+     "is a zip archive (an Excel .xlsx is one), not CSV or JSON Lines\nhint: convert it: save the sheet as 'CSV UTF-8' "
      "(pandas: read_excel(PATH).to_csv('train.csv', index=False)), or unzip it and give the CSV inside"),
     # UTF-16 without a byte order mark: "line 6: fewer fields than the header's 2", "line 1 is not valid JSON"
-    ("t.csv", TEXT.encode("utf-16-le"), "is UTF-16 text (with no byte order mark), not UTF-8; re-save it as UTF-8 "
-     "(in Excel: Save As 'CSV UTF-8')"),
+    ("t.csv", TEXT.encode("utf-16-le"), "is UTF-16 text (with no byte order mark), not UTF-8\nhint: re-save it as "
+     "UTF-8 (in Excel: Save As 'CSV UTF-8')"),
     ("t.jsonl", '{"text": "dull", "label": "neg"}\n'.encode("utf-16-be"), "is UTF-16 text (with no byte order "
-     "mark), not UTF-8; re-save it as UTF-8 (in an editor: save with the encoding UTF-8; or `iconv -f UTF-16BE -t "
-     "UTF-8 FILE > OUT`)"),
+     "mark), not UTF-8\nhint: re-save it as UTF-8 (in an editor: save with the encoding UTF-8; or `iconv -f "
+     "UTF-16BE -t UTF-8 FILE > OUT`)"),
     ("t.csv.gz", gzip.compress(b"\x93NUMPY\x01\x00v\x00{'descr': '<f4'}\n", mtime=0), "is not text: its first line "
-     "holds the control byte 0x01 (a binary file?); give a CSV or JSON Lines file, UTF-8 text"),
+     "holds the control byte 0x01 (a binary file?)\nhint: give a CSV or JSON Lines file, UTF-8 text"),
 ], ids=["parquet", "zip", "utf16-le", "utf16-be", "binary-gzipped"])
 def test_a_file_that_is_no_text_but_decodes_as_utf8_says_what_it_is(tmp_path, name, content, said):
     # Files that are not text, or not UTF-8, were told by the first byte that is no UTF-8; where there was none, they
@@ -834,10 +837,10 @@ def test_a_file_that_is_no_text_but_decodes_as_utf8_says_what_it_is(tmp_path, na
         assert error_of("--task", task, "--train-file", str(path)) == f"{path} {said}"
     with pytest.raises(DataError) as e:
         read_rows(str(path), shown="--file t")
-    assert str(e.value) == f"--file t {said}"  # (the code that converts it names the file, not how it was shown)
+    assert with_hint(e.value) == f"--file t {said}"  # (the code that converts it names the file, not how it was shown)
     with pytest.raises(DataError) as e:
         head_columns(path.read_bytes(), str(path), f"gs://b/{name}", None)
-    assert str(e.value) == f"gs://b/{name} {said}"
+    assert with_hint(e.value) == f"gs://b/{name} {said}"
 
 
 @pytest.mark.parametrize(("name", "fmt", "codec", "fix"), [
@@ -865,21 +868,21 @@ def test_utf16_text_is_told_how_to_resave_it_for_its_kind(tmp_path, name, fmt, c
     mark = "" if codec == "utf-16" else " (with no byte order mark)"
 
     def said(shown: str, fix: str) -> str:
-        return f"{shown} is UTF-16 text{mark}, not UTF-8; re-save it as UTF-8 ({fix})"
+        return f"{shown} is UTF-16 text{mark}, not UTF-8\nhint: re-save it as UTF-8 ({fix})"
 
     local = said(str(path), fix.replace("FILE", str(path)).replace("DIR", str(tmp_path)))
     with pytest.raises(DataError) as e:
         read_rows(str(path), fmt=fmt)
-    assert str(e.value) == local
+    assert with_hint(e.value) == local
     if not name.endswith(".gz"):
         with pytest.raises(DataError) as e:
             head_columns(content, str(path), str(path), fmt)
-        assert str(e.value) == local
+        assert with_hint(e.value) == local
     # in a bucket: how to convert it, with no local path to run it on
     iconv = {"utf-16": "UTF-16", "utf-16-le": "UTF-16LE"}[codec]
     with pytest.raises(DataError) as e:
         head_columns(content, f"gs://b/{name}", f"gs://b/{name}", fmt)
-    assert str(e.value) == said(f"gs://b/{name}", fix if "Excel" in fix else
+    assert with_hint(e.value) == said(f"gs://b/{name}", fix if "Excel" in fix else
                                 f"in an editor: save with the encoding UTF-8; or with iconv -f {iconv} -t UTF-8")
 
 
@@ -959,18 +962,18 @@ def test_a_tsv_file_is_read_with_tabs(tmp_path):
     with open(comma, "w", newline="") as f:
         csv.writer(f).writerows([("text", "label"), ("a", "pos"), ("b", "neg")])
     assert error_of("--task", "csv", "--train-file", str(comma)) == (
-        f"{comma} looks comma-separated (its header is one column, 'text,label'); ftcli reads a .tsv as "
-        "tab-separated: name it .csv, or save it with tabs")
+        f"{comma} looks comma-separated (its header is one column, 'text,label'), and ftcli reads a .tsv as "
+        "tab-separated\nhint: name it .csv, or save it with tabs")
     # and a .csv whose lines hold tabs says to name it .tsv
     tabs = tmp_path / "t.csv"
     tabs.write_bytes(path.read_bytes())
     assert error_of("--task", "csv", "--train-file", str(tabs)) == (
-        f"{tabs} looks tab-separated (its header is one column, 'text\\tlabel'); ftcli reads comma-separated CSV: "
-        "name it .tsv (a .tsv file's fields are separated by tabs), or save it with commas")
+        f"{tabs} looks tab-separated (its header is one column, 'text\\tlabel'), and ftcli reads comma-separated CSV"
+        "\nhint: name it .tsv (a .tsv file's fields are separated by tabs), or save it with commas")
     too_many = tmp_path / "m.tsv"
     too_many.write_text("text\tlabel\na\tpos\tx\n")
     assert error_of("--task", "csv", "--train-file", str(too_many)) == (
-        f"{too_many} line 2: more fields than the header's 2; quote text that contains tabs")
+        f"{too_many} line 2: more fields than the header's 2\nhint: quote text that contains tabs")
 
 
 def test_a_folder_given_as_a_data_file_names_the_files_in_it(tmp_path):
