@@ -223,6 +223,11 @@ def _move_keeping_links(path: Path, to: Path) -> None:
         os.replace(made, to / rel)
 
 
+# The way out of a refusal to resume another run's checkpoints in a local run folder: said by _claim, and by the
+# trainer when it refuses once the data is loaded (checkpoint.MISMATCH_WAY_VAR).
+RESTART_WAY = "--restart to set the earlier run's model, checkpoints and logs aside in this folder (nothing is deleted)"
+
+
 def _claim(base: str, cfg: TrainConfig, gone: Sequence[str] = ()) -> tuple[bool, bool]:
     """Refuse, before the trainer starts, to resume another run's checkpoints in this output folder; return
     whether a fingerprint was written now, and whether the folder's is taken for this run's only until the trainer
@@ -244,9 +249,7 @@ def _claim(base: str, cfg: TrainConfig, gone: Sequence[str] = ()) -> tuple[bool,
         fix = f"{e.fix}; or " if e.fix else ""
         if storage.is_gcs(base):  # (--restart sets local folders aside only)
             raise UsageError(e.detail, hint=f"{fix}start fresh with a new --output-dir") from None
-        raise UsageError(e.detail,
-                         hint=f"{fix}start fresh with a new --output-dir, or --restart to set the earlier run's model, "
-                              "checkpoints and logs aside in this folder (nothing is deleted)") from None
+        raise UsageError(e.detail, hint=f"{fix}start fresh with a new --output-dir, or {RESTART_WAY}") from None
     return claimed, not claimed and checkpoint.rows_to_check(root, fingerprint)
 
 
@@ -567,6 +570,8 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     )
     env[STOPS_SAID_BY_VAR] = "1"  # ftcli says how a stopped run resumes (cli/local.py), in the command the user typed
     env[LINKS_SAID_BY_VAR] = "1"  # ftcli said the dead links above, before its claim
+    if not storage.is_gcs(base):  # (--restart sets local folders aside only)
+        env[checkpoint.MISMATCH_WAY_VAR] = RESTART_WAY
     if offline or not needs_hub(cfg):
         # Set before transformers is imported: later, a Hub id retries DNS for ~20 s before failing.
         env["HF_HUB_OFFLINE"] = "1"

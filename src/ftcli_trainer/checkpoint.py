@@ -331,13 +331,20 @@ MATH_OPTIONS = ("task", "model", "dataset_config", "text_column", "text_pair_col
                 "fraction_of_train_data", "eval_fraction", "seed", "precision", "regression")
 
 
+# Set by `ftcli local` for a local run folder: its own way out of a refusal, said in place of "move that folder
+# away". Its claim refuses most runs before the trainer starts, with --restart (which sets the earlier run aside) in
+# its hint; a run told apart by its rows only is refused here, once the data is loaded (record_train_rows), and that
+# refusal named no --restart. The words are ftcli's (the trainer knows none of its options).
+MISMATCH_WAY_VAR = "FTCLI_RUN_MISMATCH_WAY"
+
+
 class RunMismatch(TrainerError):
-    """The checkpoint folder holds another run's checkpoints. `detail` says how it differs; `fix`, where there is one,
-    how the earlier run is found again (said before the other ways out)."""
+    """The checkpoint folder holds another run's checkpoints. `detail` (the message) says how it differs; `fix`, where
+    there is one, how the earlier run is found again, said in the hint before the other ways out."""
 
     def __init__(self, detail: str, fix: str | None = None):
-        super().__init__(f"{detail}; {fix + '; or ' if fix else ''}start fresh with a new --output-dir, or move that "
-                         "folder away")
+        way = os.environ.get(MISMATCH_WAY_VAR) or "move that folder away"
+        super().__init__(detail, hint=f"{fix + '; or ' if fix else ''}start fresh with a new --output-dir, or {way}")
         self.detail = detail
         self.fix = fix
 

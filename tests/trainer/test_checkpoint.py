@@ -120,11 +120,11 @@ def test_a_subset_option_that_keeps_every_row_is_the_same_run_once_the_rows_are_
         checkpoint.claim(root, fp("--seed", "1"))  # (other math is refused at once, as it was)
     with pytest.raises(checkpoint.RunMismatch) as refused:
         checkpoint.record_train_rows(root, fp(), 200_000)  # (--max-train-samples 100000 kept half of them)
-    assert str(refused.value) == (
+    assert (str(refused.value), refused.value.hint) == (
         f"{root} holds checkpoints of a different run (max-train-samples and train-subset-by-label differ, on the "
-        "200,000 rows there are to train on now): resuming them would mix two runs; to resume it, give "
-        "--max-train-samples 100000 as it was started; or start fresh with a new --output-dir, or move that folder "
-        "away")
+        "200,000 rows there are to train on now): resuming them would mix two runs",
+        "to resume it, give --max-train-samples 100000 as it was started; or start fresh with a new --output-dir, or "
+        "move that folder away")
     assert "train_rows" not in json.loads(storage.read_text(storage.join(root, checkpoint.FINGERPRINT)))
     assert checkpoint.claim(root, started) is False  # the same command resumes, as it did
     checkpoint.record_train_rows(root, started, 8000)  # (the trainer, once the data is loaded)
@@ -198,7 +198,7 @@ def test_claim_refuses_another_runs_checkpoints(root):
     with pytest.raises(checkpoint.RunMismatch) as e:
         checkpoint.claim(root, {"task": "csv", "train_data": "sha256:bb", "seed": 2})
     assert "holds checkpoints of a different run (seed and train-data differ)" in str(e.value)
-    assert "new --output-dir" in str(e.value) and "\n" not in str(e.value)
+    assert "new --output-dir" in e.value.hint and "\n" not in str(e.value)
     with pytest.raises(checkpoint.RunMismatch, match=r"a different run \(seed differs\): resuming"):
         checkpoint.claim(root, {"task": "csv", "train_data": "sha256:aa", "seed": 2})
     with pytest.raises(checkpoint.RunMismatch, match=r"\(seed, task and train-data differ\)"):
@@ -258,12 +258,12 @@ def test_without_checkpoints_behind_a_dead_link_the_refusal_names_the_link(tmp_p
     (tmp_path / "big" / "ckpt").mkdir(parents=True)  # (the trainer's lock, before its claim, makes it)
     with pytest.raises(checkpoint.RunMismatch) as refused:
         checkpoint.claim(root + "/", {"seed": 1}, model, str(run / "logs" / "metrics.jsonl"), gone)
-    assert str(refused.value) == (
+    assert (str(refused.value), refused.value.hint) == (
         f"{root} links to {tmp_path / 'big' / 'ckpt'}, which is not there (the run folder moved without it, or a disk "
         f"not mounted?): the earlier run's checkpoints, which say whose output {model} and "
-        f"{run / 'logs'}/metrics.jsonl hold, are not found, and this run would replace or mix with it; to resume the "
-        "earlier run, make the link point at its checkpoints again (move them back, or mount the disk); or start fresh "
-        "with a new --output-dir, or move that folder away")
+        f"{run / 'logs'}/metrics.jsonl hold, are not found, and this run would replace or mix with it",
+        "to resume the earlier run, make the link point at its checkpoints again (move them back, or mount the disk); "
+        "or start fresh with a new --output-dir, or move that folder away")
     assert not os.path.exists(tmp_path / "big" / "ckpt" / checkpoint.FINGERPRINT)  # nothing claimed
 
 

@@ -91,7 +91,7 @@ def test_another_runs_checkpoints_in_the_output_folder_are_refused_untouched(tmp
         assert "Traceback" not in r.stderr
         assert r.stderr.splitlines() == [
             f"error: {out / 'checkpoints'} holds checkpoints of a different run (seed differs): resuming them would "
-            f"mix two runs; start fresh with a new --output-dir, or move that folder away"], r.stderr
+            "mix two runs", "hint: start fresh with a new --output-dir, or move that folder away"], r.stderr
         assert "step " not in r.stdout and "resuming from" not in r.stdout  # refused before any work
         after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()
                  and p.name != ".run.lock"}
