@@ -57,8 +57,8 @@ def check_data_files(cfg: TrainConfig) -> None:
     for flag, path in (("--train-file", cfg.train_file), ("--eval-file", cfg.eval_file)):
         if path and not storage.is_gcs(path) and (problem := local_data_problem(flag, path)) is not None:
             local = Path(path).expanduser()
-            raise UsageError(problem, hint=f"it was looked for in {Path.cwd()}" if not (
-                local.exists() or local.is_absolute()) else None)
+            raise UsageError(problem.message, hint=problem.hint or (f"it was looked for in {Path.cwd()}" if not (
+                local.exists() or local.is_absolute()) else None))
 
 
 def needs_hub(cfg: TrainConfig) -> bool:

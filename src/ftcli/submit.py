@@ -103,16 +103,19 @@ def parse_max_wait(value: str) -> int:
 TRY_LABEL = "ftcli_try"  # which of several --gpu/--region candidates a job is
 
 
-def local_data_problem(flag: str, value: str) -> str | None:
+def local_data_problem(flag: str, value: str) -> UsageError | None:
     """Why the local data file `value` given to `flag` cannot be read (a folder: the data files in it to pick from, as
-    the trainer says it; nothing there), or None: `ftcli train` and `ftcli local` say it before anything starts."""
+    the trainer says it, with its hint; nothing there), or None: `ftcli train` and `ftcli local` say it before anything
+    starts."""
     path = Path(value).expanduser()
     if path.is_dir():
         from ftcli_trainer.data import local_file_error
 
-        return f"{flag}: {local_file_error(value)}"
+        error = local_file_error(value)
+        assert error is not None  # (a folder)
+        return UsageError(f"{flag}: {error}", hint=error.hint)
     if not path.is_file():
-        return f"{flag} {value}: no such file (give a local file or a gs:// URI)"
+        return UsageError(f"{flag} {value}: no such file (give a local file or a gs:// URI)")
     return None
 
 
@@ -467,8 +470,8 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
             if (p := gcs_file_problem(f"--{name.replace('_', '-')}", str(value))) is not None:
                 problems.append(p)
         elif value:
-            if (p := local_data_problem(f"--{name.replace('_', '-')}", str(value))) is not None:
-                problems.append(p)
+            if (e := local_data_problem(f"--{name.replace('_', '-')}", str(value))) is not None:
+                gather(e, problems, hints)
             else:
                 local_files[name] = Path(value).expanduser()
     if validated and validated[0].wandb_project and not validated[0].wandb_secret:

@@ -422,11 +422,12 @@ def _folder_error(folder: Path, path: str) -> DataError:
     except OSError:
         found = []
     if not found:
-        return DataError(f"data file {path} is a folder, and holds no .csv, .tsv or .jsonl file; give a data file")
+        return DataError(f"data file {path} is a folder, and holds no .csv, .tsv or .jsonl file",
+                         hint="give a data file, CSV or JSON Lines")
     shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
     example = next((f for f in found if "train" in f.lower()), found[0])
-    return DataError(f"data file {path} is a folder; give one file in it ({shown}), e.g. "
-                     f"{shlex.quote(str(Path(path) / example))}")
+    return DataError(f"data file {path} is a folder (data files in it: {shown})",
+                     hint=f"give one file in it, e.g. {shlex.quote(str(Path(path) / example))}")
 
 
 def _use_format(fmt: str | None, wanted: str) -> str:

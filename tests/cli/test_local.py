@@ -1263,7 +1263,9 @@ def test_a_run_that_loses_the_folder_to_another_leaves_the_others_files(tmp_path
     (["--task", "csv", "--train-file", "{train}", "--eval-file", "{cwd}/nope/dev.csv"],
      ["error: --eval-file {cwd}/nope/dev.csv: no such file (give a local file or a gs:// URI)"]),
     (["--task", "csv", "--train-file", "data"],
-     ["error: --train-file: data file data is a folder; give one file in it (train.csv), e.g. data/train.csv"]),
+     # (its fix was after a ";": on the hint line, as the trainer says it)
+     ["error: --train-file: data file data is a folder (data files in it: train.csv)",
+      "hint: give one file in it, e.g. data/train.csv"]),
 ])
 def test_a_missing_data_file_is_said_first_before_the_hub_or_the_model(tmp_path, sentiment_csv, args, says):
     # `ftcli local --task csv --train-file missing.csv` said the Hub was unreachable (for the model): the data file

@@ -793,6 +793,26 @@ def test_a_gs_data_file_that_is_not_there_creates_no_job(capsys, cloud_env):
     assert vertex.requests == [] and gcs.list("ftcli-test") == []
 
 
+def test_a_local_folder_given_as_a_data_file_says_which_file_to_give_on_a_hint_line(capsys, cloud_env, tmp_path):
+    # "error: --train-file: data file data is a folder; give one file in it (train.csv), e.g. data/train.csv": the
+    # trainer's fix after a ";", turned into a string before it reached the pre-flight
+    gcs, vertex = cloud_env
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\ngood,pos\nbad,neg\n")
+    r = run_cli(capsys, "train", "--detach", "--task", "csv", "--train-file", str(data))
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [f"error: --train-file: data file {data} is a folder (data files in it: train.csv)",
+                                  f"hint: give one file in it, e.g. {data / 'train.csv'}"]
+    # among other problems, a list: the fix on the hint line after it (errors.gather, settings.raise_problems)
+    r = run_cli(capsys, "train", "--detach", "--task", "csv", "--train-file", str(data), "--labels", "team")
+    assert r.code == 2 and not r.out
+    lines = r.err.splitlines()
+    assert f"  - --train-file: data file {data} is a folder (data files in it: train.csv)" in lines, r.err
+    assert lines[-1] == f"hint: give one file in it, e.g. {data / 'train.csv'}", r.err
+    assert gcs.list("ftcli-test") == [] and vertex.requests == []
+
+
 def test_a_gs_folder_given_as_a_data_file_is_said_to_be_a_folder(capsys, cloud_env):
     # Found walking through the README ("a gs:// data file must name a file"): --train-file gs://BUCKET/data, a folder
     # with the data in it, said "no such file in the bucket" and sent the user to look for a typo in a path that is

@@ -981,12 +981,13 @@ def test_a_folder_given_as_a_data_file_names_the_files_in_it(tmp_path):
     folder = tmp_path / "sst2"
     folder.mkdir()
     assert error_of("--task", "csv", "--train-file", str(folder)) == (
-        f"data file {folder} is a folder, and holds no .csv, .tsv or .jsonl file; give a data file")
+        f"data file {folder} is a folder, and holds no .csv, .tsv or .jsonl file\nhint: give a data file, CSV or JSON "
+        "Lines")
     for name in ("validation.csv", "train.csv", "notes.txt", ".hidden.csv", "extra.jsonl.gz"):
         (folder / name).write_text("text,label\n")
     assert error_of("--task", "csv", "--train-file", str(folder)) == (
-        f"data file {folder} is a folder; give one file in it (extra.jsonl.gz, train.csv, validation.csv), e.g. "
-        f"{folder / 'train.csv'}")
+        f"data file {folder} is a folder (data files in it: extra.jsonl.gz, train.csv, validation.csv)\n"
+        f"hint: give one file in it, e.g. {folder / 'train.csv'}")
     assert error_of("--task", "csv", "--train-file", str(tmp_path / "nope.csv")) == (
         f"data file {tmp_path / 'nope.csv'} does not exist")
 
