@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ftcli_trainer.config import OPTIONS, ConfigError, Option, TrainConfig, resolve, to_argv
+from ftcli_trainer.config import OPTIONS, ConfigError, Option, TrainConfig, hint_of, resolve, to_argv, with_fix
 
 PANEL = "Trainer options"
 TRAINER_NAMES = frozenset(o.name for o in OPTIONS)
@@ -94,6 +94,9 @@ def with_trainer_options(command: Callable[..., Any] | None = None, *,
         command)
 
 
+TRAINER_HELP = "see --help for the trainer options"  # (the hint of a problem that says its own fix, or of several)
+
+
 def validate(values: dict[str, Any]) -> tuple[TrainConfig, list[str]]:
     """Check the trainer options as the trainer will (every problem at once); return the resolved
     config and the argv that reproduces the given values."""
@@ -105,8 +108,8 @@ def validate(values: dict[str, Any]) -> tuple[TrainConfig, list[str]]:
     except ConfigError as e:
         n = len(e.problems)
         raise UsageError(
-            e.problems[0] if n == 1 else f"{n} problems with the trainer options:",
-            hint="see --help for the trainer options",
-            problems=e.problems if n > 1 else None,
+            str(e.problems[0]) if n == 1 else f"{n} problems with the trainer options:",
+            hint=(n == 1 and hint_of(e.problems[0])) or TRAINER_HELP,
+            problems=[with_fix(p) for p in e.problems] if n > 1 else None,
         ) from None
     return cfg, to_argv(given)

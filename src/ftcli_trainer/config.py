@@ -33,12 +33,36 @@ def _bare_secret_id(value: str) -> bool:
             and not value.lower().startswith("hf_") and re.fullmatch(r"[0-9a-fA-F]{24,}", value) is None)
 
 
+class Problem(str):
+    """One problem with the options whose fix is not in its line: `hint` says it. A str (the line) wherever a
+    problem is one; the trainer prints the hint under the problem's `error:` line, ftcli on its own `hint:` line
+    where the problem is alone, after a ";" in a list of several (which keeps no hint)."""
+
+    hint: str | None
+
+    def __new__(cls, line: str, hint: str | None = None) -> Problem:
+        self = super().__new__(cls, line)
+        self.hint = hint
+        return self
+
+
+def hint_of(problem: str) -> str | None:
+    """A problem's fix where its line does not say it (Problem), else None."""
+    return getattr(problem, "hint", None)
+
+
+def with_fix(problem: str) -> str:
+    """A problem as one line of a list: its fix (a Problem's hint) after a ";"."""
+    return f"{problem}; {hint}" if (hint := hint_of(problem)) else str(problem)
+
+
 class ConfigError(Exception):
-    """Bad options. `problems` lists every one of them; the message is one line per problem."""
+    """Bad options. `problems` lists every one of them (a Problem where its fix is a hint); the message is one line
+    per problem."""
 
     def __init__(self, problems: list[str]):
         self.problems = problems
-        super().__init__("; ".join(problems))
+        super().__init__("; ".join(map(with_fix, problems)))
 
 
 @dataclass(frozen=True)
@@ -476,7 +500,8 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         cfg["keep_best"] = True  # stopping early keeps the best evaluation, as HF requires load_best_model_at_end
 
     if given.get("max_train_samples") is not None and given.get("fraction_of_train_data") is not None:
-        problems.append("--max-train-samples and --fraction-of-train-data both pick a subset: give one")
+        problems.append(Problem("--max-train-samples and --fraction-of-train-data both pick a subset",
+                                 hint="give one of them"))
     if task.user_files and not cfg["train_file"]:
         problems.append(f"--task {task.name} needs --train-file PATH (CSV or JSON Lines, local or gs://)")
     if cfg["eval_file"] and not cfg["train_file"]:
@@ -484,8 +509,8 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     if given.get("eval_fraction") is not None and (cfg["eval_file"] or (not cfg["train_file"] and task.eval_splits)):
         # it was ignored: the share is held out only when there is no eval set
         where = "--eval-file" if cfg["eval_file"] else f"--task {task.name}'s own evaluation split"
-        problems.append(f"--eval-fraction holds out training data when there is no eval set, but the eval set is "
-                        f"{where}; drop --eval-fraction")
+        problems.append(Problem(f"--eval-fraction holds out training data when there is no eval set, but the eval "
+                                f"set is {where}", hint="drop --eval-fraction"))
     if cfg["label_columns"] is not None:
         try:  # the names are matched against the data's columns later; a broken JSON list is refused here
             name_list(cfg["label_columns"], "--label-columns")
@@ -498,7 +523,8 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         if cfg["label_names"]:
             problems.append("--label-names is for single-label data; multi-label names come from --label-columns")
     if task.labels and cfg["label_names"] and not task.user_files:
-        problems.append(f"--task {task.name} has fixed labels ({', '.join(task.labels)}); drop --label-names")
+        problems.append(Problem(f"--task {task.name} has fixed labels ({', '.join(task.labels)})",
+                                hint="drop --label-names"))
     if task.regression:
         cfg["regression"] = True  # STS-B: the task decides, as it fixes the label set of the others
     elif cfg["regression"] and not task.user_files:
@@ -517,8 +543,9 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     if cfg["label_columns"] is None:
         for flag, col in (("--text-column", cfg["text_column"]), ("--text-pair-column", cfg["text_pair_column"])):
             if col and col == cfg["label_column"]:
-                problems.append(f"{flag} {col!r} is the label column too: the model would read its label as "
-                                "text; pass the text's column (or --label-column for the label's)")
+                problems.append(Problem(f"{flag} {col!r} is the label column too: the model would read its label "
+                                        "as text", hint=f"pass {flag} with the text's column (or --label-column "
+                                                        "with the label's)"))
     if cfg["label_names"] and len(set(cfg["label_names"])) != len(cfg["label_names"]):
         problems.append("--label-names has duplicates")
     for name, (holds, noun, variable) in SECRET_OPTIONS.items():
@@ -535,7 +562,8 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
                             f"projects/PROJECT/secrets/NAME, not the {noun}: store it there first (printf %s "
                             f"\"${variable}\" | gcloud secrets create NAME --data-file=-)")
     if cfg.get("wandb_secret") and not cfg.get("wandb_project"):
-        problems.append("--wandb-secret is the key for --wandb-project: add --wandb-project NAME")
+        problems.append(Problem("--wandb-secret is the key for --wandb-project, and no --wandb-project is given",
+                                hint="add --wandb-project NAME"))
     metric = cfg.get("hypertune_metric")
     if metric is not None and not (metric.startswith("eval_") and metric[5:].replace("_", "").isalnum()):
         problems.append(f"--hypertune-metric {metric!r} is not an eval metric: name one of metrics.json's eval_* "

@@ -25,7 +25,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ftcli_trainer import __version__, storage
-from ftcli_trainer.config import ConfigError, TrainConfig, early_stopping_data_problem, parse_args
+from ftcli_trainer.config import ConfigError, TrainConfig, early_stopping_data_problem, hint_of, parse_args
 from ftcli_trainer.errors import TrainerError, first_line
 
 if TYPE_CHECKING:
@@ -393,8 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
     except ConfigError as e:
-        for problem in e.problems:
-            print(f"error: {problem}", file=sys.stderr)
+        for problem in e.problems:  # (a problem's hint under its own line, as TrainerError.lines says one)
+            print(f"error: {problem}" + (f"\nhint: {hint}" if (hint := hint_of(problem)) else ""), file=sys.stderr)
         return 2
     from ftcli_trainer.cpu import wait_passively_if_busy
 

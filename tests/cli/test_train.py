@@ -180,6 +180,26 @@ def test_a_gpu_name_in_another_case_or_spelling_ftcli_takes_is_taken(capsys, mon
     assert json.loads(r.out)["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == resolved
 
 
+@pytest.mark.parametrize("command", ["train", "tune", "local"])
+def test_a_trainer_option_problem_says_its_fix_on_a_hint_line(capsys, monkeypatch, tmp_path, command):
+    # "error: --max-train-samples and --fraction-of-train-data both pick a subset: give one", with no hint (train,
+    # tune) or `ftcli local`'s "see --help for the trainer options", which said nothing of which one to drop
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    cloud = ["--project", "my-project", "--bucket", "gs://my-bucket", "--dry-run"] if command != "local" else []
+    subset = ["--max-train-samples", "10", "--fraction-of-train-data", "0.5"]
+    r = run_cli(capsys, command, *subset, *cloud)
+    assert r.code == 2 and not r.out and "Traceback" not in r.err
+    assert r.err.splitlines() == ["error: --max-train-samples and --fraction-of-train-data both pick a subset",
+                                  "hint: give one of them"]
+    # among others, in a list (which keeps no hint): the fix after a ";" on its line
+    r = run_cli(capsys, command, *subset, "--epochs", "0", *cloud)
+    assert r.code == 2 and not r.out
+    assert "  - --max-train-samples and --fraction-of-train-data both pick a subset; give one of them" in (
+        r.err.splitlines()), r.err
+    assert list(tmp_path.iterdir()) == []  # no run folder, no state
+
+
 def test_task_is_listed_in_help_and_completed_by_the_shell():
     from typer.testing import CliRunner
 

@@ -1,13 +1,15 @@
 import pytest
 
-from ftcli_trainer.config import OPTIONS, ConfigError, parse_args, to_argv
+from ftcli_trainer.config import OPTIONS, ConfigError, hint_of, parse_args, to_argv
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, MINILM, TASKS
 
 
 def problems(argv):
+    """The problems the options give, each with its hint on a line of its own ("\nhint: ...") where it has one, as
+    the trainer prints them."""
     with pytest.raises(ConfigError) as e:
         parse_args(argv)
-    return e.value.problems
+    return [p + (f"\nhint: {hint}" if (hint := hint_of(p)) else "") for p in e.value.problems]
 
 
 def test_defaults_come_from_the_task():
@@ -189,11 +191,11 @@ def test_one_column_in_two_roles_is_refused():
     # `--text-column label` trained on the labels themselves (eval accuracy 1.0, a model that predicts nothing)
     base = ["--task", "csv", "--train-file", "a.csv"]
     assert problems(base + ["--text-column", "label"]) == [
-        "--text-column 'label' is the label column too: the model would read its label as text; pass the text's "
-        "column (or --label-column for the label's)"]
+        "--text-column 'label' is the label column too: the model would read its label as text\nhint: pass "
+        "--text-column with the text's column (or --label-column with the label's)"]
     assert problems(base + ["--text-pair-column", "y", "--label-column", "y"]) == [
-        "--text-pair-column 'y' is the label column too: the model would read its label as text; pass the text's "
-        "column (or --label-column for the label's)"]
+        "--text-pair-column 'y' is the label column too: the model would read its label as text\nhint: pass "
+        "--text-pair-column with the text's column (or --label-column with the label's)"]
     assert problems(base + ["--text-pair-column", "text"]) == [
         "--text-pair-column 'text' is the --text-column too: a pair needs its second text from another column"]
     assert problems(["--task", "mnli", "--text-column", "hypothesis"]) == [
@@ -215,11 +217,11 @@ def test_financial_dataset_config_is_refused_as_every_closed_choice_is():
 
 def test_eval_fraction_with_an_eval_set_is_refused_not_ignored():
     assert problems(["--task", "csv", "--train-file", "a.csv", "--eval-file", "b.csv", "--eval-fraction", "0.5"]) == [
-        "--eval-fraction holds out training data when there is no eval set, but the eval set is --eval-file; drop "
-        "--eval-fraction"]
+        "--eval-fraction holds out training data when there is no eval set, but the eval set is --eval-file\nhint: "
+        "drop --eval-fraction"]
     assert problems(["--eval-fraction", "0.2"]) == [
         "--eval-fraction holds out training data when there is no eval set, but the eval set is --task "
-        "sst2-sample's own evaluation split; drop --eval-fraction"]
+        "sst2-sample's own evaluation split\nhint: drop --eval-fraction"]
     assert parse_args(["--task", "csv", "--train-file", "a.csv", "--eval-fraction", "0.2"]).eval_fraction == 0.2
     assert parse_args(["--task", "financial", "--eval-fraction", "0.2"]).eval_fraction == 0.2  # one split only
     assert parse_args(["--task", "imdb", "--train-file", "a.csv", "--eval-fraction", "0.2"]).eval_fraction == 0.2

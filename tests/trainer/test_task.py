@@ -95,6 +95,19 @@ def test_bad_input_is_one_line_and_nonzero(argv, needle, tmp_path, capsys):
     assert not (tmp_path / "o" / "model").exists()
 
 
+def test_an_option_problem_with_a_fix_says_it_on_a_hint_line_under_its_own(tmp_path, capsys):
+    # "error: --max-train-samples and --fraction-of-train-data both pick a subset: give one": the fix in the line
+    assert main(["--max-train-samples", "10", "--fraction-of-train-data", "0.5", "--epochs", "0", "--wandb-secret",
+                 "projects/p/secrets/k", "--output-dir", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --epochs must be positive, got 0",
+        "error: --max-train-samples and --fraction-of-train-data both pick a subset",
+        "hint: give one of them",
+        "error: --wandb-secret is the key for --wandb-project, and no --wandb-project is given",
+        "hint: add --wandb-project NAME"]
+    assert not (tmp_path / "o").exists()
+
+
 def test_the_summary_counts_parameters_in_a_unit_that_fits(tmp_path, tiny_model, sentiment_csv, capsys):
     # a tiny model was "0.0 M parameters"
     train, _ = sentiment_csv
