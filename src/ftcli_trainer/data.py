@@ -462,7 +462,7 @@ def _refuse_json_lines_as_csv(f: io.TextIOBase, shown: str, fmt: str | None) -> 
     except ValueError:
         obj = None
     if isinstance(obj, dict) or _is_jsonl(shown):
-        raise DataError(f"{shown} looks like JSON Lines, not CSV: {_use_format(fmt, 'jsonl')}")
+        raise DataError(f"{shown} looks like JSON Lines, not CSV", hint=_use_format(fmt, "jsonl"))
 
 
 QUOTE_FIX = 'put a field that holds quotes in quotes, and double each quote inside it: "say ""hi"" here"'
@@ -575,7 +575,7 @@ def _drop_unnamed(header: list[str], records: list[list[str]], shown: str) -> li
     if len(unnamed) - len(empty) > 1:
         kept = [j + 1 for j in unnamed if j not in empty]
         raise DataError(f"{shown}: columns {', '.join(map(str, kept))} have no name in the header line but hold "
-                        "values; give each a name (or delete the columns)")
+                        "values", hint="give each a name in the header line (or delete the columns)")
     if not empty:
         return records
     keep = [j for j in range(len(header)) if j not in empty]
@@ -603,10 +603,11 @@ def _refuse_json_array(f: io.TextIOBase, shown: str, as_csv: str | None = None) 
         f.seek(pos)
     if isinstance(whole, list) and whole and all(isinstance(row, dict) for row in whole):
         if as_csv is not None:  # (read as CSV: `as_csv` says how to have it read as JSON Lines)
-            raise DataError(f"{shown} is one JSON array, not CSV: write it as JSON Lines, one object per line "
-                            f"(pandas: df.to_json(path, orient='records', lines=True)), and {as_csv}")
-        raise DataError(f"{shown} is one JSON array, not JSON Lines: write one object per line (pandas: "
-                        f"df.to_json(path, orient='records', lines=True))")
+            raise DataError(f"{shown} is one JSON array, not CSV",
+                            hint=f"write it as JSON Lines, one object per line (pandas: df.to_json(path, "
+                                 f"orient='records', lines=True)), and {as_csv}")
+        raise DataError(f"{shown} is one JSON array, not JSON Lines",
+                        hint="write one object per line (pandas: df.to_json(path, orient='records', lines=True))")
 
 
 def _json_error(shown: str, n: int, line: str, e: json.JSONDecodeError) -> DataError:
@@ -639,8 +640,8 @@ def _read_jsonl(f: io.TextIOBase, shown: str, fmt: str | None = None) -> list[di
             if not isinstance(first, dict):
                 text = line.strip()
                 text = text if len(text) <= 60 else text[:57] + "..."
-                raise DataError(f"{shown} looks like CSV, not JSON Lines (line {n} is {text!r}): "
-                                f"{_use_format(fmt, 'csv')}")
+                raise DataError(f"{shown} looks like CSV, not JSON Lines (line {n} is {text!r})",
+                                hint=_use_format(fmt, "csv"))
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
@@ -793,7 +794,8 @@ def _missing(value: object) -> bool:
 def _label_value(value: object, where: str, col: str) -> str | int | float | bool:
     """A single-label value, or the one-line reason it cannot be one."""
     if value is None:
-        raise DataError(f"{where}: no {col!r} (every example needs a label; --label-column picks the field)")
+        raise DataError(f"{where}: no {col!r} (every example needs a label)",
+                        hint=f"add a {col!r} to it, or pass --label-column with the field that holds the labels")
     if isinstance(value, str) and not value.strip():
         raise DataError(f"{where}: empty label in column {col!r}", hint=ROW_FIX)
     if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, str)
@@ -840,7 +842,8 @@ def infer_label_names(values: list, positions: list[str], shown: str) -> list[st
 def _target(value: object, where: str, col: str) -> float:
     """A regression target: a finite number (a JSON number or a numeric string), or the line that says why not."""
     if value is None:
-        raise DataError(f"{where}: no {col!r} (every example needs a target; --label-column picks the field)")
+        raise DataError(f"{where}: no {col!r} (every example needs a target)",
+                        hint=f"add a {col!r} to it, or pass --label-column with the field that holds the targets")
     if isinstance(value, str) and NUMBER_RE.fullmatch(value.strip()):
         return float(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
@@ -983,7 +986,7 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
                                     f"must be 0 or 1")
         if label_names is None and not labels.any():  # the training file; as for JSON lists that are all []
             raise DataError(f"{shown}: every label column ({', '.join(label_cols)}) is 0 in every row; there is "
-                            "nothing to learn (check --label-columns)")
+                            "nothing to learn", hint="check that --label-columns names the columns of the labels")
         return Examples(texts, pairs, labels), label_cols
     col = cfg.label_column
     values = [r.get(col) for r in rows]

@@ -1327,7 +1327,14 @@ def test_local_data_is_read_with_the_trainers_readers_before_upload(capsys, clou
     # a header line alone was "has no data rows", which neither showed what the file held nor said what to do
     ("text,label\n\n", [], ["error: {} has only its header line (columns: text, label) and no data rows",
                             "hint: add one row per example below the header line, one field per column"]),
-    # a row's fix, a column's and a file's were after a ";" on the error's line
+    # a row's fix, a column's and a file's were after a ";" (or a ":") on the error's line
+    ('{"text": "good", "label": "pos"}\n{"text": "bad", "label": "neg"}\n', [],
+     ["error: {} looks like JSON Lines, not CSV",
+      "hint: use --task jsonl (the train and eval files take the same format)"]),
+    ('[{"text": "good", "label": "pos"}, {"text": "bad", "label": "neg"}]\n', [],
+     ["error: {} is one JSON array, not CSV",
+      "hint: write it as JSON Lines, one object per line (pandas: df.to_json(path, orient='records', lines=True)), and "
+      "use --task jsonl (the train and eval files take the same format)"]),
     ("text;label\ngood;pos\nbad;neg\n", [],
      ["error: {} looks semicolon-separated (its header is one column, 'text;label'), and ftcli reads comma-separated "
       "CSV", "hint: save it with commas, or as JSON Lines"]),

@@ -274,7 +274,7 @@ def test_a_json_array_file_says_to_write_json_lines(tmp_path, indent):
     path = tmp_path / "data.json"
     path.write_text(json.dumps([{"text": f"t{i}", "label": ["neg", "pos"][i % 2]} for i in range(6)], indent=indent))
     msg = error_of("--task", "jsonl", "--train-file", str(path))
-    assert f"{path} is one JSON array, not JSON Lines: write one object per line" in msg
+    assert f"{path} is one JSON array, not JSON Lines\nhint: write one object per line" in msg
     assert "orient='records', lines=True" in msg
 
 
@@ -407,24 +407,27 @@ def test_json_lines_under_task_csv_says_so(tmp_path, name):
     # it said "x.jsonl line 2: fewer fields than the header's 3" (or "more fields ...; quote text that contains commas")
     train = jsonl(tmp_path / name, ROWS)
     assert error_of("--task", "csv", "--train-file", str(train)) == (
-        f"{train} looks like JSON Lines, not CSV: use --task jsonl (the train and eval files take the same format)")
+        f"{train} looks like JSON Lines, not CSV\nhint: use --task jsonl (the train and eval files take the same "
+        "format)")
     csv_train = tmp_path / "t.csv"
     csv_train.write_text(CSV_TEXT)
     assert error_of("--task", "csv", "--train-file", str(csv_train), "--eval-file", str(train)) == (
-        f"{train} looks like JSON Lines, not CSV: use --task jsonl (the train and eval files take the same format)")
+        f"{train} looks like JSON Lines, not CSV\nhint: use --task jsonl (the train and eval files take the same "
+        "format)")
 
 
 def test_json_lines_named_csv_under_a_named_task_says_to_rename_it(tmp_path):
     path = jsonl(tmp_path / "t.csv", ROWS)
     assert error_of("--task", "imdb", "--train-file", str(path)) == (
-        f"{path} looks like JSON Lines, not CSV: name it .jsonl (without --task csv or --task jsonl, the file's "
+        f"{path} looks like JSON Lines, not CSV\nhint: name it .jsonl (without --task csv or --task jsonl, the file's "
         f"extension picks its format)")
 
 
 def test_broken_json_lines_file_under_task_csv_says_json_lines(tmp_path):
     path = jsonl(tmp_path / "t.jsonl", ['{"text": "a", "label": ', *map(json.dumps, ROWS)])
     assert error_of("--task", "csv", "--train-file", str(path)) == (
-        f"{path} looks like JSON Lines, not CSV: use --task jsonl (the train and eval files take the same format)")
+        f"{path} looks like JSON Lines, not CSV\nhint: use --task jsonl (the train and eval files take the same "
+        "format)")
     # under --task jsonl the broken line itself is the error
     assert error_of("--task", "jsonl", "--train-file", str(path)).startswith(f"{path} line 1 is not valid JSON")
 
@@ -441,16 +444,16 @@ def test_csv_under_task_jsonl_says_so(tmp_path, header):
     path = tmp_path / "t.csv"
     path.write_text("\n" + CSV_TEXT.replace("text,label", header))
     assert error_of("--task", "jsonl", "--train-file", str(path)) == (
-        f"{path} looks like CSV, not JSON Lines (line 2 is {header!r}): use --task csv (the train and eval files "
+        f"{path} looks like CSV, not JSON Lines (line 2 is {header!r})\nhint: use --task csv (the train and eval files "
         f"take the same format)")
     good = jsonl(tmp_path / "t.jsonl", ROWS)
     assert error_of("--task", "jsonl", "--train-file", str(good), "--eval-file", str(path)) == (
-        f"{path} looks like CSV, not JSON Lines (line 2 is {header!r}): use --task csv (the train and eval files "
+        f"{path} looks like CSV, not JSON Lines (line 2 is {header!r})\nhint: use --task csv (the train and eval files "
         f"take the same format)")
     named = tmp_path / "n.jsonl"
     named.write_text(CSV_TEXT)
     assert error_of("--task", "imdb", "--train-file", str(named)) == (
-        f"{named} looks like CSV, not JSON Lines (line 1 is 'text,label'): name it .csv (without --task csv or "
+        f"{named} looks like CSV, not JSON Lines (line 1 is 'text,label')\nhint: name it .csv (without --task csv or "
         f"--task jsonl, the file's extension picks its format)")
 
 
@@ -573,8 +576,8 @@ def test_a_spreadsheets_empty_unnamed_columns_are_left_out(tmp_path):
     assert data.label_names == ["a", "b"]
     held = write_csv(tmp_path / "held.csv", ["text", "label", "", ""], [("a", "pos", "1", ""), ("b", "neg", "", "2")])
     assert error_of("--task", "csv", "--train-file", str(held)) == (
-        f"{held}: columns 3, 4 have no name in the header line but hold values; give each a name (or delete the "
-        "columns)")
+        f"{held}: columns 3, 4 have no name in the header line but hold values\nhint: give each a name in the "
+        "header line (or delete the columns)")
     blank = tmp_path / "blank.csv"
     blank.write_text(",,\n,,\n")
     assert error_of("--task", "csv", "--train-file", str(blank)) == (
@@ -600,7 +603,8 @@ def test_multi_label_columns_that_are_all_zero_are_refused_like_empty_lists(tmp_
     # predicts no label, with F1 0, without a word.
     zeros = write_csv(tmp_path / "z.csv", ["text", "a", "b"], [("x", 0, 0), ("y", "0", "0.0")] * 4)
     assert error_of("--task", "csv", "--train-file", str(zeros), "--label-columns", "a,b") == (
-        f"{zeros}: every label column (a, b) is 0 in every row; there is nothing to learn (check --label-columns)")
+        f"{zeros}: every label column (a, b) is 0 in every row; there is nothing to learn\nhint: check that "
+        "--label-columns names the columns of the labels")
     some = write_csv(tmp_path / "s.csv", ["text", "a", "b"], [("x", 0, 0), ("y", 0, 1)] * 4)
     data = load("--task", "csv", "--train-file", str(some), "--eval-file", str(zeros), "--label-columns", "a,b")
     assert data.evals["eval"].labels.sum() == 0  # an eval set without positives is still an eval set
@@ -913,8 +917,8 @@ def test_a_json_array_named_csv_says_it_is_json(tmp_path, task):
     fix = "use --task jsonl (the train and eval files take the same format)" if task == "csv" else \
         "name it .jsonl (without --task csv or --task jsonl, the file's extension picks its format)"
     assert error_of("--task", task, "--train-file", str(path)) == (
-        f"{path} is one JSON array, not CSV: write it as JSON Lines, one object per line (pandas: df.to_json(path, "
-        f"orient='records', lines=True)), and {fix}")
+        f"{path} is one JSON array, not CSV\nhint: write it as JSON Lines, one object per line (pandas: "
+        f"df.to_json(path, orient='records', lines=True)), and {fix}")
 
 
 def test_a_label_column_empty_in_every_row_is_said_once_for_the_column(tmp_path):
