@@ -490,7 +490,7 @@ class Trainer:
             # train diverging copies.
             raise TrainerError(f"the workers resumed from different checkpoints (steps {lowest} and {highest}): one "
                                f"could not read the newest in {self.paths.checkpoint_dir} (its warning above says "
-                               "why); run the job again, or remove the unreadable checkpoint folder")
+                               "why)", hint="run the job again, or remove the unreadable checkpoint folder")
         if state is None:
             # No complete checkpoint (a crash, or a VM gone during the first one's upload): the run starts over, and
             # the rows an earlier attempt logged are logged again

@@ -223,9 +223,9 @@ def align_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, na
                     f"{tokenizer.pad_token!r}")
         else:
             raise TrainerError(f"cannot use {name!r}: its tokenizer has neither a padding nor an end-of-sequence "
-                               "token, so its batches cannot be padded; save the tokenizer with one "
-                               "(tokenizer.add_special_tokens({'pad_token': '<pad>'}), then model.resize_token_"
-                               "embeddings) and give that folder")
+                               "token, so its batches cannot be padded",
+                               hint="save the tokenizer with one (tokenizer.add_special_tokens({'pad_token': "
+                                    "'<pad>'}), then model.resize_token_embeddings) and give that folder")
     if config.pad_token_id is None:
         config.pad_token_id = tokenizer.pad_token_id
         said = said or f"config.json has no pad_token_id: the tokenizer's, {tokenizer.pad_token!r}, is used"

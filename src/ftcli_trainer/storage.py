@@ -836,12 +836,12 @@ def _beside(staged: Path, target: str, theirs: str | None = None, copies: Mappin
                 f"{target} is an earlier ftcli's export, which does not list its files ({EXPORT_MANIFEST}), and")
         raise TrainerError(f"{what} holds {unlisted[0]}{_more(unlisted)}, which this export does not write: left over "
                            "from that export (loaded with the new model) or yours, they cannot be told apart, so "
-                           f"{target} is left as it is, and the new model is in {beside}; keep what is yours from "
-                           f"{target}, then put {beside} in its place")
+                           f"{target} is left as it is, and the new model is in {beside}",
+                           hint=f"keep what is yours from {target}, then put {beside} in its place")
     if foreign:
         # (it was called "an earlier ftcli's export" in a bucket, where it held only files of the user's)
         raise TrainerError(f"{not_an_export_line(target, foreign)}: {target} is left as it is, and the new model is "
-                           f"in {beside}; keep what is yours from {target}, then put {beside} in its place")
+                           f"in {beside}", hint=f"keep what is yours from {target}, then put {beside} in its place")
     if theirs is None:
         raise TrainerError(f"{not_an_export_line(target, [])}: it is left as it is, and the new model is in {beside}")
     raise TrainerError(f"{theirs} is not from the earlier export, and this one has a file there: {target} is left as "

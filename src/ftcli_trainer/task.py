@@ -122,7 +122,7 @@ def _setup_device(cfg: TrainConfig) -> tuple[torch.device, str]:
         raise TrainerError(problem)
     if precision == "bf16" and capability is not None:  # on a CUDA device
         if not torch.cuda.is_bf16_supported():
-            raise TrainerError(f"{torch.cuda.get_device_name(device)} has no bf16; use --precision fp16")
+            raise TrainerError(f"{torch.cuda.get_device_name(device)} has no bf16", hint="use --precision fp16")
         if capability < (8, 0):
             log.warning("%s (compute capability %d.%d) emulates bf16: slow; --precision auto picks fp16",
                         torch.cuda.get_device_name(device), *capability)

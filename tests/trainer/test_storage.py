@@ -345,10 +345,10 @@ def test_a_local_publish_replaces_only_an_earlier_export_and_never_a_fixed_sibli
     assert (tmp_path / "model" / "config.json").read_text() == "2"
     (beside,) = tmp_path.glob("model-2*")
     model = tmp_path / "model"
-    assert str(refused.value) == (
+    assert (str(refused.value), refused.value.hint) == (
         f"{model} is not a model ftcli exported (it has neither _COMPLETE nor ftcli_files.json) and holds config.json, "
-        f"which ftcli did not write: {model} is left as it is, and the new model is in {beside}; keep what is yours "
-        f"from {model}, then put {beside} in its place")
+        f"which ftcli did not write: {model} is left as it is, and the new model is in {beside}",
+        f"keep what is yours from {model}, then put {beside} in its place")
     assert (beside / "config.json").read_text() == "3" and (beside / COMPLETE_MARKER).is_file()
 
 
@@ -522,11 +522,11 @@ def test_an_earlier_ftclis_export_without_its_list_is_replaced_only_when_no_file
     with pytest.raises(TrainerError) as refused:
         storage.publish_dir(_export(tmp_path, {"config.json": b"2", "model.safetensors": b"new"}), str(model))
     (beside,) = tmp_path.glob("model-2*")
-    assert str(refused.value) == (
-        f"{model} is an earlier ftcli's export, which does not list its files (ftcli_files.json), and holds README.md "
-        "(and 4 more), which this export does not write: left over from that export (loaded with the new model) or "
-        f"yours, they cannot be told apart, so {model} is left as it is, and the new model is in {beside}; keep what "
-        f"is yours from {model}, then put {beside} in its place")
+    assert refused.value.lines() == (
+        f"error: {model} is an earlier ftcli's export, which does not list its files (ftcli_files.json), and holds "
+        "README.md (and 4 more), which this export does not write: left over from that export (loaded with the new "
+        f"model) or yours, they cannot be told apart, so {model} is left as it is, and the new model is in {beside}\n"
+        f"hint: keep what is yours from {model}, then put {beside} in its place")
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before  # nothing removed, nothing replaced
     assert (beside / "model.safetensors").read_bytes() == b"new" and (beside / COMPLETE_MARKER).is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", beside.name]  # no staging left
@@ -565,10 +565,11 @@ def test_a_bucket_folder_with_only_the_users_files_is_not_called_an_earlier_expo
     with pytest.raises(TrainerError) as refused:
         storage.publish_dir(_export(tmp_path, {"config.json": b"2"}), "gs://b/run/model/")
     (beside,) = sorted({o.split("/")[1] for o in gcs.list("b", "run/") if o.startswith("run/model-")})
-    assert str(refused.value) == (
+    assert (str(refused.value), refused.value.hint) == (
         "gs://b/run/model/ is not a model ftcli exported (it has neither _COMPLETE nor ftcli_files.json) and holds "
         "README.md (and 1 more), which ftcli did not write: gs://b/run/model/ is left as it is, and the new model is "
-        f"in gs://b/run/{beside}; keep what is yours from gs://b/run/model/, then put gs://b/run/{beside} in its place")
+        f"in gs://b/run/{beside}",
+        f"keep what is yours from gs://b/run/model/, then put gs://b/run/{beside} in its place")
     assert gcs.list("b", "run/model/") == ["run/model/README.md", "run/model/notes/a.txt"]
     assert gcs.read("b", f"run/{beside}/config.json") == b"2" and f"run/{beside}/_COMPLETE" in gcs.list("b")
 
@@ -643,11 +644,11 @@ def test_an_unreadable_list_of_the_earlier_exports_files_is_said_so_naming_it(re
         Path(manifest).write_bytes(written)
     with pytest.raises(TrainerError) as refused:
         storage.publish_dir(_export(tmp_path, {"config.json": b"2"}), model)
-    beside = str(refused.value).split("the new model is in ")[1].split(";")[0]
-    assert str(refused.value) == (
+    beside = str(refused.value).split("the new model is in ")[1]
+    assert (str(refused.value), refused.value.hint) == (
         f"{manifest} is unreadable ({why}), so which files of {model} an earlier export wrote is not known, and "
         f"{model} holds tokenizer.json, which this export does not write: left over from that export (loaded with the "
         f"new model) or yours, they cannot be told apart, so {model} is left as it is, and the new model is in "
-        f"{beside}; keep what is yours from {model}, then put {beside} in its place")
+        f"{beside}", f"keep what is yours from {model}, then put {beside} in its place")
     assert storage.read_text(storage.join(model, "config.json")) == "1"
     assert storage.read_text(storage.join(beside, "config.json")) == "2"

@@ -267,6 +267,27 @@ def test_setup_device_on_a_faked_gpu(monkeypatch, name, capability, expected):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
 
+def test_bf16_on_a_gpu_without_it_says_the_precision_to_use_on_a_hint_line(monkeypatch):
+    # "error: Tesla P100-PCIE-16GB has no bf16; use --precision fp16": the fix after a ";"
+    import torch
+
+    from ftcli_trainer.config import parse_args
+    from ftcli_trainer.task import _setup_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (6, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla P100-PCIE-16GB")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        with pytest.raises(TrainerError) as e:
+            _setup_device(parse_args(["--precision", "bf16"]))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    assert e.value.lines() == "error: Tesla P100-PCIE-16GB has no bf16\nhint: use --precision fp16"
+
+
 def test_a_max_length_past_the_models_positions_stops_before_training(tmp_path, tiny_model, capsys):
     # It failed at the first long batch, mid-training, with a tensor-shape traceback.
     train = write_csv(tmp_path / "t.csv", ["text", "label"], [("good " * 300, "pos"), ("bad " * 300, "neg")] * 4)
@@ -358,10 +379,10 @@ def test_a_tokenizer_with_no_padding_or_end_token_is_refused_in_one_line(tmp_pat
             str(tmp_path / "o")]
     assert main(argv) == TrainerError.exit_code
     err = capsys.readouterr().err.strip()
-    assert err.splitlines()[-1] == (
+    assert err.splitlines()[-2:] == [
         f"error: cannot use {str(folder)!r}: its tokenizer has neither a padding nor an end-of-sequence token, so its "
-        "batches cannot be padded; save the tokenizer with one (tokenizer.add_special_tokens({'pad_token': '<pad>'}), "
-        "then model.resize_token_embeddings) and give that folder") and "Traceback" not in err
+        "batches cannot be padded", "hint: save the tokenizer with one (tokenizer.add_special_tokens({'pad_token': "
+        "'<pad>'}), then model.resize_token_embeddings) and give that folder"] and "Traceback" not in err
 
 
 def test_the_exported_tokenizer_pads_on_the_side_the_run_padded(tmp_path, tiny_decoders, sentiment_csv):
