@@ -1237,7 +1237,7 @@ def load_task_data(cfg: TrainConfig, *, bars: bool = False) -> TaskData:
     elif task.name == BUNDLED_SAMPLE:
         if not bundled_sample_available():
             raise DataError("the bundled sample is not in this install (it is left out of the package "
-                            "uploaded to Vertex); pass --task with a Hub dataset or --train-file")
+                            "uploaded to Vertex)", hint="pass --task with a Hub dataset, or --train-file")
         train, evals, names = _load_files(
             cfg, task, str(bundled_sample_file("sst2_train.csv.gz")),
             {"validation": str(bundled_sample_file("sst2_validation.csv.gz"))}, "csv")

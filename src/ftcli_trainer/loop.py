@@ -597,8 +597,9 @@ class Trainer:
                     f"the best evaluation's weights (step {kept}, {self.best_key} "
                     f"{float(best['value']):.4f}) are not in {where}, "
                     f"and the run ended at step {step}: nothing is left to train to find another best, and the last "
-                    "step's weights are not the model --keep-best asked for; put that folder back to export it, or "
-                    "train again with another --output-dir (ftcli local: --restart)")
+                    "step's weights are not the model --keep-best asked for",
+                    hint="put that folder back to export it, or train again with another --output-dir (ftcli local: "
+                         "--restart)")
             log.warning("the best evaluation's weights (step %d) are not in %s: the best is looked for from step %d on",
                         int(best["step"]), root, step)
             self._lost_best = int(best["step"])

@@ -436,3 +436,12 @@ def test_a_hub_task_trains_on_its_train_split_and_scores_its_eval_splits_in_orde
     calls.clear()
     load("--task", "mnli", "--dataset-config", "ax")
     assert {c[:2] for c in calls} == {("nyu-mll/glue", "ax")}
+
+
+def test_a_trainer_without_the_bundled_sample_says_what_to_train_on_instead_on_a_hint_line(monkeypatch):
+    # (the package uploaded to Vertex leaves the sample out) "...; pass --task with a Hub dataset or --train-file"
+    from ftcli_trainer import data
+
+    monkeypatch.setattr(data, "bundled_sample_available", lambda: False)
+    assert error_of() == ("the bundled sample is not in this install (it is left out of the package uploaded to "
+                          "Vertex)\nhint: pass --task with a Hub dataset, or --train-file")

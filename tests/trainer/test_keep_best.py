@@ -817,7 +817,7 @@ def test_a_finished_run_whose_best_weights_are_gone_is_refused_and_its_model_lef
     said = capsys.readouterr()
     assert (f"error: the best evaluation's weights (step 21, eval_accuracy 1.0000) are not in {best}, and the run "
             "ended at step 60: nothing is left to train to find another best, and the last step's weights are not "
-            "the model --keep-best asked for; put that folder back to export it, or train again with another "
+            "the model --keep-best asked for\nhint: put that folder back to export it, or train again with another "
             "--output-dir (ftcli local: --restart)\n") in said.err
     assert "Traceback" not in said.err + said.out and "finite" not in said.err + said.out
     assert (out / "model" / "model.safetensors").read_bytes() == exported
