@@ -1,4 +1,5 @@
 import copy
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -197,6 +198,15 @@ def test_compile_compiles_the_layers_once_for_training_only(tmp_path, tiny_model
     import ftcli_trainer.loop as loop_mod
     from ftcli_trainer import cuda_graphs
 
+    # The job image's CI run (torch 2.7.1, 2026-11-29) once failed here inside dynamo's tracing
+    # ("InternalTorchDynamoError: RuntimeError: dictionary changed size during iteration"), a dict another thread of
+    # this pytest worker changed meanwhile (not reproduced). Threads an earlier test left running in this process (a
+    # trainer's tokenize worker or lease renewal, daemons, after a run stopped by SIGTERM) are let end first, and any
+    # still alive are named if it happens again.
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and t.name.startswith("ftcli-")]
+    for t in others:
+        t.join(timeout=60)
+    alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     monkeypatch.setattr(loop_mod, "compile_skip_reason", lambda *a: "")  # (a CPU run skips it: no gain measured)
@@ -217,7 +227,10 @@ def test_compile_compiles_the_layers_once_for_training_only(tmp_path, tiny_model
     for t in (plain, compiled):
         t._loss_acc, t._loss_acc_n = torch.zeros(()), 0
         for g in groups:
-            t.train_step(g)
+            try:
+                t.train_step(g)
+            except torch._dynamo.exc.InternalTorchDynamoError as e:
+                raise AssertionError(f"dynamo failed with these threads alive in the process: {alive}") from e
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
     torch.testing.assert_close(compiled._loss_acc, plain._loss_acc, rtol=1e-5, atol=1e-6)
     for (name, pa), pb in zip(plain.model.named_parameters(), compiled.model.parameters(), strict=True):
