@@ -307,19 +307,31 @@ def unknown_task(value: str) -> str:
     return f"unknown task {value!r}; choose one of {', '.join(TASKS)}"
 
 
+class NameListError(ValueError):
+    """A list option's value that is no list of names: `problem` says what is wrong, its hint how to write it."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem)
+        self.problem = problem
+
+
+# The fix of a list of names given as a broken JSON list: the two ways to write one
+NAME_LIST_FORMS = "write it as '[\"a\", \"b, c\"]' or comma-separated a,b"
+
+
 def name_list(raw: str, flag: str) -> tuple[str, ...]:
     """A list option's names: comma-separated (`neg,pos`), or a JSON list for names that hold a comma
     (`'["no", "yes, definitely"]'`, the form a multi-label row's labels take in a JSON Lines file); a name with a
-    comma could not be given at all. ValueError: the line that says what is wrong with a JSON list."""
+    comma could not be given at all. NameListError (a ValueError): what is wrong with a JSON list, with its fix."""
     if not raw.lstrip().startswith("["):
         return tuple(x.strip() for x in raw.split(",") if x.strip())
     try:
         names = json.loads(raw)
     except ValueError as e:
-        raise ValueError(f"{flag} {raw!r} is not a valid JSON list ({e}); write it as '[\"a\", \"b, c\"]' or "
-                         "comma-separated a,b") from None
+        raise NameListError(Problem(f"{flag} {raw!r} is not a valid JSON list ({e})", hint=NAME_LIST_FORMS)) from None
     if not isinstance(names, list) or not names or not all(isinstance(x, str) and x.strip() for x in names):
-        raise ValueError(f"{flag} {raw!r} must be a JSON list of non-empty strings, e.g. '[\"a\", \"b, c\"]'")
+        raise NameListError(Problem(f"{flag} {raw!r} must be a JSON list of non-empty strings",
+                                    hint=NAME_LIST_FORMS))
     return tuple(names)
 
 
@@ -329,8 +341,8 @@ def label_names(raw: str | None, problems: list[str]) -> tuple[str, ...]:
         return ()
     try:
         return name_list(raw, "--label-names")
-    except ValueError as e:
-        problems.append(str(e))
+    except NameListError as e:
+        problems.append(e.problem)
         return ()
 
 
@@ -514,8 +526,8 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
     if cfg["label_columns"] is not None:
         try:  # the names are matched against the data's columns later; a broken JSON list is refused here
             name_list(cfg["label_columns"], "--label-columns")
-        except ValueError as e:
-            problems.append(str(e))
+        except NameListError as e:
+            problems.append(e.problem)
         if "label_column" in given:
             problems.append("--label-column (single-label) and --label-columns (multi-label) exclude each other")
         if task.labels and not task.user_files:

@@ -190,6 +190,17 @@ def test_an_id_beyond_label_names_is_refused(capsys, tmp_path, tiny_model):
                             "hint: give --label-names a name for every id the file uses, in id order"), r.err
 
 
+def test_a_broken_json_list_of_label_names_says_how_to_write_it_on_a_hint_line(capsys, tmp_path, tiny_model):
+    # "error: --label-names '[\"neg\", \"pos\"' is not a valid JSON list (...); write it as ..." and no hint
+    rows = write_csv(tmp_path / "ids.csv", ["text", "label"], [("a fine film", 0), ("a dull film", 1)])
+    r = run_cli(capsys, "evaluate", str(tiny_model), str(rows), "--label-names", '["neg", "pos"')
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == [
+        "error: --label-names '[\"neg\", \"pos\"' is not a valid JSON list (Expecting ',' delimiter: line 1 column "
+        "14 (char 13))", "hint: write it as '[\"a\", \"b, c\"]' or comma-separated a,b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.csv"]
+
+
 def test_a_big_file_says_how_far_scoring_has_got(tmp_path, tiny_model):
     # "scoring 25,000 examples", then nothing until the end (an hour for IMDB on a CPU): progress after a few batches
     from ftcli import models

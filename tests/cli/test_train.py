@@ -1425,9 +1425,16 @@ def test_label_names_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, tm
     assert sent_arg(vertex, "--label-names") == names
     r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), "--label-names", '["no", "yes"')
     assert r.code == 2 and not r.out
-    assert r.err.splitlines()[0] == ("error: --label-names '[\"no\", \"yes\"' is not a valid JSON list (Expecting ',' "
-                                     "delimiter: line 1 column 13 (char 12)); write it as '[\"a\", \"b, c\"]' or "
-                                     "comma-separated a,b")
+    # the fix was on the error's line ("...(char 12)); write it as ..."), the hint said "see --help for the trainer
+    # options" under `ftcli local`
+    assert r.err.splitlines() == [
+        "error: --label-names '[\"no\", \"yes\"' is not a valid JSON list (Expecting ',' delimiter: line 1 column 13 "
+        "(char 12))",
+        "hint: write it as '[\"a\", \"b, c\"]' or comma-separated a,b"]
+    r = run_cli(capsys, "local", "--task", "csv", "--train-file", str(train), "--label-names", "[1, 2]")
+    assert r.code == 2 and not r.out
+    assert r.err.splitlines() == ["error: --label-names '[1, 2]' must be a JSON list of non-empty strings",
+                                  "hint: write it as '[\"a\", \"b, c\"]' or comma-separated a,b"]
 
 
 def test_label_columns_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, tmp_path):
@@ -1447,7 +1454,9 @@ def test_label_columns_with_a_comma_are_given_as_a_json_list(capsys, cloud_env, 
     assert sent_arg(vertex, "--label-columns") == columns
     r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(train), "--label-columns", '["insult"')
     assert r.code == 2 and not r.out
-    assert r.err.splitlines()[0].startswith("error: --label-columns '[\"insult\"' is not a valid JSON list (")
+    assert r.err.splitlines() == [
+        "error: --label-columns '[\"insult\"' is not a valid JSON list (Expecting ',' delimiter: line 1 column 10 "
+        "(char 9))", "hint: write it as '[\"a\", \"b, c\"]' or comma-separated a,b"]
 
 
 def test_a_local_model_folder_is_uploaded_content_addressed(capsys, cloud_env, tmp_path, tiny_model):

@@ -61,7 +61,8 @@ def test_label_names_take_a_json_list_for_names_with_a_comma():
     assert parse_args(to_argv({"label_names": '[" a ", "b"]', "task": "csv", "train_file": "a.csv"})).label_names \
         == (" a ", "b")  # as written
     assert problems([*csv, "--label-names", "[1, 2]"]) == [
-        "--label-names '[1, 2]' must be a JSON list of non-empty strings, e.g. '[\"a\", \"b, c\"]'"]
+        "--label-names '[1, 2]' must be a JSON list of non-empty strings\nhint: write it as '[\"a\", \"b, c\"]' or "
+        "comma-separated a,b"]
 
 
 def test_to_argv_round_trips_values_that_start_with_a_dash():

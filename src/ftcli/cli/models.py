@@ -299,12 +299,12 @@ def evaluate(
     from ftcli.output import note, transfer
 
     _check_options(threshold, text_column, text_pair_column, ("--label-column", label_column))
-    from ftcli_trainer.config import name_list
+    from ftcli_trainer.config import NameListError, name_list
 
     try:
         names = name_list(label_names, "--label-names") if label_names is not None else ()
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    except NameListError as e:
+        raise UsageError(str(e.problem), hint=e.problem.hint) from None
     if label_names is not None and not names:
         raise UsageError("--label-names is empty", hint="give the names the file's label ids stand for, in order")
     if twice := sorted({n for n in names if names.count(n) > 1}):
