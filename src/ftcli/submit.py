@@ -39,6 +39,7 @@ from ftcli.spec import (
     topology_problems,
 )
 from ftcli.trainer_options import validate as validate_trainer
+from ftcli_trainer.config import Problem, hint_of
 from ftcli_trainer.model import folder_max_length_problem, model_problem, resolve_model_path
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, bundled_sample_file
 
@@ -273,14 +274,16 @@ def _varlen_problem(cfg: TrainConfig, hardware: Hardware) -> str | None:
     return f"--varlen-attention would be left off in this job ({why}): leave it out" if why else None
 
 
-def _cpu_precision_problem(cfg: TrainConfig, hardware: Hardware) -> str | None:
-    """A precision the trainer refuses on a CPU machine (--gpu none): said now, not after the job's machine started."""
+def _cpu_precision_problem(cfg: TrainConfig, hardware: Hardware) -> Problem | None:
+    """A precision the trainer refuses on a CPU machine (--gpu none): said now, not after the job's machine started,
+    with the trainer's fix or a GPU as the hint."""
     from ftcli_trainer.task import precision_problem, resolve_precision
 
     if hardware.gpu:
         return None
     problem = precision_problem(resolve_precision(cfg.precision, "cpu", None), "cpu")
-    return f"{problem} (--gpu none is a CPU machine)" if problem else None
+    return Problem(f"{problem} (--gpu none is a CPU machine)", hint=f"{problem.hint}, or give --gpu a GPU (--gpu T4)"
+                   ) if problem else None
 
 
 def _varlen_refusal(cfg: TrainConfig, hardware: Hardware) -> str:
@@ -432,6 +435,13 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
             gather(e, problems, hints)
             return None
 
+    def add(problem: str) -> None:
+        # A problem found here whose fix is its hint (config.Problem): the fix goes with the gathered errors' hints,
+        # which raise_problems says on the hint line (a plain str in the list lost it)
+        problems.append(str(problem))
+        if (hint := hint_of(problem)) and hint not in hints:
+            hints.append(hint)
+
     settings = collect(resolve_settings, project=project, region=region, bucket=bucket,
                        service_account=service_account)
     validated = collect(validate_trainer, trainer)
@@ -475,12 +485,14 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
             else:
                 local_files[name] = Path(value).expanduser()
     if validated and validated[0].wandb_project and not validated[0].wandb_secret:
-        problems.append("--wandb-project on Vertex reads the W&B key from Secret Manager: add --wandb-secret "
-                        "projects/PROJECT/secrets/NAME (the key is never passed in the job)")
+        add(Problem("--wandb-project on Vertex reads the W&B key from Secret Manager (the key is never passed in the "
+                    "job), and no --wandb-secret is given", hint="add --wandb-secret projects/PROJECT/secrets/NAME (a "
+                    "secret that holds the key: printf %s \"$WANDB_API_KEY\" | gcloud secrets create NAME "
+                    "--data-file=-)"))
     if validated and hardware is not None and (p := _varlen_problem(validated[0], hardware)):
         problems.append(p)
     if validated and hardware is not None and (p := _cpu_precision_problem(validated[0], hardware)):
-        problems.append(p)
+        add(p)
     model_dir = None
     if validated and (p := model_problem(validated[0].model)):
         problems.append(p)  # a mistyped folder would reach the job as a Hub id, and fail there

@@ -565,14 +565,17 @@ def resolve(values: dict[str, Any], problems: list[str] | None = None) -> TrainC
         if not value or SECRET_NAME.fullmatch(value):
             continue
         if "/" in value:
-            problems.append(f"{flag} {value!r}: give projects/PROJECT/secrets/NAME (optionally /versions/N)")
+            problems.append(Problem(f"{flag} {value!r} is not a Secret Manager secret's name",
+                                    hint=f"give {flag} projects/PROJECT/secrets/NAME (optionally /versions/N)"))
         elif _bare_secret_id(value):
-            problems.append(f"{flag} {value!r}: give the secret's full name, projects/PROJECT/secrets/{value} "
-                            "(optionally /versions/N)")
+            problems.append(Problem(f"{flag} {value!r} is a secret's short name; the trainer reads a secret by its "
+                                    "full name", hint=f"give {flag} projects/PROJECT/secrets/{value} (optionally "
+                                                      "/versions/N)"))
         else:  # most likely the key or token itself: not repeated here, in a line that CI logs and issues keep
-            problems.append(f"{flag} takes the name of the Secret Manager secret that holds {holds}, "
-                            f"projects/PROJECT/secrets/NAME, not the {noun}: store it there first (printf %s "
-                            f"\"${variable}\" | gcloud secrets create NAME --data-file=-)")
+            problems.append(Problem(f"{flag} takes the name of the Secret Manager secret that holds {holds}, not "
+                                    f"the {noun}",
+                                    hint=f"store it there first (printf %s \"${variable}\" | gcloud secrets create "
+                                         f"NAME --data-file=-), then give {flag} projects/PROJECT/secrets/NAME"))
     if cfg.get("wandb_secret") and not cfg.get("wandb_project"):
         problems.append(Problem("--wandb-secret is the key for --wandb-project, and no --wandb-project is given",
                                 hint="add --wandb-project NAME"))

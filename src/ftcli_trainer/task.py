@@ -25,7 +25,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ftcli_trainer import __version__, storage
-from ftcli_trainer.config import ConfigError, TrainConfig, early_stopping_data_problem, hint_of, parse_args
+from ftcli_trainer.config import ConfigError, Problem, TrainConfig, early_stopping_data_problem, hint_of, parse_args
 from ftcli_trainer.errors import TrainerError, first_line
 
 if TYPE_CHECKING:
@@ -96,10 +96,11 @@ def resolve_precision(requested: str, device_type: str, capability: tuple[int, i
     return "bf16" if capability is not None and tuple(capability) >= (8, 0) else "fp16"
 
 
-def precision_problem(precision: str, device_type: str) -> str | None:
-    """Why a resolved precision cannot run on the device (the launcher asks this of a CPU job before submitting it)."""
+def precision_problem(precision: str, device_type: str) -> Problem | None:
+    """Why a resolved precision cannot run on the device, with its fix as the hint (the launcher asks this of a CPU
+    job before submitting it)."""
     if precision == "fp16" and device_type != "cuda":
-        return "--precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU"
+        return Problem("--precision fp16 needs a CUDA GPU", hint="use --precision bf16 or fp32 on a CPU")
     return None
 
 
@@ -119,7 +120,7 @@ def _setup_device(cfg: TrainConfig) -> tuple[torch.device, str]:
         device = torch.device("cpu")
     precision = resolve_precision(cfg.precision, device.type, capability)
     if problem := precision_problem(precision, device.type):
-        raise TrainerError(problem)
+        raise TrainerError(str(problem), hint=problem.hint)
     if precision == "bf16" and capability is not None:  # on a CUDA device
         if not torch.cuda.is_bf16_supported():
             raise TrainerError(f"{torch.cuda.get_device_name(device)} has no bf16", hint="use --precision fp16")

@@ -565,8 +565,8 @@ def test_every_vertex_error_says_what_to_do(capsys, cloud_env, code, said, hint)
     (["--gpu", "L4", "--varlen-attention", "--precision", "fp32"], "computes in bf16 or fp16, and this run is fp32"),
     (["--gpu", "none", "--varlen-attention"], "would be left off in this job (it needs a CUDA GPU)"),
     # found by hand: a CPU job with fp16 was created, and its trainer stopped at start once the machine was up
-    (["--gpu", "none", "--precision", "fp16"], "error: --precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU "
-     "(--gpu none is a CPU machine)"),
+    (["--gpu", "none", "--precision", "fp16"], "error: --precision fp16 needs a CUDA GPU (--gpu none is a CPU "
+     "machine)\nhint: use --precision bf16 or fp32 on a CPU, or give --gpu a GPU (--gpu T4)\n"),
 ])
 def test_bad_input_uploads_nothing_and_creates_nothing(capsys, cloud_env, args, needle):
     gcs, vertex = cloud_env
@@ -1898,7 +1898,12 @@ WANDB = ["--wandb-project", "nlp", "--wandb-secret", "projects/test-project/secr
 def test_wandb_on_vertex_needs_the_key_in_secret_manager(capsys, cloud_env):
     gcs, vertex = cloud_env
     r = run_cli(capsys, *BASE, "--task", "imdb", "--wandb-project", "nlp")
-    assert r.code == 2 and "add --wandb-secret projects/PROJECT/secrets/NAME" in r.err
+    # the fix was inside the line ("...: add --wandb-secret projects/PROJECT/secrets/NAME (the key ...)"), no hint
+    assert r.code == 2 and r.err.splitlines() == [
+        "error: --wandb-project on Vertex reads the W&B key from Secret Manager (the key is never passed in the job), "
+        "and no --wandb-secret is given",
+        "hint: add --wandb-secret projects/PROJECT/secrets/NAME (a secret that holds the key: printf %s "
+        "\"$WANDB_API_KEY\" | gcloud secrets create NAME --data-file=-)"]
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
@@ -1909,12 +1914,22 @@ def test_the_key_given_as_the_secret_is_not_repeated_in_the_error(capsys, cloud_
     key = "0123456789abcdef0123456789abcdef01234567"
     r = run_cli(capsys, *BASE, "--task", "imdb", "--wandb-project", "nlp", "--wandb-secret", key)
     assert r.code == 2 and key not in r.err + r.out
-    assert "error: --wandb-secret takes the name of the Secret Manager secret that holds the W&B key, " \
-           "projects/PROJECT/secrets/NAME, not the key: store it there first" in r.err
+    # each of these had its fix inside its line after a ":", and no hint
+    assert r.err.splitlines() == [
+        "error: --wandb-secret takes the name of the Secret Manager secret that holds the W&B key, not the key",
+        "hint: store it there first (printf %s \"$WANDB_API_KEY\" | gcloud secrets create NAME --data-file=-), then "
+        "give --wandb-secret projects/PROJECT/secrets/NAME"]
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
     # a mistyped name is said as it was typed
     r = run_cli(capsys, *BASE, "--task", "imdb", "--wandb-project", "nlp", "--wandb-secret", "projects/p/secret/k")
-    assert r.code == 2 and "--wandb-secret 'projects/p/secret/k': give projects/PROJECT/secrets/NAME" in r.err
+    assert r.code == 2 and r.err.splitlines() == [
+        "error: --wandb-secret 'projects/p/secret/k' is not a Secret Manager secret's name",
+        "hint: give --wandb-secret projects/PROJECT/secrets/NAME (optionally /versions/N)"]
+    # a short name, in full
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--wandb-project", "nlp", "--wandb-secret", "wandb-key")
+    assert r.code == 2 and r.err.splitlines() == [
+        "error: --wandb-secret 'wandb-key' is a secret's short name; the trainer reads a secret by its full name",
+        "hint: give --wandb-secret projects/PROJECT/secrets/wandb-key (optionally /versions/N)"]
 
 
 def test_a_missing_secret_is_found_before_any_upload(capsys, cloud_env, secret_manager):
@@ -2062,8 +2077,11 @@ def test_the_hub_token_given_as_the_secret_is_not_repeated(capsys, cloud_env):
     for command in (BASE, ["tune", "--detach"]):
         r = run_cli(capsys, *command, "--task", "imdb", "--hf-secret", HF_TOKEN)
         assert r.code == 2 and HF_TOKEN not in r.err + r.out
-        assert "error: --hf-secret takes the name of the Secret Manager secret that holds the Hugging Face token, " \
-               "projects/PROJECT/secrets/NAME, not the token: store it there first" in r.err
+        assert r.err.splitlines() == [
+            "error: --hf-secret takes the name of the Secret Manager secret that holds the Hugging Face token, not the "
+            "token",
+            "hint: store it there first (printf %s \"$HF_TOKEN\" | gcloud secrets create NAME --data-file=-), then "
+            "give --hf-secret projects/PROJECT/secrets/NAME"]
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 

@@ -126,18 +126,20 @@ def test_the_token_given_as_the_secret_is_not_repeated_in_the_error(capsys):
     assert main(["--hf-secret", TOKEN]) == 2
     err = capsys.readouterr().err
     assert TOKEN not in err
-    assert err.strip() == (
-        "error: --hf-secret takes the name of the Secret Manager secret that holds the Hugging Face token, "
-        "projects/PROJECT/secrets/NAME, not the token: store it there first (printf %s \"$HF_TOKEN\" | gcloud secrets "
-        "create NAME --data-file=-)")
+    assert err.splitlines() == [
+        "error: --hf-secret takes the name of the Secret Manager secret that holds the Hugging Face token, not the "
+        "token",
+        "hint: store it there first (printf %s \"$HF_TOKEN\" | gcloud secrets create NAME --data-file=-), then give "
+        "--hf-secret projects/PROJECT/secrets/NAME"]
 
 
 @pytest.mark.parametrize("given", ["hf-token", "wandb_key"])
 def test_a_secrets_short_name_is_asked_for_in_full(capsys, given):
     # `--hf-secret hf-token` was answered as if the token itself had been pasted ("..., not the token")
     assert main(["--hf-secret", given]) == 2
-    assert capsys.readouterr().err.strip() == (f"error: --hf-secret {given!r}: give the secret's full name, "
-                                               f"projects/PROJECT/secrets/{given} (optionally /versions/N)")
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --hf-secret {given!r} is a secret's short name; the trainer reads a secret by its full name",
+        f"hint: give --hf-secret projects/PROJECT/secrets/{given} (optionally /versions/N)"]
 
 
 @pytest.mark.parametrize("pasted", ["hf_abcdefghij", "0123456789abcdef0123456789abcdef01234567", "x" * 31])

@@ -235,13 +235,26 @@ def test_precision_follows_compute_capability(requested, device, capability, exp
 
 
 @pytest.mark.parametrize("precision,device,expected", [
-    ("fp16", "cpu", "--precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU"),
+    ("fp16", "cpu", ("--precision fp16 needs a CUDA GPU", "use --precision bf16 or fp32 on a CPU")),
     ("fp16", "cuda", None), ("bf16", "cpu", None), ("fp32", "cpu", None),
 ])
 def test_precision_problem_is_the_one_rule_the_job_and_the_launcher_apply(precision, device, expected):
     from ftcli_trainer.task import precision_problem
 
-    assert precision_problem(precision, device) == expected
+    problem = precision_problem(precision, device)
+    assert (problem and (str(problem), problem.hint)) == expected
+
+
+def test_fp16_on_a_cpu_says_its_fix_on_a_hint_line(tmp_path, capsys, monkeypatch):
+    # "error: --precision fp16 needs a CUDA GPU; use bf16 or fp32 on a CPU": the fix inside the line, under
+    # `ftcli local` as in a job's log
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--precision", "fp16", "--epochs", "1", "--output-dir", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.splitlines()[-2:] == ["error: --precision fp16 needs a CUDA GPU",
+                                                         "hint: use --precision bf16 or fp32 on a CPU"]
+    assert not (tmp_path / "o" / "model").exists()
 
 
 @pytest.mark.parametrize("name,capability,expected", [("Tesla T4", (7, 5), "fp16"), ("NVIDIA A100", (8, 0), "bf16")])
