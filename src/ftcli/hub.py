@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftcli_trainer.model import INVALID_TOKEN, hub_switch  # (INVALID_TOKEN: the Hub's word for a bad token)
+# (INVALID_TOKEN: the Hub's word for a bad token; token_or_download: the trainer's fix for a gated or private model)
+from ftcli_trainer.model import INVALID_TOKEN, hub_switch, token_or_download
 
 HUB = "https://huggingface.co"
 TIMEOUT_S = 8.0  # after local.hub_unreachable's few seconds: a Hub that accepts a connection and never answers
@@ -106,16 +107,10 @@ def _not_found(answer: Answer) -> bool:
     return answer.error_code == "RepoNotFound" or (answer.status == 401 and answer.error_message != INVALID_TOKEN)
 
 
-def _download(repo_id: str, flag: str) -> str:
-    # the trainer's own workaround for a gated model (ftcli_trainer.model._load_failure), word for word
-    where = "give --model DIR" if flag == "--model" else f"give DIR in its place ({flag}=choice(DIR,...))"
-    return f"download it here (hf download {repo_id} --local-dir DIR) and {where}"
-
-
 def _token_or_download(repo_id: str, flag: str) -> str:
-    # the trainer's own two ways for a Vertex job (ftcli_trainer.model._load_failure)
-    return ("give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds a token of an account with "
-            f"access), or {_download(repo_id, flag)}")
+    # the trainer's own two ways for a Vertex job (its hint for a gated or private model), from the same words
+    where = "give --model DIR" if flag == "--model" else f"give DIR in its place ({flag}=choice(DIR,...))"
+    return token_or_download(repo_id, where)
 
 
 def _gated(flag: str, repo_id: str) -> str:

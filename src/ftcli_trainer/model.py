@@ -309,16 +309,29 @@ def hub_switch(name: str) -> bool:
     return (os.environ.get(name) or "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
+def token_or_download(repo_id: str, where: str = "give --model DIR") -> str:
+    """The two ways a Vertex job loads a gated or private Hub model, `where` saying what to give the downloaded folder
+    as: one wording for the trainer's hint and the launcher's pre-flight (ftcli.hub), which says it before the job
+    is sent. No token travels in a Vertex job's spec (anyone who can read the job reads its environment and
+    arguments): the job reads one from Secret Manager (--hf-secret), or a folder downloaded where the user has access
+    is uploaded."""
+    return ("give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds a token of an account with "
+            f"access), or download it here (hf download {repo_id} --local-dir DIR) and {where}")
+
+
 def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> TrainerError:
+    """Why `subject` did not load, as a TrainerError whose message says what the Hub (or transformers) answered and
+    whose hint says what to do: `fix` (what to pass instead) unless the Hub's answer has a fix of its own."""
     from ftcli_trainer.secret_manager import HF_TOKEN_FROM, token_source
 
     hub_error = _hub_error(e)
     if hub_error is None:
         if answer := _http_answer(e):
-            wait = ": the Hub's rate limit, wait and run again" if answer.startswith("HTTP 429") else ""
-            return TrainerError(f"cannot load {subject}: the Hugging Face Hub answered {answer}{wait}, and the files "
-                                f"are not in this machine's Hugging Face cache. {fix}")
-        return TrainerError(f"cannot load {subject}: {one_line(e).rstrip('.')}. {fix}")
+            limited = answer.startswith("HTTP 429")
+            return TrainerError(f"cannot load {subject}: the Hugging Face Hub answered {answer}"
+                                f"{' (its rate limit)' if limited else ''}, and the files are not in this machine's "
+                                "Hugging Face cache", hint=f"wait a minute and run again, or {fix}" if limited else fix)
+        return TrainerError(f"cannot load {subject}: {one_line(e).rstrip('.')}", hint=fix)
     sent = token_source()
     if hub_error == "InvalidToken" and sent:
         if secret := os.environ.get(HF_TOKEN_FROM):
@@ -328,25 +341,23 @@ def _load_failure(subject: str, name: str, e: BaseException, fix: str) -> Traine
             fix = ("replace it with a valid one (hf auth login, or HF_TOKEN, which comes first); a public model needs "
                    "none")
         return TrainerError(f"cannot load {subject}: the Hugging Face Hub refused the token sent ({sent}) as invalid "
-                            f"(\"{INVALID_TOKEN}\": revoked, expired or mistyped): {fix}")
+                            f"(\"{INVALID_TOKEN}\": revoked, expired or mistyped)", hint=fix)
     if hub_error == "GatedRepoError" and sent:
         return TrainerError(f"cannot load {subject}: it is a gated model on the Hugging Face Hub, and the token sent "
-                            f"({sent}) has no access to it: request access on https://huggingface.co/{name} with that "
-                            "token's account, or use a token of an account that has access")
-    # No token travels in a Vertex job's spec (anyone who can read the job reads its environment and arguments): the
-    # job reads one from Secret Manager (--hf-secret), or a folder downloaded where the user has access is uploaded.
-    needs_token = ("for a Vertex job, give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds "
-                   "a token of an account with access), or download it here (hf download "
-                   f"{name} --local-dir DIR) and give --model DIR; here, log in (hf auth login) or set HF_TOKEN")
+                            f"({sent}) has no access to it",
+                            hint=f"request access on https://huggingface.co/{name} with that token's account, or use "
+                                 "a token of an account that has access")
+    needs_token = (f"for a Vertex job, {token_or_download(name)}; here, log in (hf auth login) or set HF_TOKEN")
     if hub_error == "GatedRepoError":
         return TrainerError(f"cannot load {subject}: it is a gated model on the Hugging Face Hub, and no Hugging Face "
-                            f"token was sent. Request access on https://huggingface.co/{name}, then {needs_token}")
+                            "token was sent",
+                            hint=f"request access on https://huggingface.co/{name}, then {needs_token}")
     if sent:
         return TrainerError(f"cannot load {subject}: the Hugging Face Hub has no model {name!r} that the token sent "
-                            f"({sent}) can read: check the id; a private model needs a token of an account with "
-                            "access to it")
-    return TrainerError(f"cannot load {subject}: the Hugging Face Hub has no public model {name!r}: check the id; "
-                        f"if it is private, {needs_token}")
+                            f"({sent}) can read",
+                            hint="check the id; a private model needs a token of an account with access to it")
+    return TrainerError(f"cannot load {subject}: the Hugging Face Hub has no public model {name!r}",
+                        hint=f"check the id; if it is private, {needs_token}")
 
 
 # A tokenizer folder with no tokenizer.json is read from its vocabulary file; transformers 5.24 reads a `*.model` file
@@ -391,7 +402,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         if needs := missing_tokenizer_package(path):
             raise TrainerError(f"cannot load the tokenizer of {name!r}: {needs} (or save the tokenizer as "
                                "tokenizer.json where that package is installed: tokenizer.save_pretrained)") from None
-        raise _load_failure(f"the tokenizer of {name!r}", name, e, "Pass a Hugging Face model id (with network "
+        raise _load_failure(f"the tokenizer of {name!r}", name, e, "pass a Hugging Face model id (with network "
                             "access) or a local folder that holds a model and its tokenizer") from None
     finally:
         hf_logging.set_verbosity(verbosity)
@@ -478,7 +489,7 @@ def load_model(name: str, label_names: list[str], multi_label: bool, threshold: 
                 del new
                 model.ftcli_head = "replaced: " + ("a regression" if own[0] == "regression" else ", ".join(own[1]))
     except Exception as e:  # noqa: BLE001
-        raise _load_failure(f"the model {name!r}", name, e, "Pass a Hugging Face model id (with network access) "
+        raise _load_failure(f"the model {name!r}", name, e, "pass a Hugging Face model id (with network access) "
                             "or a local model folder") from None
     finally:
         hf_logging.set_verbosity(verbosity)

@@ -2387,15 +2387,16 @@ def test_smoke_sends_no_hub_token_the_job_would_not_have(capfd, cloud_env, secre
         assert "note: the smoke run does not read --hf-secret (the job does): it downloads from the Hugging Face Hub " \
             "with this machine's own login (HF_TOKEN, hf auth login), if there is one" in err
         assert "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub, " \
-            "and the token sent (this machine's HF_TOKEN or Hugging Face login) has no access to it" in err
+            "and the token sent (this machine's HF_TOKEN or Hugging Face login) has no access to it\nhint: request " \
+            "access on https://huggingface.co/org/gated-model with that token's account" in err
         return
     assert seen and not any(seen)  # the Hub was asked, never with this machine's token
     # the trainer says what a gated model needs, not "pass a model id (with network access)"
     assert "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub, and " \
-        "no Hugging Face token was sent. Request access on https://huggingface.co/org/gated-model, then for a Vertex " \
-        "job, give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds a token of an account " \
-        "with access), or download it here (hf download org/gated-model --local-dir DIR) and give --model DIR; here, " \
-        "log in (hf auth login) or set HF_TOKEN" in " ".join(err.split())
+        "no Hugging Face token was sent\nhint: request access on https://huggingface.co/org/gated-model, then for a " \
+        "Vertex job, give --hf-secret projects/P/secrets/NAME (a Secret Manager secret that holds a token of an " \
+        "account with access), or download it here (hf download org/gated-model --local-dir DIR) and give --model " \
+        "DIR; here, log in (hf auth login) or set HF_TOKEN\n" in err
 
 
 def test_reading_big_local_data_is_said_before_it_starts(capsys, monkeypatch, tmp_path):

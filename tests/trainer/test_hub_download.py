@@ -68,19 +68,25 @@ def test_ftcli_local_downloads_a_public_hub_model_and_trains(models, tmp_path, s
     assert '"positive"' in (exported / "config.json").read_text()
 
 
-@pytest.mark.parametrize("token, says", [
-    (None, "it is a gated model on the Hugging Face Hub, and no Hugging Face token was sent. Request access on "
-           "https://huggingface.co/org/tiny-gated, then for a Vertex job, give --hf-secret projects/P/secrets/NAME (a "
-           "Secret Manager secret that holds a token of an account with access), or download it here (hf download "
-           "org/tiny-gated --local-dir DIR) and give --model DIR; here, log in (hf auth login) or set HF_TOKEN"),
+# The fix was inside the error's line, after a ". " or a ": " ("... no Hugging Face token was sent. Request access on
+# ..."): each now says what the Hub answered on the `error:` line and what to do on a `hint:` line of its own.
+@pytest.mark.parametrize("token, says, fix", [
+    (None, "it is a gated model on the Hugging Face Hub, and no Hugging Face token was sent",
+     "request access on https://huggingface.co/org/tiny-gated, then for a Vertex job, give --hf-secret "
+     "projects/P/secrets/NAME (a Secret Manager secret that holds a token of an account with access), or download it "
+     "here (hf download org/tiny-gated --local-dir DIR) and give --model DIR; here, log in (hf auth login) or set "
+     "HF_TOKEN"),
     (NO_ACCESS, "it is a gated model on the Hugging Face Hub, and the token sent (this machine's HF_TOKEN or Hugging "
-                "Face login) has no access to it: request access on https://huggingface.co/org/tiny-gated with that "
-                "token's account, or use a token of an account that has access"),
+                "Face login) has no access to it",
+     "request access on https://huggingface.co/org/tiny-gated with that token's account, or use a token of an "
+     "account that has access"),
 ])
-def test_a_gated_model_without_a_token_that_has_access_is_one_line(models, tmp_path, sentiment_csv, token, says):
+def test_a_gated_model_without_a_token_that_has_access_is_one_line(models, tmp_path, sentiment_csv, token, says,
+                                                                   fix):
     r = _trainer(sentiment_csv[0], "org/tiny-gated", tmp_path / "run", env={"HF_TOKEN": token} if token else None)
     assert r.returncode == 2, r.stderr[-3000:]
-    assert r.stderr.strip().splitlines()[-1] == f"error: cannot load the tokenizer of 'org/tiny-gated': {says}"
+    assert r.stderr.strip().splitlines()[-2:] == [f"error: cannot load the tokenizer of 'org/tiny-gated': {says}",
+                                                  f"hint: {fix}"]
     assert "Traceback" not in r.stderr and not (tmp_path / "run" / "model").exists()
     assert {auth for _, _, auth, _ in _model_calls(models, "org/tiny-gated")} == {f"Bearer {token}" if token else None}
 
@@ -102,11 +108,46 @@ def test_a_token_the_hub_refuses_as_invalid_is_said_so_not_a_connection_error(mo
         sent, fix = (f"from --hf-secret {SECRET}", "add a valid token as a new version of the secret (printf %s "
                      "\"$HF_TOKEN\" | gcloud secrets versions add hf-token --data-file=-)")
     assert r.returncode == 2, r.stderr[-3000:]
-    assert r.stderr.strip().splitlines()[-1] == (
+    assert r.stderr.strip().splitlines()[-2:] == [
         f"error: cannot load the tokenizer of 'org/tiny-public': the Hugging Face Hub refused the token sent ({sent}) "
-        f"as invalid (\"Invalid credentials in Authorization header\": revoked, expired or mistyped): {fix}")
+        "as invalid (\"Invalid credentials in Authorization header\": revoked, expired or mistyped)", f"hint: {fix}"]
     assert "Traceback" not in r.stderr and REVOKED not in r.stdout + r.stderr
     assert {auth for _, _, auth, _ in _model_calls(models, "org/tiny-public")} == {f"Bearer {REVOKED}"}
+
+
+@pytest.mark.parametrize("token, says, fix", [
+    (None, "the Hugging Face Hub has no public model 'org/missing'",
+     "check the id; if it is private, for a Vertex job, give --hf-secret projects/P/secrets/NAME (a Secret Manager "
+     "secret that holds a token of an account with access), or download it here (hf download org/missing "
+     "--local-dir DIR) and give --model DIR; here, log in (hf auth login) or set HF_TOKEN"),
+    (NO_ACCESS, "the Hugging Face Hub has no model 'org/missing' that the token sent (this machine's HF_TOKEN or "
+                "Hugging Face login) can read",
+     "check the id; a private model needs a token of an account with access to it"),
+])
+def test_a_model_the_hub_does_not_have_says_check_the_id_on_a_hint_line(models, tmp_path, sentiment_csv, token, says,
+                                                                        fix):
+    # "...has no public model 'org/missing': check the id; if it is private, ...": the fix inside the error's line
+    r = subprocess.run([*FTCLI, "local", "--task", "csv", "--train-file", str(sentiment_csv[0]), "--model",
+                        "org/missing", "--epochs", "1", "--output-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, **({"HF_TOKEN": token} if token else {})})
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-2:] == [f"error: cannot load the tokenizer of 'org/missing': {says}",
+                                                  f"hint: {fix}"]
+    assert "Traceback" not in r.stderr and not (tmp_path / "run" / "model").exists()
+
+
+def test_the_hubs_rate_limit_says_to_wait_on_a_hint_line(models, tmp_path, sentiment_csv):
+    # "...answered HTTP 429 Too Many Requests: the Hub's rate limit, wait and run again, and the files are not in this
+    # machine's Hugging Face cache. Pass a Hugging Face model id ...": two fixes inside the line
+    models.fail_with = 429
+    r = _trainer(sentiment_csv[0], "org/tiny-public", tmp_path / "run")
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-2:] == [
+        "error: cannot load the tokenizer of 'org/tiny-public': the Hugging Face Hub answered HTTP 429 Too Many "
+        "Requests (its rate limit), and the files are not in this machine's Hugging Face cache",
+        "hint: wait a minute and run again, or pass a Hugging Face model id (with network access) or a local folder "
+        "that holds a model and its tokenizer"]
 
 
 def _no_token_in(folder: Path, token: str) -> None:
@@ -173,10 +214,11 @@ def test_a_hub_that_answers_with_an_error_is_said_so_not_as_no_connection(models
     models.fail_with = 403
     r = _trainer(sentiment_csv[0], "org/tiny-public", tmp_path / "run")
     assert r.returncode == 2, r.stderr[-3000:]
-    assert r.stderr.strip().splitlines()[-1] == (
+    assert r.stderr.strip().splitlines()[-2:] == [
         "error: cannot load the tokenizer of 'org/tiny-public': the Hugging Face Hub answered HTTP 403 Forbidden, and "
-        "the files are not in this machine's Hugging Face cache. Pass a Hugging Face model id (with network access) or "
-        "a local folder that holds a model and its tokenizer")
+        "the files are not in this machine's Hugging Face cache",
+        "hint: pass a Hugging Face model id (with network access) or a local folder that holds a model and its "
+        "tokenizer"]
     assert "Traceback" not in r.stderr
     # a file the model lacks (404 EntryNotFound) is still transformers' own words
     models.fail_with = None
@@ -186,5 +228,7 @@ def test_a_hub_that_answers_with_an_error_is_said_so_not_as_no_connection(models
     models.models["org/no-config"] = HubModel(folder=tmp_path / "no-config")
     r = _trainer(sentiment_csv[0], "org/no-config", tmp_path / "run")
     assert r.returncode == 2, r.stderr[-3000:]
-    assert r.stderr.strip().splitlines()[-1].startswith(
-        "error: cannot load the model 'org/no-config': Unrecognized model in org/no-config. ")
+    assert r.stderr.strip().splitlines()[-2].startswith("error: cannot load the model 'org/no-config': Unrecognized "
+                                                        "model in org/no-config")
+    assert r.stderr.strip().splitlines()[-1] == ("hint: pass a Hugging Face model id (with network access) or a local "
+                                                 "model folder")

@@ -49,11 +49,11 @@ def test_the_token_from_the_secret_is_what_the_hub_receives(tmp_path, secret_man
     # every request for the model carries the secret's token
     assert {auth for path, auth in hub.requests if "org/gated-model" in path} == {f"Bearer {TOKEN}"}
     assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines()[-1] == (
+    assert done.stderr.splitlines()[-2:] == [
         "error: cannot load the tokenizer of 'org/gated-model': it is a gated model on the Hugging Face Hub, and the "
-        f"token sent (from --hf-secret {SECRET}) has no access to it: request access on "
-        "https://huggingface.co/org/gated-model with that token's account, or use a token of an account that has "
-        "access")
+        f"token sent (from --hf-secret {SECRET}) has no access to it",
+        "hint: request access on https://huggingface.co/org/gated-model with that token's account, or use a token of "
+        "an account that has access"]
     assert TOKEN not in done.stdout + done.stderr
     assert [m for m, _ in secret_manager.requests] == ["AccessSecretVersion"]
 
