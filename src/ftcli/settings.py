@@ -112,8 +112,13 @@ def config_entries() -> dict:
 
 
 def load_config_file() -> dict[str, str]:
-    path = config_path()
-    data = config_entries()
+    return _settings_of(config_entries(), config_path())
+
+
+def _settings_of(data: dict, path: Path) -> dict[str, str]:
+    """The settings of the config file `path`, whose top-level entries are `data`, refused as every command refuses
+    them (a misspelled key, a setting inside a table, a value of the wrong type), with a warning of a key ftcli does
+    not read."""
     if typos := [(k, near) for k in data if k not in KEYS and (near := near_key(k))]:
         key, near = typos[0]
         raise UsageError(f"{path}: unknown {_entry(key, data[key])}; did you mean {near}?",
@@ -346,7 +351,11 @@ def _file_kind(path: Path) -> str:
 def save_config_file(values: dict[str, str | None]) -> Path:
     """Set (or, with None, remove) these keys in the config file and keep everything else in it as it was: its
     comments, its order, keys and tables of its own, its line breaks and its encoding (_toml_edited)."""
-    return _edit_config_file(values, load_config_file)
+    # The file is held to every command's reading without the entries this edit replaces or removes: a setting of
+    # the wrong type (`region = true`, `region = ["x"]`: "region must be a string") refused `config unset region`
+    # and `config set region X` alike, the two commands that mend it, and the line had to be edited by hand.
+    return _edit_config_file(values, lambda: _settings_of(
+        {k: v for k, v in config_entries().items() if k not in values}, config_path()))
 
 
 def remove_config_entry(key: str) -> tuple[Path, str] | None:

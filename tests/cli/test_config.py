@@ -562,6 +562,30 @@ def test_unset_removes_the_setting_spelled_with_dashes_in_the_file(capsys, isola
     assert (r.code, r.err.splitlines()[0]) == (1, f"error: {key.replace('_', '-')} is not set")
 
 
+@pytest.mark.parametrize("value", ["true", '["europe-west4"]'])
+def test_unset_and_set_mend_a_setting_of_the_wrong_type(capsys, isolated, value):
+    # Every command refuses `region = true` ("region must be a string"), and so did `config unset region` and
+    # `config set region X`, the commands that mend it: the line had to be edited by hand. Each replaces it now, and
+    # keeps the rest of the file; a problem of another line is still refused, with the file left as it was.
+    config = isolated / "config.toml"
+    before = f'# mine\nproject = "my-project"\nregion = {value}  # old\n[notes]\nx = 1\n'
+    config.write_text(before)
+    r = run_cli(capsys, "config", "unset", "region")
+    assert (r.code, r.out) == (0, f"region unset  ({config})\n")
+    assert config.read_text() == '# mine\nproject = "my-project"\n[notes]\nx = 1\n'
+    config.write_text(before)
+    r = run_cli(capsys, "config", "set", "region", "europe-west4")
+    assert (r.code, r.out) == (0, f"region = europe-west4  ({config})\n")
+    assert config.read_text() == before.replace(f"region = {value}", 'region = "europe-west4"')
+    broken = before.replace("# mine\n", "# mine\nbucket = 1.5\n")
+    config.write_text(broken)
+    for args in (["unset", "region"], ["set", "region", "europe-west4"]):
+        r = run_cli(capsys, "config", *args)
+        assert (r.code, r.out, r.err.splitlines()[0]) == (
+            2, "", f"error: {config}: bucket must be a string, not a decimal number")
+        assert config.read_text() == broken
+
+
 @pytest.mark.parametrize("text", ['regoin = "europe-west4"\n', '[notes]\nx = 1\nregion = "europe-west4"\n'])
 def test_set_leaves_a_refused_config_file_as_it_was(capsys, isolated, text):
     # A file every command refuses is not edited by `config set` (which could not say which region is meant): it is

@@ -254,7 +254,8 @@ def list_(
 def unset(key: KeyArg) -> None:
     """Forget a saved default (the config file's other keys and comments are kept), and say what the setting is
     now. A key of the file that ftcli does not read (the one a warning names) is removed too, and so is the setting
-    spelled with dashes in the file (`image-mirror = ...`: the file takes image_mirror).
+    spelled with dashes in the file (`image-mirror = ...`: the file takes image_mirror), and a setting of the wrong
+    type (`region = true`).
 
     Example: ftcli config unset region
     """
@@ -282,7 +283,10 @@ def unset(key: KeyArg) -> None:
             removed_any = True
     # It said nothing, whether the file had the key or not, and whatever value the setting still had from a
     # variable or gcloud: a user could not tell that FTCLI_REGION still won.
-    if k not in settings.load_config_file():
+    # (the file's entries, not its settings: a setting of the wrong type, `region = true`, which every command
+    # refuses, is one `config unset` removes)
+    if k not in settings.config_entries():
+        settings.load_config_file()  # a file every command refuses is refused here too
         if not removed_any:
             note(f"{key} is not in the config file {settings.config_path()}: nothing to unset")
     else:
