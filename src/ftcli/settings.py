@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -233,20 +233,60 @@ def _toml_edited(data: bytes, values: dict[str, str | None]) -> bytes:
     bom, codec = _text_form(data)
     text = data[len(bom):].decode(codec)
     doc = tomlkit.parse(text)
-    added = {}
+    added, renamed = {}, {}
     for key, value in values.items():
+        # The setting written with dashes (`image-mirror = ...`, as the commands spell it), which every command
+        # refuses: the first such line takes the value and is renamed where it is, any other one is removed.
+        dashed = dashed_spellings(key, doc)
         if value is None:
             doc.pop(key, None)
         elif key in doc:
             doc[key] = value
+        elif dashed:
+            old = dashed.pop(0)
+            doc[old] = value
+            renamed[old] = key
         else:
             added[key] = value
+        for other in dashed:
+            doc.pop(other)
     edited = tomlkit.dumps(doc)
+    for old, new in renamed.items():
+        edited = _with_key_renamed(edited, old, new)
     for key, value in added.items():
         edited = _with_key_added(edited, key, value)
     if "\r\n" in text and not _LONE_LF.search(text):
         edited = _LONE_LF.sub("\r\n", edited)
     return bom + edited.encode(codec)
+
+
+def dashed_spellings(key: str, entries: Iterable[str]) -> list[str]:
+    """The keys among `entries` that spell setting `key` with dashes (image-mirror, service-account), which the
+    file's reading refuses ("did you mean image_mirror?")."""
+    return [e for e in entries if e != key and e.replace("-", "_") == key]
+
+
+def _with_key_renamed(text: str, old: str, new: str) -> str:
+    """TOML `text` with its top-level key `old` renamed `new` on its own line, and nothing else changed (its value,
+    its comment, its place). tomlkit has no public way to rename a key: the key is found as a line's first token
+    (bare or quoted), and the first such line whose renaming reads back as the file with that one key renamed is
+    used; where none does (the key written with an escape, "image\\u002dmirror"), the line is removed and `new` added as
+    _with_key_added adds a key."""
+    import tomllib
+
+    import tomlkit
+
+    data = tomllib.loads(text)
+    wanted = {(new if k == old else k): v for k, v in data.items()}
+    token = "|".join(re.escape(t) for t in (old, f'"{old}"', f"'{old}'"))
+    for m in re.finditer(rf"^([ \t]*)(?:{token})([ \t]*=)", text, re.MULTILINE):
+        edited = text[:m.start()] + m[1] + new + m[2] + text[m.end():]
+        with contextlib.suppress(tomllib.TOMLDecodeError):
+            if tomllib.loads(edited) == wanted:
+                return edited
+    doc = tomlkit.parse(text)
+    doc.pop(old)
+    return _with_key_added(tomlkit.dumps(doc), new, data[old])
 
 
 def _with_key_added(text: str, key: str, value: str) -> str:
@@ -355,7 +395,7 @@ def save_config_file(values: dict[str, str | None]) -> Path:
     # the wrong type (`region = true`, `region = ["x"]`: "region must be a string") refused `config unset region`
     # and `config set region X` alike, the two commands that mend it, and the line had to be edited by hand.
     return _edit_config_file(values, lambda: _settings_of(
-        {k: v for k, v in config_entries().items() if k not in values}, config_path()))
+        {k: v for k, v in config_entries().items() if k.replace("-", "_") not in values}, config_path()))
 
 
 def remove_config_entry(key: str) -> tuple[Path, str] | None:

@@ -562,6 +562,34 @@ def test_unset_removes_the_setting_spelled_with_dashes_in_the_file(capsys, isola
     assert (r.code, r.err.splitlines()[0]) == (1, f"error: {key.replace('_', '-')} is not set")
 
 
+@pytest.mark.parametrize("before, key, says, after", [
+    (b'# mine\r\nproject = "my-project"\r\n  "image-mirror" = "europe-docker.pkg.dev/p-123456/a"  # pulls\r\n'
+     b'region = "europe-west4"\r\n[notes]\r\nx = 1\r\n', "image-mirror",
+     "the config file's image-mirror line now reads image_mirror, the key ftcli reads there",
+     b'# mine\r\nproject = "my-project"\r\n  image_mirror = "us-docker.pkg.dev/p-123456/b"  # pulls\r\n'
+     b'region = "europe-west4"\r\n[notes]\r\nx = 1\r\n'),
+    # a line of a multi-line string that reads like the key is not the key
+    (b's = """\nimage-mirror = x\n"""\nimage-mirror = "europe-docker.pkg.dev/p-123456/a"\n', "image_mirror",
+     "the config file's image-mirror line now reads image_mirror, the key ftcli reads there",
+     b's = """\nimage-mirror = x\n"""\nimage_mirror = "us-docker.pkg.dev/p-123456/b"\n'),
+    (b'image-mirror = "europe-docker.pkg.dev/p-123456/a"\nimage_mirror = "europe-docker.pkg.dev/p-123456/c"\n',
+     "image-mirror", "removed the config file's image-mirror line: image_mirror holds the setting there",
+     b'image_mirror = "us-docker.pkg.dev/p-123456/b"\n')],
+    ids=["dash-crlf-quoted", "multiline-string", "both"])
+def test_set_replaces_the_setting_spelled_with_dashes_in_the_file(capsys, isolated, before, key, says, after):
+    # `ftcli config set image-mirror X`, where the file held `image-mirror = ...` (every command refuses it: "did you
+    # mean image_mirror?"), was refused with "rename it in FILE", though that line is the very setting being set. The
+    # line now takes the value and the key ftcli reads, where it was, and the rest of the file is kept byte for byte.
+    config = isolated / "config.toml"
+    config.write_bytes(before)
+    r = run_cli(capsys, "config", "set", key, "us-docker.pkg.dev/p-123456/b")
+    assert (r.code, r.out) == (0, f"{key} = us-docker.pkg.dev/p-123456/b  ({config})\n")
+    assert says in r.err.splitlines()
+    assert config.read_bytes() == after
+    r = run_cli(capsys, "config", "get", "image-mirror")
+    assert (r.code, r.out) == (0, "us-docker.pkg.dev/p-123456/b\n")
+
+
 @pytest.mark.parametrize("value", ["true", '["europe-west4"]'])
 def test_unset_and_set_mend_a_setting_of_the_wrong_type(capsys, isolated, value):
     # Every command refuses `region = true` ("region must be a string"), and so did `config unset region` and

@@ -128,6 +128,7 @@ def set_(key: KeyArg, value: ValueArg) -> None:
     """
     from ftcli import settings
     from ftcli.output import note, out
+    from ftcli.settings import and_list
 
     k = _key(key, lambda k: f"ftcli config set {k} {shlex.quote(value)}")
     check = _check(k)
@@ -136,8 +137,17 @@ def set_(key: KeyArg, value: ValueArg) -> None:
     if problem := check(checked, key):
         raise UsageError(problem)  # saved, it would stop every command that reads it
     value = value.rstrip("/") if k in ("bucket", "image_mirror") else value
+    # The setting written in the file as the commands spell it (`image-mirror = ...`), which every command refuses
+    # ("did you mean image_mirror?"), refused `config set image-mirror X` too, with "rename it": that line is the
+    # setting being set, so it takes the value and is renamed where it is (its comment kept), and this says so.
+    entries = settings.config_entries()
+    dashed = settings.dashed_spellings(k, entries)
     path = settings.save_config_file({k: value})
     out().print(f"{key} = {value}  ({path})", markup=False)
+    if dashed and k in entries:
+        note(f"removed the config file's {and_list(dashed)} line: {k} holds the setting there")
+    elif dashed:
+        note(f"the config file's {dashed[0]} line now reads {k}, the key ftcli reads there")
     if (now := settings.effective()[k]).source == "env":
         note(f"{now.origin}={now.value} is set, and wins over the config file while it is")
 
