@@ -190,7 +190,8 @@ def test_no_live_tail_falls_back_to_polls_and_loses_nothing():
     outcome, rec = follow(FakeVertex("RUNNING", "RUNNING", "SUCCEEDED"), logs)
     assert rec.texts == [f"line {i:02d}" for i in range(20)]
     assert logs.tails == 1 and logs.lists >= 1
-    assert not rec.of("notice")  # falling back is not the user's problem
+    # said once (the lines come in batches, and a user could not tell why), though the polls go on
+    assert rec.of("notice") == [("notice", "unsupported")]
 
 
 def test_permission_denied_is_said_once_and_the_state_still_followed():

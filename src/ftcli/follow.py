@@ -158,7 +158,7 @@ def error_parts(error: str | None) -> tuple[str | None, list[str]]:
 @dataclass
 class Notice:
     """Something the reader must tell the user once (logs unreadable, and why; reason "state": the job's state
-    unreadable for now); it keeps following the job."""
+    unreadable for now; reason "unsupported": no live tail, the logs polled instead); it keeps following the job."""
 
     reason: str
     message: str
@@ -297,6 +297,12 @@ class Source(threading.Thread):
                         if e.reason == "quota":
                             self.poll_interval = max(self.poll_interval, self.quota_interval)
                             self._tell(e, f"; polling every {self.poll_interval:g} s instead")
+                        else:
+                            # Said once, as a note (nothing is wrong, nothing to fix): the lines came in batches
+                            # every few seconds without a word, and a user could not tell why, nor how far behind
+                            # the screen was.
+                            self._tell(e, f"; reading the logs every {self.poll_interval:g} s instead, so lines "
+                                          "come in batches")
                         continue
                     if e.reason == "denied":
                         self.denied = True

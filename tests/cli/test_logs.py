@@ -13,6 +13,7 @@ import zoneinfo
 import grpc
 import pytest
 
+from ftcli.cli.watch import timing_from_env
 from tests.cli.helpers import read_until, run_cli, wait_for_child
 
 REPLICAS = ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
@@ -240,6 +241,13 @@ def test_polling_fallback_when_tail_is_unavailable(capsys, logs_env):
     assert r.code == 0
     texts = [x["text"] for x in json_lines(r.out) if "text" in x]
     assert texts == [f"line {i:05d}" for i in range(500)]
+    # It said nothing, and the lines came in batches with no word of why: said once, as a note (no warning, no JSON
+    # event: the logs are there), with how often they are read.
+    every = timing_from_env().poll_interval
+    said = [x for x in r.err.splitlines() if "live tail" in x]
+    assert len(said) == 1 and said[0].startswith("live tailing is not available here (")
+    assert said[0].endswith(f"); reading the logs every {every:g} s instead, so lines come in batches")
+    assert not [x for x in json_lines(r.out) if "event" in x and x["event"] != "state"]
 
 
 def test_no_follow_and_filters(capsys, logs_env):

@@ -127,8 +127,13 @@ class FollowView(Events):
             self.err.print(f"[bold]job {self.shown}: {state}[/]")
 
     def notice(self, notice: Notice) -> None:
-        from ftcli.output import emit_json, warn
+        from ftcli.output import emit_json, note, warn
 
+        if notice.reason == "unsupported":
+            # No live tail, the logs polled instead: how the lines come, not a problem (no JSON event: the logs are
+            # available, and a consumer of "logs_unavailable" would stop waiting for them).
+            note(notice.message)
+            return
         if self.json_out:
             event = "state_unavailable" if notice.reason == "state" else "logs_unavailable"
             emit_json({"event": event, "reason": notice.reason, "message": notice.message,
