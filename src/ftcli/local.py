@@ -547,8 +547,9 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     # Looked at before the claim makes the folder a checkpoints/ link points to (here, not by the trainer: it looks
     # after the claim); said once the claim has taken the run folder (refused, its error names the dead links).
     ckpt, logs = storage.join(base, "checkpoints"), storage.join(base, "logs")
-    gone = checkpoint.gone_links(ckpt, logs)
-    dead = checkpoint.dead_links(ckpt, logs, storage.join(base, "model"), gone, base)
+    model_dir = storage.join(base, "model")
+    gone = checkpoint.gone_links(ckpt, logs, model_dir)
+    dead = checkpoint.dead_links(ckpt, logs, model_dir, gone, base)
     folders = set() if storage.is_gcs(base) else _folders(base)
     through_links = _missing_through_links(gone)  # (before the claim makes any)
     claimed, rows_to_check = _claim(base, cfg, gone)

@@ -493,12 +493,17 @@ def wrote_through(base: str | None, gone: Sequence[str]) -> list[str]:
     return found
 
 
-def gone_links(checkpoint_dir: str, logs_dir: str) -> list[str]:
-    """checkpoints/, logs/ and logs/metrics.jsonl (local ones) where they are links to something not there, looked at
-    before the run makes it (storage.make_dirs: lock, claim, the metrics' writer): dead_links' warnings, and claim's
-    `gone`, and ftcli.local's _missing_through_links (the folders the run makes where they point, which a failed
-    run removes again)."""
-    return [p for p in _link_paths(checkpoint_dir, logs_dir) if os.path.islink(p) and not os.path.exists(p)]
+def gone_links(checkpoint_dir: str, logs_dir: str, model_dir: str | None = None) -> list[str]:
+    """checkpoints/, logs/, logs/metrics.jsonl and model/ (local ones) where they are links to something not there,
+    looked at before the run makes it (storage.make_dirs: lock, claim, the metrics' writer, the export): dead_links'
+    warnings, and claim's `gone`, and ftcli.local's _missing_through_links (the folders the run makes where they point,
+    which a failed run removes again). A dead model/ link alone (the disk of the earlier run's model not mounted) was
+    not looked at: the run resumed and exported a model into a new folder made where the link points, without a
+    word of the earlier one."""
+    paths = _link_paths(checkpoint_dir, logs_dir)
+    if model_dir and not storage.is_gcs(model_dir):
+        paths.append(model_dir.rstrip("/"))
+    return [p for p in paths if os.path.islink(p) and not os.path.exists(p)]
 
 
 METRICS = "metrics.jsonl"  # in logs/: the run's metrics, a row a line (loop.py)
@@ -531,12 +536,13 @@ def _wrote_into(checkpoint_dir: str, logs_dir: str, model_dir: str | None, gone:
 
 def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequence[str],
                base: str | None = None) -> list[str]:
-    """The warnings for a local checkpoints/, logs/ or logs/metrics.jsonl that is a link to something not there
-    (`gone`: gone_links'; a relative link moved with its run folder, a disk not mounted), in a run folder an earlier run
-    wrote into: the run made the folder the link points to (storage.make_dirs), found no checkpoints there and started
-    from step 0, or put its logs or metrics apart from the earlier ones, without a word. Said once claim has taken the
-    folder (where the earlier run's model or metrics are there, claim refuses and its error names the dead links
-    instead: a warning that the run starts from step 0, then an error that it does not, was two stories).
+    """The warnings for a local checkpoints/, logs/, logs/metrics.jsonl or model/ that is a link to something not
+    there (`gone`: gone_links'; a relative link moved with its run folder, a disk not mounted), in a run folder an
+    earlier run wrote into: the run made the folder the link points to (storage.make_dirs), found no checkpoints there
+    and started from step 0, or put its logs, metrics or model apart from the earlier ones, without a word. Said once
+    claim has taken the folder (where the earlier run's model or metrics are there, claim refuses and its error names
+    the dead links instead: a warning that the run starts from step 0, then an error that it does not, was two
+    stories).
     Not for links to something not made yet in a run folder that holds nothing else (model/ nothing, checkpoints/ and
     logs/ nothing but those links): that is how a run is set up on a bigger disk (a logs/metrics.jsonl link to a file
     not made yet was taken for an earlier run's logs, and a checkpoints/ link beside it said to have lost "the earlier
@@ -552,6 +558,9 @@ def dead_links(checkpoint_dir: str, logs_dir: str, model_dir: str, gone: Sequenc
         elif link == logs_dir.rstrip("/"):
             lines.append(f"{_gone_line(link)}: this run's logs go to a new folder made there, apart from the earlier "
                          "run's; to keep them together, stop it and fix the link")
+        elif link == model_dir.rstrip("/"):
+            lines.append(f"{_gone_line(link)}: the earlier run's model is not found, and this run exports its own to a "
+                         "new folder made there; to export it where the earlier one is, stop it and fix the link")
         else:
             lines.append(f"{_gone_line(link)}: this run's metrics go to a new file made there, apart from the earlier "
                          "run's; to keep them together, stop it and fix the link")

@@ -212,7 +212,7 @@ def run(cfg: TrainConfig) -> dict:
     if dist.is_main:
         # (before lock and claim make the folders the links point to; said once claim has taken the folder: refused,
         # its error names them)
-        gone = checkpoint.gone_links(paths.checkpoint_dir, paths.logs_dir)
+        gone = checkpoint.gone_links(paths.checkpoint_dir, paths.logs_dir, paths.model_dir)
         dead = ([] if os.environ.get(LINKS_SAID_BY_VAR) == "1" else
                 checkpoint.dead_links(paths.checkpoint_dir, paths.logs_dir, paths.model_dir, gone, cfg.output_dir))
         # Resume only this run: another run's checkpoints in the same folder (other data, labels, model or math)

@@ -760,7 +760,10 @@ def test_a_run_folder_whose_links_all_point_to_nothing_says_the_earlier_run_is_n
         "found, and none is resumed (a run starts from step 0, in a new folder made there); to resume them, stop and "
         "fix the link",
         f"warning: {run / 'logs'} links to {big / 'logs'}, {where}: this run's logs go to a new folder made there, "
-        "apart from the earlier run's; to keep them together, stop it and fix the link"]
+        "apart from the earlier run's; to keep them together, stop it and fix the link",
+        f"warning: {run / 'model'} links to {big / 'model'}, {where}: the earlier run's model is not found, and this "
+        "run exports its own to a new folder made there; to export it where the earlier one is, stop it and fix the "
+        "link"]
     assert r.stderr.index("warning:") < r.stderr.index("running:")  # (before the trainer starts)
     assert list((before / "big" / "ckpt").glob("step-*"))  # the earlier run's, where it was
 
@@ -775,6 +778,31 @@ def test_a_run_folder_whose_links_all_point_to_nothing_says_the_earlier_run_is_n
     assert (aside / ".ftcli-links.json").is_file() and not (run / ".ftcli-links.json").exists()
     assert "warning:" not in r.stderr
     assert not os.path.lexists(big) and (run / "model" / "_COMPLETE").is_file()
+
+
+def test_a_dead_model_link_alone_is_said_as_the_other_dead_links_are(tmp_path, tiny_model, sentiment_csv):
+    """model/ a link to ../big/model, the only link of the run folder, and big/ gone (a disk not mounted): the same
+    command resumed the finished run and exported a model into a new big/model made where the link points, without a
+    word of the earlier one (gone_links looked at checkpoints/ and logs/ only). It is said now as a dead checkpoints/
+    or logs/ link is, in a warning before the trainer starts; the earlier model is left as it is where it went."""
+    import shutil
+
+    train, _ = sentiment_csv
+    run, big = tmp_path / "run", tmp_path / "big"
+    run.mkdir()
+    (run / "model").symlink_to(os.path.join("..", "big", "model"))
+    assert _tiny_run(tmp_path, tiny_model, train).returncode == 0
+    shutil.move(big, tmp_path / "away")
+    earlier = tree(tmp_path / "away")
+
+    r = _tiny_run(tmp_path, tiny_model, train)
+    assert r.returncode == 0, r.stderr
+    assert [line for line in r.stderr.splitlines() if line.startswith("warning:")] == [
+        f"warning: {run / 'model'} links to {big / 'model'}, which is not there (the run folder moved without it, or a "
+        "disk not mounted?): the earlier run's model is not found, and this run exports its own to a new folder made "
+        "there; to export it where the earlier one is, stop it and fix the link"]
+    assert r.stderr.index("warning:") < r.stderr.index("running:")  # (before the trainer starts)
+    assert tree(tmp_path / "away") == earlier and (big / "model" / "_COMPLETE").is_file()
 
 
 def test_a_model_folder_of_the_users_and_a_dead_link_are_said_in_one_refusal(tmp_path, tiny_model, sentiment_csv):
