@@ -286,7 +286,7 @@ def unset(key: KeyArg) -> None:
     # image_mirror), which the file's reading refuses ("did you mean image_mirror?"): `config unset image-mirror`
     # was refused with that same error, and the line had to be removed by hand.
     removed_any = False
-    for other in [e for e in settings.config_entries() if e != k and e.replace("-", "_") == k]:
+    for other in settings.dashed_spellings(k, settings.config_entries()):
         if (removed := settings.remove_config_entry(other)) is not None:
             path, what = removed
             out().print(f"{what} removed  ({path})", markup=False)
