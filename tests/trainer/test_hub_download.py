@@ -137,19 +137,6 @@ def test_a_model_the_hub_does_not_have_says_check_the_id_on_a_hint_line(models, 
     assert "Traceback" not in r.stderr and not (tmp_path / "run" / "model").exists()
 
 
-def test_the_hubs_rate_limit_says_to_wait_on_a_hint_line(models, tmp_path, sentiment_csv):
-    # "...answered HTTP 429 Too Many Requests: the Hub's rate limit, wait and run again, and the files are not in this
-    # machine's Hugging Face cache. Pass a Hugging Face model id ...": two fixes inside the line
-    models.fail_with = 429
-    r = _trainer(sentiment_csv[0], "org/tiny-public", tmp_path / "run")
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert r.stderr.strip().splitlines()[-2:] == [
-        "error: cannot load the tokenizer of 'org/tiny-public': the Hugging Face Hub answered HTTP 429 Too Many "
-        "Requests (its rate limit), and the files are not in this machine's Hugging Face cache",
-        "hint: wait a minute and run again, or pass a Hugging Face model id (with network access) or a local folder "
-        "that holds a model and its tokenizer"]
-
-
 def _no_token_in(folder: Path, token: str) -> None:
     files = [p for p in folder.rglob("*") if p.is_file()]
     assert files
@@ -208,16 +195,23 @@ def test_torchruns_workers_load_the_gated_model_with_the_token_read_once(models,
     _no_token_in(run, ACCESS)
 
 
-def test_a_hub_that_answers_with_an_error_is_said_so_not_as_no_connection(models, tmp_path, sentiment_csv):
+@pytest.mark.parametrize("status,answered,wait", [
+    (403, "HTTP 403 Forbidden", ""),
+    # "...answered HTTP 429 Too Many Requests: the Hub's rate limit, wait and run again, and the files are not in this
+    # machine's Hugging Face cache. Pass a Hugging Face model id ...": two fixes inside the line
+    (429, "HTTP 429 Too Many Requests (its rate limit)", "wait a minute and run again, or "),
+])
+def test_a_hub_that_answers_with_an_error_is_said_so_not_as_no_connection(models, tmp_path, sentiment_csv, status,
+                                                                          answered, wait):
     # transformers said "We couldn't connect to 'HF_ENDPOINT' to load the files" for any answer of the Hub but a
     # missing, gated or private model: a proxy's refusal, a rate limit (429), an outage (5xx)
-    models.fail_with = 403
+    models.fail_with = status
     r = _trainer(sentiment_csv[0], "org/tiny-public", tmp_path / "run")
     assert r.returncode == 2, r.stderr[-3000:]
     assert r.stderr.strip().splitlines()[-2:] == [
-        "error: cannot load the tokenizer of 'org/tiny-public': the Hugging Face Hub answered HTTP 403 Forbidden, and "
-        "the files are not in this machine's Hugging Face cache",
-        "hint: pass a Hugging Face model id (with network access) or a local folder that holds a model and its "
+        f"error: cannot load the tokenizer of 'org/tiny-public': the Hugging Face Hub answered {answered}, and the "
+        "files are not in this machine's Hugging Face cache",
+        f"hint: {wait}pass a Hugging Face model id (with network access) or a local folder that holds a model and its "
         "tokenizer"]
     assert "Traceback" not in r.stderr
     # a file the model lacks (404 EntryNotFound) is still transformers' own words
