@@ -341,6 +341,8 @@ def _local_data_problems(cfg: TrainConfig, local_files: dict[str, Path], done: d
     leaves no room to stop with any number of GPUs (unless `searched`, a tuning job's, varies what counts the steps).
     `done` keeps the answer for the next candidate of `--gpu L4,T4`: each read a 1 GB file again (20 s more per
     candidate) and said its warnings again."""
+    if not local_files:
+        return []  # before the imports: the trainer's readers bring numpy (0.2 s of every `train --dry-run`)
     import dataclasses
 
     from ftcli_trainer.config import early_stopping_data_problem
@@ -348,8 +350,6 @@ def _local_data_problems(cfg: TrainConfig, local_files: dict[str, Path], done: d
     from ftcli_trainer.errors import TrainerError
     from ftcli_trainer.storage import size_text
 
-    if not local_files:
-        return []
     # Candidates differ only in --varlen-attention (dropped where the GPU lacks it), which reading does not use.
     key = ("check", repr(dataclasses.replace(cfg, varlen_attention=False)),
            tuple(sorted(map(str, local_files.items()))))

@@ -97,6 +97,22 @@ def test_help_is_light(argv):
     assert "Usage" in r.stdout
 
 
+def test_dry_run_of_a_hub_task_is_light(tmp_path):
+    # `ftcli train --dry-run` on a Hub task imported the trainer's data readers, and numpy with them, to check local
+    # files it did not have: 0.2 s of a 0.7 s dry run.
+    argv = ["train", "--task", "imdb", "--gpu", "A100x8", "--replicas", "2", "--project", "my-project",
+            "--bucket", "gs://my-bucket", "--dry-run"]
+    code = ("import sys\nfrom ftcli.cli.app import app\n"
+            f"try:\n    app({argv!r})\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "heavy = [m for m in ('numpy', 'torch', 'transformers', 'datasets', 'google.cloud.aiplatform', "
+            "'google.cloud.storage', 'grpc') if m in sys.modules]\nassert not heavy, heavy\n")
+    env = {**os.environ, "FTCLI_STATE_DIR": str(tmp_path), "FTCLI_CONFIG": str(tmp_path / "config.toml"),
+           "CLOUDSDK_CONFIG": str(tmp_path / "gcloud")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert '"workerPoolSpecs"' in r.stdout
+
+
 def _tiny_run(tmp_path, tiny_model, data, *extra, out="run"):
     return ftcli("local", "--task", "csv", "--train-file", str(data), "--model", str(tiny_model), "--epochs", "1",
                  "--output-dir", str(tmp_path / out), *extra, cwd=tmp_path)
