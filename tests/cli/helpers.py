@@ -49,6 +49,13 @@ def wait_for_child(proc: subprocess.Popen, ready: Callable[[], object],
     `assert False`, and the child's own error went with it."""
     try:
         ready()
+    except KeyboardInterrupt:
+        # A Ctrl-C to pytest stops the test, not only the wait: it was turned into this test's AssertionError, and
+        # pytest went on with the next test.
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        raise
     except BaseException as e:
         what = state()
         if proc.poll() is None:

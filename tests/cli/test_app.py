@@ -262,3 +262,21 @@ def test_a_command_that_loaded_torch_leaves_without_the_teardown_of_its_modules(
         assert r.stdout.endswith("\ta good film\n" if case == "predict" else "\tgood\n" if case == "thread" else "\n")
     assert marks.read_text() == {"predict": "atexit\n", "error": "atexit\n", "thread": "thread\natexit\nteardown\n",
                                  "no torch": "atexit\nteardown\n"}[case]
+
+
+def test_wait_for_child_lets_a_ctrl_c_stop_the_tests():
+    # The tests' own helper: a Ctrl-C while it waited became the test's AssertionError, and pytest went on with the
+    # next test; the child it waited on must still be stopped.
+    import subprocess
+    import sys
+
+    from tests.cli.helpers import wait_for_child
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        wait_for_child(child, interrupted)
+    assert child.returncode is not None
