@@ -101,6 +101,19 @@ def test_pyproject_train_extra_matches_the_trainer_requirements():
     assert pyproject["project"]["requires-python"] == REQUIRES_PYTHON
 
 
+def test_the_build_system_floor_reads_the_projects_own_license_field():
+    # `license = "Apache-2.0"`, an SPDX expression (PEP 639), is read by setuptools from 77 on; 76.1.0 refuses the
+    # whole pyproject.toml ("`project.license` must be valid exactly by one definition"), so `pip install
+    # --no-build-isolation -e .` beside an older setuptools failed though [build-system] said it would do.
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    floor = next(Requirement(r) for r in pyproject["build-system"]["requires"] if r.startswith("setuptools"))
+    assert isinstance(pyproject["project"]["license"], str)
+    assert not floor.specifier.contains("76.1.0") and floor.specifier.contains("77.0.1")
+
+
 def test_wheel_installs_alone_and_runs_without_ftcli(tmp_path):
     wheel = build_wheel(tmp_path / "dist")
     venv = tmp_path / "venv"
