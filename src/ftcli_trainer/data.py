@@ -839,7 +839,15 @@ def infer_label_names(values: list, positions: list[str], shown: str) -> list[st
     return unique
 
 
-def _target(value: object, where: str, col: str) -> float:
+def _regression_fix(cfg: TrainConfig) -> str:
+    """The end of a hint on a regression's targets: how to leave regression, where a user can. --task stsb is a
+    regression by itself, and "drop --regression" named an option its user never gave."""
+    if TASKS[cfg.task].regression:
+        return f" (--task {cfg.task} is a regression)"
+    return ", or drop --regression to learn classes"
+
+
+def _target(value: object, where: str, col: str, cfg: TrainConfig) -> float:
     """A regression target: a finite number (a JSON number or a numeric string), or the line that says why not."""
     if value is None:
         raise DataError(f"{where}: no {col!r} (every example needs a target)",
@@ -851,8 +859,7 @@ def _target(value: object, where: str, col: str) -> float:
     if isinstance(value, str) and not value.strip():
         raise DataError(f"{where}: empty target in column {col!r}", hint=ROW_FIX)
     raise DataError(f"{where}: target {value!r} in column {col!r} is not a finite number",
-                    hint="--regression needs a number in every row: fix the row, or drop --regression to learn "
-                         "classes")
+                    hint=f"a regression needs a number in every row: fix the row{_regression_fix(cfg)}")
 
 
 def _single_label_ids(values: list, names: list[str], wheres: list[str], ids_ok: bool = True) -> np.ndarray:
@@ -999,9 +1006,10 @@ def rows_to_examples(rows: list[dict], columns: list[str], cfg: TrainConfig, sho
                if others else f"fill in the {what}")
         raise DataError(f"{shown}: column {col!r} is empty in all {len(rows)} rows", hint=fix)
     _first_of_several(rows, [i for i, v in enumerate(values) if _missing(v)],
-                      lambda i: (_target if cfg.regression else _label_value)(values[i], wheres[i], col))
+                      lambda i: (_target(values[i], wheres[i], col, cfg) if cfg.regression
+                                 else _label_value(values[i], wheres[i], col)))
     if cfg.regression:
-        targets = np.array([_target(v, wheres[i], col) for i, v in enumerate(values)], dtype=np.float32)
+        targets = np.array([_target(v, wheres[i], col, cfg) for i, v in enumerate(values)], dtype=np.float32)
         return Examples(texts, pairs, targets), [col]
     first_list = next((i for i, v in enumerate(values) if isinstance(v, list)), None)
     if lists or (lists is None and first_list is not None):
@@ -1272,7 +1280,7 @@ def load_task_data(cfg: TrainConfig, *, bars: bool = False) -> TaskData:
                                   f"--max-eval-samples {k}")
     multi_label = cfg.multi_label or train.labels.ndim == 2  # --label-columns, or JSON lists of labels
     if cfg.regression:
-        _check_targets_vary(train.labels, "the training data")
+        _check_targets_vary(train.labels, "the training data", cfg)
     elif not multi_label and len(names) < 2:
         raise one_label_error("the training data", names[0], cfg)
     return TaskData(train=train, evals=evals, label_names=names, multi_label=multi_label, regression=cfg.regression,
@@ -1379,10 +1387,10 @@ def _the_one_target(targets: np.ndarray) -> float | None:
     return float(targets[0]) if len(targets) and float(targets.min()) == float(targets.max()) else None
 
 
-def _check_targets_vary(targets: np.ndarray, shown: str) -> None:
+def _check_targets_vary(targets: np.ndarray, shown: str, cfg: TrainConfig) -> None:
     if (value := _the_one_target(targets)) is not None:
         raise DataError(f"{shown}: every target is {value:g}; a regression needs targets that vary",
-                        hint="add examples with other targets, or drop --regression to learn classes")
+                        hint=f"add examples with other targets{_regression_fix(cfg)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1561,7 +1569,7 @@ def check_files(cfg: TrainConfig, files: dict[str, str], heads: dict[str, tuple[
             examples, found = rows_to_examples(rows, columns, cfg, where, names)
             read[key] = examples
             if key == "train_file" and cfg.regression:
-                _check_targets_vary(examples.labels, where)
+                _check_targets_vary(examples.labels, where, cfg)
             elif key == "train_file":
                 names = found
                 if not cfg.multi_label and len(names) < 2:

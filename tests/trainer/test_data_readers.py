@@ -338,7 +338,7 @@ def test_regression_targets_from_csv_and_json_lines(tmp_path):
 
 @pytest.mark.parametrize("content,needle", [
     ('{"text": "a", "label": 1}\n{"text": "b", "label": "high"}\n',
-     "line 2: target 'high' in column 'label' is not a finite number\nhint: --regression needs a number in every "
+     "line 2: target 'high' in column 'label' is not a finite number\nhint: a regression needs a number in every "
      "row: fix the row, or drop --regression to learn classes"),
     ('{"text": "a", "label": 1}\n{"text": "b", "label": true}\n', "line 2: target True in column 'label'"),
     ('{"text": "a", "label": 1}\n{"text": "b", "label": "NaN"}\n', "line 2: target 'NaN'"),
@@ -369,6 +369,20 @@ def test_regression_targets_that_never_vary_are_refused(tmp_path):
     with pytest.raises(DataError) as e:  # the launcher's pre-upload check says the same
         check_files(parse_args(["--task", "csv", "--train-file", str(path), "--regression"]), {"train_file": str(path)})
     assert "every target is 2" in str(e.value)
+
+
+def test_stsb_targets_hints_do_not_name_a_regression_option_never_given(tmp_path):
+    # --task stsb is a regression by itself: "drop --regression to learn classes" sent its user to drop an option they
+    # had not given.
+    bad = write_csv(tmp_path / "bad.csv", ["sentence1", "sentence2", "label"], [("a", "b", "x"), ("c", "d", "2")])
+    assert error_of("--task", "stsb", "--train-file", str(bad)).endswith(
+        "line 2: target 'x' in column 'label' is not a finite number\n"
+        "hint: a regression needs a number in every row: fix the row (--task stsb is a regression)")
+    same = write_csv(tmp_path / "same.csv", ["sentence1", "sentence2", "label"],
+                     [(f"a{i}", "b", "2") for i in range(20)])
+    assert error_of("--task", "stsb", "--train-file", str(same)) == (
+        "the training data: every target is 2; a regression needs targets that vary\n"
+        "hint: add examples with other targets (--task stsb is a regression)")
 
 
 def test_an_eval_set_whose_targets_never_vary_is_said_before_training(tmp_path, caplog):
