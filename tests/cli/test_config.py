@@ -225,7 +225,7 @@ def test_a_project_google_s_libraries_read_is_not_labelled_gcloud(capsys, monkey
 def test_list_names_the_price_file_and_whether_it_is_there(capsys, monkeypatch, isolated):
     monkeypatch.delenv("FTCLI_PRICES", raising=False)  # the default place: beside the config file
     r = run_cli(capsys, "config", "list")
-    assert (f"price file:  {isolated / 'prices.toml'} (none: cost lines give no dollar amounts; FTCLI_PRICES moves "
+    assert (f"price file:  {isolated / 'prices.toml'}  (none: cost lines give no dollar amounts; FTCLI_PRICES moves "
             "it)") in r.err.splitlines()
     (isolated / "prices.toml").write_text('source = "s"\nread = 2026-11-02\n')
     r = run_cli(capsys, "config", "list")

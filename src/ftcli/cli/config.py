@@ -239,7 +239,7 @@ def list_(
             missing = "  (FTCLI_PRICES names no file: fix the path or unset it)"
             note(f"price file:  {prices}" + ("" if prices.exists() else missing))
         else:
-            missing = " (none: cost lines give no dollar amounts; FTCLI_PRICES moves it)"
+            missing = "  (none: cost lines give no dollar amounts; FTCLI_PRICES moves it)"
             note(f"price file:  {prices}" + ("  (FTCLI_PRICES moves it)" if prices.exists() else missing))
         if prices.exists():
             # A price file that `train` refuses (and `jobs list` warns of) was named here as if it were fine.

@@ -33,7 +33,9 @@ def parse_since(value: str | None) -> dt.datetime | None:
 
 def logs(
     job: JobArg,
-    follow: Annotated[bool, typer.Option("--follow/--no-follow", help="Keep streaming until the job ends.")] = True,
+    follow: Annotated[bool, typer.Option(
+        "--follow/--no-follow", show_default=False,
+        help="Keep streaming until the job ends [default: --follow].")] = True,
     replica: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--replica", metavar="NAME", help="Only this replica, e.g. workerpool0-0 or workerpool1-0.")] = None,
     since: Annotated[Optional[str], typer.Option(  # noqa: UP045
