@@ -54,6 +54,11 @@ class _LevelFormatter(logging.Formatter):
 
 
 def _setup_logging() -> None:
+    if sys.stdout is not None and hasattr(sys.stdout, "reconfigure"):
+        # Under PYTHONIOENCODING=ascii, a Latin-1 locale or a Windows code page, stdout's encoder was strict: the
+        # 'done: ... · ...' line and every line naming a folder with an é in it became a '--- Logging error ---'
+        # traceback, the line lost. Shown escaped instead, as Python writes stderr and as the launcher does.
+        sys.stdout.reconfigure(errors="backslashreplace")
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(_LevelFormatter("%(message)s"))
     log.handlers[:] = [handler]

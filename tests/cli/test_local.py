@@ -907,6 +907,24 @@ def test_json_is_one_object_and_the_trainer_talks_on_stderr(tmp_path, tiny_model
     assert "ftcli trainer" in r.stderr
 
 
+def test_the_trainers_last_lines_survive_a_stdout_that_cannot_encode_them(tmp_path, tiny_model, sentiment_csv):
+    # PYTHONIOENCODING=ascii (or a Latin-1 locale, a Windows code page): the trainer's stdout encoder was strict, so
+    # its 'done: accuracy ... · ...' line and every line naming a run folder with an é or 日本 in it were lost, each
+    # replaced by a '--- Logging error ---' traceback of UnicodeEncodeError. They are shown escaped, as the launcher
+    # shows them and as Python already writes stderr.
+    train, _ = sentiment_csv
+    out = tmp_path / "run é 日本"
+    r = ftcli("local", "--task", "csv", "--train-file", str(train), "--model", str(tiny_model), "--epochs", "1",
+              "--output-dir", str(out), cwd=tmp_path, env={"PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0, r.stderr
+    assert "Logging error" not in r.stdout + r.stderr and "Traceback" not in r.stdout + r.stderr
+    shown = str(out).encode("ascii", "backslashreplace").decode()
+    lines = r.stdout.splitlines()
+    assert [line for line in lines if line.startswith("done: ")][0].split(" \\xb7 ")[0].startswith("done: accuracy ")
+    assert f"model:   {shown}/model" in lines and f"metrics: {shown}/model/metrics.json" in lines
+    assert (out / "model" / "_COMPLETE").exists()
+
+
 def test_a_run_that_wandb_refuses_leaves_no_folder_behind(tmp_path, tiny_model, sentiment_csv):
     """W&B refuses the run (here: no key) after the W&B run id was kept beside the fingerprint: one line, and the
     folder goes as for any run that fails before its first checkpoint."""
