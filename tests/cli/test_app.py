@@ -280,3 +280,27 @@ def test_wait_for_child_lets_a_ctrl_c_stop_the_tests():
     with pytest.raises(KeyboardInterrupt):
         wait_for_child(child, interrupted)
     assert child.returncode is not None
+
+
+@pytest.mark.parametrize("args", [["predict", "MODEL", "café"], ["train", "--task", "csv", "--train-file", "日本.csv",
+                                                                 "--gpu", "T4", "--dry-run"]])
+def test_an_argument_an_ascii_locale_cannot_read_is_one_line_and_a_hint(tmp_path, tiny_model, args):
+    # LC_ALL=C with PYTHONUTF8=0: LC_ALL turns off Python's coercion of the C locale and PYTHONUTF8=0 its UTF-8 mode,
+    # so a non-ASCII argument reached the command as lone surrogates: `predict M café` ended in a TypeError traceback
+    # from the tokenizer, `train --train-file 日本.csv --dry-run` in a UnicodeEncodeError one.
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "FTCLI_CONFIG": str(tmp_path / "config.toml"),
+           "FTCLI_STATE_DIR": str(tmp_path / "state"), "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONIOENCODING", None)
+    args = [str(tiny_model) if a == "MODEL" else a for a in args]
+    r = subprocess.run([sys.executable, "-c", "from ftcli.cli.app import main; main()", *args], capture_output=True,
+                       text=True, cwd=tmp_path, env=env, timeout=120)
+    word = args[2] if args[0] == "predict" else args[4]
+    shown = repr(word).encode("ascii", "backslashreplace").decode()
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        f"error: the argument {shown} is not text in this locale's encoding (ascii), so ftcli cannot tell which "
+        "characters it holds",
+        "hint: run ftcli in a UTF-8 locale (LC_ALL=C.UTF-8) or with PYTHONUTF8=1"]

@@ -166,6 +166,26 @@ def check_completion_args(argv: list[str]) -> None:
                              f"`ftcli {word}` in {shell}")
 
 
+def check_args_decodable(argv: list[str]) -> None:
+    """Under a locale whose encoding is ASCII (LC_ALL=C with PYTHONUTF8=0: LC_ALL turns off Python's coercion of the C
+    locale, PEP 538, and PYTHONUTF8=0 its UTF-8 mode, PEP 540) Python keeps the bytes of a non-ASCII argument as lone
+    surrogates ('caf\\udcc3\\udca9'). Each command then failed where it first used such a word, with a traceback:
+    `predict M café` a TypeError in the tokenizer, `train --train-file 日本.csv` a UnicodeEncodeError naming the
+    object. Such an argument is refused before the command starts, showing it as UTF-8 reads its bytes."""
+    from ftcli.errors import UsageError
+
+    if sys.getfilesystemencoding().lower().replace("-", "") == "utf8":
+        return  # (a UTF-8 locale: such a word is a file's name that is not UTF-8, which opens as it is)
+    for word in argv:
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(word).decode("utf-8", "replace")
+            raise UsageError(f"the argument {shown!r} is not text in this locale's encoding "
+                             f"({sys.getfilesystemencoding()}), so ftcli cannot tell which characters it holds",
+                             hint="run ftcli in a UTF-8 locale (LC_ALL=C.UTF-8) or with PYTHONUTF8=1") from None
+
+
 def main(in_process: bool = False) -> None:
     """The `ftcli` console script. A command that loaded torch (predict, evaluate) leaves as soon as it has ended,
     without Python's shutdown (leave_now). `in_process`: the caller goes on after it (the tests' run_cli), so it
@@ -252,6 +272,7 @@ def _run(stopped: list[int]) -> None:
     from ftcli.errors import FtcliError
 
     try:
+        check_args_decodable(sys.argv[1:])
         check_completion_args(sys.argv[1:])
         app()
     except FtcliError as e:
