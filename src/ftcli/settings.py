@@ -868,7 +868,30 @@ def object_name_problem(name: str) -> str | None:
     upload would be refused after the trainer wheel had gone up."""
     if "\r" in name or "\n" in name:
         return "has a line break, which Cloud Storage object names cannot hold"
+    try:
+        # Object names are Unicode, "UTF-8 エンコード時の長さが 1~1,024 バイト" (the same page, read 2026-11-29): a file
+        # named in Latin-1 (its bytes kept by Python as lone surrogates) has no such name.
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = os.fsencode(name)  # (the name's own bytes, as the file system holds them)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return f"is not UTF-8 (byte 0x{raw[e.start]:02x}), which Cloud Storage object names are"
+        return "is not UTF-8, which Cloud Storage object names are"
     return None
+
+
+def object_name_of(name: str) -> str:
+    """A local file's name as ftcli names its object (a data file's name is kept only for its extension and the
+    logs): a line break as '_' and a byte that is not UTF-8 as U+FFFD, neither of which an object name can hold
+    (object_name_problem)."""
+    name = re.sub(r"[\r\n]", "_", name)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        name = os.fsencode(name).decode("utf-8", "replace")
+    return name
 
 
 def bucket_name_problem(name: str) -> str | None:

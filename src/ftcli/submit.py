@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from ftcli import history
 from ftcli.catalog import Estimate, Hardware, resolve_gpu
 from ftcli.errors import NoCapacity, Rejected, UsageError, gather
-from ftcli.settings import Settings, object_name_length_problem, object_name_problem, raise_problems
+from ftcli.settings import Settings, object_name_length_problem, object_name_of, object_name_problem, raise_problems
 from ftcli.settings import resolve as resolve_settings
 from ftcli.spec import (
     CREATED_BY_LABEL,
@@ -530,11 +530,12 @@ def plan(*, trainer: dict[str, Any], gpu: str, machine_type: str | None, replica
     uploads = []
     for name, path in local_files.items():
         # Named by its contents; the file's own name is kept for the reader (its .csv/.jsonl/.gz) and the logs, but
-        # without line breaks, which Cloud Storage object names cannot hold (settings.object_name_problem).
+        # without line breaks or bytes that are not UTF-8, which Cloud Storage object names cannot hold
+        # (settings.object_name_problem).
         known = data_checks if data_checks is not None else {}
         if ("digest", path) not in known:
             known["digest", path] = file_digest(path)
-        uri = settings.gcs_path("data", known["digest", path][:16], re.sub(r"[\r\n]", "_", path.name))
+        uri = settings.gcs_path("data", known["digest", path][:16], object_name_of(path.name))
         uploads.append((path, uri))
         forwarded[name] = uri
     if (p := _object_names_problem(settings, package_uri, uploads, local_files)) is not None:

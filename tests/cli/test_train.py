@@ -1614,6 +1614,28 @@ def test_line_breaks_never_reach_an_object_name(capsys, cloud_env, tmp_path, tin
     assert gcs.list("ftcli-test") == objects and len(vertex.jobs) == 1
 
 
+def test_a_file_name_that_is_not_utf8_never_reaches_an_object_name(capsys, cloud_env, tmp_path, tiny_model):
+    # Cloud Storage object names are Unicode, 1-1024 bytes of UTF-8 ("Object naming requirements"); a file saved
+    # under a Latin-1 name (b'caf\xe9.csv', from an old archive or a Windows share) ended `ftcli train` with a
+    # UnicodeEncodeError traceback ('surrogates not allowed') in the object name's check, --dry-run too. A data
+    # file's name is kept only for its extension and the logs: the byte becomes U+FFFD, as a line break becomes '_'.
+    gcs, vertex = cloud_env
+    train = write_csv(tmp_path / os.fsdecode(b"caf\xe9.csv"), ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)
+    out = submitted(capsys, "--task", "csv", "--train-file", str(train), "--gpu", "T4")
+    (data,) = [o for o in gcs.list("ftcli-test") if o.startswith("team/ftcli/data/")]
+    assert data.endswith("/caf\ufffd.csv") and gcs.read("ftcli-test", data) == train.read_bytes()
+    assert out["short_id"] == 1
+    # a model folder's file names are the names the trainer reads: refused, not renamed
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    (model / os.fsdecode(b"notes-\xe9.txt")).write_text("x")
+    objects = gcs.list("ftcli-test")
+    r = run_cli(capsys, *BASE, "--task", "imdb", "--max-length", "128", "--model", str(model))
+    assert r.code == 2 and r.err.strip() == (f"error: --model {model}: the file name 'notes-\\udce9.txt' is not "
+                                             "UTF-8 (byte 0xe9), which Cloud Storage object names are: rename it")
+    assert gcs.list("ftcli-test") == objects and len(vertex.jobs) == 1
+
+
 def test_object_names_cloud_storage_refuses_are_refused_before_anything_is_uploaded(capsys, cloud_env, tmp_path,
                                                                                      tiny_model, monkeypatch):
     # Cloud Storage takes object names of at most 1024 bytes, none under .well-known/acme-challenge/ ("Object naming
