@@ -516,6 +516,37 @@ def _pyplot() -> ModuleType:
     return plt
 
 
+# matplotlib's words for a character its font cannot draw (matplotlib 3.11, _text_helpers.warn_on_missing_glyph,
+# from the Agg backend): "Glyph 26085 (\N{CJK UNIFIED IDEOGRAPH-65E5}) missing from font(s) DejaVu
+# Sans."
+MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font\(s\) (.+?)\.?$")
+
+
+def _drawn_noting_missing_glyphs(draw: Callable[[Path], None], path: Path, fonts: set[str]) -> str:
+    """draw(path); the characters matplotlib drew as empty boxes, in the order met, their fonts added to `fonts`.
+    A label, a title's file name in Japanese (a multilingual classifier's labels, 日本.csv) printed one raw Python
+    warning per character among ftcli's lines, with the line of ftcli's source that saved the picture; other
+    warnings go on as they were."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        draw(path)
+    chars = ""
+    for w in caught:
+        if w.category is UserWarning and (m := MISSING_GLYPH.match(str(w.message))):
+            chars += "" if chr(int(m.group(1))) in chars else chr(int(m.group(1)))
+            fonts.add(m.group(2))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return chars
+
+
+def _shown_chars(chars: str, most: int = 10) -> str:
+    shown = ", ".join(chars[:most])
+    return shown + (f" and {len(chars) - most} more" if len(chars) > most else "")
+
+
 def _save(fig: Figure, path: Path) -> None:
     plt = _pyplot()
     try:
@@ -783,9 +814,12 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
                 notes[p.name] = f"{p.note}: {drawn}." + (f" Every label is in \"{p.table}\" above." if p.table
                                                          else "")
         staged = staging_for(out, INSIDE_STAGING)
+        missing: dict[str, str] = {}  # a picture's name -> the characters its font could not draw
+        fonts: set[str] = set()
         with names_on_failure(out):  # a full disk names no file: "No space left on device" alone said not which
             for p in plan:
-                p.draw(staged / p.name)
+                if chars := _drawn_noting_missing_glyphs(p.draw, staged / p.name, fonts):
+                    missing[p.name] = chars
             (staged / "report.md").write_text(markdown(run, [p.name for p in plan], notes), encoding="utf-8")
             _write_manifest(staged / MANIFEST, run.source, names)
             placing = True
@@ -794,6 +828,11 @@ def write_report(run: Run, out: Path, say: Callable[[str], None] = lambda messag
         for p in plan:
             if p.note:
                 say(f"{p.note}; report.md lists them")
+        if missing:
+            chars = "".join(sorted(set("".join(missing.values()))))
+            say(f"{', '.join(missing)} draw{'s' if len(missing) == 1 else ''} {_shown_chars(chars)} as empty "
+                f"boxes: matplotlib's font ({', '.join(sorted(fonts))}) has no such characters; report.md has the "
+                "names as they are")
     except KeyboardInterrupt:
         # The staging folder goes (below); what `out` holds depends on how far the move in got.
         if placed or (placing and staged is not None and not (

@@ -535,8 +535,8 @@ REPORT_WITH_PEAK_RSS = ("import sys\nfrom ftcli.cli.app import main\ntry:\n    m
                         "    print('peak_rss_kib', hwm.split()[1], file=sys.stderr)")
 
 
-def many_labels_run(root: Path, k: int, multi_label: bool = False, n: int = 4000, threshold: float | None = None
-                    ) -> tuple[Path, list[str]]:
+def many_labels_run(root: Path, k: int, multi_label: bool = False, n: int = 4000, threshold: float | None = None,
+                    label_names: list[str] | None = None) -> tuple[Path, list[str]]:
     """A finished run with `k` labels as the trainer leaves it (its own metrics and prediction arrays), written
     directly (training a 1000-label model would take minutes); return it and the labels, most support first. A
     multi-label run's `threshold`, when given, is its F1s' and its config.json's (ftcli_threshold), as the trainer
@@ -550,6 +550,7 @@ def many_labels_run(root: Path, k: int, multi_label: bool = False, n: int = 4000
     weight = np.empty(k)
     weight[rng.permutation(k)] = 1.0 / np.arange(1, k + 1)  # Zipf: a few frequent labels, a long tail
     names[int(weight.argmax())] = "a label whose name is far too long for the axis of a picture"  # shortened there
+    names = label_names or names
     if multi_label:
         truth = (rng.random((n, k)) < np.clip(weight * 3, 0, 0.9)).astype(np.float32)
         logits = np.where(rng.random((n, k)) < 0.8, truth * 4 - 2, 2 - truth * 4).astype(np.float32)
@@ -655,6 +656,24 @@ def test_a_run_at_the_limit_draws_every_label(capsys, tmp_path):
     assert "draws the" not in r.err and "draws the" not in (run / "report" / "report.md").read_text()
     w, h = png_size(run / "report" / "confusion_matrix.png")
     assert w <= 2600 and h <= 2600
+
+
+def test_labels_the_font_cannot_draw_are_one_line_not_a_warning_per_character(tmp_path):
+    # A multilingual classifier's labels in Japanese: matplotlib's font (DejaVu Sans) has no CJK characters, and
+    # the report printed one raw 'UserWarning: Glyph 12509 (\\N{KATAKANA LETTER PO}) missing from font(s) DejaVu
+    # Sans.' per character among ftcli's lines, each with the line of ftcli's source that saved the picture.
+    from matplotlib import font_manager, ft2font
+
+    font = ft2font.FT2Font(font_manager.findfont(font_manager.FontProperties(family=["sans-serif"])))
+    if all(ord(c) in font.get_charmap() for c in "ポジネガ"):
+        pytest.skip("this machine's font draws them")
+    run, _ = many_labels_run(tmp_path / "run", 2, n=200, label_names=["ポジ", "ネガ"])
+    r = subprocess.run([*FTCLI, "report", str(run)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Warning" not in r.stderr and "savefig" not in r.stderr
+    assert "confusion_matrix.png draws ガ, ジ, ネ, ポ as empty boxes: matplotlib's font (DejaVu Sans) has no such " \
+        "characters; report.md has the names as they are" in r.stderr.splitlines()
+    assert "| ポジ |" in (run / "report" / "report.md").read_text()
 
 
 def test_the_drawn_matrix_pools_the_labels_left_out():
