@@ -303,6 +303,11 @@ class _TextFile(io.TextIOWrapper):
 
     def _failed(self, e: BaseException) -> DataError:
         if isinstance(e, UnicodeDecodeError):
+            if not Path(self._path).is_file():
+                # A pipe (`--file /dev/stdin`, `<(iconv ...)`, a named pipe): its bytes once read are gone, so there
+                # is no second pass to find the line; the second open failed ('File or stream is not seekable', said
+                # as an unexpected error) or waited for a writer that had gone. The byte is the decoder's.
+                return DataError(f"{self._shown} is not UTF-8 (byte 0x{e.object[e.start]:02x})", hint=UTF8_FIX)
             return _utf8_error(self._path, self._shown, self._given, self._fmt)
         if self._gzipped and isinstance(e, (EOFError, OSError, zlib.error)):
             return _gzip_error(self._shown, e)  # gzip.BadGzipFile is an OSError

@@ -905,6 +905,21 @@ def test_predict_reads_a_gzipped_file_and_names_a_non_utf8_byte(capsys, tmp_path
     assert "re-save it as UTF-8" in r.err
 
 
+def test_a_pipe_that_is_not_utf8_is_one_line_too(tmp_path, tiny_model):
+    # `iconv -t latin1 texts.txt | ftcli predict M --file /dev/stdin`: the line of the first bad byte was found by
+    # reading the file again, which a pipe cannot be: 'error: File or stream is not seekable.' with the hint for an
+    # unexpected error. The byte is said without its line.
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", "from ftcli.cli.app import main; main()", "predict", str(tiny_model),
+                        "--file", "/dev/stdin"], input="a fine film\na caf\u00e9 film\n".encode("latin-1"),
+                       capture_output=True, cwd=tmp_path, timeout=120)
+    assert (r.returncode, r.stdout) == (2, b"")
+    assert r.stderr.decode().splitlines() == ["error: --file /dev/stdin is not UTF-8 (byte 0xe9)",
+                                              "hint: re-save it as UTF-8"]
+
+
 def test_predict_on_a_run_folder_points_at_its_model(capsys, tmp_path, tiny_model):
     # `ftcli local` ends with "run folder: DIR"; `ftcli predict DIR` said only "DIR is not a model folder"
     import shutil
