@@ -667,35 +667,37 @@ def early_stopping_data_problem(cfg: TrainConfig, train_rows: int, processes: in
             "--eval-every or more --epochs, or use --keep-best alone")
 
 
-def output_dir_problems(output_dir: str) -> list[str]:
+def output_dir_problems(output_dir: str, shown: str | None = None) -> list[str]:
     """A local --output-dir must be a folder that can be written, or one that can be created: found now, not
-    after the data and the model are loaded. Nothing is created here (a probe file is removed at once)."""
+    after the data and the model are loaded. Nothing is created here (a probe file is removed at once). `shown`: how
+    the folder is named in the problem (default: as --output-dir)."""
     import os
     import tempfile
     from pathlib import Path
 
     if output_dir.startswith("gs://"):
         return []
+    shown = shown or f"--output-dir {output_dir}"
     path = Path(output_dir).expanduser()
     if path.exists() and not path.is_dir():
-        return [f"--output-dir {output_dir} is a file, not a folder"]
+        return [f"{shown} is a file, not a folder"]
     # A file where the run writes a folder failed after the model had loaded (logs/), and --restart would have moved
     # the user's file aside with the run's folders.
     for sub in ("model", "checkpoints", "logs"):
         if (path / sub).exists() and not (path / sub).is_dir():
-            return [f"--output-dir {output_dir}: {path / sub} is a file, where the run writes its {sub}/ folder; "
+            return [f"{shown}: {path / sub} is a file, where the run writes its {sub}/ folder; "
                     "move the file away, or pick another --output-dir"]
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        return [f"--output-dir {output_dir}: {existing} is a file, not a folder"]
+        return [f"{shown}: {existing} is a file, not a folder"]
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
         reason = os.strerror(e.errno) if e.errno else type(e).__name__
-        return [f"--output-dir {output_dir}: cannot write in {existing} ({reason}); pick another folder"]
+        return [f"{shown}: cannot write in {existing} ({reason}); pick another folder"]
     return []
 
 

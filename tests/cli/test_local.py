@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -371,6 +372,32 @@ def test_restart_refuses_to_set_aside_the_folder_its_own_inputs_are_in(tmp_path,
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"--restart would move {run / inside} into previous-" in r.stderr and "Traceback" not in r.stderr
     assert tree(run) == before and not list(run.glob("previous-*"))  # nothing moved
+
+
+def test_a_current_folder_that_cannot_be_written_says_where_the_run_would_go_and_how_to_move_it(tmp_path, tiny_model,
+                                                                                                sentiment_csv):
+    # `ftcli local` from a read-only checkout (or / in a container) said 'error: cannot use ftcli-runs: Permission
+    # denied; check the permissions of that file and of its folder', exit 1, with no word of --output-dir; a given
+    # --output-dir there was already one line with its fix. Root writes anywhere, so the child runs without
+    # capabilities (setpriv), where the folder's mode applies to it as to any user.
+    train, _ = sentiment_csv
+    here = tmp_path / "read-only"
+    here.mkdir()
+    here.chmod(0o555)
+    as_user = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root, and no setpriv to drop the capabilities that let root write anywhere")
+        as_user = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    r = subprocess.run([*as_user, *FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model",
+                        str(tiny_model)], capture_output=True, text=True, cwd=here, timeout=300,
+                       env={**os.environ, "COLUMNS": "200"})
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 2, r.stderr
+    assert re.fullmatch(r"error: the default run folder ftcli-runs/\d{8}-\d{6}-[0-9a-f]{4}: cannot write in "
+                        + re.escape(str(here)) + r" \(Permission denied\)", lines[0]), lines[0]
+    assert lines[1] == "hint: pass --output-dir DIR, a folder you can write in, or run it from one"
+    assert list(here.iterdir()) == []
 
 
 def test_output_dir_that_is_a_file_fails_before_the_trainer_starts(tmp_path):
