@@ -228,7 +228,15 @@ def download_model(name: JobName, dest: Path | None, *, force: bool = False, sho
     files = _model_files(uri, objects)
     if not any(rel == PurePosixPath(COMPLETE_MARKER) for _, rel, _ in files):
         raise _no_complete_model(job, uri, shown or name.id)
-    dest = dest or default_destination(name)
+    if dest is None:
+        dest = default_destination(name)
+        # From a folder that takes no new file (a read-only checkout, / in a container) the default destination was
+        # 'cannot use ./ftcli-models: Permission denied; check the permissions ...', with no word of DIR.
+        from ftcli_trainer.config import cannot_write_in
+
+        if (problem := cannot_write_in(Path(os.path.abspath(dest)))) is not None:
+            raise UsageError(f"the default folder {dest}: {problem}",
+                             hint=f"give a folder you can write in: ftcli download {shown or name.id} DIR")
     where = Path(os.path.abspath(dest))
     clear_staging_inside(where, INSIDE_STAGING)  # a folder that exists is staged in (staging_for)
     sums = {o.name: o.crc32c for o in objects}

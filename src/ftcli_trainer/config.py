@@ -16,9 +16,12 @@ import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ftcli_trainer.tasks import BUNDLED_SAMPLE, TASKS
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SECRET_NAME = re.compile(r"projects/[^/\s]+/secrets/[A-Za-z0-9_-]+(/versions/(latest|[1-9][0-9]*))?")
 # The options that name a Secret Manager secret: (what it holds, that thing in one word, the variable it is usually in).
@@ -671,8 +674,6 @@ def output_dir_problems(output_dir: str, shown: str | None = None) -> list[str]:
     """A local --output-dir must be a folder that can be written, or one that can be created: found now, not
     after the data and the model are loaded. Nothing is created here (a probe file is removed at once). `shown`: how
     the folder is named in the problem (default: as --output-dir)."""
-    import os
-    import tempfile
     from pathlib import Path
 
     if output_dir.startswith("gs://"):
@@ -687,18 +688,29 @@ def output_dir_problems(output_dir: str, shown: str | None = None) -> list[str]:
         if (path / sub).exists() and not (path / sub).is_dir():
             return [f"{shown}: {path / sub} is a file, where the run writes its {sub}/ folder; "
                     "move the file away, or pick another --output-dir"]
+    if (problem := cannot_write_in(path)) is not None:
+        return [f"{shown}: {problem}" + ("; pick another folder" if problem.startswith("cannot write") else "")]
+    return []
+
+
+def cannot_write_in(path: Path) -> str | None:
+    """Why the folder `path` (made where it is missing) cannot be written: its nearest existing ancestor is a file, or
+    takes no new file (a probe file, removed at once); None where it can. Nothing is created."""
+    import os
+    import tempfile
+
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        return [f"{shown}: {existing} is a file, not a folder"]
+        return f"{existing} is a file, not a folder"
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
         reason = os.strerror(e.errno) if e.errno else type(e).__name__
-        return [f"{shown}: cannot write in {existing} ({reason}); pick another folder"]
-    return []
+        return f"cannot write in {existing} ({reason})"
+    return None
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:

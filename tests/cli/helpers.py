@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -337,3 +338,16 @@ def signal_behind_a_full_pipe(argv: list[str], env: dict[str, str], cwd: Path | 
     os.close(r)
     out = b"".join(chunks).decode(errors="replace").lstrip("\n")
     return proc.returncode, took, out, b"".join(err).decode(errors="replace")
+
+
+def as_a_user() -> list[str]:
+    """The command prefix under which a child process is refused by a folder's mode as any user is: none for a
+    user; for root, which writes anywhere, setpriv without capabilities (skips the test where there is no setpriv)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("root, and no setpriv to drop the capabilities that let root write anywhere")
+    return ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+

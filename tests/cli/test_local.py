@@ -380,16 +380,13 @@ def test_a_current_folder_that_cannot_be_written_says_where_the_run_would_go_and
     # denied; check the permissions of that file and of its folder', exit 1, with no word of --output-dir; a given
     # --output-dir there was already one line with its fix. Root writes anywhere, so the child runs without
     # capabilities (setpriv), where the folder's mode applies to it as to any user.
+    from tests.cli.helpers import as_a_user
+
     train, _ = sentiment_csv
     here = tmp_path / "read-only"
     here.mkdir()
     here.chmod(0o555)
-    as_user = []
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("root, and no setpriv to drop the capabilities that let root write anywhere")
-        as_user = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
-    r = subprocess.run([*as_user, *FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model",
+    r = subprocess.run([*as_a_user(), *FTCLI, "local", "--task", "csv", "--train-file", str(train), "--model",
                         str(tiny_model)], capture_output=True, text=True, cwd=here, timeout=300,
                        env={**os.environ, "COLUMNS": "200"})
     lines = r.stderr.splitlines()

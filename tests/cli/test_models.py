@@ -74,6 +74,27 @@ def test_a_sigterm_once_downloaded_while_the_result_is_printed_says_interrupted(
     assert tree(tmp_path / "out") == MODEL and not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
+def test_a_default_folder_that_cannot_be_written_says_how_to_name_another(job, tmp_path):
+    # From a read-only checkout (or / in a container), `ftcli download JOB` said 'error: cannot use ./ftcli-models:
+    # Permission denied; check the permissions of that file and of its folder', exit 1, with no word of DIR.
+    import subprocess
+    import sys
+
+    from tests.cli.helpers import as_a_user
+
+    here = tmp_path / "read-only"
+    here.mkdir()
+    here.chmod(0o555)
+    r = subprocess.run([*as_a_user(), sys.executable, "-c", "from ftcli.cli.app import main; main()", "download",
+                        job], capture_output=True, text=True, cwd=here, timeout=120)
+    job_id = job.rsplit("/", 1)[-1]
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: the default folder ftcli-models/{job_id}: cannot write in {here} (Permission denied)",
+        f"hint: give a folder you can write in: ftcli download {job} DIR"]
+    assert list(here.iterdir()) == []
+
+
 def test_downloads_into_a_new_folder(capsys, job, tmp_path):
     r = run_cli(capsys, "download", job, "out")
     assert r.code == 0, r.err

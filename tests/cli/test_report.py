@@ -676,6 +676,22 @@ def test_labels_the_font_cannot_draw_are_one_line_not_a_warning_per_character(tm
     assert "| ポジ |" in (run / "report" / "report.md").read_text()
 
 
+def test_a_default_report_folder_that_cannot_be_written_says_how_to_name_another(tmp_path):
+    # A run folder on a read-only share: `ftcli report RUN` said 'error: cannot use RUN/report: Permission denied;
+    # check the permissions of that file and of its folder', exit 1, with no word of --out.
+    from tests.cli.helpers import as_a_user
+
+    run, _ = many_labels_run(tmp_path / "run", 2, n=200)
+    run.chmod(0o555)
+    r = subprocess.run([*as_a_user(), *FTCLI, "report", str(run)], capture_output=True, text=True, timeout=300)
+    run.chmod(0o755)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: the default report folder {run / 'report'}: cannot write in {run} (Permission denied)",
+        "hint: give a folder you can write in: --out DIR"]
+    assert not (run / "report").exists()
+
+
 def test_the_drawn_matrix_pools_the_labels_left_out():
     """Counted from the predictions (never K x K) or folded from metrics.json's matrix: the same numbers, each
     drawn label's row whole, and the totals of the full matrix."""

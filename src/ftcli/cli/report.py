@@ -147,13 +147,28 @@ def _draw(run: str, out_dir: Path | None, trial: str | None, project: str | None
             loaded = load_run(path)
             if loaded.curve_left_out:
                 note(loaded.curve_left_out)
-            target = out_dir or default_out(path, in_its_run=loaded.curve_left_out is None)
+            target = out_dir or _writable_default(default_out(path, in_its_run=loaded.curve_left_out is None))
         else:
             job_id, source = _download_run(run, project, region, Path(tmp), trial)
-            target = out_dir or Path(REPORTS_DIR) / job_id
+            target = out_dir or _writable_default(Path(REPORTS_DIR) / job_id)
             loaded = load_run(Path(tmp), source=source)
         files = write_report(loaded, target, say=note)
     return target, loaded, files
+
+
+def _writable_default(target: Path) -> Path:
+    """The default report folder, refused where it cannot be written (a run folder on a read-only share, a job's
+    report from a read-only checkout): it was 'cannot use ./ftcli-reports: Permission denied; check the permissions
+    ...', with no word of --out."""
+    import os
+
+    from ftcli.errors import UsageError
+    from ftcli_trainer.config import cannot_write_in
+
+    if (problem := cannot_write_in(Path(os.path.abspath(target)))) is not None:
+        raise UsageError(f"the default report folder {target}: {problem}",
+                         hint="give a folder you can write in: --out DIR")
+    return target
 
 
 def register(app: typer.Typer) -> None:
