@@ -304,3 +304,16 @@ def test_an_argument_an_ascii_locale_cannot_read_is_one_line_and_a_hint(tmp_path
         f"error: the argument {shown} is not text in this locale's encoding (ascii), so ftcli cannot tell which "
         "characters it holds",
         "hint: run ftcli in a UTF-8 locale (LC_ALL=C.UTF-8) or with PYTHONUTF8=1"]
+
+
+def test_a_file_named_with_a_leading_dash_is_said_how_to_pass(capsys, tmp_path, monkeypatch):
+    # `ftcli evaluate M -dash.csv` said "no such option: -d" and "see ftcli evaluate -h": the file was there
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-dash.csv").write_text("text,label\ngood,1\n")
+    r = run_cli(capsys, "evaluate", "model", "-dash.csv")
+    assert (r.code, r.out) == (2, "")
+    assert r.err.splitlines() == ["error: no such option: -d",
+                                  "hint: -dash.csv is read as an option; the file of that name is ./-dash.csv (or "
+                                  "put -- before it)"]
+    r = run_cli(capsys, "evaluate", "model", "-other.csv")  # no such file: the usual hint
+    assert r.code == 2 and r.err.splitlines()[1].endswith("ftcli evaluate -h")  # (in-process: python -m pytest's)

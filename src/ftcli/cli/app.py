@@ -57,6 +57,18 @@ def _option_before_its_command(e: click_errors.NoSuchOption, argv: list[str]) ->
     return f"options go after the command: {' '.join(path)} {e.option_name} ..."
 
 
+def _a_path_read_as_an_option(e: click_errors.NoSuchOption, argv: list[str]) -> str | None:
+    """How to pass a file or folder whose name starts with a dash: `ftcli evaluate M -dash.csv` said "no such option:
+    -d" and "see ftcli evaluate -h", where the word was the name of a file there."""
+    import shlex
+
+    for word in argv:  # (click names -d for -dash.csv: short options are read as a cluster of letters)
+        if word.startswith(e.option_name) and os.path.lexists(word):
+            return (f"{word} is read as an option; the file of that name is {shlex.quote('./' + word)} (or put -- "
+                    "before it)")
+    return None
+
+
 @contextmanager
 def _usage_lines(argv: list[str]) -> Iterator[None]:
     try:
@@ -69,6 +81,8 @@ def _usage_lines(argv: list[str]) -> Iterator[None]:
         message, hint = e.format_message(), None
         if isinstance(e, click_errors.NoSuchOption) and (hint := _option_before_its_command(e, argv)):
             # (with that hint, click's "Possible options: --version" for `ftcli --json config list` only misleads)
+            message = f"No such option: {e.option_name}"
+        elif isinstance(e, click_errors.NoSuchOption) and (hint := _a_path_read_as_an_option(e, argv)):
             message = f"No such option: {e.option_name}"
         line = _UsageLine(message, e.ctx)
         line.hint = hint
