@@ -265,6 +265,11 @@ def show_list(rows: Sequence[dict], columns: Sequence[Column], *, json_out: bool
     # Narrower than the columns that cannot shrink (COLUMNS=40): the lines are printed whole, for the terminal to
     # wrap; cropped at its edge, the last columns (TIME, METRIC) were dropped without a mark.
     needed = sum(caps) + 2 * (len(columns) - 1)
+    if needed > out().width:
+        # (print's width= is capped at the console's: Rich then squeezed the table into the terminal anyway, and a
+        # column that cannot shrink was given no room at all: AGE vanished from `jobs list` at COLUMNS=30, GPU, AGE
+        # and TIME at 20, while the note named only the columns left out on purpose. The table's own width is not.)
+        table.width = needed
     out().print(table, soft_wrap=False, crop=needed <= out().width, width=max(needed, out().width))
 
 

@@ -4,6 +4,7 @@ shows each finished job's headline metric, --json is one object per job, a finis
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,19 +57,26 @@ def test_list_is_a_table_that_fits_80_columns_with_the_metrics(capsys, cloud_env
     assert imdb.split()[:2] == ["1", "SUCCEEDED"] and "T4x1" in imdb and "acc 0.912" in imdb
 
 
-def test_a_terminal_too_narrow_for_the_table_loses_no_column_without_a_word(capsys, cloud_env):
+@pytest.mark.parametrize("width", [40, 30, 20])
+def test_a_terminal_too_narrow_for_the_table_loses_no_column_without_a_word(capsys, cloud_env, width):
     # At COLUMNS=40 (less than every column's header needs) the lines were cropped at the terminal's edge: TIME became
     # "T" and METRIC was gone, with no mark. Now the model and the task give way, said on stderr; the numbers, the
-    # GPU and the metric are never cut, and lines still too wide are printed whole, for the terminal to wrap.
+    # GPU and the metric are never cut, and lines still too wide are printed whole, for the terminal to wrap. At 30
+    # and 20 (a split pane) Rich still squeezed the table into the terminal: AGE, then GPU and TIME, were left no
+    # room at all and vanished, the note naming TASK and MODEL alone.
     gcs, vertex = cloud_env
     three_jobs(capsys, gcs, vertex)
-    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "40"})
+    r = subprocess.run([*FTCLI, "jobs", "list"], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": str(width)})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].split() == ["JOB", "STATE", "GPU", "AGE", "TIME", "METRIC"]
     at = lines[0].index("METRIC")
     assert [line[at:].strip() for line in lines[1:]] == ["-", "micro-F1 0.810", "acc 0.912"], lines
-    assert r.stderr == "(TASK and MODEL left out to fit 40 columns; a wider terminal or --json shows them)\n"
+    assert [line.split()[2] for line in lines[1:]] == ["A100x8", "L4x2", "T4x1"], lines
+    assert all(re.fullmatch(r"\d+[smhd] +(\d+[smhd]|-)", line[lines[0].index("GPU") + 6:at].strip())
+               for line in lines[1:]), lines  # AGE and TIME
+    assert r.stderr == f"(TASK and MODEL left out to fit {width} columns; a wider terminal or --json shows them)\n"
 
 
 def test_at_80_columns_long_job_ids_and_costs_cut_no_number_nor_gpu(capsys, cloud_env, tmp_path, monkeypatch):
