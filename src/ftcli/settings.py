@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -430,17 +431,28 @@ def _edit_config_file(values: dict[str, str | None], check: Callable[[], object]
     except OSError as e:
         # A home that is missing or read-only (a container's user, HOME=/nonexistent): it said "cannot use
         # /nonexistent: No such file or directory", naming neither the config file nor the way round it.
-        raise FtcliError(f"cannot save the config file {path}: {reason(e)}",
-                         hint="point FTCLI_CONFIG at a file in a writable folder, or set the setting's FTCLI_* "
-                              "variable instead (FTCLI_PROJECT, FTCLI_REGION, FTCLI_BUCKET, FTCLI_SERVICE_ACCOUNT, "
-                              "FTCLI_IMAGE_MIRROR)") from None
+        raise FtcliError(f"cannot save the config file {path}: {reason(e)}", hint=UNWRITABLE_CONFIG_HINT) from None
     # Read, edit and replace under a lock on the file's folder: two `ftcli config set` at once (a set-up script
     # running them in parallel) each read the file before the other wrote it, and the later rename dropped the
     # earlier one's key.
     with _folder_lock(real.parent):
         check()  # a file that is not there, not a file or not TOML is said as the commands say it
-        _replace_file(real, _toml_edited(real.read_bytes() if real.exists() else b"", values))
+        try:
+            _replace_file(real, _toml_edited(real.read_bytes() if real.exists() else b"", values))
+        except OSError as e:
+            if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise  # (a full disk is said with its own fix)
+            # A folder that is there but takes no new file (FTCLI_CONFIG in /etc, a read-only mount) said only
+            # "cannot use PATH: Permission denied; check the permissions ...", where a missing or read-only home
+            # (above) names the ways round it.
+            raise FtcliError(f"cannot save the config file {path}: {e.strerror} ({real.parent} takes no new file)",
+                             hint=UNWRITABLE_CONFIG_HINT) from None
     return path
+
+
+UNWRITABLE_CONFIG_HINT = ("point FTCLI_CONFIG at a file in a writable folder, or set the setting's FTCLI_* variable "
+                          "instead (FTCLI_PROJECT, FTCLI_REGION, FTCLI_BUCKET, FTCLI_SERVICE_ACCOUNT, "
+                          "FTCLI_IMAGE_MIRROR)")
 
 
 @contextlib.contextmanager

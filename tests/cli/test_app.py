@@ -79,9 +79,12 @@ def test_a_folder_that_takes_no_new_file_names_the_config_file_not_a_temporary_o
     r = run_cli(capsys, "config", "set", "project", "new-project")
     monkeypatch.undo()
     assert r.code == 1, r.err
-    (line,) = r.err.strip().splitlines()
-    assert line == (f"error: cannot use {config}: Permission denied; check the permissions of that file and of its "
-                    "folder")
+    # (it said only 'cannot use CONFIG: Permission denied; check the permissions of that file and of its folder',
+    # without the ways round it that a missing or read-only home's config folder is told)
+    assert r.err.splitlines() == [
+        f"error: cannot save the config file {config}: Permission denied ({tmp_path} takes no new file)",
+        "hint: point FTCLI_CONFIG at a file in a writable folder, or set the setting's FTCLI_* variable instead "
+        "(FTCLI_PROJECT, FTCLI_REGION, FTCLI_BUCKET, FTCLI_SERVICE_ACCOUNT, FTCLI_IMAGE_MIRROR)"]
     assert config.read_text() == 'project = "old-project"\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
 
