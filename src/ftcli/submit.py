@@ -116,6 +116,11 @@ def local_data_problem(flag: str, value: str) -> UsageError | None:
         assert error is not None  # (a folder)
         return UsageError(f"{flag}: {error}", hint=error.hint)
     if not path.is_file():
+        from ftcli_trainer.data import NOT_A_FILE_HINT, not_a_regular_file
+
+        if (kind := not_a_regular_file(path)) is not None:
+            # (`--train-file /dev/stdin`, `<(zcat data.csv.gz)`: "no such file" of a pipe that was there)
+            return UsageError(f"{flag} {value} is {kind}, not a file", hint=NOT_A_FILE_HINT)
         return UsageError(f"{flag} {value}: no such file (give a local file or a gs:// URI)")
     return None
 

@@ -413,8 +413,28 @@ def local_file_error(path: str) -> DataError | None:
     if local.is_dir():
         return _folder_error(local, path)
     if not local.is_file():
+        if (kind := not_a_regular_file(local)) is not None:
+            # (`--train-file /dev/stdin`, `<(zcat data.csv.gz)`: "does not exist" of a pipe that was there)
+            return DataError(f"data file {path} is {kind}, not a file", hint=NOT_A_FILE_HINT)
         return DataError(f"data file {path} does not exist")
     return None
+
+
+NOT_A_FILE_HINT = "a data file is read more than once (its columns, then its rows): save it to a file and give that"
+
+
+def not_a_regular_file(path: Path) -> str | None:
+    """What `path` is where it is there but neither a file nor a folder (a pipe, a device, a socket), else None."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
 
 
 def _folder_error(folder: Path, path: str) -> DataError:

@@ -668,3 +668,24 @@ def test_beside_a_busy_process_scoring_makes_torchs_threads_wait_passively(tmp_p
         assert "other work keeps" not in done.stderr and "passively" not in done.stderr, done.stderr
     assert ("2 examples" in done.stdout) if command == "evaluate" else \
         done.stdout.endswith(f"\t{texts[1]}\n"), done.stdout[-200:]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "train"])
+def test_a_data_file_that_is_a_pipe_is_said_to_be_one(tmp_path, tiny_model, command):
+    # `zcat rows.csv.gz | ftcli evaluate M /dev/stdin` said 'data file /dev/stdin does not exist', and `ftcli train
+    # --train-file /dev/stdin` (and local) '--train-file /dev/stdin: no such file', of a pipe that was there.
+    import subprocess
+    import sys
+
+    args = {"evaluate": ["evaluate", str(tiny_model), "/dev/stdin"],
+            "train": ["train", "--task", "csv", "--train-file", "/dev/stdin", "--gpu", "T4", "--project", "my-project",
+                      "--bucket", "gs://my-bucket", "--dry-run"]}[command]
+    r = subprocess.run([sys.executable, "-c", "from ftcli.cli.app import main; main()", *args],
+                       input="text,label\na fine film,pos\n", capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env={**os.environ, "FTCLI_CONFIG": str(tmp_path / "config.toml"), "HF_HUB_OFFLINE": "1",
+                            "FTCLI_STATE_DIR": str(tmp_path / "state")})
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    said = "data file /dev/stdin" if command == "evaluate" else "--train-file /dev/stdin"
+    assert r.stderr.splitlines() == [
+        f"error: {said} is a pipe, not a file",
+        "hint: a data file is read more than once (its columns, then its rows): save it to a file and give that"]
