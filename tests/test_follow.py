@@ -57,7 +57,11 @@ class FakeStream:
                     self.logs.cond.wait(0.01)
                     continue
                 self.pos = len(self.logs.entries)
-            yield TailBatch(new)  # as the gateway's stream: nothing left out
+                # as Cloud Logging's rate limit does: the first entries of a response left out, only counted
+                left_out, self.logs.suppress = min(self.logs.suppress, len(new)), 0
+            batch = TailBatch(new[left_out:])
+            batch.suppressed = left_out
+            yield batch
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -74,16 +78,21 @@ class FakeLogs:
         self.list_errors: list[LogsUnavailable] = []
         self.lists = self.tails = 0
         self.cut_after: int | None = None
+        self.suppress = 0  # the open tail leaves out this many of the next entries (they stay listable)
+        self.requests: list[tuple[str, str]] = []  # ("list" or "tail", the filter), in the order they were made
+        self.streams: list[FakeStream] = []
 
     def write(self, text: str, replica: str = "workerpool0-0", *, at: dt.datetime | None = None,
-              severity: str = "INFO", insert_id: str | None = None) -> None:
+              severity: str = "INFO", insert_id: str | None = None, received: dt.datetime | None = None) -> None:
         now = dt.datetime.now(dt.UTC)
         with self.cond:
-            self.entries.append(LogEntry(at or now, replica, severity, text, insert_id or f"e{next(self.ids)}", now))
+            self.entries.append(LogEntry(at or now, replica, severity, text, insert_id or f"e{next(self.ids)}",
+                                         received or now))
             self.cond.notify_all()
 
     def list(self, filter: str, *, patience: float = 0.0):
         self.lists += 1
+        self.requests.append(("list", filter))
         if self.list_errors:
             raise self.list_errors.pop(0)
         with self.cond:
@@ -91,10 +100,12 @@ class FakeLogs:
 
     def tail(self, filter: str, stop: threading.Event):
         self.tails += 1
+        self.requests.append(("tail", filter))
         if self.tail_error is not None:
             raise self.tail_error
         with self.cond:
-            return FakeStream(self, len(self.entries), stop)
+            self.streams.append(FakeStream(self, len(self.entries), stop))
+            return self.streams[-1]
 
 
 class Recorder(Events):
@@ -202,6 +213,8 @@ def test_permission_denied_is_said_once_and_the_state_still_followed():
     outcome, rec = follow(FakeVertex("RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"), logs)
     assert [e[1] for e in rec.of("notice")] == ["denied"]
     assert outcome.state == "SUCCEEDED"
+    # and it stops reading (no role comes back by itself): one list, no tail, no retry, not even the last read
+    assert [kind for kind, _ in logs.requests] == ["list"]
 
 
 def test_quota_on_the_tail_polls_slowly_and_says_so_once():
@@ -248,6 +261,105 @@ def test_a_job_followed_after_it_started_shows_its_history_first_then_the_new_li
     outcome, rec = follow(FakeVertex(*["RUNNING"] * 30, "SUCCEEDED"), logs)
     assert rec.texts == [f"old {i}" for i in range(5)] + [f"new {i}" for i in range(5)]
     assert logs.tails == 1 and outcome.exit_code == 0
+
+
+class RunningUntilShown:
+    """A job RUNNING until `rec` has shown the line `text` (SUCCEEDED then), or `patience` seconds have passed."""
+
+    def __init__(self, rec: Recorder, text: str, created: dt.datetime | None = None, patience: float = 5.0):
+        self.rec, self.text, self.created = rec, text, created
+        self.deadline = time.monotonic() + patience
+        self.shown_while_running = self.ended = False
+
+    def get(self, name: JobName) -> Job:
+        assert name == NAME
+        if not self.ended:
+            self.shown_while_running = self.text in self.rec.texts
+            self.ended = self.shown_while_running or time.monotonic() > self.deadline
+        return job("SUCCEEDED" if self.ended else "RUNNING", created=self.created)
+
+
+def until(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def lists(logs: FakeLogs) -> int:
+    return len([r for r in logs.requests if r[0] == "list"])
+
+
+def test_a_line_is_shown_while_the_job_runs_not_held_until_it_ends():
+    rec = Recorder()
+    vertex = RunningUntilShown(rec, "step 1")
+    logs = FakeLogs()
+    later(0.05, logs.write, "step 1")
+    outcome, _ = follow(vertex, logs, rec)
+    assert vertex.shown_while_running and rec.texts == ["step 1"] and outcome.exit_code == 0
+
+
+# the filters below: the job's lines since 10 minutes before it was created (follow_job's CLOCK_MARGIN), and, for a
+# catch-up list, what Cloud Logging received since 30 s (OVERLAP) before the newest line read
+BASE = 'resource.type="ml_job" AND resource.labels.job_id="123" AND timestamp>="2026-11-27T11:50:00.000000Z"'
+
+
+def received_since(minutes: int, seconds: int) -> str:
+    return BASE + f' AND receiveTimestamp>="2026-11-27T12:{minutes:02d}:{seconds:02d}.000000Z"'
+
+
+def test_the_catch_up_lists_ask_for_what_was_received_since_just_before_the_newest_line():
+    # A catch-up list without the receiveTimestamp bound reads the job's whole log again each time (60 reads a minute
+    # per project); one bound at the newest line itself misses a late line received just before it.
+    rec = Recorder()
+    vertex = RunningUntilShown(rec, "new", created=T0)
+    logs = FakeLogs()
+    logs.write("old", received=T0 + dt.timedelta(minutes=2))
+
+    def write():
+        until(lambda: ("tail", BASE) in logs.requests)
+        time.sleep(0.05)  # (the fake's stream opens just after the request is counted)
+        logs.write("new", received=T0 + dt.timedelta(minutes=3))
+
+    later(0, write)
+    outcome, _ = follow(vertex, logs, rec)
+    time.sleep(0.05)
+    # the history, the tail, the catch-up once the tail is live, the last read once the job has ended; no more after
+    assert logs.requests == [("list", BASE), ("tail", BASE), ("list", received_since(2, 30)),
+                             ("list", received_since(2, 30))]
+    assert rec.texts == ["old", "new"] and vertex.shown_while_running
+    # and the tail is closed (a project has 10 live tails; one left open in a process that follows the trials of a
+    # tuning job one after another holds its slot)
+    assert [s.cancelled for s in logs.streams] == [True]
+
+
+def test_lines_the_tail_left_out_are_listed_from_before_them_once():
+    # The tail leaves out b and c (rate limit) in the response that brings x, received later: the catch-up list must
+    # reach back to the newest line before them (a), not to x, whose bound is past them; once it has listed them, the
+    # tail's next responses cost no list.
+    rec = Recorder()
+    vertex = RunningUntilShown(rec, "d", created=T0)
+    logs = FakeLogs()
+
+    def write():
+        until(lambda: ("tail", BASE) in logs.requests)
+        time.sleep(0.05)
+        logs.write("a", received=T0 + dt.timedelta(minutes=1))
+        until(lambda: lists(logs) == 2)  # the catch-up once the tail is live
+        with logs.cond:
+            logs.suppress = 2
+            for text, minute in (("b", 2), ("c", 3), ("x", 5)):
+                logs.write(text, received=T0 + dt.timedelta(minutes=minute))
+        until(lambda: lists(logs) == 3)
+        time.sleep(0.1)  # past the least time between two catch-up lists (FAST.quota_interval)
+        logs.write("d", received=T0 + dt.timedelta(minutes=6))
+
+    later(0, write)
+    outcome, _ = follow(vertex, logs, rec)
+    time.sleep(0.05)
+    assert logs.requests == [("list", BASE), ("tail", BASE), ("list", received_since(0, 30)),
+                             ("list", received_since(0, 30)), ("list", received_since(5, 30))]
+    assert sorted(rec.texts) == ["a", "b", "c", "d", "x"] and vertex.shown_while_running
 
 
 @pytest.mark.parametrize("live", [True, False], ids=["followed_live", "ended_before"])
@@ -360,7 +472,8 @@ def test_no_follow_is_a_sorted_snapshot():
     assert rec.texts == ["first", "second"] and outcome.state is None and outcome.exit_code == 0
 
 
-@pytest.mark.parametrize(("state", "code"), [("FAILED", 3), ("CANCELLED", 4), ("SUCCEEDED", 0), ("EXPIRED", 3)])
+@pytest.mark.parametrize(("state", "code"), [("FAILED", 3), ("CANCELLED", 4), ("SUCCEEDED", 0), ("EXPIRED", 3),
+                                             ("PARTIALLY_SUCCEEDED", 3)])
 def test_no_follow_of_an_ended_job_ends_with_its_state_and_exit_status(state, code):
     # Found by hand: `ftcli logs 2 --no-follow` on a FAILED job exited 0 and never said it had failed.
     logs = FakeLogs()
@@ -383,6 +496,69 @@ def test_stderr_lines_show_their_own_level():
     outcome, rec = follow(FakeVertex("RUNNING", "SUCCEEDED"), logs)
     assert [(e[2], e[3]) for e in rec.of("line")] == [("Downloading: 100%", "INFO"), ("WARNING: odd", "WARNING"),
                                                       ("100%|###|", "INFO")]
+
+
+@pytest.mark.parametrize(("severity", "text", "shown"), [
+    ("ERROR", "Downloading: 100%", "INFO"),  # stderr, all of it ERROR in Cloud Logging
+    ("ERROR", "10%|#   | 1/10\r100%|####| 10/10", "INFO"),
+    ("ERROR", "Traceback (most recent call last):", "ERROR"),
+    ("ERROR", "error: data.csv has no column 'text'", "ERROR"),
+    ("ERROR", "hint: pass --text-column NAME", "ERROR"),  # the trainer's error goes on with its fix
+    ("INFO", "hint: a stdout line that says so is output", "INFO"),
+    ("INFO", "WARNING: the eval set is tiny", "WARNING"),
+    ("ERROR", "[WARN] slow step", "WARNING"),
+    ("ERROR", "FATAL: out of memory", "CRITICAL"),
+    ("INFO", "ERROR: nope", "ERROR"),
+    ("WARNING", "disk 95% full", "WARNING"),  # Cloud Logging's own level, when a line states none
+    ("CRITICAL", "lost the GPU", "CRITICAL"),
+    ("INFO", "step 1/8 | loss 0.69", "INFO"),
+])
+def test_a_line_is_shown_at_the_level_it_states_else_at_cloud_loggings_warning_or_above(severity, text, shown):
+    from ftcli.follow import to_line
+
+    assert to_line(LogEntry(T0, "workerpool0-0", severity, text, "i")).severity == shown
+
+
+@pytest.mark.parametrize(("severity", "text"), [("ERROR", "The replica workerpool0-0 exited with a non-zero status"),
+                                                ("INFO", "error: a word Vertex's own line happens to start with")])
+def test_vertexs_own_lines_keep_the_level_vertex_gives_them(severity, text):
+    from ftcli.follow import to_line
+
+    assert to_line(LogEntry(T0, "service", severity, text, "i")).severity == severity
+
+
+def test_a_failed_jobs_summary_is_its_last_10_lines():
+    logs = FakeLogs()
+    for i in range(12):
+        logs.write(f"line {i}", at=T0 + dt.timedelta(seconds=i))
+    outcome, _ = follow(FakeVertex("RUNNING", "FAILED"), logs)
+    assert [x.text for x in outcome.last_lines] == [f"line {i}" for i in range(2, 12)]
+    # Vertex's error carries the end of the failed replica's stderr: its last 10 lines, without the blank lines
+    # around them and the link to the console
+    error = ("The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: Error. \n\n"
+             + "".join(f"frame {i}\n" for i in range(12)) + "\nTo find out more about why your job exited please check "
+             "the logs: https://console.cloud.google.com/logs/viewer?project=1\n")
+    outcome, _ = follow(FakeVertex("RUNNING", job("FAILED", error)), logs)
+    assert [x.text for x in outcome.last_lines] == [f"frame {i}" for i in range(2, 12)]
+
+
+def test_a_tail_refused_is_said_once_and_what_was_listed_still_shown():
+    logs = FakeLogs()
+    logs.write("step 1")
+    logs.tail_error = LogsUnavailable("denied", "cannot read the job's logs: permission denied")
+    outcome, rec = follow(FakeVertex("RUNNING", "RUNNING", "SUCCEEDED"), logs)
+    assert rec.texts == ["step 1"] and rec.of("notice") == [("notice", "denied")]
+    assert [kind for kind, _ in logs.requests] == ["list", "tail"]
+
+
+def test_a_failed_job_without_an_error_still_exits_3_with_its_last_lines():
+    logs = FakeLogs()
+    logs.write("step 1", at=T0)
+    logs.write("Killed", at=T0 + dt.timedelta(seconds=1), severity="ERROR")
+    outcome, rec = follow(FakeVertex("RUNNING", "FAILED"), logs)
+    assert outcome.exit_code == 3 and outcome.failing_replica == "workerpool0-0"
+    assert [x.text for x in outcome.last_lines] == ["step 1", "Killed"]
+    assert rec.events[-1] == ("state", "FAILED", None)
 
 
 def test_timing_scales_every_wait_but_the_read_slice():
