@@ -37,8 +37,8 @@ SEVERITY_RANK = {"DEFAULT": 0, "DEBUG": 100, "INFO": 200, "NOTICE": 300, "WARNIN
                  "CRITICAL": 600, "ALERT": 700, "EMERGENCY": 800}
 # `ftcli logs` exits with the job's status: 0 SUCCEEDED, 3 FAILED (and EXPIRED, PARTIALLY_SUCCEEDED), 4 CANCELLED.
 EXIT_FOR_STATE = {"SUCCEEDED": 0, "FAILED": 3, "CANCELLED": 4, "EXPIRED": 3, "PARTIALLY_SUCCEEDED": 3}
-LEVEL_RE = re.compile(r"^\s*(?:\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?[:\s])|^(Traceback|error:)",
-                      re.IGNORECASE)
+# (the trainer's "error: ..." is the first alternative's ERROR followed by ":")
+LEVEL_RE = re.compile(r"^\s*(?:\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?[:\s])|^(Traceback)", re.IGNORECASE)
 # Vertex's error for a failed CustomJob names the replica: "The replica workerpool1-1 exited with a non-zero status
 # of 1. Termination reason: Error. ..." (as quoted in GoogleCloudPlatform/vertex-ai-samples PR #1504, read
 # 2026-11-27). A long traceback pushes its "Traceback" line out of the last lines kept, and the other replicas of a
@@ -104,7 +104,7 @@ def display_severity(entry_severity: str, text: str) -> str:
     m = LEVEL_RE.match(text)
     if m:
         word = (m.group(1) or m.group(2) or "").upper()
-        return {"WARN": "WARNING", "TRACEBACK": "ERROR", "ERROR:": "ERROR", "FATAL": "CRITICAL"}.get(word, word)
+        return {"WARN": "WARNING", "TRACEBACK": "ERROR", "FATAL": "CRITICAL"}.get(word, word)
     if entry_severity == "ERROR" and text.startswith("hint: "):
         # the trainer's error goes on with its fix on a line of its own (ftcli_trainer.errors.TrainerError.lines):
         # shown as plain output, `--severity ERROR` kept the error and dropped how to fix it
@@ -195,9 +195,11 @@ class Source(threading.Thread):
     to `max_interval`). Without permission it reports once and stops reading; the job's state is still followed.
     """
 
-    def __init__(self, gateway: LogsGateway, base_filter: str, since: dt.datetime | None, out: queue.Queue,
-                 poll_interval: float = 2.0, tail: bool = True, quota_interval: float = 5.0,
-                 max_interval: float = 60.0, reconnect: float = 0.5, reconnect_max: float = 5.0):
+    def __init__(self, gateway: LogsGateway, base_filter: str, since: dt.datetime | None, out: queue.Queue, *,
+                 poll_interval: float, tail: bool, quota_interval: float, max_interval: float, reconnect: float,
+                 reconnect_max: float):
+        # (the waits are the follower's Timing, where their defaults are said; defaults here, a poll every 2 s
+        # where Timing says 5, were never used and told a reader otherwise)
         super().__init__(daemon=True)
         self.gateway = gateway
         self.base_filter = base_filter
