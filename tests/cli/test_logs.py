@@ -165,6 +165,25 @@ def test_a_running_job_shows_what_it_logged_before_ftcli_logs_attached_first(cap
 
     _, texts = logs_while(capsys, vertex, produce, "last")
     assert texts == [f"old {i:03d}" for i in range(300)] + [f"new {i:03d}" for i in range(50)]
+    # its live tail is closed once it has returned, not left to the server's end of the stream (10 a project)
+    assert logs.wait_for_tails(0, timeout=5)
+
+
+def test_no_follow_reads_every_page_of_a_long_log_in_order(capsys, logs_env):
+    # Each page is an entries.list request of its own (60 a minute per project): 2,500 lines are 3 pages of 1,000,
+    # each asked for with the token of the one before and the same filter, oldest first.
+    vertex, logs, job = logs_env
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    for i in reversed(range(2500)):  # written newest first: the order is the timestamps'
+        at = start + dt.timedelta(milliseconds=10 * i)
+        logs.write_line(job["id"], REPLICAS[i % 3], f"line {i:05d}", timestamp=at, insert_id=f"id-{i}")
+    r = run_cli(capsys, "logs", "1", "--no-follow", "--json")
+    assert r.code == 0, r.err
+    assert [x["text"] for x in json_lines(r.out) if "text" in x] == [f"line {i:05d}" for i in range(2500)]
+    pages = logs.calls("ListLogEntries")
+    assert [(p.page_token, p.page_size, p.order_by) for p in pages] == [
+        ("", 1000, "timestamp asc"), ("1000", 1000, "timestamp asc"), ("2000", 1000, "timestamp asc")]
+    assert len({p.filter for p in pages}) == 1
 
 
 @pytest.mark.parametrize("state,code", [("FAILED", 3), ("CANCELLED", 4)])
