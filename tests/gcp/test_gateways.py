@@ -197,6 +197,21 @@ def test_a_tail_the_endpoint_does_not_offer_says_so_with_the_hint_of_its_code(cl
         "endpoint")
 
 
+def test_cloud_logging_unreachable_names_googles_endpoint_when_none_is_set(monkeypatch):
+    """Every test sets FTCLI_LOGGING_ENDPOINT to the emulator: the endpoint said without it (every user's case) was
+    never checked."""
+    from google.auth.credentials import AnonymousCredentials
+
+    from ftcli.gcp import cloud_logging
+
+    monkeypatch.delenv("FTCLI_LOGGING_ENDPOINT", raising=False)
+    monkeypatch.setattr(cloud_logging, "credentials", AnonymousCredentials)  # (no login here; nothing is called)
+    e = cloud_logging.LoggingGateway("p").translate(gexc.ServiceUnavailable("connection refused"))
+    assert (e.reason, e.message, e.hint) == (
+        "unreachable", "cannot reach Cloud Logging at logging.googleapis.com (connection refused)",
+        "check the network, or FTCLI_LOGGING_ENDPOINT")
+
+
 def test_a_json_payload_without_a_message_is_shown_as_its_json(cloud_logging, monkeypatch):
     # Found by hand: a line logged as a JSON object without "message" came out as protobuf text per field,
     # {"loss": "number_value: 0.25\n", "split": "string_value: \"eval\"\n"}.
