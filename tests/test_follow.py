@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ftcli.errors import LogsUnavailable, UsageError
+from ftcli.errors import FtcliError, LogsUnavailable, NotFound, UsageError
 from ftcli.follow import Events, Timing, follow_job
 from ftcli.values import Job, JobName, LogEntry, Pool, TailBatch
 
@@ -81,6 +81,7 @@ class FakeLogs:
         self.suppress = 0  # the open tail leaves out this many of the next entries (they stay listable)
         self.requests: list[tuple[str, str]] = []  # ("list" or "tail", the filter), in the order they were made
         self.streams: list[FakeStream] = []
+        self.list_times: list[float] = []
 
     def write(self, text: str, replica: str = "workerpool0-0", *, at: dt.datetime | None = None,
               severity: str = "INFO", insert_id: str | None = None, received: dt.datetime | None = None) -> None:
@@ -92,6 +93,7 @@ class FakeLogs:
 
     def list(self, filter: str, *, patience: float = 0.0):
         self.lists += 1
+        self.list_times.append(time.monotonic())
         self.requests.append(("list", filter))
         if self.list_errors:
             raise self.list_errors.pop(0)
@@ -228,6 +230,51 @@ def test_quota_on_the_tail_polls_slowly_and_says_so_once():
     assert [e[1] for e in rec.of("notice")] == ["quota"]
     assert logs.tails == 1  # never retried in a loop
     assert logs.lists <= (time.monotonic() - started) / FAST.quota_interval + 3
+
+
+def test_after_the_tail_quota_the_polls_are_no_closer_than_the_quota_interval():
+    logs = FakeLogs()
+    logs.tail_error = LogsUnavailable("quota", "no live tail left")
+    timing = Timing(**{**FAST.__dict__, "poll_interval": 0.01, "quota_interval": 0.1})
+    follow_job(NAME, vertex=FakeVertex(*["RUNNING"] * 40, "SUCCEEDED"), logs=logs, events=Recorder(), timing=timing)
+    polls = logs.list_times[1:-1]  # (the history before the tail was tried, and the last read once the job ended)
+    assert len(polls) >= 2
+    assert min(b - a for a, b in itertools.pairwise(polls)) >= 0.1 - 0.005
+
+
+class ReadsFailing(FakeVertex):
+    """RUNNING; the reads from the third (the follower's second) to the `failing`th fail with `error`; SUCCEEDED
+    after."""
+
+    def __init__(self, error: FtcliError, failing: int):
+        super().__init__("RUNNING")
+        self.error, self.failing = error, failing
+        self.times: list[float] = []
+
+    def get(self, name: JobName) -> Job:
+        self.times.append(time.monotonic())
+        n = len(self.times)
+        if 3 <= n <= self.failing:
+            raise self.error
+        return job("RUNNING" if n <= self.failing + 2 else "SUCCEEDED")
+
+
+def test_a_failed_state_read_is_tried_again_no_sooner_than_the_quota_interval():
+    # Re-read at every read slice, a failing GetCustomJob (a 500, the per-minute read quota) was asked 5 times a
+    # second, which spends the quota it waits for.
+    vertex = ReadsFailing(FtcliError("Vertex AI failed on Google's side (INTERNAL)"), failing=5)
+    outcome, rec = follow(vertex, FakeLogs())
+    assert outcome.state == "SUCCEEDED" and rec.of("notice") == [("notice", "state")]
+    failed = vertex.times[2:6]
+    assert min(b - a for a, b in itertools.pairwise(failed)) >= max(FAST.state_interval, FAST.quota_interval) - 0.005
+
+
+def test_a_job_gone_while_followed_ends_the_following_at_once():
+    vertex = ReadsFailing(NotFound("job 123 not found"), failing=100)
+    started = time.monotonic()
+    with pytest.raises(NotFound):
+        follow(vertex, FakeLogs())
+    assert len(vertex.times) == 3 and time.monotonic() - started < 2
 
 
 def test_a_cut_stream_reconnects_and_catches_up():
