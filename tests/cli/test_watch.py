@@ -196,6 +196,62 @@ def test_failure_shows_the_error_and_the_failing_replicas_last_lines():
                                            "  error: no column 'text'"]
 
 
+@pytest.mark.parametrize("failing", ["workerpool1-0", "workerpool0-0"])
+def test_a_failed_replicas_error_is_said_by_its_first_line_then_the_last_lines_of_the_replica_that_failed(failing):
+    from ftcli.values import Pool
+
+    out, _ = console(False)
+    buf = io.StringIO()
+    err = Console(file=buf, width=200, highlight=False)  # (Vertex's first line is longer than 100)
+    t = dt.datetime(2026, 11, 27, tzinfo=dt.UTC)
+    error = ("The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: Error. \n"
+             "Traceback (most recent call last):\nRuntimeError: Connection reset by peer\n")
+    lines = [Line(t, failing, "ERROR", "Traceback (most recent call last):", "a"),
+             Line(t, failing, "INFO", "ValueError: bad row 17", "b")]
+    pools = (Pool("n1-standard-4"), Pool("n1-standard-4"))
+    FollowView("3", json_out=False, out=out, err=err).ended(Outcome("FAILED", Job(NAME, "run", "FAILED", error,
+                                                                                  pools=pools), failing, lines))
+    # Vertex names the replica whose process ended first; when another failed before it, that one is said as such
+    first = ", which failed first" if failing != "workerpool0-0" else ""
+    assert buf.getvalue().splitlines() == [
+        "job 3 FAILED: The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: Error.",
+        f"last lines of {failing}{first}:", "  Traceback (most recent call last):", "  ValueError: bad row 17"]
+    # a job that failed without an error (and a one-machine job)
+    buf.truncate(0), buf.seek(0)
+    FollowView("3", json_out=False, out=out, err=err).ended(Outcome("FAILED", Job(NAME, "run", "FAILED",
+                                                                                  pools=pools[:1]), failing, lines))
+    assert buf.getvalue().splitlines() == ["job 3 FAILED", f"last lines of {failing}:",
+                                           "  Traceback (most recent call last):", "  ValueError: bad row 17"]
+
+
+def test_a_line_is_its_time_its_replica_when_it_says_which_its_level_above_info_and_its_text(capsys):
+    from ftcli.values import Pool
+
+    t = dt.datetime(2026, 11, 27, 12, 0, 5, tzinfo=dt.UTC)
+    at = t.astimezone().strftime("%H:%M:%S")  # the machine's time, as --since reads a time without an offset
+    out, buf = console(False)
+    one = FollowView("3", json_out=False, out=out, err=console(False)[0])
+    one.start(Job(NAME, "run", "RUNNING", pools=(Pool("n1-standard-4"),)))
+    one.line(Line(t, "workerpool0-0", "INFO", "step 1 [b]", "a"))  # (Rich markup shown as typed)
+    one.line(Line(t, "workerpool0-0", "WARNING", "warning: the eval set has 3 rows", "b"))
+    one.line(Line(t, "service", "ERROR", "The replica workerpool0-0 exited\nTraceback (most recent call last):", "c"))
+    several = FollowView("4", json_out=False, out=out, err=console(False)[0])
+    several.start(Job(NAME, "run", "RUNNING", pools=(Pool("n1-standard-4"), Pool("n1-standard-4", replicas=2))))
+    several.line(Line(t, "workerpool1-1", "CRITICAL", "lost the GPU", "d"))
+    several.line(Line(t, "workerpool0-0", "INFO", "", "e"))
+    assert buf.getvalue().splitlines() == [
+        f"{at} step 1 [b]",
+        f"{at} WARNING warning: the eval set has 3 rows",
+        f"{at} service ERROR The replica workerpool0-0 exited",  # Vertex's own lines named, each line of the entry
+        f"{at} service ERROR Traceback (most recent call last):",
+        f"{at} workerpool1-1 CRITICAL lost the GPU",
+        f"{at} workerpool0-0 "]
+    FollowView("3", json_out=True).line(Line(t, "workerpool0-0", "WARNING", "warning: x", "b"))
+    assert capsys.readouterr().out.splitlines() == [
+        '{"timestamp": "2026-11-27T12:00:05+00:00", "replica": "workerpool0-0", "severity": "WARNING", '
+        '"text": "warning: x", "insert_id": "b"}']
+
+
 def test_a_transfer_bar_is_drawn_only_once_something_moves(monkeypatch):
     # `ftcli predict MODEL_DIR` and `ftcli evaluate MODEL_DIR FILE` flashed "downloading the model 0/? bytes" on a
     # terminal, where nothing was downloaded
