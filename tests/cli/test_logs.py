@@ -363,6 +363,16 @@ def test_since_takes_a_time_without_offset_as_the_lines_are_shown_in_this_machin
     assert r.code == 0 and r.out.splitlines() == [f"{shown} workerpool0-0 step 8"], r.err
 
 
+@pytest.mark.parametrize(("since", "ago"), [("90s", dt.timedelta(seconds=90)), ("10m", dt.timedelta(minutes=10)),
+                                          ("2h", dt.timedelta(hours=2)), (" 1d ", dt.timedelta(days=1))])
+def test_since_a_duration_is_that_long_before_now(since, ago):
+    from ftcli.cli.logs import parse_since
+
+    before = dt.datetime.now(dt.UTC)
+    got = parse_since(since)
+    assert before - ago - dt.timedelta(seconds=0.5) <= got <= dt.datetime.now(dt.UTC) - ago
+
+
 def test_the_log_reads_start_at_the_jobs_creation_not_the_projects_whole_retention(capsys, logs_env):
     # Without --since the list had no timestamp bound: entries.list scanned every entry the project keeps.
     import datetime as dt
