@@ -269,6 +269,22 @@ def test_a_failed_state_read_is_tried_again_no_sooner_than_the_quota_interval():
     assert min(b - a for a, b in itertools.pairwise(failed)) >= max(FAST.state_interval, FAST.quota_interval) - 0.005
 
 
+def test_the_jobs_state_is_read_every_state_interval_not_every_read_slice():
+    times: list[float] = []
+    vertex = FakeVertex(*["RUNNING"] * 6, "SUCCEEDED")
+    vertex.get = lambda name, get=vertex.get: times.append(time.monotonic()) or get(name)
+    timing = Timing(**{**FAST.__dict__, "state_interval": 0.05})  # 10 read slices
+    follow_job(NAME, vertex=vertex, logs=FakeLogs(), events=Recorder(), timing=timing)
+    follower_reads = times[1:]  # (the first: follow_job's, before following began)
+    assert len(follower_reads) >= 5
+    assert min(b - a for a, b in itertools.pairwise(follower_reads)) >= 0.05 - 0.005
+
+
+def test_the_wait_of_a_job_without_a_creation_time_counts_from_when_following_began():
+    outcome, rec = follow(FakeVertex(*["PENDING"] * 5, "CANCELLED"), FakeLogs())
+    assert rec.of("waiting") and all(0 <= w[2] < 5 for w in rec.of("waiting"))
+
+
 def test_a_job_gone_while_followed_ends_the_following_at_once():
     vertex = ReadsFailing(NotFound("job 123 not found"), failing=100)
     started = time.monotonic()
