@@ -3,6 +3,7 @@
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -739,6 +740,8 @@ def test_train_follows_by_default_and_exits_with_the_job(capsys, cloud_env, clou
     assert r.code == 0, r.err
     assert "submitted job #1" in r.out and "done: accuracy 0.91" in r.out
     assert 'next: ftcli download 1   ·   ftcli predict 1 "text"' in r.err
+    # as `ftcli logs` shows it (no --json asked for): its time, then the text
+    assert re.search(r"^\d\d:\d\d:\d\d done: accuracy 0\.91$", r.out, re.MULTILINE) and not json_lines(r.out), r.out
 
 
 def test_a_steady_stream_reaches_the_screen_within_3_seconds(logs_env):
