@@ -362,6 +362,68 @@ def test_a_line_is_shown_while_the_job_runs_not_held_until_it_ends():
     assert vertex.shown_while_running and rec.texts == ["step 1"] and outcome.exit_code == 0
 
 
+@pytest.mark.parametrize("error", [ConnectionResetError("reset by peer"),
+                                   LogsUnavailable("unreachable", "cannot reach Cloud Logging")])
+def test_a_tail_that_keeps_failing_gives_way_to_polls_and_lines_show_while_the_job_runs(error):
+    # A live tail that failed each time before its first response (a proxy that breaks gRPC streams) was reopened
+    # forever, and nothing listed the lines meanwhile: they showed only once the job had ended.
+    from ftcli.follow import TAIL_TRIES
+
+    rec = Recorder()
+    vertex = RunningUntilShown(rec, "step 1")
+    logs = FakeLogs()
+    logs.tail_error = error
+    later(0.05, logs.write, "step 1")
+    outcome, _ = follow(vertex, logs, rec)
+    assert vertex.shown_while_running and rec.texts == ["step 1"] and outcome.exit_code == 0
+    assert logs.tails == TAIL_TRIES
+    assert rec.of("notice")[-1] == ("notice", "unsupported")
+
+
+class CutAfterEachBatch(FakeLogs):
+    """Each tail sends one batch of the lines written after it opened, then is cut."""
+
+    def tail(self, filter: str, stop: threading.Event):
+        self.tails += 1
+        self.requests.append(("tail", filter))
+        start = len(self.entries)
+
+        def stream():
+            while not stop.is_set():
+                with self.cond:
+                    if len(self.entries) > start:
+                        batch = TailBatch(self.entries[start:])
+                        break
+                    self.cond.wait(0.01)
+            else:
+                return
+            yield batch
+            raise ConnectionResetError("stream cut")
+
+        return stream()
+
+
+def test_a_tail_cut_after_it_sent_lines_is_reopened_however_often():
+    # (only tails that fail before their first response count towards giving up: a stream cut after it sent lines,
+    # as Cloud Logging ends long ones, is reopened as before)
+    from ftcli.follow import TAIL_TRIES
+
+    rec = Recorder()
+    texts = [f"line {i}" for i in range(2 * TAIL_TRIES)]
+    vertex = RunningUntilShown(rec, texts[-1])
+    logs = CutAfterEachBatch()
+
+    def write():
+        for i, text in enumerate(texts):
+            until(lambda i=i: logs.tails > i)  # (one line for each tail)
+            logs.write(text, at=T0 + dt.timedelta(seconds=i))
+
+    later(0.02, write)
+    outcome, _ = follow(vertex, logs, rec)
+    assert vertex.shown_while_running and rec.texts == texts
+    assert logs.tails > TAIL_TRIES and not rec.of("notice")
+
+
 # the filters below: the job's lines since 10 minutes before it was created (follow_job's CLOCK_MARGIN), and, for a
 # catch-up list, what Cloud Logging received since 30 s (OVERLAP) before the newest line read
 BASE = 'resource.type="ml_job" AND resource.labels.job_id="123" AND timestamp>="2026-11-27T11:50:00.000000Z"'

@@ -53,6 +53,10 @@ SERVICE = "service"  # the task_name of the lines Vertex itself logs about the j
 FAILURE_START_RE = re.compile(r"^(Traceback \(most recent call last\)|error: )")
 CLOCK_MARGIN = dt.timedelta(minutes=10)  # how far before a job's creation its log lines are still looked for
 OVERLAP = dt.timedelta(seconds=30)  # re-read this much before the newest line after a reconnect or poll
+# A live tail that fails this many times in a row before it sends anything (a proxy that breaks gRPC streams, a
+# network that drops long-lived connections) is given up for polls: it reconnected forever, and nothing listed the
+# lines meanwhile, so they showed only once the job had ended.
+TAIL_TRIES = 3
 
 
 @dataclass(order=True)
@@ -271,19 +275,20 @@ class Source(threading.Thread):
 
     def run(self) -> None:
         backoff = self.reconnect
+        failed_opens = 0  # tails in a row that failed before their first response
         if self.use_tail:
             # A tail only sends what is written after it opens: a job followed after it started (`ftcli logs`
             # on a running job) has its history listed first, in order.
             self.poll_once()
         while not self.stop_event.is_set() and not self.denied:
             if self.use_tail:
+                caught_up = False
                 try:
                     self._stream = self.gateway.tail(self._filter(), self.stop_event)
-                    caught_up = False
                     for entries in self._stream:
                         before = self.newest
                         self._emit(entries)
-                        backoff = self.reconnect
+                        backoff, failed_opens = self.reconnect, 0
                         if entries.suppressed:
                             self._left_out(before)
                         if not caught_up or (self._gaps and time.monotonic() >= self._next_gap_list):
@@ -311,10 +316,19 @@ class Source(threading.Thread):
                         self._tell(e, "; following the job's state only")
                         return
                     self._tell(e, "; retrying, and following the job's state meanwhile")
-                except Exception:  # noqa: BLE001 - a cut stream: reconnect from the newest line
-                    pass
+                    failed_opens += 0 if caught_up else 1
+                    why = e.message
+                except Exception as e:  # noqa: BLE001 - a cut stream: reconnect from the newest line
+                    failed_opens += 0 if caught_up else 1
+                    why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
                 if self.stop_event.is_set():
                     return
+                if failed_opens >= TAIL_TRIES:
+                    self.use_tail, self.mode = False, "poll"
+                    self._tell(LogsUnavailable("unsupported", f"the live tail of the logs failed {failed_opens} "
+                                               f"times in a row ({why}); reading the logs every "
+                                               f"{self.poll_interval:g} s instead, so lines come in batches"))
+                    continue
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, self.reconnect_max)
             else:
