@@ -317,16 +317,16 @@ class Source(threading.Thread):
                         return
                     self._tell(e, "; retrying, and following the job's state meanwhile")
                     failed_opens += 0 if caught_up else 1
-                    why = e.message
+                    why = ""  # (said above)
                 except Exception as e:  # noqa: BLE001 - a cut stream: reconnect from the newest line
                     failed_opens += 0 if caught_up else 1
-                    why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                    why = f" ({type(e).__name__}: {e})" if str(e) else f" ({type(e).__name__})"
                 if self.stop_event.is_set():
                     return
                 if failed_opens >= TAIL_TRIES:
                     self.use_tail, self.mode = False, "poll"
                     self._tell(LogsUnavailable("unsupported", f"the live tail of the logs failed {failed_opens} "
-                                               f"times in a row ({why}); reading the logs every "
+                                               f"times in a row{why}; reading the logs every "
                                                f"{self.poll_interval:g} s instead, so lines come in batches"))
                     continue
                 self.stop_event.wait(backoff)
