@@ -199,3 +199,39 @@ def test_an_export_whose_checkpoint_weights_are_gone_writes_them_itself(tiny_mod
     export_model(model, AutoTokenizer.from_pretrained(tiny_model), str(tmp_path / "model"), {}, {},
                  weights_from=str(tmp_path / "checkpoints" / "step-00000030"))
     assert load_file(tmp_path / "model" / "model.safetensors").keys() == model.state_dict().keys()
+
+
+def test_a_model_folder_under_a_file_is_one_line_and_writes_nothing(tiny_model, tmp_path):
+    # (--output-dir under a file: the export's staging folder could not be made, and its cleanup, given no folder,
+    # must not end the run in a traceback of its own in place of the error line)
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ftcli_trainer.errors import TrainerError
+    from ftcli_trainer.export import export_model
+
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(TrainerError) as failed:
+        export_model(AutoModelForSequenceClassification.from_pretrained(tiny_model),
+                     AutoTokenizer.from_pretrained(tiny_model), str(tmp_path / "notes" / "model"), {}, {})
+    assert str(failed.value).startswith(f"cannot write the model to {tmp_path / 'notes' / 'model'}: ")
+    assert (tmp_path / "notes").read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["notes"]
+
+
+def test_an_export_to_a_bucket_leaves_no_copy_of_the_model_in_the_temp_folder(gcs, tiny_model, tmp_path, monkeypatch):
+    # A gs:// model is staged in the system temp folder, then uploaded: the local copy goes once it is there (a model's
+    # worth of the VM's disk, or of a laptop's /tmp with `ftcli local --output-dir gs://...`, each run).
+    import tempfile
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ftcli_trainer import storage
+    from ftcli_trainer.export import export_model
+
+    gcs.create_bucket("b")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    export_model(AutoModelForSequenceClassification.from_pretrained(tiny_model),
+                 AutoTokenizer.from_pretrained(tiny_model), "gs://b/run/model", {}, {})
+    assert {"run/model/model.safetensors", "run/model/_COMPLETE"} <= set(gcs.list("b", "run/model/"))
+    assert storage.exists("gs://b/run/model/config.json")
+    assert list((tmp_path / "tmp").iterdir()) == []

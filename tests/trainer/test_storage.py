@@ -297,8 +297,10 @@ def test_disk_full_while_checkpointing_is_one_line(tmp_path, tiny_model, sentime
     assert "no space left on the device while writing the step" in line and str(out / "checkpoints") in line
 
 
+# argv: the model to load, the model folder to export to, the folder whose names are printed after a failure (what
+# the export left on the small disk, seen inside its mount namespace)
 EXPORT = """
-import sys
+import os, sys
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from ftcli_trainer.errors import TrainerError
 from ftcli_trainer.export import export_model
@@ -308,6 +310,7 @@ try:
     export_model(model, tok, sys.argv[2], {}, {})
 except TrainerError as e:
     print(e)
+    print(sorted(os.listdir(sys.argv[3])))
     sys.exit(3)
 """
 
@@ -315,11 +318,26 @@ except TrainerError as e:
 @needs_tmpfs
 def test_disk_full_while_exporting_is_one_line_and_leaves_nothing(tmp_path, tiny_model):
     small = tmp_path / "small"
-    r = in_small_disk(small, sys.executable, "-c", EXPORT, str(tiny_model), str(small / "model"),
-                      )
+    r = in_small_disk(small, sys.executable, "-c", EXPORT, str(tiny_model), str(small / "model"), str(small))
     assert r.returncode == 3, r.stdout + r.stderr
-    assert r.stdout.startswith("no space left on the device while writing the model to")
+    line, left = r.stdout.splitlines()
+    assert line.startswith("no space left on the device while writing the model to")
+    assert left == "[]"  # (the staging folder beside model/ went with the failure)
     assert "Traceback" not in r.stderr
+
+
+@needs_tmpfs
+def test_disk_full_while_staging_a_gs_export_names_the_local_staging_folder(tmp_path, tiny_model):
+    # A model for gs:// is staged in the system temp folder first: a full disk there is that disk's, and the line
+    # names it, not the bucket (which has room). Nothing reaches the bucket before the staging is whole, so no
+    # emulator: a write to it would fail differently.
+    small = tmp_path / "small"
+    r = in_small_disk(small, "env", f"TMPDIR={small}", sys.executable, "-c", EXPORT, str(tiny_model), "gs://b/model",
+                      str(small))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stdout == (f"no space left on the device while writing the model to the local staging folder {small} "
+                        "(on its way to gs://b/model); free some space or point --output-dir at a bigger disk, then "
+                        "run again\n[]\n")  # (and the half-written staging is gone)
 
 
 def test_a_local_publish_replaces_only_an_earlier_export_and_never_a_fixed_sibling_name(tmp_path):
