@@ -186,10 +186,13 @@ def test_fingerprint_holds_the_eval_subset_when_evaluations_decide_the_model(tmp
 
 
 def test_claim_takes_an_empty_folder_and_resumes_the_same_run(root):
+    # Whether the fingerprint was written now: `ftcli local` undoes only a claim of its own when the run fails, and
+    # says a run is finished only where it claimed nothing (its finished model there, its checkpoints removed since).
     fp = {"task": "csv", "train_data": "sha256:aa"}
-    checkpoint.claim(root, fp)
+    assert checkpoint.claim(root, fp) is True
+    assert checkpoint.claim(root, fp) is False  # the same run again before its first checkpoint
     fake_checkpoint(root, 5)
-    checkpoint.claim(root, fp)  # a restarted worker: same run
+    assert checkpoint.claim(root, fp) is False  # a restarted worker: same run
 
 
 def test_claim_refuses_another_runs_checkpoints(root):
@@ -416,6 +419,7 @@ def test_a_torn_checkpoint_of_the_same_step_is_replaced(tmp_path, tiny_model):
     model = AutoModelForSequenceClassification.from_pretrained(tiny_model)
     checkpoint.save(str(root), 3, model, {"global_step": 3})
     assert (torn / storage.COMPLETE_MARKER).is_file() and (torn / "model.safetensors").is_file()
+    assert [p.name for p in root.iterdir()] == ["step-00000003"]  # the torn one gone, not set aside for good
 
 
 def test_the_checkpoint_just_written_is_kept_whatever_newer_ones_are_there(root, tiny_model, caplog):
@@ -434,3 +438,96 @@ def test_the_checkpoint_just_written_is_kept_whatever_newer_ones_are_there(root,
     # the warning names the damaged checkpoint where it is, not a temporary copy of a gs:// one
     damaged = [r.getMessage() for r in caplog.records if "ignoring checkpoint" in r.getMessage()]
     assert len(damaged) == 2 and all("ftcli-resume" not in m for m in damaged), damaged
+
+
+def test_a_save_keeps_the_newest_two_complete_checkpoints_and_removes_older_and_torn_ones(root, tiny_model):
+    # What a resume needs, and no more: the newest complete checkpoint and the one before it (in case the newest is
+    # found damaged); older ones and a torn one (no completion marker: a crash during its upload) go.
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model)
+    for step in (10, 20, 30):
+        fake_checkpoint(root, step)
+    storage.write_text(storage.join(root, "step-00000035", "trainer_state.pt"), "half")  # no marker: torn
+    checkpoint.save(root, 40, model, {"global_step": 40})
+    assert [name for _, name in checkpoint._list(root)] == ["step-00000030", "step-00000040"]
+    assert checkpoint.newest_complete_step(root) == 40
+    assert checkpoint.load_latest(root, model)["global_step"] == 40
+
+
+def test_a_lock_file_a_dead_run_left_names_only_the_live_holder(tmp_path):
+    # The lock file stays after its run (a flock ends with the process, the file does not): the next holder's pid
+    # replaces the dead one's, so a second run is told which process to wait for, not "process 999999\n<pid>".
+    import subprocess
+    import sys
+
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    (root / checkpoint.LOCK).write_text("999999\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from ftcli_trainer import checkpoint; "
+                               f"checkpoint.lock({str(root)!r}); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert (root / checkpoint.LOCK).read_text() == f"{holder.pid}\n"
+        assert checkpoint.in_use(str(root)) == (f"{root} is in use by another run (process {holder.pid}): wait for "
+                                                "it to end, or give another --output-dir")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_checkpoint_folder_under_a_file_is_one_line_and_writes_nothing(tmp_path, tiny_model):
+    # (the staging folder could not be made, and the cleanup, given no folder, must not end the run in a traceback
+    # of its own in place of the error line)
+    from transformers import AutoModelForSequenceClassification
+
+    from ftcli_trainer.errors import TrainerError
+
+    (tmp_path / "notes").write_text("mine")
+    root = tmp_path / "notes" / "checkpoints"
+    with pytest.raises(TrainerError) as failed:
+        checkpoint.save(str(root), 3, AutoModelForSequenceClassification.from_pretrained(tiny_model),
+                        {"global_step": 3})
+    assert str(failed.value).startswith(f"cannot write the step 3 checkpoint to {root}: ")
+    assert (tmp_path / "notes").read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["notes"]
+
+
+def test_a_checkpoint_whose_weights_lack_a_tensor_is_skipped_not_half_loaded(tmp_path, tiny_model, caplog):
+    # (marked complete, its weights file rewritten without one tensor: a resume from it would have trained on with
+    # that tensor as the model was built, not as the run had learnt it)
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForSequenceClassification
+
+    root = str(tmp_path / "checkpoints")
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model)
+    checkpoint.save(root, 10, model, {"global_step": 10})
+    checkpoint.save(root, 20, model, {"global_step": 20})
+    weights = tmp_path / "checkpoints" / "step-00000020" / "model.safetensors"
+    tensors = load_file(weights)
+    dropped = sorted(tensors)[-1]
+    weights.unlink()  # (a second name of it, with --keep-best, stays as it was)
+    save_file({k: v for k, v in tensors.items() if k != dropped}, weights)
+    with caplog.at_level("WARNING", logger="ftcli_trainer"):
+        state = checkpoint.load_latest(root, model)
+    assert state is not None and state["global_step"] == 10
+    (warned,) = [r.getMessage() for r in caplog.records if "ignoring checkpoint" in r.getMessage()]
+    assert warned.startswith(f"ignoring checkpoint {tmp_path / 'checkpoints' / 'step-00000020'}: "), warned
+
+
+def test_a_resume_from_a_bucket_leaves_no_copy_of_the_checkpoint_in_the_temp_folder(gcs, tiny_model, tmp_path,
+                                                                                      monkeypatch):
+    # A gs:// checkpoint is staged in the system temp folder to be uploaded, and downloaded there to be resumed:
+    # each copy goes once done with (the optimizer's state is twice the weights: GBs of the VM's disk a resume).
+    import tempfile
+
+    from transformers import AutoModelForSequenceClassification
+
+    gcs.create_bucket("b")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model)
+    checkpoint.save("gs://b/run/checkpoints", 10, model, {"global_step": 10})
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert checkpoint.load_latest("gs://b/run/checkpoints", model)["global_step"] == 10
+    assert list((tmp_path / "tmp").iterdir()) == []

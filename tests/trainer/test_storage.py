@@ -297,6 +297,34 @@ def test_disk_full_while_checkpointing_is_one_line(tmp_path, tiny_model, sentime
     assert "no space left on the device while writing the step" in line and str(out / "checkpoints") in line
 
 
+CHECKPOINT = """
+import os, sys
+from transformers import AutoModelForSequenceClassification
+from ftcli_trainer import checkpoint
+from ftcli_trainer.errors import TrainerError
+model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1])
+try:
+    checkpoint.save(sys.argv[2], 3, model, {"global_step": 3})
+except TrainerError as e:
+    print(e)
+    print(sorted(os.listdir(sys.argv[3])))
+    sys.exit(3)
+"""
+
+
+@needs_tmpfs
+def test_disk_full_while_staging_a_gs_checkpoint_names_the_local_staging_folder(tmp_path, tiny_model):
+    # A gs:// checkpoint is staged in the system temp folder first: the line names that disk, not the bucket, and the
+    # half-written staging goes. (Nothing reaches the bucket before the staging is whole: no emulator.)
+    small = tmp_path / "small"
+    r = in_small_disk(small, "env", f"TMPDIR={small}", sys.executable, "-c", CHECKPOINT, str(tiny_model),
+                      "gs://b/run/checkpoints", str(small))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stdout == ("no space left on the device while writing the step 3 checkpoint to the local staging folder "
+                        f"{small} (on its way to gs://b/run/checkpoints); free some space or point --output-dir at a "
+                        "bigger disk, then run again\n[]\n")
+
+
 # argv: the model to load, the model folder to export to, the folder whose names are printed after a failure (what
 # the export left on the small disk, seen inside its mount namespace)
 EXPORT = """
