@@ -100,7 +100,6 @@ def _save(root: str, step: int, model: torch.nn.Module, state: dict, final: bool
 
     files: list[storage.RecordingFile] = []
     copies: dict[str, str] = {}
-    as_exported = False
     with _staged(root, f"step-{step:08d}", "ckpt", f"the step {step} checkpoint", files, copies) as staged:
         taken = weights_from is not None and take_weights(storage.join(weights_from, WEIGHTS), staged, copies)
         as_exported = final and (taken or _save_as_exported(model, staged))
