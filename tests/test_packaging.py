@@ -1,5 +1,6 @@
 """The trainer wheel: only the trainer's modules, named by content, installable alone, with its true floors."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -119,12 +120,15 @@ def test_wheel_installs_alone_and_runs_without_ftcli(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
+    # The bare venv must see only what is installed in it: a PYTHONPATH naming a checkout's src/ (as when testing a
+    # clone against a shared venv) made `import ftcli` succeed there and the trainer load from the checkout.
+    alone = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     # install with this interpreter's pip into the bare venv, no dependencies, no network, no build step
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     "--prefix", str(venv), str(wheel)], check=True, capture_output=True)
     r = subprocess.run([str(py), "-c", "import ftcli_trainer.config as c; print(c.__file__)"], capture_output=True,
-                       text=True)
+                       text=True, env=alone)
     assert r.returncode == 0, r.stderr
     assert str(venv) in r.stdout
-    r = subprocess.run([str(py), "-c", "import ftcli"], capture_output=True, text=True)
+    r = subprocess.run([str(py), "-c", "import ftcli"], capture_output=True, text=True, env=alone)
     assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr
