@@ -20,6 +20,7 @@ from ftcli.packaging import (
     content_hash,
     trainer_root,
 )
+from ftcli_trainer import __version__ as TRAINER_VERSION
 
 
 def _copy(tmp_path):
@@ -132,3 +133,72 @@ def test_wheel_installs_alone_and_runs_without_ftcli(tmp_path):
     assert str(venv) in r.stdout
     r = subprocess.run([str(py), "-c", "import ftcli"], capture_output=True, text=True, env=alone)
     assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr
+
+
+def test_a_renamed_module_gets_another_wheel_name(tmp_path):
+    # The wheel's name is all the bucket is asked about: a trainer whose module was renamed (same bytes, same place in
+    # the file order) found the old wheel "already uploaded", and the job imported the old name.
+    root = _copy(tmp_path)
+    first = TrainerPackage.current(root).filename
+    (root / "task.py").rename(root / "task_.py")
+    assert TrainerPackage.current(root).filename != first
+
+
+def test_two_trainers_whose_files_run_together_alike_get_other_names(tmp_path):
+    # Each file's bytes end where its name's do not begin: `a.py` holding "xb.py\0y" alone, and `a.py` "x" beside
+    # `b.py` "y", are two trainers, not one wheel name.
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    (one / "a.py").write_bytes(b"xb.py\0y")
+    (two / "a.py").write_bytes(b"x")
+    (two / "b.py").write_bytes(b"y")
+    assert content_hash(one) != content_hash(two)
+
+
+def test_other_requirements_get_another_wheel_name(tmp_path, monkeypatch):
+    # The same trainer code with other floors (a new ftcli release) is another wheel: the job installed the old floors
+    # from the wheel already in the bucket under the same name.
+    import ftcli.packaging
+
+    root = _copy(tmp_path)
+    first = TrainerPackage.current(root).filename
+    monkeypatch.setattr(ftcli.packaging, "TRAINER_DEPENDENCIES", (*TRAINER_DEPENDENCIES, "regex>=2024.1"))
+    assert TrainerPackage.current(root).filename != first
+
+
+def test_the_wheel_requires_every_floor_and_extra(tmp_path):
+    # Each floor is in the wheel's METADATA (a dropped sentencepiece failed a DeBERTa-v3 job at its start on Vertex).
+    wheel = build_wheel(tmp_path / "dist", _copy(tmp_path))
+    names = zipfile.ZipFile(wheel).namelist()
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    requires = {str(Requirement(line.split(":", 1)[1])) for line in metadata.splitlines()
+                if line.startswith("Requires-Dist:")}
+    expected = {str(Requirement(d)) for d in TRAINER_DEPENDENCIES} | {
+        str(Requirement(f'{d}; extra == "{extra}"')) for extra, deps in EXTRAS.items() for d in deps}
+    assert requires == expected
+
+
+def test_the_hash_is_the_same_on_every_machine(tmp_path):
+    # Another laptop (another filesystem, which lists a folder in its own order) must name the same trainer alike, or a
+    # re-submission from it uploads the wheel again under another name: the files are hashed by name order.
+    import hashlib
+
+    from ftcli.packaging import _pyproject
+
+    root = _copy(tmp_path)
+    h = hashlib.sha256(_pyproject(TRAINER_VERSION).encode())
+    for path in sorted(root.glob("*.py"), key=lambda p: p.name):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    assert content_hash(root) == h.hexdigest()
+
+
+def test_a_folder_named_like_a_module_stays_out_and_the_build_goes_on(tmp_path):
+    # Only regular files are modules: a folder `scratch.py/` beside them is neither packed nor hashed.
+    root = _copy(tmp_path)
+    first = content_hash(root)
+    (root / "scratch.py").mkdir()
+    (root / "scratch.py" / "notes.txt").write_text("not packaged")
+    assert content_hash(root) == first
+    names = zipfile.ZipFile(build_wheel(tmp_path / "dist", root)).namelist()
+    assert not [n for n in names if "scratch" in n]
