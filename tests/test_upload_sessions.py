@@ -93,3 +93,31 @@ def test_sessions_past_their_week_are_dropped_whatever_file_they_were_for(monkey
     assert sessions.claim("gs://b/ftcli/data/xyz/other.csv", 10, CRC) is None
     with closing(sqlite3.connect(sessions.db_path())) as db:
         assert db.execute("SELECT uri FROM sessions").fetchall() == [("gs://b/ftcli/data/def/big.csv",)]
+
+
+def test_a_session_let_go_of_is_taken_up_while_the_process_that_held_it_runs_on(monkeypatch, tmp_path):
+    # An upload stopped part way (an error, Ctrl-C caught by a caller that goes on: ftcli used from Python, a tune
+    # that submits the next trial) lets go of its session: the next upload of the file resumes it, instead of being
+    # told it is busy and sending the whole file again.
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    code = ("import sys; from ftcli import upload_sessions as s; "
+            f"s.hold({URI!r}, {SIZE}, {CRC!r}, 'URL'); s.release({URI!r}, {SIZE}); print('let go', flush=True); "
+            "sys.stdin.read()")
+    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "FTCLI_STATE_DIR": str(tmp_path / "state")})
+    try:
+        assert other.stdout.readline() == "let go\n"
+        assert sessions.claim(URI, SIZE, CRC) == "URL"
+    finally:
+        other.communicate("")
+
+
+@pytest.mark.parametrize("loose", [0o604, 0o640, 0o601], ids=lambda mode: f"{mode:o}")
+def test_a_store_readable_by_anyone_but_its_owner_is_narrowed(monkeypatch, tmp_path, loose):
+    # Each session URL in it is a write credential for its object: a store only others (not the group) could read
+    # was left so.
+    monkeypatch.setenv("FTCLI_STATE_DIR", str(tmp_path / "state"))
+    sessions.hold(URI, SIZE, CRC, "https://storage.googleapis.com/upload/x?upload_id=secret")
+    os.chmod(sessions.db_path(), loose)
+    sessions.release(URI, SIZE)
+    assert stat.S_IMODE(sessions.db_path().stat().st_mode) == 0o600
