@@ -851,6 +851,69 @@ def test_a_file_changed_during_its_upload_makes_no_object(gcs, proxied, tmp_path
     assert initiation.status == 200 and _kept_sessions() == 1
 
 
+
+def test_a_big_upload_whose_session_is_refused_as_the_object_is_there_keeps_it(gcs, monkeypatch, tmp_path,
+                                                                              small_chunks):
+    """Another `ftcli train` made the same content-addressed object between our existence check and the start of our
+    resumable session: Cloud Storage refuses the create-only session at its start (412). That counts as already there,
+    as the 412 of a last chunk does: 0 bytes sent, the object as the other made it, no session remembered."""
+    from ftcli.gcp.storage import StorageGateway
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("bkt")
+    local = _big_file(tmp_path / "big.csv")
+    theirs = local.read_bytes()
+
+    def other_uploader_first(method: str, target: str, n: int) -> bool:
+        if method == "POST" and "uploadType=resumable" in target:
+            gcs.write("bkt", "d/big.csv", theirs)
+            return True
+        return False
+
+    with FaultyProxy(gcs.url, fail_when=other_uploader_first, status=412,
+                     error={"error": {"code": 412, "message": "At least one of the pre-conditions you specified did "
+                                                              "not hold.", "errors": [{"reason": "conditionNotMet"}]}}
+                     ) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        assert StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv") == 0
+        assert [r.status for r in proxy.requests if r.method == "POST"] == [412]
+        assert not [r for r in proxy.requests if r.method == "PUT"]  # no byte sent
+    assert gcs.read("bkt", "d/big.csv") == theirs and _kept_sessions() == 0
+
+
+def test_a_folders_listing_holds_only_what_is_inside_it(gcs):
+    """gs://b/d/model lists d/model/..., never its neighbours d/model-old/... or d/model.csv: `ftcli download` would
+    count them into the model, and a missing --train-file gs://b/d/train beside d/train.csv was called a folder."""
+    from ftcli.gcp.storage import StorageGateway
+
+    gcs.create_bucket("bkt")
+    for name in ("d/model/config.json", "d/model/sub/x.txt", "d/model-old/config.json", "d/model.csv", "d/modelx"):
+        gcs.write("bkt", name, b"x")
+    storage = StorageGateway("p")
+    assert [o.name for o in storage.list_objects("gs://bkt/d/model")] == ["d/model/config.json", "d/model/sub/x.txt"]
+    assert storage.list_objects("gs://bkt/d/train", limit=1) == []
+
+
+def test_a_session_that_ends_while_under_way_is_begun_again_once(gcs, proxied, tmp_path):
+    """Cloud Storage let go of the session part way through the upload (404: expired, cancelled): the upload begins a
+    new one and sends the file whole, once; the object is the file's bytes."""
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    gone = []
+
+    def expire_midway(done, _total):
+        if done == 2 * CHUNK and not gone:
+            gone.append(done)
+            gcs.expire_uploads()
+
+    assert StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv", progress=expire_midway) == \
+        local.stat().st_size
+    assert [r.method for r in proxied.requests].count("POST") == 2  # the session, then its successor
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes() and _kept_sessions() == 0
+
+
 _INTERRUPT_IN_WAIT = r'''
 import concurrent.futures._base as futures_base
 import signal
