@@ -1588,3 +1588,67 @@ def test_predict_file_that_is_parquet_names_the_file_in_the_code_that_converts_i
     assert r.code == 2 and r.err.splitlines() == [
         f"error: --file {path} is a Parquet file, not CSV or JSON Lines",
         f"hint: convert it: pandas.read_parquet({str(path)!r}).to_csv('train.csv', index=False)"], r.err
+
+
+@pytest.mark.parametrize("into", ["new", "older_copy"])
+def test_the_folder_never_shows_part_of_the_model_as_complete(job, tmp_path, monkeypatch, into):
+    """Each move of the download into the folder is watched. A new folder appears with the whole model at once (one
+    rename of the staging folder): a kill part way never leaves half a model there. Over an older copy of the model
+    (--force), its files are replaced one by one, and meanwhile the folder must not claim a complete model (its
+    `_COMPLETE`, which predict and evaluate trust) beside a mix of old and new files."""
+    from ftcli.models import download_model
+    from ftcli.values import JobName
+
+    out = tmp_path / "out"
+    if into == "older_copy":
+        for rel, data in MODEL.items():  # the model's names, older bytes, marked complete
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_bytes(b"old " + data)
+    seen: list[dict[str, bytes]] = []
+    replace, rename = os.replace, os.rename
+
+    def watched(move):
+        def moved(src, dst):
+            if out.exists() and (into == "new" or (out / "_COMPLETE").exists()):
+                seen.append(tree(out))
+            return move(src, dst)
+        return moved
+
+    monkeypatch.setattr(os, "replace", watched(replace))
+    monkeypatch.setattr(os, "rename", watched(rename))
+    got = download_model(JobName.parse(job), out, force=into == "older_copy")
+    assert got.already is False and tree(out) == MODEL
+    assert seen == []  # no move was made while the folder showed part of the model (as a complete one)
+
+
+def test_ctrl_c_while_force_downloads_over_an_older_model_says_it_was_left_as_it_was(cloud_env, job, tmp_path):
+    # The folder held an older copy of the model, marked complete: a Ctrl-C while the new one still downloaded (nothing
+    # of it moved in yet) must not say "the model had arrived", whose marker is the old copy's.
+    from tests.cli.helpers import signal_during_download
+
+    gcs, _ = cloud_env
+    out = tmp_path / "out"
+    for rel, data in MODEL.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(b"old " + data)
+    before = tree(out)
+    code, out_text, err = signal_during_download(gcs.url, "model.safetensors", "download", [job, "out", "--force"],
+                                                 tmp_path, signal.SIGINT)
+    assert code == 130 and err.strip().splitlines()[-1] == (
+        "interrupted; nothing was written to out (its files are as they were); what had been downloaded was removed"
+    ), err
+    assert tree(out) == before and not [p for p in out.iterdir() if ".tmp-" in p.name]
+
+
+def test_a_cached_model_left_without_its_marker_is_completed_in_place(job, tmp_path, monkeypatch):
+    # `ftcli predict JOB` keeps the job's model in ftcli's cache; a copy there without _COMPLETE (a download of it
+    # killed part way, a file removed) is completed, not refused as "not empty" (the user never chose that folder).
+    from ftcli.models import cached_model, model_folder
+    from ftcli.values import JobName
+
+    monkeypatch.setenv("FTCLI_CACHE_DIR", str(tmp_path / "cache"))
+    cached = cached_model(JobName.parse(job))
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_bytes(MODEL["config.json"])  # what a killed download left
+    assert model_folder(job, None, None) == cached
+    assert tree(cached) == MODEL
