@@ -1652,3 +1652,15 @@ def test_a_cached_model_left_without_its_marker_is_completed_in_place(job, tmp_p
     (cached / "config.json").write_bytes(MODEL["config.json"])  # what a killed download left
     assert model_folder(job, None, None) == cached
     assert tree(cached) == MODEL
+
+
+def test_force_refuses_a_user_file_where_the_model_has_a_folder(capsys, job, tmp_path):
+    # The model has nested/extra.txt; a file `nested` of the user's is in the way. Found before anything moves: found
+    # by the move itself, the folder was left with the marker removed and half of the model's files replaced.
+    before = user_folder(tmp_path / "out")
+    (tmp_path / "out" / "nested").write_text("my file, not a folder")
+    before = tree(tmp_path / "out")
+    r = run_cli(capsys, "download", job, "out", "--force")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[0] == f"error: {tmp_path / 'out' / 'nested'} is a file; the model has a folder there"
+    assert tree(tmp_path / "out") == before
