@@ -1591,48 +1591,36 @@ def test_links_that_are_not_files_and_special_files_in_a_model_folder_are_refuse
     assert gcs.list("ftcli-test") == [] and vertex.requests == []
 
 
-def test_line_breaks_never_reach_an_object_name(capsys, cloud_env, tmp_path, tiny_model, monkeypatch):
-    # Cloud Storage refuses object names with a CR or LF (so does the emulator now): ftcli renames or refuses them
+@pytest.mark.parametrize("data_name,object_name,model_file,said,prefix", [
+    # Cloud Storage refuses object names with a CR or LF (so does the emulator): ftcli renames or refuses them
+    ("two\nlines\r.csv", "two_lines_.csv", "notes\n.txt", "'notes\\n.txt' has a line break, which Cloud Storage "
+     "object names cannot hold", ("gs://ftcli-test/a\nb", "FTCLI_BUCKET: the prefix 'a\\nb' has a line break")),
+    # Object names are Unicode, 1-1024 bytes of UTF-8 ("Object naming requirements"); a file saved under a Latin-1
+    # name (b'caf\xe9.csv', from an old archive or a Windows share) ended `ftcli train` with a UnicodeEncodeError
+    # traceback ('surrogates not allowed') in the object name's check, --dry-run too
+    (os.fsdecode(b"caf\xe9.csv"), "caf\ufffd.csv", os.fsdecode(b"notes-\xe9.txt"),
+     "'notes-\\udce9.txt' is not UTF-8 (byte 0xe9), which Cloud Storage object names are", None),
+])
+def test_file_names_no_object_name_can_hold_never_reach_one(capsys, cloud_env, tmp_path, tiny_model, monkeypatch,
+                                                            data_name, object_name, model_file, said, prefix):
+    # A data file's name is kept only for its extension and the logs: what an object name cannot hold is replaced
     gcs, vertex = cloud_env
-    train = write_csv(tmp_path / "two\nlines\r.csv", ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)
+    train = write_csv(tmp_path / data_name, ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)
     out = submitted(capsys, "--task", "csv", "--train-file", str(train), "--gpu", "T4")
     (data,) = [o for o in gcs.list("ftcli-test") if o.startswith("team/ftcli/data/")]
-    assert data.endswith("/two_lines_.csv") and gcs.read("ftcli-test", data) == train.read_bytes()
+    assert data.endswith("/" + object_name) and gcs.read("ftcli-test", data) == train.read_bytes()
     assert out["short_id"] == 1
     # a model folder's file names are the names the trainer reads: refused, not renamed
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
-    (model / "notes\n.txt").write_text("x")
+    (model / model_file).write_text("x")
     objects = gcs.list("ftcli-test")
     r = run_cli(capsys, *BASE, "--task", "imdb", "--max-length", "128", "--model", str(model))
-    assert r.code == 2 and r.err.strip() == (f"error: --model {model}: the file name 'notes\\n.txt' has a line break, "
-                                             "which Cloud Storage object names cannot hold: rename it")
-    # and a staging prefix with one, from the environment, before anything is uploaded
-    monkeypatch.setenv("FTCLI_BUCKET", "gs://ftcli-test/a\nb")
-    r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(tmp_path / "x.csv"))
-    assert r.code == 2 and "FTCLI_BUCKET: the prefix 'a\\nb' has a line break" in r.err, r.err
-    assert gcs.list("ftcli-test") == objects and len(vertex.jobs) == 1
-
-
-def test_a_file_name_that_is_not_utf8_never_reaches_an_object_name(capsys, cloud_env, tmp_path, tiny_model):
-    # Cloud Storage object names are Unicode, 1-1024 bytes of UTF-8 ("Object naming requirements"); a file saved
-    # under a Latin-1 name (b'caf\xe9.csv', from an old archive or a Windows share) ended `ftcli train` with a
-    # UnicodeEncodeError traceback ('surrogates not allowed') in the object name's check, --dry-run too. A data
-    # file's name is kept only for its extension and the logs: the byte becomes U+FFFD, as a line break becomes '_'.
-    gcs, vertex = cloud_env
-    train = write_csv(tmp_path / os.fsdecode(b"caf\xe9.csv"), ["text", "label"], [("good", "pos"), ("bad", "neg")] * 20)
-    out = submitted(capsys, "--task", "csv", "--train-file", str(train), "--gpu", "T4")
-    (data,) = [o for o in gcs.list("ftcli-test") if o.startswith("team/ftcli/data/")]
-    assert data.endswith("/caf\ufffd.csv") and gcs.read("ftcli-test", data) == train.read_bytes()
-    assert out["short_id"] == 1
-    # a model folder's file names are the names the trainer reads: refused, not renamed
-    model = tmp_path / "model"
-    shutil.copytree(tiny_model, model)
-    (model / os.fsdecode(b"notes-\xe9.txt")).write_text("x")
-    objects = gcs.list("ftcli-test")
-    r = run_cli(capsys, *BASE, "--task", "imdb", "--max-length", "128", "--model", str(model))
-    assert r.code == 2 and r.err.strip() == (f"error: --model {model}: the file name 'notes-\\udce9.txt' is not "
-                                             "UTF-8 (byte 0xe9), which Cloud Storage object names are: rename it")
+    assert r.code == 2 and r.err.strip() == f"error: --model {model}: the file name {said}: rename it"
+    if prefix:  # and a staging prefix with one, from the environment, before anything is uploaded
+        monkeypatch.setenv("FTCLI_BUCKET", prefix[0])
+        r = run_cli(capsys, *BASE, "--task", "csv", "--train-file", str(tmp_path / "x.csv"))
+        assert r.code == 2 and prefix[1] in r.err, r.err
     assert gcs.list("ftcli-test") == objects and len(vertex.jobs) == 1
 
 
