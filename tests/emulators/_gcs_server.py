@@ -135,6 +135,10 @@ def insert(request, response, storage, *args, **kwargs):
     return _insert(request, response, storage, *args, **kwargs)
 
 
+# The sessions that made their object: upload_id -> the object's resource as the last data request answered it.
+_FINISHED: dict[str, str] = {}
+
+
 def upload_partial(request, response, storage, *args, **kwargs):
     if "upload_id" in request.query and _refused(request, response, storage, *_session_target(storage, request)):
         return None
@@ -142,7 +146,22 @@ def upload_partial(request, response, storage, *args, **kwargs):
         _ = request.data
         response.status = RESUME_INCOMPLETE  # and no Range: no byte is persisted
         return None
-    return _upload_partial(request, response, storage, *args, **kwargs)
+    upload_id = (request.query.get("upload_id") or [None])[0]
+    if upload_id in _FINISHED:
+        # A request to a session that has made its object is answered as its last data request was: 200 with the
+        # object's resource (a status check of a complete upload answers 200 or 201 with the object's metadata:
+        # Cloud Storage's "Perform resumable uploads", status check, and leandrodamascena's "Understanding Resumable
+        # Upload in Google Cloud Storage": "HTTP 200/201: ... upload is complete"; google-cloud-storage's
+        # ResumableUpload.recover reads such an answer as finished; read 2026-11-30). gcp-storage-emulator forgot the
+        # session once it finished and answered 404, which no client reads as "finished".
+        _ = request.data
+        response["Content-type"] = "application/json"
+        response._content = _FINISHED[upload_id]
+        return None
+    result = _upload_partial(request, response, storage, *args, **kwargs)
+    if upload_id and response.status == HTTPStatus.OK and response._content:
+        _FINISHED[upload_id] = response._content
+    return result
 
 
 def _nothing_held(request, storage) -> bool:

@@ -747,6 +747,21 @@ def test_a_session_cloud_storage_forgot_starts_afresh(gcs, proxied, tmp_path):
     assert notes == [] and gcs.read("bkt", "d/big.csv") == local.read_bytes() and _kept_sessions() == 0
 
 
+def test_a_remembered_session_that_finished_an_object_since_deleted_uploads_it_again(gcs, proxied, tmp_path):
+    """Stopped between the last chunk's answer and the session being forgotten, then the object deleted (a lifecycle
+    rule, a user): the next upload found no object, asked the old session, heard "finished" and said "already
+    there", 0 bytes sent: the job would start without its file. It begins a new session and sends the file."""
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    size, uri = local.stat().st_size, "gs://bkt/d/big.csv"
+    _interrupted(local, uri, after=size)  # (the progress callback hears of the last byte once the object is made)
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes() and _kept_sessions() == 1
+    gcs.client().bucket("bkt").blob("d/big.csv").delete()
+    assert StorageGateway("p").upload_if_absent(local, uri) == size
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes() and _kept_sessions() == 0
+
+
 def test_a_session_holding_nothing_yet_is_resumed_from_its_first_byte(gcs, proxied, tmp_path):
     """Stopped after the session began but before its first chunk was taken: Cloud Storage's status answer has no
     Range (nothing held). The emulator said `bytes=0-0`, one byte held; resuming from it would skip the first byte."""

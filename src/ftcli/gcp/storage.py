@@ -472,6 +472,11 @@ class StorageGateway:
             try:
                 for attempt in range(2):  # the remembered session (if any), then one begun now
                     offset = self._persisted(http, url, size, what) if url else None
+                    if isinstance(offset, dict):
+                        # That session made the object, which was not there when this upload began (the callers
+                        # asked): deleted since (a lifecycle rule, a user). "Already there", 0 bytes sent, left the
+                        # job without its file: a new session sends it again.
+                        offset = None
                     if offset is None:
                         if url and keep:
                             upload_sessions.forget(place, size)
@@ -485,9 +490,6 @@ class StorageGateway:
                         if keep:
                             upload_sessions.hold(place, size, crc32c, url)
                         offset = 0
-                    elif isinstance(offset, dict):  # that session had made the object already
-                        upload_sessions.forget(place, size)
-                        return 0
                     elif offset and self.notify:
                         self.notify(f"{what}: resuming at {size_text(offset)} of {size_text(size)} (the upload an "
                                     "earlier run began)")
