@@ -328,8 +328,76 @@ def test_restart_sets_a_dead_link_aside_with_the_earlier_run(tmp_path, tiny_mode
     for name, target in (("checkpoints", big / "ckpt"), ("logs", big / "logs")):  # still links, to where they were
         assert (aside / name).is_symlink() and os.path.realpath(aside / name) == str(target)
     assert (aside / "model" / "_COMPLETE").is_file()
+    # what the earlier run's links said goes with them: a record left in the run folder would speak for this run's
+    assert (aside / ".ftcli-links.json").is_file() and not (run / ".ftcli-links.json").exists()
     for name in ("checkpoints", "logs", "model"):
         assert not (run / name).is_symlink() and (run / name).is_dir()
+    assert (run / "model" / "_COMPLETE").is_file() and list((run / "checkpoints").glob("step-*"))
+
+
+def test_restart_while_another_run_holds_the_folder_is_refused_and_moves_nothing(tmp_path, tiny_model, sentiment_csv):
+    # --restart in a folder whose run is still going (another terminal): only the claim, after the set-aside, looked
+    # at the lock, so the running trainer's model, checkpoints and logs (its lock file with them) went into
+    # previous-TIME/ under it. It is refused before anything moves, in one line that names the process.
+    train, _ = sentiment_csv
+    run = tmp_path / "run"
+    for name in ("model/_COMPLETE", "checkpoints/step-7/state.pt", "report/report.md"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(name)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        before = tree(run)
+        for restart in (("--restart",), ()):  # (without it: said as in use, not as a different run, before the trainer)
+            r = _tiny_run(tmp_path, tiny_model, train, *restart)
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert r.stderr.splitlines() == [f"error: {run / 'checkpoints'} is in use by another run (process "
+                                             f"{holder.pid}): wait for it to end, or give another --output-dir"]
+            assert tree(run) == before and not list(run.glob("previous-*"))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_restart_in_a_folder_with_no_earlier_run_sets_nothing_aside(tmp_path, tiny_model, sentiment_csv):
+    # A run folder set up ahead on a bigger disk (checkpoints/ and logs/ links to folders not made yet) and --restart:
+    # there is no earlier run, so no previous-TIME/ is made and nothing is said of one; the run writes through its
+    # links.
+    train, _ = sentiment_csv
+    run, big = tmp_path / "run", tmp_path / "big"
+    run.mkdir()
+    (run / "checkpoints").symlink_to(big / "ckpt")
+    (run / "logs").symlink_to(big / "logs")
+    r = _tiny_run(tmp_path, tiny_model, train, "--restart")
+    assert r.returncode == 0, r.stderr
+    assert not list(run.glob("previous-*")) and "--restart:" not in r.stderr and "warning" not in r.stderr
+    assert list((big / "ckpt").glob("step-*")) and (big / "logs" / "metrics.jsonl").is_file()
+    assert (run / "model" / "_COMPLETE").is_file()
+
+
+def test_restart_sets_aside_an_earlier_run_whose_folders_all_point_to_nothing(tmp_path, tiny_model, sentiment_csv):
+    # The whole earlier run on a bigger disk (model/, checkpoints/ and logs/ links to ../big/), the run folder moved
+    # without it: the refusal offers --restart, and --restart sets those links aside as the earlier run's (its
+    # .ftcli-links.json says a run wrote through them), so that this run writes its own folders in the run folder.
+    train, _ = sentiment_csv
+    (tmp_path / "before" / "run").mkdir(parents=True)
+    for name, target in (("model", "model"), ("checkpoints", "ckpt"), ("logs", "logs")):
+        (tmp_path / "before" / "run" / name).symlink_to(os.path.join("..", "big", target))
+    assert _tiny_run(tmp_path, tiny_model, train, out="before/run").returncode == 0
+    shutil.move(tmp_path / "before" / "run", tmp_path / "run")
+    run, big = tmp_path / "run", tmp_path / "big"
+
+    r = _tiny_run(tmp_path, tiny_model, train, "--restart")
+    assert r.returncode == 0, r.stderr
+    assert not os.path.lexists(big)  # nothing made or written through the links
+    (aside,) = run.glob("previous-*")
+    assert [line for line in r.stderr.splitlines() if line.startswith("--restart")] == [
+        f"--restart: the earlier run is in {aside} (with model, checkpoints and logs, links to {big / 'model'}, "
+        f"{big / 'ckpt'} and {big / 'logs'}, which are not there: set aside as they are; this run writes its own in "
+        f"{run})"]
+    assert sorted(p.name for p in aside.iterdir()) == [".ftcli-links.json", "checkpoints", "logs", "model"]
+    assert all((aside / name).is_symlink() for name in ("checkpoints", "logs", "model"))
     assert (run / "model" / "_COMPLETE").is_file() and list((run / "checkpoints").glob("step-*"))
 
 
@@ -354,7 +422,7 @@ def test_restart_keeps_the_links_inside_a_folder_it_moves_pointing_where_they_di
     assert not logs.exists() and (tmp_path / "shared" / "vocab.txt").read_text() == "v"
 
 
-@pytest.mark.parametrize("inside", ["model"])  # ("logs": a --train-file kept in RUN/logs/ is refused alike)
+@pytest.mark.parametrize("inside", ["model", "logs"])  # (logs: a --train-file kept in RUN/logs/)
 def test_restart_refuses_to_set_aside_the_folder_its_own_inputs_are_in(tmp_path, tiny_model, sentiment_csv, inside):
     """Going on from a run's own model (--model RUN/model --output-dir RUN --restart), or from data kept in it:
     --restart moved that model (or file) into previous-TIME/ and only then did the trainer find its input gone."""
@@ -842,6 +910,7 @@ def test_a_dead_model_link_alone_is_said_as_the_other_dead_links_are(tmp_path, t
         "disk not mounted?): the earlier run's model is not found, and this run exports its own to a new folder made "
         "there; to export it where the earlier one is, stop it and fix the link"]
     assert r.stderr.index("warning:") < r.stderr.index("running:")  # (before the trainer starts)
+    assert "warning:" not in r.stdout  # (the trainer, told that ftcli said it, does not say it a second time)
     assert tree(tmp_path / "away") == earlier and (big / "model" / "_COMPLETE").is_file()
 
 
