@@ -910,6 +910,143 @@ def test_a_folders_listing_holds_only_what_is_inside_it(gcs):
     assert storage.list_objects("gs://bkt/d/train", limit=1) == []
 
 
+@pytest.mark.parametrize(("seconds", "said"), [("86400", "1 day"), ("3600", "1 hour"), ("5400", "90 minutes"),
+                                               ("90", "90 seconds"), ("1209600", "14 days")])
+def test_a_retention_period_is_said_as_it_was_set(gcs, seconds, said):
+    """The refusal names the bucket's retention period the way `--retention-period 1d` set it, not as 24 hours."""
+    from ftcli.gcp.storage import StorageGateway
+
+    gcs.create_bucket("kept", retentionPolicy={"retentionPeriod": seconds})
+    with pytest.raises(FtcliError) as info:
+        StorageGateway("p").check_bucket("kept", "us-central1")
+    assert info.value.message.startswith(f"bucket gs://kept has a retention policy ({said}): ")
+
+
+def test_a_small_upload_that_gets_a_503_is_sent_again_for_its_own_five_minutes(gcs, monkeypatch, tmp_path):
+    """A transient 503 on a small file's one upload request is retried (the upload went without a retry policy and
+    `ftcli train` failed on it), for the uploads' own 300 s, not the 120 s (RETRY_S, 0.01 s here) of a lookup."""
+    from ftcli.gcp import storage
+    from tests.emulators.gcs import FaultyProxy
+
+    monkeypatch.setattr(storage, "RETRY_S", 0.01)
+    gcs.create_bucket("bkt")
+    local = tmp_path / "small.csv"
+    local.write_bytes(b"text,label\n" * 100)
+    with FaultyProxy(gcs.url, max_failures=1,
+                     fail_when=lambda method, target, n: method == "POST" and "/upload/" in target) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        assert storage.StorageGateway("p").upload_if_absent(local, "gs://bkt/d/small.csv") == local.stat().st_size
+        assert proxy.failed == 1
+    assert gcs.read("bkt", "d/small.csv") == local.read_bytes()
+
+
+def test_a_503_on_asking_where_a_session_stands_still_resumes_it(gcs, proxied, tmp_path):
+    """The next run's question to a remembered session (the PUT of `bytes */SIZE`) is retried on a transient error
+    like any other request: one 503 there had the session given up and the whole file sent again from byte 0."""
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    size, uri = local.stat().st_size, "gs://bkt/d/big.csv"
+    _interrupted(local, uri, after=2 * CHUNK)
+    first = proxied.seen
+    proxied.max_failures, proxied.fail_when = 1, lambda method, target, n: method == "PUT" and n > first
+    assert StorageGateway("p").upload_if_absent(local, uri) == size - 2 * CHUNK
+    second = proxied.requests[first:]
+    assert proxied.failed == 1 and not any(r.method == "POST" for r in second)  # no new session
+    assert _chunk_bytes(second) == size - 2 * CHUNK
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes()
+
+
+def test_a_503_on_beginning_a_session_is_retried(gcs, proxied, tmp_path):
+    """The POST that begins a big file's resumable session is retried on a transient error: one 503 there failed
+    the upload, and with it `ftcli train`."""
+    from ftcli.gcp.storage import StorageGateway
+
+    local = _big_file(tmp_path / "big.csv")
+    proxied.max_failures, proxied.fail_when = 1, lambda method, target, n: method == "POST"
+    assert StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv") == local.stat().st_size
+    assert proxied.failed == 1
+    assert gcs.read("bkt", "d/big.csv") == local.read_bytes()
+
+
+def test_a_download_that_gets_a_503_is_read_again(gcs, monkeypatch, tmp_path):
+    """A transient 503 on a model file's download is retried (one failed `ftcli download` and `ftcli predict JOB`)."""
+    from ftcli.gcp.storage import StorageGateway
+    from tests.emulators.gcs import FaultyProxy
+
+    gcs.create_bucket("bkt")
+    gcs.write("bkt", "m/model.safetensors", b"weights" * 1000)
+    target = tmp_path / "out" / "model.safetensors"
+    with FaultyProxy(gcs.url, max_failures=1,
+                     fail_when=lambda method, target, n: method == "GET" and "alt=media" in target) as proxy:
+        for name, value in proxy.env().items():
+            monkeypatch.setenv(name, value)
+        assert StorageGateway("p").download_objects("bkt", [("m/model.safetensors", target)]) == 7000
+        assert proxy.failed == 1
+    assert target.read_bytes() == b"weights" * 1000
+
+
+def test_the_head_of_an_object_is_its_first_bytes_asked_for(gcs):
+    """`ftcli train` reads a big gs:// data file's first HEAD_BYTES (+1, to know whether that is all of it): one byte
+    more or fewer, or the whole object, and the pre-flight checked other bytes than the job reads (or downloaded
+    gigabytes); an empty object is b"" (a range of it is no range), a missing one None."""
+    from ftcli.gcp.storage import StorageGateway
+
+    gcs.create_bucket("bkt")
+    gcs.write("bkt", "d/ten.csv", b"0123456789")
+    gcs.client().bucket("bkt").blob("d/empty.csv").upload_from_string(b"")  # (`write` sends no empty body)
+    storage = StorageGateway("p")
+    assert storage.read_head("gs://bkt/d/ten.csv", 4) == b"0123"
+    assert storage.read_head("gs://bkt/d/ten.csv", 10) == b"0123456789"
+    assert storage.read_head("gs://bkt/d/ten.csv", 11) == b"0123456789"
+    assert storage.read_head("gs://bkt/d/empty.csv", 4) == b""
+    assert storage.read_head("gs://bkt/d/missing.csv", 4) is None
+
+
+@pytest.mark.parametrize("raced", [False, True])
+def test_an_object_that_arrived_with_other_bytes_is_removed_but_never_anothers(gcs, proxied, tmp_path, monkeypatch,
+                                                                              raced):
+    """Where the store did not hold the declared CRC32C against the bytes (here: a session begun without it), an
+    upload of a file rewritten part way made an object that is neither version: ftcli removes that object and says
+    so. Only that generation: an object written there meanwhile by another writer (`raced`) stays."""
+    from google.cloud.storage import Blob
+
+    from ftcli.gcp.storage import StorageGateway
+
+    begin, delete = Blob.create_resumable_upload_session, Blob.delete
+
+    def without_its_checksum(self, *args, **kwargs):
+        self._properties.pop("crc32c", None)
+        self._changes.discard("crc32c")
+        return begin(self, *args, **kwargs)
+
+    def after_another_writer(self, *args, **kwargs):
+        gcs.write("bkt", "d/big.csv", b"theirs")
+        return delete(self, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "create_resumable_upload_session", without_its_checksum)
+    if raced:
+        monkeypatch.setattr(Blob, "delete", after_another_writer)
+    local = _big_file(tmp_path / "big.csv")
+    data = bytearray(local.read_bytes())
+    began = _crc32c(bytes(data))
+
+    def rewrite_the_end(done, _total):
+        if done == 2 * CHUNK:
+            data[-10:] = b"0123456789"
+            local.write_bytes(bytes(data))
+
+    with pytest.raises(FtcliError) as info:
+        StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv", progress=rewrite_the_end)
+    assert info.value.message == (f"big.csv arrived in gs://bkt/d/big.csv with other bytes (CRC32C "
+                                  f"{_crc32c(bytes(data))}, the file's is {began}); the object was removed")
+    if raced:
+        assert gcs.read("bkt", "d/big.csv") == b"theirs"
+    else:
+        assert gcs.list("bkt") == []
+
+
 def test_a_session_that_ends_while_under_way_is_begun_again_once(gcs, proxied, tmp_path):
     """Cloud Storage let go of the session part way through the upload (404: expired, cancelled): the upload begins a
     new one and sends the file whole, once; the object is the file's bytes."""
