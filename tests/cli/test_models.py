@@ -1664,3 +1664,37 @@ def test_force_refuses_a_user_file_where_the_model_has_a_folder(capsys, job, tmp
     assert r.code == 1 and "Traceback" not in r.err
     assert r.err.splitlines()[0] == f"error: {tmp_path / 'out' / 'nested'} is a file; the model has a folder there"
     assert tree(tmp_path / "out") == before
+
+
+def test_a_link_put_where_the_new_folder_goes_while_the_model_downloads_is_left_alone(job, tmp_path):
+    """A new destination that became a link meanwhile (one that points nowhere yet: a folder set up elsewhere) is
+    something put there by someone else, as a file or a folder would be: the model's staging folder was renamed onto
+    it and the download ended in an OSError."""
+    from ftcli.errors import FtcliError
+    from ftcli.models import download_model
+    from ftcli.values import JobName
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+
+    def progress(done, total):
+        if not out.is_symlink():
+            out.symlink_to(elsewhere)
+
+    with pytest.raises(FtcliError, match="out was filled while the model downloaded"):
+        download_model(JobName.parse(job), out, progress=progress)
+    assert out.is_symlink() and os.readlink(out) == str(elsewhere) and not elsewhere.exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_force_refuses_a_link_where_the_model_has_a_folder(capsys, job, tmp_path):
+    # The model has nested/extra.txt; `nested` is a link of the user's to a folder elsewhere: the model's file would
+    # land outside the destination. The line says it is a link (a user looking for a file `nested` finds a folder).
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    user_folder(out)
+    elsewhere.mkdir()
+    (out / "nested").symlink_to(elsewhere)
+    before = tree(out)
+    r = run_cli(capsys, "download", job, "out", "--force")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert r.err.splitlines()[0] == f"error: {out / 'nested'} is a link; the model has a folder there"
+    assert tree(out) == before and list(elsewhere.iterdir()) == []
