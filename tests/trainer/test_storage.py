@@ -698,3 +698,51 @@ def test_an_unreadable_list_of_the_earlier_exports_files_is_said_so_naming_it(re
         f"{beside}", f"keep what is yours from {model}, then put {beside} in its place")
     assert storage.read_text(storage.join(model, "config.json")) == "1"
     assert storage.read_text(storage.join(beside, "config.json")) == "2"
+
+
+def test_clean_stale_staging_leaves_a_link_a_file_and_a_longer_name_of_that_shape(tmp_path):
+    # Only a folder named exactly like a dead writer's staging folder is removed: a user's `.model.tmp-PID-XXXXXXXX.bak`
+    # folder, a link of that shape to a folder of theirs, or a file, are theirs (and were called removed).
+    pid = dead_pid()
+    stale = tmp_path / f".model.tmp-{pid}-abcd1234"
+    longer = tmp_path / f".model.tmp-{pid}-abcd1234.bak"
+    theirs = tmp_path / "theirs"
+    for p in (stale, longer, theirs):
+        p.mkdir()
+        (p / "f").write_text("x")
+    link = tmp_path / f".model.tmp-{pid}-linkedto"
+    link.symlink_to(theirs)
+    file = tmp_path / f".model.tmp-{pid}-afile123"
+    file.write_text("mine")
+    assert storage.clean_stale_staging(tmp_path, r"\.model") == [stale]
+    assert not stale.exists() and (longer / "f").read_text() == "x" and (theirs / "f").read_text() == "x"
+    assert link.is_symlink() and file.read_text() == "mine"
+
+
+def test_a_new_staging_folder_cleans_only_its_own_names_stale_folders(tmp_path):
+    # The name is taken literally: `.model` as a pattern also matched a user's `xmodel.tmp-PID-XXXXXXXX` folder.
+    pid = dead_pid()
+    stale, theirs = tmp_path / f".model.tmp-{pid}-abcd1234", tmp_path / f"xmodel.tmp-{pid}-abcd1234"
+    for p in (stale, theirs):
+        p.mkdir()
+        (p / "f").write_text("x")
+    mine = storage.staging_dir(tmp_path, "model")
+    assert not stale.exists() and (theirs / "f").read_text() == "x" and mine.is_dir()
+
+
+def test_a_re_export_to_a_bucket_whose_earlier_file_is_gone_is_published_whole(gcs, tmp_path):
+    # An earlier export's file deleted from the bucket since (by hand, a lifecycle rule) is no stale file to delete:
+    # deleting it failed with a 404 after every upload, and the new model was left without its marker.
+    gcs.create_bucket("b")
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    (old / "model.safetensors").write_bytes(b"old weights")
+    (old / "extra.txt").write_bytes(b"gone by hand")
+    storage.publish_dir(old, "gs://b/run/model")
+    gcs.client().bucket("b").blob("run/model/extra.txt").delete()
+    new.mkdir()
+    (new / "model.safetensors").write_bytes(b"new weights")
+    storage.publish_dir(new, "gs://b/run/model")
+    assert gcs.list("b", "run/model/") == ["run/model/_COMPLETE", "run/model/ftcli_files.json",
+                                           "run/model/model.safetensors"]
+    assert gcs.read("b", "run/model/model.safetensors") == b"new weights"
