@@ -115,6 +115,38 @@ def test_a_service_account_keys_project_is_the_last_default(tmp_path, monkeypatc
         resolve(bucket="gs://b-1")
 
 
+def test_an_empty_gcloud_property_is_unset_and_gcloud_project_is_read_as_google_auth_reads_it(tmp_path, monkeypatch):
+    """A gcloud property written empty (`project =`, `region =`) is not set: read as a value, an empty ai/region hid
+    the compute/region under it and the job went to us-central1, and an empty core/project hid the key file's
+    project. GCLOUD_PROJECT is google-auth's older name for GOOGLE_CLOUD_PROJECT, which wins over it
+    (`google.auth.default`: os.environ.get(PROJECT, os.environ.get(LEGACY_PROJECT)), google-auth 2.63.0)."""
+    configs = tmp_path / "gcloud" / "configurations"
+    configs.mkdir(parents=True)
+    (configs / "config_default").write_text("[core]\nproject =\n[ai]\nregion =  \n[compute]\nregion = europe-west4\n")
+    key = tmp_path / "key.json"
+    key.write_text('{"type": "service_account", "project_id": "key-project"}')
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+
+    def said(key):
+        v = effective()[key]
+        return v.value, v.source, v.origin
+
+    assert said("project") == ("key-project", "adc", f"project_id of {key} (GOOGLE_APPLICATION_CREDENTIALS)")
+    assert said("region") == ("europe-west4", "gcloud", "gcloud configuration default (compute/region)")
+    monkeypatch.setenv("GCLOUD_PROJECT", "legacy-project")
+    assert said("project") == ("legacy-project", "adc", "GCLOUD_PROJECT")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
+    assert said("project") == ("env-project", "adc", "GOOGLE_CLOUD_PROJECT")
+
+
+def test_an_image_mirror_from_a_variable_loses_its_trailing_slash(monkeypatch):
+    # `config set` drops it; FTCLI_IMAGE_MIRROR (and the file, edited by hand) must not give the jobs
+    # "REPOSITORY//pytorch/pytorch:..."
+    monkeypatch.setenv("FTCLI_IMAGE_MIRROR", "europe-west4-docker.pkg.dev/my-proj/dockerhub/")
+    s = resolve(project="my-project", bucket="gs://b-1/runs/")
+    assert (s.image_mirror, s.bucket) == ("europe-west4-docker.pkg.dev/my-proj/dockerhub", "gs://b-1/runs")
+
+
 def test_a_flag_given_empty_is_refused_not_passed_over(monkeypatch):
     # `ftcli train --project "$PROJECT"` with PROJECT unset: the empty flag was skipped and the job went to the config
     # file's project (or gcloud's) without a word. An empty variable still counts as unset.
@@ -151,6 +183,7 @@ def test_a_bucket_without_gs_says_the_uri_it_meant(value, meant):
     ("1st-project", "project ids start with a letter"),
     ("my-project-", "project ids do not end with '-'"),
     ("Example.com:my-project", "a domain-scoped project id is DOMAIN:ID, its domain in lowercase"),
+    ("12345", "it has 5 characters; project ids have 6 to 30"),  # no project number is this short
 ])
 def test_a_bad_project_id_says_which_rule_it_breaks(project, says):
     problem = check_project(project, "--project")
@@ -232,6 +265,7 @@ def test_service_accounts_iam_can_create_are_taken(account):
     ("trainer@My_Project!.iam.gserviceaccount.com", "names no project"),
     ("my-project-compute@developer.gserviceaccount.com", "is no Compute Engine default service account: it is "
      "PROJECT_NUMBER-compute@developer.gserviceaccount.com"),
+    ("-compute@developer.gserviceaccount.com", "is no Compute Engine default service account"),  # (no number)
     ("my_project@appspot.gserviceaccount.com", "is no App Engine default service account")])
 def test_service_accounts_iam_never_creates_are_refused_in_one_line(account, says):
     with pytest.raises(UsageError) as e:
@@ -241,7 +275,8 @@ def test_service_accounts_iam_never_creates_are_refused_in_one_line(account, say
 
 
 @pytest.mark.parametrize("account", ["me@example.com", "my-project@appspot.gserviceaccount.com.evil", "@appspot."
-                                     "gserviceaccount.com"])
+                                     "gserviceaccount.com", "trainer@my-project.iam.gserviceaccount.com.evil.com",
+                                     "trainer@iam.gserviceaccount.com"])  # (no project)
 def test_what_is_not_a_service_account_is_refused(account):
     with pytest.raises(UsageError, match="must be a service account e-mail"):
         resolve(project="my-project", bucket="gs://my-bucket", service_account=account)
@@ -279,6 +314,14 @@ def test_several_regions_where_one_is_taken_are_said_as_such(monkeypatch):
                                "list of regions to fall back on is given to `ftcli train --region`)")
 
 
+def test_a_region_with_a_stray_comma_is_taken_for_a_typo_of_one_region(monkeypatch):
+    # `FTCLI_REGION=us-central1,` (a list cut short) names one region: it is not "several regions"
+    monkeypatch.setenv("FTCLI_REGION", "us-central1,")
+    with pytest.raises(UsageError) as e:
+        resolve(project="my-project", bucket="gs://b-1")
+    assert e.value.message == "FTCLI_REGION: unknown Vertex AI region 'us-central1,'; did you mean us-central1?"
+
+
 def test_a_bucket_can_name_the_jobs_region(monkeypatch):
     # one staging bucket per region, from any layer: Vertex wants the bucket in the job's region
     save_config_file({"project": "my-project", "bucket": "gs://ml-{region}/runs"})
@@ -302,7 +345,7 @@ def test_a_mistyped_key_in_the_config_file_is_refused_not_ignored(tmp_path, typo
 
 
 @pytest.mark.parametrize("toml,kind", [
-    ('region = ["us-central1"]', "a list"), ("region = true", "true/false"),
+    ('region = ["us-central1"]', "a list"), ("region = []", "a list"), ("region = true", "true/false"),
     ("[region]\nname = 'us-central1'", "a table"), ("region = 1.5", "a decimal number"),
     ("region = 2026-01-01", "a date or time"), ("[[region]]\nname = 'us-central1'", "an array of tables")])
 def test_a_setting_that_is_not_a_string_in_the_config_file_is_refused_in_one_line(tmp_path, toml, kind):
@@ -376,7 +419,9 @@ def test_an_array_of_tables_is_said_to_be_one(tmp_path, caplog):
     ('[[profiles]]\nname = "eu"\n[[profiles]]\nproject = "my-project"',
      "project is inside the array of tables [[profiles]]"),
     ('[ftcli]\n[[ftcli.eu]]\nRegion = "europe-west4"',
-     "'Region' (did you mean region?) is inside the array of tables [[ftcli.eu]]")])
+     "'Region' (did you mean region?) is inside the array of tables [[ftcli.eu]]"),
+    # a table inside a table, named as a setting, is a table like any other: what is in it is said
+    ('[profiles.region]\nproject = "my-project"', "project is inside the table [profiles.region]")])
 def test_a_setting_inside_a_table_is_refused_not_ignored(tmp_path, toml, says):
     # A line appended below a [table] belongs to it (`echo 'region = "europe-west4"' >> config.toml`), and a
     # [ftcli] table reads like a profile: the setting was not read, and the job went to us-central1. A [[profiles]]
@@ -396,6 +441,7 @@ def test_a_setting_inside_a_table_is_refused_not_ignored(tmp_path, toml, says):
     ("a" * 64, "has 64 characters; at most 63 (up to 222 only for names with dots)"),
     ("a" * 100, "has 100 characters; at most 63"),  # the old regex took 3-222 without dots
     (".".join(["a" * 63] * 3) + "." + "a" * 32, "has 224 characters; at most 222 even with dots"),
+    (".".join(["a" * 63] * 3) + "." + "a" * 31, "has 223 characters; at most 222 even with dots"),
     ("a" * 64 + ".com", "has a dot-separated part of 64 characters; each part is at most 63"),
     ("my..bucket", "has an empty part between dots"),
     ("192.168.5.4", "looks like an IP address"),
@@ -405,6 +451,8 @@ def test_a_setting_inside_a_table_is_refused_not_ignored(tmp_path, toml, says):
     ("my-g00gle-bucket", "contains 'google' (or a look-alike)"),
     ("My-Bucket", "may contain only lowercase letters, digits, '-', '_' and '.'"),
     ("-bucket", "must start and end with a letter or digit"),
+    ("bucket-", "must start and end with a letter or digit"),
+    ("bucket.", "must start and end with a letter or digit"),
 ])
 def test_bucket_names_follow_cloud_storage_rules(name, problem):
     from ftcli.settings import check_bucket
@@ -469,6 +517,19 @@ def test_valid_bucket_names_are_accepted(name):
 def _set_after(barrier, key: str, value: str) -> None:
     barrier.wait()
     save_config_file({key: value})
+
+
+def test_a_setting_is_never_added_inside_a_multi_line_string(tmp_path):
+    # A string's last line that starts with '#', right above the first table, looks like the comment over that table:
+    # a new key put above it goes inside the string, which changes, and no `region` is read back (_with_key_added
+    # then lets tomlkit place it).
+    config = tmp_path / "config.toml"
+    config.write_text("notes = '''\nsee the wiki\n# for prices'''\n[prices]\nT4 = 0.35\n")
+    save_config_file({"region": "europe-west4"})
+    import tomllib
+
+    assert tomllib.loads(config.read_text()) == {"notes": "see the wiki\n# for prices", "region": "europe-west4",
+                                                "prices": {"T4": 0.35}}
 
 
 def test_settings_saved_at_once_by_several_processes_are_all_kept(tmp_path):
