@@ -695,3 +695,32 @@ def test_set_typed_as_other_tools_take_it_says_how_to_type_it(capsys, isolated, 
     r = run_cli(capsys, "config", "set", *args)
     assert (r.code, r.out, r.err.splitlines()) == (2, "", says)
     assert not (isolated / "config.toml").exists()
+
+
+def test_list_without_a_bucket_says_nothing_is_wrong(capsys, monkeypatch):
+    # `config list` reads as `jobs list` does: a bucket (needed only to submit) that is not set is no problem
+    monkeypatch.setenv("FTCLI_PROJECT", "my-project")
+    r = run_cli(capsys, "config", "list", "--json")
+    assert r.code == 0 and rows(r.out)["bucket"]["value"] is None
+    assert not [line for line in r.err.splitlines() if line.startswith("warning:")], r.err
+
+
+def test_unset_of_a_key_not_in_a_refused_file_says_only_the_refusal(capsys, isolated):
+    # The file is refused before anything is said: "region is not in the config file" above the error sent the user
+    # looking for a region line, where the misspelled key was what to fix.
+    config = isolated / "config.toml"
+    config.write_text('regoin = "europe-west4"\n')
+    r = run_cli(capsys, "config", "unset", "region")
+    assert (r.code, r.out, r.err.splitlines()) == (2, "", [
+        f"error: {config}: unknown key 'regoin'; did you mean region?",
+        f"hint: rename it in {config} (ftcli reads project, region, bucket, service_account, image_mirror, at the top "
+        "of the file)"])
+    assert config.read_text() == 'regoin = "europe-west4"\n'
+
+
+def test_set_with_a_key_and_an_equals_sign_only_is_not_told_to_set_an_empty_value(capsys, isolated):
+    # `config set region=` has no value to move after a space: the usual pointer to -h, not `config set region ''`
+    r = run_cli(capsys, "config", "set", "region=")
+    error, hint = r.err.splitlines()
+    assert (r.code, error) == (2, "error: missing argument 'VALUE'")
+    assert hint.startswith("hint: see ") and hint.endswith("config set -h"), hint
