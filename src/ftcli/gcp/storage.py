@@ -517,9 +517,10 @@ class StorageGateway:
                     if done is None:  # 412: someone uploaded the same content-addressed object meanwhile
                         return 0
                     if done.get("crc32c") not in (None, crc32c):
-                        self._remove_mismatch(uri, done)
+                        gone = ("the object was removed" if self._remove_mismatch(uri, done) else
+                                "it could not be removed, or another writer's object has replaced it: check it")
                         raise FtcliError(f"{local.name} arrived in {uri} with other bytes (CRC32C "
-                                         f"{done.get('crc32c')}, the file's is {crc32c}); the object was removed",
+                                         f"{done.get('crc32c')}, the file's is {crc32c}); {gone}",
                                          hint="check that nothing writes the file during the upload, and run again")
                     return size - offset
             finally:
@@ -595,15 +596,18 @@ class StorageGateway:
             if progress:
                 progress(got, size)
 
-    def _remove_mismatch(self, uri: str, resource: dict) -> None:
-        """Delete the object this upload just made with the wrong bytes (that generation only: never another's)."""
+    def _remove_mismatch(self, uri: str, resource: dict) -> bool:
+        """Delete the object this upload just made with the wrong bytes (that generation only: never another's);
+        whether it went. (The error said is the mismatch; "the object was removed" was said of one another writer
+        had replaced, which stays.)"""
         bucket, name = split_uri(uri)
         generation = resource.get("generation")
         try:
             self.client.bucket(bucket).blob(name).delete(
                 if_generation_match=int(generation) if generation else None, timeout=30)
-        except Exception:  # noqa: BLE001 - the error said is the mismatch
-            pass
+        except Exception:  # noqa: BLE001 - said by the caller
+            return False
+        return True
 
     def upload_many(self, pairs: list[tuple[Path, str]], *, progress: Progress | None = None) -> int:
         """`upload_if_absent` for each (local file, gs:// URI), TRANSFER_WORKERS at a time (a model folder of many
