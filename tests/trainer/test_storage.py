@@ -298,7 +298,9 @@ def test_disk_full_while_checkpointing_is_one_line(tmp_path, tiny_model, sentime
 
 
 CHECKPOINT = """
-import os, sys
+import os, re, sys
+# (another library's own mkdtemp folder in TMPDIR, as the job image's torch 2.7.1 leaves one: not ftcli's)
+OTHERS = re.compile(r"tmp[a-z0-9_]{8}")
 from transformers import AutoModelForSequenceClassification
 from ftcli_trainer import checkpoint
 from ftcli_trainer.errors import TrainerError
@@ -307,7 +309,7 @@ try:
     checkpoint.save(sys.argv[2], 3, model, {"global_step": 3})
 except TrainerError as e:
     print(e)
-    print(sorted(os.listdir(sys.argv[3])))
+    print(sorted(n for n in os.listdir(sys.argv[3]) if not OTHERS.fullmatch(n)))
     sys.exit(3)
 """
 
@@ -328,7 +330,8 @@ def test_disk_full_while_staging_a_gs_checkpoint_names_the_local_staging_folder(
 # argv: the model to load, the model folder to export to, the folder whose names are printed after a failure (what
 # the export left on the small disk, seen inside its mount namespace)
 EXPORT = """
-import os, sys
+import os, re, sys
+OTHERS = re.compile(r"tmp[a-z0-9_]{8}")
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from ftcli_trainer.errors import TrainerError
 from ftcli_trainer.export import export_model
@@ -338,7 +341,7 @@ try:
     export_model(model, tok, sys.argv[2], {}, {})
 except TrainerError as e:
     print(e)
-    print(sorted(os.listdir(sys.argv[3])))
+    print(sorted(n for n in os.listdir(sys.argv[3]) if not OTHERS.fullmatch(n)))
     sys.exit(3)
 """
 
