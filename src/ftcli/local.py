@@ -540,13 +540,13 @@ def run_local(trainer: dict[str, Any], offline: bool, restart: bool = False, *,
     offline = check_hub(cfg, say, offline) or offline
     base = cfg.output_dir or str(Path("ftcli-runs") / new_run_id())
     if not cfg.output_dir:
-        # The default run folder is checked as a given --output-dir is (validate): from a folder that cannot be
-        # written (a read-only checkout, / in a container) it was 'error: cannot use ftcli-runs: Permission denied;
-        # check the permissions of that file and of its folder', exit 1, with no word of --output-dir.
-        from ftcli_trainer.config import output_dir_problems
+        # The default run folder (a new one) is checked as download's and report's defaults are: from a folder that
+        # cannot be written (a read-only checkout, / in a container) it was 'error: cannot use ftcli-runs: Permission
+        # denied; check the permissions of that file and of its folder', exit 1, with no word of --output-dir.
+        from ftcli_trainer.config import cannot_write_in
 
-        if problems := output_dir_problems(str(Path.cwd() / base), shown=f"the default run folder {base}"):
-            raise UsageError(problems[0].removesuffix("; pick another folder"),
+        if (problem := cannot_write_in(Path.cwd() / base)) is not None:
+            raise UsageError(f"the default run folder {base}: {problem}",
                              hint="pass --output-dir DIR, a folder you can write in, or run it from one")
         argv += ["--output-dir", base]
     elif restart:

@@ -670,15 +670,14 @@ def early_stopping_data_problem(cfg: TrainConfig, train_rows: int, processes: in
             "--eval-every or more --epochs, or use --keep-best alone")
 
 
-def output_dir_problems(output_dir: str, shown: str | None = None) -> list[str]:
+def output_dir_problems(output_dir: str) -> list[str]:
     """A local --output-dir must be a folder that can be written, or one that can be created: found now, not
-    after the data and the model are loaded. Nothing is created here (a probe file is removed at once). `shown`: how
-    the folder is named in the problem (default: as --output-dir)."""
+    after the data and the model are loaded. Nothing is created here (a probe file is removed at once)."""
     from pathlib import Path
 
     if output_dir.startswith("gs://"):
         return []
-    shown = shown or f"--output-dir {output_dir}"
+    shown = f"--output-dir {output_dir}"
     path = Path(output_dir).expanduser()
     if path.exists() and not path.is_dir():
         return [f"{shown} is a file, not a folder"]
