@@ -676,6 +676,23 @@ def _kept_sessions() -> int:
         return db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
 
 
+def _upload_rewritten_part_way(local):
+    """Upload `local` to gs://bkt/d/big.csv, its last bytes rewritten once two chunks are in: the error raised, and
+    the file's bytes after the rewrite."""
+    from ftcli.gcp.storage import StorageGateway
+
+    data = bytearray(local.read_bytes())
+
+    def rewrite_the_end(done, _total):
+        if done == 2 * CHUNK:
+            data[-10:] = b"0123456789"
+            local.write_bytes(bytes(data))
+
+    with pytest.raises(FtcliError) as info:
+        StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv", progress=rewrite_the_end)
+    return info, bytes(data)
+
+
 @pytest.fixture
 def proxied(gcs, monkeypatch, small_chunks):
     """Bucket `bkt`, reached through a FaultyProxy that counts the requests (both runs through the same one: a
@@ -847,18 +864,9 @@ def test_a_file_changed_during_its_upload_makes_no_object(gcs, proxied, tmp_path
     """The session declares the CRC32C of the file as it was when the upload began: a file rewritten part way (or
     two runs' halves of different versions) is refused when the upload ends, instead of becoming an object that
     is neither version."""
-    from ftcli.gcp.storage import StorageGateway
 
     local = _big_file(tmp_path / "big.csv")
-    data = bytearray(local.read_bytes())
-
-    def rewrite_the_end(done, _total):
-        if done == 2 * CHUNK:
-            data[-10:] = b"0123456789"
-            local.write_bytes(bytes(data))
-
-    with pytest.raises(FtcliError) as info:
-        StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv", progress=rewrite_the_end)
+    info, _ = _upload_rewritten_part_way(local)
     assert info.value.message == ("big.csv changed while it was being uploaded: Cloud Storage refused bytes that no "
                                   "longer match the file the upload began with")
     assert gcs.list("bkt") == []
@@ -1012,7 +1020,6 @@ def test_an_object_that_arrived_with_other_bytes_is_removed_but_never_anothers(g
     so. Only that generation: an object written there meanwhile by another writer (`raced`) stays."""
     from google.cloud.storage import Blob
 
-    from ftcli.gcp.storage import StorageGateway
 
     begin, delete = Blob.create_resumable_upload_session, Blob.delete
 
@@ -1029,21 +1036,13 @@ def test_an_object_that_arrived_with_other_bytes_is_removed_but_never_anothers(g
     if raced:
         monkeypatch.setattr(Blob, "delete", after_another_writer)
     local = _big_file(tmp_path / "big.csv")
-    data = bytearray(local.read_bytes())
-    began = _crc32c(bytes(data))
-
-    def rewrite_the_end(done, _total):
-        if done == 2 * CHUNK:
-            data[-10:] = b"0123456789"
-            local.write_bytes(bytes(data))
-
-    with pytest.raises(FtcliError) as info:
-        StorageGateway("p").upload_if_absent(local, "gs://bkt/d/big.csv", progress=rewrite_the_end)
+    began = _crc32c(local.read_bytes())
+    info, data = _upload_rewritten_part_way(local)
     # (raced: it said "the object was removed" of the one another writer had put there, which stays)
     gone = ("it could not be removed, or another writer's object has replaced it: check it" if raced else
             "the object was removed")
     assert info.value.message == (f"big.csv arrived in gs://bkt/d/big.csv with other bytes (CRC32C "
-                                  f"{_crc32c(bytes(data))}, the file's is {began}); {gone}")
+                                  f"{_crc32c(data)}, the file's is {began}); {gone}")
     if raced:
         assert gcs.read("bkt", "d/big.csv") == b"theirs"
     else:
